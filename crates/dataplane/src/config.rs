@@ -1,0 +1,122 @@
+//! What a virtual router is made of, as plain data.
+//!
+//! `control` builds these from a topology file after validating it; the data plane builds its
+//! tables from them and trusts them to be consistent (every index in range, every gateway
+//! reachable). The same data serves snapshots and, later, migration.
+
+use std::net::IpAddr;
+
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use wire::MacAddr;
+
+/// Index of a port in the host's port list.
+pub type PortId = u16;
+/// Index of an interface in its VR's interface list.
+pub type IfaceId = u16;
+
+/// One virtual router.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VrConfig {
+    /// Unique name within the host.
+    pub name: String,
+    /// Interfaces, in order: [`IfaceId`] `i` is `interfaces[i]`.
+    pub interfaces: Vec<IfaceConfig>,
+    /// Static routes. Connected routes and the VR's own addresses come from the interfaces.
+    pub routes: Vec<RouteConfig>,
+    /// Static neighbor (ARP/NDP) entries: never expire, never overwritten by learning.
+    pub neighbors: Vec<NeighborConfig>,
+    /// Table sizes, timers and rate limits.
+    pub limits: VrLimits,
+}
+
+/// One VR interface: where it attaches and what it answers to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IfaceConfig {
+    /// Unique name within the VR.
+    pub name: String,
+    /// The port it sits on.
+    pub port: PortId,
+    /// 802.1Q VLAN id (1..=4094) on that port, or untagged.
+    pub vlan: Option<u16>,
+    /// Its own unicast MAC: frames to it are demuxed to this interface.
+    pub mac: MacAddr,
+    /// IP MTU in bytes (68..=9000 for IPv4 use; IPv6 needs at least 1280).
+    pub mtu: u16,
+    /// IPv4 addresses with their subnet lengths; each subnet becomes a connected route.
+    pub ipv4: Vec<Ipv4Net>,
+    /// IPv6 addresses with their subnet lengths; each subnet becomes a connected route. A
+    /// link-local address derived from the MAC (EUI-64) is added automatically.
+    pub ipv6: Vec<Ipv6Net>,
+}
+
+/// A static route.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteConfig {
+    /// Destination prefix (host bits zero).
+    pub prefix: IpNet,
+    /// Where matching packets go.
+    pub target: RouteTarget,
+}
+
+/// The target of a static route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteTarget {
+    /// Through a gateway, of the same family as the prefix. `iface` names the interface; when
+    /// `None` it is the interface whose connected subnet holds the gateway (the validator checks
+    /// that one exists). Link-local IPv6 gateways need `iface`.
+    Via { gateway: IpAddr, iface: Option<IfaceId> },
+    /// Directly out of an interface: the destination itself is resolved as a neighbor.
+    Iface(IfaceId),
+    /// Dropped and counted (`blackhole`), without an ICMP error.
+    Blackhole,
+}
+
+/// A static neighbor entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NeighborConfig {
+    /// The interface it is reached through.
+    pub iface: IfaceId,
+    /// Its IP address.
+    pub ip: IpAddr,
+    /// Its MAC address.
+    pub mac: MacAddr,
+}
+
+/// Sizes, timers and rate limits of one VR. All tables are allocated when the VR is built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VrLimits {
+    /// Neighbor table entries (static and learned).
+    pub neighbors: u32,
+    /// Packets held while one next hop is being resolved; more are dropped (`neighbor_queue_full`).
+    pub queue_per_neighbor: u16,
+    /// Packets held across all unresolved next hops of the VR.
+    pub queue_total: u16,
+    /// How long a resolved neighbor stays reachable without being confirmed, in milliseconds.
+    pub neighbor_reachable_ms: u32,
+    /// Interval between ARP requests / neighbor solicitations for one next hop, in milliseconds.
+    pub neighbor_retrans_ms: u32,
+    /// Unanswered requests after which a next hop counts as unreachable.
+    pub neighbor_probes: u8,
+    /// How long an unreachable next hop drops packets before it is tried again, in milliseconds.
+    pub neighbor_failed_hold_ms: u32,
+    /// ICMP/ICMPv6 errors the VR may send per second (token bucket rate); 0 disables them.
+    pub icmp_errors_per_sec: u32,
+    /// Burst size of that token bucket.
+    pub icmp_errors_burst: u32,
+}
+
+impl Default for VrLimits {
+    fn default() -> Self {
+        VrLimits {
+            neighbors: 1024,
+            queue_per_neighbor: 4,
+            queue_total: 256,
+            neighbor_reachable_ms: 30_000,
+            neighbor_retrans_ms: 1_000,
+            neighbor_probes: 3,
+            neighbor_failed_hold_ms: 3_000,
+            icmp_errors_per_sec: 1_000,
+            icmp_errors_burst: 50,
+        }
+    }
+}

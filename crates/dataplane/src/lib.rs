@@ -1,0 +1,3 @@
+//! The routeplex data plane (placeholder: being written).
+
+pub mod config;

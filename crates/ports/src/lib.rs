@@ -1,0 +1,68 @@
+//! The io layer of routeplex: packet buffers, batches, and the one port trait every backend
+//! implements.
+//!
+//! Contract:
+//! - A [`Port`] moves packets in bursts. [`Port::rx_burst`] appends received frames to a
+//!   [`Batch`]; [`Port::tx_burst`] sends a chosen subset of a batch, in order, and reports how many
+//!   it took. What it did not take is the caller's to count as dropped.
+//! - Buffers are allocated once, when a batch or a port is made. Sending and receiving exchange
+//!   buffers or copy bytes; neither allocates. Every batch slot always holds a buffer of
+//!   [`BUF_SIZE`] bytes, so a slot whose packet was sent holds an empty buffer afterwards.
+//! - A port owns its buffer memory. Peers (other processes, the kernel) never see a batch; a
+//!   backend that shares memory with a peer copies between that memory and the batch, after
+//!   checking every index and length the peer supplied.
+//! - Nothing here parses packets: the port layer knows frames only as bytes.
+
+mod buf;
+pub mod mem;
+mod ring;
+
+pub use buf::{Batch, PktBuf, BUF_SIZE, HEADROOM, MAX_BURST};
+
+/// Per-port counters, as the port itself sees them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Frames handed to the caller by `rx_burst`.
+    pub rx_packets: u64,
+    /// Bytes of those frames.
+    pub rx_bytes: u64,
+    /// Frames accepted by `tx_burst`.
+    pub tx_packets: u64,
+    /// Bytes of those frames.
+    pub tx_bytes: u64,
+    /// Frames `tx_burst` refused because the ring towards the peer was full.
+    pub tx_full: u64,
+}
+
+/// A batch-oriented packet port.
+///
+/// One worker thread drives a port; `Send` lets the port move to that thread.
+pub trait Port: Send {
+    /// A short name for logs and tables.
+    fn name(&self) -> &str;
+
+    /// Appends up to `batch.room()` received frames to `batch` and returns how many.
+    fn rx_burst(&mut self, batch: &mut Batch) -> usize;
+
+    /// Sends `batch[sel[0]], batch[sel[1]], ...` in that order and returns how many were taken:
+    /// always a prefix of `sel`. The slots of taken packets hold empty buffers afterwards.
+    fn tx_burst(&mut self, batch: &mut Batch, sel: &[u16]) -> usize;
+
+    /// Counters since the port was made.
+    fn stats(&self) -> PortStats;
+}
+
+impl<P: Port + ?Sized> Port for Box<P> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn rx_burst(&mut self, batch: &mut Batch) -> usize {
+        (**self).rx_burst(batch)
+    }
+    fn tx_burst(&mut self, batch: &mut Batch, sel: &[u16]) -> usize {
+        (**self).tx_burst(batch, sel)
+    }
+    fn stats(&self) -> PortStats {
+        (**self).stats()
+    }
+}

@@ -1,0 +1,5 @@
+//! Zero-copy header views (placeholder: being written).
+#![deny(unsafe_code)]
+
+mod mac;
+pub use mac::MacAddr;
