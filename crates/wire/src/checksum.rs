@@ -32,16 +32,21 @@ pub fn data(bytes: &[u8]) -> u16 {
         // After a carry `s` is at most 2^64 - 2, so adding it back cannot overflow.
         acc = s + carry as u64;
     }
-    // The tail starts at an even offset, so its 16-bit words weigh the same as any other
-    // (every 2^(16k) is 1 modulo 0xffff); summing them directly avoids a variable-length copy
-    // into a padded word, which costs more than the loop for short headers.
+    // The tail starts at an even offset, so a 32-bit word of it weighs the same as any other
+    // (every 2^(16k) is 1 modulo 0xffff): an IPv4 header is two 64-bit words and one 32-bit.
+    let rest = chunks.remainder();
     let mut tail: u64 = 0;
-    let mut words = chunks.remainder().chunks_exact(2);
-    for w in &mut words {
-        tail += u16::from_be_bytes([w[0], w[1]]) as u64;
+    let mut i = 0;
+    if rest.len() >= 4 {
+        tail = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as u64;
+        i = 4;
     }
-    if let [odd] = words.remainder() {
-        tail += (*odd as u64) << 8;
+    if rest.len() >= i + 2 {
+        tail += u16::from_be_bytes([rest[i], rest[i + 1]]) as u64;
+        i += 2;
+    }
+    if let Some(&odd) = rest.get(i) {
+        tail += (odd as u64) << 8;
     }
     let (s, carry) = acc.overflowing_add(tail);
     fold(s + carry as u64)

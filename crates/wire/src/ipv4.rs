@@ -355,12 +355,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         if ttl == 0 {
             return;
         }
-        // The checksum covers TTL and protocol as one 16-bit word.
-        let old = u16::from_be_bytes([ttl, data[field::PROTOCOL]]);
-        let new = old - 0x0100;
         data[field::TTL] = ttl - 1;
-        let sum = checksum::update(get_u16(&data[field::CHECKSUM]), old, new);
-        set_u16(&mut data[field::CHECKSUM], sum);
+        // RFC 1624 eqn. 3, HC' = ~(~HC + ~m + m'), with m the TTL/protocol word and
+        // m' = m - 0x0100: ~m + m' is the constant 0xfeff, so one add and one fold suffice.
+        let x = !get_u16(&data[field::CHECKSUM]) as u32 + 0xfeff;
+        let x = (x & 0xffff) + (x >> 16);
+        set_u16(&mut data[field::CHECKSUM], !(x as u16));
     }
 
     /// Rewrites the source address and patches the checksum incrementally (for NAT). Transport
