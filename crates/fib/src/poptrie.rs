@@ -1,0 +1,1175 @@
+//! The compiled forwarding structure: a Poptrie (Asai & Ohara, SIGCOMM'15), with two
+//! additions: 4 leaves inlined in each node, and an optional second direct level (blocks).
+//!
+//! # Shape
+//! ```text
+//!   key bits:  [ t ][ b ][ 6 ][ 6 ][ 6 ] ...   s = t + b direct bits, then 6-bit node strides
+//!               │    │    │
+//!   top[2^t] ───┘    │    │   u32: LEAF|next-hop, BLOCK|block, or node (when b = 0)
+//!   blocks[][2^b] ───┘    │   u32: LEAF|next-hop or node; only where some prefix is longer than t
+//!   nodes[]: Node ────────┘   { vector, leafvec, node_base, leaf_base, inline[4] }  (32 bytes)
+//!   leaves[]: u16             a node's 5th and later leaf runs
+//! ```
+//! | table               | t  | b  | why |
+//! |---------------------|----|----|-----|
+//! | < 1024 prefixes     | 8  | 0  | tiny VRs: 1 KiB of direct pointers, the whole trie fits L1; a change recompiles at most ~1000 prefixes |
+//! | < 32768, IPv4       | 12 | 4  | 16 KiB + 64 B per populated /12; a change recompiles one /16 |
+//! | < 32768, IPv6       | 12 | 8  | 16 KiB + 1 KiB per populated /12; a change recompiles one /20 |
+//! | IPv4, larger        | 18 | 0  | 1 MiB; /24 is one node level down (Poptrie's choice) and 84 % of uniform lookups end in `top` |
+//! | IPv6, larger        | 12 | 12 | 16 KiB + 16 KiB per populated /12 (a full table has 10). Measured against a flat s = 18: the same lookup rate, 30 % less memory (2.0 vs 2.9 MiB), and a change recompiles one /24 instead of one /18 (5x cheaper: some /18s hold 18k prefixes) |
+//!
+//! A node covers the next 6 bits of the key, i.e. 64 children. `vector` bit `c` says child `c`
+//! is a node; a node's child nodes sit together in `nodes`, in child order. The other
+//! children are leaves, and consecutive leaf children with the same next hop share one run:
+//! `leafvec` bit `c` marks a leaf child that starts a new run (a child node in between does
+//! not break a run). A child's slot is a popcount:
+//!
+//! ```text
+//!   child node of c   = nodes[node_base + popcnt(vector & bits 0..=c)]      (node_base stored -1)
+//!   leaf run r of c   = popcnt(leafvec & bits 0..=c)                         (1-based)
+//!   next hop          = inline[r - 1] if r <= 4, else leaves[leaf_base + r]  (leaf_base stored -5)
+//!   `bits 0..=c` of x is x << (63 - c): one shift, no mask, no 1 << 64 overflow at c = 63.
+//!
+//!   worked example (8 of the 64 children shown):
+//!     child c        0   1   2   3   4   5   6   7
+//!     content        A   A   N0  A   B   B   N1  C       N = child node, A/B/C = next hops
+//!     vector bit     0   0   1   0   0   0   1   0
+//!     leafvec bit    1   0   0   0   1   0   0   1       A(0..3) is one run: N0 does not cut it
+//!     runs           inline = [A, B, C, -]                nodes [N0, N1]
+//!     c = 3 (leaf):  popcnt(leafvec bits 0..=3) = 1 -> inline[0] = A
+//!     c = 5 (leaf):  popcnt(leafvec bits 0..=5) = 2 -> inline[1] = B
+//!     c = 6 (node):  popcnt(vector  bits 0..=6) = 2 -> nodes[node_base + 2] = N1
+//! ```
+//! Inlining the first 4 runs makes the node 32 bytes (one aligned half cache line, where the
+//! paper's 24-byte node straddles lines) and saves the separate leaf load for most lookups:
+//! deep nodes rarely have more than 4 runs. Storing the bases pre-decremented saves a
+//! subtraction per step.
+//!
+//! The last stride can be partial (IPv4 with s = 18: 18 + 6 + 6 = 30, 2 bits left): the key
+//! reads as zero-padded ([`Key::chunk`]), so a /31 covers 16 of the 64 children and the
+//! padding costs nothing (one run).
+//!
+//! # Build
+//! One pass over the RIB in (address, length) order, which keeps every subtree's prefixes
+//! contiguous. A node first paints its 64 children with the prefixes that end inside its
+//! stride (shortest first, so longer ones win: controlled prefix expansion), then recurses
+//! into the children that hold longer prefixes, passing the painted value down as their
+//! default (leaf pushing). Nodes are emitted post-order: a node's children block is written
+//! once all of them are known, so a child that turns out uniform (all 64 children one next
+//! hop, e.g. a more-specific with its parent's next hop) collapses into a leaf. A block that
+//! turns out uniform collapses the same way into its `top` entry.
+//!
+//! # Batched lookup
+//! [`Poptrie::lookup_batch`] walks 16 keys in lockstep, one level at a time: first every
+//! lane's `top` entry is prefetched, then read (and its block entry prefetched), then each
+//! level steps every lane still walking and prefetches the node (or outside leaf) it goes to
+//! next, so a level's cache misses overlap instead of queueing. Finished lanes drop out of
+//! the live list, so a lane that ends in `top` costs nothing more. Measured on the real
+//! tables and kept because nothing beat it: 8 or 32 lanes, a ring that refills a lane as soon
+//! as its walk ends (AMAC-style), branch-free stepping of all lanes for a fixed number of
+//! levels, and deferring the few deep walks to the end of the batch were all equal or slower.
+//!
+//! # Updates (cost model)
+//! A change to `addr/len` can only alter the `s`-bit direct slots its range covers: one slot
+//! when `len >= s`, else `2^(s - len)`. `Poptrie::patch` copies the arrays (a memcpy of the
+//! whole structure: about 0.1 ms for a full IPv4 table on this project's machines),
+//! recompiles only the touched slots from the RIB (their subtrees are appended; the old ones
+//! become garbage) and keeps the rest. With blocks, a touched slot is recompiled inside its
+//! block; a change of `t` bits or shorter recompiles whole `top` entries. So one change costs
+//! O(table bytes) for the copy plus O(prefixes under the touched slots), and a batch of
+//! changes ([`Fib::apply`]) pays the copy once. The writer ([`Fib`](crate::Fib)) falls back
+//! to a full build (25-30 ms for a full table) when a batch touches more than 1/8 of the
+//! slots (short prefixes, e.g. a new default route), when garbage would exceed half the
+//! node, leaf and block bytes (compaction), or when the table's size calls for another
+//! geometry.
+//!
+//! [`Fib::apply`]: crate::Fib::apply
+
+use core::marker::PhantomData;
+
+use crate::{Key, NextHop, Rib, NO_ROUTE};
+
+/// Bits per node level.
+const STRIDE: u8 = 6;
+/// Direct entry flag: the low 16 bits are a next hop.
+const LEAF: u32 = 1 << 31;
+/// Top entry flag: the low bits are a block number.
+const BLOCK: u32 = 1 << 30;
+/// Leaf runs stored in the node itself.
+const INLINE: usize = 4;
+/// Lookups in flight together in [`Poptrie::lookup_batch`].
+const LANES: usize = 16;
+
+/// One internal node; see the module docs for the popcount indexing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C, align(32))]
+struct Node {
+    vector: u64,
+    leafvec: u64,
+    /// Index of the first child node, minus one (wrapping).
+    node_base: u32,
+    /// Index of the 5th leaf run in `leaves`, minus five (wrapping).
+    leaf_base: u32,
+    /// The first four leaf runs.
+    inline: [NextHop; INLINE],
+}
+
+const _: () = assert!(core::mem::size_of::<Node>() == 32);
+
+/// Tells the CPU a lookup will soon read `p`. A hint only: it never faults, whatever `p` is.
+#[inline(always)]
+fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 has no architectural effect besides caching; it does not fault on
+    // any address, and SSE is part of the x86_64 baseline, so the instruction exists.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// Direct-pointing geometry: `top` bits in the first array, `block` bits in the second
+/// (0: no blocks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Geometry {
+    /// Bits indexing `top`.
+    pub top: u8,
+    /// Bits indexing a block (0: no second level).
+    pub block: u8,
+}
+
+/// The geometry for a table of `prefixes` routes (see the table in the module docs), with
+/// hysteresis around `current` so a table hovering at a threshold does not flip-flop
+/// between full builds.
+pub(crate) fn geometry_for<K: Key>(prefixes: usize, current: Option<Geometry>) -> Geometry {
+    let class = |n: usize| match n {
+        0..1024 => 0,
+        1024..32768 => 1,
+        _ => 2,
+    };
+    let of_class = |c| match (c, K::BITS) {
+        (0, _) => Geometry { top: 8, block: 0 },
+        (1, 32) => Geometry { top: 12, block: 4 },
+        (1, _) => Geometry { top: 12, block: 8 },
+        (_, 32) => Geometry { top: 18, block: 0 },
+        _ => Geometry { top: 12, block: 12 },
+    };
+    let want = class(prefixes);
+    if let Some(cur) = current {
+        // Shrink only when well below the threshold that grew it.
+        let cur_class = (0..3).find(|&c| of_class(c) == cur);
+        if let Some(cc) = cur_class {
+            if want < cc && class(prefixes.saturating_mul(2)) >= cc {
+                return cur;
+            }
+        }
+    }
+    of_class(want)
+}
+
+/// Node and leaf counts of a compiled table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoptrieStats {
+    /// Prefixes in the RIB it was compiled from.
+    pub prefixes: usize,
+    /// Direct-pointing geometry.
+    pub geometry: Geometry,
+    /// Direct entries allocated (`top` plus blocks).
+    pub direct_entries: usize,
+    /// Of those, entries that answer without a node.
+    pub direct_leaves: usize,
+    /// Reachable blocks.
+    pub blocks: usize,
+    /// Reachable internal nodes.
+    pub nodes: usize,
+    /// Reachable leaf runs stored outside nodes.
+    pub leaves: usize,
+    /// Nodes left unreachable by incremental updates (freed by the next full build).
+    pub garbage_nodes: usize,
+    /// Leaves left unreachable by incremental updates.
+    pub garbage_leaves: usize,
+    /// Block entries left unreachable by incremental updates.
+    pub garbage_block_entries: usize,
+    /// Deepest node level below the direct arrays (0: no nodes).
+    pub max_depth: usize,
+    /// [`Poptrie::memory_bytes`].
+    pub bytes: usize,
+}
+
+/// A compiled, immutable longest-prefix-match table for one address family.
+///
+/// Built from a [`Rib`] by [`Poptrie::build`]; never changed afterwards. Updates make a new
+/// `Poptrie` (see [`Fib`](crate::Fib)), so a reader holding one sees one consistent version.
+pub struct Poptrie<K: Key> {
+    /// Direct bits in total (`geo.top + geo.block`).
+    s: u8,
+    geo: Geometry,
+    top: Vec<u32>,
+    blocks: Vec<u32>,
+    nodes: Vec<Node>,
+    leaves: Vec<NextHop>,
+    prefixes: usize,
+    garbage_nodes: usize,
+    garbage_leaves: usize,
+    garbage_block_entries: usize,
+    generation: u64,
+    _key: PhantomData<fn() -> K>,
+}
+
+impl<K: Key> core::fmt::Debug for Poptrie<K> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Poptrie")
+            .field("bits", &K::BITS)
+            .field("geometry", &self.geo)
+            .field("blocks", &(self.blocks.len() >> self.geo.block))
+            .field("nodes", &self.nodes.len())
+            .field("leaves", &self.leaves.len())
+            .field("prefixes", &self.prefixes)
+            .field("generation", &self.generation)
+            .finish()
+    }
+}
+
+impl<K: Key> Default for Poptrie<K> {
+    fn default() -> Self {
+        Self::build(&Rib::new())
+    }
+}
+
+/// What one node step found.
+enum Step {
+    /// Go on to this node.
+    Node(u32),
+    /// Done: the next hop was inline.
+    Hop(NextHop),
+    /// Done: the next hop is `leaves[i]`.
+    Leaf(u32),
+}
+
+impl<K: Key> Poptrie<K> {
+    /// Compiles `rib`, choosing the geometry by its size.
+    pub fn build(rib: &Rib<K>) -> Self {
+        Self::build_with_geometry(rib, geometry_for::<K>(rib.len(), None))
+    }
+
+    /// Compiles `rib` with `direct_bits` (1..=24) of single-level direct pointing, for
+    /// experiments and benchmarks; [`build`](Poptrie::build) picks a good geometry.
+    pub fn build_with(rib: &Rib<K>, direct_bits: u8) -> Self {
+        Self::build_with_geometry(rib, Geometry { top: direct_bits, block: 0 })
+    }
+
+    /// Compiles `rib` with the given geometry (`1 <= top <= 24`, `top + block <= 32`).
+    pub fn build_with_geometry(rib: &Rib<K>, geo: Geometry) -> Self {
+        let s = geo.top + geo.block;
+        assert!((1..=24).contains(&geo.top) && s <= 32 && s <= K::BITS, "bad geometry {geo:?}");
+        let entries: Vec<_> = rib.iter().collect();
+        let mut top = vec![LEAF | u32::from(NO_ROUTE); 1 << geo.top];
+        let mut b = Builder::new(0, 0, 0);
+        if geo.block == 0 {
+            b.slots(&mut top, 0, s, &[], &entries);
+        } else {
+            b.paint(&mut top, 0, geo.top, &[], &entries);
+            for_each_run(&entries, geo.top, |t, run| b.block(&mut top[t], t, geo, run));
+        }
+        b.nodes.shrink_to_fit();
+        b.leaves.shrink_to_fit();
+        b.blocks.shrink_to_fit();
+        Poptrie {
+            s,
+            geo,
+            top,
+            blocks: b.blocks,
+            nodes: b.nodes,
+            leaves: b.leaves,
+            prefixes: rib.len(),
+            garbage_nodes: 0,
+            garbage_leaves: 0,
+            garbage_block_entries: 0,
+            generation: 0,
+            _key: PhantomData,
+        }
+    }
+
+    /// A copy of `self` with the `s`-bit direct slots in `ranges` (`[start, end)`, sorted,
+    /// disjoint) recompiled from `rib`, which must be the RIB `self` was built from plus
+    /// changes that touch only those slots. See the module docs for the cost model.
+    pub(crate) fn patch(&self, rib: &Rib<K>, ranges: &[(usize, usize)]) -> Self {
+        let (s, geo) = (self.s, self.geo);
+        let mut top = self.top.clone();
+        let mut blocks = self.blocks.clone();
+        let mut b = Builder::new(self.nodes.len(), self.leaves.len(), self.blocks.len());
+        let mut garbage = (self.garbage_nodes, self.garbage_leaves);
+        let mut garbage_block_entries = self.garbage_block_entries;
+        let mut entries = Vec::new();
+        if geo.block == 0 {
+            for &(lo, hi) in ranges {
+                self.redo(rib, &mut b, &mut top[lo..hi], lo, &mut entries, &mut garbage);
+            }
+        } else {
+            let per = 1usize << geo.block;
+            let old_blocks = self.blocks.len() / per;
+            let mut whole_done = None;
+            for &(lo, hi) in ranges {
+                let (first_t, last_t) = (lo >> geo.block, (hi - 1) >> geo.block);
+                for (t, entry) in top.iter_mut().enumerate().take(last_t + 1).skip(first_t) {
+                    let (tlo, thi) = (t * per, (t + 1) * per);
+                    let (a, z) = (lo.max(tlo), hi.min(thi));
+                    let e = *entry;
+                    let old_block = (e & BLOCK != 0 && ((e ^ BLOCK) as usize) < old_blocks)
+                        .then(|| (e ^ BLOCK) as usize * per);
+                    if let (Some(start), true) = (old_block, (a, z) != (tlo, thi)) {
+                        // Inside an existing block: recompile just these entries.
+                        let dir = &mut blocks[start + a - tlo..start + z - tlo];
+                        self.redo(rib, &mut b, dir, a, &mut entries, &mut garbage);
+                        continue;
+                    }
+                    if whole_done == Some(t) {
+                        continue;
+                    }
+                    // The whole top entry: its own value and a fresh block if needed.
+                    if let Some(start) = old_block {
+                        for &x in &blocks[start..start + per] {
+                            self.add_garbage(x, &mut garbage);
+                        }
+                        garbage_block_entries += per;
+                    }
+                    let first = K::from_top(t, geo.top);
+                    let def = rib.covering(first, geo.top).last().map_or(NO_ROUTE, |p| p.2);
+                    *entry = LEAF | u32::from(def);
+                    let next = (t + 1 < 1 << geo.top).then(|| K::from_top(t + 1, geo.top));
+                    entries.clear();
+                    entries.extend(rib.range(first, next).filter(|p| p.1 > geo.top));
+                    if !entries.is_empty() {
+                        b.block(entry, t, geo, &entries);
+                    }
+                    whole_done = Some(t);
+                }
+            }
+        }
+        let all_blocks = concat(&blocks, &b.blocks);
+        Poptrie {
+            s,
+            geo,
+            top,
+            blocks: all_blocks,
+            nodes: concat(&self.nodes, &b.nodes),
+            leaves: concat(&self.leaves, &b.leaves),
+            prefixes: rib.len(),
+            garbage_nodes: garbage.0,
+            garbage_leaves: garbage.1,
+            garbage_block_entries,
+            generation: self.generation,
+            _key: PhantomData,
+        }
+    }
+
+    /// Recompiles `dir`, the direct slots starting at slot `first` (at `s` bits), from `rib`,
+    /// counting what it held as garbage.
+    fn redo(
+        &self,
+        rib: &Rib<K>,
+        b: &mut Builder,
+        dir: &mut [u32],
+        first: usize,
+        entries: &mut Vec<(K, u8, NextHop)>,
+        garbage: &mut (usize, usize),
+    ) {
+        for &e in dir.iter() {
+            self.add_garbage(e, garbage);
+        }
+        let s = self.s;
+        let lo = K::from_top(first, s);
+        let hi = (first + dir.len() < 1 << s).then(|| K::from_top(first + dir.len(), s));
+        // Prefixes that start before the range but cover it; those starting at `lo` come
+        // with the range scan.
+        let mut covering = rib.covering(lo, s);
+        covering.retain(|p| p.0 != lo);
+        entries.clear();
+        entries.extend(rib.range(lo, hi));
+        b.slots(dir, first, s, &covering, entries);
+    }
+
+    /// Counts the subtree under direct entry `e` (if any) as garbage.
+    fn add_garbage(&self, e: u32, garbage: &mut (usize, usize)) {
+        if e & LEAF == 0 {
+            let (n, l) = self.subtree_size(e);
+            garbage.0 += n;
+            garbage.1 += l;
+        }
+    }
+
+    /// Nodes and outside leaves reachable from the node at `idx` (itself included).
+    fn subtree_size(&self, idx: u32) -> (usize, usize) {
+        let n = &self.nodes[idx as usize];
+        let mut nodes = 1;
+        let mut leaves = (n.leafvec.count_ones() as usize).saturating_sub(INLINE);
+        for k in 1..=n.vector.count_ones() {
+            let (a, b) = self.subtree_size(n.node_base.wrapping_add(k));
+            nodes += a;
+            leaves += b;
+        }
+        (nodes, leaves)
+    }
+
+    /// The direct entry for `key`: a leaf or the first node.
+    #[inline(always)]
+    fn direct(&self, key: K) -> u32 {
+        let t = key.top(self.s);
+        let e = self.top[t >> self.geo.block];
+        if e & BLOCK == 0 {
+            return e;
+        }
+        self.blocks[(((e ^ BLOCK) as usize) << self.geo.block) | (t & ((1 << self.geo.block) - 1))]
+    }
+
+    /// The next hop of the longest prefix containing `key`, or [`NO_ROUTE`].
+    #[inline]
+    pub fn lookup(&self, key: K) -> NextHop {
+        let e = self.direct(key);
+        if e & LEAF != 0 {
+            return e as NextHop;
+        }
+        let mut idx = e;
+        let mut off = self.s;
+        loop {
+            match self.step(key, idx, off) {
+                Step::Node(next) => {
+                    idx = next;
+                    off += STRIDE;
+                }
+                Step::Hop(nh) => return nh,
+                Step::Leaf(l) => return self.leaves[l as usize],
+            }
+        }
+    }
+
+    /// One level down: from node `idx` at bit `off`, where does `key` go?
+    #[inline(always)]
+    fn step(&self, key: K, idx: u32, off: u8) -> Step {
+        self.step_at(key.chunk(off), idx)
+    }
+
+    /// One level down from node `idx` to its child `c`.
+    #[inline(always)]
+    fn step_at(&self, c: u32, idx: u32) -> Step {
+        let n = &self.nodes[idx as usize];
+        let c = c & 63;
+        let upto = 63 - c;
+        if (n.vector >> c) & 1 != 0 {
+            return Step::Node(n.node_base.wrapping_add((n.vector << upto).count_ones()));
+        }
+        let r = (n.leafvec << upto).count_ones();
+        if r as usize <= INLINE {
+            Step::Hop(n.inline[(r as usize).wrapping_sub(1) & (INLINE - 1)])
+        } else {
+            Step::Leaf(n.leaf_base.wrapping_add(r))
+        }
+    }
+
+    /// Looks up every key: `out[i] = self.lookup(keys[i])`. Faster than a loop of
+    /// [`lookup`](Poptrie::lookup) because up to 16 lookups walk the trie in lockstep, one
+    /// level at a time, each level's loads prefetched for all of them before any is used:
+    /// their cache misses overlap instead of queueing one behind another.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `keys`.
+    pub fn lookup_batch(&self, keys: &[K], out: &mut [NextHop]) {
+        assert!(
+            out.len() >= keys.len(),
+            "lookup_batch: out ({}) < keys ({})",
+            out.len(),
+            keys.len()
+        );
+        for (k, o) in keys.chunks(LANES).zip(out.chunks_mut(LANES)) {
+            self.lanes::<LANES>(k, o);
+        }
+    }
+
+    #[inline(always)]
+    fn lanes<const L: usize>(&self, keys: &[K], out: &mut [NextHop]) {
+        let n = keys.len().min(L);
+        let (s, bb) = (self.s, self.geo.block);
+        let mut cur = [0u32; L];
+        // Lanes still walking nodes, and lanes waiting for an outside leaf.
+        let mut live = [0u8; L];
+        let mut nlive = 0;
+        let mut leafy = [0u8; L];
+        let mut nleafy = 0;
+
+        let mut slot = [0usize; L];
+        for i in 0..n {
+            slot[i] = keys[i].top(s);
+            prefetch(self.top.as_ptr().wrapping_add(slot[i] >> bb));
+        }
+        if bb == 0 {
+            for i in 0..n {
+                cur[i] = self.top[slot[i]];
+            }
+        } else {
+            let mask = (1 << bb) - 1;
+            for i in 0..n {
+                let e = self.top[slot[i] >> bb];
+                if e & BLOCK != 0 {
+                    slot[i] = (((e ^ BLOCK) as usize) << bb) | (slot[i] & mask);
+                    prefetch(self.blocks.as_ptr().wrapping_add(slot[i]));
+                    live[nlive] = i as u8;
+                    nlive += 1;
+                } else {
+                    cur[i] = e;
+                }
+            }
+            for &i in &live[..nlive] {
+                cur[i as usize] = self.blocks[slot[i as usize]];
+            }
+            nlive = 0;
+        }
+        for i in 0..n {
+            let e = cur[i];
+            if e & LEAF != 0 {
+                out[i] = e as NextHop;
+            } else {
+                prefetch(self.nodes.as_ptr().wrapping_add(e as usize));
+                live[nlive] = i as u8;
+                nlive += 1;
+            }
+        }
+
+        // Nearly every level reads its 6 bits from the key's first 64 bits: keep those in a
+        // register-sized copy and spare the 128-bit shifts (IPv6) until a walk passes /58.
+        let mut hi = [0u64; L];
+        for &i in &live[..nlive] {
+            hi[i as usize & (L - 1)] = keys[i as usize].hi64();
+        }
+        let mut off = s;
+        while nlive > 0 {
+            let mut still = 0;
+            let narrow = K::BITS <= 64 || off <= 58;
+            for j in 0..nlive {
+                let i = live[j & (L - 1)] as usize & (L - 1);
+                let step = if narrow {
+                    self.step_at(((hi[i] << off) >> 58) as u32, cur[i])
+                } else {
+                    self.step(keys[i], cur[i], off)
+                };
+                match step {
+                    Step::Node(next) => {
+                        cur[i] = next;
+                        prefetch(self.nodes.as_ptr().wrapping_add(next as usize));
+                        live[still & (L - 1)] = i as u8;
+                        still += 1;
+                    }
+                    Step::Hop(nh) => out[i] = nh,
+                    Step::Leaf(l) => {
+                        cur[i] = l;
+                        prefetch(self.leaves.as_ptr().wrapping_add(l as usize));
+                        leafy[nleafy & (L - 1)] = i as u8;
+                        nleafy += 1;
+                    }
+                }
+            }
+            nlive = still;
+            off += STRIDE;
+        }
+        for &i in &leafy[..nleafy] {
+            out[i as usize] = self.leaves[cur[i as usize] as usize];
+        }
+    }
+
+    /// All heap bytes of the structure plus the struct itself.
+    pub fn memory_bytes(&self) -> usize {
+        core::mem::size_of::<Self>()
+            + (self.top.capacity() + self.blocks.capacity()) * core::mem::size_of::<u32>()
+            + self.nodes.capacity() * core::mem::size_of::<Node>()
+            + self.leaves.capacity() * core::mem::size_of::<NextHop>()
+    }
+
+    /// Bytes no longer reachable (left by incremental updates).
+    pub fn garbage_bytes(&self) -> usize {
+        self.garbage_nodes * core::mem::size_of::<Node>()
+            + self.garbage_leaves * core::mem::size_of::<NextHop>()
+            + self.garbage_block_entries * core::mem::size_of::<u32>()
+    }
+
+    /// Bytes of the arrays that garbage accumulates in (nodes, leaves, blocks).
+    pub(crate) fn trie_bytes(&self) -> usize {
+        self.nodes.len() * core::mem::size_of::<Node>()
+            + self.leaves.len() * core::mem::size_of::<NextHop>()
+            + self.blocks.len() * core::mem::size_of::<u32>()
+    }
+
+    /// Direct-pointing bits in total: a change to a prefix of this length or longer touches
+    /// one direct slot.
+    pub fn direct_bits(&self) -> u8 {
+        self.s
+    }
+
+    /// The direct-pointing geometry.
+    pub fn geometry(&self) -> Geometry {
+        self.geo
+    }
+
+    /// Prefixes in the RIB this was compiled from.
+    pub fn prefixes(&self) -> usize {
+        self.prefixes
+    }
+
+    /// The [`Fib`](crate::Fib) publish count this version was published as (0 for the first
+    /// version and for tables built directly). Lets a cache keyed on FIB answers notice a new
+    /// version.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub(crate) fn set_generation(&mut self, g: u64) {
+        self.generation = g;
+    }
+
+    /// Node and leaf counts (walks the structure: not for the fast path).
+    pub fn stats(&self) -> PoptrieStats {
+        fn walk<K: Key>(t: &Poptrie<K>, idx: u32, depth: usize, st: &mut PoptrieStats) {
+            let n = &t.nodes[idx as usize];
+            st.nodes += 1;
+            st.leaves += (n.leafvec.count_ones() as usize).saturating_sub(INLINE);
+            st.max_depth = st.max_depth.max(depth);
+            for k in 1..=n.vector.count_ones() {
+                walk(t, n.node_base.wrapping_add(k), depth + 1, st);
+            }
+        }
+        let mut st = PoptrieStats {
+            prefixes: self.prefixes,
+            geometry: self.geo,
+            garbage_nodes: self.garbage_nodes,
+            garbage_leaves: self.garbage_leaves,
+            garbage_block_entries: self.garbage_block_entries,
+            bytes: self.memory_bytes(),
+            ..Default::default()
+        };
+        let per = 1usize << self.geo.block;
+        let visit = |e: u32, st: &mut PoptrieStats| {
+            st.direct_entries += 1;
+            if e & LEAF != 0 {
+                st.direct_leaves += 1;
+            } else {
+                walk(self, e, 1, st);
+            }
+        };
+        for &e in &self.top {
+            if e & BLOCK != 0 {
+                st.direct_entries += 1;
+                st.blocks += 1;
+                let start = (e ^ BLOCK) as usize * per;
+                for &x in &self.blocks[start..start + per] {
+                    visit(x, &mut st);
+                }
+            } else {
+                visit(e, &mut st);
+            }
+        }
+        st
+    }
+}
+
+/// `old` followed by `new`, allocated once at the final size.
+fn concat<T: Copy>(old: &[T], new: &[T]) -> Vec<T> {
+    let mut v = Vec::with_capacity(old.len() + new.len());
+    v.extend_from_slice(old);
+    v.extend_from_slice(new);
+    v
+}
+
+/// Calls `f(slot, run)` for each run of `entries` longer than `s` bits that share the `s`-bit
+/// slot `slot`. `entries` is in RIB order, so each slot's longer prefixes are contiguous (a
+/// prefix of length `<= s` starting in the slot sorts before them, and those starting in the
+/// next slot after).
+fn for_each_run<K: Key>(
+    entries: &[(K, u8, NextHop)],
+    s: u8,
+    mut f: impl FnMut(usize, &[(K, u8, NextHop)]),
+) {
+    let mut i = 0;
+    while i < entries.len() {
+        if entries[i].1 <= s {
+            i += 1;
+            continue;
+        }
+        let slot = entries[i].0.top(s);
+        let mut j = i + 1;
+        while j < entries.len() && entries[j].0.top(s) == slot {
+            debug_assert!(entries[j].1 > s);
+            j += 1;
+        }
+        f(slot, &entries[i..j]);
+        i = j;
+    }
+}
+
+/// What a subtree compiled to: one next hop for the whole range, or a node not yet placed
+/// (its parent places it in its children block).
+enum Built {
+    Leaf(NextHop),
+    Node(Node),
+}
+
+/// Appends compiled subtrees to its own arrays, which will sit at `node_off` / `leaf_off` /
+/// `block_off` of the final ones (0 for a full build, the old lengths for a patch).
+struct Builder {
+    nodes: Vec<Node>,
+    leaves: Vec<NextHop>,
+    blocks: Vec<u32>,
+    node_off: usize,
+    leaf_off: usize,
+    block_off: usize,
+}
+
+impl Builder {
+    fn new(node_off: usize, leaf_off: usize, block_off: usize) -> Self {
+        Builder {
+            nodes: Vec::new(),
+            leaves: Vec::new(),
+            blocks: Vec::new(),
+            node_off,
+            leaf_off,
+            block_off,
+        }
+    }
+
+    fn node_index(&self) -> u32 {
+        u32::try_from(self.node_off + self.nodes.len())
+            .ok()
+            .filter(|&i| i < BLOCK)
+            .expect("poptrie: more than 2^30 nodes")
+    }
+
+    /// Paints `dir` (direct slots `first ..` at `s` bits) with the prefixes of `covering`
+    /// and `entries` that end within `s` bits, shortest first so longer ones win; the rest
+    /// of `dir` becomes NO_ROUTE.
+    fn paint<K: Key>(
+        &mut self,
+        dir: &mut [u32],
+        first: usize,
+        s: u8,
+        covering: &[(K, u8, NextHop)],
+        entries: &[(K, u8, NextHop)],
+    ) {
+        let end = first + dir.len();
+        let mut short: Vec<(u8, usize, NextHop)> = covering
+            .iter()
+            .chain(entries.iter())
+            .filter(|p| p.1 <= s)
+            .map(|&(a, l, nh)| (l, a.top(s), nh))
+            .collect();
+        short.sort_unstable_by_key(|p| p.0);
+        dir.fill(LEAF | u32::from(NO_ROUTE));
+        for (l, start, nh) in short {
+            let lo = start.max(first);
+            let hi = (start + (1usize << (s - l))).min(end);
+            if lo < hi {
+                dir[lo - first..hi - first].fill(LEAF | u32::from(nh));
+            }
+        }
+    }
+
+    /// Fills `dir`, the direct slots `first .. first + dir.len()` at `s` bits, from
+    /// `entries` (the RIB's prefixes starting in that range, in RIB order) and `covering`
+    /// (prefixes of length `<= s` that start before the range and overlap it).
+    fn slots<K: Key>(
+        &mut self,
+        dir: &mut [u32],
+        first: usize,
+        s: u8,
+        covering: &[(K, u8, NextHop)],
+        entries: &[(K, u8, NextHop)],
+    ) {
+        self.paint(dir, first, s, covering, entries);
+        for_each_run(entries, s, |slot, run| {
+            let d = &mut dir[slot - first];
+            match self.node(run, s, *d as NextHop) {
+                Built::Leaf(nh) => *d = LEAF | u32::from(nh),
+                Built::Node(n) => {
+                    *d = self.node_index();
+                    self.nodes.push(n);
+                }
+            }
+        });
+    }
+
+    /// Compiles top slot `t` (holding the leaf `*entry`, painted from the prefixes of length
+    /// `<= geo.top`) over `run`, its prefixes longer than `geo.top`: a block, or a leaf if
+    /// the block turns out uniform.
+    fn block<K: Key>(
+        &mut self,
+        entry: &mut u32,
+        t: usize,
+        geo: Geometry,
+        run: &[(K, u8, NextHop)],
+    ) {
+        let per = 1usize << geo.block;
+        let base = *entry;
+        let mut blk = vec![base; per];
+        // Paint only this slot's prefixes over the inherited value.
+        let mut short: Vec<(u8, usize, NextHop)> = run
+            .iter()
+            .filter(|p| p.1 <= geo.top + geo.block)
+            .map(|&(a, l, nh)| (l, a.top(geo.top + geo.block) - t * per, nh))
+            .collect();
+        short.sort_unstable_by_key(|p| p.0);
+        for (l, start, nh) in short {
+            blk[start..start + (1 << (geo.top + geo.block - l))].fill(LEAF | u32::from(nh));
+        }
+        let s = geo.top + geo.block;
+        for_each_run(run, s, |slot, sub| {
+            let d = &mut blk[slot - t * per];
+            match self.node(sub, s, *d as NextHop) {
+                Built::Leaf(nh) => *d = LEAF | u32::from(nh),
+                Built::Node(n) => {
+                    *d = self.node_index();
+                    self.nodes.push(n);
+                }
+            }
+        });
+        if blk.iter().all(|&e| e == blk[0] && e & LEAF != 0) {
+            *entry = blk[0];
+            return;
+        }
+        let number = u32::try_from((self.block_off + self.blocks.len()) / per)
+            .ok()
+            .filter(|&b| b < BLOCK)
+            .expect("poptrie: more than 2^30 blocks");
+        *entry = BLOCK | number;
+        self.blocks.extend_from_slice(&blk);
+    }
+
+    /// Compiles the subtree at bit depth `d` holding `ps` (non-empty, all longer than `d`,
+    /// in RIB order, all within one `d`-bit prefix) over the inherited next hop `def`.
+    fn node<K: Key>(&mut self, ps: &[(K, u8, NextHop)], d: u8, def: NextHop) -> Built {
+        let end = d + STRIDE;
+        let mut vals = [def; 64];
+
+        // Prefixes ending in this stride: at most 2 + 4 + ... + 64 = 126 distinct ones.
+        let mut short = [(0u8, 0u8, NO_ROUTE); 126];
+        let mut nshort = 0;
+        for &(a, l, nh) in ps {
+            if l <= end {
+                short[nshort] = (l, a.chunk(d) as u8, nh);
+                nshort += 1;
+            }
+        }
+        short[..nshort].sort_unstable_by_key(|p| p.0);
+        for &(l, c, nh) in &short[..nshort] {
+            let c = usize::from(c);
+            vals[c..c + (1usize << (end - l))].fill(nh);
+        }
+
+        // Longer prefixes, by child (contiguous per child, as in `for_each_run`).
+        let mut kids = [None::<Node>; 64];
+        let mut any_kid = false;
+        let mut i = 0;
+        while i < ps.len() {
+            if ps[i].1 <= end {
+                i += 1;
+                continue;
+            }
+            let c = ps[i].0.chunk(d) as usize;
+            let mut j = i + 1;
+            while j < ps.len() && ps[j].0.chunk(d) as usize == c {
+                debug_assert!(ps[j].1 > end);
+                j += 1;
+            }
+            match self.node(&ps[i..j], end, vals[c]) {
+                Built::Leaf(nh) => vals[c] = nh,
+                Built::Node(n) => {
+                    kids[c] = Some(n);
+                    any_kid = true;
+                }
+            }
+            i = j;
+        }
+        if !any_kid && vals.iter().all(|&v| v == vals[0]) {
+            return Built::Leaf(vals[0]);
+        }
+
+        let node_base = self.node_index();
+        let mut vector = 0u64;
+        for (c, k) in kids.iter().enumerate() {
+            if let Some(n) = k {
+                vector |= 1 << c;
+                self.nodes.push(*n);
+            }
+        }
+        let leaf_base = u32::try_from(self.leaf_off + self.leaves.len())
+            .expect("poptrie: more than 2^32 leaves");
+        let mut leafvec = 0u64;
+        let mut inline = [NO_ROUTE; INLINE];
+        let mut runs = 0;
+        let mut prev = None;
+        for c in 0..64 {
+            if kids[c].is_none() && prev != Some(vals[c]) {
+                leafvec |= 1 << c;
+                if runs < INLINE {
+                    inline[runs] = vals[c];
+                } else {
+                    self.leaves.push(vals[c]);
+                }
+                runs += 1;
+                prev = Some(vals[c]);
+            }
+        }
+        Built::Node(Node {
+            vector,
+            leafvec,
+            node_base: node_base.wrapping_sub(1),
+            leaf_base: leaf_base.wrapping_sub(INLINE as u32 + 1),
+            inline,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::naive::NaiveLpm;
+    use crate::testutil::{check_against, routes_to_rib};
+
+    fn table(routes: &[(u32, u8, NextHop)]) -> (Rib<u32>, Poptrie<u32>) {
+        let rib: Rib<u32> = routes.iter().copied().collect();
+        let t = Poptrie::build(&rib);
+        (rib, t)
+    }
+
+    #[test]
+    fn empty_table_misses_everywhere_and_is_small() {
+        let (_, t) = table(&[]);
+        for a in [0, 1, 0x0A00_0000, u32::MAX] {
+            assert_eq!(t.lookup(a), NO_ROUTE);
+        }
+        let t6 = Poptrie::<u128>::build(&Rib::new());
+        assert_eq!(t6.lookup(u128::MAX), NO_ROUTE);
+        assert!(t.memory_bytes() < 2048, "empty v4 table is {} bytes", t.memory_bytes());
+        assert!(t6.memory_bytes() < 2048, "empty v6 table is {} bytes", t6.memory_bytes());
+        let st = t.stats();
+        assert_eq!((st.nodes, st.leaves, st.direct_leaves), (0, 0, 256));
+    }
+
+    #[test]
+    fn default_route_only() {
+        let (_, t) = table(&[(0, 0, 7)]);
+        for a in [0, 0x7F00_0001, u32::MAX] {
+            assert_eq!(t.lookup(a), 7);
+        }
+        let rib6: Rib<u128> = [(0u128, 0u8, 9u16)].into_iter().collect();
+        let t6 = Poptrie::build(&rib6);
+        assert_eq!(t6.lookup(0), 9);
+        assert_eq!(t6.lookup(u128::MAX), 9);
+    }
+
+    #[test]
+    fn host_routes_and_nesting_at_every_level() {
+        let routes = [
+            (0, 0, 1),
+            (0x0A00_0000, 8, 2),
+            (0x0A01_0000, 16, 3),
+            (0x0A01_0200, 24, 4),
+            (0x0A01_0280, 25, 5),
+            (0x0A01_02FE, 31, 6),
+            (0x0A01_02FF, 32, 7),
+            (0xFFFF_FFFF, 32, 8),
+            (0, 32, 9),
+        ];
+        let (rib, t) = table(&routes);
+        assert_eq!(t.lookup(0x0A01_02FF), 7);
+        assert_eq!(t.lookup(0x0A01_02FE), 6);
+        assert_eq!(t.lookup(0x0A01_02FD), 5);
+        assert_eq!(t.lookup(0x0A01_027F), 4);
+        assert_eq!(t.lookup(0x0A01_0300), 3);
+        assert_eq!(t.lookup(0x0A02_0000), 2);
+        assert_eq!(t.lookup(0x0B00_0000), 1);
+        assert_eq!(t.lookup(0xFFFF_FFFF), 8);
+        assert_eq!(t.lookup(0), 9);
+        assert_eq!(t.lookup(1), 1);
+        let naive: NaiveLpm<u32> = routes.iter().copied().collect();
+        for s in [1, 5, 8, 12, 16, 18, 20, 24] {
+            check_against(&Poptrie::build_with(&rib, s), &naive, &rib, 2000, 1);
+        }
+    }
+
+    #[test]
+    fn uniform_subtrees_collapse_into_leaves() {
+        // A more-specific with its parent's next hop changes nothing: no node is needed.
+        let (_, t) = table(&[(0x0A00_0000, 8, 2), (0x0A01_0200, 24, 2), (0x0A01_0203, 32, 2)]);
+        let st = t.stats();
+        assert_eq!(st.nodes, 0, "{st:?}");
+        assert_eq!(t.lookup(0x0A01_0203), 2);
+    }
+
+    #[test]
+    fn leaf_runs_are_not_cut_by_child_nodes() {
+        // Children 0..64 of the node under 10.0.0.0/8 (s = 8): /24s inside child 1 force a
+        // child node, the rest is one run of the /8's next hop.
+        let (_, t) = table(&[(0x0A00_0000, 8, 2), (0x0A04_0100, 24, 3)]);
+        let st = t.stats();
+        assert_eq!(t.direct_bits(), 8);
+        assert_eq!(st.nodes, 3, "{st:?}");
+        assert_eq!(t.lookup(0x0A00_0000), 2);
+        assert_eq!(t.lookup(0x0A04_0101), 3);
+        assert_eq!(t.lookup(0x0AFF_FFFF), 2);
+        // The top node: one run of 2 (leaf children 0 and 2..64).
+        assert_eq!(t.nodes[t.top[10] as usize].leafvec.count_ones(), 1);
+    }
+
+    #[test]
+    fn ipv6_small_table() {
+        let routes: Vec<(u128, u8, NextHop)> = vec![
+            (0x2001_0db8 << 96, 32, 1),
+            (0x2001_0db8_0001 << 80, 48, 2),
+            ((0x2001_0db8_0001 << 80) | 1, 128, 3),
+            (0xfe80 << 112, 10, 4),
+            (0, 0, 5),
+            (u128::MAX, 128, 6),
+        ];
+        let rib: Rib<u128> = routes.iter().copied().collect();
+        let naive: NaiveLpm<u128> = routes.iter().copied().collect();
+        for s in [8, 12, 16, 18] {
+            let t = Poptrie::build_with(&rib, s);
+            assert_eq!(t.lookup((0x2001_0db8_0001 << 80) | 1), 3);
+            assert_eq!(t.lookup((0x2001_0db8_0001 << 80) | 2), 2);
+            assert_eq!(t.lookup(u128::MAX), 6);
+            assert_eq!(t.lookup(u128::MAX - 1), 5);
+            check_against(&t, &naive, &rib, 2000, 2);
+        }
+    }
+
+    #[test]
+    fn batch_equals_scalar_for_awkward_sizes() {
+        let routes = crate::synthetic::ipv4(5000, 64, 11);
+        let rib = routes_to_rib(&routes);
+        let t = Poptrie::build(&rib);
+        let mut rng = crate::synthetic::Rng::new(5);
+        let keys: Vec<u32> = (0..600).map(|_| rng.next_u64() as u32).collect();
+        for n in [0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 255, 256, 257, 600] {
+            let mut out = vec![0xFFFF; n + 3];
+            t.lookup_batch(&keys[..n], &mut out);
+            for i in 0..n {
+                assert_eq!(out[i], t.lookup(keys[i]), "batch {n}, lane {i}");
+            }
+            assert!(out[n..].iter().all(|&x| x == 0xFFFF), "wrote past the batch");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "lookup_batch")]
+    fn batch_rejects_short_output() {
+        let t = Poptrie::<u32>::default();
+        t.lookup_batch(&[1, 2, 3], &mut [0; 2]);
+    }
+
+    #[test]
+    fn geometry_policy_has_hysteresis() {
+        let g = |top, block| Geometry { top, block };
+        assert_eq!(geometry_for::<u32>(0, None), g(8, 0));
+        assert_eq!(geometry_for::<u32>(1024, None), g(12, 4));
+        assert_eq!(geometry_for::<u128>(1024, None), g(12, 8));
+        assert_eq!(geometry_for::<u32>(500_000, None), g(18, 0));
+        assert_eq!(geometry_for::<u128>(500_000, None), g(12, 12));
+        // Growing switches at the threshold, shrinking at half of it.
+        assert_eq!(geometry_for::<u32>(32768, Some(g(12, 4))), g(18, 0));
+        assert_eq!(geometry_for::<u32>(20000, Some(g(18, 0))), g(18, 0));
+        assert_eq!(geometry_for::<u32>(16000, Some(g(18, 0))), g(12, 4));
+        assert_eq!(geometry_for::<u128>(20000, Some(g(12, 12))), g(12, 12));
+        // A geometry the policy would never pick is replaced.
+        assert_eq!(geometry_for::<u32>(20000, Some(g(5, 3))), g(12, 4));
+    }
+
+    #[test]
+    fn nodes_with_many_leaf_runs_spill_out_of_line() {
+        // Ten /24s with distinct next hops, each followed by a gap, under one /18 slot: one
+        // node with 20 runs (hop, no route, hop, no route ...).
+        let routes: Vec<(u32, u8, NextHop)> =
+            (0..10).map(|i| (0x0A00_0000 + (i << 9), 24, 10 + i as NextHop)).collect();
+        let rib: Rib<u32> = routes.iter().copied().collect();
+        let t = Poptrie::build_with(&rib, 18);
+        let st = t.stats();
+        assert_eq!((st.nodes, st.leaves), (1, 20 - INLINE), "{st:?}");
+        let naive: NaiveLpm<u32> = routes.iter().copied().collect();
+        check_against(&t, &naive, &rib, 1000, 3);
+    }
+
+    /// Every geometry answers like the naive table, on IPv4 and IPv6, and patches of random
+    /// changes equal a fresh build.
+    #[test]
+    fn geometries_agree_and_patch_like_a_full_build() {
+        let v4: Vec<(u32, u8, NextHop)> = crate::synthetic::ipv4(6000, 40, 8)
+            .into_iter()
+            .map(|(n, nh)| (u32::from(n.addr()), n.prefix_len(), nh))
+            .collect();
+        let v6: Vec<(u128, u8, NextHop)> = crate::synthetic::ipv6(4000, 40, 8)
+            .into_iter()
+            .map(|(n, nh)| (u128::from(n.addr()), n.prefix_len(), nh))
+            .collect();
+        let g = |top, block| Geometry { top, block };
+        let geos = [g(1, 0), g(8, 0), g(18, 0), g(4, 4), g(12, 6), g(12, 12)];
+        patch_case(&v4, &geos, |r| {
+            (r.next_u64() as u32, [0, 3, 9, 14, 18, 20, 24, 27, 32][r.below(9) as usize])
+        });
+        patch_case(&v6, &geos, |r| {
+            let a = (0x2u128 << 124) | (r.next_u128() >> 4);
+            (a, [0, 2, 10, 13, 20, 24, 30, 32, 48, 64, 128][r.below(11) as usize])
+        });
+    }
+
+    fn patch_case<K: Key>(
+        routes: &[(K, u8, NextHop)],
+        geos: &[Geometry],
+        random_prefix: impl Fn(&mut crate::synthetic::Rng) -> (K, u8),
+    ) {
+        let mut rng = crate::synthetic::Rng::new(17);
+        for &geo in geos {
+            let mut rib: Rib<K> = routes.iter().copied().collect();
+            let mut naive: NaiveLpm<K> = routes.iter().copied().collect();
+            let mut t = Poptrie::build_with_geometry(&rib, geo);
+            check_against(&t, &naive, &rib, 3000, 1);
+            let s = t.direct_bits();
+            for round in 0..15 {
+                let mut ranges = Vec::new();
+                for _ in 0..1 + rng.below(6) {
+                    let (a, l) = if rng.below(2) == 0 {
+                        let e = routes[rng.below(routes.len() as u64) as usize];
+                        (e.0, e.1)
+                    } else {
+                        random_prefix(&mut rng)
+                    };
+                    if rng.below(3) == 0 {
+                        rib.remove(a, l);
+                        naive.remove(a, l);
+                    } else {
+                        let nh = 1 + rng.below(50) as NextHop;
+                        rib.insert(a, l, nh);
+                        naive.insert(a, l, nh);
+                    }
+                    let start = a.mask(l.min(s)).top(s);
+                    ranges.push((start, start + (1 << (s - l.min(s)))));
+                }
+                ranges.sort_unstable();
+                let mut merged: Vec<(usize, usize)> = Vec::new();
+                for (lo, hi) in ranges {
+                    match merged.last_mut() {
+                        Some(m) if lo <= m.1 => m.1 = m.1.max(hi),
+                        _ => merged.push((lo, hi)),
+                    }
+                }
+                t = t.patch(&rib, &merged);
+                let fresh = Poptrie::build_with_geometry(&rib, geo);
+                let entries: Vec<(K, u8)> = rib.iter().map(|p| (p.0, p.1)).collect();
+                let b = crate::testutil::boundaries(entries.into_iter());
+                for a in b {
+                    assert_eq!(t.lookup(a), fresh.lookup(a), "{geo:?} round {round} at {a:?}");
+                    assert_eq!(t.lookup(a), naive.lookup(a), "{geo:?} round {round} at {a:?}");
+                }
+            }
+            let live = t.stats();
+            let fresh = Poptrie::build_with_geometry(&rib, geo).stats();
+            assert_eq!((live.nodes, live.leaves), (fresh.nodes, fresh.leaves), "{geo:?}");
+            assert!(live.garbage_nodes > 0 || geo.top + geo.block <= 8, "{geo:?}: {live:?}");
+        }
+    }
+}

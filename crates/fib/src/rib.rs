@@ -1,0 +1,167 @@
+//! The routing information base: prefix → next hop, the source of truth for one VR and one
+//! address family. Every compiled [`Poptrie`](crate::Poptrie) is a function of a `Rib`.
+//!
+//! Kept in a `BTreeMap` ordered by (address, length) because the compiler needs exactly that
+//! order: the prefixes inside an address range are one contiguous run, and within the run a
+//! prefix comes before everything it contains.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use crate::{Key, NextHop, NO_ROUTE};
+
+/// Prefix → next hop. Host bits beyond the prefix length are masked off on every call, so
+/// `10.1.2.3/8` and `10.0.0.0/8` name the same entry.
+///
+/// # Panics
+/// `insert` panics when `nh == NO_ROUTE` (0 is the lookup's "nothing matched" answer and can
+/// never be a route), and every method panics when `len > K::BITS`. Both are caller bugs, not
+/// data errors: parsers reject such input before it gets here.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rib<K: Key> {
+    map: BTreeMap<(K, u8), NextHop>,
+}
+
+#[inline]
+fn check_len<K: Key>(len: u8) {
+    assert!(len <= K::BITS, "prefix length {len} exceeds {} bits", K::BITS);
+}
+
+impl<K: Key> Rib<K> {
+    /// An empty table.
+    pub fn new() -> Self {
+        Rib { map: BTreeMap::new() }
+    }
+
+    /// Sets `addr/len` → `nh`; returns the previous next hop of that exact prefix.
+    pub fn insert(&mut self, addr: K, len: u8, nh: NextHop) -> Option<NextHop> {
+        check_len::<K>(len);
+        assert!(nh != NO_ROUTE, "next hop 0 (NO_ROUTE) cannot be stored in the RIB");
+        self.map.insert((addr.mask(len), len), nh)
+    }
+
+    /// Removes `addr/len`; returns its next hop if it was present.
+    pub fn remove(&mut self, addr: K, len: u8) -> Option<NextHop> {
+        check_len::<K>(len);
+        self.map.remove(&(addr.mask(len), len))
+    }
+
+    /// The next hop of exactly `addr/len` (no longest-prefix matching).
+    pub fn get(&self, addr: K, len: u8) -> Option<NextHop> {
+        check_len::<K>(len);
+        self.map.get(&(addr.mask(len), len)).copied()
+    }
+
+    /// Longest-prefix match the slow way (one probe per length). For the control plane and
+    /// tests; the data plane uses a compiled [`Poptrie`](crate::Poptrie).
+    pub fn longest_match(&self, addr: K) -> Option<(K, u8, NextHop)> {
+        self.covering(addr, K::BITS).last().copied()
+    }
+
+    /// Number of prefixes.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// True when there are no prefixes.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// All prefixes as `(addr, len, nh)`, sorted by address then length (so a prefix comes
+    /// right before the prefixes it contains).
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (K, u8, NextHop)> + '_ {
+        self.map.iter().map(|(&(a, l), &nh)| (a, l, nh))
+    }
+
+    /// The prefixes whose first address lies in `[lo, hi)` (`hi == None`: to the end of the
+    /// address space), in [`iter`](Rib::iter) order.
+    pub(crate) fn range(
+        &self,
+        lo: K,
+        hi: Option<K>,
+    ) -> impl Iterator<Item = (K, u8, NextHop)> + '_ {
+        let end = match hi {
+            Some(h) => Bound::Excluded((h, 0)),
+            None => Bound::Unbounded,
+        };
+        self.map.range((Bound::Included((lo, 0)), end)).map(|(&(a, l), &nh)| (a, l, nh))
+    }
+
+    /// The prefixes of length `<= max_len` that contain `addr`, shortest first.
+    pub(crate) fn covering(&self, addr: K, max_len: u8) -> Vec<(K, u8, NextHop)> {
+        (0..=max_len)
+            .filter_map(|l| {
+                let a = addr.mask(l);
+                self.map.get(&(a, l)).map(|&nh| (a, l, nh))
+            })
+            .collect()
+    }
+}
+
+impl<K: Key> FromIterator<(K, u8, NextHop)> for Rib<K> {
+    fn from_iter<I: IntoIterator<Item = (K, u8, NextHop)>>(iter: I) -> Self {
+        let mut rib = Rib::new();
+        for (a, l, nh) in iter {
+            rib.insert(a, l, nh);
+        }
+        rib
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_bits_are_masked_everywhere() {
+        let mut rib = Rib::<u32>::new();
+        assert_eq!(rib.insert(0x0A01_0203, 8, 5), None);
+        assert_eq!(rib.get(0x0A00_0000, 8), Some(5));
+        assert_eq!(rib.get(0x0AFF_FFFF, 8), Some(5));
+        assert_eq!(rib.insert(0x0A00_0000, 8, 6), Some(5));
+        assert_eq!(rib.iter().collect::<Vec<_>>(), vec![(0x0A00_0000, 8, 6)]);
+        assert_eq!(rib.remove(0x0A12_3456, 8), Some(6));
+        assert!(rib.is_empty());
+        assert_eq!(rib.remove(0x0A00_0000, 8), None);
+    }
+
+    #[test]
+    fn iter_is_sorted_address_then_length() {
+        let rib: Rib<u32> =
+            [(0x0A00_0000, 16, 1), (0x0A00_0000, 8, 2), (0x0900_0000, 24, 3), (0, 0, 4)]
+                .into_iter()
+                .collect();
+        let v: Vec<_> = rib.iter().collect();
+        assert_eq!(
+            v,
+            vec![(0, 0, 4), (0x0900_0000, 24, 3), (0x0A00_0000, 8, 2), (0x0A00_0000, 16, 1)]
+        );
+        assert_eq!(rib.len(), 4);
+        let inside: Vec<_> = rib.range(0x0A00_0000, Some(0x0B00_0000)).collect();
+        assert_eq!(inside, vec![(0x0A00_0000, 8, 2), (0x0A00_0000, 16, 1)]);
+        assert_eq!(rib.range(0x0A00_0001, None).count(), 0);
+    }
+
+    #[test]
+    fn longest_match_and_covering() {
+        let rib: Rib<u128> =
+            [(0, 0, 1), (0x2001 << 112, 16, 2), (0x2001_0db8 << 96, 32, 3)].into_iter().collect();
+        assert_eq!(rib.longest_match((0x2001_0db8 << 96) | 7), Some((0x2001_0db8 << 96, 32, 3)));
+        assert_eq!(rib.longest_match(0x2002 << 112), Some((0, 0, 1)));
+        let c: Vec<u8> = rib.covering(0x2001_0db8 << 96, 31).iter().map(|p| p.1).collect();
+        assert_eq!(c, vec![0, 16]);
+    }
+
+    #[test]
+    #[should_panic(expected = "NO_ROUTE")]
+    fn no_route_is_rejected() {
+        Rib::<u32>::new().insert(0, 0, NO_ROUTE);
+    }
+
+    #[test]
+    #[should_panic(expected = "exceeds 32 bits")]
+    fn long_length_is_rejected() {
+        Rib::<u32>::new().insert(0, 33, 1);
+    }
+}
