@@ -1,0 +1,285 @@
+//! The topology file: ports, virtual routers, their interfaces, routes and neighbors.
+//!
+//! A topology is read from YAML, checked, and turned into the data plane's plain-data config
+//! ([`dataplane::config::VrConfig`]). Everything the data plane trusts (every index in range,
+//! every gateway reachable, no ambiguous demux) is established here, and every rejection names
+//! the file, line, column, field and offending value (see [`TopologyError`]).
+//!
+//! # Format
+//!
+//! ```yaml
+//! ports:                      # where frames enter and leave the host
+//!   - name: p0                # unique; 1 to 64 characters, no spaces
+//!     kind: mem               # in-process pair; later: memif, afxdp, afpacket, tap
+//!     ring: 1024              # mem only; optional power of two in 2..=65536, default 1024
+//!   - name: p1
+//!     kind: mem
+//! vrs:
+//!   - name: vr1               # unique
+//!     interfaces:
+//!       - name: eth0          # unique within the VR
+//!         port: p0            # a port above
+//!         vlan: 10            # optional 802.1Q id 1..=4094; untagged if absent
+//!         mac: 02:00:00:00:01:00   # unicast; frames to it reach this interface
+//!         mtu: 1500           # optional, 68..=9000 (>= 1280 with IPv6), default 1500
+//!         addresses: [10.0.0.1/24, "2001:db8:0:1::1/64"]   # address/subnet length
+//!       - name: eth1
+//!         port: p1
+//!         mac: 02:00:00:00:01:01
+//!         addresses: [10.0.1.1/24]
+//!     routes:                 # each has via, via + interface, interface, or blackhole
+//!       - { prefix: 0.0.0.0/0, via: 10.0.1.2 }              # gateway on a connected subnet
+//!       - { prefix: 192.168.0.0/16, via: 10.0.1.3, interface: eth1 }   # on-link via eth1
+//!       - { prefix: 172.16.0.0/12, interface: eth1 }         # directly connected
+//!       - { prefix: 198.51.100.0/24, blackhole: true }       # dropped and counted
+//!       - { prefix: "2001:db8:a::/48", via: "fe80::1", interface: eth0 }
+//!     neighbors:              # static ARP/NDP entries
+//!       - { address: 10.0.1.2, mac: 02:00:00:00:02:01, interface: eth1 }
+//!     tables:                 # bulk routes: lines "prefix next-hop-id" (fib::prefix_file)
+//!       - file: prefixes/ipv4.txt   # relative to the topology file; ~/ is $HOME/
+//!         next_hops: [10.0.1.2, 10.0.1.3, { via: "fe80::2", interface: eth0 }]
+//!     limits:                 # optional; see below
+//!       neighbors: 1024
+//!       icmp_errors_per_sec: 1000
+//! ```
+//!
+//! Quoting IPv6 values is optional for this parser but keeps other YAML tools happy.
+//!
+//! In a table, next-hop id `n` of an IPv4 prefix goes via the `n % k`-th of the `k` IPv4 entries
+//! of `next_hops`, and likewise for IPv6, so one list serves a file holding both families; a
+//! gateway listed twice gets twice the share. Each next hop is checked as a route's `via` is.
+//!
+//! Precedence when prefixes meet: a connected subnet beats a static route or table entry for
+//! the same prefix, and a static route beats a table entry. The first pair is an error for a
+//! static route (it could never be used); table entries silently yield, so a static route can
+//! override one entry of a large table. A prefix in two tables, or twice in one, is an error.
+//! Static routes come first in [`VrConfig::routes`], in file order, then table entries.
+//!
+//! `limits` (each optional; the default is [`dataplane::config::VrLimits::default`]):
+//!
+//! | key | range |
+//! |---|---|
+//! | `neighbors` | 1..=1000000 |
+//! | `queue_per_neighbor` | 0..=64 |
+//! | `queue_total` | 0..=65535, at least `queue_per_neighbor` |
+//! | `neighbor_reachable_ms` | 1000..=3600000 |
+//! | `neighbor_retrans_ms` | 100..=60000 |
+//! | `neighbor_probes` | 1..=10 |
+//! | `neighbor_failed_hold_ms` | 0..=3600000 |
+//! | `icmp_errors_per_sec` | 0..=1000000 (0: no ICMP errors) |
+//! | `icmp_errors_burst` | 0..=1000000 |
+//!
+//! # Extending
+//!
+//! Each section is one function reading one mapping (`Host::port`, `vr::vr`, `Vr::route`...)
+//! with its allowed keys in a constant beside it; a new section (hosts, workers, reservations)
+//! is a new key in `TOP_KEYS` and a new function, and a new port kind is a new arm in
+//! `Host::port` plus a [`PortKind`] variant, which the compiler then asks every user of
+//! `PortKind` to handle. Whatever must be unique across the host lives in `Host`.
+
+mod error;
+mod summary;
+mod table;
+mod vr;
+mod yaml;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use dataplane::config::{PortId, VrConfig};
+use wire::MacAddr;
+
+pub use error::{ErrorKind, TopologyError};
+use yaml::{Result, Value};
+
+/// A validated topology: the host's ports and its virtual routers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Topology {
+    /// The file name as given to [`Topology::load`] or [`Topology::parse`].
+    pub source: String,
+    /// Ports in file order: [`PortId`] `i` is `ports[i]`.
+    pub ports: Vec<PortSpec>,
+    /// Virtual routers in file order, ready for the data plane.
+    pub vrs: Vec<VrConfig>,
+}
+
+/// One port of the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortSpec {
+    /// Unique name.
+    pub name: String,
+    /// Which backend, with its settings.
+    pub kind: PortKind,
+}
+
+/// A port backend and its settings. Deliberately exhaustive: a new backend should make every
+/// `match` on it fail to compile until it is handled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortKind {
+    /// One end of an in-process pair (`ports::mem::pair`), with `ring` slots per direction.
+    Mem {
+        /// Ring size, a power of two.
+        ring: usize,
+    },
+}
+
+/// Keys of the top-level mapping.
+const TOP_KEYS: &[&str] = &["ports", "vrs"];
+/// Port kinds this build provides.
+const PORT_KINDS: &[&str] = &["mem"];
+/// Port kinds the design names but this build lacks: asking for one is `ErrorKind::Unavailable`
+/// rather than a typo, so a file written for a later build says so.
+const PLANNED_PORT_KINDS: &[&str] = &["memif", "afxdp", "afpacket", "tap", "vhost-user"];
+const MEM_KEYS: &[&str] = &["name", "kind", "ring"];
+const DEFAULT_RING: usize = 1024;
+
+impl Topology {
+    /// Reads and validates a topology file and the table files it names.
+    pub fn load(path: &Path) -> std::result::Result<Topology, TopologyError> {
+        let source = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            TopologyError::at(ErrorKind::Io, (0, 0), "", None, format!("cannot read: {e}"))
+                .in_file(&source)
+        })?;
+        let base_dir = path.parent().unwrap_or(Path::new(""));
+        Topology::parse(&text, &source, base_dir)
+    }
+
+    /// Validates a topology given as text. `source` names it in errors; relative table paths
+    /// are resolved against `base_dir`.
+    pub fn parse(
+        text: &str,
+        source: &str,
+        base_dir: &Path,
+    ) -> std::result::Result<Topology, TopologyError> {
+        let build = || -> Result<Topology> {
+            let doc = yaml::parse_document(text)?;
+            let top = Value::root(&doc).map(TOP_KEYS)?;
+            let mut host = Host::default();
+            let mut ports = Vec::new();
+            for v in top.list("ports")? {
+                ports.push(host.port(&v)?);
+            }
+            let mut vrs = Vec::new();
+            for v in top.list("vrs")? {
+                vrs.push(vr::vr(&v, &mut host, base_dir)?);
+            }
+            Ok(Topology { source: source.to_string(), ports, vrs })
+        };
+        build().map_err(|e| e.in_file(source))
+    }
+
+    /// Index of the port called `name`.
+    pub fn port_index(&self, name: &str) -> Option<usize> {
+        self.ports.iter().position(|p| p.name == name)
+    }
+
+    /// A human-readable table of the topology, for `routeplex show FILE`.
+    pub fn summary(&self) -> String {
+        summary::summary(self)
+    }
+}
+
+/// What must be unique across the whole host, with the line that claimed it first.
+#[derive(Default)]
+struct Host {
+    ports: HashMap<String, (PortId, usize)>,
+    port_names: Vec<String>,
+    vr_names: HashMap<String, usize>,
+    /// Demux keys: a frame is steered by (port, VLAN, destination MAC), so two interfaces on
+    /// the same key would make it ambiguous.
+    demux: HashMap<DemuxKey, Claimant>,
+}
+
+type DemuxKey = (PortId, Option<u16>, MacAddr);
+/// `(vr, interface, line)` of the interface that claimed a demux key first.
+type Claimant = (String, String, usize);
+
+impl Host {
+    fn port(&mut self, v: &Value) -> Result<PortSpec> {
+        let m = v.mapping()?;
+        let name_v = m.req("name")?;
+        let name = name(&name_v)?;
+        if let Some((_, line)) = self.ports.get(&name) {
+            return Err(name_v
+                .bad(&name, format_args!("duplicate port name {name:?} (first at line {line})")));
+        }
+        let kind_v = m.req("kind")?;
+        let kind = match kind_v.text()? {
+            "mem" => {
+                m.only(MEM_KEYS)?;
+                let ring = match m.get("ring") {
+                    None => DEFAULT_RING,
+                    Some(r) => {
+                        let n: usize = r.int("ring size", 2, 65536)?;
+                        if !n.is_power_of_two() {
+                            return Err(r.bad(
+                                r.text()?,
+                                format_args!("ring size {n} is not a power of two"),
+                            ));
+                        }
+                        n
+                    }
+                };
+                PortKind::Mem { ring }
+            }
+            k if PLANNED_PORT_KINDS.contains(&k) => {
+                return Err(kind_v.bad_kind(
+                    ErrorKind::Unavailable,
+                    k,
+                    format_args!(
+                        "port kind {k:?} is not available in this build (available: {})",
+                        PORT_KINDS.join(", ")
+                    ),
+                ))
+            }
+            k => {
+                return Err(kind_v.bad(
+                    k,
+                    format_args!("unknown port kind {k:?} (available: {})", PORT_KINDS.join(", ")),
+                ))
+            }
+        };
+        let id = PortId::try_from(self.port_names.len())
+            .map_err(|_| v.error(format_args!("more than {} ports", PortId::MAX)))?;
+        self.ports.insert(name.clone(), (id, name_v.line()));
+        self.port_names.push(name.clone());
+        Ok(PortSpec { name, kind })
+    }
+
+    /// The port a `port:` field names.
+    fn port_ref(&self, v: &Value) -> Result<PortId> {
+        let s = v.text()?;
+        match self.ports.get(s) {
+            Some(&(id, _)) => Ok(id),
+            None => Err(v.bad(
+                s,
+                format_args!("no port named {s:?} (ports: {})", list_or_none(&self.port_names)),
+            )),
+        }
+    }
+}
+
+/// A name: non-empty, without whitespace or control characters (names are printed in one-line
+/// errors and aligned tables, and later become Linux interface and namespace names), at most 64
+/// bytes.
+fn name(v: &Value) -> Result<String> {
+    let s = v.text()?;
+    if s.is_empty() || s.len() > 64 || s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(
+            v.bad(s, format_args!("invalid name {s:?}: use 1 to 64 characters without spaces"))
+        );
+    }
+    Ok(s.to_string())
+}
+
+/// `a, b, c`, or `none`.
+fn list_or_none<T: std::fmt::Display>(items: &[T]) -> String {
+    if items.is_empty() {
+        return "none".to_string();
+    }
+    items.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}

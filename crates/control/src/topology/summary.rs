@@ -1,0 +1,141 @@
+//! `routeplex show FILE`: the topology as aligned tables.
+
+use std::fmt::Write;
+
+use dataplane::config::{RouteTarget, VrConfig, VrLimits};
+
+use super::{PortKind, Topology};
+
+pub(super) fn summary(t: &Topology) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{}: {}, {}",
+        t.source,
+        count(t.ports.len(), "port"),
+        count(t.vrs.len(), "VR")
+    );
+    let mut rows = vec![row(["PORT", "KIND", "SETTINGS"])];
+    for p in &t.ports {
+        let (kind, settings) = match p.kind {
+            PortKind::Mem { ring } => ("mem", format!("ring {ring}")),
+        };
+        rows.push(vec![p.name.clone(), kind.into(), settings]);
+    }
+    out.push('\n');
+    table(&mut out, "", &rows);
+    for vr in &t.vrs {
+        out.push('\n');
+        self::vr(&mut out, t, vr);
+    }
+    out
+}
+
+fn vr(out: &mut String, t: &Topology, vr: &VrConfig) {
+    let _ = writeln!(
+        out,
+        "VR {}: {}, {}, {}",
+        vr.name,
+        count(vr.interfaces.len(), "interface"),
+        count(vr.routes.len(), "route"),
+        count(vr.neighbors.len(), "neighbor")
+    );
+    let mut rows = vec![row(["INTERFACE", "PORT", "VLAN", "MAC", "MTU", "ADDRESSES"])];
+    for i in &vr.interfaces {
+        let port = t.ports.get(usize::from(i.port)).map_or("?", |p| p.name.as_str());
+        let addrs: Vec<String> = i
+            .ipv4
+            .iter()
+            .map(ToString::to_string)
+            .chain(i.ipv6.iter().map(ToString::to_string))
+            .collect();
+        rows.push(vec![
+            i.name.clone(),
+            port.to_string(),
+            i.vlan.map_or("-".into(), |v| v.to_string()),
+            i.mac.to_string(),
+            i.mtu.to_string(),
+            if addrs.is_empty() { "-".into() } else { addrs.join(" ") },
+        ]);
+    }
+    table(out, "  ", &rows);
+
+    let connected: usize = vr.interfaces.iter().map(|i| i.ipv4.len() + i.ipv6.len()).sum();
+    let (mut via, mut iface, mut blackhole) = (0, 0, 0);
+    for r in &vr.routes {
+        match r.target {
+            RouteTarget::Via { .. } => via += 1,
+            RouteTarget::Iface(_) => iface += 1,
+            RouteTarget::Blackhole => blackhole += 1,
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  routes: {connected} connected, {via} via a gateway, {iface} out an interface, {blackhole} blackhole"
+    );
+
+    if !vr.neighbors.is_empty() {
+        let mut rows = vec![row(["NEIGHBOR", "MAC", "INTERFACE"])];
+        for n in &vr.neighbors {
+            let iface = vr.interfaces.get(usize::from(n.iface)).map_or("?", |i| i.name.as_str());
+            rows.push(vec![n.ip.to_string(), n.mac.to_string(), iface.to_string()]);
+        }
+        table(out, "  ", &rows);
+    }
+    let _ = writeln!(out, "  limits: {}", limits(&vr.limits));
+}
+
+/// The limits that differ from the defaults.
+fn limits(l: &VrLimits) -> String {
+    let d = VrLimits::default();
+    let fields: [(&str, u64, u64); 9] = [
+        ("neighbors", l.neighbors.into(), d.neighbors.into()),
+        ("queue_per_neighbor", l.queue_per_neighbor.into(), d.queue_per_neighbor.into()),
+        ("queue_total", l.queue_total.into(), d.queue_total.into()),
+        ("neighbor_reachable_ms", l.neighbor_reachable_ms.into(), d.neighbor_reachable_ms.into()),
+        ("neighbor_retrans_ms", l.neighbor_retrans_ms.into(), d.neighbor_retrans_ms.into()),
+        ("neighbor_probes", l.neighbor_probes.into(), d.neighbor_probes.into()),
+        (
+            "neighbor_failed_hold_ms",
+            l.neighbor_failed_hold_ms.into(),
+            d.neighbor_failed_hold_ms.into(),
+        ),
+        ("icmp_errors_per_sec", l.icmp_errors_per_sec.into(), d.icmp_errors_per_sec.into()),
+        ("icmp_errors_burst", l.icmp_errors_burst.into(), d.icmp_errors_burst.into()),
+    ];
+    let changed: Vec<String> =
+        fields.iter().filter(|f| f.1 != f.2).map(|(k, v, _)| format!("{k} {v}")).collect();
+    if changed.is_empty() {
+        "defaults".into()
+    } else {
+        format!("{} (others default)", changed.join(", "))
+    }
+}
+
+fn row<const N: usize>(cells: [&str; N]) -> Vec<String> {
+    cells.iter().map(|c| c.to_string()).collect()
+}
+
+fn count(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
+/// Writes rows as left-aligned columns two spaces apart; the last column is not padded.
+fn table(out: &mut String, indent: &str, rows: &[Vec<String>]) {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in rows {
+        let mut line = indent.to_string();
+        for (c, cell) in r.iter().enumerate() {
+            if c + 1 < r.len() {
+                let _ = write!(line, "{cell:<w$}  ", w = widths[c]);
+            } else {
+                line.push_str(cell);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+}

@@ -1,0 +1,134 @@
+//! Bulk route tables: files of `prefix next-hop-id` lines, merged into a VR's routes.
+//!
+//! Next-hop id `n` of an IPv4 prefix goes via the `n % k`-th of the `k` IPv4 gateways in
+//! `next_hops` (IPv6 likewise), so one list serves a file holding both families, and listing a
+//! gateway twice gives it twice the share. Connected subnets and static routes win over table
+//! entries for the same prefix; a prefix in two tables, or twice in one, is an error.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use dataplane::config::{IfaceId, RouteConfig, RouteTarget};
+use fib::prefix_file::PrefixFileErrorKind;
+use ipnet::IpNet;
+
+use super::error::ErrorKind;
+use super::vr::Vr;
+use super::yaml::{Result, Value};
+
+const TABLE_KEYS: &[&str] = &["file", "next_hops"];
+const NEXT_HOP_KEYS: &[&str] = &["via", "interface"];
+
+/// Loads every table of a VR into `routes`, skipping prefixes that `statics` (static route
+/// prefixes) or the VR's connected subnets already cover.
+pub(super) fn load_tables(
+    vr: &Vr,
+    tables: &[Value],
+    statics: &HashMap<IpNet, usize>,
+    base_dir: &Path,
+    routes: &mut Vec<RouteConfig>,
+) -> Result<()> {
+    let first = routes.len();
+    // Per table: where its entries start in `routes`, its `file:` value, and its path.
+    let mut loaded: Vec<(usize, Value, String)> = Vec::new();
+    for tv in tables {
+        let m = tv.map(TABLE_KEYS)?;
+        let file_v = m.req("file")?;
+        let file_s = file_v.text()?;
+        let path = resolve(&file_v, base_dir)?;
+        let hops_v = m.req("next_hops")?;
+        let (gw4, gw6) = next_hops(vr, &hops_v)?;
+
+        let shown = path.display().to_string();
+        // Errors inside the table file name that file and its line in the message; the error
+        // itself points at the `file:` line that brought it in.
+        let list = fib::prefix_file::load(&path).map_err(|e| match &e.kind {
+            PrefixFileErrorKind::Io(io) => file_v.bad_kind(
+                ErrorKind::Io,
+                file_s,
+                format_args!("cannot read table {shown}: {io}"),
+            ),
+            _ => file_v.bad(file_s, e),
+        })?;
+        for (fam, n, gws) in [("IPv4", list.v4.len(), &gw4), ("IPv6", list.v6.len(), &gw6)] {
+            if n > 0 && gws.is_empty() {
+                return Err(hops_v.error(format_args!(
+                    "{shown} has {n} {fam} prefixes but next_hops has no {fam} gateway"
+                )));
+            }
+        }
+
+        // Past the check above, a family with prefixes has gateways: no division by zero.
+        loaded.push((routes.len(), file_v, shown));
+        routes.reserve(list.v4.len() + list.v6.len());
+        let v4 =
+            list.v4.into_iter().map(|(net, id)| (IpNet::V4(net), gw4[id as usize % gw4.len()]));
+        let v6 =
+            list.v6.into_iter().map(|(net, id)| (IpNet::V6(net), gw6[id as usize % gw6.len()]));
+        for (prefix, (gateway, iface)) in v4.chain(v6) {
+            if statics.contains_key(&prefix) || vr.subnets.contains_key(&prefix) {
+                continue;
+            }
+            routes.push(RouteConfig { prefix, target: RouteTarget::Via { gateway, iface } });
+        }
+    }
+    if loaded.len() < 2 {
+        return Ok(());
+    }
+    unique(&routes[first..], &loaded, first)
+}
+
+/// Fails on a prefix that two tables give (one file cannot: its parser rejects duplicates).
+/// Sorting finds it several times faster than a hash set of half a million prefixes would.
+fn unique(entries: &[RouteConfig], loaded: &[(usize, Value, String)], first: usize) -> Result<()> {
+    let mut keys: Vec<(IpNet, usize)> =
+        entries.iter().enumerate().map(|(i, r)| (r.prefix, first + i)).collect();
+    keys.sort_unstable();
+    let Some(pair) = keys.windows(2).find(|w| w[0].0 == w[1].0) else { return Ok(()) };
+    let (prefix, a, b) = (pair[0].0, pair[0].1, pair[1].1);
+    let table_of = |pos: usize| loaded.partition_point(|t| t.0 <= pos) - 1;
+    let (ta, tb) = (table_of(a), table_of(b));
+    debug_assert_ne!(ta, tb, "the prefix-file parser rejects duplicates within a file");
+    let (_, file_v, shown) = &loaded[tb];
+    let message = format!("prefix {prefix} is in {shown} and in {} (tables[{ta}])", loaded[ta].2);
+    Err(file_v.bad(file_v.text()?, message))
+}
+
+/// A table path: `~` is `$HOME`, and a relative path is relative to the topology file.
+pub(super) fn resolve(v: &Value, base_dir: &Path) -> Result<PathBuf> {
+    let s = v.text()?;
+    let path = match s.strip_prefix('~') {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => {
+            let home = std::env::var_os("HOME").ok_or_else(|| {
+                v.bad(s, format_args!("cannot expand ~ in {s:?}: HOME is not set"))
+            })?;
+            PathBuf::from(home).join(rest.trim_start_matches('/'))
+        }
+        _ => PathBuf::from(s),
+    };
+    Ok(if path.is_relative() { base_dir.join(path) } else { path })
+}
+
+type NextHop = (IpAddr, Option<IfaceId>);
+
+/// The gateways of `next_hops`, split by family. Each is `ADDRESS` or `{ via: ADDRESS,
+/// interface: NAME }`, checked exactly like a route's `via`.
+fn next_hops(vr: &Vr, v: &Value) -> Result<(Vec<NextHop>, Vec<NextHop>)> {
+    let items = v.list()?;
+    if items.is_empty() {
+        return Err(v.error("next_hops needs at least one gateway"));
+    }
+    let (mut v4, mut v6) = (Vec::new(), Vec::new());
+    for item in &items {
+        let hop = if item.is_mapping() {
+            let m = item.map(NEXT_HOP_KEYS)?;
+            let iface = m.get("interface").map(|i| vr.iface_ref(&i)).transpose()?;
+            (vr.gateway(&m.req("via")?, iface, None)?, iface)
+        } else {
+            (vr.gateway(item, None, None)?, None)
+        };
+        if hop.0.is_ipv4() { &mut v4 } else { &mut v6 }.push(hop);
+    }
+    Ok((v4, v6))
+}

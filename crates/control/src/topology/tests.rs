@@ -1,0 +1,1088 @@
+//! Every validation rule, with the exact error it produces; a YAML → `VrConfig` round trip; the
+//! examples; tables; the summary.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+
+use dataplane::config::{IfaceConfig, NeighborConfig, RouteConfig, RouteTarget, VrLimits};
+use ipnet::IpNet;
+use wire::MacAddr;
+
+use super::*;
+
+/// Two ports and a VR with two interfaces: lines 1..=8. Tests append VR keys from line 9 on.
+const BASE: &str = "\
+ports:
+  - { name: p0, kind: mem }
+  - { name: p1, kind: mem }
+vrs:
+  - name: vr1
+    interfaces:
+      - { name: eth0, port: p0, mac: 02:00:00:00:01:00, addresses: [10.0.0.1/24, 2001:db8:0:1::1/64] }
+      - { name: eth1, port: p1, mac: 02:00:00:00:01:01, addresses: [10.0.1.1/24] }
+";
+
+fn parse(text: &str) -> std::result::Result<Topology, TopologyError> {
+    Topology::parse(text, "lab.yaml", Path::new("/nonexistent"))
+}
+
+fn vr1(extra: &str) -> String {
+    format!("{BASE}{extra}")
+}
+
+/// Asserts that `text` is rejected with exactly `FILE:LINE:COL: FIELD: MESSAGE`, where the
+/// column is that of `at.1` in line `at.0`, and that the error carries `value`.
+#[track_caller]
+fn rejects(text: &str, at: (usize, &str), field: &str, value: Option<&str>, message: &str) {
+    let e = match parse(text) {
+        Ok(_) => panic!("accepted, expected {field}: {message}\n{text}"),
+        Err(e) => e,
+    };
+    let line_text = text.lines().nth(at.0 - 1).expect("line in range");
+    let col = line_text.find(at.1).unwrap_or_else(|| panic!("{:?} not in line {}", at.1, at.0)) + 1;
+    assert_eq!(e.to_string(), format!("lab.yaml:{}:{col}: {field}: {message}", at.0));
+    assert_eq!((e.file(), e.line(), e.column(), e.field()), ("lab.yaml", at.0, col, field));
+    assert_eq!(e.value(), value);
+    assert_eq!(e.message(), message);
+}
+
+#[track_caller]
+fn accepts(text: &str) -> Topology {
+    parse(text).unwrap_or_else(|e| panic!("rejected: {e}\n{text}"))
+}
+
+fn mac(s: &str) -> MacAddr {
+    s.parse().unwrap()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn net(s: &str) -> IpNet {
+    s.parse().unwrap()
+}
+
+/// A scratch directory removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir =
+            std::env::temp_dir().join(format!("routeplex-control-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+// ---- the document and its shape ----
+
+#[test]
+fn the_base_document_is_valid() {
+    let t = accepts(BASE);
+    assert_eq!(t.ports.len(), 2);
+    assert_eq!(t.vrs[0].interfaces.len(), 2);
+    assert_eq!(t.port_index("p1"), Some(1));
+    assert_eq!(t.port_index("p9"), None);
+}
+
+#[test]
+fn syntax_errors_name_file_line_and_column() {
+    let e = parse("ports:\n  - { name: p0, kind: mem\nvrs: []\n").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Syntax);
+    assert_eq!((e.file(), e.line()), ("lab.yaml", 3));
+    assert!(e.to_string().starts_with("lab.yaml:3:"), "{e}");
+    let e = parse("- p0\n").unwrap_err();
+    assert_eq!(e.to_string(), "lab.yaml:1:1: the top level must be a mapping (ports:, vrs:)");
+    let e = parse("ports: []\nports: []\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "lab.yaml:2:1: key \"ports\" appears twice in one mapping (first at line 1)"
+    );
+}
+
+#[test]
+fn unknown_keys_are_rejected_with_the_allowed_ones() {
+    rejects(
+        "port: []\n",
+        (1, "port"),
+        "port",
+        Some("port"),
+        "unknown key \"port\" (allowed: ports, vrs)",
+    );
+    let text =
+        vr1("      - { name: eth2, port: p1, mac: 02:00:00:00:01:02, adresses: [10.0.2.1/24] }\n");
+    rejects(
+        &text,
+        (9, "adresses"),
+        "vrs[0].interfaces[2].adresses",
+        Some("adresses"),
+        "unknown key \"adresses\" (allowed: name, port, vlan, mac, mtu, addresses)",
+    );
+    rejects(
+        &vr1("    route: []\n"),
+        (9, "route"),
+        "vrs[0].route",
+        Some("route"),
+        "unknown key \"route\" (allowed: name, interfaces, routes, neighbors, tables, limits)",
+    );
+}
+
+#[test]
+fn wrong_shapes_are_rejected() {
+    rejects("ports: p0\n", (1, "p0"), "ports", None, "expected a list, found a single value");
+    rejects(
+        "ports:\n  - p0\n",
+        (2, "p0"),
+        "ports[0]",
+        None,
+        "expected a mapping (key: value), found a single value",
+    );
+    rejects(
+        &vr1("    routes:\n      - { prefix: [10.0.0.0/8], blackhole: true }\n"),
+        (10, "[10"),
+        "vrs[0].routes[0].prefix",
+        None,
+        "expected a single value, found a list",
+    );
+}
+
+#[test]
+fn required_fields_must_be_present() {
+    rejects(
+        "ports:\n  - name: p0\n",
+        (2, "name"),
+        "ports[0].kind",
+        None,
+        "required field \"kind\" is missing",
+    );
+    rejects(
+        &vr1("      - name: eth2\n        port: p1\n        mac:\n"),
+        (11, "mac"),
+        "vrs[0].interfaces[2].mac",
+        None,
+        "required field \"mac\" is missing",
+    );
+}
+
+// ---- ports ----
+
+#[test]
+fn port_names_are_unique_and_plain() {
+    rejects(
+        "ports:\n  - name: p0\n    kind: mem\n  - name: p0\n    kind: mem\n",
+        (4, "p0"),
+        "ports[1].name",
+        Some("p0"),
+        "duplicate port name \"p0\" (first at line 2)",
+    );
+    rejects(
+        "ports:\n  - { name: \"p 0\", kind: mem }\n",
+        (2, "\"p 0\""),
+        "ports[0].name",
+        Some("p 0"),
+        "invalid name \"p 0\": use 1 to 64 characters without spaces",
+    );
+}
+
+#[test]
+fn port_kinds_are_checked_and_planned_ones_say_so() {
+    rejects(
+        "ports:\n  - { name: p0, kind: nic }\n",
+        (2, "nic"),
+        "ports[0].kind",
+        Some("nic"),
+        "unknown port kind \"nic\" (available: mem)",
+    );
+    let text = "ports:\n  - { name: p0, kind: memif }\n";
+    rejects(
+        text,
+        (2, "memif"),
+        "ports[0].kind",
+        Some("memif"),
+        "port kind \"memif\" is not available in this build (available: mem)",
+    );
+    assert_eq!(parse(text).unwrap_err().kind(), ErrorKind::Unavailable);
+    rejects(
+        "ports:\n  - { name: p0, kind: mem, socket: /run/x }\n",
+        (2, "socket"),
+        "ports[0].socket",
+        Some("socket"),
+        "unknown key \"socket\" (allowed: name, kind, ring)",
+    );
+}
+
+#[test]
+fn mem_rings_are_powers_of_two_in_range() {
+    rejects(
+        "ports:\n  - { name: p0, kind: mem, ring: 1000 }\n",
+        (2, "1000"),
+        "ports[0].ring",
+        Some("1000"),
+        "ring size 1000 is not a power of two",
+    );
+    rejects(
+        "ports:\n  - { name: p0, kind: mem, ring: 131072 }\n",
+        (2, "131072"),
+        "ports[0].ring",
+        Some("131072"),
+        "ring size 131072 is out of range 2..=65536",
+    );
+    let t =
+        accepts("ports:\n  - { name: p0, kind: mem, ring: 4096 }\n  - { name: p1, kind: mem }\n");
+    assert_eq!(t.ports[0].kind, PortKind::Mem { ring: 4096 });
+    assert_eq!(t.ports[1].kind, PortKind::Mem { ring: 1024 });
+}
+
+// ---- VRs and interfaces ----
+
+#[test]
+fn vr_names_are_unique() {
+    rejects(
+        &vr1("  - name: vr1\n"),
+        (9, "vr1"),
+        "vrs[1].name",
+        Some("vr1"),
+        "duplicate VR name \"vr1\" (first at line 5)",
+    );
+}
+
+#[test]
+fn interface_names_are_unique_within_a_vr_only() {
+    rejects(
+        &vr1("      - { name: eth0, port: p1, mac: 02:00:00:00:01:02 }\n"),
+        (9, "eth0"),
+        "vrs[0].interfaces[2].name",
+        Some("eth0"),
+        "duplicate interface name \"eth0\" in vr1 (first at line 7)",
+    );
+    accepts(&vr1(
+        "  - name: vr2\n    interfaces:\n      - { name: eth0, port: p0, mac: 02:00:00:00:02:00 }\n",
+    ));
+}
+
+#[test]
+fn interfaces_name_a_declared_port() {
+    rejects(
+        &vr1("      - { name: eth2, port: p7, mac: 02:00:00:00:01:02 }\n"),
+        (9, "p7"),
+        "vrs[0].interfaces[2].port",
+        Some("p7"),
+        "no port named \"p7\" (ports: p0, p1)",
+    );
+}
+
+#[test]
+fn vlan_ids_are_1_to_4094() {
+    for (vlan, message) in [
+        ("0", "VLAN id 0 is out of range 1..=4094"),
+        ("4095", "VLAN id 4095 is out of range 1..=4094"),
+        ("ten", "VLAN id must be an integer in 1..=4094, not \"ten\""),
+    ] {
+        rejects(
+            &vr1(&format!(
+                "      - {{ name: eth2, port: p1, vlan: {vlan}, mac: 02:00:00:00:01:02 }}\n"
+            )),
+            (9, vlan),
+            "vrs[0].interfaces[2].vlan",
+            Some(vlan),
+            message,
+        );
+    }
+}
+
+#[test]
+fn mtu_is_68_to_9000_and_1280_with_ipv6() {
+    for mtu in ["67", "9001"] {
+        rejects(
+            &vr1(&format!(
+                "      - {{ name: eth2, port: p1, mtu: {mtu}, mac: 02:00:00:00:01:02 }}\n"
+            )),
+            (9, mtu),
+            "vrs[0].interfaces[2].mtu",
+            Some(mtu),
+            &format!("MTU {mtu} is out of range 68..=9000"),
+        );
+    }
+    rejects(
+        &vr1("      - { name: eth2, port: p1, mtu: 1000, mac: 02:00:00:00:01:02, addresses: [\"2001:db8:2::1/64\"] }\n"),
+        (9, "1000"),
+        "vrs[0].interfaces[2].mtu",
+        Some("1000"),
+        "MTU 1000 is below 1280, the IPv6 minimum, and eth2 has IPv6 addresses",
+    );
+    let t = accepts(&vr1(
+        "      - { name: eth2, port: p1, mtu: 1000, mac: 02:00:00:00:01:02, addresses: [10.0.2.1/24] }\n",
+    ));
+    assert_eq!(t.vrs[0].interfaces[2].mtu, 1000);
+    assert_eq!(t.vrs[0].interfaces[1].mtu, 1500);
+}
+
+#[test]
+fn macs_are_valid_unicast_and_not_zero() {
+    for (m, message) in [
+        ("02:00:00:zz:00:01", "invalid MAC address \"02:00:00:zz:00:01\"".to_string()),
+        (
+            "01:00:5e:00:00:01",
+            "MAC address 01:00:5e:00:00:01 is multicast; a unicast address is required".into(),
+        ),
+        (
+            "ff:ff:ff:ff:ff:ff",
+            "MAC address ff:ff:ff:ff:ff:ff is multicast; a unicast address is required".into(),
+        ),
+        (
+            "00:00:00:00:00:00",
+            "MAC address 00:00:00:00:00:00 is not a valid station address".into(),
+        ),
+    ] {
+        rejects(
+            &vr1(&format!("      - {{ name: eth2, port: p1, mac: {m} }}\n")),
+            (9, m),
+            "vrs[0].interfaces[2].mac",
+            Some(m),
+            &message,
+        );
+    }
+}
+
+#[test]
+fn port_vlan_mac_names_one_interface_in_the_host() {
+    rejects(
+        &vr1("  - name: vr2\n    interfaces:\n      - { name: x, port: p0, mac: 02:00:00:00:01:00 }\n"),
+        (11, "02:00"),
+        "vrs[1].interfaces[0].mac",
+        Some("02:00:00:00:01:00"),
+        "MAC 02:00:00:00:01:00 on port p0 (untagged) is already vr1.eth0's (line 7); \
+         frames to it could not be demultiplexed",
+    );
+    // The same MAC on another VLAN or port is a different demux key.
+    accepts(&vr1(
+        "  - name: vr2\n    interfaces:\n      - { name: x, port: p0, vlan: 7, mac: 02:00:00:00:01:00 }\n      - { name: y, port: p1, mac: 02:00:00:00:01:00 }\n",
+    ));
+    // Two interfaces of one VR on one segment with their own MACs, as Linux allows.
+    let t = accepts(&vr1(
+        "      - { name: eth2, port: p0, mac: 02:00:00:00:01:02, addresses: [10.0.9.1/24] }\n",
+    ));
+    assert_eq!(t.vrs[0].interfaces[2].port, t.vrs[0].interfaces[0].port);
+}
+
+#[test]
+fn addresses_are_cidrs_of_usable_unicast_hosts() {
+    let cases = [
+        ("10.0.2.1", "address 10.0.2.1 has no subnet length: write address/length, like 10.0.0.1/24"),
+        ("10.0.2.300/24", "invalid address \"10.0.2.300/24\": expected address/length, like 10.0.0.1/24"),
+        ("10.0.2.0/24", "address 10.0.2.0 is the network address of 10.0.2.0/24"),
+        ("10.0.2.255/24", "address 10.0.2.255 is the broadcast address of 10.0.2.0/24"),
+        ("224.0.0.5/24", "address 224.0.0.5 is not a unicast address"),
+        ("10.0.0.1/16", "duplicate address 10.0.0.1 in vr1 (first on eth0, line 7)"),
+        ("10.0.1.9/24", "subnet 10.0.1.0/24 is already connected on eth1 (line 8); a subnet belongs to one interface"),
+    ];
+    for (a, message) in cases {
+        rejects(
+            &vr1(&format!(
+                "      - {{ name: eth2, port: p1, mac: 02:00:00:00:01:02, addresses: [{a}] }}\n"
+            )),
+            (9, a),
+            "vrs[0].interfaces[2].addresses[0]",
+            Some(a),
+            message,
+        );
+    }
+    // Point-to-point subnets use every address; a second address on the same subnet of the
+    // same interface is a secondary; the same address in another VR is another routing domain.
+    let t = accepts(&vr1(
+        "      - { name: eth2, port: p1, mac: 02:00:00:00:01:02, addresses: [10.0.2.0/31, 10.0.3.0/32, 10.0.4.1/24, 10.0.4.2/24] }\n  - name: vr2\n    interfaces:\n      - { name: eth0, port: p0, mac: 02:00:00:00:02:00, addresses: [10.0.0.1/24] }\n",
+    ));
+    assert_eq!(t.vrs[0].interfaces[2].ipv4.len(), 4);
+    assert_eq!(t.vrs[0].interfaces[2].ipv4[0].to_string(), "10.0.2.0/31");
+}
+
+// ---- routes ----
+
+fn route(body: &str) -> String {
+    vr1(&format!("    routes:\n      - {body}\n"))
+}
+
+#[test]
+fn a_route_has_exactly_one_kind_of_target() {
+    rejects(
+        &route("{ prefix: 10.9.0.0/16 }"),
+        (10, "prefix"),
+        "vrs[0].routes[0]",
+        None,
+        "route to 10.9.0.0/16 needs one of via, interface or blackhole",
+    );
+    rejects(
+        &route("{ prefix: 10.9.0.0/16, via: 10.0.1.2, blackhole: true }"),
+        (10, "true"),
+        "vrs[0].routes[0].blackhole",
+        None,
+        "a blackhole route takes no via or interface",
+    );
+    rejects(
+        &route("{ prefix: 10.9.0.0/16, interface: eth1, blackhole: true }"),
+        (10, "true"),
+        "vrs[0].routes[0].blackhole",
+        None,
+        "a blackhole route takes no via or interface",
+    );
+    rejects(
+        &route("{ prefix: 10.9.0.0/16, blackhole: yes }"),
+        (10, "yes"),
+        "vrs[0].routes[0].blackhole",
+        Some("yes"),
+        "expected true or false, not \"yes\"",
+    );
+}
+
+#[test]
+fn prefixes_have_no_host_bits() {
+    rejects(
+        &route("{ prefix: 10.9.1.0/16, blackhole: true }"),
+        (10, "10.9.1.0/16"),
+        "vrs[0].routes[0].prefix",
+        Some("10.9.1.0/16"),
+        "prefix 10.9.1.0/16 has host bits set; did you mean 10.9.0.0/16?",
+    );
+    rejects(
+        &route("{ prefix: 10.9.1.7, blackhole: true }"),
+        (10, "10.9.1.7"),
+        "vrs[0].routes[0].prefix",
+        Some("10.9.1.7"),
+        "prefix 10.9.1.7 has no length; for one host write 10.9.1.7/32",
+    );
+}
+
+#[test]
+fn gateways_match_the_prefix_family() {
+    rejects(
+        &route("{ prefix: 10.9.0.0/16, via: \"2001:db8:0:1::2\" }"),
+        (10, "\"2001"),
+        "vrs[0].routes[0].via",
+        Some("2001:db8:0:1::2"),
+        "gateway 2001:db8:0:1::2 is IPv6 but the prefix 10.9.0.0/16 is IPv4",
+    );
+}
+
+#[test]
+fn a_gateway_without_interface_is_on_a_connected_subnet() {
+    // The brief's own example of a good error.
+    rejects(
+        &route("{ prefix: 10.9.0.0/16, via: 10.9.9.9 }"),
+        (10, "10.9.9.9"),
+        "vrs[0].routes[0].via",
+        Some("10.9.9.9"),
+        "gateway 10.9.9.9 is not on a connected subnet of vr1 (10.0.0.0/24, 10.0.1.0/24); \
+         name the interface with \"interface:\"",
+    );
+    rejects(
+        &route("{ prefix: \"2001:db8:9::/48\", via: \"fe80::1\" }"),
+        (10, "\"fe80"),
+        "vrs[0].routes[0].via",
+        Some("fe80::1"),
+        "gateway fe80::1 is link-local; name the interface with \"interface:\"",
+    );
+    rejects(
+        &route("{ prefix: 10.9.0.0/16, via: 10.0.1.1 }"),
+        (10, "10.0.1.1"),
+        "vrs[0].routes[0].via",
+        Some("10.0.1.1"),
+        "gateway 10.0.1.1 is vr1's own address (on eth1)",
+    );
+    rejects(
+        &route("{ prefix: 10.9.0.0/16, via: 10.0.1.255 }"),
+        (10, "10.0.1.255"),
+        "vrs[0].routes[0].via",
+        Some("10.0.1.255"),
+        "gateway 10.0.1.255 is the broadcast address of 10.0.1.0/24",
+    );
+    rejects(
+        &route("{ prefix: 10.9.0.0/16, via: 224.0.0.1 }"),
+        (10, "224.0.0.1"),
+        "vrs[0].routes[0].via",
+        Some("224.0.0.1"),
+        "gateway 224.0.0.1 is not a unicast address",
+    );
+    rejects(
+        &route("{ prefix: 10.9.0.0/16, via: 10.0.1.x }"),
+        (10, "10.0.1.x"),
+        "vrs[0].routes[0].via",
+        Some("10.0.1.x"),
+        "invalid gateway address \"10.0.1.x\"",
+    );
+    // Naming the interface makes any gateway on-link, including link-local ones.
+    let t = accepts(&vr1(
+        "    routes:\n      - { prefix: 10.9.0.0/16, via: 10.9.9.9, interface: eth1 }\n      - { prefix: \"::/0\", via: \"fe80::1\", interface: eth0 }\n",
+    ));
+    assert_eq!(
+        t.vrs[0].routes[1].target,
+        RouteTarget::Via { gateway: ip("fe80::1"), iface: Some(0) }
+    );
+}
+
+#[test]
+fn route_interfaces_exist() {
+    rejects(
+        &route("{ prefix: 10.9.0.0/16, interface: eth7 }"),
+        (10, "eth7"),
+        "vrs[0].routes[0].interface",
+        Some("eth7"),
+        "no interface named \"eth7\" in vr1 (interfaces: eth0, eth1)",
+    );
+}
+
+#[test]
+fn static_prefixes_are_unique_and_not_connected() {
+    rejects(
+        &vr1("    routes:\n      - { prefix: 10.9.0.0/16, blackhole: true }\n      - { prefix: 10.9.0.0/16, via: 10.0.1.2 }\n"),
+        (11, "prefix"),
+        "vrs[0].routes[1]",
+        None,
+        "duplicate route for 10.9.0.0/16 (first at line 10)",
+    );
+    rejects(
+        &route("{ prefix: 10.0.1.0/24, via: 10.0.0.2 }"),
+        (10, "10.0.1.0/24"),
+        "vrs[0].routes[0].prefix",
+        Some("10.0.1.0/24"),
+        "10.0.1.0/24 is the connected subnet of eth1 (line 8); a static route to it would never be used",
+    );
+}
+
+// ---- neighbors ----
+
+fn neighbor(body: &str) -> String {
+    vr1(&format!("    neighbors:\n      - {body}\n"))
+}
+
+#[test]
+fn neighbors_are_on_their_interface() {
+    rejects(
+        &neighbor("{ address: 10.0.1.2, mac: 02:00:00:00:02:01, interface: eth9 }"),
+        (10, "eth9"),
+        "vrs[0].neighbors[0].interface",
+        Some("eth9"),
+        "no interface named \"eth9\" in vr1 (interfaces: eth0, eth1)",
+    );
+    rejects(
+        &neighbor("{ address: 10.0.0.2, mac: 02:00:00:00:02:01, interface: eth1 }"),
+        (10, "10.0.0.2"),
+        "vrs[0].neighbors[0].address",
+        Some("10.0.0.2"),
+        "neighbor 10.0.0.2 is not on a subnet of eth1 (10.0.1.0/24)",
+    );
+    rejects(
+        &neighbor("{ address: \"2001:db8:0:1::2\", mac: 02:00:00:00:02:01, interface: eth1 }"),
+        (10, "\"2001"),
+        "vrs[0].neighbors[0].address",
+        Some("2001:db8:0:1::2"),
+        "neighbor 2001:db8:0:1::2 is not on a subnet of eth1 (eth1 has no IPv6 subnet)",
+    );
+    rejects(
+        &neighbor("{ address: 10.0.1.1, mac: 02:00:00:00:02:01, interface: eth1 }"),
+        (10, "10.0.1.1"),
+        "vrs[0].neighbors[0].address",
+        Some("10.0.1.1"),
+        "neighbor 10.0.1.1 is vr1's own address (on eth1)",
+    );
+    rejects(
+        &neighbor("{ address: 10.0.1.0, mac: 02:00:00:00:02:01, interface: eth1 }"),
+        (10, "10.0.1.0"),
+        "vrs[0].neighbors[0].address",
+        Some("10.0.1.0"),
+        "neighbor 10.0.1.0 is the network address of 10.0.1.0/24",
+    );
+    rejects(
+        &neighbor("{ address: 10.0.1.2, mac: 03:00:00:00:02:01, interface: eth1 }"),
+        (10, "03:00"),
+        "vrs[0].neighbors[0].mac",
+        Some("03:00:00:00:02:01"),
+        "MAC address 03:00:00:00:02:01 is multicast; a unicast address is required",
+    );
+    // Link-local neighbors need no subnet.
+    let t = accepts(&neighbor("{ address: \"fe80::2\", mac: 02:00:00:00:02:01, interface: eth1 }"));
+    assert_eq!(t.vrs[0].neighbors[0].ip, ip("fe80::2"));
+}
+
+#[test]
+fn a_neighbor_is_listed_once_per_interface() {
+    rejects(
+        &vr1("    neighbors:\n      - { address: 10.0.1.2, mac: 02:00:00:00:02:01, interface: eth1 }\n      - { address: 10.0.1.2, mac: 02:00:00:00:02:02, interface: eth1 }\n"),
+        (11, "address"),
+        "vrs[0].neighbors[1]",
+        None,
+        "duplicate neighbor 10.0.1.2 on eth1 (first at line 10)",
+    );
+    // One link-local address on two links is two neighbors.
+    accepts(&vr1("    neighbors:\n      - { address: \"fe80::2\", mac: 02:00:00:00:02:01, interface: eth1 }\n      - { address: \"fe80::2\", mac: 02:00:00:00:02:01, interface: eth0 }\n"));
+}
+
+// ---- limits ----
+
+#[test]
+fn limits_are_optional_and_range_checked() {
+    let t = accepts(&vr1("    limits:\n      neighbors: 2048\n      icmp_errors_per_sec: 0\n"));
+    assert_eq!(
+        t.vrs[0].limits,
+        VrLimits { neighbors: 2048, icmp_errors_per_sec: 0, ..VrLimits::default() }
+    );
+    rejects(
+        &vr1("    limits:\n      neighbors: 0\n"),
+        (10, "0"),
+        "vrs[0].limits.neighbors",
+        Some("0"),
+        "neighbors 0 is out of range 1..=1000000",
+    );
+    rejects(
+        &vr1("    limits:\n      queue_per_neighbor: 65\n"),
+        (10, "65"),
+        "vrs[0].limits.queue_per_neighbor",
+        Some("65"),
+        "queue_per_neighbor 65 is out of range 0..=64",
+    );
+    rejects(
+        &vr1("    limits:\n      queue_total: 65536\n"),
+        (10, "65536"),
+        "vrs[0].limits.queue_total",
+        Some("65536"),
+        "queue_total 65536 is out of range 0..=65535",
+    );
+    rejects(
+        &vr1("    limits:\n      queue_per_neighbor: 8\n      queue_total: 4\n"),
+        (11, "4"),
+        "vrs[0].limits.queue_total",
+        Some("4"),
+        "queue_total 4 is smaller than queue_per_neighbor 8",
+    );
+    rejects(
+        &vr1("    limits:\n      neighbours: 10\n"),
+        (10, "neighbours"),
+        "vrs[0].limits.neighbours",
+        Some("neighbours"),
+        "unknown key \"neighbours\" (allowed: neighbors, queue_per_neighbor, queue_total, \
+         neighbor_reachable_ms, neighbor_retrans_ms, neighbor_probes, neighbor_failed_hold_ms, \
+         icmp_errors_per_sec, icmp_errors_burst)",
+    );
+}
+
+#[test]
+fn every_limit_can_be_set() {
+    let t = accepts(&vr1(
+        "    limits:\n      neighbors: 10\n      queue_per_neighbor: 2\n      queue_total: 20\n      neighbor_reachable_ms: 5000\n      neighbor_retrans_ms: 200\n      neighbor_probes: 5\n      neighbor_failed_hold_ms: 0\n      icmp_errors_per_sec: 7\n      icmp_errors_burst: 3\n",
+    ));
+    assert_eq!(
+        t.vrs[0].limits,
+        VrLimits {
+            neighbors: 10,
+            queue_per_neighbor: 2,
+            queue_total: 20,
+            neighbor_reachable_ms: 5000,
+            neighbor_retrans_ms: 200,
+            neighbor_probes: 5,
+            neighbor_failed_hold_ms: 0,
+            icmp_errors_per_sec: 7,
+            icmp_errors_burst: 3,
+        }
+    );
+}
+
+// ---- the round trip ----
+
+#[test]
+fn yaml_becomes_vr_config_field_by_field() {
+    let dir = Scratch::new("roundtrip");
+    dir.write("t.txt", "# two prefixes, one per family\n203.0.113.0/24 1\n2001:db8:f::/48 0\n");
+    let text = "\
+ports:
+  - name: p0
+    kind: mem
+    ring: 512
+  - name: p1
+    kind: mem
+vrs:
+  - name: vr1
+    interfaces:
+      - name: eth0
+        port: p0
+        vlan: 10
+        mac: 02:00:00:00:01:00
+        mtu: 1500
+        addresses: [10.0.0.1/24, 2001:db8:0:1::1/64]
+      - name: eth1
+        port: p1
+        mac: 02:00:00:00:01:01
+        mtu: 9000
+        addresses: [10.0.1.1/24]
+    routes:
+      - { prefix: 0.0.0.0/0, via: 10.0.1.2 }
+      - { prefix: 192.168.0.0/16, via: 10.0.1.3, interface: eth1 }
+      - { prefix: 172.16.0.0/12, interface: eth1 }
+      - { prefix: 198.51.100.0/24, blackhole: true }
+      - { prefix: \"2001:db8:a::/48\", via: \"2001:db8:0:1::2\" }
+    neighbors:
+      - { address: 10.0.1.2, mac: 02:00:00:00:02:01, interface: eth1 }
+    tables:
+      - file: t.txt
+        next_hops: [10.0.1.2, 10.0.1.3, \"2001:db8:0:1::3\"]
+    limits:
+      neighbors: 1024
+      icmp_errors_per_sec: 100
+";
+    let t = Topology::parse(text, "lab.yaml", &dir.0).unwrap();
+    assert_eq!(t.source, "lab.yaml");
+    assert_eq!(
+        t.ports,
+        vec![
+            PortSpec { name: "p0".into(), kind: PortKind::Mem { ring: 512 } },
+            PortSpec { name: "p1".into(), kind: PortKind::Mem { ring: 1024 } },
+        ]
+    );
+    let vr = &t.vrs[0];
+    assert_eq!(vr.name, "vr1");
+    assert_eq!(
+        vr.interfaces,
+        vec![
+            IfaceConfig {
+                name: "eth0".into(),
+                port: 0,
+                vlan: Some(10),
+                mac: mac("02:00:00:00:01:00"),
+                mtu: 1500,
+                ipv4: vec!["10.0.0.1/24".parse().unwrap()],
+                ipv6: vec!["2001:db8:0:1::1/64".parse().unwrap()],
+            },
+            IfaceConfig {
+                name: "eth1".into(),
+                port: 1,
+                vlan: None,
+                mac: mac("02:00:00:00:01:01"),
+                mtu: 9000,
+                ipv4: vec!["10.0.1.1/24".parse().unwrap()],
+                ipv6: vec![],
+            },
+        ]
+    );
+    let via = |gw: &str, iface| RouteTarget::Via { gateway: ip(gw), iface };
+    assert_eq!(
+        vr.routes,
+        vec![
+            RouteConfig { prefix: net("0.0.0.0/0"), target: via("10.0.1.2", None) },
+            RouteConfig { prefix: net("192.168.0.0/16"), target: via("10.0.1.3", Some(1)) },
+            RouteConfig { prefix: net("172.16.0.0/12"), target: RouteTarget::Iface(1) },
+            RouteConfig { prefix: net("198.51.100.0/24"), target: RouteTarget::Blackhole },
+            RouteConfig { prefix: net("2001:db8:a::/48"), target: via("2001:db8:0:1::2", None) },
+            // Table entries follow the static routes: id 1 → second IPv4 gateway, id 0 → the
+            // only IPv6 one.
+            RouteConfig { prefix: net("203.0.113.0/24"), target: via("10.0.1.3", None) },
+            RouteConfig { prefix: net("2001:db8:f::/48"), target: via("2001:db8:0:1::3", None) },
+        ]
+    );
+    assert_eq!(
+        vr.neighbors,
+        vec![NeighborConfig { iface: 1, ip: ip("10.0.1.2"), mac: mac("02:00:00:00:02:01") }]
+    );
+    assert_eq!(vr.limits, VrLimits { icmp_errors_per_sec: 100, ..VrLimits::default() });
+}
+
+// ---- tables ----
+
+/// The base VR with one table whose file is `name` in `dir`.
+fn with_table(
+    dir: &Scratch,
+    name: &str,
+    next_hops: &str,
+) -> std::result::Result<Topology, TopologyError> {
+    let text = vr1(&format!("    tables:\n      - file: {name}\n        next_hops: {next_hops}\n"));
+    Topology::parse(&text, "lab.yaml", &dir.0)
+}
+
+#[test]
+fn table_next_hops_cycle_per_family() {
+    let dir = Scratch::new("cycle");
+    dir.write(
+        "t.txt",
+        "10.1.0.0/16 0\n10.2.0.0/16 1\n10.3.0.0/16 2\n10.4.0.0/16 7\n2001:db8:1::/48 5\n",
+    );
+    let t = with_table(&dir, "t.txt", "[10.0.1.2, \"2001:db8:0:1::9\", 10.0.0.3]").unwrap();
+    let gws: Vec<String> = t.vrs[0]
+        .routes
+        .iter()
+        .map(|r| match r.target {
+            RouteTarget::Via { gateway, .. } => format!("{} {gateway}", r.prefix),
+            _ => panic!("{r:?}"),
+        })
+        .collect();
+    assert_eq!(
+        gws,
+        [
+            "10.1.0.0/16 10.0.1.2",
+            "10.2.0.0/16 10.0.0.3",
+            "10.3.0.0/16 10.0.1.2",
+            "10.4.0.0/16 10.0.0.3",
+            "2001:db8:1::/48 2001:db8:0:1::9",
+        ]
+    );
+    // A next hop may name its interface, as a route may.
+    let t = with_table(&dir, "t.txt", "[10.0.1.2, { via: \"fe80::1\", interface: eth0 }]").unwrap();
+    assert_eq!(
+        t.vrs[0].routes[4].target,
+        RouteTarget::Via { gateway: ip("fe80::1"), iface: Some(0) }
+    );
+}
+
+#[test]
+fn table_errors_name_the_reference_or_the_table_line() {
+    let dir = Scratch::new("errors");
+    let e = with_table(&dir, "missing.txt", "[10.0.1.2]").unwrap_err();
+    let shown = dir.0.join("missing.txt").display().to_string();
+    assert_eq!(e.kind(), ErrorKind::Io);
+    assert_eq!(
+        (e.line(), e.column(), e.field(), e.value()),
+        (10, 15, "vrs[0].tables[0].file", Some("missing.txt"))
+    );
+    assert!(e.message().starts_with(&format!("cannot read table {shown}: ")), "{e}");
+
+    let bad = dir.write("bad.txt", "10.1.0.0/16 0\n\n10.2.0.0/33 1\n");
+    let e = with_table(&dir, "bad.txt", "[10.0.1.2]").unwrap_err();
+    assert_eq!((e.line(), e.field()), (10, "vrs[0].tables[0].file"));
+    assert_eq!(
+        e.message(),
+        format!("{}:3: prefix \"10.2.0.0/33\": invalid prefix length", bad.display())
+    );
+
+    dir.write("v6.txt", "10.1.0.0/16 0\n2001:db8:1::/48 0\n");
+    let e = with_table(&dir, "v6.txt", "[10.0.1.2]").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "lab.yaml:11:20: vrs[0].tables[0].next_hops: {} has 1 IPv6 prefixes but next_hops has no IPv6 gateway",
+            dir.0.join("v6.txt").display()
+        )
+    );
+
+    let e = with_table(&dir, "v6.txt", "[]").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "lab.yaml:11:20: vrs[0].tables[0].next_hops: next_hops needs at least one gateway"
+    );
+    // Each next hop is checked like a route's `via`.
+    let e = with_table(&dir, "v6.txt", "[10.0.1.2, 10.9.9.9]").unwrap_err();
+    assert_eq!(
+        (e.line(), e.column(), e.field(), e.value()),
+        (11, 31, "vrs[0].tables[0].next_hops[1]", Some("10.9.9.9"))
+    );
+    assert!(e.message().starts_with("gateway 10.9.9.9 is not on a connected subnet of vr1"), "{e}");
+}
+
+#[test]
+fn static_routes_and_connected_subnets_override_table_entries() {
+    let dir = Scratch::new("override");
+    dir.write("t.txt", "10.1.0.0/16 0\n10.0.1.0/24 0\n10.2.0.0/16 0\n");
+    let text = vr1(
+        "    routes:\n      - { prefix: 10.1.0.0/16, blackhole: true }\n    tables:\n      - file: t.txt\n        next_hops: [10.0.1.2]\n",
+    );
+    let t = Topology::parse(&text, "lab.yaml", &dir.0).unwrap();
+    let routes: Vec<(String, RouteTarget)> =
+        t.vrs[0].routes.iter().map(|r| (r.prefix.to_string(), r.target)).collect();
+    assert_eq!(
+        routes,
+        [
+            ("10.1.0.0/16".to_string(), RouteTarget::Blackhole),
+            ("10.2.0.0/16".to_string(), RouteTarget::Via { gateway: ip("10.0.1.2"), iface: None }),
+        ]
+    );
+}
+
+#[test]
+fn a_prefix_belongs_to_one_table() {
+    let dir = Scratch::new("dup");
+    let a = dir.write("a.txt", "10.1.0.0/16 0\n10.2.0.0/16 0\n");
+    dir.write("b.txt", "10.3.0.0/16 0\n10.1.0.0/16 0\n");
+    dir.write("c.txt", "10.4.0.0/16 0\n10.4.0.0/16 1\n");
+    let text = vr1("    tables:\n      - { file: a.txt, next_hops: [10.0.1.2] }\n      - { file: b.txt, next_hops: [10.0.1.2] }\n");
+    let e = Topology::parse(&text, "lab.yaml", &dir.0).unwrap_err();
+    assert_eq!((e.line(), e.field(), e.value()), (11, "vrs[0].tables[1].file", Some("b.txt")));
+    assert_eq!(
+        e.message(),
+        format!(
+            "prefix 10.1.0.0/16 is in {} and in {} (tables[0])",
+            dir.0.join("b.txt").display(),
+            a.display()
+        )
+    );
+    let e = with_table(&dir, "c.txt", "[10.0.1.2]").unwrap_err();
+    assert_eq!(
+        e.message(),
+        format!(
+            "{}:2: prefix \"10.4.0.0/16\": listed twice (first on line 1)",
+            dir.0.join("c.txt").display()
+        )
+    );
+}
+
+#[test]
+fn table_paths_are_relative_to_the_topology_file_and_expand_home() {
+    let dir = Scratch::new("paths");
+    std::fs::create_dir_all(dir.0.join("sub")).unwrap();
+    dir.write("sub/t.txt", "10.1.0.0/16 0\n");
+    let topo = dir.write(
+        "lab.yaml",
+        &vr1("    tables:\n      - { file: sub/t.txt, next_hops: [10.0.1.2] }\n"),
+    );
+    let t = Topology::load(&topo).unwrap();
+    assert_eq!(t.source, topo.display().to_string());
+    assert_eq!(t.vrs[0].routes.len(), 1);
+
+    let v = marked_yaml::parse_yaml(0, "f: ~/x/y.txt\ng: ~\nh: /abs\n").unwrap();
+    let m = yaml::Value::root(&v).mapping().unwrap();
+    if let Some(home) = std::env::var_os("HOME") {
+        let got = table::resolve(&m.req("f").unwrap(), Path::new("/base")).unwrap();
+        assert_eq!(got, PathBuf::from(home).join("x/y.txt"));
+    }
+    assert_eq!(
+        table::resolve(&m.req("h").unwrap(), Path::new("/base")).unwrap(),
+        PathBuf::from("/abs")
+    );
+}
+
+/// 500k prefixes, the size of a full IPv4 table. Prints the time; asserts none (timings on a
+/// shared machine are noise).
+#[test]
+fn a_full_table_loads() {
+    let dir = Scratch::new("full");
+    let mut text = String::with_capacity(500_000 * 20);
+    for i in 0..500_000u32 {
+        let a = Ipv4Addr::from(0x0100_0000 + (i << 8));
+        text.push_str(&format!("{a}/24 {}\n", i % 7));
+    }
+    dir.write("full.txt", &text);
+    let start = std::time::Instant::now();
+    let t = with_table(&dir, "full.txt", "[10.0.1.2, 10.0.1.3]").unwrap();
+    eprintln!("500k-prefix table loaded in {:?}", start.elapsed());
+    assert_eq!(t.vrs[0].routes.len(), 500_000);
+}
+
+// ---- the examples and the summary ----
+
+fn examples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+/// Every example validates. One written for a port kind this build lacks is skipped, loudly,
+/// on that exact error only: examples for later features may land before their backends.
+#[test]
+fn every_example_validates() {
+    let mut checked = 0;
+    for entry in std::fs::read_dir(examples_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        match Topology::load(&path) {
+            Ok(_) => checked += 1,
+            Err(e) if e.kind() == ErrorKind::Unavailable => eprintln!("skipped: {e}"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(checked >= 2, "expected at least one-vr.yaml and two-vrs.yaml");
+}
+
+#[test]
+fn summary_shows_ports_interfaces_routes_and_neighbors() {
+    let t = Topology::load(&examples_dir().join("two-vrs.yaml")).unwrap();
+    let s = t.summary();
+    let has = |needle: &str| assert!(s.contains(needle), "{needle:?} missing from\n{s}");
+    has("3 ports, 2 VRs");
+    for line in s.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.first().copied() {
+            Some("p0") => assert_eq!(words, ["p0", "mem", "ring", "2048"]),
+            Some("lan.100") => assert_eq!(
+                words,
+                ["lan.100", "p0", "100", "02:00:00:00:01:00", "1500", "10.100.0.1/24"]
+            ),
+            Some("192.0.2.2") => assert_eq!(words, ["192.0.2.2", "02:00:00:00:ff:01", "up"]),
+            _ => {}
+        }
+    }
+    has("VR red: 3 interfaces, 5 routes, 2 neighbors");
+    has("routes: 5 connected, 3 via a gateway, 1 out an interface, 1 blackhole");
+    has("limits: neighbors 4096, icmp_errors_per_sec 500 (others default)");
+    has("VR blue: 2 interfaces, 2 routes, 1 neighbor");
+    has("limits: defaults");
+    // Untagged interfaces show a dash for the VLAN.
+    assert!(s.lines().any(|l| l.split_whitespace().take(3).eq(["lan", "p0", "-"])), "{s}");
+    eprintln!("{s}");
+}
+
+#[test]
+fn a_missing_file_is_an_io_error_naming_it() {
+    let e = Topology::load(Path::new("/nonexistent/lab.yaml")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Io);
+    assert_eq!(e.line(), 0);
+    assert!(e.to_string().starts_with("/nonexistent/lab.yaml: cannot read: "), "{e}");
+}
+
+#[test]
+fn link_local_addresses_are_per_link() {
+    // The same explicit link-local address on two interfaces is fine; on one it is a repeat.
+    let text = |second_iface: &str| {
+        vr1(&format!(
+            "      - {{ name: eth2, port: p1, mac: 02:00:00:00:01:02, addresses: [\"fe80::1/64\"] }}\n      - {{ name: eth3, port: p1, mac: 02:00:00:00:01:03, addresses: [\"fe80::1/64\"{second_iface}] }}\n"
+        ))
+    };
+    let t = accepts(&text(""));
+    assert_eq!(t.vrs[0].interfaces[3].ipv6[0].to_string(), "fe80::1/64");
+    rejects(
+        &text(", \"fe80::1/64\""),
+        (10, "\"fe80::1/64\"]"),
+        "vrs[0].interfaces[3].addresses[1]",
+        Some("fe80::1/64"),
+        "duplicate address fe80::1 on this interface (first at line 10)",
+    );
+    // An explicit fe80::/64 does not make a link-local gateway's interface obvious.
+    rejects(
+        &vr1("      - { name: eth2, port: p1, mac: 02:00:00:00:01:02, addresses: [\"fe80::1/64\"] }\n    routes:\n      - { prefix: \"::/0\", via: \"fe80::2\" }\n"),
+        (11, "\"fe80::2\""),
+        "vrs[0].routes[0].via",
+        Some("fe80::2"),
+        "gateway fe80::2 is link-local; name the interface with \"interface:\"",
+    );
+}
+
+/// The format documented at the top of this module is itself valid, and means what it says.
+#[test]
+fn the_documented_format_is_valid() {
+    let source = include_str!("mod.rs");
+    let yaml: String = source
+        .lines()
+        .skip_while(|l| !l.starts_with("//! ```yaml"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("//! ```"))
+        .map(|l| format!("{}\n", l.strip_prefix("//! ").unwrap_or("")))
+        .collect();
+    assert!(yaml.contains("tables:"), "{yaml}");
+    let dir = Scratch::new("doc");
+    std::fs::create_dir_all(dir.0.join("prefixes")).unwrap();
+    dir.write("prefixes/ipv4.txt", "203.0.113.0/24 0\n2001:db8:b::/48 7\n");
+    let t = Topology::parse(&yaml, "doc.yaml", &dir.0).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+    let vr = &t.vrs[0];
+    assert_eq!(
+        (t.ports.len(), vr.interfaces.len(), vr.routes.len(), vr.neighbors.len()),
+        (2, 2, 7, 1)
+    );
+    assert_eq!(vr.routes[6].target, RouteTarget::Via { gateway: ip("fe80::2"), iface: Some(0) });
+}
