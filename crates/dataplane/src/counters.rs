@@ -1,0 +1,236 @@
+//! Counters: every packet that enters the data plane ends in exactly one of them.
+//!
+//! Like VPP's per-node error counters, each drop is counted by the stage that decides it and by
+//! reason. A frame that no VR claims is counted on its port; everything a VR touches is counted
+//! on that VR. Counters are plain integers owned by the worker that runs the stage.
+
+use std::fmt;
+
+macro_rules! reasons {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal,)* }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u8)]
+        pub enum $name { $($(#[$vm])* $v,)* }
+
+        impl $name {
+            /// Every reason, in counter order.
+            pub const ALL: &'static [$name] = &[$($name::$v,)*];
+            /// Number of reasons.
+            pub const COUNT: usize = Self::ALL.len();
+            /// The reason's name in tables, JSON and metrics.
+            pub const fn name(self) -> &'static str {
+                match self { $($name::$v => $s,)* }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+reasons! {
+    /// Why a port dropped a frame before any VR saw it (classification).
+    PortDrop {
+        /// Shorter than an Ethernet (or 802.1Q) header.
+        Runt = "runt",
+        /// No VR interface on this port carries the frame's VLAN (or untagged frames).
+        VlanUnknown = "vlan_unknown",
+        /// No VR interface answers to the destination MAC, ARP target or ND target.
+        NotForUs = "not_for_us",
+    }
+}
+
+reasons! {
+    /// Why a VR dropped a packet.
+    Drop {
+        /// Ethertype is not IPv4, IPv6 or ARP.
+        UnknownEthertype = "unknown_ethertype",
+        /// ARP that is not Ethernet/IPv4, is truncated, or has an unknown operation.
+        ArpMalformed = "arp_malformed",
+        /// ARP whose target is not one of the receiving interface's addresses.
+        ArpNotForUs = "arp_not_for_us",
+        /// IPv4 shorter than its header, IHL < 5, or total length inconsistent with the frame.
+        Ip4BadLength = "ip4_bad_length",
+        /// Ethertype IPv4 but version field not 4.
+        Ip4BadVersion = "ip4_bad_version",
+        /// IPv4 header checksum wrong.
+        Ip4BadChecksum = "ip4_bad_checksum",
+        /// IPv6 shorter than its header or payload length beyond the frame.
+        Ip6BadLength = "ip6_bad_length",
+        /// Ethertype IPv6 but version field not 6.
+        Ip6BadVersion = "ip6_bad_version",
+        /// An IPv6 extension header runs past the packet (seen when delivering locally).
+        Ip6BadExtHeader = "ip6_bad_ext_header",
+        /// Source address that must never be forwarded (RFC 1812 §5.3.7, RFC 4291): this
+        /// network, loopback, multicast, class E / broadcast, unspecified, IPv4-mapped, or a
+        /// link-local source leaving its link.
+        MartianSource = "martian_source",
+        /// Destination that must never be forwarded: this network, loopback, class E, limited
+        /// broadcast, unspecified, IPv4-mapped, or link-local that is not ours.
+        MartianDestination = "martian_destination",
+        /// Multicast destination: this router does not route multicast.
+        IpMulticast = "ip_multicast",
+        /// TTL or hop limit would reach zero (ICMP time exceeded sent).
+        TtlExpired = "ttl_expired",
+        /// No route for the destination (ICMP destination unreachable sent).
+        NoRoute = "no_route",
+        /// Route is a blackhole.
+        Blackhole = "blackhole",
+        /// Destination is the broadcast address of a connected subnet (RFC 1812 §5.3.5.2).
+        DirectedBroadcast = "directed_broadcast",
+        /// Next hop did not answer ARP / neighbor solicitation.
+        NoNeighbor = "no_neighbor",
+        /// Neighbor table full: a new next hop could not be resolved.
+        NeighborTableFull = "neighbor_table_full",
+        /// Too many packets already waiting for this next hop (or for all of them).
+        NeighborQueueFull = "neighbor_queue_full",
+        /// Larger than the egress MTU with DF set, or IPv6 (ICMP fragmentation needed / packet
+        /// too big sent).
+        MtuExceeded = "mtu_exceeded",
+        /// UDP to one of the VR's own addresses (ICMP port unreachable sent).
+        LocalPortUnreachable = "local_port_unreachable",
+        /// Other traffic to the VR's own addresses that it does not serve (TCP, unknown
+        /// protocols): a later issue punts it to a Linux control-plane shadow.
+        LocalUnsupported = "local_unsupported",
+        /// A fragment addressed to the VR: it does not reassemble.
+        LocalFragment = "local_fragment",
+        /// ICMP or ICMPv6 to the VR with a bad checksum or truncated header.
+        IcmpMalformed = "icmp_malformed",
+        /// ICMP or ICMPv6 to the VR that needs no answer (echo replies, errors, router
+        /// solicitations...).
+        IcmpNotHandled = "icmp_not_handled",
+        /// Neighbor discovery message that fails RFC 4861 validation (hop limit, code, length,
+        /// options) or whose target is not ours.
+        NdpInvalid = "ndp_invalid",
+        /// The egress port's ring was full.
+        TxFull = "tx_full",
+    }
+}
+
+/// What happened at one port, before demux.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortCounters {
+    /// Frames received.
+    pub rx_packets: u64,
+    /// Frames transmitted (all VRs together).
+    pub tx_packets: u64,
+    /// Classification drops by [`PortDrop`] reason.
+    pub drops: [u64; PortDrop::COUNT],
+}
+
+impl PortCounters {
+    /// Drops for one reason.
+    pub fn dropped(&self, r: PortDrop) -> u64 {
+        self.drops[r as usize]
+    }
+}
+
+/// What happened in one VR.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VrCounters {
+    /// Packets demuxed to the VR.
+    pub rx_packets: u64,
+    /// Bytes of those packets.
+    pub rx_bytes: u64,
+    /// Transit packets sent out of an egress port.
+    pub forwarded: u64,
+    /// Bytes of those packets.
+    pub forwarded_bytes: u64,
+    /// Packets addressed to the VR itself (including ARP and neighbor discovery).
+    pub local_in: u64,
+    /// Echo replies made.
+    pub echo_replies: u64,
+    /// ICMP/ICMPv6 errors made (one that then cannot go out also counts `generated_dropped`).
+    pub icmp_errors: u64,
+    /// ICMP/ICMPv6 errors not sent because of the rate limit or because RFC 1812 / RFC 4443
+    /// forbid an error about that packet.
+    pub icmp_errors_suppressed: u64,
+    /// ARP requests and neighbor solicitations sent.
+    pub neighbor_requests: u64,
+    /// ARP replies and neighbor advertisements sent.
+    pub neighbor_replies: u64,
+    /// Neighbor entries created or updated from received ARP / neighbor discovery.
+    pub neighbors_learned: u64,
+    /// Packets held while their next hop was resolved.
+    pub queued: u64,
+    /// IPv4 fragments made because a packet without DF exceeded the egress MTU.
+    pub fragments_sent: u64,
+    /// Packets the VR made (replies, errors, fragments after the first) that could not be sent:
+    /// no route back, neighbor failure or a full ring. Not in `drops`, which count received
+    /// packets only.
+    pub generated_dropped: u64,
+    /// Drops by [`Drop`] reason.
+    pub drops: [u64; Drop::COUNT],
+}
+
+/// What became of the packets one transmit offered: counted on the VR that made them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TxTally {
+    pub forwarded: u64,
+    pub forwarded_bytes: u64,
+    pub tx_full: u64,
+    pub generated_dropped: u64,
+}
+
+impl TxTally {
+    /// Counts one packet: `transit` traffic or one the VR made, `len` bytes, `sent` or refused.
+    #[inline]
+    pub fn count(&mut self, transit: bool, len: u16, sent: bool) {
+        match (sent, transit) {
+            (true, true) => {
+                self.forwarded += 1;
+                self.forwarded_bytes += len as u64;
+            }
+            (true, false) => {}
+            (false, true) => self.tx_full += 1,
+            (false, false) => self.generated_dropped += 1,
+        }
+    }
+}
+
+impl VrCounters {
+    /// Adds what a transmit reported.
+    #[inline]
+    pub(crate) fn add(&mut self, t: &TxTally) {
+        self.forwarded += t.forwarded;
+        self.forwarded_bytes += t.forwarded_bytes;
+        self.drops[Drop::TxFull as usize] += t.tx_full;
+        self.generated_dropped += t.generated_dropped;
+    }
+
+    /// Drops for one reason.
+    pub fn dropped(&self, r: Drop) -> u64 {
+        self.drops[r as usize]
+    }
+
+    /// All drops.
+    pub fn dropped_total(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    /// Every counter as (name, value), in a fixed order: for tables, JSON and test dumps.
+    pub fn named(&self) -> Vec<(&'static str, u64)> {
+        let mut v = vec![
+            ("rx_packets", self.rx_packets),
+            ("rx_bytes", self.rx_bytes),
+            ("forwarded", self.forwarded),
+            ("forwarded_bytes", self.forwarded_bytes),
+            ("local_in", self.local_in),
+            ("echo_replies", self.echo_replies),
+            ("icmp_errors", self.icmp_errors),
+            ("icmp_errors_suppressed", self.icmp_errors_suppressed),
+            ("neighbor_requests", self.neighbor_requests),
+            ("neighbor_replies", self.neighbor_replies),
+            ("neighbors_learned", self.neighbors_learned),
+            ("queued", self.queued),
+            ("fragments_sent", self.fragments_sent),
+            ("generated_dropped", self.generated_dropped),
+        ];
+        v.extend(Drop::ALL.iter().map(|&r| (r.name(), self.drops[r as usize])));
+        v
+    }
+}

@@ -1,0 +1,140 @@
+//! Classification: which VR interface a received frame belongs to.
+//!
+//! Like macvlan and SR-IOV, VR interfaces share a port by MAC address, optionally within a
+//! VLAN. Unicast frames are demuxed by (VLAN, destination MAC). Broadcast ARP and multicast
+//! neighbor solicitations carry no VR's MAC, so they are demuxed by the address they ask for:
+//! one copy goes to the one interface that owns it, and no frame is ever duplicated. Anything
+//! else is dropped here, at ingress, before any VR spends work on it.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use wire::{ethertype, icmpv6, ip_proto, MacAddr};
+
+use crate::counters::PortDrop;
+use crate::l2;
+
+/// The VR interface a frame is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub vr: u16,
+    pub iface: u16,
+}
+
+/// A frame's classification.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Class {
+    pub target: Target,
+    /// Offset of the L3 header.
+    pub l3: u16,
+    pub ethertype: u16,
+}
+
+#[derive(Default)]
+struct PortTable {
+    unicast: FxHashMap<u64, Target>,
+    vlans: FxHashSet<u16>,
+    arp: FxHashMap<(u16, Ipv4Addr), Target>,
+    nd: FxHashMap<(u16, Ipv6Addr), Target>,
+}
+
+/// A key no frame has: multicast bit set on a VLAN above 4095.
+pub(crate) const NO_KEY: u64 = u64::MAX;
+
+/// Demux tables of every port.
+#[derive(Default)]
+pub(crate) struct Demux {
+    ports: Vec<PortTable>,
+}
+
+#[inline]
+fn key(vlan: u16, mac: MacAddr) -> u64 {
+    (vlan as u64) << 48 | mac.to_u64()
+}
+
+impl Demux {
+    /// Empty tables for `ports` ports.
+    pub fn new(ports: usize) -> Demux {
+        Demux { ports: (0..ports).map(|_| PortTable::default()).collect() }
+    }
+
+    /// Registers a VR interface. Returns the interface already registered under the same
+    /// (port, VLAN, MAC), if any, leaving the tables unchanged.
+    pub fn add(
+        &mut self,
+        port: usize,
+        vlan: u16,
+        mac: MacAddr,
+        v4: &[Ipv4Addr],
+        v6: &[Ipv6Addr],
+        t: Target,
+    ) -> Result<(), Target> {
+        let p = &mut self.ports[port];
+        if let Some(&old) = p.unicast.get(&key(vlan, mac)) {
+            return Err(old);
+        }
+        p.unicast.insert(key(vlan, mac), t);
+        p.vlans.insert(vlan);
+        for a in v4 {
+            p.arp.entry((vlan, *a)).or_insert(t);
+        }
+        for a in v6 {
+            p.nd.entry((vlan, *a)).or_insert(t);
+        }
+        Ok(())
+    }
+
+    /// Classifies one frame received on `port`. `last` remembers the previous unicast hit:
+    /// a burst is mostly for one MAC, and a compare is cheaper than a hash lookup.
+    #[inline]
+    pub fn classify(
+        &self,
+        port: usize,
+        f: &[u8],
+        last: &mut (u64, Target),
+    ) -> Result<Class, PortDrop> {
+        let h = l2::parse(f).ok_or(PortDrop::Runt)?;
+        if h.dst.is_unicast() {
+            let k = key(h.vlan, h.dst);
+            if k == last.0 {
+                return Ok(Class { target: last.1, l3: h.l3 as u16, ethertype: h.ethertype });
+            }
+            if let Some(&t) = self.ports[port].unicast.get(&k) {
+                *last = (k, t);
+                return Ok(Class { target: t, l3: h.l3 as u16, ethertype: h.ethertype });
+            }
+        }
+        let p = &self.ports[port];
+        if !p.vlans.contains(&h.vlan) {
+            return Err(PortDrop::VlanUnknown);
+        }
+        let target = if h.dst.is_unicast() {
+            None
+        } else if h.dst.is_broadcast() && h.ethertype == ethertype::ARP {
+            arp_target(f, h.l3).and_then(|a| p.arp.get(&(h.vlan, a)).copied())
+        } else if h.dst.0[..3] == [0x33, 0x33, 0xff] && h.ethertype == ethertype::IPV6 {
+            ns_target(f, h.l3).and_then(|a| p.nd.get(&(h.vlan, a)).copied())
+        } else {
+            None
+        };
+        let target = target.ok_or(PortDrop::NotForUs)?;
+        Ok(Class { target, l3: h.l3 as u16, ethertype: h.ethertype })
+    }
+}
+
+/// The target protocol address of an Ethernet/IPv4 ARP packet.
+fn arp_target(f: &[u8], l3: usize) -> Option<Ipv4Addr> {
+    let b: [u8; 4] = f.get(l3 + 24..l3 + 28)?.try_into().ok()?;
+    Some(Ipv4Addr::from(b))
+}
+
+/// The target of a neighbor solicitation sent to a solicited-node group (RFC 4861 sends them
+/// without extension headers; anything else is not for us).
+fn ns_target(f: &[u8], l3: usize) -> Option<Ipv6Addr> {
+    let ip = f.get(l3..)?;
+    if ip.len() < 64 || ip[6] != ip_proto::ICMPV6 || ip[40] != icmpv6::NEIGHBOR_SOLICIT {
+        return None;
+    }
+    let b: [u8; 16] = ip[48..64].try_into().ok()?;
+    Some(Ipv6Addr::from(b))
+}

@@ -1,0 +1,427 @@
+//! IPv4: validation, forwarding, local delivery and ICMP.
+
+use std::net::Ipv4Addr;
+
+use fib::NextHop;
+use ports::PktBuf;
+use wire::{checksum, icmpv4, ip_proto, ipv4};
+
+use super::{Adj, Core, Fate, Flush, Ingress, Meta, NKey, OutQueue};
+use crate::counters::Drop;
+use crate::l2;
+
+/// RFC 1812 §4.3.2.3: an ICMP error quotes as much of the offending packet as fits in 576 bytes.
+const ICMP_ERROR_MAX: usize = 576;
+
+/// Sources that must never be forwarded: this network (0/8), loopback (127/8), multicast
+/// (224/4), and class E including limited broadcast (240/4).
+#[inline]
+fn martian_source(a: u32) -> bool {
+    let o = a >> 24;
+    o == 0 || o == 127 || o >= 224
+}
+
+/// Destinations that must never be forwarded, or `IpMulticast` for 224/4.
+#[inline]
+fn bad_destination(a: u32) -> Option<Drop> {
+    match a >> 24 {
+        0 | 127 | 240..=255 => Some(Drop::MartianDestination),
+        224..=239 => Some(Drop::IpMulticast),
+        _ => None,
+    }
+}
+
+impl Core {
+    /// Pass 1 for IPv4: RFC 1812 §5.2.2 header checks, then martians.
+    #[inline]
+    pub(super) fn ingress4(&mut self, buf: &mut PktBuf, l3: usize) -> Ingress {
+        let f = buf.frame();
+        let Some(&b0) = f.get(l3) else { return Ingress::Done(self.drop(Drop::Ip4BadLength)) };
+        if b0 >> 4 != 4 {
+            return Ingress::Done(self.drop(Drop::Ip4BadVersion));
+        }
+        let Ok(ip) = ipv4::Packet::new_checked(&f[l3..]) else {
+            return Ingress::Done(self.drop(Drop::Ip4BadLength));
+        };
+        if !ip.verify_checksum() {
+            return Ingress::Done(self.drop(Drop::Ip4BadChecksum));
+        }
+        let (total, src, dst) =
+            (ip.total_len() as usize, u32::from(ip.src_addr()), u32::from(ip.dst_addr()));
+        // RFC 791: a fragment may not reach past the largest datagram; one that does would
+        // wrap the offset when refragmented.
+        if ip.frag_offset() as usize + total - ip.header_len() > u16::MAX as usize {
+            return Ingress::Done(self.drop(Drop::Ip4BadLength));
+        }
+        if martian_source(src) || self.own.contains(NKey::v4(0, src).ip) {
+            return Ingress::Done(self.drop(Drop::MartianSource));
+        }
+        if let Some(r) = bad_destination(dst) {
+            return Ingress::Done(self.drop(r));
+        }
+        // The IP length is authoritative: Ethernet may have padded the frame.
+        buf.set_len(l3 + total);
+        Ingress::Lookup4(dst)
+    }
+
+    /// Pass 3 for IPv4: act on the route. The common case — a resolved gateway, TTL to spare,
+    /// within the MTU — is a TTL decrement and a header copy; everything else takes the slow
+    /// path.
+    #[inline]
+    pub(super) fn forward4(
+        &mut self,
+        buf: &mut PktBuf,
+        m: &Meta,
+        nh: NextHop,
+        now: u64,
+        out: &mut OutQueue,
+        flush: &mut Flush,
+    ) -> Fate {
+        let l3 = m.l3 as usize;
+        let rw = &self.rewrite[nh as usize];
+        if rw.epoch == self.neigh.epoch() && now < rw.until {
+            let ip = &buf.frame()[l3..];
+            if ip[8] > 1 && ip.len() <= rw.mtu as usize {
+                ipv4::Packet::new_unchecked(&mut buf.frame_mut()[l3..]).decrement_ttl();
+                rw.apply(buf, l3);
+                return Fate::Tx { port: rw.port, transit: true };
+            }
+        }
+        self.forward4_slow(buf, m, nh, now, out, flush)
+    }
+
+    #[inline(never)]
+    fn forward4_slow(
+        &mut self,
+        buf: &mut PktBuf,
+        m: &Meta,
+        nh: NextHop,
+        now: u64,
+        out: &mut OutQueue,
+        flush: &mut Flush,
+    ) -> Fate {
+        let l3 = m.l3 as usize;
+        let (iface, key) = match self.adj[nh as usize] {
+            Adj::Glean(i) => (i, NKey::v4(i, self.dst4(buf, l3))),
+            Adj::Via { iface, gw } => (iface, NKey { ip: gw, iface }),
+            Adj::Local => return self.local4(buf, m, now),
+            Adj::None => {
+                return self.icmp4_error(
+                    buf,
+                    m,
+                    icmpv4::DEST_UNREACHABLE,
+                    icmpv4::NET_UNREACHABLE,
+                    0,
+                    Drop::NoRoute,
+                    now,
+                )
+            }
+            Adj::Blackhole => return self.drop(Drop::Blackhole),
+            Adj::Broadcast => return self.drop(Drop::DirectedBroadcast),
+        };
+        let ip = &buf.frame()[l3..];
+        if ip[8] <= 1 {
+            let (t, c) = (icmpv4::TIME_EXCEEDED, icmpv4::TTL_EXCEEDED_IN_TRANSIT);
+            return self.icmp4_error(buf, m, t, c, 0, Drop::TtlExpired, now);
+        }
+        let mtu = self.ifaces[iface as usize].mtu;
+        let too_big = ip.len() > mtu as usize;
+        let df = ip[6] & 0x40 != 0;
+        if too_big && df {
+            let (t, c) = (icmpv4::DEST_UNREACHABLE, icmpv4::FRAG_NEEDED);
+            return self.icmp4_error(buf, m, t, c, mtu as u32, Drop::MtuExceeded, now);
+        }
+        ipv4::Packet::new_unchecked(&mut buf.frame_mut()[l3..]).decrement_ttl();
+        if too_big {
+            return self.fragment4(buf, l3, nh, key, mtu as usize, now, out, flush);
+        }
+        self.output(buf, l3, nh, key, true, now)
+    }
+
+    fn dst4(&self, buf: &PktBuf, l3: usize) -> u32 {
+        let f = buf.frame();
+        u32::from_be_bytes([f[l3 + 16], f[l3 + 17], f[l3 + 18], f[l3 + 19]])
+    }
+
+    /// A packet for one of the VR's addresses.
+    fn local4(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Fate {
+        let l3 = m.l3 as usize;
+        let ip = ipv4::Packet::new_unchecked(&buf.frame()[l3..]);
+        if ip.more_frags() || ip.frag_offset() != 0 {
+            return self.drop(Drop::LocalFragment);
+        }
+        match ip.protocol() {
+            ip_proto::ICMP => {
+                let icmp = ip.payload();
+                if icmp.len() < icmpv4::HEADER_LEN || checksum::data(icmp) != 0xffff {
+                    return self.drop(Drop::IcmpMalformed);
+                }
+                if icmp[0] == icmpv4::ECHO_REQUEST && icmp[1] == 0 {
+                    return self.echo4(buf, l3, now);
+                }
+                self.drop(Drop::IcmpNotHandled)
+            }
+            ip_proto::UDP => {
+                let (t, c) = (icmpv4::DEST_UNREACHABLE, icmpv4::PORT_UNREACHABLE);
+                self.icmp4_error(buf, m, t, c, 0, Drop::LocalPortUnreachable, now)
+            }
+            _ => self.drop(Drop::LocalUnsupported),
+        }
+    }
+
+    /// Turns an echo request into its reply in place (options are not echoed).
+    fn echo4(&mut self, buf: &mut PktBuf, l3: usize, now: u64) -> Fate {
+        let ip = ipv4::Packet::new_unchecked(&buf.frame()[l3..]);
+        let (src, dst, tos, ihl, total) =
+            (ip.src_addr(), ip.dst_addr(), ip.tos(), ip.header_len(), ip.total_len() as usize);
+        let icmp_len = total - ihl;
+        let f = buf.frame_mut();
+        f.copy_within(l3 + ihl..l3 + total, l3 + ipv4::HEADER_LEN);
+        let len = ipv4::HEADER_LEN + icmp_len;
+        let ident = self.next_ident();
+        write_ip4_header(&mut f[l3..], dst, src, tos, ident, len, ip_proto::ICMP);
+        let icmp = &mut f[l3 + ipv4::HEADER_LEN..];
+        let old = u16::from_be_bytes([icmp[0], icmp[1]]);
+        icmp[0] = icmpv4::ECHO_REPLY;
+        let ck = checksum::update(
+            u16::from_be_bytes([icmp[2], icmp[3]]),
+            old,
+            (icmpv4::ECHO_REPLY as u16) << 8,
+        );
+        icmp[2..4].copy_from_slice(&ck.to_be_bytes());
+        buf.set_len(l3 + len);
+        self.counters.local_in += 1;
+        self.counters.echo_replies += 1;
+        self.send_local4(buf, l3, src.into(), now)
+    }
+
+    /// Drops the packet for `reason` and, where RFC 1812 §4.3.2.7 and the rate limit allow,
+    /// turns its buffer into an ICMP error back to its source.
+    #[allow(clippy::too_many_arguments)]
+    fn icmp4_error(
+        &mut self,
+        buf: &mut PktBuf,
+        m: &Meta,
+        kind: u8,
+        code: u8,
+        rest: u32,
+        reason: Drop,
+        now: u64,
+    ) -> Fate {
+        self.counters.drops[reason as usize] += 1;
+        let l3 = m.l3 as usize;
+        let ip = ipv4::Packet::new_unchecked(&buf.frame()[l3..]);
+        let about_error = ip.protocol() == ip_proto::ICMP
+            && ip.payload().first().is_some_and(|&t| icmpv4::is_error(t));
+        if about_error || ip.frag_offset() != 0 {
+            self.counters.icmp_errors_suppressed += 1;
+            return Fate::Done;
+        }
+        let orig_src = ip.src_addr();
+        let total = ip.total_len() as usize;
+        let Some(src) = self.icmp4_source(m.iface) else {
+            self.counters.icmp_errors_suppressed += 1;
+            return Fate::Done;
+        };
+        if !self.icmp_allowed(now) {
+            return Fate::Done;
+        }
+        let quote = total.min(ICMP_ERROR_MAX - ipv4::HEADER_LEN - icmpv4::HEADER_LEN);
+        let hdr = ipv4::HEADER_LEN + icmpv4::HEADER_LEN;
+        let (storage, off) = buf.storage_mut();
+        let at = off + l3;
+        storage.copy_within(at..at + quote, at + hdr);
+        let ident = self.next_ident();
+        let pkt = &mut storage[at..at + hdr + quote];
+        write_ip4_header(pkt, src, orig_src, 0xc0, ident, hdr + quote, ip_proto::ICMP);
+        let icmp = &mut pkt[ipv4::HEADER_LEN..];
+        icmp[0] = kind;
+        icmp[1] = code;
+        icmp[2..4].fill(0);
+        icmp[4..8].copy_from_slice(&rest.to_be_bytes());
+        let ck = !checksum::data(icmp);
+        icmp[2..4].copy_from_slice(&ck.to_be_bytes());
+        buf.set_window(off, l3 + hdr + quote);
+        self.counters.icmp_errors += 1;
+        self.send_local4(buf, l3, orig_src.into(), now)
+    }
+
+    /// Source of the VR's ICMP errors: the receiving interface's first address, else any.
+    fn icmp4_source(&self, iface: u16) -> Option<Ipv4Addr> {
+        let first = |i: &super::Iface| i.v4.first().map(|n| n.addr());
+        first(&self.ifaces[iface as usize]).or_else(|| self.ifaces.iter().find_map(first))
+    }
+
+    /// Routes a packet the VR made itself (reply or error) towards `dst`.
+    fn send_local4(&mut self, buf: &mut PktBuf, l3: usize, dst: u32, now: u64) -> Fate {
+        let nh = self.r4.load().lookup(dst);
+        let (iface, key) = match self.adj[nh as usize] {
+            Adj::Glean(i) => (i, NKey::v4(i, dst)),
+            Adj::Via { iface, gw } => (iface, NKey { ip: gw, iface }),
+            _ => return self.drop_out(Drop::NoRoute, false),
+        };
+        if buf.len() - l3 > self.ifaces[iface as usize].mtu as usize {
+            return self.drop_out(Drop::MtuExceeded, false);
+        }
+        self.output(buf, l3, nh, key, false, now)
+    }
+
+    /// Splits a packet without DF into fragments that fit `mtu` (RFC 791): the first stays in
+    /// `buf`, the rest go to `out`. Options without the copy flag travel in the first only.
+    #[allow(clippy::too_many_arguments)]
+    fn fragment4(
+        &mut self,
+        buf: &mut PktBuf,
+        l3: usize,
+        nh: NextHop,
+        key: NKey,
+        mtu: usize,
+        now: u64,
+        out: &mut OutQueue,
+        flush: &mut Flush,
+    ) -> Fate {
+        let f = buf.frame();
+        let ip = ipv4::Packet::new_unchecked(&f[l3..]);
+        let ihl = ip.header_len();
+        let mut rest_hdr = [0u8; 60];
+        let rest_ihl = copied_header(ip.header(), &mut rest_hdr);
+        let (base, last_mf) = (ip.frag_offset() as usize, ip.more_frags());
+        let payload = ip.payload().len();
+        let first = (mtu - ihl) & !7;
+        let step = (mtu - rest_ihl) & !7;
+        let rest = (payload - first).div_ceil(step);
+        if out.batch.room() < rest {
+            flush(out);
+        }
+        if out.batch.room() < rest {
+            // Only a frame longer than a buffer could need more fragments than `out` holds.
+            return self.drop(Drop::MtuExceeded);
+        }
+        // The first fragment (the transit packet) goes first, so it is the first to queue if
+        // the next hop is unresolved; the rest are cut from a copy of the original.
+        let whole = l3 + ihl + payload;
+        self.frag_copy[..whole].copy_from_slice(&buf.frame()[..whole]);
+        set_fragment(&mut buf.frame_mut()[l3..], ihl + first, base, true);
+        buf.set_len(l3 + ihl + first);
+        self.counters.fragments_sent += 1;
+        let fate = self.output(buf, l3, nh, key, true, now);
+        let mut at = first;
+        while at < payload {
+            let n = step.min(payload - at);
+            let mf = at + n < payload || last_mf;
+            let from = l3 + ihl + at;
+            out.emit(|o| {
+                let hdr = l2::ETH_LEN;
+                o.set_len(hdr + rest_ihl + n);
+                let p = o.frame_mut();
+                p[hdr..hdr + rest_ihl].copy_from_slice(&rest_hdr[..rest_ihl]);
+                p[hdr + rest_ihl..].copy_from_slice(&self.frag_copy[from..from + n]);
+                set_fragment(&mut p[hdr..], rest_ihl + n, base + at, mf);
+                self.counters.fragments_sent += 1;
+                self.output(o, hdr, nh, key, false, now)
+            });
+            at += n;
+        }
+        fate
+    }
+}
+
+/// Writes a 20-byte IPv4 header (TTL 64, no fragmentation flags) with its checksum.
+fn write_ip4_header(
+    p: &mut [u8],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    tos: u8,
+    ident: u16,
+    total: usize,
+    proto: u8,
+) {
+    let mut ip = ipv4::Packet::new_unchecked(&mut p[..ipv4::HEADER_LEN]);
+    ip.set_version(4);
+    ip.set_header_len(ipv4::HEADER_LEN);
+    ip.set_tos(tos);
+    ip.set_total_len(total as u16);
+    ip.set_ident(ident);
+    ip.set_dont_frag(false);
+    ip.set_more_frags(false);
+    ip.set_frag_offset(0);
+    ip.set_ttl(64);
+    ip.set_protocol(proto);
+    ip.set_src_addr(src);
+    ip.set_dst_addr(dst);
+    ip.fill_checksum();
+}
+
+/// Sets length, offset and MF of a fragment header and recomputes its checksum.
+fn set_fragment(p: &mut [u8], total: usize, offset: usize, mf: bool) {
+    let mut ip = ipv4::Packet::new_unchecked(p);
+    ip.set_total_len(total as u16);
+    ip.set_frag_offset(offset as u16);
+    ip.set_more_frags(mf);
+    ip.fill_checksum();
+}
+
+/// The header for fragments after the first: options whose copy flag is set, padded to a
+/// multiple of 4. Returns its length.
+fn copied_header(h: &[u8], out: &mut [u8; 60]) -> usize {
+    out[..ipv4::HEADER_LEN].copy_from_slice(&h[..ipv4::HEADER_LEN]);
+    let mut n = ipv4::HEADER_LEN;
+    let mut i = ipv4::HEADER_LEN;
+    while i < h.len() {
+        let kind = h[i];
+        let len = match kind {
+            0 => break,
+            1 => 1,
+            _ => match h.get(i + 1) {
+                Some(&l) if l >= 2 && i + l as usize <= h.len() => l as usize,
+                _ => break,
+            },
+        };
+        if kind & 0x80 != 0 {
+            out[n..n + len].copy_from_slice(&h[i..i + len]);
+            n += len;
+        }
+        i += len;
+    }
+    let padded = n.next_multiple_of(4);
+    out[n..padded].fill(0);
+    out[0] = 0x40 | (padded / 4) as u8;
+    padded
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn martians() {
+        for a in ["0.1.2.3", "127.0.0.1", "224.0.0.5", "240.0.0.1", "255.255.255.255"] {
+            assert!(martian_source(a.parse::<Ipv4Addr>().unwrap().into()), "{a}");
+        }
+        assert!(!martian_source(u32::from(Ipv4Addr::new(10, 0, 0, 1))));
+        assert_eq!(
+            bad_destination(u32::from(Ipv4Addr::new(239, 1, 1, 1))),
+            Some(Drop::IpMulticast)
+        );
+        assert_eq!(bad_destination(u32::from(Ipv4Addr::BROADCAST)), Some(Drop::MartianDestination));
+        assert_eq!(bad_destination(u32::from(Ipv4Addr::new(8, 8, 8, 8))), None);
+    }
+
+    #[test]
+    fn copied_options_only() {
+        let mut h = [0u8; 32];
+        h[0] = 0x48;
+        // NOP, record route (7, not copied, len 7), loose source route (131, copied, len 7), EOL
+        h[20] = 1;
+        h[21..28].copy_from_slice(&[7, 7, 4, 1, 2, 3, 4]);
+        h[28] = 131;
+        h[29] = 3;
+        h[30] = 4;
+        h[31] = 0;
+        let mut out = [0u8; 60];
+        let n = copied_header(&h, &mut out);
+        assert_eq!(n, 24);
+        assert_eq!(&out[20..24], &[131, 3, 4, 0]);
+        assert_eq!(out[0], 0x46);
+    }
+}

@@ -1,0 +1,423 @@
+//! IPv6: validation, forwarding, local delivery, ICMPv6 and neighbor discovery.
+
+use std::net::Ipv6Addr;
+
+use fib::NextHop;
+use ports::PktBuf;
+use wire::{icmpv6, ip_proto, ipv6, ndp, MacAddr};
+
+use super::neighbor::Learn;
+use super::{Adj, Core, Fate, Ingress, Meta, NKey};
+use crate::config::IfaceId;
+use crate::counters::Drop;
+use crate::l2;
+
+/// RFC 4443 §2.4(c): an ICMPv6 error quotes as much as fits in the minimum MTU.
+const ICMP6_ERROR_MAX: usize = 1280;
+const IP6_ETH: u16 = wire::ethertype::IPV6;
+const ALL_NODES: u128 = 0xff02_0000_0000_0000_0000_0000_0000_0001;
+/// ff02::1:ff00:0/104, the solicited-node groups.
+const SOLICITED_NODES: u128 = 0xff02_0000_0000_0000_0000_0001_ff00_0000;
+
+#[inline]
+fn is_multicast(a: u128) -> bool {
+    a >> 120 == 0xff
+}
+
+#[inline]
+fn is_link_local(a: u128) -> bool {
+    a >> 118 == 0xfe80 >> 6
+}
+
+/// Unspecified, loopback and IPv4-mapped addresses never appear on the wire as a routable
+/// source or destination (RFC 4291 §2.5.2, §2.5.3, §2.5.5.2).
+#[inline]
+fn never_routed(a: u128) -> bool {
+    a <= 1 || a >> 32 == 0xffff
+}
+
+/// ff02::1 or a solicited-node group (ff02::1:ffXX:XXXX): the multicast groups a VR interface
+/// joins; classification already checked the solicited-node target is ours.
+#[inline]
+fn our_group(a: u128) -> bool {
+    a == ALL_NODES || a >> 24 == SOLICITED_NODES >> 24
+}
+
+impl Core {
+    /// Pass 1 for IPv6.
+    #[inline]
+    pub(super) fn ingress6(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Ingress {
+        let l3 = m.l3 as usize;
+        let f = buf.frame();
+        let Some(&b0) = f.get(l3) else { return Ingress::Done(self.drop(Drop::Ip6BadLength)) };
+        if b0 >> 4 != 6 {
+            return Ingress::Done(self.drop(Drop::Ip6BadVersion));
+        }
+        let Ok(ip) = ipv6::Packet::new_checked(&f[l3..]) else {
+            return Ingress::Done(self.drop(Drop::Ip6BadLength));
+        };
+        let len = ipv6::HEADER_LEN + ip.payload_len() as usize;
+        let (src, dst, nh) =
+            (u128::from(ip.src_addr()), u128::from(ip.dst_addr()), ip.next_header());
+        buf.set_len(l3 + len);
+        if is_multicast(dst) {
+            if our_group(dst) && nh == ip_proto::ICMPV6 {
+                return Ingress::Done(self.local6(buf, m, now));
+            }
+            return Ingress::Done(self.drop(Drop::IpMulticast));
+        }
+        if is_multicast(src) || never_routed(src) || self.own.contains(src) {
+            return Ingress::Done(self.drop(Drop::MartianSource));
+        }
+        if never_routed(dst) {
+            return Ingress::Done(self.drop(Drop::MartianDestination));
+        }
+        Ingress::Lookup6(dst)
+    }
+
+    /// Pass 3 for IPv6; the fast path as for IPv4. Link-local addresses are never forwarded,
+    /// so they take the slow path, where they are dropped.
+    #[inline]
+    pub(super) fn forward6(&mut self, buf: &mut PktBuf, m: &Meta, nh: NextHop, now: u64) -> Fate {
+        let l3 = m.l3 as usize;
+        let rw = &self.rewrite[nh as usize];
+        if rw.epoch == self.neigh.epoch() && now < rw.until {
+            let ip = &buf.frame()[l3..];
+            let link_local = (ip[8] == 0xfe && ip[9] & 0xc0 == 0x80)
+                || (ip[24] == 0xfe && ip[25] & 0xc0 == 0x80);
+            if ip[7] > 1 && ip.len() <= rw.mtu as usize && !link_local {
+                buf.frame_mut()[l3 + 7] -= 1;
+                rw.apply(buf, l3);
+                return Fate::Tx { port: rw.port, transit: true };
+            }
+        }
+        self.forward6_slow(buf, m, nh, now)
+    }
+
+    #[inline(never)]
+    fn forward6_slow(&mut self, buf: &mut PktBuf, m: &Meta, nh: NextHop, now: u64) -> Fate {
+        let l3 = m.l3 as usize;
+        let adj = self.adj[nh as usize];
+        if adj == Adj::Local {
+            return self.local6(buf, m, now);
+        }
+        let ip = ipv6::Packet::new_unchecked(&buf.frame()[l3..]);
+        let (src, dst, hl) = (u128::from(ip.src_addr()), u128::from(ip.dst_addr()), ip.hop_limit());
+        // Link-local addresses are confined to their link (RFC 4291 §2.5.6): only ours are
+        // delivered, none is forwarded, whatever a route says.
+        if is_link_local(dst) {
+            return self.drop(Drop::MartianDestination);
+        }
+        if is_link_local(src) {
+            return self.drop(Drop::MartianSource);
+        }
+        let (iface, gw) = match adj {
+            Adj::Glean(i) => (i, None),
+            Adj::Via { iface, gw } => (iface, Some(gw)),
+            Adj::Blackhole => return self.drop(Drop::Blackhole),
+            Adj::None | Adj::Broadcast | Adj::Local => {
+                let (t, c) = (icmpv6::DEST_UNREACHABLE, icmpv6::NO_ROUTE);
+                return self.icmp6_error(buf, m, t, c, 0, Drop::NoRoute, now);
+            }
+        };
+        if hl <= 1 {
+            let (t, c) = (icmpv6::TIME_EXCEEDED, icmpv6::HOP_LIMIT_EXCEEDED);
+            return self.icmp6_error(buf, m, t, c, 0, Drop::TtlExpired, now);
+        }
+        let mtu = self.ifaces[iface as usize].mtu;
+        if buf.len() - l3 > mtu as usize {
+            let t = icmpv6::PACKET_TOO_BIG;
+            return self.icmp6_error(buf, m, t, 0, mtu as u32, Drop::MtuExceeded, now);
+        }
+        ipv6::Packet::new_unchecked(&mut buf.frame_mut()[l3..]).set_hop_limit(hl - 1);
+        let key = NKey::v6(iface, gw.unwrap_or(dst));
+        self.output(buf, l3, nh, key, true, now)
+    }
+
+    /// A packet for one of the VR's addresses or groups.
+    fn local6(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Fate {
+        let l3 = m.l3 as usize;
+        let ip = ipv6::Packet::new_unchecked(&buf.frame()[l3..]);
+        let Ok(ul) = ip.upper_layer() else { return self.drop(Drop::Ip6BadExtHeader) };
+        if ul.fragment.is_some() {
+            return self.drop(Drop::LocalFragment);
+        }
+        let (src, dst, hl) = (ip.src_addr(), ip.dst_addr(), ip.hop_limit());
+        let multicast = is_multicast(dst.into());
+        match ul.protocol {
+            ip_proto::ICMPV6 => {
+                let body = &buf.frame()[l3 + ul.offset..];
+                let icmp = icmpv6::Packet::new_unchecked(body);
+                if body.len() < icmpv6::HEADER_LEN || !icmp.verify_checksum(&src, &dst) {
+                    return self.drop(Drop::IcmpMalformed);
+                }
+                match (icmp.msg_type(), icmp.code()) {
+                    (icmpv6::ECHO_REQUEST, 0) if !multicast => {
+                        self.echo6(buf, l3, ul.offset, m.iface, now)
+                    }
+                    (icmpv6::NEIGHBOR_SOLICIT, _) => self.solicit(buf, m, ul.offset, hl, now),
+                    (icmpv6::NEIGHBOR_ADVERT, _) => self.advert(buf, m, ul.offset, hl, now),
+                    _ => self.drop(Drop::IcmpNotHandled),
+                }
+            }
+            ip_proto::UDP if !multicast => {
+                let (t, c) = (icmpv6::DEST_UNREACHABLE, icmpv6::PORT_UNREACHABLE);
+                self.icmp6_error(buf, m, t, c, 0, Drop::LocalPortUnreachable, now)
+            }
+            _ => self.drop(Drop::LocalUnsupported),
+        }
+    }
+
+    /// Echo reply in place; extension headers of the request are not echoed.
+    fn echo6(&mut self, buf: &mut PktBuf, l3: usize, ul: usize, in_if: IfaceId, now: u64) -> Fate {
+        let ip = ipv6::Packet::new_unchecked(&buf.frame()[l3..]);
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        let icmp_len = buf.len() - l3 - ul;
+        let f = buf.frame_mut();
+        f.copy_within(l3 + ul.., l3 + ipv6::HEADER_LEN);
+        write_ip6_header(&mut f[l3..], dst, src, icmp_len, 64);
+        let mut icmp = icmpv6::Packet::new_unchecked(
+            &mut f[l3 + ipv6::HEADER_LEN..l3 + ipv6::HEADER_LEN + icmp_len],
+        );
+        icmp.set_msg_type(icmpv6::ECHO_REPLY);
+        icmp.fill_checksum(&dst, &src);
+        buf.set_len(l3 + ipv6::HEADER_LEN + icmp_len);
+        self.counters.local_in += 1;
+        self.counters.echo_replies += 1;
+        self.send_local6(buf, l3, src.into(), in_if, now)
+    }
+
+    /// Drops the packet for `reason` and, where RFC 4443 §2.4 and the rate limit allow, turns
+    /// its buffer into an ICMPv6 error back to its source.
+    #[allow(clippy::too_many_arguments)]
+    fn icmp6_error(
+        &mut self,
+        buf: &mut PktBuf,
+        m: &Meta,
+        kind: u8,
+        code: u8,
+        rest: u32,
+        reason: Drop,
+        now: u64,
+    ) -> Fate {
+        self.counters.drops[reason as usize] += 1;
+        let l3 = m.l3 as usize;
+        let ip = ipv6::Packet::new_unchecked(&buf.frame()[l3..]);
+        let about_error = match ip.upper_layer() {
+            Ok(ul) if ul.protocol == ip_proto::ICMPV6 => {
+                buf.frame().get(l3 + ul.offset).is_none_or(|&t| icmpv6::is_error(t))
+            }
+            Ok(_) => false,
+            Err(_) => true,
+        };
+        let orig_src = ip.src_addr();
+        let Some(src) = self.icmp6_source(m.iface) else {
+            self.counters.icmp_errors_suppressed += 1;
+            return Fate::Done;
+        };
+        if about_error {
+            self.counters.icmp_errors_suppressed += 1;
+            return Fate::Done;
+        }
+        if !self.icmp_allowed(now) {
+            return Fate::Done;
+        }
+        let hdr = ipv6::HEADER_LEN + icmpv6::HEADER_LEN;
+        let quote = (buf.len() - l3).min(ICMP6_ERROR_MAX - hdr);
+        let (storage, off) = buf.storage_mut();
+        let at = off + l3;
+        storage.copy_within(at..at + quote, at + hdr);
+        let pkt = &mut storage[at..at + hdr + quote];
+        write_ip6_header(pkt, src, orig_src, icmpv6::HEADER_LEN + quote, 64);
+        let mut icmp = icmpv6::Packet::new_unchecked(&mut pkt[ipv6::HEADER_LEN..]);
+        icmp.set_msg_type(kind);
+        icmp.set_code(code);
+        icmp.set_rest_of_header(rest);
+        icmp.fill_checksum(&src, &orig_src);
+        buf.set_window(off, l3 + hdr + quote);
+        self.counters.icmp_errors += 1;
+        self.send_local6(buf, l3, orig_src.into(), m.iface, now)
+    }
+
+    /// Source of the VR's ICMPv6 errors: a global address of the receiving interface, else of
+    /// any interface, else the receiving interface's link-local address.
+    fn icmp6_source(&self, iface: u16) -> Option<Ipv6Addr> {
+        let global =
+            |i: &super::Iface| i.v6.iter().map(|n| n.addr()).find(|a| !is_link_local((*a).into()));
+        let f = self.ifaces.get(iface as usize)?;
+        global(f).or_else(|| self.ifaces.iter().find_map(global)).or(Some(f.ll))
+    }
+
+    /// Routes a packet the VR made itself towards `dst`. A link-local destination is on the
+    /// link the packet that caused this one came in on (RFC 4291 §2.5.6); no route covers it.
+    fn send_local6(
+        &mut self,
+        buf: &mut PktBuf,
+        l3: usize,
+        dst: u128,
+        in_if: IfaceId,
+        now: u64,
+    ) -> Fate {
+        let nh = if is_link_local(dst) {
+            self.glean[in_if as usize]
+        } else {
+            self.r6.load().lookup(dst)
+        };
+        let (iface, key) = match self.adj[nh as usize] {
+            Adj::Glean(i) => (i, NKey::v6(i, dst)),
+            Adj::Via { iface, gw } => (iface, NKey::v6(iface, gw)),
+            _ => return self.drop_out(Drop::NoRoute, false),
+        };
+        if buf.len() - l3 > self.ifaces[iface as usize].mtu as usize {
+            return self.drop_out(Drop::MtuExceeded, false);
+        }
+        self.output(buf, l3, nh, key, false, now)
+    }
+
+    /// A neighbor solicitation (RFC 4861 §7.1.1 validation, §7.2.4 answer): learn the sender,
+    /// answer for our own target with an advertisement built in place.
+    fn solicit(&mut self, buf: &mut PktBuf, m: &Meta, ul: usize, hl: u8, now: u64) -> Fate {
+        let l3 = m.l3 as usize;
+        let f = buf.frame();
+        let ip = ipv6::Packet::new_unchecked(&f[l3..]);
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        let Ok(ns) = ndp::NeighborSolicit::new_checked(&f[l3 + ul..]) else {
+            return self.drop(Drop::NdpInvalid);
+        };
+        let target = ns.target_addr();
+        let sll = ndp::source_link_addr(ns.options());
+        let unspecified = src.is_unspecified();
+        let ifc = &self.ifaces[m.iface as usize];
+        if hl != 255
+            || f[l3 + ul + 1] != 0
+            || is_multicast(target.into())
+            || ns.options().any(|o| o.is_err())
+            || (unspecified && (sll.is_some() || dst != ndp::solicited_node(&target)))
+            || !ifc.has_v6(target)
+        {
+            return self.drop(Drop::NdpInvalid);
+        }
+        let (port, vlan, mac) = (ifc.port, ifc.vlan, ifc.mac);
+        let eth_src = MacAddr::from_bytes(&f[6..12]);
+        if let (false, Some(ll)) = (unspecified, sll) {
+            let how = Learn { create: true, replace: true, confirmed: false };
+            if self.neigh.learn(NKey::v6(m.iface, src.into()), ll, how, now) {
+                self.counters.neighbors_learned += 1;
+            }
+        }
+        // A duplicate-address probe (unspecified source) is answered to all nodes.
+        let (to, to_mac) = if unspecified {
+            (Ipv6Addr::from(ALL_NODES), ndp::multicast_mac(&Ipv6Addr::from(ALL_NODES)))
+        } else {
+            (src, sll.unwrap_or(eth_src))
+        };
+        let l3 = l2::write(buf, l3, vlan, to_mac, mac, IP6_ETH);
+        let (storage, off) = buf.storage_mut();
+        let at = off + l3;
+        let body = &mut storage[at + ipv6::HEADER_LEN..];
+        let n = ndp::emit_neighbor_advert(body, target, (true, !unspecified, true), Some(mac));
+        icmpv6::Packet::new_unchecked(&mut body[..n]).fill_checksum(&target, &to);
+        write_ip6_header(&mut storage[at..], target, to, n, 255);
+        buf.set_window(off, l3 + ipv6::HEADER_LEN + n);
+        self.counters.local_in += 1;
+        self.counters.neighbor_replies += 1;
+        Fate::Tx { port, transit: false }
+    }
+
+    /// A neighbor advertisement (RFC 4861 §7.1.2): updates an existing entry only.
+    fn advert(&mut self, buf: &mut PktBuf, m: &Meta, ul: usize, hl: u8, now: u64) -> Fate {
+        let l3 = m.l3 as usize;
+        let f = buf.frame();
+        let dst = ipv6::Packet::new_unchecked(&f[l3..]).dst_addr();
+        let Ok(na) = ndp::NeighborAdvert::new_checked(&f[l3 + ul..]) else {
+            return self.drop(Drop::NdpInvalid);
+        };
+        let target = na.target_addr();
+        if hl != 255
+            || f[l3 + ul + 1] != 0
+            || is_multicast(target.into())
+            || (is_multicast(dst.into()) && na.solicited_flag())
+            || na.options().any(|o| o.is_err())
+        {
+            return self.drop(Drop::NdpInvalid);
+        }
+        let how =
+            Learn { create: false, replace: na.override_flag(), confirmed: na.solicited_flag() };
+        if let Some(ll) = ndp::target_link_addr(na.options()) {
+            if self.neigh.learn(NKey::v6(m.iface, target.into()), ll, how, now) {
+                self.counters.neighbors_learned += 1;
+            }
+        }
+        self.counters.local_in += 1;
+        Fate::Done
+    }
+
+    /// Writes a neighbor solicitation for `key` into `buf`: multicast to the solicited-node
+    /// group, or unicast to a MAC already known when re-checking a stale entry.
+    pub(super) fn solicit_for(
+        &mut self,
+        buf: &mut PktBuf,
+        key: NKey,
+        unicast: Option<MacAddr>,
+    ) -> Fate {
+        let f = &self.ifaces[key.iface as usize];
+        let (port, vlan, mac, src) = (f.port, f.vlan, f.mac, f.ll);
+        let target = Ipv6Addr::from(key.ip);
+        let (dst, dst_mac) = match unicast {
+            Some(m) => (target, m),
+            None => {
+                let g = ndp::solicited_node(&target);
+                (g, ndp::multicast_mac(&g))
+            }
+        };
+        buf.reset();
+        buf.set_len(l2::ETH_LEN);
+        let l3 = l2::write(buf, l2::ETH_LEN, vlan, dst_mac, mac, IP6_ETH);
+        let (storage, off) = buf.storage_mut();
+        let at = off + l3;
+        let body = &mut storage[at + ipv6::HEADER_LEN..];
+        let n = ndp::emit_neighbor_solicit(body, target, Some(mac));
+        icmpv6::Packet::new_unchecked(&mut body[..n]).fill_checksum(&src, &dst);
+        write_ip6_header(&mut storage[at..], src, dst, n, 255);
+        buf.set_window(off, l3 + ipv6::HEADER_LEN + n);
+        self.counters.neighbor_requests += 1;
+        Fate::Tx { port, transit: false }
+    }
+}
+
+/// Writes an IPv6 header carrying an ICMPv6 payload of `payload_len` bytes.
+fn write_ip6_header(p: &mut [u8], src: Ipv6Addr, dst: Ipv6Addr, payload_len: usize, hop_limit: u8) {
+    let repr = ipv6::Ipv6Repr {
+        src,
+        dst,
+        next_header: ip_proto::ICMPV6,
+        payload_len: payload_len as u16,
+        hop_limit,
+    };
+    repr.emit(&mut ipv6::Packet::new_unchecked(&mut p[..ipv6::HEADER_LEN]));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(s: &str) -> u128 {
+        s.parse::<Ipv6Addr>().unwrap().into()
+    }
+
+    #[test]
+    fn address_classes() {
+        assert!(is_multicast(a("ff02::1")) && !is_multicast(a("fe80::1")));
+        assert!(
+            is_link_local(a("fe80::1"))
+                && is_link_local(a("febf::1"))
+                && !is_link_local(a("fec0::1"))
+        );
+        assert!(
+            never_routed(a("::")) && never_routed(a("::1")) && never_routed(a("::ffff:1.2.3.4"))
+        );
+        assert!(!never_routed(a("2001:db8::1")) && !never_routed(a("::2")));
+        assert!(our_group(a("ff02::1")) && our_group(a("ff02::1:ff00:1")));
+        assert!(!our_group(a("ff02::2")) && !our_group(a("ff05::1:ff00:1")));
+    }
+}

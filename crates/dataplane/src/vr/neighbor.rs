@@ -1,0 +1,685 @@
+//! The neighbor table (ARP and NDP share it) and the packets waiting on it.
+//!
+//! An entry is Incomplete while its address is being resolved, Reachable for a while after a
+//! reply, then Stale: still used, but re-probed (unicast) on use; a stale entry that stays
+//! silent for `neighbor_probes` probes fails. A failed entry drops packets for a hold time before
+//! resolution is tried again. Static entries never change.
+//!
+//! Packets for an unresolved next hop wait in a short queue per entry. Queue slots are made
+//! when the table is made, each owning a buffer: queueing swaps the packet's buffer with the
+//! slot's spare, so waiting neither allocates nor copies.
+//!
+//! The table never builds packets. It says what to do (`Resolve`) and keeps a list of probes
+//! that are due; the VR drains that list into frames.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ports::PktBuf;
+use rustc_hash::FxHashMap;
+use wire::MacAddr;
+
+use crate::config::VrLimits;
+use crate::counters::Drop;
+
+const NONE: u32 = u32::MAX;
+const MS: u64 = 1_000_000;
+
+/// A next hop: an address on one interface. IPv4 addresses are stored IPv4-mapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct NKey {
+    pub ip: u128,
+    pub iface: u16,
+}
+
+impl NKey {
+    pub fn v4(iface: u16, a: u32) -> NKey {
+        NKey { ip: 0xffff_0000_0000 | a as u128, iface }
+    }
+    pub fn v6(iface: u16, a: u128) -> NKey {
+        NKey { ip: a, iface }
+    }
+    pub fn from_ip(iface: u16, a: IpAddr) -> NKey {
+        match a {
+            IpAddr::V4(a) => NKey::v4(iface, a.into()),
+            IpAddr::V6(a) => NKey::v6(iface, a.into()),
+        }
+    }
+    /// The address, unmapped.
+    pub fn addr(&self) -> IpAddr {
+        match Ipv6Addr::from(self.ip).to_ipv4_mapped() {
+            Some(a) => IpAddr::V4(a),
+            None => IpAddr::V6(Ipv6Addr::from(self.ip)),
+        }
+    }
+    pub fn is_v4(&self) -> bool {
+        self.ip >> 32 == 0xffff
+    }
+    pub fn v4_addr(&self) -> Ipv4Addr {
+        Ipv4Addr::from(self.ip as u32)
+    }
+}
+
+/// Entry states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NeighborState {
+    Incomplete,
+    Reachable,
+    Stale,
+    Failed,
+    Static,
+}
+
+struct Entry {
+    key: NKey,
+    mac: MacAddr,
+    state: NeighborState,
+    /// Incomplete/Stale: when the next probe is due. Reachable: when it turns stale.
+    /// Failed: when resolution may be tried again.
+    deadline: u64,
+    probes: u8,
+    last_used: u64,
+    q_head: u32,
+    q_tail: u32,
+    q_len: u16,
+    live: bool,
+}
+
+impl Entry {
+    /// The state as of `now`: a reachable entry whose time ran out is stale even before a
+    /// packet uses it (the transition itself happens lazily, on use).
+    fn state_at(&self, now: u64) -> NeighborState {
+        match self.state {
+            NeighborState::Reachable if now >= self.deadline => NeighborState::Stale,
+            s => s,
+        }
+    }
+}
+
+struct Slot {
+    buf: PktBuf,
+    next: u32,
+    transit: bool,
+}
+
+/// What a received ARP or neighbor discovery message may do to the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Learn {
+    /// Make an entry if there is none (the message was addressed to us).
+    pub create: bool,
+    /// Replace a different MAC already known (false: NA without the Override flag).
+    pub replace: bool,
+    /// The neighbor answered us, so it is reachable (ARP reply, solicited NA); otherwise the
+    /// entry is stale until a probe confirms it.
+    pub confirmed: bool,
+}
+
+/// What a packet for a next hop should do.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Resolve {
+    /// Send it to this MAC.
+    Mac(MacAddr),
+    /// Queue it on this entry (resolution in progress).
+    Queue(u32),
+    /// Drop it.
+    Fail(Drop),
+}
+
+/// A probe the VR should send: to whom, and whether unicast to a MAC already known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Probe {
+    pub key: NKey,
+    pub unicast: Option<MacAddr>,
+}
+
+/// A row of the table, for `show` and test dumps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NeighborRow {
+    pub iface: u16,
+    pub ip: IpAddr,
+    pub mac: Option<MacAddr>,
+    pub state: NeighborState,
+    pub queued: u16,
+}
+
+pub(crate) struct NeighborTable {
+    entries: Vec<Entry>,
+    free: Vec<u32>,
+    index: FxHashMap<NKey, u32>,
+    slots: Vec<Slot>,
+    free_slots: Vec<u32>,
+    /// Entries that resolved while packets waited on them.
+    ready: Vec<u32>,
+    /// Probes due, drained by the VR.
+    probes: Vec<Probe>,
+    /// Incomplete entries, so the timer scan is skipped when there are none.
+    incomplete: usize,
+    next_timer: u64,
+    /// Bumped on every change that could invalidate a MAC someone cached (see `epoch`).
+    epoch: u64,
+    /// The latest time the table was told, so `rows` can show states as of then.
+    clock: u64,
+    cap: usize,
+    per_entry: u16,
+    reachable: u64,
+    retrans: u64,
+    max_probes: u8,
+    hold: u64,
+}
+
+impl NeighborTable {
+    pub fn new(l: &VrLimits) -> NeighborTable {
+        let cap = l.neighbors as usize;
+        let slots = l.queue_total as usize;
+        NeighborTable {
+            entries: Vec::with_capacity(cap),
+            free: Vec::with_capacity(cap),
+            index: FxHashMap::with_capacity_and_hasher(cap * 2, Default::default()),
+            slots: (0..slots)
+                .map(|_| Slot { buf: PktBuf::new(), next: NONE, transit: false })
+                .collect(),
+            free_slots: (0..slots as u32).rev().collect(),
+            ready: Vec::with_capacity(cap),
+            probes: Vec::with_capacity(cap),
+            incomplete: 0,
+            next_timer: u64::MAX,
+            epoch: 1,
+            clock: 0,
+            cap,
+            per_entry: l.queue_per_neighbor,
+            reachable: l.neighbor_reachable_ms as u64 * MS,
+            retrans: l.neighbor_retrans_ms as u64 * MS,
+            max_probes: l.neighbor_probes,
+            hold: l.neighbor_failed_hold_ms as u64 * MS,
+        }
+    }
+
+    /// Adds a static entry. False if the table is full.
+    pub fn add_static(&mut self, key: NKey, mac: MacAddr) -> bool {
+        let Some(e) = self.entry_for(key, 0) else { return false };
+        let en = &mut self.entries[e as usize];
+        en.state = NeighborState::Static;
+        en.mac = mac;
+        self.epoch += 1;
+        true
+    }
+
+    /// Changes whenever a resolved MAC may have changed or stopped being usable: adjacencies
+    /// cache ready-made headers and trust them only while the epoch they saw is current.
+    #[inline]
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Until when entry `e`'s MAC may be used without asking the table again: the end of its
+    /// reachable time, forever for a static entry, `None` otherwise.
+    #[inline]
+    pub fn usable_until(&self, e: u32) -> Option<u64> {
+        let en = self.entries.get(e as usize)?;
+        match en.state {
+            NeighborState::Static => Some(u64::MAX),
+            NeighborState::Reachable => Some(en.deadline),
+            _ => None,
+        }
+    }
+
+    /// Decides what a packet for `key` does now.
+    #[cfg(test)]
+    pub fn resolve(&mut self, key: NKey, now: u64) -> Resolve {
+        match self.index.get(&key) {
+            Some(&e) => self.resolve_entry(e, now),
+            None => self.start(key, now),
+        }
+    }
+
+    /// As [`NeighborTable::resolve`], trying entry `hint` first (adjacencies cache their
+    /// neighbor's entry to skip the hash lookup). Returns the entry used, if any.
+    #[inline]
+    pub fn resolve_hinted(&mut self, key: NKey, hint: u32, now: u64) -> (Resolve, u32) {
+        let e = match self.entries.get(hint as usize) {
+            Some(en) if en.live && en.key == key => hint,
+            _ => match self.index.get(&key) {
+                Some(&e) => e,
+                None => {
+                    return (self.start(key, now), self.index.get(&key).copied().unwrap_or(NONE))
+                }
+            },
+        };
+        (self.resolve_entry(e, now), e)
+    }
+
+    #[inline]
+    fn resolve_entry(&mut self, e: u32, now: u64) -> Resolve {
+        self.clock = now;
+        let en = &mut self.entries[e as usize];
+        en.last_used = now;
+        match en.state {
+            NeighborState::Static => Resolve::Mac(en.mac),
+            NeighborState::Reachable if now < en.deadline => Resolve::Mac(en.mac),
+            NeighborState::Reachable | NeighborState::Stale => self.use_stale(e, now),
+            NeighborState::Incomplete => Resolve::Queue(e),
+            NeighborState::Failed if now < en.deadline => Resolve::Fail(Drop::NoNeighbor),
+            NeighborState::Failed => {
+                self.begin_probing(e, now);
+                Resolve::Queue(e)
+            }
+        }
+    }
+
+    #[cold]
+    fn use_stale(&mut self, e: u32, now: u64) -> Resolve {
+        let en = &mut self.entries[e as usize];
+        if en.state == NeighborState::Reachable {
+            en.state = NeighborState::Stale;
+            en.probes = 0;
+            en.deadline = now;
+        }
+        if now >= en.deadline {
+            if en.probes >= self.max_probes {
+                en.state = NeighborState::Failed;
+                en.deadline = now + self.hold;
+                self.epoch += 1;
+                return Resolve::Fail(Drop::NoNeighbor);
+            }
+            en.probes += 1;
+            en.deadline = now + self.retrans;
+            self.probes.push(Probe { key: en.key, unicast: Some(en.mac) });
+        }
+        Resolve::Mac(en.mac)
+    }
+
+    #[cold]
+    fn start(&mut self, key: NKey, now: u64) -> Resolve {
+        match self.entry_for(key, now) {
+            Some(e) => {
+                self.begin_probing(e, now);
+                Resolve::Queue(e)
+            }
+            None => Resolve::Fail(Drop::NeighborTableFull),
+        }
+    }
+
+    fn begin_probing(&mut self, e: u32, now: u64) {
+        let en = &mut self.entries[e as usize];
+        en.state = NeighborState::Incomplete;
+        en.probes = 1;
+        en.deadline = now + self.retrans;
+        self.incomplete += 1;
+        self.next_timer = self.next_timer.min(en.deadline);
+        self.probes.push(Probe { key: en.key, unicast: None });
+    }
+
+    /// Finds or makes the entry for `key`, evicting the least recently used stale or failed
+    /// entry when the table is full.
+    fn entry_for(&mut self, key: NKey, now: u64) -> Option<u32> {
+        if let Some(&e) = self.index.get(&key) {
+            return Some(e);
+        }
+        let e = if let Some(e) = self.free.pop() {
+            e
+        } else if self.entries.len() < self.cap {
+            self.entries.push(Entry {
+                key,
+                mac: MacAddr::default(),
+                state: NeighborState::Incomplete,
+                deadline: 0,
+                probes: 0,
+                last_used: 0,
+                q_head: NONE,
+                q_tail: NONE,
+                q_len: 0,
+                live: false,
+            });
+            (self.entries.len() - 1) as u32
+        } else {
+            let victim = self
+                .entries
+                .iter()
+                .enumerate()
+                .filter(|(_, en)| {
+                    en.q_len == 0
+                        && matches!(en.state_at(now), NeighborState::Stale | NeighborState::Failed)
+                })
+                .min_by_key(|(_, en)| en.last_used)?
+                .0 as u32;
+            self.index.remove(&self.entries[victim as usize].key);
+            self.epoch += 1;
+            victim
+        };
+        let en = &mut self.entries[e as usize];
+        *en = Entry {
+            key,
+            mac: MacAddr::default(),
+            state: NeighborState::Incomplete,
+            deadline: 0,
+            probes: 0,
+            last_used: now,
+            q_head: NONE,
+            q_tail: NONE,
+            q_len: 0,
+            live: true,
+        };
+        self.index.insert(key, e);
+        Some(e)
+    }
+
+    /// Queues the packet in `buf` on entry `e`: `buf` receives an empty buffer. False, leaving
+    /// `buf` alone, if the entry's queue or all queue slots are full.
+    pub fn enqueue(&mut self, e: u32, buf: &mut PktBuf, transit: bool) -> bool {
+        let en = &mut self.entries[e as usize];
+        if en.q_len >= self.per_entry {
+            return false;
+        }
+        let Some(s) = self.free_slots.pop() else { return false };
+        let slot = &mut self.slots[s as usize];
+        std::mem::swap(&mut slot.buf, buf);
+        slot.next = NONE;
+        slot.transit = transit;
+        if en.q_tail == NONE {
+            en.q_head = s;
+        } else {
+            self.slots[en.q_tail as usize].next = s;
+        }
+        en.q_tail = s;
+        en.q_len += 1;
+        true
+    }
+
+    /// Records that `key` is at `mac`, as an ARP packet or neighbor discovery message said.
+    /// `how` decides what that may change (RFC 826 merge, RFC 4861 §7.2.3, §7.2.5). Static
+    /// entries never change. Returns true if an entry was created or changed.
+    pub fn learn(&mut self, key: NKey, mac: MacAddr, how: Learn, now: u64) -> bool {
+        let e = match self.index.get(&key) {
+            Some(&e) => e,
+            None if how.create => match self.entry_for(key, now) {
+                Some(e) => e,
+                None => return false,
+            },
+            None => return false,
+        };
+        let en = &mut self.entries[e as usize];
+        let known = matches!(en.state, NeighborState::Reachable | NeighborState::Stale);
+        if en.state == NeighborState::Static || (known && en.mac == mac && !how.confirmed) {
+            return false;
+        }
+        if known && en.mac != mac && !how.replace {
+            if en.state == NeighborState::Reachable {
+                en.state = NeighborState::Stale;
+                en.probes = 0;
+                en.deadline = now;
+                self.epoch += 1;
+            }
+            return false;
+        }
+        if en.state == NeighborState::Incomplete && en.probes > 0 {
+            self.incomplete -= 1;
+        }
+        en.mac = mac;
+        en.probes = 0;
+        if how.confirmed {
+            en.state = NeighborState::Reachable;
+            en.deadline = now + self.reachable;
+        } else {
+            // Unconfirmed: usable, and probed on its first use.
+            en.state = NeighborState::Stale;
+            en.deadline = now;
+        }
+        if en.q_len > 0 {
+            self.ready.push(e);
+        }
+        self.epoch += 1;
+        true
+    }
+
+    /// Moves the next packet waiting on a resolved entry into `buf` (whose old buffer becomes
+    /// the slot's spare). Returns the neighbor's MAC, its interface and whether the packet is
+    /// transit traffic, or `None` when nothing is left to flush.
+    pub fn pop_ready(&mut self, buf: &mut PktBuf) -> Option<(MacAddr, u16, bool)> {
+        while let Some(&e) = self.ready.last() {
+            let en = &mut self.entries[e as usize];
+            // A stale entry has a MAC too: its queue goes out now, and a probe on next use.
+            let resolved = matches!(
+                en.state,
+                NeighborState::Reachable | NeighborState::Stale | NeighborState::Static
+            );
+            if en.q_len == 0 || !resolved {
+                self.ready.pop();
+                continue;
+            }
+            let s = en.q_head;
+            en.q_head = self.slots[s as usize].next;
+            en.q_len -= 1;
+            if en.q_len == 0 {
+                en.q_tail = NONE;
+            }
+            let (mac, iface) = (en.mac, en.key.iface);
+            let slot = &mut self.slots[s as usize];
+            std::mem::swap(&mut slot.buf, buf);
+            self.free_slots.push(s);
+            return Some((mac, iface, slot.transit));
+        }
+        None
+    }
+
+    /// Runs the retransmit timers: schedules probes, and fails entries that stayed silent.
+    /// Returns (transit, generated) packets dropped from failed queues.
+    pub fn tick(&mut self, now: u64) -> (u64, u64) {
+        self.clock = now;
+        if self.incomplete == 0 || now < self.next_timer {
+            return (0, 0);
+        }
+        let mut dropped = (0, 0);
+        self.next_timer = u64::MAX;
+        for e in 0..self.entries.len() {
+            let en = &mut self.entries[e];
+            if !en.live || en.state != NeighborState::Incomplete {
+                continue;
+            }
+            if now < en.deadline {
+                self.next_timer = self.next_timer.min(en.deadline);
+                continue;
+            }
+            if en.probes >= self.max_probes {
+                en.state = NeighborState::Failed;
+                en.deadline = now + self.hold;
+                self.incomplete -= 1;
+                self.epoch += 1;
+                let d = self.drain_queue(e as u32);
+                dropped.0 += d.0;
+                dropped.1 += d.1;
+            } else {
+                en.probes += 1;
+                en.deadline = now + self.retrans;
+                self.next_timer = self.next_timer.min(en.deadline);
+                self.probes.push(Probe { key: en.key, unicast: None });
+            }
+        }
+        dropped
+    }
+
+    fn drain_queue(&mut self, e: u32) -> (u64, u64) {
+        let mut d = (0, 0);
+        let en = &mut self.entries[e as usize];
+        let mut s = en.q_head;
+        en.q_head = NONE;
+        en.q_tail = NONE;
+        en.q_len = 0;
+        while s != NONE {
+            let slot = &self.slots[s as usize];
+            if slot.transit {
+                d.0 += 1;
+            } else {
+                d.1 += 1;
+            }
+            self.free_slots.push(s);
+            s = slot.next;
+        }
+        d
+    }
+
+    /// Takes the next due probe.
+    pub fn pop_probe(&mut self) -> Option<Probe> {
+        self.probes.pop()
+    }
+
+    /// Puts a probe back (no room to send it now).
+    pub fn push_probe(&mut self, p: Probe) {
+        self.probes.push(p);
+    }
+
+    /// Packets waiting across all entries.
+    pub fn queued(&self) -> usize {
+        self.slots.len() - self.free_slots.len()
+    }
+
+    /// The table, sorted by interface and address.
+    pub fn rows(&self) -> Vec<NeighborRow> {
+        let mut v: Vec<NeighborRow> = self
+            .entries
+            .iter()
+            .filter(|e| e.live)
+            .map(|e| NeighborRow {
+                iface: e.key.iface,
+                ip: e.key.addr(),
+                mac: (e.state != NeighborState::Incomplete).then_some(e.mac),
+                state: e.state_at(self.clock),
+                queued: e.q_len,
+            })
+            .collect();
+        v.sort_by_key(|r| (r.iface, r.ip));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> VrLimits {
+        VrLimits {
+            neighbors: 2,
+            queue_per_neighbor: 2,
+            queue_total: 3,
+            neighbor_reachable_ms: 10,
+            neighbor_retrans_ms: 1,
+            neighbor_probes: 2,
+            neighbor_failed_hold_ms: 5,
+            ..VrLimits::default()
+        }
+    }
+
+    fn pkt(tag: u8) -> PktBuf {
+        let mut b = PktBuf::new();
+        b.fill(&[tag; 20]);
+        b
+    }
+
+    const A: NKey = NKey { ip: 0xffff_0a00_0002, iface: 0 };
+    const B: NKey = NKey { ip: 0xffff_0a00_0003, iface: 0 };
+    const C: NKey = NKey { ip: 0xffff_0a00_0004, iface: 1 };
+    const M: MacAddr = MacAddr([2, 0, 0, 0, 0, 9]);
+    const REPLY: Learn = Learn { create: false, replace: true, confirmed: true };
+
+    #[test]
+    fn unconfirmed_claims_are_stale_and_override_rules_hold() {
+        let mut t = NeighborTable::new(&limits());
+        let claim = Learn { create: true, replace: true, confirmed: false };
+        assert!(t.learn(A, M, claim, 0));
+        assert_eq!(t.rows()[0].state, NeighborState::Stale);
+        assert!(!t.learn(A, M, claim, 0), "nothing new");
+        assert!(t.learn(A, M, REPLY, 0));
+        assert_eq!(t.rows()[0].state, NeighborState::Reachable);
+        let no_override = Learn { create: false, replace: false, confirmed: false };
+        assert!(!t.learn(A, MacAddr([9; 6]), no_override, 1));
+        assert_eq!((t.rows()[0].mac, t.rows()[0].state), (Some(M), NeighborState::Stale));
+        assert!(!t.learn(B, M, no_override, 1), "no entry is made unless asked");
+    }
+
+    #[test]
+    fn resolve_queue_learn_flush() {
+        let mut t = NeighborTable::new(&limits());
+        let Resolve::Queue(e) = t.resolve(A, 0) else { panic!() };
+        assert_eq!(t.pop_probe(), Some(Probe { key: A, unicast: None }));
+        let mut b = pkt(1);
+        assert!(t.enqueue(e, &mut b, true));
+        assert!(b.is_empty(), "caller got the slot's empty buffer");
+        let mut b = pkt(2);
+        assert!(t.enqueue(e, &mut b, false));
+        let mut b = pkt(3);
+        assert!(!t.enqueue(e, &mut b, true), "per-entry limit 2");
+        assert_eq!(b.frame(), &[3; 20]);
+        assert_eq!(t.queued(), 2);
+        assert!(t.learn(A, M, REPLY, 1));
+        let mut out = PktBuf::new();
+        assert_eq!(t.pop_ready(&mut out), Some((M, 0, true)));
+        assert_eq!(out.frame(), &[1; 20]);
+        assert_eq!(t.pop_ready(&mut out), Some((M, 0, false)));
+        assert_eq!(out.frame(), &[2; 20]);
+        assert_eq!(t.pop_ready(&mut out), None);
+        assert_eq!(t.resolve(A, 2), Resolve::Mac(M));
+        assert_eq!(t.queued(), 0);
+    }
+
+    #[test]
+    fn stale_probes_then_fails_then_retries_after_hold() {
+        let mut t = NeighborTable::new(&limits());
+        t.learn(A, M, Learn { create: true, ..REPLY }, 0);
+        assert_eq!(t.resolve(A, 5 * MS), Resolve::Mac(M));
+        assert_eq!(t.pop_probe(), None);
+        // Past reachable time: stale, still used, unicast probe.
+        assert_eq!(t.resolve(A, 11 * MS), Resolve::Mac(M));
+        assert_eq!(t.pop_probe(), Some(Probe { key: A, unicast: Some(M) }));
+        assert_eq!(t.resolve(A, 11 * MS), Resolve::Mac(M));
+        assert_eq!(t.pop_probe(), None, "one probe per retransmit interval");
+        assert_eq!(t.resolve(A, 12 * MS), Resolve::Mac(M));
+        assert!(t.pop_probe().is_some());
+        assert_eq!(t.resolve(A, 13 * MS), Resolve::Fail(Drop::NoNeighbor));
+        assert_eq!(t.resolve(A, 17 * MS), Resolve::Fail(Drop::NoNeighbor), "held");
+        assert!(matches!(t.resolve(A, 18 * MS), Resolve::Queue(_)), "retried after hold");
+    }
+
+    #[test]
+    fn timers_retransmit_fail_and_drop_queue() {
+        let mut t = NeighborTable::new(&limits());
+        let Resolve::Queue(e) = t.resolve(A, 0) else { panic!() };
+        t.pop_probe();
+        t.enqueue(e, &mut pkt(1), true);
+        t.enqueue(e, &mut pkt(2), false);
+        assert_eq!(t.tick(0), (0, 0));
+        assert_eq!(t.pop_probe(), None);
+        assert_eq!(t.tick(MS), (0, 0));
+        assert_eq!(t.pop_probe(), Some(Probe { key: A, unicast: None }));
+        assert_eq!(t.tick(2 * MS), (1, 1), "two probes unanswered: queue dropped");
+        assert_eq!(t.queued(), 0);
+        assert_eq!(t.resolve(A, 3 * MS), Resolve::Fail(Drop::NoNeighbor));
+    }
+
+    #[test]
+    fn full_table_evicts_only_idle_stale_entries() {
+        let mut t = NeighborTable::new(&limits());
+        assert!(t.add_static(A, M));
+        assert!(matches!(t.resolve(B, 0), Resolve::Queue(_)));
+        assert_eq!(t.resolve(C, 0), Resolve::Fail(Drop::NeighborTableFull));
+        t.learn(B, M, REPLY, 0);
+        t.resolve(B, 100 * MS); // stale now
+        assert!(matches!(t.resolve(C, 100 * MS), Resolve::Queue(_)), "B evicted");
+        assert!(
+            !t.learn(A, MacAddr([9; 6]), Learn { create: true, ..REPLY }, 0),
+            "static entries do not move"
+        );
+        let rows = t.rows();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].state, NeighborState::Static);
+        assert_eq!(rows[1].ip, "10.0.0.4".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn total_queue_limit_is_shared() {
+        let mut t = NeighborTable::new(&limits());
+        let Resolve::Queue(a) = t.resolve(A, 0) else { panic!() };
+        let Resolve::Queue(b) = t.resolve(B, 0) else { panic!() };
+        assert!(t.enqueue(a, &mut pkt(1), true));
+        assert!(t.enqueue(a, &mut pkt(2), true));
+        assert!(t.enqueue(b, &mut pkt(3), true));
+        assert!(!t.enqueue(b, &mut pkt(4), true), "3 slots in all");
+    }
+}
