@@ -1,0 +1,224 @@
+//! `routeplex bench fib` and `routeplex bench pipeline`.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use fib::bench::{BenchOptions, Routes};
+use fib::prefix_file::{self, Family as FileFamily};
+use ports::Batch;
+use serde_json::json;
+use tester::frames::{udp_frame, UdpFlow};
+use tester::{Generator, Sink};
+use wire::MacAddr;
+
+use crate::alloc_count::allocations;
+use crate::lab::{self, Rng, Table};
+use crate::Family;
+
+/// Options of `routeplex bench fib`.
+#[derive(clap::Args)]
+pub struct FibArgs {
+    /// Prefix file, lines "prefix next-hop-id" [default: the cached real table of --family,
+    /// from scripts/fetch-prefixes].
+    #[arg(long)]
+    prefixes: Option<PathBuf>,
+    /// Which family of the file to load and look up.
+    #[arg(long, value_enum, default_value_t = Family::Ipv4)]
+    family: Family,
+    /// Distinct random addresses per round (keep it larger than the caches).
+    #[arg(long, default_value_t = 1 << 22)]
+    addresses: usize,
+    /// Timed rounds over those addresses.
+    #[arg(long, default_value_t = 10)]
+    rounds: usize,
+    /// Addresses per batched lookup.
+    #[arg(long, default_value_t = 256)]
+    batch: usize,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Options of `routeplex bench pipeline`.
+#[derive(clap::Args)]
+pub struct PipelineArgs {
+    /// Prefix file for the VR's IPv4 routes [default: the cached real table, else 500,000
+    /// generated prefixes].
+    #[arg(long)]
+    prefixes: Option<PathBuf>,
+    /// Packets to time.
+    #[arg(long, default_value_t = 20_000_000)]
+    packets: u64,
+    /// Frames per burst (1..=256).
+    #[arg(long, default_value_t = 256)]
+    batch: usize,
+    /// Distinct destinations in the generator's rotation.
+    #[arg(long, default_value_t = 65_536)]
+    flows: usize,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn fib(a: FibArgs) -> Result<()> {
+    anyhow::ensure!(a.addresses > 0 && a.rounds > 0, "--addresses and --rounds must be positive");
+    anyhow::ensure!((1..=4096).contains(&a.batch), "--batch {} is outside 1..=4096", a.batch);
+    let fam = match a.family {
+        Family::Ipv4 => FileFamily::Ipv4,
+        Family::Ipv6 => FileFamily::Ipv6,
+    };
+    let path = match a.prefixes {
+        Some(p) => p,
+        None => prefix_file::cached(fam)
+            .context("no --prefixes given and no cached real table: run scripts/fetch-prefixes")?,
+    };
+    let list = prefix_file::load(&path).map_err(anyhow::Error::msg)?;
+    let routes = Routes::from_list(&list, fam);
+    let n = match routes {
+        Routes::V4(r) => r.len(),
+        Routes::V6(r) => r.len(),
+    };
+    if n == 0 {
+        bail!("{}: no {:?} prefixes in the file", path.display(), a.family);
+    }
+    let opts = BenchOptions {
+        addresses: a.addresses,
+        rounds: a.rounds,
+        batch: a.batch,
+        ..BenchOptions::default()
+    };
+    let r = fib::bench::run(routes, &opts);
+    if a.json {
+        let mut v: serde_json::Value = serde_json::from_str(&r.to_json())?;
+        v["file"] = json!(path.display().to_string());
+        println!("{v}");
+    } else {
+        println!(
+            "{} ({:?}): {} prefixes, table {:.2} MiB, built in {:.0} ms",
+            path.display(),
+            a.family,
+            r.prefixes,
+            r.table_bytes as f64 / 1048576.0,
+            r.build_ms
+        );
+        println!(
+            "batched ({}): {:.1} M lookups/s ({:.2} ns each); scalar: {:.1} M/s",
+            r.batch,
+            r.lookups_per_sec / 1e6,
+            r.ns_per_lookup,
+            r.scalar_lookups_per_sec / 1e6
+        );
+        println!(
+            "checked {} lookups against the naive reference: {} mismatches; addresses: {}",
+            r.checked, r.mismatches, r.address_mode
+        );
+    }
+    if r.mismatches > 0 {
+        bail!("{} lookups disagreed with the naive reference", r.mismatches);
+    }
+    Ok(())
+}
+
+pub fn pipeline(a: PipelineArgs) -> Result<()> {
+    anyhow::ensure!(
+        (1..=ports::MAX_BURST).contains(&a.batch),
+        "--batch {} is outside 1..={}",
+        a.batch,
+        ports::MAX_BURST
+    );
+    anyhow::ensure!(a.packets > 0 && a.flows > 0, "--packets and --flows must be positive");
+    let table = match &a.prefixes {
+        Some(p) => Table::from_file(p)?,
+        None => Table::real_or_generated(500_000, 0, 1)?,
+    };
+    anyhow::ensure!(!table.v4.is_empty(), "{}: no IPv4 prefixes", table.label);
+    let topo = lab::topology(include_str!("bench.yaml"), "bench.yaml")?;
+    let mut vrs = topo.vrs.clone();
+    let gws: Vec<Ipv4Addr> = (2..=9).map(|h| Ipv4Addr::new(198, 19, 0, h)).collect();
+    let v4_only = Table { label: String::new(), v4: table.v4.clone(), v6: Vec::new() };
+    v4_only.add_routes(&mut vrs[0], &gws, &[]);
+    let routes = vrs[0].routes.len();
+    let eth0 = vrs[0].interfaces[0].mac;
+    let mut rng = Rng::new(0x5eed);
+    let frames: Vec<(Vec<u8>, u16)> = table
+        .destinations_v4(a.flows, &mut rng)?
+        .into_iter()
+        .map(|d| {
+            let f = UdpFlow {
+                src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+                dst_mac: eth0,
+                vlan: None,
+                src: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)),
+                dst: IpAddr::V4(d),
+                src_port: 1024,
+                dst_port: 7,
+                ttl: 64,
+                size: 60,
+            };
+            (udp_frame(&f), 0)
+        })
+        .collect();
+    let lab::Lab { mut engine, mut peers } = lab::build(&topo, &vrs)?;
+    let mut p1 = peers.pop().context("bench topology has two ports")?;
+    let mut p0 = peers.pop().context("bench topology has two ports")?;
+    let mut gen = Generator::new(frames);
+    let (mut tx, mut rx, mut sink) =
+        (Batch::new(a.batch), Batch::new(ports::MAX_BURST), Sink::default());
+    let t0 = Instant::now();
+    // One round: the generator fills port 0, the worker polls (timed), the sink drains port 1.
+    let mut worker_ns = 0u64;
+    let mut round = |engine: &mut dataplane::Engine, sink: &mut Sink, timed: bool| {
+        gen.send(&mut p0, &mut tx, a.batch);
+        let t = Instant::now();
+        engine.poll((t - t0).as_nanos() as u64);
+        if timed {
+            worker_ns += t.elapsed().as_nanos() as u64;
+        }
+        sink.recv(&mut p1, &mut rx);
+    };
+    for _ in 0..(1_000_000 / a.batch as u64).max(100) {
+        round(&mut engine, &mut sink, false);
+    }
+    let (fwd0, rx0) = (sink.packets(), engine.port_counters(0).rx_packets);
+    let allocs0 = allocations();
+    let wall = Instant::now();
+    while sink.packets() - fwd0 < a.packets {
+        let before = sink.packets();
+        round(&mut engine, &mut sink, true);
+        if sink.packets() == before && engine.port_counters(0).rx_packets == rx0 {
+            bail!("nothing is being forwarded:\n{}", engine.dump());
+        }
+    }
+    let wall_s = wall.elapsed().as_secs_f64();
+    let allocs = allocations() - allocs0;
+    let forwarded = sink.packets() - fwd0;
+    let received = engine.port_counters(0).rx_packets - rx0;
+    let ns = worker_ns as f64 / received as f64;
+    let out = json!({
+        "mpps": 1e3 / ns,
+        "ns_per_packet": ns,
+        "allocs_per_packet": allocs as f64 / received as f64,
+        "allocations": allocs,
+        "routes": routes,
+        "table": table.label,
+        "packets": received,
+        "forwarded": forwarded,
+        "dropped": received - forwarded,
+        "batch": a.batch,
+        "frame_bytes": 60,
+        "flows": a.flows,
+        "wall_mpps": forwarded as f64 / wall_s / 1e6,
+        "method": "one thread; mpps and ns_per_packet count only the worker's poll (rx burst, demux, VR pipeline, tx burst); wall_mpps also includes the generator and sink on the same thread",
+    });
+    if a.json {
+        println!("{out}");
+    } else {
+        println!(
+            "one VR, {routes} IPv4 routes ({}), {} 60-byte frames in bursts of {}: {:.2} Mpps ({:.1} ns/packet) in the worker, {:.2} Mpps wall with generator and sink; {} allocations",
+            table.label, received, a.batch, 1e3 / ns, ns, forwarded as f64 / wall_s / 1e6, allocs
+        );
+    }
+    Ok(())
+}
