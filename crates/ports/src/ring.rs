@@ -73,7 +73,7 @@ impl Producer {
             bytes += pkts[i as usize].len() as u64;
             // SAFETY: slot `tail + k` lies in `[tail, cached_head + size)`, which the producer owns;
             // the consumer does not touch it until the Release store of `tail` below.
-            unsafe { std::mem::swap(&mut pkts[i as usize], &mut *slot.get()) };
+            unsafe { std::ptr::swap(&mut pkts[i as usize], slot.get()) };
         }
         self.tail += n;
         self.ring.tail.0.store(self.tail, Ordering::Release);
@@ -95,7 +95,7 @@ impl Consumer {
             let slot = &self.ring.slots[(self.head + k) & self.ring.mask];
             // SAFETY: slot `head + k` lies in `[head, cached_tail)`, which the consumer owns; the
             // producer does not reuse it until the Release store of `head` below.
-            unsafe { std::mem::swap(&mut slots[start + k], &mut *slot.get()) };
+            unsafe { std::ptr::swap(&mut slots[start + k], slot.get()) };
             bytes += slots[start + k].len() as u64;
         }
         batch.set_len(start + n);
