@@ -75,7 +75,7 @@ pub fn run(a: Args) -> Result<()> {
     let routes: Vec<(usize, usize)> = vrs.iter().map(route_counts).collect();
     let lab = lab::build(&topo, &vrs)?;
     let (engine, gen, cpus) =
-        run_traffic(lab, Generator::new(mix), Duration::from_secs_f64(a.seconds))?;
+        run_traffic(lab, Generator::unstamped(mix), Duration::from_secs_f64(a.seconds))?;
     let reports: Vec<VrReport> = engine
         .vrs()
         .iter()

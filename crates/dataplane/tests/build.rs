@@ -1,0 +1,79 @@
+//! Building an engine: inconsistent configurations are refused with a `BuildError` (never a
+//! panic), consistent ones are accepted.
+
+mod common;
+
+use common::*;
+use dataplane::config::{NeighborConfig, VrConfig};
+use dataplane::{Engine, Vr};
+use ports::mem;
+use ports::Port;
+
+fn ports(n: usize) -> Vec<Box<dyn Port>> {
+    (0..n).map(|i| Box::new(mem::pair(&format!("p{i}"), "h", 4).0) as Box<dyn Port>).collect()
+}
+
+#[track_caller]
+fn refused(vrs: &[VrConfig], nports: usize, why: &str) {
+    match Engine::from_configs(ports(nports), vrs) {
+        Ok(_) => panic!("accepted: {why}"),
+        Err(e) => assert!(!e.to_string().is_empty(), "{why}: empty message"),
+    }
+}
+
+#[test]
+fn inconsistent_configurations_are_refused() {
+    let mut c = base_vr();
+    c.interfaces[2].port = 3;
+    refused(&[c], 3, "interface on a port that does not exist");
+
+    let mut c = base_vr();
+    c.routes.push(via("100.64.0.0/10", "192.168.77.1"));
+    refused(&[c], 3, "gateway on no connected subnet");
+
+    let mut c = base_vr();
+    c.routes.push(via_if("100.64.0.0/10", "10.0.0.77", 9));
+    refused(&[c], 3, "route through an interface that does not exist");
+
+    let mut c = base_vr();
+    c.routes.push(out_iface("100.64.0.0/10", 9));
+    refused(&[c], 3, "Iface route to an interface that does not exist");
+
+    let mut c = base_vr();
+    c.neighbors.push(NeighborConfig { iface: 7, ip: ip("10.0.0.99"), mac: mac(H3) });
+    refused(&[c], 3, "static neighbor on an interface that does not exist");
+
+    let mut c = base_vr();
+    c.limits.neighbors = 2;
+    refused(&[c], 3, "more static neighbors than the table holds");
+
+    let mut other = base_vr();
+    other.name = "r2".into();
+    refused(&[base_vr(), other], 3, "two VRs share (port, VLAN, MAC)");
+
+    for burst in [0, 257, 10_000] {
+        let r = Engine::with_burst(ports(3), vec![Vr::new(&base_vr()).unwrap()], burst);
+        assert!(r.is_err(), "burst {burst} accepted");
+    }
+}
+
+#[test]
+fn consistent_configurations_are_accepted() {
+    // Same MAC on another VLAN of the same port, and on another port: distinct interfaces.
+    let mut other = base_vr();
+    other.name = "r2".into();
+    for (i, f) in other.interfaces.iter_mut().enumerate() {
+        f.vlan = Some(300 + i as u16);
+    }
+    let e = Engine::from_configs(ports(3), &[base_vr(), other]).unwrap();
+    assert_eq!(e.vrs().len(), 2);
+    assert!(e.vr("r2").is_some() && e.vr("nope").is_none());
+    assert_eq!(e.port_count(), 3);
+    for burst in [1, 2, 256] {
+        assert!(Engine::with_burst(ports(3), vec![Vr::new(&base_vr()).unwrap()], burst).is_ok());
+    }
+    // Static neighbors show up as such.
+    let rows = e.vrs()[0].neighbors();
+    assert_eq!(rows.len(), 6);
+    assert!(rows.iter().all(|r| r.state == dataplane::NeighborState::Static && r.queued == 0));
+}

@@ -1,0 +1,98 @@
+//! Meta-test: every drop reason (`Drop::ALL`, `PortDrop::ALL`) has a test that triggers it with
+//! a crafted packet and asserts the whole counter set. The table is an exhaustive `match`, so a
+//! new reason does not compile until it is given a test; the test below checks that each named
+//! test exists in its file and that the file asserts that reason.
+
+use dataplane::{Drop, PortDrop};
+
+const SOURCES: &[(&str, &str)] = &[
+    ("drops.rs", include_str!("drops.rs")),
+    ("icmp.rs", include_str!("icmp.rs")),
+    ("neighbors.rs", include_str!("neighbors.rs")),
+    ("forwarding.rs", include_str!("forwarding.rs")),
+    ("multi_vr.rs", include_str!("multi_vr.rs")),
+];
+
+/// The test (file, function) that covers each VR drop reason.
+fn vr_test(d: Drop) -> (&'static str, &'static str) {
+    match d {
+        Drop::UnknownEthertype => ("drops.rs", "unknown_ethertype"),
+        Drop::ArpMalformed => ("drops.rs", "arp_malformed"),
+        Drop::ArpNotForUs => ("drops.rs", "arp_not_for_us"),
+        Drop::Ip4BadLength => ("drops.rs", "ip4_bad_length"),
+        Drop::Ip4BadVersion => ("drops.rs", "ip4_bad_version"),
+        Drop::Ip4BadChecksum => ("drops.rs", "ip4_bad_checksum"),
+        Drop::Ip6BadLength => ("drops.rs", "ip6_bad_length"),
+        Drop::Ip6BadVersion => ("drops.rs", "ip6_bad_version"),
+        Drop::Ip6BadExtHeader => ("drops.rs", "ip6_bad_ext_header"),
+        Drop::MartianSource => ("drops.rs", "martian_source"),
+        Drop::MartianDestination => ("drops.rs", "martian_destination"),
+        Drop::IpMulticast => ("drops.rs", "ip_multicast"),
+        Drop::TtlExpired => ("icmp.rs", "time_exceeded_v4"),
+        Drop::NoRoute => ("icmp.rs", "net_unreachable_v4_leaves_by_another_interface"),
+        Drop::Blackhole => ("drops.rs", "blackhole"),
+        Drop::DirectedBroadcast => ("drops.rs", "directed_broadcast"),
+        Drop::NoNeighbor => {
+            ("neighbors.rs", "unresolved_next_hop_retransmits_fails_holds_and_retries")
+        }
+        Drop::NeighborTableFull => ("neighbors.rs", "neighbor_table_full"),
+        Drop::NeighborQueueFull => ("neighbors.rs", "neighbor_queue_limits_per_next_hop_and_total"),
+        Drop::MtuExceeded => ("icmp.rs", "frag_needed_v4_carries_next_hop_mtu"),
+        Drop::LocalPortUnreachable => {
+            ("icmp.rs", "port_unreachable_v4_from_receiving_interface_address")
+        }
+        Drop::LocalUnsupported => ("drops.rs", "local_unsupported"),
+        Drop::LocalFragment => ("drops.rs", "local_fragment"),
+        Drop::IcmpMalformed => ("drops.rs", "icmp_malformed"),
+        Drop::IcmpNotHandled => ("drops.rs", "icmp_not_handled"),
+        Drop::NdpInvalid => ("neighbors.rs", "invalid_neighbor_discovery_is_dropped"),
+        Drop::TxFull => ("drops.rs", "tx_full"),
+    }
+}
+
+fn port_test(d: PortDrop) -> (&'static str, &'static str) {
+    match d {
+        PortDrop::Runt => ("drops.rs", "runt"),
+        PortDrop::VlanUnknown => ("drops.rs", "vlan_unknown"),
+        PortDrop::NotForUs => ("drops.rs", "not_for_us"),
+    }
+}
+
+/// The body of `#[test] fn name()` in `file`, up to the next test.
+fn body(file: &str, name: &str) -> &'static str {
+    let src = SOURCES
+        .iter()
+        .find(|(f, _)| *f == file)
+        .unwrap_or_else(|| panic!("{file} is not listed"))
+        .1;
+    let head = format!("#[test]\nfn {name}()");
+    let start = src.find(&head).unwrap_or_else(|| panic!("{file} has no test `{name}`"));
+    let rest = &src[start + head.len()..];
+    let end = rest.find("#[test]").unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// `Lab::check` compares every counter; `vr_drops`/`port_drops` (drops.rs) call it per frame.
+fn asserts_counters(body: &str) -> bool {
+    ["check(", "vr_drops(", "port_drops("].iter().any(|s| body.contains(s))
+}
+
+#[test]
+fn every_drop_reason_has_a_test() {
+    for &d in Drop::ALL {
+        let (file, name) = vr_test(d);
+        let b = body(file, name);
+        let variant = format!("Drop::{d:?}");
+        assert!(b.contains(&variant), "{file}::{name} never mentions {variant}");
+        assert!(asserts_counters(b), "{file}::{name} ({}) does not assert the counters", d.name());
+    }
+    for &d in PortDrop::ALL {
+        let (file, name) = port_test(d);
+        let b = body(file, name);
+        let variant = format!("PortDrop::{d:?}");
+        assert!(b.contains(&variant), "{file}::{name} never mentions {variant}");
+        assert!(asserts_counters(b), "{file}::{name} ({}) does not assert the counters", d.name());
+    }
+    assert_eq!(Drop::ALL.len(), Drop::COUNT);
+    assert_eq!(PortDrop::ALL.len(), PortDrop::COUNT);
+}
