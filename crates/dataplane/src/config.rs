@@ -9,6 +9,14 @@ use std::net::IpAddr;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use wire::MacAddr;
 
+/// The smallest IPv4 MTU (RFC 791).
+pub const MIN_MTU: u16 = 68;
+/// The smallest MTU of an interface with IPv6 (RFC 8200 §5).
+pub const IPV6_MIN_MTU: u16 = 1280;
+/// The largest MTU: the largest IP packet a packet buffer holds behind an 802.1Q header.
+/// Jumbo frames would need chained buffers, which routeplex does not have yet.
+pub const MAX_MTU: u16 = (ports::BUF_SIZE - ports::HEADROOM - 18) as u16;
+
 /// Index of a port in the host's port list.
 pub type PortId = u16;
 /// Index of an interface in its VR's interface list.
@@ -40,7 +48,7 @@ pub struct IfaceConfig {
     pub vlan: Option<u16>,
     /// Its own unicast MAC: frames to it are demuxed to this interface.
     pub mac: MacAddr,
-    /// IP MTU in bytes (68..=9000 for IPv4 use; IPv6 needs at least 1280).
+    /// IP MTU in bytes, [`MIN_MTU`]..=[`MAX_MTU`]; at least [`IPV6_MIN_MTU`] with IPv6.
     pub mtu: u16,
     /// IPv4 addresses with their subnet lengths; each subnet becomes a connected route.
     pub ipv4: Vec<Ipv4Net>,

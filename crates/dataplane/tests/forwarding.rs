@@ -367,9 +367,16 @@ fn longest_prefix_match_and_route_kinds() {
 /// copied, 7 bytes), EOL: 12 bytes.
 const OPTIONS: [u8; 12] = [148, 4, 0, 0, 1, 7, 7, 4, 0, 0, 0, 0];
 
+/// The base VR with a smaller MTU on wan; an IPv6 link cannot go below 1280 (RFC 8200 §5),
+/// so below that wan is IPv4 only.
 fn frag_vr(mtu: u16) -> VrConfig {
     let mut c = base_vr();
     c.interfaces[1].mtu = mtu;
+    if mtu < 1280 {
+        c.interfaces[1].ipv6.clear();
+        c.routes.retain(|r| r.prefix.addr().is_ipv4());
+        c.neighbors.retain(|n| n.ip.is_ipv4() || n.iface != 1);
+    }
     c
 }
 

@@ -1231,7 +1231,9 @@ fn icmp_error_to_an_unresolved_source_waits_for_arp() {
 #[test]
 fn fragments_wait_for_resolution_and_all_count() {
     let mut c = nvr();
+    // An IPv6 link cannot go below 1280 (RFC 8200 §5): lan is IPv4 only here.
     c.interfaces[0].mtu = 576;
+    c.interfaces[0].ipv6.clear();
     c.limits.queue_per_neighbor = 4;
     c.limits.queue_total = 8;
     let mut lab = Lab::new(&[c], &RINGS);

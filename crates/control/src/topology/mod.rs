@@ -21,7 +21,7 @@
 //!         port: p0            # a port above
 //!         vlan: 10            # optional 802.1Q id 1..=4094; untagged if absent
 //!         mac: 02:00:00:00:01:00   # unicast; frames to it reach this interface
-//!         mtu: 1500           # optional, 68..=9000 (>= 1280 with IPv6), default 1500
+//!         mtu: 1500           # optional, 68..=1966 (>= 1280 with IPv6), default 1500
 //!         addresses: [10.0.0.1/24, "2001:db8:0:1::1/64"]   # address/subnet length
 //!       - name: eth1
 //!         port: p1

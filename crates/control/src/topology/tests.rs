@@ -305,8 +305,8 @@ fn vlan_ids_are_1_to_4094() {
 }
 
 #[test]
-fn mtu_is_68_to_9000_and_1280_with_ipv6() {
-    for mtu in ["67", "9001"] {
+fn mtu_is_68_to_1966_and_1280_with_ipv6() {
+    for mtu in ["67", "1967"] {
         rejects(
             &vr1(&format!(
                 "      - {{ name: eth2, port: p1, mtu: {mtu}, mac: 02:00:00:00:01:02 }}\n"
@@ -314,7 +314,7 @@ fn mtu_is_68_to_9000_and_1280_with_ipv6() {
             (9, mtu),
             "vrs[0].interfaces[2].mtu",
             Some(mtu),
-            &format!("MTU {mtu} is out of range 68..=9000"),
+            &format!("MTU {mtu} is out of range 68..=1966"),
         );
     }
     rejects(
@@ -724,7 +724,7 @@ vrs:
       - name: eth1
         port: p1
         mac: 02:00:00:00:01:01
-        mtu: 9000
+        mtu: 1900
         addresses: [10.0.1.1/24]
     routes:
       - { prefix: 0.0.0.0/0, via: 10.0.1.2 }
@@ -769,7 +769,7 @@ vrs:
                 port: 1,
                 vlan: None,
                 mac: mac("02:00:00:00:01:01"),
-                mtu: 9000,
+                mtu: 1900,
                 ipv4: vec!["10.0.1.1/24".parse().unwrap()],
                 ipv6: vec![],
             },

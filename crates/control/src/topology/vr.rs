@@ -6,6 +6,7 @@ use std::path::Path;
 
 use dataplane::config::{
     IfaceConfig, IfaceId, NeighborConfig, RouteConfig, RouteTarget, VrConfig, VrLimits,
+    IPV6_MIN_MTU, MAX_MTU, MIN_MTU,
 };
 use ipnet::IpNet;
 use wire::MacAddr;
@@ -18,8 +19,6 @@ const IFACE_KEYS: &[&str] = &["name", "port", "vlan", "mac", "mtu", "addresses"]
 const ROUTE_KEYS: &[&str] = &["prefix", "via", "interface", "blackhole"];
 const NEIGHBOR_KEYS: &[&str] = &["address", "mac", "interface"];
 const DEFAULT_MTU: u16 = 1500;
-/// The smallest MTU a link carrying IPv6 may have (RFC 8200 §5).
-const IPV6_MIN_MTU: u16 = 1280;
 
 /// Each `limits:` key, its accepted range, and the field it sets. The ranges guarantee the
 /// value fits the field, so the setters may narrow with `as`.
@@ -151,7 +150,7 @@ impl Vr {
         let mtu = match m.get("mtu") {
             None => DEFAULT_MTU,
             Some(mv) => {
-                let mtu = mv.int("MTU", 68, 9000)?;
+                let mtu = mv.int("MTU", MIN_MTU.into(), MAX_MTU.into())?;
                 if mtu < IPV6_MIN_MTU && !ipv6.is_empty() {
                     return Err(mv.bad(
                         mv.text()?,

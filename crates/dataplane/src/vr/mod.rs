@@ -28,7 +28,9 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use ports::{Batch, PktBuf, MAX_BURST};
 use wire::MacAddr;
 
-use crate::config::{IfaceId, PortId, RouteTarget, VrConfig, VrLimits};
+use crate::config::{
+    IfaceId, PortId, RouteTarget, VrConfig, VrLimits, IPV6_MIN_MTU, MAX_MTU, MIN_MTU,
+};
 use crate::counters::{Drop, VrCounters};
 use crate::l2;
 use neighbor::{NKey, NeighborTable, Resolve};
@@ -445,6 +447,15 @@ impl Core {
                 ll: link_local(i.mac),
             })
             .collect();
+        for f in &ifaces {
+            let floor = if f.v6.is_empty() { MIN_MTU } else { IPV6_MIN_MTU };
+            if !(floor..=MAX_MTU).contains(&f.mtu) {
+                return err(format!(
+                    "interface {} has MTU {}, outside {floor}..={MAX_MTU}",
+                    f.name, f.mtu
+                ));
+            }
+        }
         if ifaces.len() > IfaceId::MAX as usize {
             return err(format!("{} interfaces, at most {}", ifaces.len(), IfaceId::MAX));
         }
