@@ -21,6 +21,14 @@ pub(crate) struct Target {
     pub iface: u16,
 }
 
+/// Why an interface cannot join a segment: another interface already has its MAC, or one of
+/// its addresses (ARP and neighbor solicitations for it could reach only one of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Conflict {
+    Mac(Target),
+    Address(Target, std::net::IpAddr),
+}
+
 /// A frame's classification.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Class {
@@ -58,8 +66,8 @@ impl Demux {
         Demux { ports: (0..ports).map(|_| PortTable::default()).collect() }
     }
 
-    /// Registers a VR interface. Returns the interface already registered under the same
-    /// (port, VLAN, MAC), if any, leaving the tables unchanged.
+    /// Registers a VR interface. Refuses, leaving the tables unchanged, an interface whose
+    /// (port, VLAN, MAC) or one of whose addresses on that segment another interface has.
     pub fn add(
         &mut self,
         port: usize,
@@ -68,19 +76,25 @@ impl Demux {
         v4: &[Ipv4Addr],
         v6: &[Ipv6Addr],
         t: Target,
-    ) -> Result<(), Target> {
+    ) -> Result<(), Conflict> {
         let p = &mut self.ports[port];
         if let Some(&old) = p.unicast.get(&key(vlan, mac)) {
-            return Err(old);
+            return Err(Conflict::Mac(old));
+        }
+        for a in v4 {
+            if let Some(&old) = p.arp.get(&(vlan, *a)) {
+                return Err(Conflict::Address(old, (*a).into()));
+            }
+        }
+        for a in v6 {
+            if let Some(&old) = p.nd.get(&(vlan, *a)) {
+                return Err(Conflict::Address(old, (*a).into()));
+            }
         }
         p.unicast.insert(key(vlan, mac), t);
         p.vlans.insert(vlan);
-        for a in v4 {
-            p.arp.entry((vlan, *a)).or_insert(t);
-        }
-        for a in v6 {
-            p.nd.entry((vlan, *a)).or_insert(t);
-        }
+        p.arp.extend(v4.iter().map(|a| ((vlan, *a), t)));
+        p.nd.extend(v6.iter().map(|a| ((vlan, *a), t)));
         Ok(())
     }
 

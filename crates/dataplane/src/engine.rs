@@ -10,7 +10,7 @@ use ports::{Batch, Port, PortStats, MAX_BURST};
 
 use crate::config::VrConfig;
 use crate::counters::{PortCounters, TxTally};
-use crate::demux::{Demux, Target, NO_KEY};
+use crate::demux::{Conflict, Demux, Target, NO_KEY};
 use crate::vr::{BuildError, Fate, Meta, OutQueue, Vr};
 
 const NONE: u16 = u16::MAX;
@@ -153,19 +153,21 @@ impl Engine {
                 let v4: Vec<_> = f.v4.iter().map(|n| n.addr()).collect();
                 let v6: Vec<_> = f.v6.iter().map(|n| n.addr()).chain([f.ll]).collect();
                 let t = Target { vr: v as u16, iface: i as u16 };
-                if let Err(old) =
-                    demux.add(f.port as usize, f.vlan.unwrap_or(0), f.mac, &v4, &v6, t)
+                if let Err(c) = demux.add(f.port as usize, f.vlan.unwrap_or(0), f.mac, &v4, &v6, t)
                 {
+                    let (old, what) = match c {
+                        Conflict::Mac(old) => (old, format!("MAC {}", f.mac)),
+                        Conflict::Address(old, a) => (old, format!("address {a}")),
+                    };
                     let o = &vrs[old.vr as usize];
                     return Err(BuildError(format!(
-                        "vr {} interface {} and vr {} interface {} share port {}, vlan {:?} and MAC {}",
+                        "vr {} interface {} and vr {} interface {} share port {}, vlan {:?} and {what}",
                         vr.name(),
                         f.name,
                         o.name(),
                         o.ifaces()[old.iface as usize].name,
                         f.port,
                         f.vlan,
-                        f.mac
                     )));
                 }
             }

@@ -21,6 +21,14 @@ fn refused(vrs: &[VrConfig], nports: usize, why: &str) {
     }
 }
 
+#[track_caller]
+fn refused_because(vrs: &[VrConfig], nports: usize, needle: &str) {
+    match Engine::from_configs(ports(nports), vrs) {
+        Ok(_) => panic!("accepted, expected an error mentioning {needle:?}"),
+        Err(e) => assert!(e.to_string().contains(needle), "{e} does not mention {needle:?}"),
+    }
+}
+
 #[test]
 fn inconsistent_configurations_are_refused() {
     let mut c = base_vr();
@@ -50,6 +58,21 @@ fn inconsistent_configurations_are_refused() {
     let mut other = base_vr();
     other.name = "r2".into();
     refused(&[base_vr(), other], 3, "two VRs share (port, VLAN, MAC)");
+
+    // Other MACs, same addresses on the same segments: ARP for them could reach one only.
+    let mut other = base_vr();
+    other.name = "r2".into();
+    for f in &mut other.interfaces {
+        f.mac.0[0] = 0x06;
+    }
+    refused_because(&[base_vr(), other], 3, "and address 10.0.0.1");
+
+    let mut c = base_vr();
+    c.interfaces[0].mtu = 1279;
+    refused_because(&[c], 3, "MTU 1279, outside 1280..=1966");
+    let mut c = base_vr();
+    c.interfaces[0].mtu = dataplane::config::MAX_MTU + 1;
+    refused_because(&[c], 3, "MTU 1967, outside 1280..=1966");
 
     for burst in [0, 257, 10_000] {
         let r = Engine::with_burst(ports(3), vec![Vr::new(&base_vr()).unwrap()], burst);

@@ -56,7 +56,7 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Demo(a) => demo::run(a),
         Cmd::Show { file } => control::Topology::load(&file)
-            .map(|t| print!("{}", t.summary()))
+            .map(|t| println!("{}", t.summary().trim_end()))
             .map_err(anyhow::Error::from),
         Cmd::Bench(BenchCmd::Fib(a)) => bench::fib(a),
         Cmd::Bench(BenchCmd::Pipeline(a)) => bench::pipeline(a),

@@ -87,6 +87,7 @@ mod yaml;
 mod tests;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::path::Path;
 
 use dataplane::config::{PortId, VrConfig};
@@ -192,6 +193,10 @@ struct Host {
     /// Demux keys: a frame is steered by (port, VLAN, destination MAC), so two interfaces on
     /// the same key would make it ambiguous.
     demux: HashMap<DemuxKey, Claimant>,
+    /// Addresses per segment (port, VLAN): ARP and neighbor solicitations for an address are
+    /// demuxed to the one interface that owns it there, so two owners would make one of them
+    /// unreachable.
+    segment_addrs: HashMap<(PortId, Option<u16>, IpAddr), Claimant>,
 }
 
 type DemuxKey = (PortId, Option<u16>, MacAddr);

@@ -402,12 +402,26 @@ fn addresses_are_cidrs_of_usable_unicast_hosts() {
         );
     }
     // Point-to-point subnets use every address; a second address on the same subnet of the
-    // same interface is a secondary; the same address in another VR is another routing domain.
+    // same interface is a secondary; the same address in another VR on another segment is
+    // another routing domain.
     let t = accepts(&vr1(
-        "      - { name: eth2, port: p1, mac: 02:00:00:00:01:02, addresses: [10.0.2.0/31, 10.0.3.0/32, 10.0.4.1/24, 10.0.4.2/24] }\n  - name: vr2\n    interfaces:\n      - { name: eth0, port: p0, mac: 02:00:00:00:02:00, addresses: [10.0.0.1/24] }\n",
+        "      - { name: eth2, port: p1, mac: 02:00:00:00:01:02, addresses: [10.0.2.0/31, 10.0.3.0/32, 10.0.4.1/24, 10.0.4.2/24] }\n  - name: vr2\n    interfaces:\n      - { name: eth0, port: p0, vlan: 20, mac: 02:00:00:00:02:00, addresses: [10.0.0.1/24] }\n",
     ));
     assert_eq!(t.vrs[0].interfaces[2].ipv4.len(), 4);
     assert_eq!(t.vrs[0].interfaces[2].ipv4[0].to_string(), "10.0.2.0/31");
+}
+
+#[test]
+fn an_address_has_one_owner_per_segment() {
+    // On one segment ARP for 10.0.0.1 reaches one interface only, whichever VR it is in.
+    let src = vr1("  - name: vr2\n    interfaces:\n      - { name: eth0, port: p0, mac: 02:00:00:00:02:00, addresses: [10.0.0.1/24] }\n");
+    let e = Topology::parse(&src, "lab.yaml", Path::new(".")).unwrap_err();
+    assert_eq!(e.field(), "vrs[1].interfaces[0].addresses[0]");
+    assert_eq!(e.value(), Some("10.0.0.1/24"));
+    assert_eq!(
+        e.message(),
+        "address 10.0.0.1 on port p0 (untagged) is already vr1.eth0's (line 7); ARP and neighbor discovery for it could reach only one of them"
+    );
 }
 
 // ---- routes ----
@@ -1038,10 +1052,11 @@ fn a_missing_file_is_an_io_error_naming_it() {
 
 #[test]
 fn link_local_addresses_are_per_link() {
-    // The same explicit link-local address on two interfaces is fine; on one it is a repeat.
+    // The same explicit link-local address on two links is fine; on one interface it is a
+    // repeat (and on one link, a conflict: see an_address_has_one_owner_per_segment).
     let text = |second_iface: &str| {
         vr1(&format!(
-            "      - {{ name: eth2, port: p1, mac: 02:00:00:00:01:02, addresses: [\"fe80::1/64\"] }}\n      - {{ name: eth3, port: p1, mac: 02:00:00:00:01:03, addresses: [\"fe80::1/64\"{second_iface}] }}\n"
+            "      - {{ name: eth2, port: p1, mac: 02:00:00:00:01:02, addresses: [\"fe80::1/64\"] }}\n      - {{ name: eth3, port: p0, mac: 02:00:00:00:01:03, addresses: [\"fe80::1/64\"{second_iface}] }}\n"
         ))
     };
     let t = accepts(&text(""));

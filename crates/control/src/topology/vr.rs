@@ -142,7 +142,22 @@ impl Vr {
 
         let (mut ipv4, mut ipv6) = (Vec::new(), Vec::new());
         for av in m.list("addresses")? {
-            match self.address(&av, id)? {
+            let net = self.address(&av, id)?;
+            if let Some((vr, iface, line)) = host.segment_addrs.get(&(port, vlan, net.addr())) {
+                let vlan = vlan.map_or("untagged".to_string(), |v| format!("VLAN {v}"));
+                let port = &host.port_names[usize::from(port)];
+                return Err(av.bad(
+                    av.text()?,
+                    format_args!(
+                        "address {} on port {port} ({vlan}) is already {vr}.{iface}'s (line {line}); \
+                         ARP and neighbor discovery for it could reach only one of them",
+                        net.addr()
+                    ),
+                ));
+            }
+            host.segment_addrs
+                .insert((port, vlan, net.addr()), (self.name.clone(), name.clone(), av.line()));
+            match net {
                 IpNet::V4(n) => ipv4.push(n),
                 IpNet::V6(n) => ipv6.push(n),
             }
