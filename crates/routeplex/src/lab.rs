@@ -9,6 +9,7 @@ use control::{PortKind, Topology};
 use dataplane::config::{RouteConfig, RouteTarget, VrConfig};
 use dataplane::Engine;
 use fib::prefix_file::{self, Family};
+pub use fib::synthetic::Rng;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use ports::mem::{self, MemPort};
 use ports::Port;
@@ -111,7 +112,7 @@ impl Table {
             let host = if p.prefix_len() == 32 {
                 0
             } else {
-                r.next() as u32 & (u32::MAX >> p.prefix_len())
+                r.next_u64() as u32 & (u32::MAX >> p.prefix_len())
             };
             let a = Ipv4Addr::from(u32::from(p.network()) | host);
             let o = a.octets();
@@ -125,7 +126,7 @@ impl Table {
     pub fn destinations_v6(&self, n: usize, rng: &mut Rng) -> Result<Vec<Ipv6Addr>> {
         pick(n, self.v6.len(), rng, |i, r| {
             let (p, _) = self.v6[i];
-            let rand = (r.next() as u128) << 64 | r.next() as u128;
+            let rand = r.next_u128();
             let host = if p.prefix_len() == 128 { 0 } else { rand & (u128::MAX >> p.prefix_len()) };
             let a = u128::from(p.network()) | host;
             let global = a >> 125 == 1 && a >> 80 != 0x2001_0002_0000;
@@ -156,27 +157,6 @@ fn pick<T>(
         }
     }
     Ok(v)
-}
-
-/// SplitMix64: small, fast and reproducible; good enough to pick test addresses.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((self.next() as u128 * n as u128) >> 64) as u64
-    }
 }
 
 /// Parses the embedded demo/bench topology.

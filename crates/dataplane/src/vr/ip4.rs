@@ -67,7 +67,7 @@ impl Core {
     /// Pass 3 for IPv4: act on the route. The common case — a resolved gateway, TTL to spare,
     /// within the MTU — is a TTL decrement and a header copy; everything else takes the slow
     /// path.
-    #[inline]
+    #[inline(always)]
     pub(super) fn forward4(
         &mut self,
         buf: &mut PktBuf,

@@ -77,7 +77,7 @@ impl Core {
 
     /// Pass 3 for IPv6; the fast path as for IPv4. Link-local addresses are never forwarded,
     /// so they take the slow path, where they are dropped.
-    #[inline]
+    #[inline(always)]
     pub(super) fn forward6(&mut self, buf: &mut PktBuf, m: &Meta, nh: NextHop, now: u64) -> Fate {
         let l3 = m.l3 as usize;
         let rw = &self.rewrite[nh as usize];
