@@ -63,13 +63,7 @@ impl Core {
     }
 
     /// Writes a probe for `key` into `buf`: ARP request or neighbor solicitation.
-    pub(super) fn probe(
-        &mut self,
-        buf: &mut PktBuf,
-        key: NKey,
-        unicast: Option<MacAddr>,
-        _now: u64,
-    ) -> Fate {
+    pub(super) fn probe(&mut self, buf: &mut PktBuf, key: NKey, unicast: Option<MacAddr>) -> Fate {
         if key.is_v4() {
             self.arp_request(buf, key, unicast)
         } else {

@@ -11,8 +11,9 @@
 //!    error built in the packet's own buffer.
 //!
 //! Packets the VR makes beyond the one it received (probes, flushed queues, fragments) go to
-//! `out`, which the engine transmits after the batch. Nothing here allocates per packet: every
-//! buffer, queue and table is sized when the VR is built.
+//! the engine's `out` queue, lent to the VR while it runs and transmitted after the batch.
+//! Nothing here allocates per packet: every buffer, queue and table is sized when the VR (or
+//! the engine) is built.
 
 mod arp;
 mod ip4;
@@ -292,7 +293,7 @@ impl Vr {
         self.core.neigh.queued()
     }
 
-    /// Interfaces as (name, port, vlan, mac, IPv4 addresses, IPv6 addresses incl. link-local).
+    /// The interfaces, in configuration order.
     pub(crate) fn ifaces(&self) -> &[Iface] {
         &self.core.ifaces
     }
@@ -344,7 +345,7 @@ impl Vr {
                 meta[i].fate = self.core.forward6(&mut pkts[i], &meta[i], s.nh6[k], now);
             }
         }
-        self.drain(now, out);
+        self.drain(out);
     }
 
     /// Timers: neighbor retransmissions and failures. Cheap when nothing is pending.
@@ -352,14 +353,14 @@ impl Vr {
         let (transit, generated) = self.core.neigh.tick(now);
         self.core.counters.drops[Drop::NoNeighbor as usize] += transit;
         self.core.counters.generated_dropped += generated;
-        self.drain(now, out);
+        self.drain(out);
     }
 
     /// Moves due probes and resolved queues into `out`, as far as it has room.
-    fn drain(&mut self, now: u64, out: &mut OutQueue) {
+    fn drain(&mut self, out: &mut OutQueue) {
         let c = &mut self.core;
         while let Some(p) = c.neigh.pop_probe() {
-            if !out.emit(|buf| c.probe(buf, p.key, p.unicast, now)) && out.batch.room() == 0 {
+            if !out.emit(|buf| c.probe(buf, p.key, p.unicast)) && out.batch.room() == 0 {
                 c.neigh.push_probe(p);
                 break;
             }
