@@ -32,6 +32,24 @@ pub struct PortStats {
     pub tx_bytes: u64,
     /// Frames `tx_burst` refused because the ring towards the peer was full.
     pub tx_full: u64,
+    /// Frames lost on the way in, as the backend or kernel reports them (a full receive ring,
+    /// a frame too long for a buffer, a descriptor a peer got wrong...).
+    pub rx_dropped: u64,
+    /// Frames refused on the way out for another reason than a full ring (link down, frame
+    /// too long for the peer's buffers...).
+    pub tx_errors: u64,
+}
+
+/// Whether a port can move packets now.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PortStatus {
+    /// Moving packets.
+    #[default]
+    Up,
+    /// Not moving packets, and why: no peer connected yet, the peer went away, the kernel
+    /// interface disappeared... `rx_burst` returns 0 and `tx_burst` takes nothing meanwhile;
+    /// the host keeps running.
+    Down(String),
 }
 
 /// A batch-oriented packet port.
@@ -50,6 +68,11 @@ pub trait Port: Send {
 
     /// Counters since the port was made.
     fn stats(&self) -> PortStats;
+
+    /// Whether the port moves packets now. Ports that are always up need not say.
+    fn status(&self) -> PortStatus {
+        PortStatus::Up
+    }
 }
 
 impl<P: Port + ?Sized> Port for Box<P> {
@@ -64,5 +87,8 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn stats(&self) -> PortStats {
         (**self).stats()
+    }
+    fn status(&self) -> PortStatus {
+        (**self).status()
     }
 }
