@@ -324,8 +324,12 @@ impl Engine {
         );
     }
 
-    /// Neighbor timers of every VR, and whatever they or earlier resolutions left to send.
+    /// Ports' control-path work, neighbor timers of every VR, and whatever they or earlier
+    /// resolutions left to send.
     fn housekeeping(&mut self, now: u64) {
+        for p in self.ports.iter_mut() {
+            p.service();
+        }
         let Engine { ports, pcs, vrs, out, tallies, info, egress, .. } = self;
         for (v, vr) in vrs.iter_mut().enumerate() {
             out.vr = v as u16;

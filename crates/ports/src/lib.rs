@@ -73,6 +73,11 @@ pub trait Port: Send {
     fn status(&self) -> PortStatus {
         PortStatus::Up
     }
+
+    /// Control-path work that must not sit in the burst loop: accepting a peer, a handshake,
+    /// noticing that an interface went away. The worker calls it about once a millisecond; it
+    /// must not block. Ports without such work need not say.
+    fn service(&mut self) {}
 }
 
 impl<P: Port + ?Sized> Port for Box<P> {
@@ -90,5 +95,8 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn status(&self) -> PortStatus {
         (**self).status()
+    }
+    fn service(&mut self) {
+        (**self).service()
     }
 }
