@@ -98,6 +98,11 @@ impl Demux {
         Ok(())
     }
 
+    /// Whether any VR interface sits on `port`.
+    pub fn has_port(&self, port: usize) -> bool {
+        self.ports.get(port).is_some_and(|p| !p.unicast.is_empty())
+    }
+
     /// Classifies one frame received on `port`. `last` remembers the previous unicast hit:
     /// a burst is mostly for one MAC, and a compare is cheaper than a hash lookup.
     #[inline]

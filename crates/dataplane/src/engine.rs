@@ -11,11 +11,14 @@ use ports::{Batch, Port, PortStats, MAX_BURST};
 use crate::config::VrConfig;
 use crate::counters::{PortCounters, TxTally};
 use crate::demux::{Conflict, Demux, Target, NO_KEY};
+use crate::switch::Switch;
 use crate::vr::{BuildError, Fate, Meta, OutQueue, Vr};
 
 const NONE: u16 = u16::MAX;
 /// How often VR timers run, in nanoseconds.
 const HOUSEKEEPING_NS: u64 = 1_000_000;
+/// How often switches age their MAC tables.
+const AGING_NS: u64 = 1_000_000_000;
 
 /// What to count once a port has taken, or refused, a packet.
 #[derive(Clone, Copy, Default)]
@@ -97,6 +100,10 @@ pub struct Engine {
     ports: Vec<Box<dyn Port>>,
     pcs: Vec<PortCounters>,
     vrs: Vec<Vr>,
+    switches: Vec<Switch>,
+    /// Per port: the switch and member it belongs to, or `None` for VR demux.
+    member_of: Vec<Option<(u16, u16)>>,
+    next_aging: u64,
     demux: Demux,
     batch: Batch,
     /// What VRs make beyond the packets they received; shared, as one VR runs at a time.
@@ -126,6 +133,17 @@ impl Engine {
     pub fn with_burst(
         ports: Vec<Box<dyn Port>>,
         vrs: Vec<Vr>,
+        burst: usize,
+    ) -> Result<Engine, BuildError> {
+        Self::build(ports, vrs, Vec::new(), burst)
+    }
+
+    /// A worker over `ports` running `vrs` and `switches`. A port is either a switch member
+    /// (of one switch) or carries VR interfaces, never both.
+    pub fn build(
+        ports: Vec<Box<dyn Port>>,
+        vrs: Vec<Vr>,
+        switches: Vec<Switch>,
         burst: usize,
     ) -> Result<Engine, BuildError> {
         if !(1..=MAX_BURST).contains(&burst) {
@@ -172,10 +190,34 @@ impl Engine {
                 }
             }
         }
+        let mut member_of = vec![None; ports.len()];
+        for (s, sw) in switches.iter().enumerate() {
+            for (m, p) in sw.member_ports().enumerate() {
+                let taken = if demux.has_port(p as usize) {
+                    Some("carries VR interfaces".to_string())
+                } else {
+                    match member_of.get(p as usize) {
+                        None => Some(format!("does not exist ({} ports)", ports.len())),
+                        Some(Some((o, _))) => Some(format!(
+                            "is already a member of switch {}",
+                            switches[*o as usize].name()
+                        )),
+                        Some(None) => None,
+                    }
+                };
+                if let Some(why) = taken {
+                    return Err(BuildError(format!("switch {}: port {p} {why}", sw.name())));
+                }
+                member_of[p as usize] = Some((s as u16, m as u16));
+            }
+        }
         let n = ports.len();
         let tallies = vec![TxTally::default(); vrs.len()];
         Ok(Engine {
             tallies,
+            switches,
+            member_of,
+            next_aging: 0,
             pcs: vec![PortCounters::default(); n],
             egress: Egress::new(n),
             ports,
@@ -213,6 +255,17 @@ impl Engine {
             }
             total += n;
             self.pcs[p].rx_packets += n as u64;
+            if let Some((s, m)) = self.member_of[p] {
+                self.switches[s as usize].forward(
+                    m,
+                    &mut self.batch,
+                    n,
+                    &mut self.ports,
+                    &mut self.pcs,
+                    now,
+                );
+                continue;
+            }
             self.classify(p, n);
             self.run_vrs(now);
             self.egress(n);
@@ -221,6 +274,12 @@ impl Engine {
         if now >= self.next_housekeeping {
             self.next_housekeeping = now + HOUSEKEEPING_NS;
             self.housekeeping(now);
+        }
+        if now >= self.next_aging {
+            self.next_aging = now + AGING_NS;
+            for s in &mut self.switches {
+                s.age(now);
+            }
         }
         total
     }
@@ -342,6 +401,11 @@ impl Engine {
     /// The VRs, in configuration order.
     pub fn vrs(&self) -> &[Vr] {
         &self.vrs
+    }
+
+    /// The switches, in configuration order.
+    pub fn switches(&self) -> &[Switch] {
+        &self.switches
     }
 
     /// A VR by name.

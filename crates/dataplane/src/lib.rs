@@ -17,8 +17,12 @@ pub mod counters;
 mod demux;
 mod engine;
 mod l2;
+pub mod switch;
 mod vr;
 
 pub use counters::{Drop, PortCounters, PortDrop, VrCounters};
 pub use engine::Engine;
+pub use switch::{
+    MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters, SwitchDrop,
+};
 pub use vr::{BuildError, NeighborRow, NeighborState, Vr};

@@ -100,3 +100,41 @@ fn consistent_configurations_are_accepted() {
     assert_eq!(rows.len(), 6);
     assert!(rows.iter().all(|r| r.state == dataplane::NeighborState::Static && r.queued == 0));
 }
+
+#[test]
+fn a_port_is_switched_or_demuxed_never_both() {
+    use dataplane::{MemberConfig, MemberMode, Switch, SwitchConfig};
+    let sw = |name: &str, ports: &[u16]| {
+        Switch::new(&SwitchConfig {
+            name: name.into(),
+            members: ports
+                .iter()
+                .map(|&port| MemberConfig { port, mode: MemberMode::Access { vlan: 1 } })
+                .collect(),
+            statics: Vec::new(),
+            mac_limit: 16,
+            aging_ms: 1000,
+        })
+        .unwrap()
+    };
+    let vr = || vec![Vr::new(&base_vr()).unwrap()];
+    let err = |r: Result<Engine, dataplane::BuildError>| {
+        r.err().map(|e| e.to_string()).unwrap_or_default()
+    };
+    assert!(err(Engine::build(ports(4), vr(), vec![sw("s", &[0, 3])], 256))
+        .contains("port 0 carries VR interfaces"));
+    assert!(err(Engine::build(ports(5), vr(), vec![sw("s", &[3, 4]), sw("t", &[4])], 256))
+        .contains("switch t: port 4 is already a member of switch s"));
+    assert!(err(Engine::build(ports(4), vr(), vec![sw("s", &[3, 9])], 256))
+        .contains("port 9 does not exist"));
+    assert!(Engine::build(ports(5), vr(), vec![sw("s", &[3, 4])], 256).is_ok());
+    let bad_vlan = SwitchConfig {
+        name: "v".into(),
+        members: vec![MemberConfig { port: 0, mode: MemberMode::Access { vlan: 4095 } }],
+        statics: Vec::new(),
+        mac_limit: 1,
+        aging_ms: 1,
+    };
+    let e = Switch::new(&bad_vlan).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("VLAN 4095, outside 1..=4094"), "{e}");
+}

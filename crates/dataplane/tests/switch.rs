@@ -1,0 +1,268 @@
+//! The learning switch, step by step: after every step the whole counter struct and the MAC
+//! table are asserted, and every frame every port received is checked byte for byte.
+
+use dataplane::{
+    Engine, MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters, SwitchDrop,
+};
+use ports::{mem, Batch, Port};
+use wire::MacAddr;
+
+const MS: u64 = 1_000_000;
+const A: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
+const B: [u8; 6] = [2, 0, 0, 0, 0, 0xb];
+const C: [u8; 6] = [2, 0, 0, 0, 0, 0xc];
+const D: [u8; 6] = [2, 0, 0, 0, 0, 0xd];
+const S: [u8; 6] = [2, 0, 0, 0, 0, 0x5];
+const BCAST: [u8; 6] = [0xff; 6];
+
+/// An Ethernet frame `src -> dst`, tagged if `vlan` is set, with a recognisable payload.
+fn frame(dst: [u8; 6], src: [u8; 6], vlan: Option<u16>, tag: u8) -> Vec<u8> {
+    let mut f = dst.to_vec();
+    f.extend(src);
+    if let Some(v) = vlan {
+        f.extend([0x81, 0x00]);
+        f.extend(v.to_be_bytes());
+    }
+    f.extend([0x08, 0x00]);
+    f.extend([tag; 46]);
+    f
+}
+
+struct Lab {
+    e: Engine,
+    hosts: Vec<mem::MemPort>,
+    now: u64,
+    want: SwitchCounters,
+}
+
+impl Lab {
+    /// Members: m0 access VLAN 10, m1 access VLAN 10, m2 access VLAN 20, m3 trunk 10+20.
+    /// S is pinned to m1 in VLAN 10. At most `limit` learned stations; entries age after 10 s.
+    fn new(limit: u32) -> Lab {
+        let mut ports: Vec<Box<dyn Port>> = Vec::new();
+        let mut hosts = Vec::new();
+        for i in 0..4 {
+            let (a, b) = mem::pair(&format!("m{i}"), &format!("h{i}"), 64);
+            ports.push(Box::new(a));
+            hosts.push(b);
+        }
+        let access = |vlan| MemberMode::Access { vlan };
+        let cfg = SwitchConfig {
+            name: "sw0".into(),
+            members: vec![
+                MemberConfig { port: 0, mode: access(10) },
+                MemberConfig { port: 1, mode: access(10) },
+                MemberConfig { port: 2, mode: access(20) },
+                MemberConfig {
+                    port: 3,
+                    mode: MemberMode::Trunk { vlans: vec![10, 20], native: None },
+                },
+            ],
+            statics: vec![StaticMac { vlan: 10, mac: MacAddr(S), member: 1 }],
+            mac_limit: limit,
+            aging_ms: 10_000,
+        };
+        let e = Engine::build(ports, Vec::new(), vec![Switch::new(&cfg).unwrap()], 256).unwrap();
+        Lab { e, hosts, now: MS, want: SwitchCounters::default() }
+    }
+
+    /// Host `h` sends `f` into its member port; the engine forwards it.
+    fn send(&mut self, h: usize, f: Vec<u8>) {
+        let mut b = Batch::new(1);
+        b.push_copy(&f);
+        assert_eq!(self.hosts[h].tx_burst(&mut b, &[0]), 1);
+        self.now += MS;
+        self.e.poll(self.now);
+    }
+
+    /// What each host received since the last call.
+    fn received(&mut self) -> Vec<Vec<Vec<u8>>> {
+        self.hosts
+            .iter_mut()
+            .map(|h| {
+                let mut b = Batch::new(64);
+                h.rx_burst(&mut b);
+                b.packets().iter().map(|p| p.frame().to_vec()).collect()
+            })
+            .collect()
+    }
+
+    fn table(&self) -> Vec<(u16, [u8; 6], u16, bool)> {
+        self.e.switches()[0].table().iter().map(|r| (r.vlan, r.mac.0, r.member, r.fixed)).collect()
+    }
+
+    #[track_caller]
+    fn check(&mut self, step: &str, want_rx: Vec<Vec<Vec<u8>>>) {
+        let got = self.received();
+        let c = *self.e.switches()[0].counters();
+        assert_eq!(c, self.want, "{step}: counters\ntable {:?}", self.table());
+        assert_eq!(got, want_rx, "{step}: frames per port\ntable {:?}", self.table());
+    }
+}
+
+fn none() -> Vec<Vec<u8>> {
+    Vec::new()
+}
+
+#[test]
+fn learning_aging_moves_flooding_and_vlan_separation() {
+    let mut l = Lab::new(16);
+
+    // A broadcast from A (m0, VLAN 10) reaches the other VLAN 10 members only: m1 untagged,
+    // the trunk tagged 10; m2 (VLAN 20) sees nothing. A is learned.
+    l.send(0, frame(BCAST, A, None, 1));
+    l.want.rx += 1;
+    l.want.flooded += 1;
+    l.want.flood_copies += 2;
+    l.want.learned += 1;
+    l.check(
+        "broadcast",
+        vec![none(), vec![frame(BCAST, A, None, 1)], none(), vec![frame(BCAST, A, Some(10), 1)]],
+    );
+    assert_eq!(l.table(), vec![(10, S, 1, true), (10, A, 0, false)]);
+
+    // B answers A from m1: known unicast, one port, the very frame. B is learned.
+    l.send(1, frame(A, B, None, 2));
+    l.want.rx += 1;
+    l.want.forwarded += 1;
+    l.want.learned += 1;
+    l.check("known unicast", vec![vec![frame(A, B, None, 2)], none(), none(), none()]);
+
+    // To a station nobody has seen: a miss, flooded within VLAN 10.
+    l.send(0, frame(C, A, None, 3));
+    l.want.rx += 1;
+    l.want.miss += 1;
+    l.want.flooded += 1;
+    l.want.flood_copies += 2;
+    l.check(
+        "unknown unicast",
+        vec![none(), vec![frame(C, A, None, 3)], none(), vec![frame(C, A, Some(10), 3)]],
+    );
+
+    // A shows up behind the trunk: it moves, and B's next frame to A leaves tagged there.
+    l.send(3, frame(B, A, Some(10), 4));
+    l.want.rx += 1;
+    l.want.forwarded += 1;
+    l.want.moved += 1;
+    l.check("move", vec![none(), vec![frame(B, A, None, 4)], none(), none()]);
+    l.send(1, frame(A, B, None, 5));
+    l.want.rx += 1;
+    l.want.forwarded += 1;
+    l.check("after move", vec![none(), none(), none(), vec![frame(A, B, Some(10), 5)]]);
+
+    // VLAN separation: in VLAN 20, A is unknown; D's frame to A floods VLAN 20 only (the
+    // trunk, tagged 20), and D is learned in VLAN 20.
+    l.send(2, frame(A, D, None, 6));
+    l.want.rx += 1;
+    l.want.miss += 1;
+    l.want.flooded += 1;
+    l.want.flood_copies += 1;
+    l.want.learned += 1;
+    l.check("vlan separation", vec![none(), none(), none(), vec![frame(A, D, Some(20), 6)]]);
+
+    // Ingress rules: a tag on an access port, no tag on a trunk without native VLAN, a VLAN
+    // the trunk does not carry.
+    l.send(0, frame(B, A, Some(10), 7));
+    l.send(3, frame(B, A, None, 8));
+    l.send(3, frame(B, A, Some(30), 9));
+    l.want.rx += 3;
+    l.want.drops[SwitchDrop::TaggedOnAccess as usize] += 1;
+    l.want.drops[SwitchDrop::UntaggedOnTrunk as usize] += 1;
+    l.want.drops[SwitchDrop::VlanNotAllowed as usize] += 1;
+    l.check("ingress rules", vec![none(), none(), none(), none()]);
+
+    // The static entry: a frame to S from m1 (where S is pinned) goes nowhere; S's MAC seen
+    // on m0 does not move it.
+    l.send(1, frame(S, B, None, 10));
+    l.want.rx += 1;
+    l.want.drops[SwitchDrop::SamePort as usize] += 1;
+    l.check("same port", vec![none(), none(), none(), none()]);
+    l.send(0, frame(B, S, None, 11));
+    l.want.rx += 1;
+    l.want.forwarded += 1;
+    l.want.move_refused += 1;
+    l.check("static does not move", vec![none(), vec![frame(B, S, None, 11)], none(), none()]);
+    assert_eq!(
+        l.table(),
+        vec![(10, S, 1, true), (10, A, 3, false), (10, B, 1, false), (20, D, 2, false)],
+        "table before aging"
+    );
+
+    // Ten seconds later every learned entry has aged out; the static one stays, and A is a
+    // miss again.
+    l.now += 11_000 * MS;
+    l.e.poll(l.now);
+    l.want.aged += 3;
+    l.check("aging", vec![none(), none(), none(), none()]);
+    assert_eq!(l.table(), vec![(10, S, 1, true)]);
+    l.send(1, frame(A, B, None, 12));
+    l.want.rx += 1;
+    l.want.miss += 1;
+    l.want.flooded += 1;
+    l.want.flood_copies += 2;
+    l.want.learned += 1;
+    l.check(
+        "after aging",
+        vec![vec![frame(A, B, None, 12)], none(), none(), vec![frame(A, B, Some(10), 12)]],
+    );
+}
+
+#[test]
+fn learning_stops_at_the_limit_but_frames_still_flow() {
+    let mut l = Lab::new(2);
+    for (i, src) in [A, B, C].into_iter().enumerate() {
+        l.send(0, frame(BCAST, src, None, i as u8));
+    }
+    l.want.rx += 3;
+    l.want.flooded += 3;
+    l.want.flood_copies += 6;
+    l.want.learned += 2;
+    l.want.learn_limited += 1;
+    let copies =
+        |vlan| (0..3u8).map(|i| frame(BCAST, [A, B, C][i as usize], vlan, i)).collect::<Vec<_>>();
+    l.check("limit", vec![none(), copies(None), none(), copies(Some(10))]);
+    assert_eq!(l.table().len(), 3, "two learned and the static one");
+}
+
+#[test]
+fn a_burst_learns_before_it_forwards_and_a_full_ring_counts() {
+    let mut l = Lab::new(16);
+    // One burst of broadcasts from A: one learn, each frame copied to both other VLAN 10
+    // members.
+    let mut b = Batch::new(100);
+    for i in 0..100u8 {
+        b.push_copy(&frame(BCAST, A, None, i));
+    }
+    let sel: Vec<u16> = (0..100).collect();
+    assert_eq!(l.hosts[0].tx_burst(&mut b, &sel), 64, "host ring of 64");
+    l.now += MS;
+    l.e.poll(l.now);
+    // m1 and m3 rings hold 64 each: every copy fits.
+    l.want.rx += 64;
+    l.want.flooded += 64;
+    l.want.flood_copies += 128;
+    l.want.learned += 1;
+    let got = l.received();
+    assert_eq!((got[1].len(), got[3].len(), got[0].len(), got[2].len()), (64, 64, 0, 0));
+    l.check("burst", vec![none(), none(), none(), none()]);
+    // Now nobody drains m1 and the trunk: two bursts of 64 unknown-unicast frames. The first
+    // fills both rings; every copy of the second is refused and counted.
+    for _ in 0..2 {
+        let mut b = Batch::new(64);
+        for i in 0..64u8 {
+            b.push_copy(&frame(B, A, None, i));
+        }
+        let sel: Vec<u16> = (0..64).collect();
+        assert_eq!(l.hosts[0].tx_burst(&mut b, &sel), 64);
+        l.now += MS;
+        l.e.poll(l.now);
+    }
+    l.want.rx += 128;
+    l.want.miss += 128;
+    l.want.flooded += 128;
+    l.want.flood_copies += 128;
+    l.want.drops[SwitchDrop::TxFull as usize] += 128;
+    assert_eq!(*l.e.switches()[0].counters(), l.want);
+    let got = l.received();
+    assert_eq!((got[1].len(), got[3].len(), got[0].len(), got[2].len()), (64, 64, 0, 0));
+}
