@@ -1,12 +1,14 @@
 //! routeplex control: everything that may allocate, block or fail loudly.
 //!
 //! The data plane is pure logic over batches and trusts its configuration; this crate is where
-//! that configuration comes from and where it is checked. For now that is the topology model:
-//! a YAML file of ports and virtual routers, validated into [`dataplane::config`] types, with
-//! every rejection naming the file, line, column, field and offending value. Later: applying
-//! topology diffs, namespaces and veths, the API server, metrics and Linux control-plane sync.
+//! that configuration comes from and where it is checked. For now that is the topology model —
+//! a YAML file of ports, switches and virtual routers, validated into [`dataplane::config`]
+//! types, with every rejection naming the file, line, column, field and offending value — and
+//! building an engine from it ([`build`]). Later: applying topology diffs, namespaces and
+//! veths, the API server, metrics and Linux control-plane sync.
 #![deny(unsafe_code)]
 
+pub mod build;
 pub mod topology;
 
 pub use topology::{ErrorKind, PortKind, PortSpec, Topology, TopologyError};

@@ -160,9 +160,10 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
             (udp_frame(&f), 0)
         })
         .collect();
-    let lab::Lab { mut engine, mut peers } = lab::build(&topo, &vrs)?;
-    let mut p1 = peers.pop().context("bench topology has two ports")?;
-    let mut p0 = peers.pop().context("bench topology has two ports")?;
+    let mut lab = lab::build(&topo, &vrs)?;
+    let mut p0 = lab.take_outside(&topo, "p0")?;
+    let mut p1 = lab.take_outside(&topo, "p1")?;
+    let mut engine = lab.engine;
     let mut gen = Generator::new(frames);
     let (mut tx, mut rx, mut sink) =
         (Batch::new(a.batch), Batch::new(ports::MAX_BURST), Sink::default());

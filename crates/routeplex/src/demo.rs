@@ -75,7 +75,7 @@ pub fn run(a: Args) -> Result<()> {
     let routes: Vec<(usize, usize)> = vrs.iter().map(route_counts).collect();
     let lab = lab::build(&topo, &vrs)?;
     let (engine, gen, cpus) =
-        run_traffic(lab, Generator::unstamped(mix), Duration::from_secs_f64(a.seconds))?;
+        run_traffic(&topo, lab, Generator::unstamped(mix), Duration::from_secs_f64(a.seconds))?;
     let reports: Vec<VrReport> = engine
         .vrs()
         .iter()
@@ -176,13 +176,14 @@ fn rng_port(dst: IpAddr) -> u16 {
 
 /// Runs the worker on its own CPU and the generator and sink on another for `d`.
 fn run_traffic(
-    lab: lab::Lab,
+    topo: &control::Topology,
+    mut lab: lab::Lab,
     mut gen: Generator,
     d: Duration,
 ) -> Result<(Engine, Generator, String)> {
-    let lab::Lab { mut engine, mut peers } = lab;
-    let mut out_peer = peers.pop().context("demo topology has two ports")?;
-    let mut in_peer = peers.pop().context("demo topology has two ports")?;
+    let mut in_peer = lab.take_outside(topo, "in")?;
+    let mut out_peer = lab.take_outside(topo, "out")?;
+    let mut engine = lab.engine;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let stop = Arc::new(AtomicBool::new(false));
     let worker = {

@@ -5,36 +5,17 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use control::{PortKind, Topology};
+use control::Topology;
 use dataplane::config::{RouteConfig, RouteTarget, VrConfig};
-use dataplane::Engine;
 use fib::prefix_file::{self, Family};
 pub use fib::synthetic::Rng;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
-use ports::mem::{self, MemPort};
-use ports::Port;
 
-/// An engine over a topology's ports, and the other end of each of them.
-pub struct Lab {
-    pub engine: Engine,
-    pub peers: Vec<MemPort>,
-}
+pub use control::build::Built as Lab;
 
-/// Builds the engine of `topo`, whose ports must all be `mem`.
+/// Builds the engine of `topo` with these VR configs (the topology's, with routes added).
 pub fn build(topo: &Topology, vrs: &[VrConfig]) -> Result<Lab> {
-    let mut ours: Vec<Box<dyn Port>> = Vec::new();
-    let mut peers = Vec::new();
-    for p in &topo.ports {
-        match p.kind {
-            PortKind::Mem { ring } => {
-                let (a, b) = mem::pair(&p.name, &format!("{}-peer", p.name), ring);
-                ours.push(Box::new(a));
-                peers.push(b);
-            }
-        }
-    }
-    let engine = Engine::from_configs(ours, vrs).map_err(anyhow::Error::msg)?;
-    Ok(Lab { engine, peers })
+    Ok(control::build::engine(topo, Some(vrs))?)
 }
 
 /// A route table: prefixes with the next-hop ids of a prefix file.

@@ -14,6 +14,19 @@
 //!     ring: 1024              # mem only; optional power of two in 2..=65536, default 1024
 //!   - name: p1
 //!     kind: mem
+//!   - { name: h1, kind: mem }
+//!   - { name: h2, kind: mem }
+//!   - { name: t0, kind: mem }
+//! switches:                   # learning switches (bridge domains)
+//!   - name: lan               # unique
+//!     members:                # ports; a member port carries no VR interface directly
+//!       - { port: h1 }                        # access port, VLAN 1
+//!       - { port: h2, vlan: 10 }              # access port, VLAN 10 (untagged on the wire)
+//!       - { port: t0, trunk: [10, 20], native: 1 }   # tagged 10 and 20, untagged is VLAN 1
+//!     static_macs:            # stations learning never moves or ages
+//!       - { mac: 02:00:00:00:0a:02, port: h2 }       # vlan: needed when the port has several
+//!     mac_limit: 4096         # optional, 1..=1000000: learned stations at most
+//!     aging_s: 300            # optional, 1..=86400: a silent station is forgotten after this
 //! vrs:
 //!   - name: vr1               # unique
 //!     interfaces:
@@ -27,6 +40,11 @@
 //!         port: p1
 //!         mac: 02:00:00:00:01:01
 //!         addresses: [10.0.1.1/24]
+//!       - name: lan10         # on a switch instead of a port: joined to it by an internal
+//!         switch: lan         # link (two ports of kind Link), in the switch's VLAN `vlan`
+//!         vlan: 10            # (default 1); the interface itself sends untagged
+//!         mac: 02:00:00:00:01:02
+//!         addresses: [10.0.10.1/24]
 //!     routes:                 # each has via, via + interface, interface, or blackhole
 //!       - { prefix: 0.0.0.0/0, via: 10.0.1.2 }              # gateway on a connected subnet
 //!       - { prefix: 192.168.0.0/16, via: 10.0.1.3, interface: eth1 }   # on-link via eth1
@@ -79,6 +97,7 @@
 
 mod error;
 mod summary;
+mod switch;
 mod table;
 mod vr;
 mod yaml;
@@ -91,6 +110,7 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use dataplane::config::{PortId, VrConfig};
+use dataplane::SwitchConfig;
 use wire::MacAddr;
 
 pub use error::{ErrorKind, TopologyError};
@@ -105,6 +125,9 @@ pub struct Topology {
     pub ports: Vec<PortSpec>,
     /// Virtual routers in file order, ready for the data plane.
     pub vrs: Vec<VrConfig>,
+    /// Learning switches in file order; a VR interface on a switch is joined to it by a
+    /// [`PortKind::Link`] pair, whose switch end is the switch's last members.
+    pub switches: Vec<SwitchConfig>,
 }
 
 /// One port of the host.
@@ -125,10 +148,17 @@ pub enum PortKind {
         /// Ring size, a power of two.
         ring: usize,
     },
+    /// One end of an internal link inside the host, whose other end is port `peer`: made for a
+    /// VR interface that sits on a switch (the VR's end carries the interface, the other end
+    /// is a member of the switch).
+    Link {
+        /// The other end.
+        peer: PortId,
+    },
 }
 
 /// Keys of the top-level mapping.
-const TOP_KEYS: &[&str] = &["ports", "vrs"];
+const TOP_KEYS: &[&str] = &["ports", "switches", "vrs"];
 /// Port kinds this build provides.
 const PORT_KINDS: &[&str] = &["mem"];
 /// Port kinds the design names but this build lacks: asking for one is `ErrorKind::Unavailable`
@@ -160,15 +190,20 @@ impl Topology {
             let doc = yaml::parse_document(text)?;
             let top = Value::root(&doc).map(TOP_KEYS)?;
             let mut host = Host::default();
-            let mut ports = Vec::new();
             for v in top.list("ports")? {
-                ports.push(host.port(&v)?);
+                let p = host.port(&v)?;
+                host.specs.push(p);
+            }
+            for v in top.list("switches")? {
+                let s = switch::switch(&v, &mut host)?;
+                host.switches.push(s);
             }
             let mut vrs = Vec::new();
             for v in top.list("vrs")? {
                 vrs.push(vr::vr(&v, &mut host, base_dir)?);
             }
-            Ok(Topology { source: source.to_string(), ports, vrs })
+            let Host { specs: ports, switches, .. } = host;
+            Ok(Topology { source: source.to_string(), ports, vrs, switches })
         };
         build().map_err(|e| e.in_file(source))
     }
@@ -189,17 +224,27 @@ impl Topology {
 struct Host {
     ports: HashMap<String, (PortId, usize)>,
     port_names: Vec<String>,
+    /// Every port, including the links made for interfaces on switches.
+    specs: Vec<PortSpec>,
     vr_names: HashMap<String, usize>,
-    /// Demux keys: a frame is steered by (port, VLAN, destination MAC), so two interfaces on
-    /// the same key would make it ambiguous.
-    demux: HashMap<DemuxKey, Claimant>,
-    /// Addresses per segment (port, VLAN): ARP and neighbor solicitations for an address are
-    /// demuxed to the one interface that owns it there, so two owners would make one of them
-    /// unreachable.
-    segment_addrs: HashMap<(PortId, Option<u16>, IpAddr), Claimant>,
+    switch_ids: HashMap<String, (usize, usize)>,
+    switches: Vec<SwitchConfig>,
+    /// Ports that are switch members: `(switch, line)`.
+    switched_ports: HashMap<PortId, (String, usize)>,
+    /// Demux keys: a frame is steered by (segment, destination MAC), so two interfaces on the
+    /// same key would make it ambiguous.
+    demux: HashMap<(Segment, MacAddr), Claimant>,
+    /// Addresses per segment: ARP and neighbor solicitations for an address reach the one
+    /// interface that owns it there, so two owners would make one of them unreachable.
+    segment_addrs: HashMap<(Segment, IpAddr), Claimant>,
 }
 
-type DemuxKey = (PortId, Option<u16>, MacAddr);
+/// One Ethernet segment: a port (and VLAN), or a VLAN of a switch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Segment {
+    Port(PortId, Option<u16>),
+    Switch(usize, u16),
+}
 /// `(vr, interface, line)` of the interface that claimed a demux key first.
 type Claimant = (String, String, usize);
 
@@ -253,6 +298,62 @@ impl Host {
         self.ports.insert(name.clone(), (id, name_v.line()));
         self.port_names.push(name.clone());
         Ok(PortSpec { name, kind })
+    }
+
+    /// "port p0 (untagged)" or "switch sw0 (VLAN 10)", for errors.
+    fn segment_name(&self, s: Segment) -> String {
+        match s {
+            Segment::Port(p, vlan) => {
+                let vlan = vlan.map_or("untagged".to_string(), |v| format!("VLAN {v}"));
+                format!("port {} ({vlan})", self.port_names[usize::from(p)])
+            }
+            Segment::Switch(i, vlan) => format!("switch {} (VLAN {vlan})", self.switches[i].name),
+        }
+    }
+
+    /// Adds an internal link for interface `iface` of `vr` on switch `sw`, in `vlan`: returns
+    /// the port the interface sits on; the other end joins the switch as an access member.
+    fn link(&mut self, v: &Value, sw: usize, vlan: u16, vr: &str, iface: &str) -> Result<PortId> {
+        let base = format!("{}.{vr}.{iface}", self.switches[sw].name);
+        let names = [base.clone(), format!("{base}.sw")];
+        for n in &names {
+            if self.ports.contains_key(n) {
+                return Err(v.error(format_args!(
+                    "the internal link for {vr}.{iface} would be called {n:?}, which a port already is"
+                )));
+            }
+        }
+        let ids = [self.port_names.len(), self.port_names.len() + 1];
+        let ids = ids.map(|i| {
+            PortId::try_from(i)
+                .map_err(|_| v.error(format_args!("more than {} ports", PortId::MAX)))
+        });
+        let (a, b) = (ids[0].clone()?, ids[1].clone()?);
+        for (n, (id, peer)) in names.into_iter().zip([(a, b), (b, a)]) {
+            self.ports.insert(n.clone(), (id, v.line()));
+            self.port_names.push(n.clone());
+            self.specs.push(PortSpec { name: n, kind: PortKind::Link { peer } });
+        }
+        self.switches[sw].members.push(dataplane::MemberConfig {
+            port: b,
+            mode: dataplane::MemberMode::Access { vlan },
+        });
+        Ok(a)
+    }
+
+    /// The switch a `switch:` field names.
+    fn switch_ref(&self, v: &Value) -> Result<usize> {
+        let s = v.text()?;
+        match self.switch_ids.get(s) {
+            Some(&(i, _)) => Ok(i),
+            None => {
+                let names: Vec<&String> = self.switches.iter().map(|s| &s.name).collect();
+                Err(v.bad(
+                    s,
+                    format_args!("no switch named {s:?} (switches: {})", list_or_none(&names)),
+                ))
+            }
+        }
     }
 
     /// The port a `port:` field names.

@@ -19,16 +19,52 @@ pub(super) fn summary(t: &Topology) -> String {
     for p in &t.ports {
         let (kind, settings) = match p.kind {
             PortKind::Mem { ring } => ("mem", format!("ring {ring}")),
+            PortKind::Link { peer } => (
+                "link",
+                format!("to {}", t.ports.get(usize::from(peer)).map_or("?", |p| p.name.as_str())),
+            ),
         };
         rows.push(vec![p.name.clone(), kind.into(), settings]);
     }
     out.push('\n');
     table(&mut out, "", &rows);
+    for sw in &t.switches {
+        out.push('\n');
+        switch(&mut out, t, sw);
+    }
     for vr in &t.vrs {
         out.push('\n');
         self::vr(&mut out, t, vr);
     }
     out
+}
+
+fn switch(out: &mut String, t: &Topology, sw: &dataplane::SwitchConfig) {
+    let _ = writeln!(
+        out,
+        "SWITCH {}: {}, {}, learns up to {} stations, ages them after {} s",
+        sw.name,
+        count(sw.members.len(), "member"),
+        count(sw.statics.len(), "static MAC"),
+        sw.mac_limit,
+        sw.aging_ms / 1000
+    );
+    let mut rows = vec![row(["MEMBER", "MODE", "VLANS"])];
+    for m in &sw.members {
+        let port = t.ports.get(usize::from(m.port)).map_or("?", |p| p.name.as_str());
+        let (mode, vlans) = match &m.mode {
+            dataplane::MemberMode::Access { vlan } => ("access", vlan.to_string()),
+            dataplane::MemberMode::Trunk { vlans, native } => {
+                let mut v: Vec<String> = vlans.iter().map(ToString::to_string).collect();
+                if let Some(n) = native {
+                    v.push(format!("{n} (native)"));
+                }
+                ("trunk", v.join(" "))
+            }
+        };
+        rows.push(vec![port.to_string(), mode.into(), vlans]);
+    }
+    table(out, "  ", &rows);
 }
 
 fn vr(out: &mut String, t: &Topology, vr: &VrConfig) {

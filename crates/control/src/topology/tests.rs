@@ -106,7 +106,10 @@ fn syntax_errors_name_file_line_and_column() {
     assert_eq!((e.file(), e.line()), ("lab.yaml", 3));
     assert!(e.to_string().starts_with("lab.yaml:3:"), "{e}");
     let e = parse("- p0\n").unwrap_err();
-    assert_eq!(e.to_string(), "lab.yaml:1:1: the top level must be a mapping (ports:, vrs:)");
+    assert_eq!(
+        e.to_string(),
+        "lab.yaml:1:1: the top level must be a mapping (ports:, switches:, vrs:)"
+    );
     let e = parse("ports: []\nports: []\n").unwrap_err();
     assert_eq!(
         e.to_string(),
@@ -121,7 +124,7 @@ fn unknown_keys_are_rejected_with_the_allowed_ones() {
         (1, "port"),
         "port",
         Some("port"),
-        "unknown key \"port\" (allowed: ports, vrs)",
+        "unknown key \"port\" (allowed: ports, switches, vrs)",
     );
     let text =
         vr1("      - { name: eth2, port: p1, mac: 02:00:00:00:01:02, adresses: [10.0.2.1/24] }\n");
@@ -130,7 +133,7 @@ fn unknown_keys_are_rejected_with_the_allowed_ones() {
         (9, "adresses"),
         "vrs[0].interfaces[2].adresses",
         Some("adresses"),
-        "unknown key \"adresses\" (allowed: name, port, vlan, mac, mtu, addresses)",
+        "unknown key \"adresses\" (allowed: name, port, switch, vlan, mac, mtu, addresses)",
     );
     rejects(
         &vr1("    route: []\n"),
@@ -1095,9 +1098,114 @@ fn the_documented_format_is_valid() {
     dir.write("prefixes/ipv4.txt", "203.0.113.0/24 0\n2001:db8:b::/48 7\n");
     let t = Topology::parse(&yaml, "doc.yaml", &dir.0).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     let vr = &t.vrs[0];
+    // Five ports, plus the two ends of the link that joins lan10 to the switch.
     assert_eq!(
         (t.ports.len(), vr.interfaces.len(), vr.routes.len(), vr.neighbors.len()),
-        (2, 2, 7, 1)
+        (7, 3, 7, 1)
     );
+    assert_eq!((t.switches.len(), t.switches[0].members.len()), (1, 4));
     assert_eq!(vr.routes[6].target, RouteTarget::Via { gateway: ip("fe80::2"), iface: Some(0) });
+}
+
+// ---- switches ----
+
+/// Ports p0..p3, a switch over p2 (access VLAN 10) and p3 (trunk 10, 20), then `vrs`.
+fn switched(switch_extra: &str, vrs: &str) -> String {
+    format!(
+        "ports:\n  - {{ name: p0, kind: mem }}\n  - {{ name: p1, kind: mem }}\n  - {{ name: p2, kind: mem }}\n  - {{ name: p3, kind: mem }}\nswitches:\n  - name: sw\n    members:\n      - {{ port: p2, vlan: 10 }}\n      - {{ port: p3, trunk: [10, 20] }}\n{switch_extra}vrs:\n{vrs}"
+    )
+}
+
+const SW_VR: &str = "  - name: vr1\n    interfaces:\n      - { name: a, switch: sw, vlan: 10, mac: 02:00:00:00:01:00, addresses: [10.0.0.1/24] }\n";
+
+#[test]
+fn switches_and_interfaces_on_them() {
+    let t = accepts(&switched(
+        "    static_macs:\n      - { mac: 02:00:00:00:09:09, port: p3, vlan: 20 }\n",
+        SW_VR,
+    ));
+    let sw = &t.switches[0];
+    assert_eq!((sw.name.as_str(), sw.mac_limit, sw.aging_ms), ("sw", 4096, 300_000));
+    assert_eq!(
+        sw.statics,
+        vec![dataplane::StaticMac { vlan: 20, mac: mac("02:00:00:00:09:09"), member: 1 }]
+    );
+    // The interface sits on the VR end of a new link; the link's other end joined the switch.
+    let a = &t.vrs[0].interfaces[0];
+    assert_eq!((t.ports[usize::from(a.port)].name.as_str(), a.vlan), ("sw.vr1.a", None));
+    assert_eq!(t.ports.len(), 6);
+    assert_eq!(t.ports[4].kind, PortKind::Link { peer: 5 });
+    assert_eq!(t.ports[5].kind, PortKind::Link { peer: 4 });
+    assert_eq!(
+        sw.members.last(),
+        Some(&dataplane::MemberConfig {
+            port: 5,
+            mode: dataplane::MemberMode::Access { vlan: 10 }
+        })
+    );
+    // The summary shows the switch and the link.
+    let s = t.summary();
+    assert!(s.contains("SWITCH sw: 3 members, 1 static MAC"), "{s}");
+    assert!(s.contains("sw.vr1.a.sw") && s.contains("link"), "{s}");
+}
+
+#[test]
+fn switch_rules() {
+    // A switch member cannot also carry an interface directly.
+    rejects(
+        &switched("", "  - name: vr1\n    interfaces:\n      - { name: a, port: p2, mac: 02:00:00:00:01:00 }\n"),
+        (14, "p2"),
+        "vrs[0].interfaces[0].port",
+        Some("p2"),
+        "port p2 is a member of switch sw (line 9); put the interface on the switch with \"switch: sw\"",
+    );
+    // A port belongs to one switch.
+    rejects(
+        &switched("  - name: sw2\n    members:\n      - { port: p2 }\n", "  []\n"),
+        (13, "p2"),
+        "switches[1].members[0].port",
+        Some("p2"),
+        "port p2 is already a member of switch sw (line 9)",
+    );
+    rejects(
+        &switched("", "  - name: vr1\n    interfaces:\n      - { name: a, switch: nope, mac: 02:00:00:00:01:00 }\n"),
+        (14, "nope"),
+        "vrs[0].interfaces[0].switch",
+        Some("nope"),
+        "no switch named \"nope\" (switches: sw)",
+    );
+    rejects(
+        &switched("  - name: sw\n    members: []\n", "  []\n"),
+        (11, "sw"),
+        "switches[1].name",
+        Some("sw"),
+        "duplicate switch name \"sw\" (first at line 7)",
+    );
+    rejects(
+        &switched("    static_macs:\n      - { mac: 02:00:00:00:09:09, port: p0 }\n", "  []\n"),
+        (12, "p0"),
+        "switches[0].static_macs[0].port",
+        Some("p0"),
+        "port p0 is not a member of switch sw",
+    );
+    rejects(
+        &switched(
+            "    static_macs:\n      - { mac: 02:00:00:00:09:09, port: p2, vlan: 20 }\n",
+            "  []\n",
+        ),
+        (12, "20"),
+        "switches[0].static_macs[0].vlan",
+        Some("20"),
+        "port p2 does not carry VLAN 20 in switch sw",
+    );
+    // One address per switch VLAN, whichever VR claims it.
+    rejects(
+        &switched("", &format!("{SW_VR}  - name: vr2\n    interfaces:\n      - {{ name: b, switch: sw, vlan: 10, mac: 02:00:00:00:02:00, addresses: [10.0.0.1/24] }}\n")),
+        (17, "10.0.0.1/24"),
+        "vrs[1].interfaces[0].addresses[0]",
+        Some("10.0.0.1/24"),
+        "address 10.0.0.1 on switch sw (VLAN 10) is already vr1.a's (line 14); ARP and neighbor discovery for it could reach only one of them",
+    );
+    // ...and in another VLAN of the same switch it is another segment.
+    accepts(&switched("", &format!("{SW_VR}  - name: vr2\n    interfaces:\n      - {{ name: b, switch: sw, vlan: 20, mac: 02:00:00:00:02:00, addresses: [10.0.0.1/24] }}\n")));
 }

@@ -12,10 +12,10 @@ use ipnet::IpNet;
 use wire::MacAddr;
 
 use super::yaml::{Result, Value};
-use super::{list_or_none, name, table, Host};
+use super::{list_or_none, name, table, Host, Segment};
 
 const VR_KEYS: &[&str] = &["name", "interfaces", "routes", "neighbors", "tables", "limits"];
-const IFACE_KEYS: &[&str] = &["name", "port", "vlan", "mac", "mtu", "addresses"];
+const IFACE_KEYS: &[&str] = &["name", "port", "switch", "vlan", "mac", "mtu", "addresses"];
 const ROUTE_KEYS: &[&str] = &["prefix", "via", "interface", "blackhole"];
 const NEIGHBOR_KEYS: &[&str] = &["address", "mac", "interface"];
 const DEFAULT_MTU: u16 = 1500;
@@ -118,24 +118,47 @@ impl Vr {
         }
         let id = IfaceId::try_from(self.ifaces.len())
             .map_err(|_| v.error(format_args!("more than {} interfaces", IfaceId::MAX)))?;
-        let port = host.port_ref(&m.req("port")?)?;
         let vlan = m.get("vlan").map(|v| v.int::<u16>("VLAN id", 1, 4094)).transpose()?;
+        // An interface sits on a port (demuxed there by MAC and VLAN) or on a switch (joined to
+        // it by an internal link, in `vlan` of the switch).
+        let (port, vlan, segment) = match (m.get("port"), m.get("switch")) {
+            (Some(pv), None) => {
+                let port = host.port_ref(&pv)?;
+                if let Some((sw, line)) = host.switched_ports.get(&port) {
+                    return Err(pv.bad(
+                        pv.text()?,
+                        format_args!(
+                            "port {} is a member of switch {sw} (line {line}); put the interface on the switch with \"switch: {sw}\"",
+                            pv.text()?
+                        ),
+                    ));
+                }
+                (port, vlan, Segment::Port(port, vlan))
+            }
+            (None, Some(sv)) => {
+                let sw = host.switch_ref(&sv)?;
+                let svlan = vlan.unwrap_or(super::switch::DEFAULT_VLAN);
+                (host.link(&sv, sw, svlan, &self.name, &name)?, None, Segment::Switch(sw, svlan))
+            }
+            (Some(_), Some(sv)) => {
+                return Err(sv.error("an interface sits on a port or on a switch, not both"))
+            }
+            (None, None) => return Err(v.error("missing \"port\" (or \"switch\")")),
+        };
 
-        // Demux is by (port, VLAN, destination MAC), so that triple must name one interface in
-        // the whole host. Two interfaces of one VR on the same port and VLAN with different
-        // MACs are fine, as two Linux interfaces on one segment are: unicast frames reach the
-        // one whose MAC they carry, and a broadcast (ARP) reaches both but only the owner of
-        // the asked-for address answers, since a subnet may sit on one interface only.
+        // Demux is by (segment, destination MAC), so that pair must name one interface in
+        // the whole host. Two interfaces of one VR on the same segment with different MACs
+        // are fine, as two Linux interfaces on one segment are: unicast frames reach the one
+        // whose MAC they carry, and ARP for an address reaches its one owner.
         let mac_v = m.req("mac")?;
         let mac = unicast_mac(&mac_v)?;
-        if let Some((vr, iface, line)) = host.demux.get(&(port, vlan, mac)) {
-            let vlan = vlan.map_or("untagged".to_string(), |v| format!("VLAN {v}"));
-            let port = &host.port_names[usize::from(port)];
+        if let Some((vr, iface, line)) = host.demux.get(&(segment, mac)) {
             return Err(mac_v.bad(
                 mac_v.text()?,
                 format_args!(
-                    "MAC {mac} on port {port} ({vlan}) is already {vr}.{iface}'s (line {line}); \
-                     frames to it could not be demultiplexed"
+                    "MAC {mac} on {} is already {vr}.{iface}'s (line {line}); \
+                     frames to it could not be demultiplexed",
+                    host.segment_name(segment)
                 ),
             ));
         }
@@ -143,20 +166,19 @@ impl Vr {
         let (mut ipv4, mut ipv6) = (Vec::new(), Vec::new());
         for av in m.list("addresses")? {
             let net = self.address(&av, id)?;
-            if let Some((vr, iface, line)) = host.segment_addrs.get(&(port, vlan, net.addr())) {
-                let vlan = vlan.map_or("untagged".to_string(), |v| format!("VLAN {v}"));
-                let port = &host.port_names[usize::from(port)];
+            if let Some((vr, iface, line)) = host.segment_addrs.get(&(segment, net.addr())) {
                 return Err(av.bad(
                     av.text()?,
                     format_args!(
-                        "address {} on port {port} ({vlan}) is already {vr}.{iface}'s (line {line}); \
+                        "address {} on {} is already {vr}.{iface}'s (line {line}); \
                          ARP and neighbor discovery for it could reach only one of them",
-                        net.addr()
+                        net.addr(),
+                        host.segment_name(segment)
                     ),
                 ));
             }
             host.segment_addrs
-                .insert((port, vlan, net.addr()), (self.name.clone(), name.clone(), av.line()));
+                .insert((segment, net.addr()), (self.name.clone(), name.clone(), av.line()));
             match net {
                 IpNet::V4(n) => ipv4.push(n),
                 IpNet::V6(n) => ipv6.push(n),
@@ -176,7 +198,7 @@ impl Vr {
             }
         };
 
-        host.demux.insert((port, vlan, mac), (self.name.clone(), name.clone(), mac_v.line()));
+        host.demux.insert((segment, mac), (self.name.clone(), name.clone(), mac_v.line()));
         self.iface_ids.insert(name.clone(), (id, name_v.line()));
         self.ifaces.push(IfaceConfig { name, port, vlan, mac, mtu, ipv4, ipv6 });
         Ok(())
@@ -504,7 +526,7 @@ pub(super) fn prefix(v: &Value) -> Result<IpNet> {
 }
 
 /// A MAC an interface or neighbor may own: valid, unicast, not all-zero.
-fn unicast_mac(v: &Value) -> Result<MacAddr> {
+pub(super) fn unicast_mac(v: &Value) -> Result<MacAddr> {
     let s = v.text()?;
     let mac: MacAddr =
         s.parse().map_err(|_| v.bad(s, format_args!("invalid MAC address {s:?}")))?;

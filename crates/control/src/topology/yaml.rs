@@ -21,9 +21,10 @@ pub(super) fn parse_document(text: &str) -> Result<Node> {
     let options = LoaderOptions::default().error_on_duplicate_keys(true);
     marked_yaml::parse_yaml_with_options(0, text, options).map_err(|e| {
         let (pos, message) = match &e {
-            LoadError::TopLevelMustBeMapping(m) => {
-                (pos_of(Some(m)), "the top level must be a mapping (ports:, vrs:)".to_string())
-            }
+            LoadError::TopLevelMustBeMapping(m) => (
+                pos_of(Some(m)),
+                "the top level must be a mapping (ports:, switches:, vrs:)".to_string(),
+            ),
             LoadError::TopLevelMustBeSequence(m) => (pos_of(Some(m)), e.to_string()),
             LoadError::UnexpectedAnchor(m) => {
                 (pos_of(Some(m)), "anchors and aliases are not supported".to_string())
