@@ -43,25 +43,43 @@ impl fmt::Display for BuildError {
 impl std::error::Error for BuildError {}
 
 /// Builds the engine of `topo`, with `vrs` in place of the topology's VRs when given (callers
-/// that add routes, like the demo). Every port must be `mem` or a link.
+/// that add routes, like the demo). Kernel ports (AF_XDP, AF_PACKET, tap) are opened on their
+/// interfaces, which must exist (`routeplex up` makes those of hosts).
 pub fn engine(topo: &Topology, vrs: Option<&[VrConfig]>) -> Result<Built, BuildError> {
     let n = topo.ports.len();
     let mut ours: Vec<Option<Box<dyn Port>>> = (0..n).map(|_| None).collect();
     let mut outside: Vec<Option<MemPort>> = (0..n).map(|_| None).collect();
     for (i, p) in topo.ports.iter().enumerate() {
-        match p.kind {
-            PortKind::Mem { ring } => {
+        match &p.kind {
+            &PortKind::Mem { ring } => {
                 let (a, b) = mem::pair(&p.name, &format!("{}-outside", p.name), ring);
                 ours[i] = Some(Box::new(a));
                 outside[i] = Some(b);
             }
             // Both ends of a link are the engine's: made once, from the lower end.
-            PortKind::Link { peer } if i < usize::from(peer) => {
+            &PortKind::Link { peer } if i < usize::from(peer) => {
                 let (a, b) = mem::pair(&p.name, &topo.ports[usize::from(peer)].name, LINK_RING);
                 ours[i] = Some(Box::new(a));
                 ours[usize::from(peer)] = Some(Box::new(b));
             }
             PortKind::Link { .. } => {}
+            PortKind::AfXdp(a) => {
+                let opts = ports::afxdp::AfXdpOptions::default();
+                let p = ports::afxdp::AfXdpPort::open(a.ifname(), &opts)
+                    .map_err(|e| BuildError(format!("port {}: {e}", p.name)))?;
+                ours[i] = Some(Box::new(p));
+            }
+            PortKind::AfPacket(a) => {
+                let opts = ports::afpacket::AfPacketOptions::default();
+                let p = ports::afpacket::AfPacketPort::open(a.ifname(), &opts)
+                    .map_err(|e| BuildError(format!("port {}: {e}", p.name)))?;
+                ours[i] = Some(Box::new(p));
+            }
+            PortKind::Tap { ifname } => {
+                let p = ports::tap::TapPort::create(ifname)
+                    .map_err(|e| BuildError(format!("port {}: {e}", p.name)))?;
+                ours[i] = Some(Box::new(p));
+            }
         }
     }
     let ours = ours

@@ -9,6 +9,7 @@
 #![deny(unsafe_code)]
 
 pub mod build;
+pub mod netns;
 pub mod topology;
 
-pub use topology::{ErrorKind, PortKind, PortSpec, Topology, TopologyError};
+pub use topology::{Attach, ErrorKind, HostSpec, PortKind, PortSpec, Topology, TopologyError};

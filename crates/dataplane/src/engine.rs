@@ -423,6 +423,11 @@ impl Engine {
         self.ports[p].stats()
     }
 
+    /// Whether port `p` moves packets now.
+    pub fn port_status(&self, p: usize) -> ports::PortStatus {
+        self.ports[p].status()
+    }
+
     /// Number of ports.
     pub fn port_count(&self) -> usize {
         self.ports.len()

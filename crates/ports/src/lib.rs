@@ -13,9 +13,13 @@
 //!   checking every index and length the peer supplied.
 //! - Nothing here parses packets: the port layer knows frames only as bytes.
 
+pub mod afpacket;
+pub mod afxdp;
 mod buf;
 pub mod mem;
 mod ring;
+mod sys;
+pub mod tap;
 
 pub use buf::{Batch, PktBuf, BUF_SIZE, HEADROOM, MAX_BURST};
 

@@ -4,6 +4,7 @@ mod alloc_count;
 mod bench;
 mod demo;
 mod lab;
+mod service;
 mod sys;
 
 use std::path::PathBuf;
@@ -30,6 +31,25 @@ enum Cmd {
     Show {
         /// The topology file (YAML).
         file: PathBuf,
+    },
+    /// Make a topology's hosts (namespaces, veths) and run its data plane in the background
+    /// (root). Returns once forwarding runs; harmless if it is up already.
+    Up {
+        /// The topology file (YAML).
+        file: PathBuf,
+    },
+    /// Stop a topology's data plane and remove exactly what `up` made (root).
+    Down {
+        /// The topology file (YAML).
+        file: PathBuf,
+    },
+    /// Run a topology's data plane in the foreground until Ctrl-C (its interfaces must exist).
+    Run {
+        /// The topology file (YAML).
+        file: PathBuf,
+        /// Serve the control socket in this directory (set by `up`).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
     },
     /// Benchmarks (JSON with --json).
     #[command(subcommand)]
@@ -58,6 +78,9 @@ fn main() -> ExitCode {
         Cmd::Show { file } => control::Topology::load(&file)
             .map(|t| println!("{}", t.summary().trim_end()))
             .map_err(anyhow::Error::from),
+        Cmd::Up { file } => service::up(&file),
+        Cmd::Down { file } => service::down(&file),
+        Cmd::Run { file, state_dir } => service::run(&file, state_dir.as_deref()),
         Cmd::Bench(BenchCmd::Fib(a)) => bench::fib(a),
         Cmd::Bench(BenchCmd::Pipeline(a)) => bench::pipeline(a),
     };

@@ -8,10 +8,20 @@
 //! # Format
 //!
 //! ```yaml
+//! hosts:                      # Linux hosts `routeplex up` makes: a namespace each, eth0 in it
+//!   - name: ha                # the namespace's name: letters, digits, - _ . (32 at most)
+//!     addresses: [10.9.0.2/24, "2001:db8:9::2/64"]
+//!     gateways: [10.9.0.1, "2001:db8:9::1"]  # default routes, one per family, on-subnet
+//!     mtu: 1500               # optional, of both ends of the veth
 //! ports:                      # where frames enter and leave the host
 //!   - name: p0                # unique; 1 to 64 characters, no spaces
-//!     kind: mem               # in-process pair; later: memif, afxdp, afpacket, tap
+//!     kind: mem               # in-process pair (tests, benchmarks, the demo)
 //!     ring: 1024              # mem only; optional power of two in 2..=65536, default 1024
+//!   - name: pa                # kernel ports: afxdp, afpacket, each on an interface or a host
+//!     kind: afxdp
+//!     host: ha                # a veth `up` makes: rpx-pa here, eth0 in host ha
+//!   - { name: pk, kind: afpacket, interface: veth9 }   # an interface that exists already
+//!   - { name: pt, kind: tap, interface: tap9 }          # a tap routeplex creates
 //!   - name: p1
 //!     kind: mem
 //!   - { name: h1, kind: mem }
@@ -96,6 +106,7 @@
 //! `PortKind` to handle. Whatever must be unique across the host lives in `Host`.
 
 mod error;
+mod hosts;
 mod summary;
 mod switch;
 mod table;
@@ -114,6 +125,8 @@ use dataplane::SwitchConfig;
 use wire::MacAddr;
 
 pub use error::{ErrorKind, TopologyError};
+pub use hosts::{HostSpec, HOST_IFNAME};
+
 use yaml::{Result, Value};
 
 /// A validated topology: the host's ports and its virtual routers.
@@ -128,6 +141,8 @@ pub struct Topology {
     /// Learning switches in file order; a VR interface on a switch is joined to it by a
     /// [`PortKind::Link`] pair, whose switch end is the switch's last members.
     pub switches: Vec<SwitchConfig>,
+    /// Hosts (network namespaces) `routeplex up` makes, each attached to one port.
+    pub hosts: Vec<HostSpec>,
 }
 
 /// One port of the host.
@@ -139,9 +154,28 @@ pub struct PortSpec {
     pub kind: PortKind,
 }
 
+/// How a kernel-facing port reaches its Linux interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Attach {
+    /// An interface that exists already; `up` and `down` never create or remove it.
+    Interface(String),
+    /// One end of a veth pair `up` makes: `ifname` stays in the root namespace for routeplex,
+    /// its peer is `eth0` in the namespace of `hosts[host]`.
+    Host { host: usize, ifname: String },
+}
+
+impl Attach {
+    /// The interface routeplex opens.
+    pub fn ifname(&self) -> &str {
+        match self {
+            Attach::Interface(n) | Attach::Host { ifname: n, .. } => n,
+        }
+    }
+}
+
 /// A port backend and its settings. Deliberately exhaustive: a new backend should make every
 /// `match` on it fail to compile until it is handled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PortKind {
     /// One end of an in-process pair (`ports::mem::pair`), with `ring` slots per direction.
     Mem {
@@ -155,16 +189,29 @@ pub enum PortKind {
         /// The other end.
         peer: PortId,
     },
+    /// AF_XDP on a Linux interface (an XDP program redirects its frames to routeplex).
+    AfXdp(Attach),
+    /// AF_PACKET (TPACKET_V3) on a Linux interface.
+    AfPacket(Attach),
+    /// A tap interface routeplex creates (in the root namespace) and the Linux stack sees.
+    Tap {
+        /// The interface name.
+        ifname: String,
+    },
 }
 
 /// Keys of the top-level mapping.
-const TOP_KEYS: &[&str] = &["ports", "switches", "vrs"];
+const TOP_KEYS: &[&str] = &["hosts", "ports", "switches", "vrs"];
 /// Port kinds this build provides.
-const PORT_KINDS: &[&str] = &["mem"];
+const PORT_KINDS: &[&str] = &["mem", "afxdp", "afpacket", "tap"];
 /// Port kinds the design names but this build lacks: asking for one is `ErrorKind::Unavailable`
 /// rather than a typo, so a file written for a later build says so.
-const PLANNED_PORT_KINDS: &[&str] = &["memif", "afxdp", "afpacket", "tap", "vhost-user"];
+const PLANNED_PORT_KINDS: &[&str] = &["memif", "vhost-user"];
 const MEM_KEYS: &[&str] = &["name", "kind", "ring"];
+const KERNEL_KEYS: &[&str] = &["name", "kind", "interface", "host"];
+const TAP_KEYS: &[&str] = &["name", "kind", "interface"];
+/// The root-namespace end of a host's veth is this prefix and the port's name.
+const VETH_PREFIX: &str = "rpx-";
 const DEFAULT_RING: usize = 1024;
 
 impl Topology {
@@ -190,9 +237,24 @@ impl Topology {
             let doc = yaml::parse_document(text)?;
             let top = Value::root(&doc).map(TOP_KEYS)?;
             let mut host = Host::default();
+            let mut hosts = Vec::new();
+            for v in top.list("hosts")? {
+                hosts.push(hosts::host(&v, &mut host)?);
+            }
             for v in top.list("ports")? {
                 let p = host.port(&v)?;
                 host.specs.push(p);
+            }
+            // A host is one namespace behind one port.
+            for h in top.list("hosts")? {
+                let hv = h.mapping()?.req("name")?;
+                let n = hv.text()?;
+                if !host.attached_hosts.contains_key(n) {
+                    return Err(hv.bad(
+                        n,
+                        format_args!("host {n} is attached to no port: give a port \"host: {n}\""),
+                    ));
+                }
             }
             for v in top.list("switches")? {
                 let s = switch::switch(&v, &mut host)?;
@@ -203,7 +265,7 @@ impl Topology {
                 vrs.push(vr::vr(&v, &mut host, base_dir)?);
             }
             let Host { specs: ports, switches, .. } = host;
-            Ok(Topology { source: source.to_string(), ports, vrs, switches })
+            Ok(Topology { source: source.to_string(), ports, vrs, switches, hosts })
         };
         build().map_err(|e| e.in_file(source))
     }
@@ -227,6 +289,10 @@ struct Host {
     /// Every port, including the links made for interfaces on switches.
     specs: Vec<PortSpec>,
     vr_names: HashMap<String, usize>,
+    /// Hosts: `(index, line)`.
+    host_ids: HashMap<String, (usize, usize)>,
+    /// Hosts a port is attached to: `(port name, line)`.
+    attached_hosts: HashMap<String, (String, usize)>,
     switch_ids: HashMap<String, (usize, usize)>,
     switches: Vec<SwitchConfig>,
     /// Ports that are switch members: `(switch, line)`.
@@ -275,6 +341,56 @@ impl Host {
                     }
                 };
                 PortKind::Mem { ring }
+            }
+            kind @ ("afxdp" | "afpacket") => {
+                m.only(KERNEL_KEYS)?;
+                let attach = match (m.get("interface"), m.get("host")) {
+                    (Some(iv), None) => {
+                        let i = iv.text()?;
+                        if !hosts::is_ifname(i) {
+                            return Err(iv.bad(i, format_args!("invalid interface name {i:?}: 1 to 15 bytes, no '/', ':' or spaces")));
+                        }
+                        Attach::Interface(i.to_string())
+                    }
+                    (None, Some(hv)) => {
+                        let h = hv.text()?;
+                        let Some(&(index, _)) = self.host_ids.get(h) else {
+                            let mut names: Vec<&String> = self.host_ids.keys().collect();
+                            names.sort();
+                            return Err(hv.bad(h, format_args!("no host named {h:?} (hosts: {})", list_or_none(&names))));
+                        };
+                        if let Some((other, line)) = self.attached_hosts.get(h) {
+                            return Err(hv.bad(h, format_args!("host {h} is already attached to port {other} (line {line})")));
+                        }
+                        let ifname = format!("{VETH_PREFIX}{name}");
+                        if !hosts::is_ifname(&ifname) {
+                            return Err(name_v.bad(&name, format_args!("port name {name:?} is too long for its veth {ifname:?} (15 bytes at most)")));
+                        }
+                        self.attached_hosts.insert(h.to_string(), (name.clone(), hv.line()));
+                        Attach::Host { host: index, ifname }
+                    }
+                    (Some(_), Some(hv)) => return Err(hv.error("a port attaches to an interface or to a host, not both")),
+                    (None, None) => return Err(v.error("missing \"interface\" (an existing interface) or \"host\" (a host up creates)")),
+                };
+                if kind == "afxdp" {
+                    PortKind::AfXdp(attach)
+                } else {
+                    PortKind::AfPacket(attach)
+                }
+            }
+            "tap" => {
+                m.only(TAP_KEYS)?;
+                let iv = m.req("interface")?;
+                let i = iv.text()?;
+                if !hosts::is_ifname(i) {
+                    return Err(iv.bad(
+                        i,
+                        format_args!(
+                            "invalid interface name {i:?}: 1 to 15 bytes, no '/', ':' or spaces"
+                        ),
+                    ));
+                }
+                PortKind::Tap { ifname: i.to_string() }
             }
             k if PLANNED_PORT_KINDS.contains(&k) => {
                 return Err(kind_v.bad_kind(

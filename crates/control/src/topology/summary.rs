@@ -17,9 +17,18 @@ pub(super) fn summary(t: &Topology) -> String {
     );
     let mut rows = vec![row(["PORT", "KIND", "SETTINGS"])];
     for p in &t.ports {
-        let (kind, settings) = match p.kind {
+        let attach = |a: &crate::topology::Attach| match a {
+            crate::topology::Attach::Interface(i) => format!("interface {i}"),
+            crate::topology::Attach::Host { host, ifname } => {
+                format!("{ifname} to host {}", t.hosts.get(*host).map_or("?", |h| h.name.as_str()))
+            }
+        };
+        let (kind, settings) = match &p.kind {
             PortKind::Mem { ring } => ("mem", format!("ring {ring}")),
-            PortKind::Link { peer } => (
+            PortKind::AfXdp(a) => ("afxdp", attach(a)),
+            PortKind::AfPacket(a) => ("afpacket", attach(a)),
+            PortKind::Tap { ifname } => ("tap", format!("interface {ifname}")),
+            &PortKind::Link { peer } => (
                 "link",
                 format!("to {}", t.ports.get(usize::from(peer)).map_or("?", |p| p.name.as_str())),
             ),

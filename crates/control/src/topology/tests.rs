@@ -108,7 +108,7 @@ fn syntax_errors_name_file_line_and_column() {
     let e = parse("- p0\n").unwrap_err();
     assert_eq!(
         e.to_string(),
-        "lab.yaml:1:1: the top level must be a mapping (ports:, switches:, vrs:)"
+        "lab.yaml:1:1: the top level must be a mapping (hosts:, ports:, switches:, vrs:)"
     );
     let e = parse("ports: []\nports: []\n").unwrap_err();
     assert_eq!(
@@ -124,7 +124,7 @@ fn unknown_keys_are_rejected_with_the_allowed_ones() {
         (1, "port"),
         "port",
         Some("port"),
-        "unknown key \"port\" (allowed: ports, switches, vrs)",
+        "unknown key \"port\" (allowed: hosts, ports, switches, vrs)",
     );
     let text =
         vr1("      - { name: eth2, port: p1, mac: 02:00:00:00:01:02, adresses: [10.0.2.1/24] }\n");
@@ -208,7 +208,7 @@ fn port_kinds_are_checked_and_planned_ones_say_so() {
         (2, "nic"),
         "ports[0].kind",
         Some("nic"),
-        "unknown port kind \"nic\" (available: mem)",
+        "unknown port kind \"nic\" (available: mem, afxdp, afpacket, tap)",
     );
     let text = "ports:\n  - { name: p0, kind: memif }\n";
     rejects(
@@ -216,7 +216,7 @@ fn port_kinds_are_checked_and_planned_ones_say_so() {
         (2, "memif"),
         "ports[0].kind",
         Some("memif"),
-        "port kind \"memif\" is not available in this build (available: mem)",
+        "port kind \"memif\" is not available in this build (available: mem, afxdp, afpacket, tap)",
     );
     assert_eq!(parse(text).unwrap_err().kind(), ErrorKind::Unavailable);
     rejects(
@@ -1098,11 +1098,12 @@ fn the_documented_format_is_valid() {
     dir.write("prefixes/ipv4.txt", "203.0.113.0/24 0\n2001:db8:b::/48 7\n");
     let t = Topology::parse(&yaml, "doc.yaml", &dir.0).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     let vr = &t.vrs[0];
-    // Five ports, plus the two ends of the link that joins lan10 to the switch.
+    // Eight ports, plus the two ends of the link that joins lan10 to the switch.
     assert_eq!(
         (t.ports.len(), vr.interfaces.len(), vr.routes.len(), vr.neighbors.len()),
-        (7, 3, 7, 1)
+        (10, 3, 7, 1)
     );
+    assert_eq!((t.hosts.len(), t.hosts[0].gateways.len()), (1, 2));
     assert_eq!((t.switches.len(), t.switches[0].members.len()), (1, 4));
     assert_eq!(vr.routes[6].target, RouteTarget::Via { gateway: ip("fe80::2"), iface: Some(0) });
 }
@@ -1208,4 +1209,96 @@ fn switch_rules() {
     );
     // ...and in another VLAN of the same switch it is another segment.
     accepts(&switched("", &format!("{SW_VR}  - name: vr2\n    interfaces:\n      - {{ name: b, switch: sw, vlan: 20, mac: 02:00:00:00:02:00, addresses: [10.0.0.1/24] }}\n")));
+}
+
+// ---- hosts and kernel ports ----
+
+fn hosted(hosts: &str, ports: &str) -> String {
+    format!("hosts:\n{hosts}ports:\n{ports}vrs: []\n")
+}
+
+const HOST_A: &str =
+    "  - { name: ha, addresses: [10.9.0.2/24, \"2001:db8:9::2/64\"], gateways: [10.9.0.1, \"2001:db8:9::1\"] }\n";
+
+#[test]
+fn hosts_and_kernel_ports() {
+    let t = accepts(&hosted(
+        HOST_A,
+        "  - { name: pa, kind: afxdp, host: ha }\n  - { name: pb, kind: afpacket, interface: veth7 }\n  - { name: pc, kind: tap, interface: tap0 }\n",
+    ));
+    assert_eq!(t.hosts.len(), 1);
+    let h = &t.hosts[0];
+    assert_eq!((h.name.as_str(), h.mtu), ("ha", 1500));
+    assert_eq!(h.gateways, vec![ip("10.9.0.1"), ip("2001:db8:9::1")]);
+    assert_eq!(t.ports[0].kind, PortKind::AfXdp(Attach::Host { host: 0, ifname: "rpx-pa".into() }));
+    assert_eq!(t.ports[1].kind, PortKind::AfPacket(Attach::Interface("veth7".into())));
+    assert_eq!(t.ports[2].kind, PortKind::Tap { ifname: "tap0".into() });
+    let s = t.summary();
+    assert!(s.contains("rpx-pa to host ha") && s.contains("interface veth7"), "{s}");
+}
+
+#[test]
+fn host_rules() {
+    rejects(
+        &hosted(HOST_A, "  []\n"),
+        (2, "ha"),
+        "hosts[0].name",
+        Some("ha"),
+        "host ha is attached to no port: give a port \"host: ha\"",
+    );
+    rejects(
+        &hosted(
+            HOST_A,
+            "  - { name: pa, kind: afxdp, host: ha }\n  - { name: pb, kind: afxdp, host: ha }\n",
+        ),
+        (5, "ha"),
+        "ports[1].host",
+        Some("ha"),
+        "host ha is already attached to port pa (line 4)",
+    );
+    rejects(
+        &hosted(HOST_A, "  - { name: pa, kind: afxdp, host: hz }\n"),
+        (4, "hz"),
+        "ports[0].host",
+        Some("hz"),
+        "no host named \"hz\" (hosts: ha)",
+    );
+    rejects(
+        &hosted(HOST_A, "  - { name: porttoolongx, kind: afxdp, host: ha }\n"),
+        (4, "porttoolongx"),
+        "ports[0].name",
+        Some("porttoolongx"),
+        "port name \"porttoolongx\" is too long for its veth \"rpx-porttoolongx\" (15 bytes at most)",
+    );
+    rejects(
+        &hosted(HOST_A, "  - { name: pa, kind: afpacket, interface: \"a/b\" }\n"),
+        (4, "\"a/b\""),
+        "ports[0].interface",
+        Some("a/b"),
+        "invalid interface name \"a/b\": 1 to 15 bytes, no '/', ':' or spaces",
+    );
+    rejects(
+        &hosted(HOST_A, "  - { name: pa, kind: afxdp }\n"),
+        (4, "name: pa"),
+        "ports[0]",
+        None,
+        "missing \"interface\" (an existing interface) or \"host\" (a host up creates)",
+    );
+    rejects(
+        &hosted(
+            "  - { name: ha, addresses: [10.9.0.2/24], gateways: [10.8.0.1] }\n",
+            "  - { name: pa, kind: afxdp, host: ha }\n",
+        ),
+        (2, "10.8.0.1"),
+        "hosts[0].gateways[0]",
+        Some("10.8.0.1"),
+        "gateway 10.8.0.1 is on none of ha's subnets",
+    );
+    rejects(
+        &hosted("  - { name: \"h a\", addresses: [] }\n", "  []\n"),
+        (2, "\"h a\""),
+        "hosts[0].name",
+        Some("h a"),
+        "invalid name \"h a\": use 1 to 64 characters without spaces",
+    );
 }

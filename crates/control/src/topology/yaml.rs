@@ -23,7 +23,7 @@ pub(super) fn parse_document(text: &str) -> Result<Node> {
         let (pos, message) = match &e {
             LoadError::TopLevelMustBeMapping(m) => (
                 pos_of(Some(m)),
-                "the top level must be a mapping (ports:, switches:, vrs:)".to_string(),
+                "the top level must be a mapping (hosts:, ports:, switches:, vrs:)".to_string(),
             ),
             LoadError::TopLevelMustBeSequence(m) => (pos_of(Some(m)), e.to_string()),
             LoadError::UnexpectedAnchor(m) => {

@@ -1,0 +1,157 @@
+//! Network namespaces and veth pairs for a topology's hosts: made with iproute2 and ethtool,
+//! recorded as they are made, and removed exactly as recorded.
+//!
+//! Contract: [`make`] refuses to touch a namespace or interface that exists already (routeplex
+//! did not make it, so it is not routeplex's to configure or delete), records every object
+//! in [`Made`] the moment it exists, and leaves undoing to the caller ([`remove`]), which
+//! deletes what the record names and nothing else.
+
+use std::fmt;
+use std::path::Path;
+use std::process::Command;
+
+use crate::topology::{Attach, PortKind, Topology, HOST_IFNAME};
+
+/// What `make` created: namespaces and root-namespace veth ends (deleting one end of a veth
+/// deletes the pair).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Made {
+    pub namespaces: Vec<String>,
+    pub links: Vec<String>,
+}
+
+/// A command that failed, or an object that is in the way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetError(pub String);
+
+impl fmt::Display for NetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NetError {}
+
+/// Runs `cmd args`, returning its stderr as the error when it fails.
+fn run(cmd: &str, args: &[&str]) -> Result<(), NetError> {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| NetError(format!("{cmd} {}: cannot run: {e}", args.join(" "))))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    Err(NetError(format!("{cmd} {}: {}", args.join(" "), err.trim())))
+}
+
+/// Whether namespace `name` exists.
+pub fn namespace_exists(name: &str) -> bool {
+    Path::new("/run/netns").join(name).exists()
+}
+
+/// Whether interface `name` exists in this namespace.
+pub fn link_exists(name: &str) -> bool {
+    Path::new("/sys/class/net").join(name).exists()
+}
+
+/// Makes every host of `topo`: a namespace with `lo` and `eth0` up, eth0's addresses and
+/// default routes, and the veth's other end (the port's interface) up in this namespace.
+/// Offloads that would hand routeplex frames larger than the MTU or without checksums (TSO,
+/// GSO, GRO, checksum offload) are turned off on both ends, and IPv6 is off on the
+/// routeplex end, which needs no address and should not chatter.
+pub fn make(topo: &Topology, made: &mut Made) -> Result<(), NetError> {
+    for p in &topo.ports {
+        let (PortKind::AfXdp(Attach::Host { host, ifname })
+        | PortKind::AfPacket(Attach::Host { host, ifname })) = &p.kind
+        else {
+            continue;
+        };
+        let h = &topo.hosts[*host];
+        let ns = h.name.as_str();
+        if namespace_exists(ns) {
+            return Err(NetError(format!(
+                "namespace {ns} exists and routeplex did not make it: remove it or rename host {ns}"
+            )));
+        }
+        if link_exists(ifname) {
+            return Err(NetError(format!(
+                "interface {ifname} exists and routeplex did not make it: remove it or rename port {}",
+                p.name
+            )));
+        }
+        run("ip", &["netns", "add", ns])?;
+        made.namespaces.push(ns.to_string());
+        let mtu = h.mtu.to_string();
+        run(
+            "ip",
+            &[
+                "link",
+                "add",
+                ifname,
+                "mtu",
+                &mtu,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                HOST_IFNAME,
+                "mtu",
+                &mtu,
+                "netns",
+                ns,
+            ],
+        )?;
+        made.links.push(ifname.clone());
+        run("ip", &["-n", ns, "link", "set", "lo", "up"])?;
+        for a in &h.addresses {
+            let s = a.to_string();
+            let mut args = vec!["-n", ns, "address", "add", s.as_str(), "dev", HOST_IFNAME];
+            if a.addr().is_ipv6() {
+                // No duplicate address detection: the address is usable at once.
+                args.push("nodad");
+            }
+            run("ip", &args)?;
+        }
+        run("ip", &["-n", ns, "link", "set", HOST_IFNAME, "up"])?;
+        for g in &h.gateways {
+            let g = g.to_string();
+            let family = if g.contains(':') { "-6" } else { "-4" };
+            run(
+                "ip",
+                &["-n", ns, family, "route", "add", "default", "via", &g, "dev", HOST_IFNAME],
+            )?;
+        }
+        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6"), "1");
+        run("ip", &["link", "set", ifname, "up"])?;
+        let offloads = ["tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"];
+        let mut root = vec!["-K", ifname.as_str()];
+        root.extend(offloads);
+        run("ethtool", &root)?;
+        let mut inside = vec!["netns", "exec", ns, "ethtool", "-K", HOST_IFNAME];
+        inside.extend(offloads);
+        run("ip", &inside)?;
+    }
+    Ok(())
+}
+
+/// Removes what `made` records, newest first; returns what could not be removed (an object
+/// already gone is not an error).
+pub fn remove(made: &Made) -> Vec<NetError> {
+    let mut errors = Vec::new();
+    for l in made.links.iter().rev() {
+        if link_exists(l) {
+            if let Err(e) = run("ip", &["link", "del", l]) {
+                errors.push(e);
+            }
+        }
+    }
+    for ns in made.namespaces.iter().rev() {
+        if namespace_exists(ns) {
+            if let Err(e) = run("ip", &["netns", "del", ns]) {
+                errors.push(e);
+            }
+        }
+    }
+    errors
+}
