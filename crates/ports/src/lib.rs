@@ -17,6 +17,7 @@ pub mod afpacket;
 pub mod afxdp;
 mod buf;
 pub mod mem;
+pub mod memif;
 mod ring;
 mod sys;
 pub mod tap;
