@@ -75,6 +75,25 @@ pub fn engine(topo: &Topology, vrs: Option<&[VrConfig]>) -> Result<Built, BuildE
                     .map_err(|e| BuildError(format!("port {}: {e}", p.name)))?;
                 ours[i] = Some(Box::new(p));
             }
+            PortKind::Memif(m) => {
+                let mut o = ports::memif::MemifOptions::new(m.socket.clone());
+                o.id = m.id;
+                o.secret = m.secret.clone();
+                o.queues = m.queues;
+                o.log2_ring_size = m.log2_ring;
+                o.buffer_size = m.buffer;
+                o.name = p.name.clone();
+                if m.interrupt {
+                    o.rx_mode = ports::memif::RxMode::Interrupt;
+                }
+                let port = if m.server {
+                    ports::memif::MemifPort::server(o)
+                } else {
+                    ports::memif::MemifPort::client(o)
+                };
+                ours[i] =
+                    Some(Box::new(port.map_err(|e| BuildError(format!("port {}: {e}", p.name)))?));
+            }
             PortKind::Tap { ifname } => {
                 let p = ports::tap::TapPort::create(ifname)
                     .map_err(|e| BuildError(format!("port {}: {e}", p.name)))?;

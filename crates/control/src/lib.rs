@@ -12,4 +12,6 @@ pub mod build;
 pub mod netns;
 pub mod topology;
 
-pub use topology::{Attach, ErrorKind, HostSpec, PortKind, PortSpec, Topology, TopologyError};
+pub use topology::{
+    Attach, ErrorKind, HostSpec, MemifSpec, PortKind, PortSpec, Topology, TopologyError,
+};

@@ -173,6 +173,27 @@ impl Attach {
     }
 }
 
+/// A memif port's settings (see `ports::memif::MemifOptions`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemifSpec {
+    /// Listen (server, VPP "master") or connect (client, "slave").
+    pub server: bool,
+    /// Control socket: a path, or `@name` for an abstract socket.
+    pub socket: String,
+    /// Interface id, agreed with the peer.
+    pub id: u32,
+    /// Shared secret the server requires (at most 24 bytes).
+    pub secret: Option<String>,
+    /// Rings per direction.
+    pub queues: u16,
+    /// log2 of the slots per ring.
+    pub log2_ring: u8,
+    /// Bytes per shared buffer (client role).
+    pub buffer: u32,
+    /// Ask the peer to signal each receive ring's eventfd instead of being polled.
+    pub interrupt: bool,
+}
+
 /// A port backend and its settings. Deliberately exhaustive: a new backend should make every
 /// `match` on it fail to compile until it is handled.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -193,6 +214,8 @@ pub enum PortKind {
     AfXdp(Attach),
     /// AF_PACKET (TPACKET_V3) on a Linux interface.
     AfPacket(Attach),
+    /// A memif port (shared memory with another process, DPDK/VPP-compatible).
+    Memif(MemifSpec),
     /// A tap interface routeplex creates (in the root namespace) and the Linux stack sees.
     Tap {
         /// The interface name.
@@ -203,10 +226,12 @@ pub enum PortKind {
 /// Keys of the top-level mapping.
 const TOP_KEYS: &[&str] = &["hosts", "ports", "switches", "vrs"];
 /// Port kinds this build provides.
-const PORT_KINDS: &[&str] = &["mem", "afxdp", "afpacket", "tap"];
+const PORT_KINDS: &[&str] = &["mem", "memif", "afxdp", "afpacket", "tap"];
 /// Port kinds the design names but this build lacks: asking for one is `ErrorKind::Unavailable`
 /// rather than a typo, so a file written for a later build says so.
-const PLANNED_PORT_KINDS: &[&str] = &["memif", "vhost-user"];
+const PLANNED_PORT_KINDS: &[&str] = &["vhost-user"];
+const MEMIF_KEYS: &[&str] =
+    &["name", "kind", "role", "socket", "id", "secret", "queues", "ring", "buffer", "rx_mode"];
 const MEM_KEYS: &[&str] = &["name", "kind", "ring"];
 const KERNEL_KEYS: &[&str] = &["name", "kind", "interface", "host"];
 const TAP_KEYS: &[&str] = &["name", "kind", "interface"];
@@ -378,6 +403,10 @@ impl Host {
                     PortKind::AfPacket(attach)
                 }
             }
+            "memif" => {
+                m.only(MEMIF_KEYS)?;
+                PortKind::Memif(memif_spec(&m)?)
+            }
             "tap" => {
                 m.only(TAP_KEYS)?;
                 let iv = m.req("interface")?;
@@ -483,6 +512,79 @@ impl Host {
             )),
         }
     }
+}
+
+/// A memif port's keys.
+fn memif_spec(m: &yaml::Map) -> Result<MemifSpec> {
+    let server = match m.get("role") {
+        None => true,
+        Some(v) => match v.text()? {
+            "server" => true,
+            "client" => false,
+            r => return Err(v.bad(r, format_args!("role must be server or client, not {r:?}"))),
+        },
+    };
+    let sv = m.req("socket")?;
+    let socket = sv.text()?;
+    let bare =
+        socket.strip_prefix('@').or_else(|| socket.strip_prefix("abstract:")).unwrap_or(socket);
+    if bare.is_empty() || bare.len() > 107 || bare.contains('\0') {
+        return Err(sv.bad(
+            socket,
+            format_args!("invalid memif socket {socket:?}: a path or @name of 1 to 107 bytes"),
+        ));
+    }
+    let id =
+        m.get("id").map(|v| v.int::<u32>("memif id", 0, u32::MAX.into())).transpose()?.unwrap_or(0);
+    let secret = match m.get("secret") {
+        None => None,
+        Some(v) => {
+            let s = v.text()?;
+            if s.len() > 24 {
+                return Err(v.bad(s, "a memif secret is at most 24 bytes"));
+            }
+            Some(s.to_string())
+        }
+    };
+    let queues =
+        m.get("queues").map(|v| v.int::<u16>("queue count", 1, 256)).transpose()?.unwrap_or(1);
+    let log2_ring = match m.get("ring") {
+        None => 10,
+        Some(v) => {
+            let n: u32 = v.int("ring size", 2, 16384)?;
+            if !n.is_power_of_two() {
+                return Err(v.bad(v.text()?, format_args!("ring size {n} is not a power of two")));
+            }
+            n.trailing_zeros() as u8
+        }
+    };
+    let buffer = m
+        .get("buffer")
+        .map(|v| v.int::<u32>("buffer size", 64, 65535))
+        .transpose()?
+        .unwrap_or(2048);
+    let interrupt = match m.get("rx_mode") {
+        None => false,
+        Some(v) => match v.text()? {
+            "polling" => false,
+            "interrupt" => true,
+            r => {
+                return Err(
+                    v.bad(r, format_args!("rx_mode must be polling or interrupt, not {r:?}"))
+                )
+            }
+        },
+    };
+    Ok(MemifSpec {
+        server,
+        socket: socket.to_string(),
+        id,
+        secret,
+        queues,
+        log2_ring,
+        buffer,
+        interrupt,
+    })
 }
 
 /// A name: non-empty, without whitespace or control characters (names are printed in one-line

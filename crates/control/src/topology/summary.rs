@@ -28,6 +28,18 @@ pub(super) fn summary(t: &Topology) -> String {
             PortKind::AfXdp(a) => ("afxdp", attach(a)),
             PortKind::AfPacket(a) => ("afpacket", attach(a)),
             PortKind::Tap { ifname } => ("tap", format!("interface {ifname}")),
+            PortKind::Memif(m) => (
+                "memif",
+                format!(
+                    "{} {} id {}, {} queue(s), ring {}{}",
+                    if m.server { "server on" } else { "client of" },
+                    m.socket,
+                    m.id,
+                    m.queues,
+                    1u32 << m.log2_ring,
+                    if m.interrupt { ", interrupt" } else { "" }
+                ),
+            ),
             &PortKind::Link { peer } => (
                 "link",
                 format!("to {}", t.ports.get(usize::from(peer)).map_or("?", |p| p.name.as_str())),

@@ -208,15 +208,15 @@ fn port_kinds_are_checked_and_planned_ones_say_so() {
         (2, "nic"),
         "ports[0].kind",
         Some("nic"),
-        "unknown port kind \"nic\" (available: mem, afxdp, afpacket, tap)",
+        "unknown port kind \"nic\" (available: mem, memif, afxdp, afpacket, tap)",
     );
-    let text = "ports:\n  - { name: p0, kind: memif }\n";
+    let text = "ports:\n  - { name: p0, kind: vhost-user }\n";
     rejects(
         text,
-        (2, "memif"),
+        (2, "vhost-user"),
         "ports[0].kind",
-        Some("memif"),
-        "port kind \"memif\" is not available in this build (available: mem, afxdp, afpacket, tap)",
+        Some("vhost-user"),
+        "port kind \"vhost-user\" is not available in this build (available: mem, memif, afxdp, afpacket, tap)",
     );
     assert_eq!(parse(text).unwrap_err().kind(), ErrorKind::Unavailable);
     rejects(
@@ -1300,5 +1300,60 @@ fn host_rules() {
         "hosts[0].name",
         Some("h a"),
         "invalid name \"h a\": use 1 to 64 characters without spaces",
+    );
+}
+
+#[test]
+fn memif_ports() {
+    let t = accepts(
+        "ports:\n  - { name: m0, kind: memif, socket: /run/m0.sock }\n  - { name: m1, kind: memif, role: client, socket: \"@m1\", id: 7, queues: 2, ring: 256, buffer: 4096, secret: s3, rx_mode: interrupt }\n",
+    );
+    assert_eq!(
+        t.ports[0].kind,
+        PortKind::Memif(MemifSpec {
+            server: true,
+            socket: "/run/m0.sock".into(),
+            id: 0,
+            secret: None,
+            queues: 1,
+            log2_ring: 10,
+            buffer: 2048,
+            interrupt: false
+        })
+    );
+    assert_eq!(
+        t.ports[1].kind,
+        PortKind::Memif(MemifSpec {
+            server: false,
+            socket: "@m1".into(),
+            id: 7,
+            secret: Some("s3".into()),
+            queues: 2,
+            log2_ring: 8,
+            buffer: 4096,
+            interrupt: true
+        })
+    );
+    assert!(t.summary().contains("client of @m1 id 7, 2 queue(s), ring 256, interrupt"));
+    rejects(
+        "ports:\n  - { name: m0, kind: memif, socket: /x, role: master }\n",
+        (2, "master"),
+        "ports[0].role",
+        Some("master"),
+        "role must be server or client, not \"master\"",
+    );
+    rejects(
+        "ports:\n  - { name: m0, kind: memif, socket: /x, ring: 1000 }\n",
+        (2, "1000"),
+        "ports[0].ring",
+        Some("1000"),
+        "ring size 1000 is not a power of two",
+    );
+    rejects(
+        "ports:\n  - { name: m0, kind: memif }\n",
+        (2, "name"),
+        "ports[0].socket",
+        None,
+        "required field \"socket\" is missing",
     );
 }
