@@ -43,8 +43,7 @@ vrs:
     let topo = Topology::parse(&yaml, "memif.yaml", std::path::Path::new(".")).unwrap();
     let mut built = build::engine(&topo, None).unwrap();
     let mut p2 = built.take_outside(&topo, "p2").unwrap();
-    let mut client =
-        |i: usize| MemifPort::client(MemifOptions::new(format!("@{tag}-{i}"))).unwrap();
+    let client = |i: usize| MemifPort::client(MemifOptions::new(format!("@{tag}-{i}"))).unwrap();
     let (mut c0, mut c1) = (client(0), client(1));
 
     // Drive the handshakes: the engine's housekeeping serves the sockets, the clients theirs.
