@@ -46,6 +46,15 @@ impl std::error::Error for BuildError {}
 /// that add routes, like the demo). Kernel ports (AF_XDP, AF_PACKET, tap) are opened on their
 /// interfaces, which must exist (`routeplex up` makes those of hosts).
 pub fn engine(topo: &Topology, vrs: Option<&[VrConfig]>) -> Result<Built, BuildError> {
+    engine_with_burst(topo, vrs, ports::MAX_BURST)
+}
+
+/// As [`engine`], receiving at most `burst` (1..=256) frames per port and poll.
+pub fn engine_with_burst(
+    topo: &Topology,
+    vrs: Option<&[VrConfig]>,
+    burst: usize,
+) -> Result<Built, BuildError> {
     let n = topo.ports.len();
     let mut ours: Vec<Option<Box<dyn Port>>> = (0..n).map(|_| None).collect();
     let mut outside: Vec<Option<MemPort>> = (0..n).map(|_| None).collect();
@@ -122,7 +131,6 @@ pub fn engine(topo: &Topology, vrs: Option<&[VrConfig]>) -> Result<Built, BuildE
         .map(Switch::new)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| BuildError(e.0))?;
-    let engine =
-        Engine::build(ours, vrs, switches, ports::MAX_BURST).map_err(|e| BuildError(e.0))?;
+    let engine = Engine::build(ours, vrs, switches, burst).map_err(|e| BuildError(e.0))?;
     Ok(Built { engine, outside })
 }

@@ -2,10 +2,13 @@
 
 mod alloc_count;
 mod bench;
+mod bench_switch;
 mod demo;
 mod lab;
+mod pktgen;
 mod service;
 mod sys;
+mod test_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -50,10 +53,19 @@ enum Cmd {
         /// Serve the control socket in this directory (set by `up`).
         #[arg(long)]
         state_dir: Option<PathBuf>,
+        /// Frames received per port and poll, 1..=256 (the worker's batch).
+        #[arg(long, default_value_t = 256)]
+        burst: usize,
     },
+    /// A packet generator and sink on memif sockets, as a separate process (netmap's pkt-gen).
+    Pktgen(pktgen::Args),
     /// Benchmarks (JSON with --json).
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// The router tester: sweep, rfc2544, ndr-pdr against a DUT (default: a routeplex VR on
+    /// in-memory ports; no root).
+    #[command(subcommand)]
+    Test(test_cmd::TestCmd),
 }
 
 #[derive(Subcommand)]
@@ -62,6 +74,8 @@ enum BenchCmd {
     Fib(bench::FibArgs),
     /// One VR forwarding 64-byte UDP between two in-memory ports on one worker.
     Pipeline(bench::PipelineArgs),
+    /// The learning switch through memif, a separate process (VALE's Figs 6, 8, 9, 10).
+    Switch(bench_switch::Args),
 }
 
 /// Address family.
@@ -78,11 +92,14 @@ fn main() -> ExitCode {
         Cmd::Show { file } => control::Topology::load(&file)
             .map(|t| println!("{}", t.summary().trim_end()))
             .map_err(anyhow::Error::from),
+        Cmd::Pktgen(a) => pktgen::run(a),
         Cmd::Up { file } => service::up(&file),
         Cmd::Down { file } => service::down(&file),
-        Cmd::Run { file, state_dir } => service::run(&file, state_dir.as_deref()),
+        Cmd::Run { file, state_dir, burst } => service::run(&file, state_dir.as_deref(), burst),
         Cmd::Bench(BenchCmd::Fib(a)) => bench::fib(a),
         Cmd::Bench(BenchCmd::Pipeline(a)) => bench::pipeline(a),
+        Cmd::Bench(BenchCmd::Switch(a)) => bench_switch::run(a),
+        Cmd::Test(t) => test_cmd::run(t),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

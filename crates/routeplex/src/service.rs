@@ -261,7 +261,7 @@ fn report_leftovers(errors: Vec<netns::NetError>) -> Result<()> {
 
 /// The data plane in the foreground: one worker polling every port, the control socket (when
 /// `state_dir` is given) or a status line each second, until SIGTERM/SIGINT or `stop`.
-pub fn run(file: &Path, state_dir: Option<&Path>) -> Result<()> {
+pub fn run(file: &Path, state_dir: Option<&Path>, burst: usize) -> Result<()> {
     let topo = Topology::load(file)?;
     if let Some(p) = topo.ports.iter().find(|p| matches!(p.kind, PortKind::Mem { .. })) {
         bail!(
@@ -269,7 +269,7 @@ pub fn run(file: &Path, state_dir: Option<&Path>) -> Result<()> {
             p.name
         );
     }
-    let built = control::build::engine(&topo, None)?;
+    let built = control::build::engine_with_burst(&topo, None, burst)?;
     sys::stop_on_signals(&STOP);
     let (req_tx, req_rx) = mpsc::channel::<mpsc::Sender<String>>();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -1,5 +1,21 @@
 //! The few system calls the command line makes itself.
 
+/// Lets the calling thread run on every online CPU again (children inherit the mask, and a
+/// child pinned to one CPU by inheritance cannot spread its own threads).
+pub fn unpin() -> bool {
+    // SAFETY: sysconf reads a constant; `set` is a plain bitmask owned by this frame that
+    // sched_setaffinity only reads.
+    unsafe {
+        let n = libc::sysconf(libc::_SC_NPROCESSORS_ONLN)
+            .clamp(1, libc::CPU_SETSIZE as libc::c_long) as usize;
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..n {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
 /// Pins the calling thread to `cpu`; false if the OS refused (fewer CPUs, or not allowed).
 pub fn pin(cpu: usize) -> bool {
     // SAFETY: `set` is a plain bitmask owned by this frame; sched_setaffinity only reads it.

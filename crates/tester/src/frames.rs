@@ -1,12 +1,93 @@
 //! Test frames: Ethernet (optionally 802.1Q) + IPv4 or IPv6 + UDP, with a payload that
-//! carries a sequence number.
+//! carries the tester's stamp.
+//!
+//! # The stamp
+//!
+//! The first bytes of the UDP payload, big-endian:
+//!
+//! | offset | bytes | field |
+//! |---|---|---|
+//! | 0 | 8 | sequence word: trial tag (top 8 bits) and the flow's sequence number (low 56 bits) |
+//! | 8 | 8 | TX timestamp, nanoseconds on the tester's [`crate::Clock`] |
+//! | 16 | 2 | flow id |
+//!
+//! A frame whose payload is shorter than [`STAMP_LEN`] carries the sequence word only (a
+//! 64-byte frame has 18 payload bytes over untagged IPv4: exactly a full stamp). The generator
+//! keeps the UDP checksum right as it stamps.
 
 use std::net::IpAddr;
 
+use serde::Serialize;
 use wire::{ethertype, ip_proto, ipv4, ipv6, udp, MacAddr};
 
-/// Where the 8-byte sequence number sits in a UDP payload.
+/// Where the 8-byte sequence word sits in a UDP payload.
 pub const SEQ_OFFSET: usize = 0;
+/// Where the 8-byte TX timestamp sits in a UDP payload.
+pub const TS_OFFSET: usize = 8;
+/// Where the 2-byte flow id sits in a UDP payload.
+pub const FLOW_OFFSET: usize = 16;
+/// UDP payload bytes a full stamp takes.
+pub const STAMP_LEN: usize = 18;
+/// Bits of the sequence word that hold the sequence number; the bits above hold the trial tag.
+pub const SEQ_BITS: u32 = 56;
+/// The sequence-number part of a sequence word.
+pub const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+
+/// A stamp read back from a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    /// Which trial (or warm-up) sent the frame.
+    pub tag: u8,
+    /// The flow's sequence number.
+    pub seq: u64,
+    /// When the generator sent it, in nanoseconds on the tester's clock (0: not timed).
+    pub tx_ns: u64,
+    /// The flow it belongs to.
+    pub flow: u16,
+}
+
+/// Frame sizes on the wire, FCS included (the buffers hold the frame without its 4-byte FCS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FrameSize {
+    /// Every frame this size, 64..=1518 bytes.
+    Fixed(u16),
+    /// Simple IMIX: 64, 570 and 1518 bytes in the proportion 7:4:1, interleaved.
+    Imix,
+}
+
+/// The order of the IMIX sizes in one cycle of twelve frames (7 × 64, 4 × 570, 1 × 1518).
+pub const IMIX_CYCLE: [u16; 12] = [64, 570, 64, 64, 1518, 64, 570, 64, 64, 570, 64, 570];
+
+impl FrameSize {
+    /// Parses "64".."1518" or "imix".
+    pub fn parse(s: &str) -> Result<FrameSize, String> {
+        if s.eq_ignore_ascii_case("imix") {
+            return Ok(FrameSize::Imix);
+        }
+        match s.parse::<u16>() {
+            Ok(n) if (64..=1518).contains(&n) => Ok(FrameSize::Fixed(n)),
+            _ => Err(format!("frame size {s:?} is not 64..=1518 or imix")),
+        }
+    }
+
+    /// Mean size on the wire in bytes (FCS included).
+    pub fn mean_wire_bytes(self) -> f64 {
+        match self {
+            FrameSize::Fixed(n) => n as f64,
+            FrameSize::Imix => IMIX_CYCLE.iter().map(|&n| n as f64).sum::<f64>() / 12.0,
+        }
+    }
+}
+
+impl std::fmt::Display for FrameSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameSize::Fixed(n) => write!(f, "{n}"),
+            FrameSize::Imix => f.write_str("imix"),
+        }
+    }
+}
 
 /// One flow's headers and the frame size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,10 +173,56 @@ pub fn udp_offset(frame: &[u8]) -> usize {
     l3 + if v4 { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN }
 }
 
-/// Reads the sequence number of a frame built by [`udp_frame`], if it is long enough.
+/// Reads the sequence word of a frame built by [`udp_frame`], if it is long enough.
 pub fn seq(frame: &[u8]) -> Option<u64> {
     let at = udp_offset(frame) + udp::HEADER_LEN + SEQ_OFFSET;
     Some(u64::from_be_bytes(frame.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// Offsets of the UDP header and its payload in `frame`: Ethernet, at most one 802.1Q tag,
+/// IPv4 (any header length, not a fragment) or IPv6 (no extension headers), UDP. `None` for
+/// any other frame.
+#[inline]
+pub fn udp_payload_offset(frame: &[u8]) -> Option<(usize, usize)> {
+    let mut l3 = 14;
+    let mut et = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
+    if et == ethertype::VLAN {
+        et = u16::from_be_bytes([*frame.get(16)?, *frame.get(17)?]);
+        l3 = 18;
+    }
+    let l4 = match et {
+        ethertype::IPV4 => {
+            let vihl = *frame.get(l3)?;
+            let frag = u16::from_be_bytes([*frame.get(l3 + 6)?, *frame.get(l3 + 7)?]);
+            if vihl >> 4 != 4 || *frame.get(l3 + 9)? != ip_proto::UDP || frag & 0x3fff != 0 {
+                return None;
+            }
+            l3 + (vihl as usize & 0x0f) * 4
+        }
+        ethertype::IPV6 => {
+            if *frame.get(l3 + 6)? != ip_proto::UDP {
+                return None;
+            }
+            l3 + ipv6::HEADER_LEN
+        }
+        _ => return None,
+    };
+    let payload = l4 + udp::HEADER_LEN;
+    (payload <= frame.len()).then_some((l4, payload))
+}
+
+/// Reads the full stamp of a test frame; `None` if it is not UDP or too short for one.
+#[inline]
+pub fn read_stamp(frame: &[u8]) -> Option<Stamp> {
+    let (_, at) = udp_payload_offset(frame)?;
+    let s = frame.get(at..at + STAMP_LEN)?;
+    let word = u64::from_be_bytes(s[0..8].try_into().ok()?);
+    Some(Stamp {
+        tag: (word >> SEQ_BITS) as u8,
+        seq: word & SEQ_MASK,
+        tx_ns: u64::from_be_bytes(s[8..16].try_into().ok()?),
+        flow: u16::from_be_bytes([s[16], s[17]]),
+    })
 }
 
 #[cfg(test)]

@@ -275,7 +275,7 @@ fn fuzz_regressions() {
 /// Writes the seed frames as a starting corpus for each cargo-fuzz target:
 /// `cargo test -p wire --test no_panic -- --ignored write_seed_corpus`.
 #[test]
-#[ignore]
+#[ignore = "a tool, not a test: writes the fuzz seed corpus"]
 fn write_seed_corpus() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
     let e = wire::ethernet::HEADER_LEN;

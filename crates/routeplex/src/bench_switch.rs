@@ -1,0 +1,356 @@
+//! `routeplex bench switch`: VALE's measurements (Rizzo & Lettieri, CoNEXT'12, Figs 6, 8, 9
+//! and 10) on routeplex's learning switch, through real memif shared memory between separate
+//! processes: the switch is a `routeplex run` process with memif server ports, pinned to one
+//! CPU; the generator and the sinks are memif clients in this process, on the other CPU.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use ports::memif::MemifPort;
+use ports::{Batch, Port};
+use serde_json::json;
+use wire::MacAddr;
+
+use crate::pktgen::{self, connect, Report};
+use crate::sys;
+use tester::plot::Series;
+
+/// Options of `routeplex bench switch`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Frame size without FCS, 60..=1514.
+    #[arg(long, default_value_t = 60)]
+    size: usize,
+    /// Destinations: 1 is known unicast to one port; more floods broadcasts to that many.
+    #[arg(long, default_value_t = 1)]
+    destinations: usize,
+    /// The switch's batch (frames per port and poll) and the generator's burst, 1..=256.
+    #[arg(long, default_value_t = 256)]
+    batch: usize,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Run every figure and write one JSON and one PNG per figure into this directory.
+    #[arg(long)]
+    figures: Option<PathBuf>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The MAC the unicast sink announces so the switch learns it.
+const SINK_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xfe]);
+
+/// One measured point.
+#[derive(Clone, Debug)]
+struct Point {
+    size: usize,
+    destinations: usize,
+    batch: usize,
+    seconds: f64,
+    offered_mpps: f64,
+    /// Frames per second each destination received.
+    mpps: f64,
+    /// All destinations together.
+    total_mpps: f64,
+    lost: u64,
+}
+
+impl Point {
+    fn gbps(&self) -> f64 {
+        self.mpps * 1e6 * self.size as f64 * 8.0 / 1e9
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        json!({
+            "size": self.size, "destinations": self.destinations, "batch": self.batch,
+            "seconds": self.seconds, "offered_mpps": self.offered_mpps,
+            "mpps": self.mpps, "gbps": self.gbps(), "total_mpps": self.total_mpps,
+            "ns_per_packet": if self.total_mpps > 0.0 { 1e3 / self.total_mpps } else { f64::INFINITY },
+            "lost": self.lost,
+        })
+    }
+}
+
+/// The switch in a process of its own, with `n` memif server ports; killed on drop.
+struct SwitchProcess {
+    child: Child,
+    dir: PathBuf,
+    sockets: Vec<String>,
+}
+
+impl SwitchProcess {
+    fn start(n: usize, batch: usize) -> Result<SwitchProcess> {
+        let tag = format!("rpx-bsw-{}", std::process::id());
+        let dir = std::env::temp_dir().join(&tag);
+        std::fs::create_dir_all(&dir)?;
+        let sockets: Vec<String> =
+            (0..n).map(|i| format!("@{tag}-{i}-{}", rand_suffix())).collect();
+        let mut yaml = String::from("ports:\n");
+        for (i, s) in sockets.iter().enumerate() {
+            yaml += &format!("  - {{ name: m{i}, kind: memif, socket: \"{s}\" }}\n");
+        }
+        yaml += "switches:\n  - name: sw\n    members:\n";
+        for i in 0..n {
+            yaml += &format!("      - {{ port: m{i} }}\n");
+        }
+        let file = dir.join("switch.yaml");
+        std::fs::write(&file, yaml)?;
+        let log = std::fs::File::create(dir.join("switch.log"))?;
+        // The child must see every CPU to pin its worker away from ours; ours goes back to
+        // CPU 0 once it runs.
+        let pinned = sys::unpin();
+        let child = Command::new(std::env::current_exe()?)
+            .arg("run")
+            .arg(&file)
+            .arg("--burst")
+            .arg(batch.to_string())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting the switch process")?;
+        if pinned {
+            sys::pin(0);
+        }
+        Ok(SwitchProcess { child, dir, sockets })
+    }
+}
+
+impl Drop for SwitchProcess {
+    fn drop(&mut self) {
+        sys::kill(self.child.id(), libc::SIGTERM);
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64 % 1_000_000)
+}
+
+fn pktgen_args(size: usize, batch: usize, seconds: f64, dst: MacAddr) -> pktgen::Args {
+    pktgen::Args {
+        tx: None,
+        rx: Vec::new(),
+        ping: None,
+        pong: None,
+        id: 0,
+        rate: "max".into(),
+        size,
+        flows: 1,
+        dst_mac: dst,
+        src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+        batch,
+        seconds,
+        json: true,
+    }
+}
+
+/// Makes the switch learn `mac` on `port` with one frame from it.
+fn announce(port: &mut MemifPort, mac: MacAddr) {
+    let mut f = vec![0xff; 6];
+    f.extend(mac.as_bytes());
+    f.extend([0x88, 0xb5]);
+    f.extend([0; 46]);
+    let mut b = Batch::new(1);
+    b.push_copy(&f);
+    port.tx_burst(&mut b, &[0]);
+}
+
+fn drain(ports: &mut [MemifPort]) {
+    let mut b = Batch::new(ports::MAX_BURST);
+    for _ in 0..50 {
+        for p in ports.iter_mut() {
+            b.clear();
+            p.rx_burst(&mut b);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// One rate measurement: a generator on the switch's port 0, sinks on the next `dests`.
+fn point(size: usize, dests: usize, batch: usize, seconds: f64) -> Result<Point> {
+    let sw = SwitchProcess::start(dests + 1, batch)?;
+    let mut tx = connect(&sw.sockets[0], 0, "bench-tx")?;
+    let mut rx: Vec<MemifPort> = sw.sockets[1..]
+        .iter()
+        .enumerate()
+        .map(|(i, s)| connect(s, 0, &format!("bench-rx{i}")))
+        .collect::<Result<_>>()?;
+    let dst = if dests == 1 {
+        announce(&mut rx[0], SINK_MAC);
+        SINK_MAC
+    } else {
+        MacAddr::BROADCAST
+    };
+    drain(&mut rx);
+    pktgen::measure(&pktgen_args(size, batch, 0.5, dst), Some(&mut tx), &mut rx)?;
+    // What the warm-up left in flight must not count against the measurement's sequence.
+    drain(&mut rx);
+    let r: Report =
+        pktgen::measure(&pktgen_args(size, batch, seconds, dst), Some(&mut tx), &mut rx)?;
+    let s = r.seconds.max(1e-9);
+    Ok(Point {
+        size,
+        destinations: dests,
+        batch,
+        seconds: r.seconds,
+        offered_mpps: r.tx_packets as f64 / s / 1e6,
+        mpps: r.rx_packets as f64 / dests as f64 / s / 1e6,
+        total_mpps: r.rx_packets as f64 / s / 1e6,
+        lost: r.lost,
+    })
+}
+
+/// Round trips through the switch: ping on port 0, echoed on port 1.
+fn rtt(size: usize, seconds: f64) -> Result<serde_json::Value> {
+    let sw = SwitchProcess::start(2, 256)?;
+    let mut ping = connect(&sw.sockets[0], 0, "bench-ping")?;
+    let mut pong = connect(&sw.sockets[1], 0, "bench-pong")?;
+    let ping_mac = MacAddr([2, 0, 0, 0, 0, 1]);
+    announce(&mut pong, SINK_MAC);
+    announce(&mut ping, ping_mac);
+    drain(std::slice::from_mut(&mut ping));
+    drain(std::slice::from_mut(&mut pong));
+    let r = pktgen::ping_pong(&pktgen_args(size, 1, seconds, SINK_MAC), &mut ping, &mut pong)?;
+    let mut v = r.rtt_ns.clone();
+    v.sort_unstable();
+    let at = |p: f64| {
+        v.get(((v.len() as f64 * p) as usize).min(v.len().saturating_sub(1)))
+            .map_or(f64::NAN, |&n| n as f64 / 1e3)
+    };
+    Ok(
+        json!({ "size": size, "round_trips": v.len(), "rtt_p50_us": at(0.5), "rtt_p99_us": at(0.99), "rtt_min_us": at(0.0) }),
+    )
+}
+
+fn placement() -> String {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus > 1 && sys::pin(0) {
+        format!("generator and sinks on CPU 0; the switch process's worker on CPU {}", cpus - 1)
+    } else {
+        format!("{cpus} CPU(s): no pinning")
+    }
+}
+
+pub fn run(a: Args) -> Result<()> {
+    anyhow::ensure!((60..=1514).contains(&a.size), "--size {} is outside 60..=1514", a.size);
+    anyhow::ensure!(
+        (1..=64).contains(&a.destinations),
+        "--destinations {} is outside 1..=64",
+        a.destinations
+    );
+    anyhow::ensure!(
+        (1..=ports::MAX_BURST).contains(&a.batch),
+        "--batch {} is outside 1..=256",
+        a.batch
+    );
+    anyhow::ensure!(a.seconds > 0.0, "--seconds must be positive");
+    let placement = placement();
+    if let Some(dir) = &a.figures {
+        return figures(dir, a.seconds, &placement);
+    }
+    let p = point(a.size, a.destinations, a.batch, a.seconds)?;
+    let mut j = p.to_json();
+    j["placement"] = json!(placement);
+    j["method"] = json!("memif between separate processes: generator and sinks in this process, the switch in a `routeplex run` child; mpps is per destination, ns_per_packet is the switch's time per delivered copy");
+    if a.json {
+        println!("{j}");
+    } else {
+        println!(
+            "{} bytes, {} destination(s), batch {}: {:.2} Mpps per destination ({:.2} Gbit/s), {:.2} Mpps in all, {:.1} ns per copy; offered {:.2} Mpps; {placement}",
+            p.size, p.destinations, p.batch, p.mpps, p.gbps(), p.total_mpps, 1e3 / p.total_mpps.max(1e-9), p.offered_mpps
+        );
+    }
+    Ok(())
+}
+
+/// Every figure, each as JSON (and a PNG plot) in `dir`.
+fn figures(dir: &Path, seconds: f64, placement: &str) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut out = serde_json::Map::new();
+    let mut fig6 = Vec::new();
+    for size in [60, 1514] {
+        for d in [1, 2, 4, 8] {
+            let p = point(size, d, 256, seconds)?;
+            eprintln!("fig6: {size} B, {d} destination(s): {:.2} Mpps each", p.mpps);
+            fig6.push(p);
+        }
+    }
+    let fig8: Vec<Point> = [60, 128, 256, 512, 1024, 1514]
+        .into_iter()
+        .map(|s| {
+            point(s, 1, 256, seconds).inspect(|p| eprintln!("fig8: {s} B: {:.2} Mpps", p.mpps))
+        })
+        .collect::<Result<_>>()?;
+    let fig9: Vec<Point> = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+        .into_iter()
+        .map(|b| {
+            point(60, 1, b, seconds).inspect(|p| eprintln!("fig9: batch {b}: {:.2} Mpps", p.mpps))
+        })
+        .collect::<Result<_>>()?;
+    let fig10: Vec<serde_json::Value> = [60, 256, 1024, 1514]
+        .into_iter()
+        .map(|s| rtt(s, seconds.min(2.0)))
+        .collect::<Result<_>>()?;
+    for (name, v) in [
+        ("fig6_rate_vs_destinations", fig6.iter().map(Point::to_json).collect::<Vec<_>>()),
+        ("fig8_rate_vs_frame_size", fig8.iter().map(Point::to_json).collect()),
+        ("fig9_rate_vs_batch", fig9.iter().map(Point::to_json).collect()),
+        ("fig10_rtt_vs_frame_size", fig10.clone()),
+    ] {
+        let j = json!({ "placement": placement, "points": v });
+        std::fs::write(dir.join(format!("{name}.json")), serde_json::to_string_pretty(&j)?)?;
+        out.insert(name.to_string(), j);
+    }
+    let series = |name: &str, pts: Vec<(f64, f64)>| Series { name: name.to_string(), points: pts };
+    let plot = |file: &str, title: &str, x: &str, y: &str, s: Vec<Series>| {
+        tester::plot::lines(&dir.join(file), title, x, y, &s).map_err(|e| anyhow::anyhow!("{e}"))
+    };
+    let by_size = |size| {
+        fig6.iter().filter(|p| p.size == size).map(|p| (p.destinations as f64, p.mpps)).collect()
+    };
+    plot(
+        "fig6_rate_vs_destinations.png",
+        "Rate per destination vs destinations (VALE Fig 6)",
+        "destinations",
+        "Mpps per destination",
+        vec![series("60 B", by_size(60)), series("1514 B", by_size(1514))],
+    )?;
+    plot(
+        "fig8_rate_vs_frame_size.png",
+        "Rate vs frame size, one destination (VALE Fig 8)",
+        "frame size (bytes)",
+        "Gbit/s",
+        vec![series("Gbit/s", fig8.iter().map(|p| (p.size as f64, p.gbps())).collect())],
+    )?;
+    plot(
+        "fig9_rate_vs_batch.png",
+        "Rate vs batch size, 60 B, one destination (VALE Fig 9)",
+        "batch (frames)",
+        "Mpps",
+        vec![series("Mpps", fig9.iter().map(|p| (p.batch as f64, p.mpps)).collect())],
+    )?;
+    plot(
+        "fig10_rtt_vs_frame_size.png",
+        "Round trip through the switch (VALE Fig 10)",
+        "frame size (bytes)",
+        "median RTT (us)",
+        vec![series(
+            "p50",
+            fig10
+                .iter()
+                .map(|v| {
+                    (v["size"].as_f64().unwrap_or(0.0), v["rtt_p50_us"].as_f64().unwrap_or(0.0))
+                })
+                .collect(),
+        )],
+    )?;
+    println!("{}", serde_json::Value::Object(out));
+    Ok(())
+}

@@ -1,0 +1,360 @@
+//! The routeplex DUT: a topology's VRs on `mem` ports, the engine polled on its own thread.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use control::Topology;
+use dataplane::config::VrConfig;
+use dataplane::{Drop, Engine, PortDrop};
+use serde_json::{json, Value};
+use tester::{Dut, DutCounters, DutPorts, DutReport, Refusal, Target};
+use wire::MacAddr;
+
+use crate::lab::{self, Rng, Table};
+use crate::sys;
+use crate::Family;
+
+/// The generator's MAC: the static neighbor on every embedded topology's first interface.
+const GEN_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
+
+/// Counters read from the worker between trials.
+#[derive(Default)]
+struct Shared {
+    want: AtomicBool,
+    stop: AtomicBool,
+    snap: Mutex<Option<DutCounters>>,
+}
+
+/// VRs of a topology as the DUT. Every VR's first interface faces the generator and its
+/// second the sink; all first interfaces share one `mem` port and all second ones another.
+/// Each VR gets the route table, via the static neighbors of its second interface.
+pub struct RouteplexDut {
+    name: String,
+    topo: Topology,
+    vrs: Vec<VrConfig>,
+    table: Table,
+    family: Family,
+    ports: (String, String),
+    pin: Option<usize>,
+    rng: Rng,
+    shared: Arc<Shared>,
+    worker: Option<JoinHandle<Engine>>,
+    engine_report: Option<Value>,
+    in_port: usize,
+}
+
+impl RouteplexDut {
+    /// A DUT from `topo` (its VRs) with `table` added to every VR; the worker pinned to `pin`.
+    pub fn new(
+        name: &str,
+        topo: Topology,
+        table: Table,
+        family: Family,
+        pin: Option<usize>,
+    ) -> Result<RouteplexDut> {
+        if topo.vrs.is_empty() {
+            bail!("{}: no VRs to test", topo.source);
+        }
+        let port_of = |vr: &VrConfig, i: usize| -> Result<String> {
+            let f = vr.interfaces.get(i).with_context(|| {
+                format!(
+                    "{}: vr {} needs two interfaces (generator side, sink side)",
+                    topo.source, vr.name
+                )
+            })?;
+            Ok(topo.ports[f.port as usize].name.clone())
+        };
+        let ports = (port_of(&topo.vrs[0], 0)?, port_of(&topo.vrs[0], 1)?);
+        if ports.0 == ports.1 {
+            bail!("{}: the generator and the sink need different ports", topo.source);
+        }
+        let mut vrs = topo.vrs.clone();
+        for vr in &mut vrs {
+            if (port_of(vr, 0)?, port_of(vr, 1)?) != ports {
+                bail!(
+                    "{}: vr {}: every VR's first interface must be on port {} and its second on {}",
+                    topo.source,
+                    vr.name,
+                    ports.0,
+                    ports.1
+                );
+            }
+            let (g4, g6) = gateways(vr);
+            let (g4, g6) = match family {
+                Family::Ipv4 => (g4, Vec::new()),
+                Family::Ipv6 => (Vec::new(), g6),
+            };
+            if g4.is_empty() && g6.is_empty() {
+                bail!(
+                    "{}: vr {} has no static {} neighbor on its second interface to route via",
+                    topo.source,
+                    vr.name,
+                    family_name(family)
+                );
+            }
+            let first = &vr.interfaces[0];
+            if (family == Family::Ipv4 && first.ipv4.is_empty())
+                || (family == Family::Ipv6 && first.ipv6.is_empty())
+            {
+                bail!(
+                    "{}: vr {}: its first interface has no {} address",
+                    topo.source,
+                    vr.name,
+                    family_name(family)
+                );
+            }
+            table.add_routes(vr, &g4, &g6);
+        }
+        let in_port = topo.port_index(&ports.0).unwrap_or(0);
+        Ok(RouteplexDut {
+            name: name.to_string(),
+            topo,
+            vrs,
+            table,
+            family,
+            ports,
+            pin,
+            rng: Rng::new(0x7e57),
+            shared: Arc::new(Shared::default()),
+            worker: None,
+            engine_report: None,
+            in_port,
+        })
+    }
+}
+
+fn family_name(f: Family) -> &'static str {
+    match f {
+        Family::Ipv4 => "IPv4",
+        Family::Ipv6 => "IPv6",
+    }
+}
+
+/// A VR's static neighbors on its second interface, by family.
+fn gateways(vr: &VrConfig) -> (Vec<Ipv4Addr>, Vec<Ipv6Addr>) {
+    let (mut g4, mut g6) = (Vec::new(), Vec::new());
+    for n in vr.neighbors.iter().filter(|n| n.iface == 1) {
+        match n.ip {
+            IpAddr::V4(a) => g4.push(a),
+            IpAddr::V6(a) => g6.push(a),
+        }
+    }
+    (g4, g6)
+}
+
+fn counters(e: &Engine, in_port: usize) -> DutCounters {
+    let mut dropped = BTreeMap::new();
+    let mut forwarded = 0;
+    for vr in e.vrs() {
+        let c = vr.counters();
+        forwarded += c.forwarded;
+        for &r in Drop::ALL {
+            let n = c.dropped(r);
+            if n > 0 {
+                *dropped.entry(r.name().to_string()).or_insert(0) += n;
+            }
+        }
+    }
+    for p in 0..e.port_count() {
+        let c = e.port_counters(p);
+        for &r in PortDrop::ALL {
+            let n = c.dropped(r);
+            if n > 0 {
+                *dropped.entry(format!("port_{}", r.name())).or_insert(0) += n;
+            }
+        }
+    }
+    DutCounters { received: e.port_counters(in_port).rx_packets, forwarded, dropped }
+}
+
+fn report(e: &Engine) -> Value {
+    let vrs: Vec<Value> = e
+        .vrs()
+        .iter()
+        .map(|v| {
+            let named: serde_json::Map<String, Value> = v
+                .counters()
+                .named()
+                .into_iter()
+                .filter(|&(_, n)| n > 0)
+                .map(|(k, n)| (k.to_string(), json!(n)))
+                .collect();
+            json!({"name": v.name(), "counters": named})
+        })
+        .collect();
+    let ports: Vec<Value> = (0..e.port_count())
+        .map(|p| {
+            let s = e.port_stats(p);
+            json!({
+                "name": e.port_name(p),
+                "rx_packets": s.rx_packets, "tx_packets": s.tx_packets, "tx_full": s.tx_full,
+            })
+        })
+        .collect();
+    json!({"vrs": vrs, "ports": ports})
+}
+
+impl Dut for RouteplexDut {
+    fn name(&self) -> String {
+        let n = self.vrs.len();
+        let routes = self.vrs[0].routes.len();
+        format!(
+            "routeplex engine, {}: {n} VR{}, {routes} {} routes each",
+            self.topo.source,
+            if n == 1 { "" } else { "s" },
+            family_name(self.family)
+        )
+    }
+
+    fn describe(&self) -> Value {
+        let routes: Vec<Value> =
+            self.vrs.iter().map(|v| json!({"vr": v.name, "routes": v.routes.len()})).collect();
+        json!({
+            "name": self.name(),
+            "dut": self.name,
+            "kind": "routeplex engine, in process",
+            "topology": self.topo.source,
+            "ports": {"generator": self.ports.0, "sink": self.ports.1, "backend": "mem"},
+            "family": family_name(self.family),
+            "table": self.table.label,
+            "vrs": routes,
+            "worker": match self.pin { Some(c) => format!("one thread pinned to CPU {c}"), None => "one thread, not pinned".into() },
+        })
+    }
+
+    fn targets(&mut self, flows: usize) -> Result<Vec<Target>, tester::Error> {
+        let per = flows.div_ceil(self.vrs.len()).max(1);
+        let mut out = Vec::new();
+        for vr in &self.vrs {
+            let f = &vr.interfaces[0];
+            let (src, dst): (Vec<IpAddr>, Vec<IpAddr>) = match self.family {
+                Family::Ipv4 => {
+                    let net = f.ipv4[0];
+                    let own = net.addr();
+                    let src = net.hosts().filter(|&a| a != own).take(16).map(IpAddr::V4).collect();
+                    let dst = self
+                        .table
+                        .destinations_v4(per, &mut self.rng)
+                        .map_err(|e| tester::Error::new(format!("{}: {e:#}", vr.name)))?;
+                    (src, dst.into_iter().map(IpAddr::V4).collect())
+                }
+                Family::Ipv6 => {
+                    let net = f.ipv6[0];
+                    let base = u128::from(net.network());
+                    let own = net.addr();
+                    let src = (2..18u128)
+                        .map(|h| Ipv6Addr::from(base + h))
+                        .filter(|&a| a != own)
+                        .map(IpAddr::V6)
+                        .collect();
+                    let dst = self
+                        .table
+                        .destinations_v6(per, &mut self.rng)
+                        .map_err(|e| tester::Error::new(format!("{}: {e:#}", vr.name)))?;
+                    (src, dst.into_iter().map(IpAddr::V6).collect())
+                }
+            };
+            out.push(Target {
+                class: vr.name.clone(),
+                src_mac: GEN_MAC,
+                dst_mac: f.mac,
+                vlan: f.vlan,
+                src,
+                dst,
+            });
+        }
+        Ok(out)
+    }
+
+    fn start(&mut self) -> Result<DutPorts, tester::Error> {
+        if self.worker.is_some() {
+            return Err(tester::Error::new("the routeplex DUT is already running"));
+        }
+        let err = |e: anyhow::Error| tester::Error::new(format!("{e:#}"));
+        let mut lab = lab::build(&self.topo, &self.vrs).map_err(err)?;
+        let tx = lab
+            .take_outside(&self.topo, &self.ports.0)
+            .map_err(|e| tester::Error::new(e.to_string()))?;
+        let rx = lab
+            .take_outside(&self.topo, &self.ports.1)
+            .map_err(|e| tester::Error::new(e.to_string()))?;
+        let mut engine = lab.engine;
+        let (shared, pin, in_port) = (self.shared.clone(), self.pin, self.in_port);
+        let t = std::thread::Builder::new()
+            .name("routeplex-dut".into())
+            .spawn(move || {
+                if let Some(cpu) = pin {
+                    sys::pin(cpu);
+                }
+                let t0 = Instant::now();
+                let mut k = 0u32;
+                while !shared.stop.load(Ordering::Relaxed) {
+                    engine.poll(t0.elapsed().as_nanos() as u64);
+                    k = k.wrapping_add(1);
+                    if k.is_multiple_of(64) && shared.want.load(Ordering::Acquire) {
+                        *shared.snap.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some(counters(&engine, in_port));
+                        shared.want.store(false, Ordering::Release);
+                    }
+                }
+                engine
+            })
+            .map_err(|e| {
+                tester::Error::new(format!("cannot start the DUT's worker thread: {e}"))
+            })?;
+        self.worker = Some(t);
+        Ok(DutPorts { tx: Box::new(tx), rx: Box::new(rx), refusal: Refusal::Loss })
+    }
+
+    fn counters(&mut self) -> Option<DutCounters> {
+        self.worker.as_ref()?;
+        self.shared.want.store(true, Ordering::Release);
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while self.shared.want.load(Ordering::Acquire) {
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::yield_now();
+        }
+        self.shared.snap.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    fn stop(&mut self) -> Result<DutReport, tester::Error> {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        let Some(t) = self.worker.take() else {
+            return Ok(DutReport {
+                counters: None,
+                details: self.engine_report.clone().unwrap_or(Value::Null),
+            });
+        };
+        let engine =
+            t.join().map_err(|_| tester::Error::new("the DUT's worker thread panicked"))?;
+        let details = report(&engine);
+        self.engine_report = Some(details.clone());
+        Ok(DutReport { counters: Some(counters(&engine, self.in_port)), details })
+    }
+}
+
+impl std::ops::Drop for RouteplexDut {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.worker.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The embedded topologies: `routeplex` (one-vr.yaml: the bench topology with 4096-slot rings)
+/// and `routeplex-4vr` (demo.yaml: four VRs sharing two ports, one on VLANs).
+pub fn embedded(kind: &str) -> Option<(&'static str, &'static str)> {
+    match kind {
+        "routeplex" => Some((include_str!("one-vr.yaml"), "one-vr.yaml")),
+        "routeplex-4vr" => Some((include_str!("../demo.yaml"), "demo.yaml")),
+        _ => None,
+    }
+}

@@ -1,0 +1,364 @@
+//! PNG plots: forwarded against offered load with 99 % CI bars, and latency percentiles.
+//!
+//! Pure Rust (plotters' bitmap backend); the font, DejaVu Sans, ships in `assets/` with its
+//! license and is registered on first use.
+
+use std::path::Path;
+use std::sync::Once;
+
+use plotters::prelude::*;
+use plotters::style::FontStyle;
+
+use crate::Error;
+
+static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+static REGISTER: Once = Once::new();
+
+fn font() {
+    REGISTER.call_once(|| {
+        // The font is compiled in and known good: registration cannot fail at run time
+        // unless the asset is replaced by something that is not a TTF.
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
+    });
+}
+
+/// One point of a throughput plot.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Point {
+    /// Generated (offered + refused) rate, frames per second.
+    pub x: f64,
+    /// Mean forwarded rate.
+    pub y: f64,
+    /// Half-width of the 99 % CI of `y`.
+    pub ci: Option<f64>,
+}
+
+/// A named series of `(x, y)` points.
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+fn err(path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::new(format!("{}: cannot draw the plot: {e}", path.display()))
+}
+
+/// (divisor, unit) for rates up to `max`.
+fn rate_unit(max: f64) -> (f64, &'static str) {
+    if max >= 2e6 {
+        (1e6, "Mpps")
+    } else if max >= 2e3 {
+        (1e3, "kpps")
+    } else {
+        (1.0, "pps")
+    }
+}
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(90, 90, 90),
+];
+
+/// How to draw the points of a throughput plot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Style {
+    /// Means of steps, joined in order of load, with their 99 % CI bars.
+    Steps,
+    /// Single trials (a search's), unjoined.
+    Trials,
+}
+
+/// Forwarded against generated load, with the line forwarded = generated.
+pub fn throughput(path: &Path, title: &str, points: &[Point], style: Style) -> Result<(), Error> {
+    font();
+    // Scaled to the points, not to the bars: with few repetitions a 99 % interval can be
+    // many times the mean (Student t for 1 degree of freedom is 63.7); bars are cut at the
+    // frame.
+    let top = points.iter().map(|p| p.x.max(p.y)).fold(1.0, f64::max) * 1.15;
+    let (div, unit) = rate_unit(top);
+    let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(path, e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(20)
+        .x_label_area_size(55)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.0..top / div, 0.0..top / div)
+        .map_err(|e| err(path, e))?;
+    chart
+        .configure_mesh()
+        .x_desc(format!("generated load ({unit}): offered + refused"))
+        .y_desc(format!("forwarded ({unit})"))
+        .axis_desc_style(("sans-serif", 17))
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|e| err(path, e))?;
+    let grey = RGBColor(150, 150, 150);
+    chart
+        .draw_series(LineSeries::new([(0.0, 0.0), (top / div, top / div)], grey.stroke_width(1)))
+        .map_err(|e| err(path, e))?
+        .label("forwarded = generated")
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], grey));
+    let c = COLORS[0];
+    let mut pts: Vec<Point> = points.to_vec();
+    pts.sort_by(|a, b| a.x.total_cmp(&b.x));
+    let joined = if style == Style::Steps { pts.as_slice() } else { &[] };
+    chart
+        .draw_series(LineSeries::new(
+            joined.iter().map(|p| (p.x / div, p.y / div)),
+            c.stroke_width(2),
+        ))
+        .map_err(|e| err(path, e))?;
+    chart
+        .draw_series(pts.iter().map(|p| Circle::new((p.x / div, p.y / div), 4, c.filled())))
+        .map_err(|e| err(path, e))?
+        .label(match style {
+            Style::Steps => "mean forwarded, 99 % CI bars",
+            Style::Trials => "one trial",
+        })
+        .legend(move |(x, y)| Circle::new((x + 10, y), 4, c.filled()));
+    let cap = top / div * 0.006;
+    for p in pts.iter().filter(|p| p.ci.is_some_and(|c| c > 0.0)) {
+        let ci = p.ci.unwrap_or(0.0);
+        let (x, lo, hi) =
+            (p.x / div, ((p.y - ci) / div).max(0.0), ((p.y + ci) / div).min(top / div));
+        let style = c.stroke_width(2);
+        chart
+            .draw_series([
+                PathElement::new([(x, lo), (x, hi)], style),
+                PathElement::new([(x - cap, lo), (x + cap, lo)], style),
+                PathElement::new([(x - cap, hi), (x + cap, hi)], style),
+            ])
+            .map_err(|e| err(path, e))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(path, e))?;
+    root.present().map_err(|e| err(path, e))
+}
+
+/// Latency percentile plot: each series is `(latency µs, fraction of frames at or below)`;
+/// the x axis is in "nines" (0: 0 %, 1: 90 %, 2: 99 %, 3: 99.9 %...), the y axis in µs.
+pub fn latency_percentiles(path: &Path, title: &str, series: &[Series]) -> Result<(), Error> {
+    font();
+    // The axis ends one nine past the last point below 100 %; the 100 % point (the maximum)
+    // is drawn at the end.
+    let xmax = series
+        .iter()
+        .flat_map(|s| s.points.iter().filter(|p| p.1 < 1.0).map(|p| -(1.0 - p.1).log10()))
+        .fold(0.0f64, f64::max)
+        .floor()
+        .clamp(0.0, 5.0)
+        + 1.0;
+    let nines = move |q: f64| if q >= 1.0 { xmax } else { (-(1.0 - q).log10()).min(xmax) };
+    let ymax = series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).fold(1.0, f64::max) * 1.1;
+    let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(path, e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(20)
+        .x_label_area_size(55)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.0..xmax, 0.0..ymax)
+        .map_err(|e| err(path, e))?;
+    chart
+        .configure_mesh()
+        .x_desc("percentile")
+        .y_desc("latency (µs)")
+        .x_labels(xmax as usize + 1)
+        .x_label_formatter(&|v| {
+            let p = 100.0 * (1.0 - 10f64.powf(-v));
+            if *v < 0.5 {
+                "0%".into()
+            } else {
+                format!("{}%", trim(p))
+            }
+        })
+        .axis_desc_style(("sans-serif", 17))
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|e| err(path, e))?;
+    for (i, s) in series.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(
+                s.points.iter().map(|p| (nines(p.1), p.0)),
+                c.stroke_width(2),
+            ))
+            .map_err(|e| err(path, e))?
+            .label(s.name.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(path, e))?;
+    root.present().map_err(|e| err(path, e))
+}
+
+/// Lines of `y` against a rate on x (latency against offered load, say).
+pub fn against_rate(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    series: &[Series],
+) -> Result<(), Error> {
+    font();
+    let xtop = series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).fold(1.0, f64::max) * 1.05;
+    let ytop = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(1e-9, f64::max) * 1.1;
+    let (div, unit) = rate_unit(xtop);
+    let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(path, e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(20)
+        .x_label_area_size(55)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.0..xtop / div, 0.0..ytop)
+        .map_err(|e| err(path, e))?;
+    chart
+        .configure_mesh()
+        .x_desc(format!("generated load ({unit})"))
+        .y_desc(y_desc)
+        .axis_desc_style(("sans-serif", 17))
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|e| err(path, e))?;
+    for (i, s) in series.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let mut pts = s.points.clone();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        chart
+            .draw_series(LineSeries::new(pts.iter().map(|p| (p.0 / div, p.1)), c.stroke_width(2)))
+            .map_err(|e| err(path, e))?
+            .label(s.name.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart
+            .draw_series(pts.iter().map(|p| Circle::new((p.0 / div, p.1), 3, c.filled())))
+            .map_err(|e| err(path, e))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(path, e))?;
+    root.present().map_err(|e| err(path, e))
+}
+
+fn trim(p: f64) -> String {
+    let s = format!("{p:.4}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// `out.png` → `out-latency.png`: where the second plot of a test goes.
+pub fn sibling(path: &Path, suffix: &str) -> std::path::PathBuf {
+    let stem = path.file_stem().map_or("plot".into(), |s| s.to_string_lossy().to_string());
+    let ext = path.extension().map_or("png".into(), |s| s.to_string_lossy().to_string());
+    path.with_file_name(format!("{stem}-{suffix}.{ext}"))
+}
+
+/// Lines of named series on plain axes: the general form, for benchmarks' figures.
+pub fn lines(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[Series],
+) -> Result<(), Error> {
+    font();
+    let pts = || series.iter().flat_map(|s| s.points.iter());
+    let xtop = pts().map(|p| p.0).fold(1e-9, f64::max) * 1.05;
+    let ytop = pts().map(|p| p.1).fold(1e-9, f64::max) * 1.1;
+    let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(path, e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(20)
+        .x_label_area_size(55)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.0..xtop, 0.0..ytop)
+        .map_err(|e| err(path, e))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .axis_desc_style(("sans-serif", 17))
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|e| err(path, e))?;
+    for (i, s) in series.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let mut v = s.points.clone();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        chart
+            .draw_series(LineSeries::new(v.iter().copied(), c.stroke_width(2)))
+            .map_err(|e| err(path, e))?
+            .label(s.name.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart
+            .draw_series(v.iter().map(|&p| Circle::new(p, 3, c.filled())))
+            .map_err(|e| err(path, e))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font(("sans-serif", 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(path, e))?;
+    root.present().map_err(|e| err(path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plots_render_to_png() {
+        let dir = std::env::temp_dir().join(format!("tester-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("t.png");
+        let pts: Vec<Point> = (1..=5)
+            .map(|i| Point { x: i as f64 * 1e6, y: (i as f64 * 1e6).min(3e6), ci: Some(5e4) })
+            .collect();
+        throughput(&p, "test", &pts, Style::Steps).unwrap();
+        let l = sibling(&p, "latency");
+        assert_eq!(l.file_name().unwrap(), "t-latency.png");
+        latency_percentiles(
+            &l,
+            "latency",
+            &[Series { name: "a".into(), points: vec![(10.0, 0.5), (20.0, 0.99), (50.0, 1.0)] }],
+        )
+        .unwrap();
+        against_rate(
+            &dir.join("r.png"),
+            "r",
+            "µs",
+            &[Series { name: "p50".into(), points: vec![(1e5, 3.0), (2e5, 4.0)] }],
+        )
+        .unwrap();
+        for f in ["t.png", "t-latency.png", "r.png"] {
+            let b = std::fs::read(dir.join(f)).unwrap();
+            assert_eq!(&b[1..4], b"PNG", "{f}");
+            assert!(b.len() > 10_000, "{f} has content");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
