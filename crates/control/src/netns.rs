@@ -59,7 +59,7 @@ pub fn link_exists(name: &str) -> bool {
 /// default routes, and the veth's other end (the port's interface) up in this namespace.
 /// Offloads that would hand routeplex frames larger than the MTU or without checksums (TSO,
 /// GSO, GRO, checksum offload) are turned off on both ends, and IPv6 is off on the
-/// routeplex end, which needs no address and should not chatter.
+/// routeplex end, which needs no address and should not chatter, and on hosts without IPv6.
 pub fn make(topo: &Topology, made: &mut Made) -> Result<(), NetError> {
     for p in &topo.ports {
         let (PortKind::AfXdp(Attach::Host { host, ifname })
@@ -112,6 +112,12 @@ pub fn make(topo: &Topology, made: &mut Made) -> Result<(), NetError> {
                 args.push("nodad");
             }
             run("ip", &args)?;
+        }
+        if !h.addresses.iter().any(|a| a.addr().is_ipv6()) {
+            // A host without IPv6 should not chatter (MLD reports, router solicitations):
+            // every frame on its link is then one a test or a user sent.
+            let knob = format!("net.ipv6.conf.{HOST_IFNAME}.disable_ipv6=1");
+            run("ip", &["netns", "exec", ns, "sysctl", "-qw", &knob])?;
         }
         run("ip", &["-n", ns, "link", "set", HOST_IFNAME, "up"])?;
         for g in &h.gateways {

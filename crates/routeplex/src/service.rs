@@ -375,7 +375,12 @@ fn snapshot(e: &Engine, up: Duration) -> String {
                 ports::PortStatus::Up => "up".to_string(),
                 ports::PortStatus::Down(why) => format!("down: {why}"),
             };
-            json!({ "name": e.port_name(p), "rx": s.rx_packets, "tx": s.tx_packets, "rx_dropped": s.rx_dropped, "tx_full": s.tx_full, "status": status })
+            let pc = e.port_counters(p);
+            let drops: serde_json::Map<_, _> = dataplane::PortDrop::ALL
+                .iter()
+                .map(|&r| (r.name().to_string(), json!(pc.dropped(r))))
+                .collect();
+            json!({ "name": e.port_name(p), "rx": s.rx_packets, "tx": s.tx_packets, "rx_dropped": s.rx_dropped, "tx_full": s.tx_full, "drops": drops, "status": status })
         })
         .collect();
     json!({ "state": "running", "uptime_s": up.as_secs_f64(), "vrs": vrs, "ports": ports })

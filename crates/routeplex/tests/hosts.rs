@@ -79,6 +79,22 @@ impl Service {
         format!("b{}", self.tag)
     }
 
+    fn c(&self) -> String {
+        format!("c{}", self.tag)
+    }
+
+    /// The running data plane's `status` answer, from its control socket.
+    fn status(&self) -> serde_json::Value {
+        use std::io::{Read, Write};
+        let sock = self.dir.join("run").join(format!("t{}", self.tag)).join("control.sock");
+        let mut c = std::os::unix::net::UnixStream::connect(&sock)
+            .unwrap_or_else(|e| panic!("{}: {e}", sock.display()));
+        c.write_all(b"status\n").unwrap();
+        let mut reply = String::new();
+        c.read_to_string(&mut reply).unwrap();
+        serde_json::from_str(&reply).unwrap_or_else(|e| panic!("status is not JSON ({e}): {reply}"))
+    }
+
     fn state(&self) -> serde_json::Value {
         let p = self.dir.join("run").join(format!("t{}", self.tag)).join("state.json");
         serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
@@ -89,7 +105,7 @@ impl Drop for Service {
     fn drop(&mut self) {
         let _ = self.routeplex(&["down"]);
         // Whatever a failed test left: only names this test made.
-        for n in [self.a(), self.b()] {
+        for n in [self.a(), self.b(), self.c()] {
             let _ = sh("ip", &["netns", "del", &n]);
             let _ = sh("ip", &["link", "del", &format!("rpx-{n}")]);
         }
@@ -147,6 +163,85 @@ vrs:
     )
 }
 
+/// Three VRs share host c's one port: r1 and r2 by MAC (macvlan / SR-IOV style), r3 by VLAN,
+/// with r1's MAC again. a reaches c through r1, b through r2.
+fn shared_port(t: &str) -> String {
+    format!(
+        r#"hosts:
+  - {{ name: a{t}, addresses: [10.41.0.2/24], gateways: [10.41.0.1] }}
+  - {{ name: b{t}, addresses: [10.42.0.2/24], gateways: [10.42.0.1] }}
+  - {{ name: c{t}, addresses: [10.43.1.2/24, 10.43.2.2/24], gateways: [10.43.1.1] }}
+ports:
+  - {{ name: a{t}, kind: afxdp, host: a{t} }}
+  - {{ name: b{t}, kind: afxdp, host: b{t} }}
+  - {{ name: c{t}, kind: afxdp, host: c{t} }}
+vrs:
+  - name: r1
+    interfaces:
+      - {{ name: ea, port: a{t}, mac: "02:00:00:00:41:01", addresses: [10.41.0.1/24] }}
+      - {{ name: ec, port: c{t}, mac: "02:00:00:00:43:01", addresses: [10.43.1.1/24] }}
+  - name: r2
+    interfaces:
+      - {{ name: eb, port: b{t}, mac: "02:00:00:00:42:01", addresses: [10.42.0.1/24] }}
+      - {{ name: ec, port: c{t}, mac: "02:00:00:00:43:02", addresses: [10.43.2.1/24] }}
+  - name: r3
+    interfaces:
+      - {{ name: ev, port: c{t}, vlan: 100, mac: "02:00:00:00:43:01", addresses: [10.43.3.1/24] }}
+"#
+    )
+}
+
+/// A port's drops for `reason`, from a `status` answer.
+fn port_drops(status: &serde_json::Value, port: &str, reason: &str) -> u64 {
+    status["ports"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == port))
+        .map_or(0, |p| p["drops"][reason].as_u64().unwrap_or(0))
+}
+
+/// Packets every VR received, from a `status` answer.
+fn vrs_rx(status: &serde_json::Value) -> u64 {
+    let vrs = status["vrs"].as_array().into_iter().flatten();
+    vrs.map(|v| v["counters"]["rx_packets"].as_u64().unwrap_or(0)).sum()
+}
+
+/// Sends one ARP request (tagged with argv[5] unless 0) from a raw socket on argv[1] and prints
+/// who answered and on which VLAN, as JSON. The tag of a received frame may be in the data or
+/// in PACKET_AUXDATA, where the kernel moves it.
+const ARP_PROBE: &str = r#"
+import json, socket, struct, sys, time
+ifc, mac, me, target, vlan = sys.argv[1], bytes.fromhex(sys.argv[2].replace(':', '')), socket.inet_aton(sys.argv[3]), socket.inet_aton(sys.argv[4]), int(sys.argv[5])
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.setsockopt(263, 8, 1)
+s.bind((ifc, 0))
+tag = struct.pack('!HH', 0x8100, vlan) if vlan else b''
+arp = struct.pack('!HHBBH6s4s6s4s', 1, 0x0800, 6, 4, 1, mac, me, bytes(6), target)
+frame = b'\xff' * 6 + mac + tag + b'\x08\x06' + arp
+s.send(frame + bytes(max(0, 60 - len(frame))))
+s.settimeout(0.2)
+end = time.time() + 1.5
+while time.time() < end:
+    try:
+        data, anc, _, addr = s.recvmsg(2048, socket.CMSG_SPACE(20))
+    except socket.timeout:
+        continue
+    if addr[2] == 4:
+        continue
+    tci = None
+    for level, kind, d in anc:
+        if level == 263 and kind == 8 and len(d) >= 20:
+            status, _, _, _, _, vtci, _ = struct.unpack('IIIHHHH', d[:20])
+            if status & 16:
+                tci = vtci & 0xfff
+    et, off = struct.unpack('!H', data[12:14])[0], 14
+    if et == 0x8100:
+        tci, et, off = struct.unpack('!H', data[14:16])[0] & 0xfff, struct.unpack('!H', data[16:18])[0], 18
+    if et == 0x0806 and data[off + 6:off + 8] == b'\x00\x02' and data[off + 14:off + 18] == target:
+        print(json.dumps({'reply_from': data[6:12].hex(':'), 'vlan': tci}))
+        sys.exit(0)
+print(json.dumps({'reply_from': None}))
+"#;
+
 fn ping(from: &str, to: &str, count: &str) -> Output {
     let v6 = if to.contains(':') { "-6" } else { "-4" };
     ns(from, &["ping", v6, "-c", count, "-i", "0.2", "-W", "2", to])
@@ -162,7 +257,7 @@ fn assert_pings(from: &str, to: &str) {
 fn gone(s: &Service) {
     let netns = text(&sh("ip", &["netns", "list"]));
     let links = text(&sh("ip", &["-br", "link"]));
-    for n in [s.a(), s.b()] {
+    for n in [s.a(), s.b(), s.c()] {
         assert!(
             !netns.lines().any(|l| l.split_whitespace().next() == Some(&n)),
             "namespace {n} left:\n{netns}"
@@ -338,5 +433,77 @@ fn up_refuses_interfaces_it_did_not_make() {
         "{}",
         text(&o)
     );
+    gone(&s);
+}
+
+#[test]
+fn many_vrs_share_one_port_by_mac_and_vlan() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root() {
+        return;
+    }
+    let s = Service::new(shared_port);
+    s.up();
+    let (a, b, c) = (s.a(), s.b(), s.c());
+    let run = |n: &str, args: &[&str]| {
+        let o = ns(n, args);
+        assert!(o.status.success(), "{n}: {args:?}: {}", text(&o));
+    };
+    // c's replies to b's subnet go back through r2.
+    run(&c, &["ip", "route", "add", "10.42.0.0/24", "via", "10.43.2.1"]);
+    assert_pings(&a, "10.43.1.2");
+    assert_pings(&b, "10.43.2.2");
+    // r1 owns 10.43.1.1 and r2 10.43.2.1 only: neither answers for the other's subnet.
+    assert!(!ping(&a, "10.43.2.2", "1").status.success(), "r1 must not route to r2's subnet");
+
+    // Frames to a MAC no VR has die at ingress, counted on the port, touching no VR.
+    let before = s.status();
+    run(&c, &["ip", "route", "add", "10.43.9.0/24", "dev", "eth0"]);
+    run(&c, &["ip", "neigh", "replace", "10.43.9.9", "lladdr", "02:00:00:00:99:99", "dev", "eth0"]);
+    let _ = ping(&c, "10.43.9.9", "5");
+    let after = s.status();
+    let pc = format!("rpx-{c}");
+    let port = |j: &serde_json::Value, reason: &str| port_drops(j, &pc, reason);
+    assert_eq!(
+        port(&after, "not_for_us") - port(&before, "not_for_us"),
+        5,
+        "five echo requests to an unknown MAC, dropped at ingress:\nbefore {before}\nafter {after}"
+    );
+    assert_eq!(vrs_rx(&after), vrs_rx(&before), "no VR saw them:\nbefore {before}\nafter {after}");
+
+    // VLAN 100 of c's link is r3's alone, though r3 has r1's MAC: the ARP for r3's address is
+    // answered, tagged, only on VLAN 100. c's kernel has no 802.1Q here, so a raw socket asks.
+    let mac = text(&ns(&c, &["cat", "/sys/class/net/eth0/address"])).trim().to_string();
+    let arp = |vlan: u16| -> serde_json::Value {
+        let o = ns(
+            &c,
+            &[
+                "python3",
+                "-c",
+                ARP_PROBE,
+                "eth0",
+                &mac,
+                "10.43.3.2",
+                "10.43.3.1",
+                &vlan.to_string(),
+            ],
+        );
+        serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("arp probe ({e}): {}", text(&o)))
+    };
+    let before = s.status();
+    let tagged = arp(100);
+    assert_eq!(tagged["reply_from"], "02:00:00:00:43:01", "r3 answers on VLAN 100: {tagged}");
+    assert_eq!(tagged["vlan"], 100, "the answer carries the tag: {tagged}");
+    assert_eq!(arp(0)["reply_from"], serde_json::Value::Null, "untagged: r3 is not there");
+    assert_eq!(arp(200)["reply_from"], serde_json::Value::Null, "VLAN 200: no VR");
+    let after = s.status();
+    let delta = |reason: &str| port_drops(&after, &pc, reason) - port_drops(&before, &pc, reason);
+    assert_eq!(
+        (delta("not_for_us"), delta("vlan_unknown")),
+        (1, 1),
+        "untagged ARP for r3's address and the VLAN 200 one, each dropped at ingress:\nbefore {before}\nafter {after}"
+    );
+    assert!(s.routeplex(&["down"]).status.success());
     gone(&s);
 }
