@@ -1,12 +1,15 @@
-//! Building a host from a topology: its ports, VRs and switches, as one engine.
+//! Building a host from a topology: its ports, VRs and switches, as one engine ([`engine`], one
+//! thread) or as cells for a multi-worker runtime ([`host`], see [`crate::runtime`]). Both apply
+//! the topology's receive bursts, batch limits and reservations.
 
 use std::fmt;
 
 use dataplane::config::VrConfig;
-use dataplane::{Engine, Switch, Vr};
+use dataplane::{Cell, Engine, Switch, Vr};
 use ports::mem::{self, MemPort};
 use ports::Port;
 
+use crate::topology::VrSchedule;
 use crate::{PortKind, Topology};
 
 /// Slots per direction of an internal link.
@@ -22,12 +25,39 @@ pub struct Built {
 impl Built {
     /// Takes the outside end of `mem` port `name`.
     pub fn take_outside(&mut self, topo: &Topology, name: &str) -> Result<MemPort, BuildError> {
-        let i =
-            topo.port_index(name).ok_or_else(|| BuildError(format!("no port named {name:?}")))?;
-        self.outside[i].take().ok_or_else(|| {
-            BuildError(format!("port {name:?} has no outside end (or it was taken)"))
-        })
+        take(&mut self.outside, topo, name)
     }
+}
+
+/// A host built from a topology as cells, each with the worker the topology places it on, and
+/// the outside end of each `mem` port.
+pub struct Host {
+    pub cells: Vec<Placed>,
+    pub outside: Vec<Option<MemPort>>,
+}
+
+/// A cell and the worker the topology places it on (`None`: anywhere).
+pub struct Placed {
+    pub cell: Cell,
+    pub worker: Option<usize>,
+}
+
+impl Host {
+    /// Takes the outside end of `mem` port `name`.
+    pub fn take_outside(&mut self, topo: &Topology, name: &str) -> Result<MemPort, BuildError> {
+        take(&mut self.outside, topo, name)
+    }
+}
+
+fn take(
+    outside: &mut [Option<MemPort>],
+    topo: &Topology,
+    name: &str,
+) -> Result<MemPort, BuildError> {
+    let i = topo.port_index(name).ok_or_else(|| BuildError(format!("no port named {name:?}")))?;
+    outside[i]
+        .take()
+        .ok_or_else(|| BuildError(format!("port {name:?} has no outside end (or it was taken)")))
 }
 
 /// Why a host could not be built.
@@ -49,12 +79,116 @@ pub fn engine(topo: &Topology, vrs: Option<&[VrConfig]>) -> Result<Built, BuildE
     engine_with_burst(topo, vrs, ports::MAX_BURST)
 }
 
-/// As [`engine`], receiving at most `burst` (1..=256) frames per port and poll.
+/// As [`engine`], receiving at most `burst` (1..=256) frames per poll from ports whose
+/// topology gives no `burst`. Reservations that need a clock get a monotonic one
+/// ([`crate::runtime::monotonic_clock`]).
 pub fn engine_with_burst(
     topo: &Topology,
     vrs: Option<&[VrConfig]>,
     burst: usize,
 ) -> Result<Built, BuildError> {
+    let (ours, outside) = open_ports(topo)?;
+    let vr_cfgs = vrs.unwrap_or(&topo.vrs);
+    let vrs =
+        vr_cfgs.iter().map(Vr::new).collect::<Result<Vec<_>, _>>().map_err(|e| BuildError(e.0))?;
+    let switches = topo
+        .switches
+        .iter()
+        .map(Switch::new)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| BuildError(e.0))?;
+    let mut engine = Engine::build(ours, vrs, switches, burst).map_err(|e| BuildError(e.0))?;
+    let ports: Vec<usize> = (0..topo.ports.len()).collect();
+    let names: Vec<&str> = vr_cfgs.iter().map(|v| v.name.as_str()).collect();
+    configure(topo, engine.cell_mut(), &ports, &names)?;
+    if engine.cell().needs_clock() {
+        engine.set_clock(crate::runtime::monotonic_clock());
+    }
+    Ok(Built { engine, outside })
+}
+
+/// Builds `topo` as cells (see [`Topology::cells`]), with `vrs` in place of the topology's VRs
+/// when given (same names). Ports receive at most `burst` (1..=256) frames per poll unless the
+/// topology says otherwise.
+pub fn host(topo: &Topology, vrs: Option<&[VrConfig]>, burst: usize) -> Result<Host, BuildError> {
+    if !(1..=ports::MAX_BURST).contains(&burst) {
+        return Err(BuildError(format!("burst {burst} is outside 1..={}", ports::MAX_BURST)));
+    }
+    let vr_cfgs = vrs.unwrap_or(&topo.vrs);
+    if vr_cfgs.len() != topo.vrs.len() {
+        return Err(BuildError(format!(
+            "{} VR configs for a topology of {} VRs",
+            vr_cfgs.len(),
+            topo.vrs.len()
+        )));
+    }
+    let (ports, outside) = open_ports(topo)?;
+    let mut ports: Vec<Option<Box<dyn Port>>> = ports.into_iter().map(Some).collect();
+    let mut cells = Vec::new();
+    for plan in topo.cells() {
+        // Cell-local port numbers: position in the plan.
+        let local = |p: u16| plan.ports.iter().position(|&x| x == p).expect("in its cell") as u16;
+        let mut cell_ports: Vec<Box<dyn Port>> = Vec::new();
+        for &p in &plan.ports {
+            cell_ports.push(ports[usize::from(p)].take().expect("a port is in one cell"));
+        }
+        let mut vrs = Vec::new();
+        for &v in &plan.vrs {
+            let mut cfg = vr_cfgs[v].clone();
+            for i in &mut cfg.interfaces {
+                i.port = local(i.port);
+            }
+            vrs.push(Vr::new(&cfg).map_err(|e| BuildError(e.0))?);
+        }
+        let mut switches = Vec::new();
+        for &s in &plan.switches {
+            let mut cfg = topo.switches[s].clone();
+            for m in &mut cfg.members {
+                m.port = local(m.port);
+            }
+            switches.push(Switch::new(&cfg).map_err(|e| BuildError(e.0))?);
+        }
+        let mut cell = Cell::new(cell_ports, vrs, switches).map_err(|e| BuildError(e.0))?;
+        for p in 0..cell.port_count() {
+            cell.set_port_burst(p, burst).map_err(|e| BuildError(e.0))?;
+        }
+        let global: Vec<usize> = plan.ports.iter().map(|&p| usize::from(p)).collect();
+        let names: Vec<&str> = plan.vrs.iter().map(|&v| vr_cfgs[v].name.as_str()).collect();
+        configure(topo, &mut cell, &global, &names)?;
+        let worker = plan.vrs.iter().find_map(|&v| topo.schedule.get(v)?.worker);
+        cells.push(Placed { cell, worker: worker.map(usize::from) });
+    }
+    Ok(Host { cells, outside })
+}
+
+/// Applies the topology's per-port bursts (`ports[i]` is the cell's port `i`) and the schedule
+/// of the VRs called `names` (the cell's VRs, in order).
+fn configure(
+    topo: &Topology,
+    cell: &mut Cell,
+    ports: &[usize],
+    names: &[&str],
+) -> Result<(), BuildError> {
+    let err = |e: dataplane::BuildError| BuildError(e.0);
+    for (i, &p) in ports.iter().enumerate() {
+        if let Some(b) = topo.ports[p].burst {
+            cell.set_port_burst(i, usize::from(b)).map_err(err)?;
+        }
+    }
+    for (v, name) in names.iter().enumerate() {
+        let s = topo.vr_index(name).and_then(|i| topo.schedule.get(i));
+        let Some(VrSchedule { reservation, batch, .. }) = s else { continue };
+        if let Some(b) = batch {
+            cell.set_vr_batch(v, usize::from(*b)).map_err(err)?;
+        }
+        cell.set_reservation(v, *reservation).map_err(err)?;
+    }
+    Ok(())
+}
+
+/// Opens every port of `topo`: the engine's ends, and the outside end of each `mem` port.
+#[allow(clippy::type_complexity)]
+fn open_ports(topo: &Topology) -> Result<(Vec<Box<dyn Port>>, Vec<Option<MemPort>>), BuildError> {
     let n = topo.ports.len();
     let mut ours: Vec<Option<Box<dyn Port>>> = (0..n).map(|_| None).collect();
     let mut outside: Vec<Option<MemPort>> = (0..n).map(|_| None).collect();
@@ -119,18 +253,5 @@ pub fn engine_with_burst(
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let vrs = vrs
-        .unwrap_or(&topo.vrs)
-        .iter()
-        .map(Vr::new)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| BuildError(e.0))?;
-    let switches = topo
-        .switches
-        .iter()
-        .map(Switch::new)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| BuildError(e.0))?;
-    let engine = Engine::build(ours, vrs, switches, burst).map_err(|e| BuildError(e.0))?;
-    Ok(Built { engine, outside })
+    Ok((ours, outside))
 }

@@ -4,14 +4,18 @@
 //! that configuration comes from and where it is checked. For now that is the topology model —
 //! a YAML file of ports, switches and virtual routers, validated into [`dataplane::config`]
 //! types, with every rejection naming the file, line, column, field and offending value — and
-//! building an engine from it ([`build`]). Later: applying topology diffs, namespaces and
-//! veths, the API server, metrics and Linux control-plane sync.
+//! building an engine from it ([`build`]), or cells for several workers, and running those
+//! workers as threads that can move VRs between them and change their reservations while
+//! traffic flows ([`runtime`]). Later: applying topology diffs, the API server, metrics and
+//! Linux control-plane sync.
 #![deny(unsafe_code)]
 
 pub mod build;
 pub mod netns;
+pub mod runtime;
 pub mod topology;
 
 pub use topology::{
     Attach, ErrorKind, HostSpec, MemifSpec, PortKind, PortSpec, Topology, TopologyError,
+    VrSchedule, Workers,
 };

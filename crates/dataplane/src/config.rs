@@ -128,3 +128,69 @@ impl Default for VrLimits {
         }
     }
 }
+
+/// What a VR may spend per period: seed 000 §3.4's Constant Bandwidth Server, a budget Q every
+/// period T. Enforced right after demux: once a VR has spent Q in its current period, its
+/// further packets are dropped (`over_budget`) before any work is spent on them, until the next
+/// period. Its throughput is then proportional to Q / T.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    /// Q: what the VR may spend per period.
+    pub budget: Budget,
+    /// T, in nanoseconds (more than 0).
+    pub period_ns: u64,
+    /// How much of a worker's spare capacity the VR may use once its budget is spent, relative
+    /// to the other VRs on its worker that want some; 0 (the default) makes the budget a hard
+    /// cap. See `budget.rs` for the rule.
+    pub weight: u32,
+}
+
+/// The unit of a [`Reservation`]'s budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Budget {
+    /// Nanoseconds of worker time, read from the worker's clock around the VR's part of each
+    /// burst (its own pipeline run plus its share of receiving, demux and transmitting).
+    Time(u64),
+    /// Packets let in (demuxed to the VR and admitted): exact.
+    Packets(u64),
+}
+
+impl Reservation {
+    /// Q in its own unit (nanoseconds or packets).
+    pub fn amount(&self) -> u64 {
+        match self.budget {
+            Budget::Time(n) | Budget::Packets(n) => n,
+        }
+    }
+
+    /// Whether the reservation needs a worker clock: time budgets, and weights (spare
+    /// capacity is measured in time).
+    pub fn needs_clock(&self) -> bool {
+        matches!(self.budget, Budget::Time(_)) || self.weight > 0
+    }
+
+    /// Why the reservation cannot be used, if it cannot: a zero period or budget.
+    pub fn check(&self) -> Result<(), String> {
+        if self.period_ns == 0 {
+            return Err("a reservation's period must be longer than 0".into());
+        }
+        if self.amount() == 0 {
+            return Err("a reservation's budget must be more than 0".into());
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for Reservation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.budget {
+            Budget::Time(ns) => write!(f, "{} ns", ns)?,
+            Budget::Packets(n) => write!(f, "{n} packets")?,
+        }
+        write!(f, " per {} ns", self.period_ns)?;
+        if self.weight > 0 {
+            write!(f, ", weight {}", self.weight)?;
+        }
+        Ok(())
+    }
+}

@@ -47,6 +47,12 @@ reasons! {
 reasons! {
     /// Why a VR dropped a packet.
     Drop {
+        /// The VR had spent its reservation for the period: dropped by the engine right after
+        /// demux, before the VR saw it (see `Reservation`).
+        OverBudget = "over_budget",
+        /// Beyond the VR's batch limit in one burst: dropped right after demux, like a per-VR
+        /// queue of that length emptied every burst.
+        BatchLimit = "batch_limit",
         /// Ethertype is not IPv4, IPv6 or ARP.
         UnknownEthertype = "unknown_ethertype",
         /// ARP that is not Ethernet/IPv4, is truncated, or has an unknown operation.
@@ -200,6 +206,14 @@ impl VrCounters {
         self.forwarded_bytes += t.forwarded_bytes;
         self.drops[Drop::TxFull as usize] += t.tx_full;
         self.generated_dropped += t.generated_dropped;
+    }
+
+    /// Counts packets demuxed to the VR but refused before it saw them (budget, batch limit).
+    #[inline]
+    pub(crate) fn refuse(&mut self, r: Drop, packets: u64, bytes: u64) {
+        self.rx_packets += packets;
+        self.rx_bytes += bytes;
+        self.drops[r as usize] += packets;
     }
 
     /// Drops for one reason.

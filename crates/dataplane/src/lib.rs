@@ -1,9 +1,19 @@
-//! The routeplex data plane: classification, virtual routers and the batch engine.
+//! The routeplex data plane: classification, virtual routers, reservations and the batch
+//! engine.
+//!
+//! Shape: a [`Cell`] is ports, the demux over them, and the VRs and switches they feed: the
+//! unit a worker runs and the unit that moves between workers. A [`Worker`] is one thread's
+//! scratch (the burst's buffers, shared by all its cells), its [`Clock`] and its spare-capacity
+//! account; [`Worker::poll`] runs its cells. [`Engine`] is one worker with one cell. Threads,
+//! pinning and moving cells between them belong to the caller (`control::runtime`).
 //!
 //! Contract:
-//! - Sans-IO: the data plane touches ports only through [`ports::Port`] and never makes a
-//!   system call itself. Time comes in as an argument, so every behaviour (neighbor timers,
-//!   ICMP rate limits) is reproducible in tests.
+//! - Sans-IO: the data plane touches ports only through [`ports::Port`], never makes a system
+//!   call and never starts a thread. Time comes in as an argument (`now`, for timers and
+//!   reservation periods), and the time charged to VRs with time budgets comes from a [`Clock`]
+//!   the caller injects, so every behaviour is reproducible in tests with a fake clock.
+//! - Reservations: a VR over its budget (packets or clock time per period) loses its packets
+//!   right after demux, before any VR work, counted as [`Drop::OverBudget`] (see `budget.rs`).
 //! - Batches: a burst is classified, routed (one batched lookup per family), rewritten and
 //!   grouped by egress port in one pass, with no queue between stages.
 //! - Verdicts, not errors: a bad or unroutable packet is dropped and counted by reason at the
@@ -12,6 +22,8 @@
 //! - No allocation per packet: every buffer, queue and table is sized when the engine is built.
 //!   `tests/no_alloc.rs` holds this to zero allocations over a million forwarded packets.
 
+mod budget;
+mod cell;
 pub mod config;
 pub mod counters;
 mod demux;
@@ -19,10 +31,15 @@ mod engine;
 mod l2;
 pub mod switch;
 mod vr;
+mod worker;
 
+pub use budget::SPARE_WINDOW_NS;
+pub use cell::Cell;
+pub use config::{Budget, Reservation};
 pub use counters::{Drop, PortCounters, PortDrop, VrCounters};
 pub use engine::Engine;
 pub use switch::{
     MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters, SwitchDrop,
 };
 pub use vr::{BuildError, NeighborRow, NeighborState, Vr};
+pub use worker::{Clock, Worker};

@@ -337,19 +337,22 @@ impl Switch {
         }
     }
 
-    /// Forwards the `n` frames of `batch` received on member `from`: pass 1 classifies and
-    /// learns the whole burst, pass 2 sends each destination its list with one `tx_burst`.
+    /// Forwards the `n` frames of `batch` from slot `first` on, received on member `from`:
+    /// pass 1 classifies and learns the whole burst, pass 2 sends each destination its list
+    /// with one `tx_burst`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn forward(
         &mut self,
         from: u16,
         batch: &mut Batch,
+        first: usize,
         n: usize,
         ports: &mut [Box<dyn Port>],
         pcs: &mut [PortCounters],
         now: u64,
     ) {
         self.counters.rx += n as u64;
-        for i in 0..n {
+        for i in first..first + n {
             self.classify(from, batch.get(i).frame(), i, now);
         }
         self.send_unicast(batch, ports, pcs);

@@ -11,11 +11,14 @@ const SOURCES: &[(&str, &str)] = &[
     ("neighbors.rs", include_str!("neighbors.rs")),
     ("forwarding.rs", include_str!("forwarding.rs")),
     ("multi_vr.rs", include_str!("multi_vr.rs")),
+    ("reservation.rs", include_str!("reservation.rs")),
 ];
 
 /// The test (file, function) that covers each VR drop reason.
 fn vr_test(d: Drop) -> (&'static str, &'static str) {
     match d {
+        Drop::OverBudget => ("reservation.rs", "packet_budget_forwards_exactly_k_per_period"),
+        Drop::BatchLimit => ("reservation.rs", "batch_limit_drops_a_vrs_excess_per_burst"),
         Drop::UnknownEthertype => ("drops.rs", "unknown_ethertype"),
         Drop::ArpMalformed => ("drops.rs", "arp_malformed"),
         Drop::ArpNotForUs => ("drops.rs", "arp_not_for_us"),

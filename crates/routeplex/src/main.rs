@@ -57,6 +57,45 @@ enum Cmd {
         #[arg(long, default_value_t = 256)]
         burst: usize,
     },
+    /// A running data plane's workers, VRs (worker, reservation, counters, over_budget drops)
+    /// and ports, as one JSON line.
+    Status {
+        /// The topology file (YAML) it runs.
+        file: PathBuf,
+        /// Its control socket's directory, for a data plane started with `run --state-dir`
+        /// rather than `up`.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Move a running VR (with every VR sharing its ports, switches or links) to another
+    /// worker, while traffic flows.
+    Move {
+        /// The topology file (YAML) it runs.
+        file: PathBuf,
+        /// The VR's name.
+        vr: String,
+        /// The worker (0-based) to run it on. Taken as text so the data plane names a bad
+        /// value in its own error.
+        #[arg(allow_hyphen_values = true)]
+        worker: String,
+        /// As for `status`.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Set a running VR's reservation, from its next period: `packets=N` or `time_us=N`, with
+    /// optional `period_us=N` (default 1000) and `weight=N`; or `none` to remove it.
+    Reserve {
+        /// The topology file (YAML) it runs.
+        file: PathBuf,
+        /// The VR's name.
+        vr: String,
+        /// packets=N | time_us=N [period_us=N] [weight=N] | none
+        #[arg(required = true, num_args = 1..)]
+        spec: Vec<String>,
+        /// As for `status`.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
     /// A packet generator and sink on memif sockets, as a separate process (netmap's pkt-gen).
     Pktgen(pktgen::Args),
     /// Benchmarks (JSON with --json).
@@ -96,6 +135,15 @@ fn main() -> ExitCode {
         Cmd::Up { file } => service::up(&file),
         Cmd::Down { file } => service::down(&file),
         Cmd::Run { file, state_dir, burst } => service::run(&file, state_dir.as_deref(), burst),
+        Cmd::Status { file, state_dir } => service::control(&file, state_dir.as_deref(), "status"),
+        Cmd::Move { file, vr, worker, state_dir } => {
+            service::control(&file, state_dir.as_deref(), &format!("move {vr} {worker}"))
+        }
+        Cmd::Reserve { file, vr, spec, state_dir } => service::control(
+            &file,
+            state_dir.as_deref(),
+            &format!("reserve {vr} {}", spec.join(" ")),
+        ),
         Cmd::Bench(BenchCmd::Fib(a)) => bench::fib(a),
         Cmd::Bench(BenchCmd::Pipeline(a)) => bench::pipeline(a),
         Cmd::Bench(BenchCmd::Switch(a)) => bench_switch::run(a),

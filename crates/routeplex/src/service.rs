@@ -1,5 +1,7 @@
 //! `routeplex up`, `down` and `run`: a topology's hosts and its data plane as a background
-//! service, with a log, a state file and a control socket at known paths.
+//! service, with a log, a state file and a control socket at known paths; `status`, `move` and
+//! `reserve` talk to that socket (workers and their VRs, moving a VR between workers, changing
+//! its reservation).
 //!
 //! `up` makes the hosts (namespaces, veth pairs) recording each as it goes, starts `run` in
 //! the background and returns once the data plane answers on its control socket. `down` stops
@@ -13,13 +15,13 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use control::netns::{self, Made};
+use control::runtime::{reservation_json, Idle, Options, Runtime};
+use control::topology::reservation_from_words;
 use control::{PortKind, Topology};
-use dataplane::Engine;
 use serde_json::json;
 
 use crate::sys;
@@ -93,7 +95,8 @@ fn require_root(verb: &str) -> Result<()> {
 /// Sends one command line to a service and returns its one-line answer.
 fn ask(sock: &Path, cmd: &str) -> Result<String> {
     let mut s = UnixStream::connect(sock)?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    // Longer than the runtime waits for a worker (10 s), so its own error comes through.
+    s.set_read_timeout(Some(Duration::from_secs(15)))?;
     writeln!(s, "{cmd}")?;
     let mut line = String::new();
     BufReader::new(s).read_line(&mut line)?;
@@ -259,8 +262,9 @@ fn report_leftovers(errors: Vec<netns::NetError>) -> Result<()> {
     bail!("could not remove everything: {}", msgs.join("; "))
 }
 
-/// The data plane in the foreground: one worker polling every port, the control socket (when
-/// `state_dir` is given) or a status line each second, until SIGTERM/SIGINT or `stop`.
+/// The data plane in the foreground: the topology's workers (by default one per online CPU,
+/// each pinned to its CPU) running its cells, and the control socket (when `state_dir` is
+/// given), until SIGTERM/SIGINT or `stop`.
 pub fn run(file: &Path, state_dir: Option<&Path>, burst: usize) -> Result<()> {
     let topo = Topology::load(file)?;
     if let Some(p) = topo.ports.iter().find(|p| matches!(p.kind, PortKind::Mem { .. })) {
@@ -269,52 +273,41 @@ pub fn run(file: &Path, state_dir: Option<&Path>, burst: usize) -> Result<()> {
             p.name
         );
     }
-    let built = control::build::engine_with_burst(&topo, None, burst)?;
+    let host = control::build::host(&topo, None, burst)?;
     sys::stop_on_signals(&STOP);
-    let (req_tx, req_rx) = mpsc::channel::<mpsc::Sender<String>>();
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let worker = std::thread::Builder::new().name("worker".into()).spawn(move || {
-        let mut engine = built.engine;
-        if cpus > 1 {
-            sys::pin(cpus - 1);
-        }
-        let t0 = Instant::now();
-        let mut polls = 0u32;
-        while !STOP.load(Ordering::Relaxed) {
-            if engine.poll(t0.elapsed().as_nanos() as u64) == 0 {
-                std::hint::spin_loop();
-            }
-            polls = polls.wrapping_add(1);
-            if polls.is_multiple_of(1024) {
-                while let Ok(reply) = req_rx.try_recv() {
-                    let _ = reply.send(snapshot(&engine, t0.elapsed()));
-                }
-            }
-        }
-        engine
-    })?;
+    let mut opts = Options::for_topology(&topo);
+    opts.pin = Some(sys::pin);
+    opts.clock = sys::tsc_clock;
+    // Spin while there is traffic, yield the CPU between empty polls: the CPUs may be shared
+    // with the hosts' own work.
+    opts.idle = Idle::Yield;
+    let workers = opts.cpus.len();
+    let mut rt = Runtime::start(host.cells, opts)?;
     eprintln!(
-        "routeplex run: {} forwarding on {} port(s) (pid {})",
+        "routeplex run: {} forwarding on {} port(s) with {workers} worker(s) (pid {}): {}",
         file.display(),
         topo.ports.len(),
-        std::process::id()
+        std::process::id(),
+        rt.placement().iter().map(|(v, w)| format!("{v} on {w}")).collect::<Vec<_>>().join(", ")
     );
-    match state_dir {
-        Some(dir) => serve(&dir.join("control.sock"), &req_tx)?,
+    let served = match state_dir {
+        Some(dir) => serve(&dir.join("control.sock"), &mut rt),
         None => {
             while !STOP.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(100));
             }
+            Ok(())
         }
-    }
+    };
     STOP.store(true, Ordering::Relaxed);
-    let engine = worker.join().map_err(|_| anyhow::anyhow!("the worker thread panicked"))?;
-    eprintln!("routeplex run: stopped: {}", snapshot(&engine, Duration::ZERO));
-    Ok(())
+    let last = status(&rt);
+    rt.stop()?;
+    eprintln!("routeplex run: stopped: {last}");
+    served
 }
 
-/// Answers `status` and `stop` on the control socket until stopped.
-fn serve(sock: &Path, req_tx: &mpsc::Sender<mpsc::Sender<String>>) -> Result<()> {
+/// Answers commands on the control socket until stopped: one line in, one JSON line out.
+fn serve(sock: &Path, rt: &mut Runtime) -> Result<()> {
     let _ = std::fs::remove_file(sock);
     let listener = UnixListener::bind(sock).with_context(|| format!("{}", sock.display()))?;
     listener.set_nonblocking(true)?;
@@ -331,58 +324,148 @@ fn serve(sock: &Path, req_tx: &mpsc::Sender<mpsc::Sender<String>>) -> Result<()>
         s.set_read_timeout(Some(Duration::from_secs(2)))?;
         let mut line = String::new();
         let _ = BufReader::new(&s).read_line(&mut line);
-        let answer = match line.trim() {
-            "status" => {
-                let (tx, rx) = mpsc::channel();
-                req_tx.send(tx)?;
-                rx.recv_timeout(Duration::from_secs(2))
-                    .unwrap_or_else(|_| "{\"error\":\"worker busy\"}".into())
-            }
-            "stop" => {
-                STOP.store(true, Ordering::Relaxed);
-                "{\"state\":\"stopping\"}".into()
-            }
-            other => {
-                json!({ "error": format!("unknown command {other:?}: status or stop") }).to_string()
-            }
-        };
+        let answer = command(rt, line.trim());
         let _ = writeln!(s, "{answer}");
     }
     let _ = std::fs::remove_file(sock);
     Ok(())
 }
 
-/// The engine's counters as one JSON line.
-fn snapshot(e: &Engine, up: Duration) -> String {
-    let vrs: Vec<_> = e
-        .vrs()
-        .iter()
-        .map(|v| {
-            let c: serde_json::Map<_, _> = v
-                .counters()
-                .named()
-                .into_iter()
-                .filter(|(_, n)| *n != 0)
-                .map(|(k, n)| (k.to_string(), json!(n)))
-                .collect();
-            json!({ "name": v.name(), "counters": c })
-        })
-        .collect();
-    let ports: Vec<_> = (0..e.port_count())
-        .map(|p| {
-            let s = e.port_stats(p);
-            let status = match e.port_status(p) {
-                ports::PortStatus::Up => "up".to_string(),
-                ports::PortStatus::Down(why) => format!("down: {why}"),
+/// One control command and its JSON answer:
+/// - `status`: workers and their VRs, every VR's counters (`over_budget` always), worker and
+///   reservation, every port's counters;
+/// - `stop`;
+/// - `move VR WORKER`: moves VR, with whatever shares its ports, to WORKER;
+/// - `reserve VR packets=N|time_us=N [period_us=N] [weight=N]` or `reserve VR none`: sets its
+///   reservation (from its next period if one is running).
+fn command(rt: &mut Runtime, line: &str) -> String {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let error = |e: String| json!({ "error": e }).to_string();
+    match words.as_slice() {
+        ["status"] => status(rt),
+        ["stop"] => {
+            STOP.store(true, Ordering::Relaxed);
+            "{\"state\":\"stopping\"}".into()
+        }
+        ["move", vr, worker] => {
+            let Ok(w) = worker.parse::<usize>() else {
+                return error(format!("worker must be a number, not {worker:?}"));
             };
-            let pc = e.port_counters(p);
-            let drops: serde_json::Map<_, _> = dataplane::PortDrop::ALL
-                .iter()
-                .map(|&r| (r.name().to_string(), json!(pc.dropped(r))))
-                .collect();
-            json!({ "name": e.port_name(p), "rx": s.rx_packets, "tx": s.tx_packets, "rx_dropped": s.rx_dropped, "tx_full": s.tx_full, "drops": drops, "status": status })
-        })
-        .collect();
-    json!({ "state": "running", "uptime_s": up.as_secs_f64(), "vrs": vrs, "ports": ports })
-        .to_string()
+            match rt.move_vr(vr, w) {
+                Ok(m) => json!({ "moved": m.vrs, "from": m.from, "to": m.to }).to_string(),
+                Err(e) => error(e.0),
+            }
+        }
+        ["reserve", vr, spec @ ..] => {
+            let r = match reservation_from_words(spec) {
+                Ok(r) => r,
+                Err(e) => return error(e),
+            };
+            if let Err(e) = rt.set_reservation(vr, r) {
+                return error(e.0);
+            }
+            match rt.snapshot() {
+                Ok(s) => {
+                    let v = s.vr(vr).map(|(_, v)| v);
+                    json!({
+                        "vr": vr,
+                        "reservation": v.and_then(|v| v.reservation).map(reservation_json),
+                        "pending_reservation": v.and_then(|v| v.pending).map(|p| p.map(reservation_json)),
+                    })
+                    .to_string()
+                }
+                Err(e) => error(e.0),
+            }
+        }
+        _ => error(format!(
+            "unknown command {line:?}: status, stop, move VR WORKER, reserve VR (packets=N|time_us=N) [period_us=N] [weight=N], reserve VR none"
+        )),
+    }
+}
+
+/// The runtime's status as one JSON line.
+fn status(rt: &Runtime) -> String {
+    match rt.snapshot() {
+        Ok(s) => {
+            let mut j = s.to_json();
+            j["state"] = json!("running");
+            j.to_string()
+        }
+        Err(e) => json!({ "error": e.0 }).to_string(),
+    }
+}
+
+/// `routeplex status|move|reserve`: sends one command to a running data plane (found by its
+/// topology file, or `state_dir`) and prints the answer; fails if the answer is an error.
+pub fn control(file: &Path, state_dir: Option<&Path>, cmd: &str) -> Result<()> {
+    // The protocol is one line of words: a line break would smuggle in a second command.
+    if cmd.contains(['\n', '\r']) {
+        bail!("{cmd:?}: arguments cannot contain line breaks");
+    }
+    let sock = match state_dir {
+        Some(d) => d.join("control.sock"),
+        None => paths(file)?.sock,
+    };
+    let reply =
+        ask(&sock, cmd).with_context(|| format!("{}: is the data plane up?", sock.display()))?;
+    println!("{reply}");
+    if let Some(e) = serde_json::from_str::<serde_json::Value>(&reply)
+        .ok()
+        .and_then(|v| v.get("error").map(|e| e.as_str().unwrap_or_default().to_string()))
+    {
+        bail!("{e}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The control commands against a runtime on mem ports (no socket, no root).
+    #[test]
+    fn control_commands_move_reserve_and_report() {
+        let text = "\
+workers: 2
+ports:
+  - { name: p0, kind: mem }
+  - { name: p1, kind: mem }
+vrs:
+  - name: a
+    interfaces: [{ name: e0, port: p0, mac: 02:00:00:00:01:00, addresses: [10.0.0.1/24] }]
+  - name: b
+    reservation: { packets: 100 }
+    interfaces: [{ name: e0, port: p1, mac: 02:00:00:00:02:00, addresses: [10.0.1.1/24] }]
+";
+        let topo = Topology::parse(text, "t.yaml", Path::new(".")).unwrap();
+        let host = control::build::host(&topo, None, 256).unwrap();
+        let mut rt = Runtime::start(host.cells, Options::new(2)).unwrap();
+        let j = |s: String| serde_json::from_str::<serde_json::Value>(&s).unwrap();
+        let st = j(command(&mut rt, "status"));
+        assert_eq!(st["state"], "running");
+        assert_eq!(st["workers"].as_array().unwrap().len(), 2);
+        let b = st["vrs"].as_array().unwrap().iter().find(|v| v["name"] == "b").unwrap().clone();
+        assert_eq!((&b["over_budget"], &b["reservation"]["packets"]), (&0.into(), &100.into()));
+
+        let to = 1 - rt.worker_of("a").unwrap();
+        let m = j(command(&mut rt, &format!("move a {to}")));
+        assert_eq!((&m["moved"], &m["to"]), (&json!(["a"]), &json!(to)));
+        assert_eq!(rt.worker_of("a"), Some(to));
+        assert!(j(command(&mut rt, "move a 9"))["error"].as_str().unwrap().contains("no worker 9"));
+        assert!(j(command(&mut rt, "move a x"))["error"].is_string());
+
+        let r = j(command(&mut rt, "reserve a time_us=300 period_us=1000 weight=2"));
+        assert_eq!(r["reservation"]["time_ns"], 300_000, "{r}");
+        assert_eq!(r["reservation"]["weight"], 2);
+        let r = j(command(&mut rt, "reserve a none"));
+        assert_eq!(r["reservation"], json!(null), "no period had started: at once");
+        let e = j(command(&mut rt, "reserve a packets=0"));
+        assert_eq!(e["error"], "packets 0 is out of range 1..=1000000000");
+        assert!(j(command(&mut rt, "reserve nobody none"))["error"].is_string());
+        assert!(j(command(&mut rt, "dance"))["error"]
+            .as_str()
+            .unwrap()
+            .contains("unknown command"));
+        rt.stop().unwrap();
+    }
 }

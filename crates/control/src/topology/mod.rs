@@ -8,6 +8,8 @@
 //! # Format
 //!
 //! ```yaml
+//! workers: 2                  # optional: worker threads, or a list of CPUs ([0, 2]); default
+//!                             # one per online CPU, each pinned to its CPU
 //! hosts:                      # Linux hosts `routeplex up` makes: a namespace each, eth0 in it
 //!   - name: ha                # the namespace's name: letters, digits, - _ . (32 at most)
 //!     addresses: [10.9.0.2/24, "2001:db8:9::2/64"]
@@ -17,6 +19,7 @@
 //!   - name: p0                # unique; 1 to 64 characters, no spaces
 //!     kind: mem               # in-process pair (tests, benchmarks, the demo)
 //!     ring: 1024              # mem only; optional power of two in 2..=65536, default 1024
+//!     burst: 64               # any kind; optional 1..=256: frames received per poll (default 256)
 //!   - name: pa                # kernel ports: afxdp, afpacket, each on an interface or a host
 //!     kind: afxdp
 //!     host: ha                # a veth `up` makes: rpx-pa here, eth0 in host ha
@@ -69,7 +72,20 @@
 //!     limits:                 # optional; see below
 //!       neighbors: 1024
 //!       icmp_errors_per_sec: 1000
+//!     worker: 1               # optional: the worker (0-based) it runs on; default: placed
+//!                             # automatically, balancing VRs across workers
+//!     batch: 64               # optional 1..=256: packets it processes per burst; the rest of
+//!                             # its share of a burst is dropped (batch_limit)
+//!     reservation:            # optional: a budget per period (seed 000 §3.4); once spent, its
+//!       time_us: 300          # packets are dropped right after demux (over_budget) until the
+//!       period_us: 1000       # next period. time_us (worker time) or packets; period_us
+//!       weight: 0             # 10..=10000000, default 1000; weight 0..=1000, default 0: a
+//!                             # share of spare capacity once the budget is spent (0: hard cap)
 //! ```
+//!
+//! VRs that share a port, a switch or an internal link form one *cell* and run on one worker;
+//! placing two of them on different workers is an error. A running VR can be moved to another
+//! worker, and its reservation changed (`control::runtime`).
 //!
 //! Quoting IPv6 values is optional for this parser but keeps other YAML tools happy.
 //!
@@ -100,13 +116,14 @@
 //! # Extending
 //!
 //! Each section is one function reading one mapping (`Host::port`, `vr::vr`, `Vr::route`...)
-//! with its allowed keys in a constant beside it; a new section (hosts, workers, reservations)
+//! with its allowed keys in a constant beside it; a new section (like `workers`, in `run.rs`)
 //! is a new key in `TOP_KEYS` and a new function, and a new port kind is a new arm in
 //! `Host::port` plus a [`PortKind`] variant, which the compiler then asks every user of
 //! `PortKind` to handle. Whatever must be unique across the host lives in `Host`.
 
 mod error;
 mod hosts;
+mod run;
 mod summary;
 mod switch;
 mod table;
@@ -126,6 +143,7 @@ use wire::MacAddr;
 
 pub use error::{ErrorKind, TopologyError};
 pub use hosts::{HostSpec, HOST_IFNAME};
+pub use run::{cells, reservation_from_words, CellPlan, VrSchedule, Workers, DEFAULT_PERIOD_US};
 
 use yaml::{Result, Value};
 
@@ -143,6 +161,10 @@ pub struct Topology {
     pub switches: Vec<SwitchConfig>,
     /// Hosts (network namespaces) `routeplex up` makes, each attached to one port.
     pub hosts: Vec<HostSpec>,
+    /// How many workers run the data plane, and on which CPUs.
+    pub workers: Workers,
+    /// How each VR runs (worker, reservation, batch limit): `schedule[i]` is `vrs[i]`'s.
+    pub schedule: Vec<VrSchedule>,
 }
 
 /// One port of the host.
@@ -152,6 +174,8 @@ pub struct PortSpec {
     pub name: String,
     /// Which backend, with its settings.
     pub kind: PortKind,
+    /// Frames received per poll (1..=256); `None`: the worker's default.
+    pub burst: Option<u16>,
 }
 
 /// How a kernel-facing port reaches its Linux interface.
@@ -224,17 +248,19 @@ pub enum PortKind {
 }
 
 /// Keys of the top-level mapping.
-const TOP_KEYS: &[&str] = &["hosts", "ports", "switches", "vrs"];
+const TOP_KEYS: &[&str] = &["workers", "hosts", "ports", "switches", "vrs"];
 /// Port kinds this build provides.
 const PORT_KINDS: &[&str] = &["mem", "memif", "afxdp", "afpacket", "tap"];
 /// Port kinds the design names but this build lacks: asking for one is `ErrorKind::Unavailable`
 /// rather than a typo, so a file written for a later build says so.
 const PLANNED_PORT_KINDS: &[&str] = &["vhost-user"];
-const MEMIF_KEYS: &[&str] =
-    &["name", "kind", "role", "socket", "id", "secret", "queues", "ring", "buffer", "rx_mode"];
-const MEM_KEYS: &[&str] = &["name", "kind", "ring"];
-const KERNEL_KEYS: &[&str] = &["name", "kind", "interface", "host"];
-const TAP_KEYS: &[&str] = &["name", "kind", "interface"];
+const MEMIF_KEYS: &[&str] = &[
+    "name", "kind", "role", "socket", "id", "secret", "queues", "ring", "buffer", "rx_mode",
+    "burst",
+];
+const MEM_KEYS: &[&str] = &["name", "kind", "ring", "burst"];
+const KERNEL_KEYS: &[&str] = &["name", "kind", "interface", "host", "burst"];
+const TAP_KEYS: &[&str] = &["name", "kind", "interface", "burst"];
 /// The root-namespace end of a host's veth is this prefix and the port's name.
 const VETH_PREFIX: &str = "rpx-";
 const DEFAULT_RING: usize = 1024;
@@ -261,6 +287,8 @@ impl Topology {
         let build = || -> Result<Topology> {
             let doc = yaml::parse_document(text)?;
             let top = Value::root(&doc).map(TOP_KEYS)?;
+            let workers = top.get("workers").map(|w| run::workers(&w)).transpose()?;
+            let workers = workers.unwrap_or_default();
             let mut host = Host::default();
             let mut hosts = Vec::new();
             for v in top.list("hosts")? {
@@ -285,12 +313,25 @@ impl Topology {
                 let s = switch::switch(&v, &mut host)?;
                 host.switches.push(s);
             }
-            let mut vrs = Vec::new();
+            let (mut vrs, mut schedule, mut worker_vs) = (Vec::new(), Vec::new(), Vec::new());
             for v in top.list("vrs")? {
                 vrs.push(vr::vr(&v, &mut host, base_dir)?);
+                let (s, wv) = run::schedule(&v, &workers)?;
+                schedule.push(s);
+                worker_vs.push(wv);
             }
             let Host { specs: ports, switches, .. } = host;
-            Ok(Topology { source: source.to_string(), ports, vrs, switches, hosts })
+            let plans = run::cells(&ports, &vrs, &switches);
+            run::check_placement(&plans, &vrs, &schedule, &worker_vs)?;
+            Ok(Topology {
+                source: source.to_string(),
+                ports,
+                vrs,
+                switches,
+                hosts,
+                workers,
+                schedule,
+            })
         };
         build().map_err(|e| e.in_file(source))
     }
@@ -298,6 +339,16 @@ impl Topology {
     /// Index of the port called `name`.
     pub fn port_index(&self, name: &str) -> Option<usize> {
         self.ports.iter().position(|p| p.name == name)
+    }
+
+    /// The cells: what must run on one worker together (see `run.rs`).
+    pub fn cells(&self) -> Vec<CellPlan> {
+        run::cells(&self.ports, &self.vrs, &self.switches)
+    }
+
+    /// Index of the VR called `name`.
+    pub fn vr_index(&self, name: &str) -> Option<usize> {
+        self.vrs.iter().position(|v| v.name == name)
     }
 
     /// A human-readable table of the topology, for `routeplex show FILE`.
@@ -438,11 +489,12 @@ impl Host {
                 ))
             }
         };
+        let burst = m.get("burst").map(|b| run::burst(&b)).transpose()?;
         let id = PortId::try_from(self.port_names.len())
             .map_err(|_| v.error(format_args!("more than {} ports", PortId::MAX)))?;
         self.ports.insert(name.clone(), (id, name_v.line()));
         self.port_names.push(name.clone());
-        Ok(PortSpec { name, kind })
+        Ok(PortSpec { name, kind, burst })
     }
 
     /// "port p0 (untagged)" or "switch sw0 (VLAN 10)", for errors.
@@ -477,7 +529,7 @@ impl Host {
         for (n, (id, peer)) in names.into_iter().zip([(a, b), (b, a)]) {
             self.ports.insert(n.clone(), (id, v.line()));
             self.port_names.push(n.clone());
-            self.specs.push(PortSpec { name: n, kind: PortKind::Link { peer } });
+            self.specs.push(PortSpec { name: n, kind: PortKind::Link { peer }, burst: None });
         }
         self.switches[sw].members.push(dataplane::MemberConfig {
             port: b,

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use dataplane::config::{RouteTarget, VrConfig, VrLimits};
 
-use super::{PortKind, Topology};
+use super::{PortKind, Topology, VrSchedule, Workers};
 
 pub(super) fn summary(t: &Topology) -> String {
     let mut out = String::new();
@@ -15,6 +15,16 @@ pub(super) fn summary(t: &Topology) -> String {
         count(t.ports.len(), "port"),
         count(t.vrs.len(), "VR")
     );
+    match &t.workers {
+        Workers::PerCpu => {}
+        Workers::Count(n) => {
+            let _ = writeln!(out, "workers: {n}");
+        }
+        Workers::Cpus(c) => {
+            let cpus: Vec<String> = c.iter().map(ToString::to_string).collect();
+            let _ = writeln!(out, "workers: {} on CPUs {}", c.len(), cpus.join(", "));
+        }
+    }
     let mut rows = vec![row(["PORT", "KIND", "SETTINGS"])];
     for p in &t.ports {
         let attach = |a: &crate::topology::Attach| match a {
@@ -45,6 +55,10 @@ pub(super) fn summary(t: &Topology) -> String {
                 format!("to {}", t.ports.get(usize::from(peer)).map_or("?", |p| p.name.as_str())),
             ),
         };
+        let settings = match p.burst {
+            Some(b) => format!("{settings}, burst {b}"),
+            None => settings,
+        };
         rows.push(vec![p.name.clone(), kind.into(), settings]);
     }
     out.push('\n');
@@ -53,9 +67,12 @@ pub(super) fn summary(t: &Topology) -> String {
         out.push('\n');
         switch(&mut out, t, sw);
     }
-    for vr in &t.vrs {
+    for (i, vr) in t.vrs.iter().enumerate() {
         out.push('\n');
         self::vr(&mut out, t, vr);
+        if let Some(s) = t.schedule.get(i).filter(|s| **s != VrSchedule::default()) {
+            let _ = writeln!(out, "  runs: {}", schedule(s));
+        }
     }
     out
 }
@@ -140,6 +157,26 @@ fn vr(out: &mut String, t: &Topology, vr: &VrConfig) {
         table(out, "  ", &rows);
     }
     let _ = writeln!(out, "  limits: {}", limits(&vr.limits));
+}
+
+/// Where a VR runs, its reservation and batch limit.
+fn schedule(s: &VrSchedule) -> String {
+    let mut parts = vec![match s.worker {
+        Some(w) => format!("on worker {w}"),
+        None => "placed automatically".to_string(),
+    }];
+    if let Some(r) = &s.reservation {
+        let budget = match r.budget {
+            dataplane::Budget::Time(ns) => format!("{} us", ns / 1_000),
+            dataplane::Budget::Packets(n) => format!("{n} packets"),
+        };
+        let weight = if r.weight > 0 { format!(", weight {}", r.weight) } else { String::new() };
+        parts.push(format!("reserved {budget} per {} us{weight}", r.period_ns / 1_000));
+    }
+    if let Some(b) = s.batch {
+        parts.push(format!("batch {b}"));
+    }
+    parts.join(", ")
 }
 
 /// The limits that differ from the defaults.

@@ -124,7 +124,7 @@ fn unknown_keys_are_rejected_with_the_allowed_ones() {
         (1, "port"),
         "port",
         Some("port"),
-        "unknown key \"port\" (allowed: hosts, ports, switches, vrs)",
+        "unknown key \"port\" (allowed: workers, hosts, ports, switches, vrs)",
     );
     let text =
         vr1("      - { name: eth2, port: p1, mac: 02:00:00:00:01:02, adresses: [10.0.2.1/24] }\n");
@@ -140,7 +140,7 @@ fn unknown_keys_are_rejected_with_the_allowed_ones() {
         (9, "route"),
         "vrs[0].route",
         Some("route"),
-        "unknown key \"route\" (allowed: name, interfaces, routes, neighbors, tables, limits)",
+        "unknown key \"route\" (allowed: name, interfaces, routes, neighbors, tables, limits, worker, reservation, batch)",
     );
 }
 
@@ -224,7 +224,7 @@ fn port_kinds_are_checked_and_planned_ones_say_so() {
         (2, "socket"),
         "ports[0].socket",
         Some("socket"),
-        "unknown key \"socket\" (allowed: name, kind, ring)",
+        "unknown key \"socket\" (allowed: name, kind, ring, burst)",
     );
 }
 
@@ -763,8 +763,8 @@ vrs:
     assert_eq!(
         t.ports,
         vec![
-            PortSpec { name: "p0".into(), kind: PortKind::Mem { ring: 512 } },
-            PortSpec { name: "p1".into(), kind: PortKind::Mem { ring: 1024 } },
+            PortSpec { name: "p0".into(), kind: PortKind::Mem { ring: 512 }, burst: None },
+            PortSpec { name: "p1".into(), kind: PortKind::Mem { ring: 1024 }, burst: None },
         ]
     );
     let vr = &t.vrs[0];
@@ -1356,4 +1356,313 @@ fn memif_ports() {
         None,
         "required field \"socket\" is missing",
     );
+}
+
+// ---- workers, placement, reservations, bursts and batches ----
+
+/// The number of the last line of `text`.
+fn last(text: &str) -> usize {
+    text.lines().count()
+}
+
+/// Two VRs sharing port p0 (one cell), a third alone on p2 and p3 (another cell).
+fn run_lab(workers: &str, vr2_worker: &str, vr3_extra: &str) -> String {
+    format!(
+        "{workers}ports:
+  - {{ name: p0, kind: mem }}
+  - {{ name: p1, kind: mem, burst: 32 }}
+  - {{ name: p2, kind: mem }}
+  - {{ name: p3, kind: mem }}
+vrs:
+  - name: vr1
+    worker: 0
+    interfaces:
+      - {{ name: a, port: p0, mac: 02:00:00:00:01:00, addresses: [10.0.0.1/24] }}
+      - {{ name: b, port: p1, mac: 02:00:00:00:01:01, addresses: [10.0.1.1/24] }}
+  - name: vr2
+{vr2_worker}    interfaces:
+      - {{ name: a, port: p0, mac: 02:00:00:00:02:00, addresses: [10.0.2.1/24] }}
+  - name: vr3
+    interfaces:
+      - {{ name: a, port: p2, mac: 02:00:00:00:03:00, addresses: [10.0.3.1/24] }}
+      - {{ name: b, port: p3, mac: 02:00:00:00:03:01, addresses: [10.0.4.1/24] }}
+{vr3_extra}"
+    )
+}
+
+#[test]
+fn workers_placement_reservations_and_bursts_are_read() {
+    use dataplane::{Budget, Reservation};
+    let t = accepts(&run_lab(
+        "workers: 2\n",
+        "",
+        "    worker: 1\n    batch: 64\n    reservation: { time_us: 300, period_us: 1000, weight: 2 }\n",
+    ));
+    assert_eq!(t.workers, Workers::Count(2));
+    assert_eq!(t.workers.cpus(1), vec![0, 0], "wraps around the online CPUs");
+    assert_eq!(t.ports[1].burst, Some(32));
+    assert_eq!(t.ports[0].burst, None);
+    assert_eq!(t.schedule[0], VrSchedule { worker: Some(0), ..VrSchedule::default() });
+    assert_eq!(t.schedule[1], VrSchedule::default());
+    assert_eq!(
+        t.schedule[2],
+        VrSchedule {
+            worker: Some(1),
+            batch: Some(64),
+            reservation: Some(Reservation {
+                budget: Budget::Time(300_000),
+                period_ns: 1_000_000,
+                weight: 2
+            }),
+        }
+    );
+    assert_eq!(
+        t.cells(),
+        vec![
+            CellPlan { ports: vec![0, 1], vrs: vec![0, 1], switches: vec![] },
+            CellPlan { ports: vec![2, 3], vrs: vec![2], switches: vec![] },
+        ]
+    );
+    let s = t.summary();
+    assert!(s.contains("workers: 2\n"), "{s}");
+    assert!(s.contains("ring 1024, burst 32"), "{s}");
+    assert!(
+        s.contains("runs: on worker 1, reserved 300 us per 1000 us, weight 2, batch 64"),
+        "{s}"
+    );
+
+    let t = accepts(&run_lab(
+        "workers: [1, 0]\n",
+        "    worker: 0\n",
+        "    reservation: { packets: 5000 }\n",
+    ));
+    assert_eq!(t.workers, Workers::Cpus(vec![1, 0]));
+    assert_eq!(t.workers.cpus(8), vec![1, 0]);
+    assert_eq!(
+        t.schedule[2].reservation,
+        Some(Reservation { budget: Budget::Packets(5000), period_ns: 1_000_000, weight: 0 })
+    );
+    assert!(t.summary().contains("workers: 2 on CPUs 1, 0"));
+    let t = accepts(&run_lab("", "", ""));
+    assert_eq!(t.workers, Workers::PerCpu);
+    assert_eq!(t.workers.cpus(3), vec![0, 1, 2]);
+    assert!(!t.summary().contains("workers:"));
+}
+
+#[test]
+fn a_switch_and_its_vrs_are_one_cell() {
+    let text = "\
+ports:
+  - { name: h1, kind: mem }
+  - { name: up, kind: mem }
+switches:
+  - name: lan
+    members: [{ port: h1 }]
+vrs:
+  - name: gw
+    interfaces:
+      - { name: lan, switch: lan, mac: 02:00:00:00:01:00, addresses: [10.0.0.1/24] }
+      - { name: up, port: up, mac: 02:00:00:00:01:01, addresses: [10.0.1.1/24] }
+";
+    let t = accepts(text);
+    let cells = t.cells();
+    assert_eq!(cells.len(), 1, "{cells:?}");
+    assert_eq!(cells[0].ports.len(), 4, "h1, up and the two ends of the link");
+    assert_eq!((cells[0].vrs.clone(), cells[0].switches.clone()), (vec![0], vec![0]));
+}
+
+#[test]
+fn bad_workers_are_rejected() {
+    let lab = |w: &str| run_lab(w, "", "");
+    rejects(
+        &lab("workers: 0\n"),
+        (1, "0"),
+        "workers",
+        Some("0"),
+        "worker count 0 is out of range 1..=1024",
+    );
+    rejects(
+        &lab("workers: two\n"),
+        (1, "two"),
+        "workers",
+        Some("two"),
+        "worker count must be an integer in 1..=1024, not \"two\"",
+    );
+    rejects(
+        &lab("workers: [0, 3, 0]\n"),
+        (1, "0]"),
+        "workers[2]",
+        Some("0"),
+        "CPU 0 is listed twice (first as worker 0)",
+    );
+    rejects(
+        &lab("workers: [5000]\n"),
+        (1, "5000"),
+        "workers[0]",
+        Some("5000"),
+        "CPU 5000 is out of range 0..=1023",
+    );
+    rejects(
+        &lab("workers: []\n"),
+        (1, "[]"),
+        "workers",
+        None,
+        "workers: list at least one CPU, or give a count",
+    );
+}
+
+#[test]
+fn bad_placement_is_rejected() {
+    let t = run_lab("workers: 2\n", "", "    worker: 2\n");
+    rejects(
+        &t,
+        (last(&t), "2"),
+        "vrs[2].worker",
+        Some("2"),
+        "worker 2 is out of range: the topology has 2 workers (0..=1)",
+    );
+    let t = run_lab("workers: [3]\n", "", "    worker: 1\n");
+    rejects(
+        &t,
+        (last(&t), "1"),
+        "vrs[2].worker",
+        Some("1"),
+        "worker 1 is out of range: the topology has 1 worker (0..=0)",
+    );
+    let t = run_lab("", "    worker: 1\n", "");
+    rejects(
+        &t,
+        (13, "1"),
+        "vrs[1].worker",
+        Some("1"),
+        "vr vr2 is placed on worker 1, but vr vr1 (line 8) is on worker 0 and they share ports, a switch or a link: they run on one worker",
+    );
+    // Without a count, any worker is accepted here; the runtime checks it against the CPUs.
+    accepts(&run_lab("", "", "    worker: 7\n"));
+}
+
+#[test]
+fn bad_reservations_batches_and_bursts_are_rejected() {
+    let vr3 = |extra: &str| run_lab("", "", extra);
+    // The extra line is the file's last: line 19.
+    assert_eq!(last(&vr3("    batch: 1\n")), 19);
+    rejects(
+        &vr3("    reservation: { packets: 5, time_us: 10 }\n"),
+        (19, "10"),
+        "vrs[2].reservation.time_us",
+        None,
+        "a reservation is packets or time_us per period, not both",
+    );
+    rejects(
+        &vr3("    reservation: { period_us: 100 }\n"),
+        (19, "period_us"),
+        "vrs[2].reservation",
+        None,
+        "a reservation needs packets or time_us (what the VR may spend per period)",
+    );
+    rejects(
+        &vr3("    reservation: { time_us: 2000, period_us: 1000 }\n"),
+        (19, "2000"),
+        "vrs[2].reservation.time_us",
+        Some("2000"),
+        "time_us 2000 is longer than the period (1000 us): a VR gets at most the whole period",
+    );
+    rejects(
+        &vr3("    reservation: { time_us: 1001 }\n"),
+        (19, "1001"),
+        "vrs[2].reservation.time_us",
+        Some("1001"),
+        "time_us 1001 is longer than the period (1000 us): a VR gets at most the whole period",
+    );
+    rejects(
+        &vr3("    reservation: { packets: 0 }\n"),
+        (19, "0"),
+        "vrs[2].reservation.packets",
+        Some("0"),
+        "packets 0 is out of range 1..=1000000000",
+    );
+    rejects(
+        &vr3("    reservation: { packets: 10, period_us: 5 }\n"),
+        (19, "5 }"),
+        "vrs[2].reservation.period_us",
+        Some("5"),
+        "period_us 5 is out of range 10..=10000000",
+    );
+    rejects(
+        &vr3("    reservation: { packets: 10, weight: 1001 }\n"),
+        (19, "1001"),
+        "vrs[2].reservation.weight",
+        Some("1001"),
+        "weight 1001 is out of range 0..=1000",
+    );
+    rejects(
+        &vr3("    reservation: { packets: 10, budget: 3 }\n"),
+        (19, "budget"),
+        "vrs[2].reservation.budget",
+        Some("budget"),
+        "unknown key \"budget\" (allowed: packets, time_us, period_us, weight)",
+    );
+    rejects(
+        &vr3("    reservation: 50%\n"),
+        (19, "50%"),
+        "vrs[2].reservation",
+        None,
+        "expected a mapping (key: value), found a single value",
+    );
+    rejects(
+        &vr3("    batch: 0\n"),
+        (19, "0"),
+        "vrs[2].batch",
+        Some("0"),
+        "batch 0 is out of range 1..=256",
+    );
+    rejects(
+        &vr3("    batch: 257\n"),
+        (19, "257"),
+        "vrs[2].batch",
+        Some("257"),
+        "batch 257 is out of range 1..=256",
+    );
+    rejects(
+        "ports:\n  - { name: p0, kind: mem, burst: 300 }\n",
+        (2, "300"),
+        "ports[0].burst",
+        Some("300"),
+        "burst 300 is out of range 1..=256",
+    );
+    rejects(
+        "ports:\n  - { name: p0, kind: tap, interface: t0, burst: 0 }\n",
+        (2, "0 }"),
+        "ports[0].burst",
+        Some("0"),
+        "burst 0 is out of range 1..=256",
+    );
+}
+
+#[test]
+fn reservations_from_words() {
+    use dataplane::{Budget, Reservation};
+    let r = |b, p, w| Ok(Some(Reservation { budget: b, period_ns: p, weight: w }));
+    assert_eq!(reservation_from_words(&["none"]), Ok(None));
+    assert_eq!(reservation_from_words(&["packets=10"]), r(Budget::Packets(10), 1_000_000, 0));
+    assert_eq!(
+        reservation_from_words(&["time_us=300", "period_us=2000", "weight=3"]),
+        r(Budget::Time(300_000), 2_000_000, 3)
+    );
+    let bad = |w: &[&str], m: &str| assert_eq!(reservation_from_words(w), Err(m.to_string()));
+    bad(
+        &["packets"],
+        "expected key=value, not \"packets\" (keys: packets, time_us, period_us, weight; or none)",
+    );
+    bad(&["budget=3"], "unknown key \"budget\" (keys: packets, time_us, period_us, weight)");
+    bad(&["packets=-1"], "packets must be an integer in 1..=1000000000, not \"-1\"");
+    bad(&["packets=0"], "packets 0 is out of range 1..=1000000000");
+    bad(&["packets=1", "packets=2"], "packets is given twice");
+    bad(&["packets=1", "time_us=2"], "packets or time_us, not both");
+    bad(&["weight=1"], "give packets=N or time_us=N (or none)");
+    bad(
+        &["time_us=2000"],
+        "time_us 2000 is longer than the period (1000 us): a VR gets at most the whole period",
+    );
+    bad(&[], "give packets=N or time_us=N (or none)");
 }

@@ -14,7 +14,17 @@ use wire::MacAddr;
 use super::yaml::{Result, Value};
 use super::{list_or_none, name, table, Host, Segment};
 
-const VR_KEYS: &[&str] = &["name", "interfaces", "routes", "neighbors", "tables", "limits"];
+const VR_KEYS: &[&str] = &[
+    "name",
+    "interfaces",
+    "routes",
+    "neighbors",
+    "tables",
+    "limits",
+    "worker",
+    "reservation",
+    "batch",
+];
 const IFACE_KEYS: &[&str] = &["name", "port", "switch", "vlan", "mac", "mtu", "addresses"];
 const ROUTE_KEYS: &[&str] = &["prefix", "via", "interface", "blackhole"];
 const NEIGHBOR_KEYS: &[&str] = &["address", "mac", "interface"];

@@ -95,6 +95,11 @@ impl<'a> Value<'a> {
         matches!(self.node, Node::Scalar(s) if matches!(s.as_str(), "" | "~" | "null" | "Null" | "NULL"))
     }
 
+    /// True for a list.
+    pub(super) fn is_list(&self) -> bool {
+        matches!(self.node, Node::Sequence(_))
+    }
+
     /// True for a mapping (key: value).
     pub(super) fn is_mapping(&self) -> bool {
         matches!(self.node, Node::Mapping(_))

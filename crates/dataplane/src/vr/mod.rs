@@ -234,7 +234,9 @@ pub(crate) struct Core {
     pub counters: VrCounters,
 }
 
-struct Scratch {
+/// Lookup scratch for one batch: one per worker, lent to each VR while it runs (1024 VRs
+/// would otherwise carry 7 KiB each).
+pub(crate) struct Lookup {
     keys4: [u32; MAX_BURST],
     keys6: [u128; MAX_BURST],
     nh4: [NextHop; MAX_BURST],
@@ -243,10 +245,22 @@ struct Scratch {
     at6: [u16; MAX_BURST],
 }
 
+impl Lookup {
+    pub fn new() -> Box<Lookup> {
+        Box::new(Lookup {
+            keys4: [0; MAX_BURST],
+            keys6: [0; MAX_BURST],
+            nh4: [0; MAX_BURST],
+            nh6: [0; MAX_BURST],
+            at4: [0; MAX_BURST],
+            at6: [0; MAX_BURST],
+        })
+    }
+}
+
 /// A virtual router.
 pub struct Vr {
     pub(crate) core: Core,
-    scratch: Box<Scratch>,
 }
 
 /// What pass 1 decided for one packet.
@@ -259,18 +273,7 @@ enum Ingress {
 impl Vr {
     /// Builds the VR's tables from its config.
     pub fn new(cfg: &VrConfig) -> Result<Vr, BuildError> {
-        let core = Core::new(cfg)?;
-        Ok(Vr {
-            core,
-            scratch: Box::new(Scratch {
-                keys4: [0; MAX_BURST],
-                keys6: [0; MAX_BURST],
-                nh4: [0; MAX_BURST],
-                nh6: [0; MAX_BURST],
-                at4: [0; MAX_BURST],
-                at6: [0; MAX_BURST],
-            }),
-        })
+        Ok(Vr { core: Core::new(cfg)? })
     }
 
     /// The VR's name.
@@ -299,16 +302,17 @@ impl Vr {
     }
 
     /// Runs the pipeline over `pkts[sel[..]]`, setting each packet's fate in `meta`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn process(
         &mut self,
         pkts: &mut [PktBuf],
         sel: &[u16],
         meta: &mut [Meta],
         now: u64,
+        s: &mut Lookup,
         out: &mut OutQueue,
         flush: &mut Flush,
     ) {
-        let s = &mut *self.scratch;
         let (mut n4, mut n6) = (0, 0);
         let mut bytes = 0;
         for &i in sel {

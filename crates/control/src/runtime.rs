@@ -1,0 +1,618 @@
+//! Workers as threads: each polls its cells to completion, and cells move between them while
+//! traffic flows.
+//!
+//! [`Runtime::start`] spawns one thread per worker (pinned where [`Options`] says, through the
+//! caller's `pin`, since this crate makes no raw system calls) and hands each the cells placed
+//! on it: the topology's placement, else the worker with the fewest VRs. A worker loops: poll
+//! every cell once, then, if the control side has flagged a command, take it between two polls.
+//!
+//! **Moving** a VR moves its cell: the old worker, between two polls, removes the cell and
+//! sends it back (a cell holds no packet between polls: the VRs' extra packets leave with the
+//! burst that made them); the runtime sends it to the new worker, which polls it from then on.
+//! Meanwhile frames wait in the cell's port rings, so none is lost or reordered unless a ring
+//! overflows during the handover (microseconds, or a scheduling quantum when the machine is
+//! oversubscribed: size rings for that).
+//!
+//! **Reservations** change through the worker that runs the VR; the change takes effect from
+//! the VR's next period (see `dataplane` `budget.rs`). **Counters** are read the same way:
+//! [`Runtime::snapshot`] asks every worker for a copy, between two of its polls.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use dataplane::{
+    Cell, Clock, PortCounters, Reservation, SwitchCounters, VrCounters, Worker, SPARE_WINDOW_NS,
+};
+use ports::{PortStats, PortStatus};
+use serde_json::{json, Value};
+
+use crate::build::Placed;
+use crate::Topology;
+
+/// How long the control side waits for a worker to answer.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Empty polls a worker spins through before it starts yielding its CPU ([`Idle::Yield`]).
+const SPIN_ROUNDS: u32 = 64;
+
+/// A clock for workers: nanoseconds since it was made, from the monotonic clock (the vDSO,
+/// which reads the TSC on x86). The CLI passes a raw TSC clock instead, which is cheaper.
+pub fn monotonic_clock() -> Clock {
+    let t0 = Instant::now();
+    Box::new(move || t0.elapsed().as_nanos() as u64)
+}
+
+/// What a worker does when a poll found nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Idle {
+    /// Spin (lowest latency; the CPU is the worker's).
+    Spin,
+    /// Spin a few polls, then yield the CPU between empty polls (for CPUs shared with other
+    /// threads: tests, a generator on the same machine).
+    Yield,
+}
+
+/// How to run the workers.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// One entry per worker: the CPU to pin it to, or `None`.
+    pub cpus: Vec<Option<usize>>,
+    /// Pins the calling thread to a CPU; false if refused. `None`: no pinning.
+    pub pin: Option<fn(usize) -> bool>,
+    /// Makes each worker's clock (time budgets and spare capacity are measured with it).
+    pub clock: fn() -> Clock,
+    pub idle: Idle,
+    /// Length of each worker's spare-capacity window, in nanoseconds.
+    pub spare_window_ns: u64,
+}
+
+impl Options {
+    /// `workers` unpinned workers with a monotonic clock that yield when idle.
+    pub fn new(workers: usize) -> Options {
+        Options {
+            cpus: vec![None; workers],
+            pin: None,
+            clock: monotonic_clock,
+            idle: Idle::Yield,
+            spare_window_ns: SPARE_WINDOW_NS,
+        }
+    }
+
+    /// The topology's workers (by default one per online CPU), each meant for its CPU; set
+    /// [`Options::pin`] to pin them.
+    pub fn for_topology(topo: &Topology) -> Options {
+        let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut o = Options::new(0);
+        o.cpus = topo.workers.cpus(online).into_iter().map(Some).collect();
+        o
+    }
+}
+
+/// Why the runtime could not do what it was asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeError(pub String);
+
+impl std::fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RuntimeError {}
+
+fn err<T>(m: impl Into<String>) -> Result<T, RuntimeError> {
+    Err(RuntimeError(m.into()))
+}
+
+enum Cmd {
+    Install(usize, Box<Cell>),
+    Detach(usize, Sender<Box<Cell>>),
+    Reserve { cell: usize, vr: usize, r: Option<Reservation>, reply: Sender<Result<(), String>> },
+    Status(Sender<WorkerStatus>),
+}
+
+struct WorkerHandle {
+    tx: Sender<Cmd>,
+    /// Set after each command sent: the worker checks this flag, not the channel, every poll.
+    pending: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Vec<(usize, Cell)>>>,
+}
+
+/// What the control side knows of a cell: where it runs and which VRs it holds.
+struct CellInfo {
+    worker: usize,
+    vrs: Vec<String>,
+}
+
+/// Workers running cells, and the handles to move VRs, change reservations and read counters.
+pub struct Runtime {
+    workers: Vec<WorkerHandle>,
+    cells: Vec<CellInfo>,
+    stop: Arc<AtomicBool>,
+    epoch: Instant,
+}
+
+/// The outcome of a move.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Moved {
+    /// The VRs that moved (the cell's).
+    pub vrs: Vec<String>,
+    pub from: usize,
+    pub to: usize,
+}
+
+/// One VR as a snapshot saw it.
+#[derive(Clone, Debug)]
+pub struct VrStatus {
+    pub name: String,
+    pub counters: VrCounters,
+    pub reservation: Option<Reservation>,
+    /// A change waiting for the VR's next period.
+    pub pending: Option<Option<Reservation>>,
+    pub batch: usize,
+}
+
+/// One port as a snapshot saw it.
+#[derive(Clone, Debug)]
+pub struct PortRow {
+    pub name: String,
+    pub counters: PortCounters,
+    pub stats: PortStats,
+    pub status: PortStatus,
+    pub burst: usize,
+}
+
+/// One cell as a snapshot saw it.
+#[derive(Clone, Debug)]
+pub struct CellStatus {
+    pub id: usize,
+    pub vrs: Vec<VrStatus>,
+    pub ports: Vec<PortRow>,
+    pub switches: Vec<(String, SwitchCounters)>,
+}
+
+/// One worker as a snapshot saw it.
+#[derive(Clone, Debug)]
+pub struct WorkerStatus {
+    pub index: usize,
+    pub cpu: Option<usize>,
+    pub pinned: bool,
+    /// Polls over all its cells, and those that received nothing.
+    pub rounds: u64,
+    pub idle_rounds: u64,
+    /// Spare capacity of its last spare window, in nanoseconds.
+    pub spare_ns: u64,
+    pub cells: Vec<CellStatus>,
+}
+
+/// Every worker's counters, read between two of its polls (workers are read one after the
+/// other, so the copies are not of one instant).
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub uptime: Duration,
+    pub workers: Vec<WorkerStatus>,
+}
+
+impl Snapshot {
+    /// A VR by name, with the worker it runs on.
+    pub fn vr(&self, name: &str) -> Option<(usize, &VrStatus)> {
+        self.workers.iter().find_map(|w| {
+            w.cells.iter().flat_map(|c| &c.vrs).find(|v| v.name == name).map(|v| (w.index, v))
+        })
+    }
+
+    /// Every VR with its worker, in cell order.
+    pub fn vrs(&self) -> impl Iterator<Item = (usize, &VrStatus)> {
+        self.workers.iter().flat_map(|w| w.cells.iter().flat_map(|c| &c.vrs).map(|v| (w.index, v)))
+    }
+
+    /// Every port, in cell order.
+    pub fn ports(&self) -> impl Iterator<Item = &PortRow> {
+        self.workers.iter().flat_map(|w| w.cells.iter().flat_map(|c| &c.ports))
+    }
+
+    /// As JSON: `workers` (each with its CPU and VRs), `vrs` (counters that are not zero,
+    /// `over_budget` always, the worker and reservation) and `ports`.
+    pub fn to_json(&self) -> Value {
+        let workers: Vec<Value> = self
+            .workers
+            .iter()
+            .map(|w| {
+                let vrs: Vec<&str> =
+                    w.cells.iter().flat_map(|c| &c.vrs).map(|v| v.name.as_str()).collect();
+                json!({
+                    "index": w.index, "cpu": w.cpu, "pinned": w.pinned, "rounds": w.rounds,
+                    "idle_rounds": w.idle_rounds, "spare_ns": w.spare_ns, "vrs": vrs,
+                })
+            })
+            .collect();
+        let vrs: Vec<Value> = self
+            .vrs()
+            .map(|(w, v)| {
+                let c: serde_json::Map<_, _> = v
+                    .counters
+                    .named()
+                    .into_iter()
+                    .filter(|(_, n)| *n != 0)
+                    .map(|(k, n)| (k.to_string(), json!(n)))
+                    .collect();
+                json!({
+                    "name": v.name, "worker": w, "counters": c,
+                    "over_budget": v.counters.dropped(dataplane::Drop::OverBudget),
+                    "reservation": v.reservation.map(reservation_json),
+                    "pending_reservation": v.pending.map(|p| p.map(reservation_json)),
+                    "batch": v.batch,
+                })
+            })
+            .collect();
+        let ports: Vec<Value> = self
+            .ports()
+            .map(|p| {
+                let status = match &p.status {
+                    PortStatus::Up => "up".to_string(),
+                    PortStatus::Down(why) => format!("down: {why}"),
+                };
+                let drops: serde_json::Map<_, _> = dataplane::PortDrop::ALL
+                    .iter()
+                    .map(|&r| (r.name().to_string(), json!(p.counters.dropped(r))))
+                    .collect();
+                json!({
+                    "name": p.name, "rx": p.stats.rx_packets, "tx": p.stats.tx_packets,
+                    "rx_dropped": p.stats.rx_dropped, "tx_full": p.stats.tx_full,
+                    "drops": drops, "status": status, "burst": p.burst,
+                })
+            })
+            .collect();
+        json!({
+            "uptime_s": self.uptime.as_secs_f64(),
+            "workers": workers,
+            "vrs": vrs,
+            "ports": ports,
+        })
+    }
+}
+
+/// A reservation as JSON: `{"time_ns"|"packets": Q, "period_ns": T, "weight": W}`.
+pub fn reservation_json(r: Reservation) -> Value {
+    let (k, q) = match r.budget {
+        dataplane::Budget::Time(ns) => ("time_ns", ns),
+        dataplane::Budget::Packets(n) => ("packets", n),
+    };
+    json!({ k: q, "period_ns": r.period_ns, "weight": r.weight })
+}
+
+impl Runtime {
+    /// Starts `opts.cpus.len()` workers running `cells`: each where the topology places it,
+    /// the rest balanced by VR count (largest cells first, each to the least loaded worker).
+    pub fn start(cells: Vec<Placed>, opts: Options) -> Result<Runtime, RuntimeError> {
+        let n = opts.cpus.len();
+        if n == 0 {
+            return err("a runtime needs at least one worker");
+        }
+        let placement = place(&cells, n)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let epoch = Instant::now();
+        let mut initial: Vec<Vec<(usize, Cell)>> = (0..n).map(|_| Vec::new()).collect();
+        let mut infos = Vec::new();
+        for (id, (p, &w)) in cells.into_iter().zip(&placement).enumerate() {
+            let vrs = p.cell.vrs().iter().map(|v| v.name().to_string()).collect();
+            infos.push(CellInfo { worker: w, vrs });
+            initial[w].push((id, p.cell));
+        }
+        let mut workers = Vec::new();
+        for (index, mine) in initial.into_iter().enumerate() {
+            let (tx, rx) = mpsc::channel();
+            let pending = Arc::new(AtomicBool::new(false));
+            let ctx = Ctx {
+                index,
+                cpu: opts.cpus[index],
+                pin: opts.pin,
+                clock: opts.clock,
+                idle: opts.idle,
+                spare_window_ns: opts.spare_window_ns,
+                rx,
+                pending: pending.clone(),
+                stop: stop.clone(),
+                epoch,
+            };
+            let thread = std::thread::Builder::new()
+                .name(format!("worker{index}"))
+                .spawn(move || ctx.run(mine))
+                .map_err(|e| RuntimeError(format!("cannot start worker {index}: {e}")))?;
+            workers.push(WorkerHandle { tx, pending, thread: Some(thread) });
+        }
+        Ok(Runtime { workers, cells: infos, stop, epoch })
+    }
+
+    /// Number of workers.
+    pub fn workers(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// The worker running VR `name`.
+    pub fn worker_of(&self, name: &str) -> Option<usize> {
+        self.cell_of(name).ok().map(|(c, _)| self.cells[c].worker)
+    }
+
+    /// Every VR and the worker it runs on, in cell order.
+    pub fn placement(&self) -> Vec<(String, usize)> {
+        self.cells.iter().flat_map(|c| c.vrs.iter().map(|v| (v.clone(), c.worker))).collect()
+    }
+
+    fn cell_of(&self, vr: &str) -> Result<(usize, usize), RuntimeError> {
+        for (c, info) in self.cells.iter().enumerate() {
+            if let Some(i) = info.vrs.iter().position(|v| v == vr) {
+                return Ok((c, i));
+            }
+        }
+        err(format!("no VR named {vr:?}"))
+    }
+
+    fn send(&self, w: usize, cmd: Cmd) -> Result<(), RuntimeError> {
+        self.workers[w]
+            .tx
+            .send(cmd)
+            .map_err(|_| RuntimeError(format!("worker {w} has stopped")))?;
+        self.workers[w].pending.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Moves VR `name`, with the rest of its cell, to worker `to`. Nothing is lost: the cell
+    /// leaves its worker between two polls and its frames wait in the port rings meanwhile.
+    pub fn move_vr(&mut self, name: &str, to: usize) -> Result<Moved, RuntimeError> {
+        if to >= self.workers.len() {
+            return err(format!(
+                "no worker {to}: there are {} (0..={})",
+                self.workers.len(),
+                self.workers.len() - 1
+            ));
+        }
+        let (c, _) = self.cell_of(name)?;
+        let from = self.cells[c].worker;
+        let vrs = self.cells[c].vrs.clone();
+        if from == to {
+            return Ok(Moved { vrs, from, to });
+        }
+        let (tx, rx) = mpsc::channel();
+        self.send(from, Cmd::Detach(c, tx))?;
+        // On a timeout the worker keeps the cell when it gets to the command (the reply
+        // channel is gone by then), so the VR stays where it is, as reported.
+        let cell = answer(&rx, from)
+            .map_err(|e| RuntimeError(format!("{e}; vr {name} stays on worker {from}")))?;
+        // From here the cell is ours; if the new worker is gone, it goes back to the old one.
+        if let Err(Cmd::Install(_, cell)) =
+            self.workers[to].tx.send(Cmd::Install(c, cell)).map_err(|e| e.0)
+        {
+            let _ = self.send(from, Cmd::Install(c, cell));
+            return err(format!("worker {to} has stopped; vr {name} stays on worker {from}"));
+        }
+        self.workers[to].pending.store(true, Ordering::Release);
+        self.cells[c].worker = to;
+        Ok(Moved { vrs, from, to })
+    }
+
+    /// Sets VR `name`'s reservation (`None`: unlimited): at once if it has none running, else
+    /// from its next period.
+    pub fn set_reservation(
+        &mut self,
+        name: &str,
+        r: Option<Reservation>,
+    ) -> Result<(), RuntimeError> {
+        let (c, vr) = self.cell_of(name)?;
+        let w = self.cells[c].worker;
+        let (tx, rx) = mpsc::channel();
+        self.send(w, Cmd::Reserve { cell: c, vr, r, reply: tx })?;
+        match answer(&rx, w) {
+            Ok(r) => r.map_err(RuntimeError),
+            // The command is queued: the worker applies it when it gets to it.
+            Err(e) => err(format!("{e}; the change applies when it does")),
+        }
+    }
+
+    /// Every worker's counters, placement and reservations.
+    pub fn snapshot(&self) -> Result<Snapshot, RuntimeError> {
+        let mut replies = Vec::new();
+        for w in 0..self.workers.len() {
+            let (tx, rx) = mpsc::channel();
+            self.send(w, Cmd::Status(tx))?;
+            replies.push(rx);
+        }
+        let mut workers = Vec::new();
+        for (w, rx) in replies.iter().enumerate() {
+            workers.push(answer(rx, w)?);
+        }
+        Ok(Snapshot { uptime: self.epoch.elapsed(), workers })
+    }
+
+    /// Stops every worker and returns the cells, in the order they were given to
+    /// [`Runtime::start`].
+    pub fn stop(mut self) -> Result<Vec<Cell>, RuntimeError> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut all: Vec<(usize, Cell)> = Vec::new();
+        let mut panicked = Vec::new();
+        for (w, h) in self.workers.iter_mut().enumerate() {
+            if let Some(t) = h.thread.take() {
+                match t.join() {
+                    Ok(cells) => all.extend(cells),
+                    Err(_) => panicked.push(w),
+                }
+            }
+        }
+        if !panicked.is_empty() {
+            return err(format!("worker(s) {panicked:?} panicked; their cells are lost"));
+        }
+        all.sort_by_key(|(id, _)| *id);
+        Ok(all.into_iter().map(|(_, c)| c).collect())
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for h in &mut self.workers {
+            if let Some(t) = h.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn answer<T>(rx: &Receiver<T>, w: usize) -> Result<T, RuntimeError> {
+    rx.recv_timeout(ANSWER_TIMEOUT).map_err(|e| match e {
+        RecvTimeoutError::Timeout => {
+            RuntimeError(format!("worker {w} did not answer within {} s", ANSWER_TIMEOUT.as_secs()))
+        }
+        RecvTimeoutError::Disconnected => RuntimeError(format!("worker {w} has stopped")),
+    })
+}
+
+/// The worker of each cell: the topology's, else the least loaded by VRs (a cell without VRs
+/// counts one), placing the largest cells first.
+fn place(cells: &[Placed], n: usize) -> Result<Vec<usize>, RuntimeError> {
+    let weight = |p: &Placed| p.cell.vrs().len().max(1);
+    let mut load = vec![0usize; n];
+    let mut out = vec![usize::MAX; cells.len()];
+    for (i, p) in cells.iter().enumerate() {
+        if let Some(w) = p.worker {
+            if w >= n {
+                let names: Vec<&str> = p.cell.vrs().iter().map(|v| v.name()).collect();
+                return err(format!(
+                    "vr {} is placed on worker {w}, but there are {n} workers (0..={})",
+                    names.join(", "),
+                    n - 1
+                ));
+            }
+            out[i] = w;
+            load[w] += weight(p);
+        }
+    }
+    let mut free: Vec<usize> = (0..cells.len()).filter(|&i| out[i] == usize::MAX).collect();
+    free.sort_by_key(|&i| std::cmp::Reverse(weight(&cells[i])));
+    for i in free {
+        let w = (0..n).min_by_key(|&w| (load[w], w)).expect("n > 0");
+        out[i] = w;
+        load[w] += weight(&cells[i]);
+    }
+    Ok(out)
+}
+
+/// What one worker thread needs.
+struct Ctx {
+    index: usize,
+    cpu: Option<usize>,
+    pin: Option<fn(usize) -> bool>,
+    clock: fn() -> Clock,
+    idle: Idle,
+    spare_window_ns: u64,
+    rx: Receiver<Cmd>,
+    pending: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    epoch: Instant,
+}
+
+impl Ctx {
+    /// The worker loop: poll every cell, take commands between polls, until stopped.
+    fn run(self, mine: Vec<(usize, Cell)>) -> Vec<(usize, Cell)> {
+        let pinned = match (self.pin, self.cpu) {
+            (Some(pin), Some(cpu)) => pin(cpu),
+            _ => false,
+        };
+        let mut w = Worker::with_clock((self.clock)());
+        w.set_spare_window(self.spare_window_ns);
+        let (mut ids, mut cells): (Vec<usize>, Vec<Cell>) = mine.into_iter().unzip();
+        let (mut rounds, mut idle_rounds, mut idle_run) = (0u64, 0u64, 0u32);
+        while !self.stop.load(Ordering::Relaxed) {
+            if self.pending.load(Ordering::Relaxed) && self.pending.swap(false, Ordering::Acquire) {
+                while let Ok(cmd) = self.rx.try_recv() {
+                    match cmd {
+                        Cmd::Install(id, cell) => {
+                            ids.push(id);
+                            cells.push(*cell);
+                        }
+                        Cmd::Detach(id, reply) => {
+                            if let Some(i) = ids.iter().position(|&x| x == id) {
+                                let cell = Box::new(cells.remove(i));
+                                // The control side gave up waiting (it reported the move as
+                                // failed and the VR as staying here): keep the cell.
+                                if let Err(back) = reply.send(cell) {
+                                    ids.insert(i, id);
+                                    cells.insert(i, *back.0);
+                                }
+                            }
+                        }
+                        Cmd::Reserve { cell, vr, r, reply } => {
+                            let res = match ids.iter().position(|&x| x == cell) {
+                                Some(i) => cells[i].set_reservation(vr, r).map_err(|e| e.0),
+                                None => Err(format!("cell {cell} is not on this worker")),
+                            };
+                            let _ = reply.send(res);
+                        }
+                        Cmd::Status(reply) => {
+                            let _ = reply.send(WorkerStatus {
+                                index: self.index,
+                                cpu: self.cpu,
+                                pinned,
+                                rounds,
+                                idle_rounds,
+                                spare_ns: w.spare_ns(),
+                                cells: ids
+                                    .iter()
+                                    .zip(&cells)
+                                    .map(|(&id, c)| status(id, c))
+                                    .collect(),
+                            });
+                        }
+                    }
+                }
+            }
+            if cells.is_empty() {
+                // Nothing to poll: wait for work instead of burning the CPU.
+                std::thread::sleep(Duration::from_micros(100));
+                continue;
+            }
+            let now = self.epoch.elapsed().as_nanos() as u64;
+            let n = w.poll(&mut cells, now);
+            rounds += 1;
+            if n > 0 {
+                idle_run = 0;
+                continue;
+            }
+            idle_rounds += 1;
+            idle_run = idle_run.saturating_add(1);
+            match self.idle {
+                Idle::Yield if idle_run > SPIN_ROUNDS => std::thread::yield_now(),
+                _ => std::hint::spin_loop(),
+            }
+        }
+        ids.into_iter().zip(cells).collect()
+    }
+}
+
+/// A copy of one cell's counters and settings.
+fn status(id: usize, c: &Cell) -> CellStatus {
+    let vrs = c
+        .vrs()
+        .iter()
+        .enumerate()
+        .map(|(v, vr)| VrStatus {
+            name: vr.name().to_string(),
+            counters: *vr.counters(),
+            reservation: c.reservation(v),
+            pending: c.pending_reservation(v),
+            batch: c.vr_batch(v),
+        })
+        .collect();
+    let ports = (0..c.port_count())
+        .map(|p| PortRow {
+            name: c.port_name(p).to_string(),
+            counters: *c.port_counters(p),
+            stats: c.port_stats(p),
+            status: c.port_status(p),
+            burst: c.port_burst(p),
+        })
+        .collect();
+    let switches = c.switches().iter().map(|s| (s.name().to_string(), *s.counters())).collect();
+    CellStatus { id, vrs, ports, switches }
+}

@@ -1,0 +1,307 @@
+//! How a topology runs: its workers, where each VR runs, its reservation and batch limit, and
+//! the cells (what must share a worker).
+//!
+//! A cell is what one worker runs together and what moves between workers as one: ports joined
+//! by the VRs whose interfaces sit on them, by the switches they are members of, and by internal
+//! links. Two VRs on one port share its demux, so they share a worker; a VR on a switch shares
+//! the switch's worker. VRs of one cell placed on different workers are an error.
+
+use dataplane::config::{PortId, VrConfig};
+use dataplane::{Budget, Reservation, SwitchConfig};
+
+use super::yaml::{Result, Value};
+use super::{PortKind, PortSpec};
+
+/// How many workers run the data plane, and where.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Workers {
+    /// One per online CPU, each pinned to its CPU (the default).
+    #[default]
+    PerCpu,
+    /// This many, worker `i` pinned to CPU `i` modulo the online CPUs.
+    Count(u16),
+    /// One per listed CPU, pinned to it.
+    Cpus(Vec<u16>),
+}
+
+impl Workers {
+    /// The number of workers, when the file fixes it.
+    pub fn count(&self) -> Option<usize> {
+        match self {
+            Workers::PerCpu => None,
+            Workers::Count(n) => Some(usize::from(*n)),
+            Workers::Cpus(c) => Some(c.len()),
+        }
+    }
+
+    /// Each worker's CPU, given `online` CPUs.
+    pub fn cpus(&self, online: usize) -> Vec<usize> {
+        let online = online.max(1);
+        match self {
+            Workers::PerCpu => (0..online).collect(),
+            Workers::Count(n) => (0..usize::from(*n)).map(|i| i % online).collect(),
+            Workers::Cpus(c) => c.iter().map(|&c| usize::from(c)).collect(),
+        }
+    }
+}
+
+/// How one VR runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VrSchedule {
+    /// The worker it runs on (with its cell); `None`: placed automatically.
+    pub worker: Option<u16>,
+    /// Its budget per period; `None`: unlimited.
+    pub reservation: Option<Reservation>,
+    /// Packets it may process per burst (1..=256); `None`: a whole burst.
+    pub batch: Option<u16>,
+}
+
+/// One cell of the host: indices into the topology's ports, VRs and switches.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CellPlan {
+    pub ports: Vec<PortId>,
+    pub vrs: Vec<usize>,
+    pub switches: Vec<usize>,
+}
+
+const MAX_WORKERS: u64 = 1024;
+/// CPUs a worker may be pinned to (the kernel's `CPU_SETSIZE`).
+const MAX_CPU: u64 = 1023;
+const RESERVATION_KEYS: &[&str] = &["packets", "time_us", "period_us", "weight"];
+/// A reservation's period when the file gives none, in microseconds.
+pub const DEFAULT_PERIOD_US: u64 = 1_000;
+/// `(key, lo, hi)` of every reservation number.
+const PACKETS: (&str, u64, u64) = ("packets", 1, 1_000_000_000);
+const TIME_US: (&str, u64, u64) = ("time_us", 1, 10_000_000);
+const PERIOD_US: (&str, u64, u64) = ("period_us", 10, 10_000_000);
+const WEIGHT: (&str, u64, u64) = ("weight", 0, 1_000);
+/// Packets a burst holds.
+const MAX_BATCH: u64 = ports::MAX_BURST as u64;
+
+/// `workers:`: a count, or a list of CPUs.
+pub(super) fn workers(v: &Value) -> Result<Workers> {
+    if v.is_list() {
+        let mut cpus: Vec<u16> = Vec::new();
+        for c in v.list()? {
+            let cpu: u16 = c.int("CPU", 0, MAX_CPU)?;
+            if let Some(i) = cpus.iter().position(|&x| x == cpu) {
+                return Err(c.bad(
+                    c.text()?,
+                    format_args!("CPU {cpu} is listed twice (first as worker {i})"),
+                ));
+            }
+            cpus.push(cpu);
+        }
+        if cpus.is_empty() {
+            return Err(v.error("workers: list at least one CPU, or give a count"));
+        }
+        return Ok(Workers::Cpus(cpus));
+    }
+    Ok(Workers::Count(v.int("worker count", 1, MAX_WORKERS)?))
+}
+
+/// A VR's `worker:`, `reservation:` and `batch:`; also the `worker:` value, for placement
+/// errors found later.
+pub(super) fn schedule<'a>(
+    v: &Value<'a>,
+    workers: &Workers,
+) -> Result<(VrSchedule, Option<Value<'a>>)> {
+    let m = v.mapping()?;
+    let worker_v = m.get("worker");
+    let worker = match &worker_v {
+        None => None,
+        Some(wv) => {
+            let w: u16 = wv.int("worker", 0, MAX_WORKERS - 1)?;
+            if let Some(n) = workers.count() {
+                if usize::from(w) >= n {
+                    return Err(wv.bad(
+                        wv.text()?,
+                        format_args!(
+                            "worker {w} is out of range: the topology has {n} worker{} (0..={})",
+                            if n == 1 { "" } else { "s" },
+                            n - 1
+                        ),
+                    ));
+                }
+            }
+            Some(w)
+        }
+    };
+    let reservation = m.get("reservation").map(|r| reservation(&r)).transpose()?;
+    let batch = m.get("batch").map(|b| b.int("batch", 1, MAX_BATCH)).transpose()?;
+    Ok((VrSchedule { worker, reservation, batch }, worker_v))
+}
+
+/// A port's `burst:`.
+pub(super) fn burst(v: &Value) -> Result<u16> {
+    v.int("burst", 1, MAX_BATCH)
+}
+
+fn reservation(v: &Value) -> Result<Reservation> {
+    let m = v.map(RESERVATION_KEYS)?;
+    let num = |(key, lo, hi): (&str, u64, u64)| m.get(key).map(|x| x.int::<u64>(key, lo, hi));
+    let period_us = num(PERIOD_US).transpose()?.unwrap_or(DEFAULT_PERIOD_US);
+    let weight = num(WEIGHT).transpose()?.unwrap_or(0) as u32;
+    let budget = match (m.get("packets"), m.get("time_us")) {
+        (Some(p), None) => Budget::Packets(p.int(PACKETS.0, PACKETS.1, PACKETS.2)?),
+        (None, Some(t)) => {
+            let us: u64 = t.int(TIME_US.0, TIME_US.1, TIME_US.2)?;
+            if us > period_us {
+                return Err(t.bad(t.text()?, format_args!("time_us {us} is longer than the period ({period_us} us): a VR gets at most the whole period")));
+            }
+            Budget::Time(us * 1_000)
+        }
+        (Some(_), Some(t)) => {
+            return Err(t.error("a reservation is packets or time_us per period, not both"))
+        }
+        (None, None) => {
+            return Err(v.error(
+                "a reservation needs packets or time_us (what the VR may spend per period)",
+            ))
+        }
+    };
+    Ok(Reservation { budget, period_ns: period_us * 1_000, weight })
+}
+
+/// A reservation written as words, for the control socket and the command line:
+/// `packets=N` or `time_us=N`, optionally `period_us=N` and `weight=N` (same ranges and default
+/// as in a topology file); or `none`, to remove it.
+pub fn reservation_from_words(words: &[&str]) -> std::result::Result<Option<Reservation>, String> {
+    if words == ["none"] {
+        return Ok(None);
+    }
+    let mut vals: [Option<u64>; 4] = [None; 4];
+    let keys = [PACKETS, TIME_US, PERIOD_US, WEIGHT];
+    for w in words {
+        let Some((k, v)) = w.split_once('=') else {
+            return Err(format!(
+                "expected key=value, not {w:?} (keys: {}; or none)",
+                RESERVATION_KEYS.join(", ")
+            ));
+        };
+        let Some(i) = keys.iter().position(|x| x.0 == k) else {
+            return Err(format!("unknown key {k:?} (keys: {})", RESERVATION_KEYS.join(", ")));
+        };
+        let (_, lo, hi) = keys[i];
+        let n: u64 = v
+            .parse()
+            .ok()
+            .filter(|_| v.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| format!("{k} must be an integer in {lo}..={hi}, not {v:?}"))?;
+        if !(lo..=hi).contains(&n) {
+            return Err(format!("{k} {n} is out of range {lo}..={hi}"));
+        }
+        if vals[i].replace(n).is_some() {
+            return Err(format!("{k} is given twice"));
+        }
+    }
+    let [packets, time_us, period_us, weight] = vals;
+    let period_us = period_us.unwrap_or(DEFAULT_PERIOD_US);
+    let budget = match (packets, time_us) {
+        (Some(p), None) => Budget::Packets(p),
+        (None, Some(t)) if t > period_us => {
+            return Err(format!(
+                "time_us {t} is longer than the period ({period_us} us): a VR gets at most the whole period"
+            ))
+        }
+        (None, Some(t)) => Budget::Time(t * 1_000),
+        (Some(_), Some(_)) => return Err("packets or time_us, not both".into()),
+        (None, None) => return Err("give packets=N or time_us=N (or none)".into()),
+    };
+    Ok(Some(Reservation {
+        budget,
+        period_ns: period_us * 1_000,
+        weight: weight.unwrap_or(0) as u32,
+    }))
+}
+
+/// Splits the host into cells: connected groups of ports, through VR interfaces, switch
+/// members and internal links. Every port, VR and switch is in exactly one cell; cells are in
+/// order of their first port (VRs and switches without ports last).
+pub fn cells(ports: &[PortSpec], vrs: &[VrConfig], switches: &[SwitchConfig]) -> Vec<CellPlan> {
+    let mut uf: Vec<usize> = (0..ports.len()).collect();
+    fn root(uf: &mut [usize], mut i: usize) -> usize {
+        while uf[i] != i {
+            uf[i] = uf[uf[i]];
+            i = uf[i];
+        }
+        i
+    }
+    let join = |uf: &mut Vec<usize>, a: usize, b: usize| {
+        let (ra, rb) = (root(uf, a), root(uf, b));
+        uf[ra.max(rb)] = ra.min(rb);
+    };
+    for (i, p) in ports.iter().enumerate() {
+        if let PortKind::Link { peer } = p.kind {
+            join(&mut uf, i, usize::from(peer));
+        }
+    }
+    for vr in vrs {
+        for w in vr.interfaces.windows(2) {
+            join(&mut uf, usize::from(w[0].port), usize::from(w[1].port));
+        }
+    }
+    for sw in switches {
+        for w in sw.members.windows(2) {
+            join(&mut uf, usize::from(w[0].port), usize::from(w[1].port));
+        }
+    }
+    let mut plans: Vec<CellPlan> = Vec::new();
+    let mut of_root: Vec<Option<usize>> = vec![None; ports.len()];
+    for p in 0..ports.len() {
+        let r = root(&mut uf, p);
+        let c = *of_root[r].get_or_insert_with(|| {
+            plans.push(CellPlan::default());
+            plans.len() - 1
+        });
+        plans[c].ports.push(p as PortId);
+    }
+    let mut cell_of = |port: Option<PortId>, plans: &mut Vec<CellPlan>| match port {
+        Some(p) => of_root[root(&mut uf, usize::from(p))].expect("every port has a cell"),
+        None => {
+            plans.push(CellPlan::default());
+            plans.len() - 1
+        }
+    };
+    for (v, vr) in vrs.iter().enumerate() {
+        let c = cell_of(vr.interfaces.first().map(|i| i.port), &mut plans);
+        plans[c].vrs.push(v);
+    }
+    for (s, sw) in switches.iter().enumerate() {
+        let c = cell_of(sw.members.first().map(|m| m.port), &mut plans);
+        plans[c].switches.push(s);
+    }
+    plans
+}
+
+/// Refuses VRs of one cell placed on different workers, at the second one's `worker:`.
+pub(super) fn check_placement(
+    plans: &[CellPlan],
+    vrs: &[VrConfig],
+    schedule: &[VrSchedule],
+    worker_vs: &[Option<Value>],
+) -> Result<()> {
+    for plan in plans {
+        let mut first: Option<usize> = None;
+        for &v in &plan.vrs {
+            let Some(w) = schedule[v].worker else { continue };
+            let Some(f) = first else {
+                first = Some(v);
+                continue;
+            };
+            let fw = schedule[f].worker.unwrap_or(w);
+            if fw != w {
+                let wv = worker_vs[v].as_ref().expect("a placed VR has its worker value");
+                let line = worker_vs[f].as_ref().map_or(0, |x| x.line());
+                return Err(wv.bad(
+                    wv.text()?,
+                    format_args!(
+                        "vr {} is placed on worker {w}, but vr {} (line {line}) is on worker {fw} and they share ports, a switch or a link: they run on one worker",
+                        vrs[v].name, vrs[f].name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}

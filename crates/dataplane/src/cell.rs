@@ -1,0 +1,552 @@
+//! A cell: the unit a worker runs and the unit that moves between workers.
+//!
+//! A cell is ports, the demux tables over them, the VRs and switches those ports feed, and
+//! everything they count: whatever must run on one thread together. (A VR on a port another VR
+//! shares, or on a switch, moves with them.) It holds no per-burst scratch: that is the
+//! [`Worker`]'s, lent to each cell it polls, so a cell costs only its own state. Between two
+//! polls a cell holds no packet of a burst (the VRs' extra packets leave right after the burst
+//! that made them), so it can be detached from one worker and installed on another at any poll
+//! boundary; frames that arrive meanwhile wait in the port rings, in order.
+//!
+//! Per port and burst: `rx_burst` (at most the port's `burst`) → classify every frame (demux)
+//! and chain it to its VR → per VR: admission (batch limit, reservation; refused packets are
+//! dropped here, before the VR sees them) → the VR's pipeline over its admitted packets → group
+//! by egress port → one `tx_burst` per port. One thread, one pass, no queue between stages.
+//! What a port refuses is counted as `tx_full` on the VR that sent it; a VR's `forwarded`
+//! counts only what a port accepted.
+
+use ports::{Batch, Port, PortStats, MAX_BURST};
+
+use crate::budget::{Account, Admit};
+use crate::config::Reservation;
+use crate::counters::{Drop, PortCounters, TxTally};
+use crate::demux::{Conflict, Demux, Target, NO_KEY};
+use crate::switch::Switch;
+use crate::vr::{BuildError, Fate, Meta, OutQueue, Vr};
+use crate::worker::Worker;
+
+pub(crate) const NONE: u16 = u16::MAX;
+/// How often VR timers run, in nanoseconds.
+const HOUSEKEEPING_NS: u64 = 1_000_000;
+/// How often switches age their MAC tables.
+const AGING_NS: u64 = 1_000_000_000;
+
+/// What to count once a port has taken, or refused, a packet.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct TxInfo {
+    vr: u16,
+    len: u16,
+    transit: bool,
+}
+
+/// One VR's part of a burst: what it was admitted and the clock time of its pipeline run.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Run {
+    admit: Admit,
+    ns: u64,
+}
+
+/// Per-port transmit lists (512 bytes a port).
+struct Egress {
+    sel: Vec<Vec<u16>>,
+    touched: Vec<u16>,
+}
+
+impl Egress {
+    fn new(ports: usize) -> Egress {
+        Egress {
+            sel: (0..ports).map(|_| Vec::with_capacity(MAX_BURST)).collect(),
+            touched: Vec::with_capacity(ports),
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, port: u16, i: u16) {
+        let sel = &mut self.sel[port as usize];
+        if sel.is_empty() {
+            self.touched.push(port);
+        }
+        sel.push(i);
+    }
+
+    /// Sends each port's list with one `tx_burst` and reports every packet's outcome.
+    fn flush(
+        &mut self,
+        ports: &mut [Box<dyn Port>],
+        pcs: &mut [PortCounters],
+        batch: &mut Batch,
+        info: &[TxInfo],
+        mut outcome: impl FnMut(&TxInfo, bool),
+    ) {
+        for &p in &self.touched {
+            let sel = &mut self.sel[p as usize];
+            let k = ports[p as usize].tx_burst(batch, sel);
+            pcs[p as usize].tx_packets += k as u64;
+            for (j, &i) in sel.iter().enumerate() {
+                outcome(&info[i as usize], j < k);
+            }
+            sel.clear();
+        }
+        self.touched.clear();
+    }
+}
+
+/// Transmits what VRs made (`out`) and empties it, tallying outcomes per VR.
+fn transmit_out(
+    ports: &mut [Box<dyn Port>],
+    pcs: &mut [PortCounters],
+    egress: &mut Egress,
+    info: &mut [TxInfo],
+    tallies: &mut [TxTally],
+    out: &mut OutQueue,
+) {
+    if out.batch.is_empty() {
+        return;
+    }
+    for (k, &(port, transit, vr)) in out.dest.iter().enumerate() {
+        info[k] = TxInfo { vr, len: out.batch.get(k).len() as u16, transit };
+        egress.add(port, k as u16);
+    }
+    egress.flush(ports, pcs, &mut out.batch, info, |t, sent| {
+        tallies[t.vr as usize].count(t.transit, t.len, sent)
+    });
+    out.clear();
+}
+
+/// Counts packets `sel` of `batch` as demuxed to `vr` and dropped for `r` before it saw them.
+fn refuse(vr: &mut Vr, batch: &Batch, sel: &[u16], r: Drop) {
+    if sel.is_empty() {
+        return;
+    }
+    let bytes = sel.iter().map(|&i| batch.get(i as usize).len() as u64).sum();
+    vr.core.counters.refuse(r, sel.len() as u64, bytes);
+}
+
+/// Ports, the VRs and switches on them, and their counters: the unit a worker runs.
+pub struct Cell {
+    ports: Vec<Box<dyn Port>>,
+    pcs: Vec<PortCounters>,
+    /// Per port: frames received per poll, 1..=MAX_BURST.
+    burst: Vec<u16>,
+    vrs: Vec<Vr>,
+    /// Per VR: packets it may process per burst; more are dropped (`batch_limit`).
+    batch: Vec<u16>,
+    /// Per VR: its reservation and what it spent.
+    accounts: Vec<Account>,
+    switches: Vec<Switch>,
+    /// Per port: the switch and member it belongs to, or `None` for VR demux.
+    member_of: Vec<Option<(u16, u16)>>,
+    demux: Demux,
+    egress: Egress,
+    /// Per VR: transmit outcomes not yet added to its counters.
+    tallies: Vec<TxTally>,
+    // Grouping by VR, as VALE chains packets per destination: head/tail per VR (the links
+    // are the worker's).
+    vr_head: Vec<u16>,
+    vr_tail: Vec<u16>,
+    next_housekeeping: u64,
+    next_aging: u64,
+}
+
+impl Cell {
+    /// A cell over `ports` running `vrs` and `switches`. Every VR interface must name a port in
+    /// `ports`, no two interfaces may share (port, VLAN, MAC), and a port is either a switch
+    /// member (of one switch) or carries VR interfaces, never both.
+    pub fn new(
+        ports: Vec<Box<dyn Port>>,
+        vrs: Vec<Vr>,
+        switches: Vec<Switch>,
+    ) -> Result<Cell, BuildError> {
+        if vrs.len() >= NONE as usize || ports.len() >= NONE as usize {
+            return Err(BuildError(format!(
+                "{} VRs and {} ports: at most 65534 each",
+                vrs.len(),
+                ports.len()
+            )));
+        }
+        let demux = demux_of(&ports, &vrs)?;
+        let member_of = members_of(&ports, &demux, &switches)?;
+        let (n, v) = (ports.len(), vrs.len());
+        Ok(Cell {
+            pcs: vec![PortCounters::default(); n],
+            burst: vec![MAX_BURST as u16; n],
+            egress: Egress::new(n),
+            ports,
+            batch: vec![MAX_BURST as u16; v],
+            accounts: vec![Account::default(); v],
+            tallies: vec![TxTally::default(); v],
+            vr_head: vec![NONE; v],
+            vr_tail: vec![NONE; v],
+            vrs,
+            switches,
+            member_of,
+            demux,
+            next_housekeeping: 0,
+            next_aging: 0,
+        })
+    }
+
+    /// Receives at most `burst` (1..=256) frames per poll from port `p`.
+    pub fn set_port_burst(&mut self, p: usize, burst: usize) -> Result<(), BuildError> {
+        if !(1..=MAX_BURST).contains(&burst) || p >= self.ports.len() {
+            return Err(BuildError(format!(
+                "port {p} burst {burst}: ports 0..{}, burst 1..={MAX_BURST}",
+                self.ports.len()
+            )));
+        }
+        self.burst[p] = burst as u16;
+        Ok(())
+    }
+
+    /// Lets VR `v` process at most `batch` (1..=256) packets per burst; the rest of its share
+    /// of a burst is dropped right after demux (`batch_limit`).
+    pub fn set_vr_batch(&mut self, v: usize, batch: usize) -> Result<(), BuildError> {
+        if !(1..=MAX_BURST).contains(&batch) || v >= self.vrs.len() {
+            return Err(BuildError(format!(
+                "vr {v} batch {batch}: VRs 0..{}, batch 1..={MAX_BURST}",
+                self.vrs.len()
+            )));
+        }
+        self.batch[v] = batch as u16;
+        Ok(())
+    }
+
+    /// Sets VR `v`'s reservation (`None`: unlimited): at once if it has none running, else from
+    /// its next period boundary. Time budgets and weights need the worker to have a clock;
+    /// without one they do not limit.
+    pub fn set_reservation(&mut self, v: usize, r: Option<Reservation>) -> Result<(), BuildError> {
+        let Some(a) = self.accounts.get_mut(v) else {
+            return Err(BuildError(format!("no VR {v} (there are {})", self.vrs.len())));
+        };
+        if let Some(r) = &r {
+            r.check().map_err(|e| BuildError(format!("vr {}: {e}", self.vrs[v].name())))?;
+        }
+        a.set(r);
+        Ok(())
+    }
+
+    /// VR `v`'s reservation in force.
+    pub fn reservation(&self, v: usize) -> Option<Reservation> {
+        self.accounts[v].reservation()
+    }
+
+    /// A change of VR `v`'s reservation waiting for its next period boundary.
+    pub fn pending_reservation(&self, v: usize) -> Option<Option<Reservation>> {
+        self.accounts[v].pending()
+    }
+
+    /// Whether any reservation here (in force or pending) needs a clock.
+    pub fn needs_clock(&self) -> bool {
+        self.accounts.iter().any(|a| {
+            a.reservation().is_some_and(|r| r.needs_clock())
+                || a.pending().flatten().is_some_and(|r| r.needs_clock())
+        })
+    }
+
+    /// Port `p`'s receive burst.
+    pub fn port_burst(&self, p: usize) -> usize {
+        self.burst[p] as usize
+    }
+
+    /// VR `v`'s batch limit.
+    pub fn vr_batch(&self, v: usize) -> usize {
+        self.batch[v] as usize
+    }
+
+    /// One pass over every port: receive a burst from each and forward it. Returns the number
+    /// of frames received.
+    pub(crate) fn poll(&mut self, w: &mut Worker, now: u64) -> usize {
+        let timed = w.has_clock();
+        let mut total = 0;
+        for p in 0..self.ports.len() {
+            let t0 = w.read_clock();
+            // Port `p` may fill only its burst: the batch's first slots are set aside, so the
+            // frames land in `[base, base + n)` and every index below is a slot index.
+            let base = MAX_BURST - self.burst[p] as usize;
+            w.batch.clear();
+            w.batch.set_len(base);
+            let n = self.ports[p].rx_burst(&mut w.batch);
+            if n == 0 {
+                continue;
+            }
+            total += n;
+            self.pcs[p].rx_packets += n as u64;
+            if let Some((s, m)) = self.member_of[p] {
+                let sw = &mut self.switches[s as usize];
+                sw.forward(m, &mut w.batch, base, n, &mut self.ports, &mut self.pcs, now);
+                let t = w.read_clock();
+                w.spare.add_necessary(t.saturating_sub(t0));
+                continue;
+            }
+            self.classify(w, p, base, n);
+            let (first, last) = self.run_vrs(w, now, timed);
+            self.egress(w, base, n);
+            self.settle(w, n, t0, first, last);
+        }
+        if now >= self.next_housekeeping {
+            self.next_housekeeping = now + HOUSEKEEPING_NS;
+            self.housekeeping(w, now);
+        }
+        if now >= self.next_aging {
+            self.next_aging = now + AGING_NS;
+            for s in &mut self.switches {
+                s.age(now);
+            }
+        }
+        total
+    }
+
+    fn classify(&mut self, w: &mut Worker, p: usize, base: usize, n: usize) {
+        let mut last = (NO_KEY, Target { vr: 0, iface: 0 });
+        for i in base..base + n {
+            let m = &mut w.meta[i];
+            m.fate = Fate::Done;
+            match self.demux.classify(p, w.batch.get(i).frame(), &mut last) {
+                Ok(c) => {
+                    *m = Meta {
+                        vr: c.target.vr,
+                        iface: c.target.iface,
+                        l3: c.l3,
+                        ethertype: c.ethertype,
+                        fate: Fate::Done,
+                    };
+                    let v = c.target.vr as usize;
+                    if self.vr_head[v] == NONE {
+                        self.vr_head[v] = i as u16;
+                        w.touched.push(v as u16);
+                    } else {
+                        w.next[self.vr_tail[v] as usize] = i as u16;
+                    }
+                    self.vr_tail[v] = i as u16;
+                    w.next[i] = NONE;
+                }
+                Err(r) => self.pcs[p].drops[r as usize] += 1,
+            }
+        }
+    }
+
+    /// Runs every VR the burst touched over the packets it admits. Returns the clock before
+    /// the first VR and after the last.
+    fn run_vrs(&mut self, w: &mut Worker, now: u64, timed: bool) -> (u64, u64) {
+        let Cell { ports, pcs, vrs, batch: limits, accounts, egress, tallies, vr_head, .. } = self;
+        let first = w.read_clock();
+        let mut t = first;
+        let Worker {
+            batch, out, meta, info, next, sel, touched, runs, lookup, spare, clock, ..
+        } = w;
+        for (j, &v) in touched.iter().enumerate() {
+            let v = v as usize;
+            let mut n = 0;
+            let mut i = vr_head[v];
+            while i != NONE {
+                sel[n] = i;
+                n += 1;
+                i = next[i as usize];
+            }
+            vr_head[v] = NONE;
+            let lim = n.min(limits[v] as usize);
+            let admit = accounts[v].admit(lim, now, spare, timed);
+            let k = admit.total();
+            refuse(&mut vrs[v], batch, &sel[k..lim], Drop::OverBudget);
+            refuse(&mut vrs[v], batch, &sel[lim..n], Drop::BatchLimit);
+            if k > 0 {
+                out.vr = v as u16;
+                let mut flush =
+                    |o: &mut OutQueue| transmit_out(ports, pcs, egress, &mut info[..], tallies, o);
+                vrs[v].process(
+                    batch.packets_mut(),
+                    &sel[..k],
+                    &mut meta[..],
+                    now,
+                    lookup,
+                    out,
+                    &mut flush,
+                );
+            }
+            runs[j] = Run { admit, ns: 0 };
+            if let Some(c) = clock.as_mut() {
+                let t2 = c();
+                runs[j].ns = t2.saturating_sub(t);
+                t = t2;
+            }
+        }
+        (first, t)
+    }
+
+    /// After the burst itself, what the VRs made (probes, flushed queues, fragments), then the
+    /// counts on the VRs the burst touched, and with a clock their charges: each its own run
+    /// plus its share, by packets admitted, of the common work (`t0..first` and after `last`).
+    fn settle(&mut self, w: &mut Worker, n: usize, t0: u64, first: u64, last: u64) {
+        let Cell { ports, pcs, vrs, accounts, tallies, egress, .. } = self;
+        transmit_out(ports, pcs, egress, &mut w.info[..], tallies, &mut w.out);
+        let end = w.read_clock();
+        let common = first.saturating_sub(t0) + end.saturating_sub(last);
+        let timed = w.has_clock();
+        for (j, &v) in w.touched.iter().enumerate() {
+            let v = v as usize;
+            vrs[v].core.counters.add(&std::mem::take(&mut tallies[v]));
+            if timed {
+                let r = w.runs[j];
+                let share = (u128::from(common) * r.admit.total() as u128 / n as u128) as u64;
+                accounts[v].charge(r.admit, r.ns + share, &mut w.spare);
+            }
+        }
+        w.touched.clear();
+    }
+
+    fn egress(&mut self, w: &mut Worker, base: usize, n: usize) {
+        for i in base..base + n {
+            if let Fate::Tx { port, transit } = w.meta[i].fate {
+                w.info[i] = TxInfo { vr: w.meta[i].vr, len: w.batch.get(i).len() as u16, transit };
+                self.egress.add(port, i as u16);
+            }
+        }
+        let tallies = &mut self.tallies;
+        self.egress.flush(&mut self.ports, &mut self.pcs, &mut w.batch, &w.info[..], |t, sent| {
+            tallies[t.vr as usize].count(t.transit, t.len, sent)
+        });
+    }
+
+    /// Ports' control-path work, neighbor timers of every VR, and whatever they or earlier
+    /// resolutions left to send.
+    fn housekeeping(&mut self, w: &mut Worker, now: u64) {
+        for p in self.ports.iter_mut() {
+            p.service();
+        }
+        let Cell { ports, pcs, vrs, tallies, egress, .. } = self;
+        for (v, vr) in vrs.iter_mut().enumerate() {
+            w.out.vr = v as u16;
+            vr.tick(now, &mut w.out);
+            transmit_out(ports, pcs, egress, &mut w.info[..], tallies, &mut w.out);
+            vr.core.counters.add(&std::mem::take(&mut tallies[v]));
+        }
+    }
+
+    /// The VRs, in configuration order.
+    pub fn vrs(&self) -> &[Vr] {
+        &self.vrs
+    }
+
+    /// The switches, in configuration order.
+    pub fn switches(&self) -> &[Switch] {
+        &self.switches
+    }
+
+    /// A VR by name.
+    pub fn vr(&self, name: &str) -> Option<&Vr> {
+        self.vrs.iter().find(|v| v.name() == name)
+    }
+
+    /// The index of the VR called `name`.
+    pub fn vr_index(&self, name: &str) -> Option<usize> {
+        self.vrs.iter().position(|v| v.name() == name)
+    }
+
+    /// Classification counters of port `p`.
+    pub fn port_counters(&self, p: usize) -> &PortCounters {
+        &self.pcs[p]
+    }
+
+    /// Port `p`'s own counters.
+    pub fn port_stats(&self, p: usize) -> PortStats {
+        self.ports[p].stats()
+    }
+
+    /// Whether port `p` moves packets now.
+    pub fn port_status(&self, p: usize) -> ports::PortStatus {
+        self.ports[p].status()
+    }
+
+    /// Number of ports.
+    pub fn port_count(&self) -> usize {
+        self.ports.len()
+    }
+
+    /// Name of port `p`.
+    pub fn port_name(&self, p: usize) -> &str {
+        self.ports[p].name()
+    }
+
+    /// Every table and counter, for test failures and `show`.
+    pub fn dump(&self) -> String {
+        let mut s = String::new();
+        for (p, c) in self.pcs.iter().enumerate() {
+            s += &format!("port {} {:?} {:?}\n", self.ports[p].name(), c, self.ports[p].stats());
+        }
+        for (v, vr) in self.vrs.iter().enumerate() {
+            s += &vr.dump();
+            if let Some(r) = self.accounts[v].reservation() {
+                s += &format!("  reservation {r}\n");
+            }
+        }
+        s
+    }
+}
+
+/// Demux tables for every VR interface; refuses interfaces on missing ports and ambiguous ones.
+fn demux_of(ports: &[Box<dyn Port>], vrs: &[Vr]) -> Result<Demux, BuildError> {
+    let mut demux = Demux::new(ports.len());
+    for (v, vr) in vrs.iter().enumerate() {
+        for (i, f) in vr.ifaces().iter().enumerate() {
+            if f.port as usize >= ports.len() {
+                return Err(BuildError(format!(
+                    "vr {} interface {} is on port {}, but there are {} ports",
+                    vr.name(),
+                    f.name,
+                    f.port,
+                    ports.len()
+                )));
+            }
+            let v4: Vec<_> = f.v4.iter().map(|n| n.addr()).collect();
+            let v6: Vec<_> = f.v6.iter().map(|n| n.addr()).chain([f.ll]).collect();
+            let t = Target { vr: v as u16, iface: i as u16 };
+            if let Err(c) = demux.add(f.port as usize, f.vlan.unwrap_or(0), f.mac, &v4, &v6, t) {
+                let (old, what) = match c {
+                    Conflict::Mac(old) => (old, format!("MAC {}", f.mac)),
+                    Conflict::Address(old, a) => (old, format!("address {a}")),
+                };
+                let o = &vrs[old.vr as usize];
+                return Err(BuildError(format!(
+                    "vr {} interface {} and vr {} interface {} share port {}, vlan {:?} and {what}",
+                    vr.name(),
+                    f.name,
+                    o.name(),
+                    o.ifaces()[old.iface as usize].name,
+                    f.port,
+                    f.vlan,
+                )));
+            }
+        }
+    }
+    Ok(demux)
+}
+
+/// Per port: the switch and member it is, checking that no port serves two masters.
+fn members_of(
+    ports: &[Box<dyn Port>],
+    demux: &Demux,
+    switches: &[Switch],
+) -> Result<Vec<Option<(u16, u16)>>, BuildError> {
+    let mut member_of = vec![None; ports.len()];
+    for (s, sw) in switches.iter().enumerate() {
+        for (m, p) in sw.member_ports().enumerate() {
+            let taken = if demux.has_port(p as usize) {
+                Some("carries VR interfaces".to_string())
+            } else {
+                match member_of.get(p as usize) {
+                    None => Some(format!("does not exist ({} ports)", ports.len())),
+                    Some(Some((o, _))) => Some(format!(
+                        "is already a member of switch {}",
+                        switches[*o as usize].name()
+                    )),
+                    Some(None) => None,
+                }
+            };
+            if let Some(why) = taken {
+                return Err(BuildError(format!("switch {}: port {p} {why}", sw.name())));
+            }
+            member_of[p as usize] = Some((s as u16, m as u16));
+        }
+    }
+    Ok(member_of)
+}
