@@ -1,6 +1,10 @@
 //! `routeplex test sweep|rfc2544|ndr-pdr`: the router tester against a DUT, no root needed.
 
 mod dut;
+mod kernel_dut;
+mod kernel_net;
+mod peers;
+mod scenario;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -33,6 +37,13 @@ pub enum TestCmd {
     /// NDR (no loss) and PDR (0.5 % loss), MLRsearch style: short trials first, then longer
     /// ones, then confirmation trials.
     NdrPdr(Box<NdrPdrArgs>),
+    /// routeplex and its peers side by side, one generator and sink, one run (root): Linux
+    /// forwarding, macvlan VR, bridge + veth VR, Open vSwitch (userspace), routeplex over
+    /// AF_XDP and AF_PACKET, each in fresh namespaces; one table, JSON and plot.
+    Peers(Box<peers::PeersArgs>),
+    /// One experiment from a scenario file (examples/scenarios/): DUTs built from its
+    /// parameters, its table, JSON, CSV and plots.
+    Scenario(Box<scenario::ScenarioArgs>),
 }
 
 /// Options every test takes.
@@ -41,7 +52,9 @@ pub struct CommonArgs {
     /// The device under test: routeplex (one VR, the bench topology with 4096-slot rings),
     /// routeplex-4vr (four VRs sharing two ports, the demo topology), or a fake DUT with
     /// known behaviour: loopback (no DUT: the tester alone), wire, drop-every:K,
-    /// delay:MICROSECONDS, capacity:PPS.
+    /// delay:MICROSECONDS, capacity:PPS. As root, a DUT of Linux interfaces in namespaces:
+    /// linux, linux-samecpu, macvlan, bridge, ovs, routeplex-afxdp, routeplex-afpacket, or
+    /// macvlan-vrs:N (N macvlan VRs sharing one ingress link by MAC, classes vr1..vrN).
     #[arg(long, default_value = "routeplex")]
     dut: String,
     /// Topology for a routeplex DUT instead of the embedded one: mem ports; every VR's first
@@ -184,6 +197,8 @@ pub fn run(cmd: TestCmd) -> Result<()> {
         TestCmd::Sweep(a) => sweep_cmd(*a),
         TestCmd::Rfc2544(a) => rfc2544_cmd(*a),
         TestCmd::NdrPdr(a) => ndrpdr_cmd(*a),
+        TestCmd::Peers(a) => peers::run(*a),
+        TestCmd::Scenario(a) => scenario::run(*a),
     }
 }
 
@@ -249,6 +264,7 @@ fn setup(a: &CommonArgs) -> Result<Setup> {
             let d = dut::RouteplexDut::new(&a.dut, topo, table, a.family, dut_cpu)?;
             (Box::new(d), "the routeplex worker".into())
         }
+        None if peers::is_kernel_dut(&a.dut) => peers::single(a, dut_cpu)?,
         None => {
             if a.topology.is_some() || a.prefixes.is_some() {
                 bail!("--topology and --prefixes are for a routeplex DUT, not {}", a.dut);

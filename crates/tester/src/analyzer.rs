@@ -4,13 +4,16 @@ use hdrhistogram::Histogram;
 use ports::{Batch, Port};
 
 use crate::clock::Clock;
-use crate::frames::{self, FLOW_OFFSET, SEQ_BITS, SEQ_MASK, TS_OFFSET};
+use crate::frames::{self, FLOW_OFFSET, SEQ_MASK, TAG_SHIFT, TS_OFFSET};
 
 /// Sequence numbers remembered behind the highest one seen, per flow, to tell a late frame
 /// from a duplicate.
 pub const REORDER_WINDOW: u64 = 64;
 /// The largest latency a histogram holds, in nanoseconds (larger ones are recorded as this).
 pub const MAX_LATENCY_NS: u64 = 60_000_000_000;
+/// Classes up to this many get a latency histogram each (one takes about 200 KiB); with more,
+/// only the trial's overall latency is kept.
+pub const MAX_CLASS_HISTOGRAMS: usize = 64;
 
 /// What one flow's frames did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -72,8 +75,8 @@ pub struct ClassStats {
     pub received: u64,
     /// Their bytes (without FCS).
     pub bytes: u64,
-    /// Their latencies, nanoseconds.
-    pub latency: Histogram<u64>,
+    /// Their latencies, nanoseconds (`None` with more than [`MAX_CLASS_HISTOGRAMS`] classes).
+    pub latency: Option<Histogram<u64>>,
 }
 
 /// Counts the stamped frames of one trial as they arrive.
@@ -103,12 +106,22 @@ impl Analyzer {
     /// An analyzer for flows `0..class_of.len()`, flow `f` belonging to class `class_of[f]`.
     pub fn new(class_of: Vec<u16>) -> Analyzer {
         let classes = class_of.iter().map(|&c| c as usize + 1).max().unwrap_or(1);
+        Analyzer::with_classes(class_of, classes)
+    }
+
+    /// As [`Analyzer::new`], with `classes` classes (some may have no flows).
+    pub fn with_classes(class_of: Vec<u16>, classes: usize) -> Analyzer {
+        let classes = classes.max(class_of.iter().map(|&c| c as usize + 1).max().unwrap_or(1));
         Analyzer {
             tag: 0,
             flows: vec![FlowStats::default(); class_of.len()],
             class_of,
             classes: (0..classes)
-                .map(|_| ClassStats { received: 0, bytes: 0, latency: latency_histogram() })
+                .map(|_| ClassStats {
+                    received: 0,
+                    bytes: 0,
+                    latency: (classes <= MAX_CLASS_HISTOGRAMS).then(latency_histogram),
+                })
                 .collect(),
             latency: latency_histogram(),
             received: 0,
@@ -125,7 +138,9 @@ impl Analyzer {
         for c in &mut self.classes {
             c.received = 0;
             c.bytes = 0;
-            c.latency.reset();
+            if let Some(h) = &mut c.latency {
+                h.reset();
+            }
         }
         self.latency.reset();
         self.received = 0;
@@ -175,12 +190,13 @@ impl Analyzer {
             return;
         };
         let word = u64::from_be_bytes(s[0..8].try_into().expect("8 bytes"));
-        let flow = u16::from_be_bytes([s[FLOW_OFFSET], s[FLOW_OFFSET + 1]]) as usize;
+        let lo = u16::from_be_bytes([s[FLOW_OFFSET], s[FLOW_OFFSET + 1]]);
+        let flow = frames::flow_of(word, lo) as usize;
         if flow >= self.flows.len() {
             self.foreign += 1;
             return;
         }
-        if (word >> SEQ_BITS) as u8 != self.tag {
+        if (word >> TAG_SHIFT) as u8 != self.tag {
             self.stale += 1;
             return;
         }
@@ -197,7 +213,9 @@ impl Analyzer {
         c.received += 1;
         c.bytes += f.len() as u64;
         let v = lat.max(1);
-        c.latency.saturating_record(v);
+        if let Some(h) = &mut c.latency {
+            h.saturating_record(v);
+        }
         self.latency.saturating_record(v);
         self.received += 1;
         self.bytes += f.len() as u64;
@@ -262,6 +280,46 @@ mod tests {
         assert_eq!(f.beyond_window, 2);
         assert_eq!(f.next, 201);
         assert_eq!(f.gaps(), 191);
+    }
+
+    #[test]
+    fn flow_ids_beyond_16_bits_round_trip() {
+        use crate::frames::{read_stamp, udp_frame, UdpFlow, MAX_FLOW_ID};
+        use crate::gen::{GenFrame, Generator};
+        let frame = udp_frame(&UdpFlow {
+            src_mac: wire::MacAddr([2, 0, 0, 0, 0, 1]),
+            dst_mac: wire::MacAddr([2, 0, 0, 0, 0, 2]),
+            vlan: None,
+            src: "10.0.0.1".parse().unwrap(),
+            dst: "10.0.0.2".parse().unwrap(),
+            src_port: 1,
+            dst_port: 2,
+            ttl: 64,
+            size: 60,
+        });
+        // Flows 65,536 and the largest id share their low 16 bits with flows 0 and 65,535.
+        let ids = [0u32, 65_535, 65_536, MAX_FLOW_ID];
+        let frames =
+            ids.iter().map(|&flow| GenFrame { frame: frame.clone(), flow, class: 0 }).collect();
+        let (mut a, mut b) = ports::mem::pair("a", "b", 64);
+        let mut g = Generator::with_flows(frames);
+        let clock = Clock::new();
+        let mut class_of = vec![0u16; MAX_FLOW_ID as usize + 1];
+        class_of[65_536] = 1;
+        let mut an = Analyzer::new(class_of);
+        let (mut tx, mut rx) = (Batch::new(64), Batch::new(64));
+        an.reset(3);
+        g.set_tag(3);
+        g.send_timed(&mut a, &mut tx, 8, &clock);
+        assert_eq!(an.recv(&mut b, &mut rx, &clock), 8);
+        let seen: Vec<u32> =
+            rx.packets().iter().map(|p| read_stamp(p.frame()).unwrap().flow).collect();
+        assert_eq!(seen, [0, 65_535, 65_536, MAX_FLOW_ID, 0, 65_535, 65_536, MAX_FLOW_ID]);
+        for &f in &ids {
+            assert_eq!(an.flows()[f as usize].received, 2, "flow {f}");
+        }
+        assert_eq!(an.classes()[1].received, 2);
+        assert_eq!((an.received(), an.foreign(), an.stale()), (8, 0, 0));
     }
 
     #[test]

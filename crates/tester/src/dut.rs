@@ -15,6 +15,11 @@
 //! A DUT over kernel interfaces would return ports bound to the tester's ends of veth pairs
 //! (AF_PACKET or AF_XDP) in `start`, with [`Refusal::Retry`], since a full local TX ring is
 //! the tester's own back-pressure there, not a drop by the DUT.
+//!
+//! A DUT with more than two tester-side ports (several ingress ports, one port per VR, ports
+//! that carry traffic both ways) says so with three optional methods: [`Dut::start_ports`]
+//! hands over all of them as a [`PortSet`], [`Dut::ingress`] names the port each target's
+//! frames enter on, and [`Dut::snapshot`] adds per-class counters (per VR, say) to its own.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -70,6 +75,49 @@ pub struct DutPorts {
     pub refusal: Refusal,
 }
 
+/// Every tester-side port of a running DUT: the general form of [`DutPorts`].
+pub struct PortSet {
+    /// The ports; [`Dut::ingress`] and `sinks` index them.
+    pub ports: Vec<Box<dyn Port>>,
+    /// The ports forwarded frames come back on: the sink reads these. A port may be both an
+    /// ingress and a sink (traffic in both directions); frames arriving on a port that is not
+    /// a sink are counted as `returned` and dropped.
+    pub sinks: Vec<usize>,
+    /// What a refusal on any of them means.
+    pub refusal: Refusal,
+}
+
+impl From<DutPorts> for PortSet {
+    /// `tx` is port 0, `rx` port 1 and the only sink.
+    fn from(p: DutPorts) -> PortSet {
+        PortSet { ports: vec![p.tx, p.rx], sinks: vec![1], refusal: p.refusal }
+    }
+}
+
+/// The DUT's own counters, whole and per class.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DutSnapshot {
+    pub total: DutCounters,
+    /// Per class name (say, per VR): what it received, forwarded and dropped. Empty when the
+    /// DUT does not count per class.
+    pub classes: BTreeMap<String, DutCounters>,
+}
+
+impl DutSnapshot {
+    /// `self − earlier`, counter by counter.
+    pub fn since(&self, earlier: &DutSnapshot) -> DutSnapshot {
+        let zero = DutCounters::default();
+        DutSnapshot {
+            total: self.total.since(&earlier.total),
+            classes: self
+                .classes
+                .iter()
+                .map(|(k, v)| (k.clone(), v.since(earlier.classes.get(k).unwrap_or(&zero))))
+                .collect(),
+        }
+    }
+}
+
 /// The DUT's own counters: frames in, frames forwarded, frames dropped by reason.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct DutCounters {
@@ -114,8 +162,10 @@ pub trait Dut: Send {
     /// Its configuration for the JSON report (kind, table size, where its threads run...).
     fn describe(&self) -> serde_json::Value;
 
-    /// Where to address test frames, one [`Target`] per class; `flows` is how many distinct
-    /// flows the tester will make, so a DUT can return that many destinations.
+    /// Where to address test frames, one [`Target`] per class (or several with the same class
+    /// name: a class entering on several ports); `flows` is how many distinct flows the
+    /// tester will make, so a DUT can return that many destinations. May be called again
+    /// while the DUT runs, when the tester changes its traffic.
     fn targets(&mut self, flows: usize) -> Result<Vec<Target>, Error>;
 
     /// Starts forwarding and hands over the tester's ends. Called once.
@@ -124,6 +174,25 @@ pub trait Dut: Send {
     /// Counters since `start`, if the DUT can tell while it runs.
     fn counters(&mut self) -> Option<DutCounters> {
         None
+    }
+
+    /// Per target (in the order [`Dut::targets`] gave them), the index in
+    /// [`PortSet::ports`] of the port its frames enter on. Empty (the default): all on port 0.
+    /// May be called again after `targets`, and after `start`.
+    fn ingress(&self) -> Vec<usize> {
+        Vec::new()
+    }
+
+    /// Starts forwarding and hands over every tester-side port. Called once, instead of
+    /// [`Dut::start`]; the default calls `start` and makes its `tx` port 0 and its `rx` port 1.
+    fn start_ports(&mut self) -> Result<PortSet, Error> {
+        self.start().map(PortSet::from)
+    }
+
+    /// Counters since `start`, whole and per class, taken at one instant. The default wraps
+    /// [`Dut::counters`] with no per-class counters.
+    fn snapshot(&mut self) -> Option<DutSnapshot> {
+        self.counters().map(|total| DutSnapshot { total, classes: BTreeMap::new() })
     }
 
     /// Stops forwarding. Called once, after `start`.

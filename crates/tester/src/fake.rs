@@ -138,7 +138,7 @@ impl FakeDut {
         self
     }
 
-    fn snapshot(&self) -> DutCounters {
+    fn read_counters(&self) -> DutCounters {
         let c = &self.counters;
         let mut dropped = std::collections::BTreeMap::new();
         let rule = match self.behaviour {
@@ -221,7 +221,7 @@ impl Dut for FakeDut {
     }
 
     fn counters(&mut self) -> Option<DutCounters> {
-        (self.behaviour != Behaviour::Loopback).then(|| self.snapshot())
+        (self.behaviour != Behaviour::Loopback).then(|| self.read_counters())
     }
 
     fn stop(&mut self) -> Result<DutReport, Error> {
@@ -353,6 +353,176 @@ fn forward(
                 Some(d) => std::thread::sleep(d),
                 None => std::hint::spin_loop(),
             }
+        }
+    }
+}
+
+/// A fake DUT with several classes and ingress ports, to check the tester's multi-port and
+/// per-class paths: class `c` (named `c0`, `c1`, ...) is addressed to MAC `02:00:00:00:fe:c`
+/// and enters on ingress port `c mod ingress`; everything leaves through one egress port,
+/// which is port `ingress` of the set. It forwards every frame (like [`Behaviour::Wire`]) and
+/// counts what it received and forwarded per class, by destination MAC.
+pub struct MultiWire {
+    ingress: usize,
+    classes: usize,
+    ring: usize,
+    idle_sleep: Option<Duration>,
+    stop: Arc<AtomicBool>,
+    /// Per class: received, forwarded.
+    counts: Arc<Vec<[AtomicU64; 2]>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MultiWire {
+    /// `classes` classes (1..=255) over `ingress` ingress ports (1..=classes), rings of `ring`.
+    pub fn new(classes: usize, ingress: usize, ring: usize) -> MultiWire {
+        assert!((1..=255).contains(&classes) && (1..=classes).contains(&ingress));
+        MultiWire {
+            ingress,
+            classes,
+            ring,
+            idle_sleep: None,
+            stop: Arc::new(AtomicBool::new(false)),
+            counts: Arc::new((0..classes).map(|_| Default::default()).collect()),
+            thread: None,
+        }
+    }
+
+    /// Sleeps this long when a round found nothing to do.
+    pub fn idle_sleep(mut self, d: Duration) -> MultiWire {
+        self.idle_sleep = Some(d);
+        self
+    }
+
+    fn read(&self) -> crate::dut::DutSnapshot {
+        let mut s = crate::dut::DutSnapshot::default();
+        for (c, n) in self.counts.iter().enumerate() {
+            let (rx, fwd) = (n[0].load(Ordering::Relaxed), n[1].load(Ordering::Relaxed));
+            s.total.received += rx;
+            s.total.forwarded += fwd;
+            let cc = DutCounters { received: rx, forwarded: fwd, ..DutCounters::default() };
+            s.classes.insert(format!("c{c}"), cc);
+        }
+        s
+    }
+}
+
+impl Dut for MultiWire {
+    fn name(&self) -> String {
+        format!("fake DUT: {} classes on {} ingress ports, one egress", self.classes, self.ingress)
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        json!({"name": self.name(), "fake": {"kind": "multi-wire", "classes": self.classes,
+            "ingress_ports": self.ingress}, "ring": self.ring, "ports": "mem"})
+    }
+
+    fn targets(&mut self, flows: usize) -> Result<Vec<Target>, Error> {
+        let per = flows.div_ceil(self.classes).clamp(1, 65_534) as u32;
+        Ok((0..self.classes)
+            .map(|c| {
+                let base = u32::from(Ipv4Addr::new(198, 19, c as u8, 0));
+                Target {
+                    class: format!("c{c}"),
+                    src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+                    dst_mac: MacAddr([2, 0, 0, 0, 0xfe, c as u8]),
+                    vlan: None,
+                    src: vec![IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2))],
+                    dst: (0..per).map(|i| IpAddr::V4(Ipv4Addr::from(base + i))).collect(),
+                }
+            })
+            .collect())
+    }
+
+    fn ingress(&self) -> Vec<usize> {
+        (0..self.classes).map(|c| c % self.ingress).collect()
+    }
+
+    fn start(&mut self) -> Result<DutPorts, Error> {
+        Err(Error::new("a multi-port fake DUT starts with start_ports"))
+    }
+
+    fn start_ports(&mut self) -> Result<crate::dut::PortSet, Error> {
+        if self.thread.is_some() {
+            return Err(Error::new("the fake DUT is already running"));
+        }
+        let mut ports: Vec<Box<dyn Port>> = Vec::new();
+        let mut inside = Vec::new();
+        for i in 0..self.ingress {
+            let (t, d) = mem::pair(&format!("tester-in{i}"), &format!("dut-in{i}"), self.ring);
+            ports.push(Box::new(t));
+            inside.push(d);
+        }
+        let (mut out, rx) = mem::pair("dut-out", "tester-rx", self.ring);
+        ports.push(Box::new(rx));
+        let (stop, counts, idle) = (self.stop.clone(), self.counts.clone(), self.idle_sleep);
+        let t = std::thread::Builder::new()
+            .name("fake-dut".into())
+            .spawn(move || {
+                let mut batch = Batch::new(MAX_BURST);
+                let mut sel = vec![0u16; MAX_BURST];
+                let mut class = vec![usize::MAX; MAX_BURST];
+                let mut local = vec![[0u64; 2]; counts.len()];
+                while !stop.load(Ordering::Relaxed) {
+                    let mut busy = false;
+                    for inp in &mut inside {
+                        batch.clear();
+                        let n = inp.rx_burst(&mut batch);
+                        busy |= n > 0;
+                        for i in 0..n {
+                            sel[i] = i as u16;
+                            // Read before sending: the ring takes the buffers.
+                            class[i] =
+                                batch.get(i).frame().get(5).map_or(usize::MAX, |&b| b as usize);
+                        }
+                        // A mem port takes the first `k` it is offered.
+                        let k = out.tx_burst(&mut batch, &sel[..n]);
+                        for (i, &c) in class.iter().enumerate().take(n) {
+                            if let Some(l) = local.get_mut(c) {
+                                l[0] += 1;
+                                l[1] += (i < k) as u64;
+                            }
+                        }
+                    }
+                    for (l, c) in local.iter().zip(counts.iter()) {
+                        c[0].store(l[0], Ordering::Relaxed);
+                        c[1].store(l[1], Ordering::Relaxed);
+                    }
+                    if !busy {
+                        match idle {
+                            Some(d) => std::thread::sleep(d),
+                            None => std::hint::spin_loop(),
+                        }
+                    }
+                }
+            })
+            .map_err(|e| Error::new(format!("cannot start the fake DUT's thread: {e}")))?;
+        self.thread = Some(t);
+        Ok(crate::dut::PortSet { ports, sinks: vec![self.ingress], refusal: Refusal::Loss })
+    }
+
+    fn counters(&mut self) -> Option<DutCounters> {
+        Some(self.read().total)
+    }
+
+    fn snapshot(&mut self) -> Option<crate::dut::DutSnapshot> {
+        Some(self.read())
+    }
+
+    fn stop(&mut self) -> Result<DutReport, Error> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().map_err(|_| Error::new("the fake DUT's thread panicked"))?;
+        }
+        Ok(DutReport { counters: Some(self.read().total), details: self.describe() })
+    }
+}
+
+impl Drop for MultiWire {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }

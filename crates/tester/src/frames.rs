@@ -7,9 +7,11 @@
 //!
 //! | offset | bytes | field |
 //! |---|---|---|
-//! | 0 | 8 | sequence word: trial tag (top 8 bits) and the flow's sequence number (low 56 bits) |
+//! | 0 | 8 | sequence word: trial tag (top 8 bits), the flow id's high 4 bits (next 4), the flow's sequence number (low 52 bits) |
 //! | 8 | 8 | TX timestamp, nanoseconds on the tester's [`crate::Clock`] |
-//! | 16 | 2 | flow id |
+//! | 16 | 2 | flow id, low 16 bits |
+//!
+//! Flow ids have 20 bits: up to [`MAX_FLOW_ID`] + 1 = 1,048,576 flows per trial.
 //!
 //! A frame whose payload is shorter than [`STAMP_LEN`] carries the sequence word only (a
 //! 64-byte frame has 18 payload bytes over untagged IPv4: exactly a full stamp). The generator
@@ -28,10 +30,28 @@ pub const TS_OFFSET: usize = 8;
 pub const FLOW_OFFSET: usize = 16;
 /// UDP payload bytes a full stamp takes.
 pub const STAMP_LEN: usize = 18;
-/// Bits of the sequence word that hold the sequence number; the bits above hold the trial tag.
-pub const SEQ_BITS: u32 = 56;
+/// Where the trial tag sits in the sequence word (its top 8 bits).
+pub const TAG_SHIFT: u32 = 56;
+/// Where the flow id's high 4 bits sit in the sequence word (bits 52..56).
+pub const FLOW_HI_SHIFT: u32 = 52;
+/// Bits of the sequence word that hold the sequence number.
+pub const SEQ_BITS: u32 = 52;
 /// The sequence-number part of a sequence word.
 pub const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+/// The largest flow id: 20 bits.
+pub const MAX_FLOW_ID: u32 = (1 << 20) - 1;
+
+/// The flow-id bits a sequence word carries for flow `flow` (its high 4 bits, in place).
+#[inline]
+pub fn flow_hi_bits(flow: u32) -> u64 {
+    u64::from(flow >> 16 & 0xf) << FLOW_HI_SHIFT
+}
+
+/// The flow id of a stamp: the high bits from the sequence word, the low 16 from offset 16.
+#[inline]
+pub fn flow_of(word: u64, lo: u16) -> u32 {
+    ((word >> FLOW_HI_SHIFT & 0xf) as u32) << 16 | u32::from(lo)
+}
 
 /// A stamp read back from a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,8 +62,8 @@ pub struct Stamp {
     pub seq: u64,
     /// When the generator sent it, in nanoseconds on the tester's clock (0: not timed).
     pub tx_ns: u64,
-    /// The flow it belongs to.
-    pub flow: u16,
+    /// The flow it belongs to (20 bits).
+    pub flow: u32,
 }
 
 /// Frame sizes on the wire, FCS included (the buffers hold the frame without its 4-byte FCS).
@@ -218,10 +238,10 @@ pub fn read_stamp(frame: &[u8]) -> Option<Stamp> {
     let s = frame.get(at..at + STAMP_LEN)?;
     let word = u64::from_be_bytes(s[0..8].try_into().ok()?);
     Some(Stamp {
-        tag: (word >> SEQ_BITS) as u8,
+        tag: (word >> TAG_SHIFT) as u8,
         seq: word & SEQ_MASK,
         tx_ns: u64::from_be_bytes(s[8..16].try_into().ok()?),
-        flow: u16::from_be_bytes([s[16], s[17]]),
+        flow: flow_of(word, u16::from_be_bytes([s[16], s[17]])),
     })
 }
 

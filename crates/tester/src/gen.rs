@@ -4,15 +4,16 @@ use ports::{Batch, Port};
 use wire::udp;
 
 use crate::clock::Clock;
-use crate::frames::{self, FLOW_OFFSET, SEQ_BITS, STAMP_LEN, TS_OFFSET};
+use crate::frames::{self, FLOW_OFFSET, STAMP_LEN, TS_OFFSET};
 
 /// One prepared frame of a generator's rotation.
 #[derive(Clone, Debug)]
 pub struct GenFrame {
     /// The frame, as built by [`frames::udp_frame`] (stamp fields zero).
     pub frame: Vec<u8>,
-    /// Its flow: frames of one flow share a sequence-number space.
-    pub flow: u16,
+    /// Its flow (20 bits, see [`frames::MAX_FLOW_ID`]): frames of one flow share a
+    /// sequence-number space.
+    pub flow: u32,
     /// Its class (for example the VR it is addressed to), for per-class counts.
     pub class: u16,
 }
@@ -35,82 +36,150 @@ struct Place {
     fix_ck: bool,
 }
 
-/// Offers prepared frames to a port, round robin, stamping each with its flow's sequence
-/// number and, when sent with [`Generator::send_timed`], a TX timestamp.
+/// A lane: frames `first..first + count` of the generator, sent in turn whenever a slot of
+/// the rotation names the lane.
+#[derive(Clone, Copy, Debug)]
+struct Lane {
+    first: u32,
+    count: u32,
+    cursor: u32,
+}
+
+/// Offers prepared frames to a port, stamping each with its flow's sequence number and, when
+/// sent with [`Generator::send_timed`], a TX timestamp.
 ///
-/// Counts are of what a port accepted: a refused frame gives its sequence number back, so the
-/// sequence numbers a sink sees are exactly `0..sent` per flow when nothing is lost. Sending
-/// neither allocates nor formats.
+/// The frames are grouped in *lanes* (say, one per class), and a rotation of *slots* says
+/// which lane sends next: a lane named in 3 slots of 4 gets three quarters of the frames, and
+/// within a lane the frames take turns. The plain constructors make one lane of all frames,
+/// sent round robin in the order given.
+///
+/// Counts are of what a port accepted: a refused frame gives its sequence number and its turn
+/// back, so the sequence numbers a sink sees are exactly `0..sent` per flow when nothing is
+/// lost. Sending neither allocates nor formats. Frames live back to back in one buffer, so a
+/// million flows cost their bytes and a few words each, not a million allocations.
 pub struct Generator {
-    frames: Vec<Vec<u8>>,
-    class: Vec<u16>,
-    flow: Vec<u16>,
+    data: Vec<u8>,
+    off: Vec<u32>,
+    len: Vec<u16>,
     place: Vec<Place>,
+    class: Vec<u16>,
+    /// Per frame: its flow's index in `seq` (this generator's own numbering of its flows).
+    local: Vec<u32>,
+    /// Per frame: the flow id's high bits, in place in the sequence word.
+    hi: Vec<u64>,
+    lanes: Vec<Lane>,
+    /// Per slot: the lane that sends.
+    slots: Vec<u32>,
+    /// The next slot.
     next: usize,
-    /// Per flow id: the next sequence number, which is also how many frames were accepted.
+    /// Per local flow: the next sequence number, which is also how many frames were accepted.
     seq: Vec<u64>,
+    /// Per local flow: its flow id.
+    flow_ids: Vec<u32>,
     /// The trial tag, already shifted into the top bits of the sequence word.
     tag: u64,
     total: u64,
     offered: Vec<u64>,
     sel: Vec<u16>,
+    /// Per position of the burst being built: the frame sent there.
+    burst: Vec<u32>,
 }
 
 impl Generator {
     /// A generator over `(frame, class)` pairs that stamps them; each pair is its own flow
-    /// (flow id = index, modulo 65536).
+    /// (flow id = index, modulo 2^20).
     pub fn new(frames: Vec<(Vec<u8>, u16)>) -> Generator {
-        Self::build(Self::indexed(frames), true)
+        Self::build(vec![Self::indexed(frames)], vec![0], true)
     }
 
     /// A generator that sends the frames as they are, without stamps: less work per frame,
     /// for runs that only count.
     pub fn unstamped(frames: Vec<(Vec<u8>, u16)>) -> Generator {
-        Self::build(Self::indexed(frames), false)
+        Self::build(vec![Self::indexed(frames)], vec![0], false)
     }
 
-    /// A stamping generator over frames with explicit flows and classes.
+    /// A stamping generator over frames with explicit flows and classes, sent round robin.
     pub fn with_flows(frames: Vec<GenFrame>) -> Generator {
-        Self::build(frames, true)
+        Self::build(vec![frames], vec![0], true)
+    }
+
+    /// A stamping generator over lanes of frames and a rotation of slots naming the lane that
+    /// sends next (each slot `< lanes.len()`; every lane non-empty). Panics otherwise.
+    pub fn with_lanes(lanes: Vec<Vec<GenFrame>>, slots: Vec<u32>) -> Generator {
+        Self::build(lanes, slots, true)
     }
 
     fn indexed(frames: Vec<(Vec<u8>, u16)>) -> Vec<GenFrame> {
         frames
             .into_iter()
             .enumerate()
-            .map(|(i, (frame, class))| GenFrame { frame, flow: i as u16, class })
+            .map(|(i, (frame, class))| GenFrame {
+                frame,
+                flow: i as u32 & frames::MAX_FLOW_ID,
+                class,
+            })
             .collect()
     }
 
-    fn build(frames: Vec<GenFrame>, stamped: bool) -> Generator {
-        assert!(!frames.is_empty(), "a generator needs at least one frame");
-        let classes = frames.iter().map(|f| f.class as usize + 1).max().unwrap_or(1);
-        let flows = frames.iter().map(|f| f.flow as usize + 1).max().unwrap_or(1);
+    fn build(lanes: Vec<Vec<GenFrame>>, slots: Vec<u32>, stamped: bool) -> Generator {
+        let n: usize = lanes.iter().map(Vec::len).sum();
+        assert!(n > 0, "a generator needs at least one frame");
+        assert!(!slots.is_empty(), "a generator needs at least one slot");
+        assert!(
+            lanes.iter().all(|l| !l.is_empty())
+                && slots.iter().all(|&s| (s as usize) < lanes.len()),
+            "every lane needs a frame and every slot a lane"
+        );
+        let bytes: usize = lanes.iter().flatten().map(|f| f.frame.len()).sum();
+        assert!(bytes <= u32::MAX as usize, "at most 4 GiB of frames");
+        let classes = lanes.iter().flatten().map(|f| f.class as usize + 1).max().unwrap_or(1);
         let mut out = Generator {
-            frames: Vec::with_capacity(frames.len()),
-            class: Vec::with_capacity(frames.len()),
-            flow: Vec::with_capacity(frames.len()),
-            place: Vec::with_capacity(frames.len()),
+            data: Vec::with_capacity(bytes),
+            off: Vec::with_capacity(n),
+            len: Vec::with_capacity(n),
+            place: Vec::with_capacity(n),
+            class: Vec::with_capacity(n),
+            local: Vec::with_capacity(n),
+            hi: Vec::with_capacity(n),
+            lanes: Vec::with_capacity(lanes.len()),
+            slots,
             next: 0,
-            seq: vec![0; flows],
+            seq: Vec::new(),
+            flow_ids: Vec::new(),
             tag: 0,
             total: 0,
             offered: vec![0; classes],
             sel: (0..ports::MAX_BURST as u16).collect(),
+            burst: vec![0; ports::MAX_BURST],
         };
-        for GenFrame { mut frame, flow, class } in frames {
-            let place = if stamped { prepare(&mut frame, flow) } else { None };
-            out.place.push(place.unwrap_or(Place { l4: 0, room: Room::None, fix_ck: false }));
-            out.frames.push(frame);
-            out.class.push(class);
-            out.flow.push(flow);
+        let mut local_of: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
+        for lane in lanes {
+            let first = out.off.len() as u32;
+            out.lanes.push(Lane { first, count: lane.len() as u32, cursor: 0 });
+            for GenFrame { mut frame, flow, class } in lane {
+                let flow = flow & frames::MAX_FLOW_ID;
+                let place = if stamped { prepare(&mut frame, flow) } else { None };
+                out.place.push(place.unwrap_or(Place { l4: 0, room: Room::None, fix_ck: false }));
+                out.off.push(out.data.len() as u32);
+                out.len.push(frame.len() as u16);
+                out.data.extend_from_slice(&frame);
+                out.class.push(class);
+                out.hi.push(frames::flow_hi_bits(flow));
+                let next_local = local_of.len() as u32;
+                let l = *local_of.entry(flow).or_insert(next_local);
+                if l == next_local {
+                    out.flow_ids.push(flow);
+                }
+                out.local.push(l);
+            }
         }
+        out.seq = vec![0; out.flow_ids.len()];
         out
     }
 
     /// Sets the trial tag stamped into the top bits of every sequence word from now on.
     pub fn set_tag(&mut self, tag: u8) {
-        self.tag = (tag as u64) << SEQ_BITS;
+        self.tag = (tag as u64) << frames::TAG_SHIFT;
     }
 
     /// Starts counting afresh: sequence numbers restart at 0 and counts at zero; the rotation
@@ -126,7 +195,7 @@ impl Generator {
     /// many it copied.
     pub fn fill(&mut self, batch: &mut Batch, n: usize, tx_ns: Option<u64>) -> usize {
         let start = batch.len();
-        let k = self.fill_tentative(batch, n);
+        let k = self.fill_tentative(batch, n.min(self.burst.len()));
         match tx_ns {
             Some(ts) => self.stamp_time(batch, start, ts),
             None => self.fix_checksums(batch, start),
@@ -135,11 +204,10 @@ impl Generator {
         k
     }
 
-    /// Copies frames and stamps sequence numbers, consuming them; [`Self::give_back`] returns
-    /// those of frames the port refuses.
+    /// Copies frames and stamps sequence numbers, consuming them and their turns;
+    /// [`Self::give_back`] returns those of frames the port refuses. `n <= MAX_BURST`.
     fn fill_tentative(&mut self, batch: &mut Batch, n: usize) -> usize {
         let start = batch.len();
-        let len = self.frames.len();
         // The spare buffers came back from the DUT's CPU: ask for them, for writing, before
         // copying into the first.
         let end = (start + n).min(batch.capacity());
@@ -150,84 +218,73 @@ impl Generator {
             crate::prefetch(p.wrapping_add(63), true);
         }
         let mut k = 0;
-        let mut i = self.next;
+        let mut s = self.next;
+        let slots = self.slots.len();
         while k < n {
             let Some(buf) = batch.spare_mut() else { break };
-            buf.fill(&self.frames[i]);
+            let lane = &mut self.lanes[self.slots[s] as usize];
+            let i = (lane.first + lane.cursor) as usize;
+            lane.cursor += 1;
+            if lane.cursor == lane.count {
+                lane.cursor = 0;
+            }
+            let off = self.off[i] as usize;
+            buf.fill(&self.data[off..off + self.len[i] as usize]);
             let p = self.place[i];
             if p.room != Room::None {
-                let f = self.flow[i] as usize;
-                let word = self.tag | self.seq[f];
+                let f = self.local[i] as usize;
+                let word = self.tag | self.hi[i] | self.seq[f];
                 self.seq[f] += 1;
                 stamp_seq(buf.frame_mut(), p, word);
             }
             batch.commit();
+            self.burst[k] = i as u32;
             k += 1;
-            i += 1;
-            if i == len {
-                i = 0;
+            s += 1;
+            if s == slots {
+                s = 0;
             }
         }
+        self.next = s;
         debug_assert_eq!(batch.len(), start + k);
         k
     }
 
-    /// Rotation position `next + j`.
-    #[inline]
-    fn pos(&self, j: usize) -> usize {
-        let i = self.next + j;
-        if i >= self.frames.len() {
-            i % self.frames.len()
-        } else {
-            i
-        }
-    }
-
-    /// Gives back the sequence numbers of rotation positions `next + from .. next + to`.
+    /// Gives back the sequence numbers and turns of burst positions `from..to`, the last ones
+    /// the burst took (so `to` is the burst's length).
     fn give_back(&mut self, from: usize, to: usize) {
-        let len = self.frames.len();
-        let mut i = self.pos(from);
-        for _ in from..to {
+        let slots = self.slots.len();
+        for j in (from..to).rev() {
+            self.next = if self.next == 0 { slots - 1 } else { self.next - 1 };
+            let lane = &mut self.lanes[self.slots[self.next] as usize];
+            lane.cursor = if lane.cursor == 0 { lane.count - 1 } else { lane.cursor - 1 };
+            let i = self.burst[j] as usize;
+            debug_assert_eq!(i, (lane.first + lane.cursor) as usize);
             if self.place[i].room != Room::None {
-                self.seq[self.flow[i] as usize] -= 1;
-            }
-            i += 1;
-            if i == len {
-                i = 0;
+                self.seq[self.local[i] as usize] -= 1;
             }
         }
     }
 
-    /// Writes the TX timestamp into every packet of `batch` that has room for it and brings the
-    /// UDP checksum up to date for the sequence word and the timestamp together.
+    /// Writes the TX timestamp into every packet of `batch` from `start` that has room for it
+    /// and brings the UDP checksum up to date for the sequence word and the timestamp
+    /// together.
     fn stamp_time(&mut self, batch: &mut Batch, start: usize, ts: u64) {
-        let len = self.frames.len();
-        let mut i = self.next;
-        for pkt in batch.packets_mut()[start..].iter_mut() {
-            let p = self.place[i];
+        for (j, pkt) in batch.packets_mut()[start..].iter_mut().enumerate() {
+            let p = self.place[self.burst[j] as usize];
             if p.room == Room::Full {
                 stamp_ts(pkt.frame_mut(), p, ts);
             } else if p.room == Room::Seq {
                 fix_seq_checksum(pkt.frame_mut(), p);
             }
-            i += 1;
-            if i == len {
-                i = 0;
-            }
         }
     }
 
     fn fix_checksums(&mut self, batch: &mut Batch, start: usize) {
-        let len = self.frames.len();
-        let mut i = self.next;
-        for pkt in batch.packets_mut()[start..].iter_mut() {
-            let p = self.place[i];
+        for (j, pkt) in batch.packets_mut()[start..].iter_mut().enumerate() {
+            let p = self.place[self.burst[j] as usize];
             if p.room != Room::None {
                 fix_seq_checksum(pkt.frame_mut(), p);
-            }
-            i += 1;
-            if i == len {
-                i = 0;
             }
         }
     }
@@ -260,16 +317,9 @@ impl Generator {
     fn transmit(&mut self, port: &mut dyn Port, batch: &mut Batch, n: usize) -> usize {
         let k = port.tx_burst(batch, &self.sel[..n]);
         self.give_back(k, n);
-        let len = self.frames.len();
-        let mut i = self.next;
-        for _ in 0..k {
-            self.offered[self.class[i] as usize] += 1;
-            i += 1;
-            if i == len {
-                i = 0;
-            }
+        for &i in &self.burst[..k] {
+            self.offered[self.class[i as usize] as usize] += 1;
         }
-        self.next = i;
         self.total += k as u64;
         k
     }
@@ -284,20 +334,32 @@ impl Generator {
         self.total
     }
 
-    /// Stamped frames accepted since the last [`Generator::reset_counts`], per flow id.
+    /// Stamped frames accepted since the last [`Generator::reset_counts`], per flow this
+    /// generator sends, in the order of [`Generator::flow_ids`].
     pub fn flow_sent(&self) -> &[u64] {
         &self.seq
     }
 
-    /// Frames in the rotation.
+    /// The flow ids this generator sends, in the order of [`Generator::flow_sent`] (the order
+    /// in which they first appear in the lanes).
+    pub fn flow_ids(&self) -> &[u32] {
+        &self.flow_ids
+    }
+
+    /// Frames the generator holds.
     pub fn rotation_len(&self) -> usize {
-        self.frames.len()
+        self.off.len()
+    }
+
+    /// Slots of the rotation (how many turns before the lanes' shares repeat).
+    pub fn slots(&self) -> usize {
+        self.slots.len()
     }
 }
 
 /// Where `f`'s stamp goes; zeroes the stamp fields, writes the flow id, and brings the UDP
 /// checksum up to date, so that stamping later only adds words.
-fn prepare(f: &mut [u8], flow: u16) -> Option<Place> {
+fn prepare(f: &mut [u8], flow: u32) -> Option<Place> {
     let (l4, at) = frames::udp_payload_offset(f)?;
     let room = match f.len() - at {
         n if n >= STAMP_LEN => Room::Full,
@@ -309,7 +371,7 @@ fn prepare(f: &mut [u8], flow: u16) -> Option<Place> {
     let mut ck = u16::from_be_bytes([f[l4 + 6], f[l4 + 7]]);
     for w in (at..end).step_by(2) {
         let old = u16::from_be_bytes([f[w], f[w + 1]]);
-        let new = if room == Room::Full && w == at + FLOW_OFFSET { flow } else { 0 };
+        let new = if room == Room::Full && w == at + FLOW_OFFSET { flow as u16 } else { 0 };
         f[w..w + 2].copy_from_slice(&new.to_be_bytes());
         // RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m').
         ck = !wire::checksum::combine(&[!ck, !old, new]);

@@ -32,12 +32,13 @@ pub mod plot;
 pub mod progress;
 pub mod report;
 pub mod runner;
+pub mod scenario;
 pub mod stats;
 pub mod traffic;
 
 pub use analyzer::Analyzer;
 pub use clock::Clock;
-pub use dut::{Dut, DutCounters, DutPorts, DutReport, Refusal, Target};
+pub use dut::{Dut, DutCounters, DutPorts, DutReport, DutSnapshot, PortSet, Refusal, Target};
 pub use gen::{GenFrame, Generator, Sink};
 pub use pacer::{Pacer, Rate};
 pub use runner::{Load, Runner, RunnerOptions, TrialResult, Until};

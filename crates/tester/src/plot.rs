@@ -326,9 +326,238 @@ pub fn lines(
     root.present().map_err(|e| err(path, e))
 }
 
+/// How the x axis of [`xy`] reads.
+#[derive(Clone, Debug, PartialEq)]
+pub enum XScale {
+    Linear,
+    /// Powers of ten equally spaced (every x must be positive).
+    Log,
+    /// Named positions: x = 0, 1, 2, ... labelled with these.
+    Categories(Vec<String>),
+}
+
+/// A series of `(x, y, half-width of the 99 % CI of y)`.
+pub struct XySeries {
+    pub name: String,
+    pub points: Vec<(f64, f64, Option<f64>)>,
+}
+
+/// 1500 → "1.5k", 1e6 → "1M".
+fn short(v: f64) -> String {
+    let (d, u) = if v.abs() >= 1e6 {
+        (1e6, "M")
+    } else if v.abs() >= 1e3 {
+        (1e3, "k")
+    } else {
+        (1.0, "")
+    };
+    format!("{}{u}", trim(v / d))
+}
+
+/// Lines with points and CI bars of `y` against `x`, on a linear, logarithmic or categorical
+/// x axis; y from 0.
+pub fn xy(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[XySeries],
+    scale: &XScale,
+) -> Result<(), Error> {
+    font();
+    let tx = |x: f64| match scale {
+        XScale::Log => x.max(1e-300).log10(),
+        _ => x,
+    };
+    let xs = || series.iter().flat_map(|s| s.points.iter().map(|p| tx(p.0)));
+    let (mut x0, mut x1) = match scale {
+        XScale::Categories(c) => (-0.5, c.len().max(1) as f64 - 0.5),
+        _ => (xs().fold(f64::INFINITY, f64::min), xs().fold(f64::NEG_INFINITY, f64::max)),
+    };
+    if !x0.is_finite() || !x1.is_finite() {
+        (x0, x1) = (0.0, 1.0);
+    }
+    if x1 - x0 < 1e-9 {
+        (x0, x1) = (x0 - 0.5, x1 + 0.5);
+    } else if !matches!(scale, XScale::Categories(_)) {
+        let pad = (x1 - x0) * 0.05;
+        (x0, x1) = (x0 - pad, x1 + pad);
+        if matches!(scale, XScale::Linear) && x0 < 0.0 && xs().all(|x| x >= 0.0) {
+            x0 = 0.0;
+        }
+    }
+    let ytop = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1 + p.2.unwrap_or(0.0).min(p.1.abs())))
+        .filter(|v| v.is_finite())
+        .fold(1e-9, f64::max)
+        * 1.12;
+    let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(path, e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(20)
+        .x_label_area_size(55)
+        .y_label_area_size(80)
+        .build_cartesian_2d(x0..x1, 0.0..ytop)
+        .map_err(|e| err(path, e))?;
+    let fmt_x = |v: &f64| -> String {
+        match scale {
+            XScale::Linear => short(*v),
+            XScale::Log => {
+                let r = v.round();
+                if (v - r).abs() < 1e-6 {
+                    short(10f64.powf(r))
+                } else {
+                    String::new()
+                }
+            }
+            XScale::Categories(c) => {
+                let r = v.round();
+                if (v - r).abs() < 1e-6 && r >= 0.0 {
+                    c.get(r as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            }
+        }
+    };
+    let nlabels = match scale {
+        XScale::Categories(c) => c.len() * 2 + 1,
+        XScale::Log => ((x1 - x0).ceil() as usize + 1) * 4,
+        XScale::Linear => 10,
+    };
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_labels(nlabels.max(2))
+        .x_label_formatter(&fmt_x)
+        .y_label_formatter(&|v| short(*v))
+        .axis_desc_style(("sans-serif", 17))
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|e| err(path, e))?;
+    let cap = (x1 - x0) * 0.006;
+    for (i, s) in series.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let mut v: Vec<(f64, f64, Option<f64>)> =
+            s.points.iter().filter(|p| p.1.is_finite()).map(|p| (tx(p.0), p.1, p.2)).collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        chart
+            .draw_series(LineSeries::new(v.iter().map(|p| (p.0, p.1)), c.stroke_width(2)))
+            .map_err(|e| err(path, e))?
+            .label(s.name.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart
+            .draw_series(v.iter().map(|p| Circle::new((p.0, p.1), 4, c.filled())))
+            .map_err(|e| err(path, e))?;
+        for p in v.iter().filter(|p| p.2.is_some_and(|c| c > 0.0)) {
+            let ci = p.2.unwrap_or(0.0);
+            let (lo, hi) = ((p.1 - ci).max(0.0), (p.1 + ci).min(ytop));
+            let st = c.stroke_width(2);
+            chart
+                .draw_series([
+                    PathElement::new([(p.0, lo), (p.0, hi)], st),
+                    PathElement::new([(p.0 - cap, lo), (p.0 + cap, lo)], st),
+                    PathElement::new([(p.0 - cap, hi), (p.0 + cap, hi)], st),
+                ])
+                .map_err(|e| err(path, e))?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .label_font(("sans-serif", 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(path, e))?;
+    root.present().map_err(|e| err(path, e))
+}
+
+/// Several forwarded-against-generated curves on one chart (one per point of a scenario),
+/// with the line forwarded = generated and 99 % CI bars.
+pub fn throughput_series(
+    path: &Path,
+    title: &str,
+    series: &[(String, Vec<Point>)],
+) -> Result<(), Error> {
+    font();
+    let top =
+        series.iter().flat_map(|s| s.1.iter().map(|p| p.x.max(p.y))).fold(1.0, f64::max) * 1.15;
+    let (div, unit) = rate_unit(top);
+    let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(path, e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(20)
+        .x_label_area_size(55)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.0..top / div, 0.0..top / div)
+        .map_err(|e| err(path, e))?;
+    chart
+        .configure_mesh()
+        .x_desc(format!("generated load ({unit}): offered + refused"))
+        .y_desc(format!("forwarded ({unit})"))
+        .axis_desc_style(("sans-serif", 17))
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|e| err(path, e))?;
+    let grey = RGBColor(150, 150, 150);
+    chart
+        .draw_series(LineSeries::new([(0.0, 0.0), (top / div, top / div)], grey.stroke_width(1)))
+        .map_err(|e| err(path, e))?
+        .label("forwarded = generated")
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], grey));
+    let cap = top / div * 0.006;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let mut pts = pts.clone();
+        pts.sort_by(|a, b| a.x.total_cmp(&b.x));
+        chart
+            .draw_series(LineSeries::new(
+                pts.iter().map(|p| (p.x / div, p.y / div)),
+                c.stroke_width(2),
+            ))
+            .map_err(|e| err(path, e))?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart
+            .draw_series(pts.iter().map(|p| Circle::new((p.x / div, p.y / div), 4, c.filled())))
+            .map_err(|e| err(path, e))?;
+        for p in pts.iter().filter(|p| p.ci.is_some_and(|c| c > 0.0)) {
+            let ci = p.ci.unwrap_or(0.0);
+            let (x, lo, hi) =
+                (p.x / div, ((p.y - ci) / div).max(0.0), ((p.y + ci) / div).min(top / div));
+            let st = c.stroke_width(2);
+            chart
+                .draw_series([
+                    PathElement::new([(x, lo), (x, hi)], st),
+                    PathElement::new([(x - cap, lo), (x + cap, lo)], st),
+                    PathElement::new([(x - cap, hi), (x + cap, hi)], st),
+                ])
+                .map_err(|e| err(path, e))?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(path, e))?;
+    root.present().map_err(|e| err(path, e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pts_t() -> Vec<Point> {
+        (1..=3).map(|i| Point { x: i as f64 * 1e5, y: i as f64 * 9e4, ci: None }).collect()
+    }
 
     #[test]
     fn plots_render_to_png() {
@@ -354,7 +583,16 @@ mod tests {
             &[Series { name: "p50".into(), points: vec![(1e5, 3.0), (2e5, 4.0)] }],
         )
         .unwrap();
-        for f in ["t.png", "t-latency.png", "r.png"] {
+        let pts = |k: f64| (1..=4).map(|i| (i as f64 * k, i as f64 * 10.0, Some(1.0))).collect();
+        let two = [
+            XySeries { name: "a".into(), points: pts(1.0) },
+            XySeries { name: "b".into(), points: pts(1000.0) },
+        ];
+        xy(&dir.join("x.png"), "x", "n", "pps", &two, &XScale::Log).unwrap();
+        let cats = XScale::Categories(vec!["1".into(), "real".into(), "1M".into(), "x".into()]);
+        xy(&dir.join("c.png"), "c", "routes", "pps", &two[..1], &cats).unwrap();
+        throughput_series(&dir.join("s.png"), "s", &[("one".into(), pts_t())]).unwrap();
+        for f in ["t.png", "t-latency.png", "r.png", "x.png", "c.png", "s.png"] {
             let b = std::fs::read(dir.join(f)).unwrap();
             assert_eq!(&b[1..4], b"PNG", "{f}");
             assert!(b.len() > 10_000, "{f} has content");

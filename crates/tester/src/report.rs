@@ -307,6 +307,15 @@ pub fn csv(trials: &[TrialRecord]) -> String {
     let mut out = String::from(CSV_HEADER);
     out.push('\n');
     for t in trials {
+        out += &csv_row(t);
+    }
+    out
+}
+
+/// The CSV row of one trial (see [`CSV_HEADER`]), with its newline.
+pub fn csv_row(t: &TrialRecord) -> String {
+    let mut out = String::new();
+    {
         let r = &t.result;
         let l = r.latency.unwrap_or_default();
         let lat = |v: f64| if r.latency.is_some() { format!("{v:.3}") } else { String::new() };

@@ -12,6 +12,10 @@
 //! pacing precision (bursts grow to cover the sleep; the count stays exact) but leaves the CPU
 //! to others: the choice for a machine where the tester shares CPUs with other work.
 //!
+//! A DUT with several ingress ports gets one generator per port, each with its own pacer at
+//! its share of the rate (see [`crate::traffic::Mix`]); the loop polls every pacer and every
+//! sink port in turn.
+//!
 //! A trial during which the loop did not run for longer than [`RunnerOptions::stall_limit`]
 //! (the thread was descheduled: the DUT saw a gap and then a burst nobody asked for, or the
 //! sink stopped draining) is marked invalid; the methods repeat such trials (see
@@ -27,10 +31,10 @@ use serde::Serialize;
 
 use crate::analyzer::Analyzer;
 use crate::clock::Clock;
-use crate::dut::{Dut, DutCounters, DutPorts, DutReport, Refusal};
+use crate::dut::{Dut, DutCounters, DutReport, DutSnapshot, Refusal};
 use crate::gen::Generator;
 use crate::pacer::{auto_burst, Pacer, PacerStats, Rate};
-use crate::traffic::{self, TrafficSpec};
+use crate::traffic::{self, Mix, TrafficSpec};
 use crate::Error;
 
 /// How long a load lasts.
@@ -172,17 +176,33 @@ impl Latency {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ClassResult {
     pub name: String,
+    /// The share of the offered rate the traffic gave this class.
+    pub share: f64,
+    /// Frames the port accepted for this class (the measured window).
     pub offered: u64,
     pub received: u64,
     pub lost: u64,
     pub loss_ratio: f64,
+    /// `offered / duration_s`.
+    pub offered_pps: f64,
+    /// `received / duration_s`.
+    pub forwarded_pps: f64,
+    /// Frames of this class the port accepted during the warm-up (the DUT's counters include
+    /// them).
+    pub warmup_offered: u64,
+    /// `None` with more than [`crate::analyzer::MAX_CLASS_HISTOGRAMS`] classes.
     pub latency: Option<Latency>,
+    /// The DUT's own count for this class over the trial, warm-up included, if it keeps one.
+    pub dut: Option<DutCounters>,
 }
 
 /// The flows of a trial in brief.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct FlowSummary {
     pub flows: usize,
+    /// Flows the generator sent at least one frame of (a short trial over many flows may
+    /// not reach them all); the minimum and maximum below are over these.
+    pub flows_sent: usize,
     /// Flows that lost at least one frame.
     pub with_loss: usize,
     pub with_reordering: usize,
@@ -262,11 +282,24 @@ impl TrialResult {
     }
 }
 
-/// Drives a DUT: owns it, its ports, the generator and the analyzer.
+/// One ingress port's generator.
+struct StreamGen {
+    port: usize,
+    share: f64,
+    gen: Generator,
+}
+
+/// Drives a DUT: owns it, its ports, the generators and the analyzer.
 pub struct Runner {
     dut: Box<dyn Dut>,
-    ports: DutPorts,
-    gen: Generator,
+    ports: Vec<Box<dyn ports::Port>>,
+    sinks: Vec<usize>,
+    /// Ports frames are sent on that are not sinks: what arrives there is `returned`.
+    back: Vec<usize>,
+    refusal: Refusal,
+    streams: Vec<StreamGen>,
+    /// Reused by every trial, one per stream.
+    pacers: Vec<Pacer>,
     an: Analyzer,
     clock: Clock,
     tx_b: Batch,
@@ -275,7 +308,14 @@ pub struct Runner {
     tag: u8,
     returned: u64,
     opts: RunnerOptions,
+    spec: TrafficSpec,
+    mix: Mix,
     classes: Vec<String>,
+    class_share: Vec<f64>,
+    /// Per class: frames accepted during the last warm-up.
+    warm_offered: Vec<u64>,
+    /// Per flow: frames sent in the last trial (filled when summarising).
+    sent: Vec<u64>,
     mean_wire_bytes: f64,
     min_wire_bytes: usize,
     stopped: bool,
@@ -292,21 +332,49 @@ struct Sent {
     max_stall: u64,
 }
 
+/// What one ingress port carries, for reports.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StreamInfo {
+    /// Index of the port in the DUT's port set.
+    pub port: usize,
+    /// Share of the offered rate sent on it.
+    pub share: f64,
+    /// Frames prepared for it.
+    pub frames: usize,
+    /// Turns in its rotation.
+    pub slots: usize,
+}
+
 impl Runner {
-    /// Builds the traffic for `dut`'s targets and starts it.
+    /// Builds the traffic for `dut`'s targets, equal shares per class, and starts it.
     pub fn new(
-        mut dut: Box<dyn Dut>,
+        dut: Box<dyn Dut>,
         spec: &TrafficSpec,
         opts: RunnerOptions,
     ) -> Result<Runner, Error> {
+        Runner::with_mix(dut, spec, &Mix::default(), opts)
+    }
+
+    /// Builds the traffic for `dut`'s targets, shared among classes as `mix` says, and starts
+    /// the DUT.
+    pub fn with_mix(
+        mut dut: Box<dyn Dut>,
+        spec: &TrafficSpec,
+        mix: &Mix,
+        opts: RunnerOptions,
+    ) -> Result<Runner, Error> {
         let targets = dut.targets(spec.flows)?;
-        let t = traffic::build(spec, &targets)?;
-        let ports = dut.start()?;
-        Ok(Runner {
+        let t = traffic::build_mixed(spec, &targets, &dut.ingress(), mix)?;
+        let ps = dut.start_ports()?;
+        let mut r = Runner {
             dut,
-            ports,
-            gen: Generator::with_flows(t.frames),
-            an: Analyzer::new(t.class_of_flow),
+            ports: ps.ports,
+            sinks: ps.sinks,
+            back: Vec::new(),
+            refusal: ps.refusal,
+            streams: Vec::new(),
+            pacers: Vec::new(),
+            an: Analyzer::new(vec![0]),
             clock: Clock::new(),
             tx_b: Batch::new(MAX_BURST),
             rx_b: Batch::new(MAX_BURST),
@@ -314,11 +382,70 @@ impl Runner {
             tag: 0,
             returned: 0,
             opts,
-            classes: t.classes,
-            mean_wire_bytes: t.mean_wire_bytes,
-            min_wire_bytes: t.min_wire_bytes,
+            spec: *spec,
+            mix: mix.clone(),
+            classes: Vec::new(),
+            class_share: Vec::new(),
+            warm_offered: Vec::new(),
+            sent: Vec::new(),
+            mean_wire_bytes: 0.0,
+            min_wire_bytes: 0,
             stopped: false,
-        })
+        };
+        if let Some(&s) = r.sinks.iter().find(|&&s| s >= r.ports.len()) {
+            return Err(Error::new(format!(
+                "the DUT named sink port {s} of {} ports",
+                r.ports.len()
+            )));
+        }
+        if r.sinks.is_empty() {
+            return Err(Error::new("the DUT named no port for the sink"));
+        }
+        r.install(t)?;
+        Ok(r)
+    }
+
+    /// Changes the traffic (flows, frame size, shares) without restarting the DUT: asks it for
+    /// targets again and prepares new frames (setup work: it allocates).
+    pub fn set_traffic(&mut self, spec: &TrafficSpec, mix: &Mix) -> Result<(), Error> {
+        let targets = self.dut.targets(spec.flows)?;
+        let t = traffic::build_mixed(spec, &targets, &self.dut.ingress(), mix)?;
+        self.install(t)?;
+        self.spec = *spec;
+        self.mix = mix.clone();
+        Ok(())
+    }
+
+    fn install(&mut self, t: traffic::Traffic) -> Result<(), Error> {
+        if let Some(s) = t.streams.iter().find(|s| s.port >= self.ports.len()) {
+            return Err(Error::new(format!(
+                "the DUT put a target on port {} of {} ports",
+                s.port,
+                self.ports.len()
+            )));
+        }
+        self.streams = t
+            .streams
+            .into_iter()
+            .map(|s| StreamGen {
+                port: s.port,
+                share: s.share,
+                gen: Generator::with_lanes(s.lanes, s.slots),
+            })
+            .collect();
+        self.pacers = Vec::with_capacity(self.streams.len());
+        self.back =
+            self.streams.iter().map(|s| s.port).filter(|p| !self.sinks.contains(p)).collect();
+        self.back.sort_unstable();
+        self.back.dedup();
+        self.sent = vec![0; t.class_of_flow.len()];
+        self.an = Analyzer::with_classes(t.class_of_flow, t.classes.len());
+        self.warm_offered = vec![0; t.classes.len()];
+        self.classes = t.classes;
+        self.class_share = t.class_share;
+        self.mean_wire_bytes = t.mean_wire_bytes;
+        self.min_wire_bytes = t.min_wire_bytes;
+        Ok(())
     }
 
     /// The DUT.
@@ -326,9 +453,37 @@ impl Runner {
         &*self.dut
     }
 
+    /// The DUT, to change it between trials.
+    pub fn dut_mut(&mut self) -> &mut dyn Dut {
+        &mut *self.dut
+    }
+
     /// Class names.
     pub fn classes(&self) -> &[String] {
         &self.classes
+    }
+
+    /// Each class's share of the offered rate.
+    pub fn class_shares(&self) -> &[f64] {
+        &self.class_share
+    }
+
+    /// The traffic now offered.
+    pub fn traffic(&self) -> (&TrafficSpec, &Mix) {
+        (&self.spec, &self.mix)
+    }
+
+    /// What each ingress port carries.
+    pub fn streams(&self) -> Vec<StreamInfo> {
+        self.streams
+            .iter()
+            .map(|s| StreamInfo {
+                port: s.port,
+                share: s.share,
+                frames: s.gen.rotation_len(),
+                slots: s.gen.slots(),
+            })
+            .collect()
     }
 
     /// Mean and smallest frame size on the wire in the rotation, bytes.
@@ -338,7 +493,7 @@ impl Runner {
 
     /// What a refusal on the generator's port means.
     pub fn refusal(&self) -> Refusal {
-        self.ports.refusal
+        self.refusal
     }
 
     /// The runner's options.
@@ -357,23 +512,37 @@ impl Runner {
         self.tag
     }
 
+    fn accepted(&self) -> u64 {
+        self.streams.iter().map(|s| s.gen.total()).sum()
+    }
+
     /// Offers `load` and drains: the hot path, which neither allocates nor formats.
     pub fn offer(&mut self, load: &Load) -> Window {
-        let retry = load.retry_refused || self.ports.refusal == Refusal::Retry;
-        let burst = load.burst.unwrap_or_else(|| auto_burst(load.rate)).clamp(1, MAX_BURST);
+        let retry = load.retry_refused || self.refusal == Refusal::Retry;
         let warm = self.next_tag();
         let tag = self.next_tag();
+        self.warm_offered.fill(0);
         if !load.warmup.is_zero() {
-            self.gen.set_tag(warm);
+            for s in &mut self.streams {
+                s.gen.set_tag(warm);
+                s.gen.reset_counts();
+            }
             self.an.reset(tag);
-            self.send(load.rate, Until::Time(load.warmup), burst, retry);
+            self.send(load.rate, Until::Time(load.warmup), load.burst, retry);
+            for s in &self.streams {
+                for (c, &n) in s.gen.offered().iter().enumerate() {
+                    self.warm_offered[c] += n;
+                }
+            }
         }
         self.an.reset(tag);
-        self.gen.set_tag(tag);
-        self.gen.reset_counts();
+        for s in &mut self.streams {
+            s.gen.set_tag(tag);
+            s.gen.reset_counts();
+        }
         self.returned = 0;
-        let s = self.send(load.rate, load.until, burst, retry);
-        let accepted = self.gen.total();
+        let s = self.send(load.rate, load.until, load.burst, retry);
+        let accepted = self.accepted();
         let (drain_ns, drain_stall) = self.drain(accepted);
         let slot = match load.rate {
             Rate::Pps(r) => (1e9 / r) as u64,
@@ -395,18 +564,38 @@ impl Runner {
         }
     }
 
-    fn send(&mut self, rate: Rate, until: Until, burst: usize, retry: bool) -> Sent {
+    fn send(&mut self, rate: Rate, until: Until, burst: Option<usize>, retry: bool) -> Sent {
         let t0 = self.clock.now_ns();
-        let (total, end) = match (until, rate) {
-            (Until::Frames(n), _) => (n, u64::MAX),
-            (Until::Time(d), Rate::Pps(r)) => {
-                (((r * d.as_secs_f64()).round() as u64).max(1), u64::MAX)
-            }
-            (Until::Time(d), Rate::Max) => (u64::MAX, t0 + d.as_nanos() as u64),
-        };
-        // Catching up goes 64 frames at a time (more only if the burst itself is larger):
-        // releases of 256 keep 256 buffers (512 KiB) in flight per side and thrash the L2.
-        let mut pacer = Pacer::new(rate, burst, burst.max(64), t0, total);
+        let mut end = u64::MAX;
+        self.pacers.clear();
+        let (n_streams, mut frames_left) = (self.streams.len(), 0u64);
+        if let Until::Frames(n) = until {
+            frames_left = n;
+        }
+        for (i, st) in self.streams.iter().enumerate() {
+            let r = match rate {
+                Rate::Pps(r) => Rate::Pps((r * st.share).max(1e-3)),
+                Rate::Max => Rate::Max,
+            };
+            let total = match (until, r) {
+                // Frames split by share; the last stream takes what rounding left.
+                (Until::Frames(_), _) if i + 1 == n_streams => frames_left,
+                (Until::Frames(n), _) => {
+                    let k = ((n as f64 * st.share).round() as u64).min(frames_left);
+                    frames_left -= k;
+                    k
+                }
+                (Until::Time(d), Rate::Pps(r)) => ((r * d.as_secs_f64()).round() as u64).max(1),
+                (Until::Time(d), Rate::Max) => {
+                    end = t0 + d.as_nanos() as u64;
+                    u64::MAX
+                }
+            };
+            let b = burst.unwrap_or_else(|| auto_burst(r)).clamp(1, MAX_BURST);
+            // Catching up goes 64 frames at a time (more only if the burst itself is larger):
+            // releases of 256 keep 256 buffers (512 KiB) in flight per side and thrash the L2.
+            self.pacers.push(Pacer::new(r, b, b.max(64), t0, total));
+        }
         let (mut refused, mut retried, mut last, mut iter) = (0u64, 0u64, t0, 0u32);
         let (mut prev, mut max_stall) = (t0, 0u64);
         loop {
@@ -417,40 +606,49 @@ impl Runner {
                 last = now;
                 break;
             }
-            let n = pacer.poll(now);
-            let mut busy = n > 0;
-            if n > 0 {
-                let k = self.gen.send_timed(&mut *self.ports.tx, &mut self.tx_b, n, &self.clock);
-                if retry {
-                    pacer.released(k);
-                    retried += (n - k) as u64;
-                } else {
-                    pacer.released(n);
-                    refused += (n - k) as u64;
+            let (mut busy, mut done) = (false, true);
+            for (st, pacer) in self.streams.iter_mut().zip(self.pacers.iter_mut()) {
+                let n = pacer.poll(now);
+                if n > 0 {
+                    let port = &mut *self.ports[st.port];
+                    let k = st.gen.send_timed(port, &mut self.tx_b, n, &self.clock);
+                    if retry {
+                        pacer.released(k);
+                        retried += (n - k) as u64;
+                    } else {
+                        pacer.released(n);
+                        refused += (n - k) as u64;
+                    }
+                    last = now;
+                    busy = true;
                 }
-                last = now;
-            } else if pacer.done() {
+                done &= pacer.done();
+            }
+            if !busy && done {
                 break;
             }
-            busy |= self.an.recv(&mut *self.ports.rx, &mut self.rx_b, &self.clock) > 0;
+            for &p in &self.sinks {
+                busy |= self.an.recv(&mut *self.ports[p], &mut self.rx_b, &self.clock) > 0;
+            }
             iter = iter.wrapping_add(1);
             if iter % 64 == 0 {
                 self.returned += self.drain_back();
             }
             if let (false, Some(d)) = (busy, self.opts.idle_sleep) {
                 // Not past the next release (the OS adds its timer slack, ~50 µs, anyway).
-                let until = pacer.next_due_ns().map_or(u64::MAX, |t| t.saturating_sub(now));
+                let due = self.pacers.iter().filter_map(Pacer::next_due_ns).min();
+                let until = due.map_or(u64::MAX, |t| t.saturating_sub(now));
                 std::thread::sleep(d.min(Duration::from_nanos(until)));
                 prev = self.clock.now_ns();
             }
         }
         Sent {
-            attempted: pacer.count(),
+            attempted: self.pacers.iter().map(Pacer::count).sum(),
             refused,
             retried,
             t0,
             end: last,
-            pacing: pacer.stats(),
+            pacing: merge_pacing(&self.pacers),
             max_stall,
         }
     }
@@ -458,8 +656,12 @@ impl Runner {
     /// Frames the DUT sent back towards the generator (ARP, ICMP errors): received and
     /// dropped, so the ring towards the generator never fills.
     fn drain_back(&mut self) -> u64 {
-        self.back_b.clear();
-        self.ports.tx.rx_burst(&mut self.back_b) as u64
+        let mut n = 0;
+        for &p in &self.back {
+            self.back_b.clear();
+            n += self.ports[p].rx_burst(&mut self.back_b) as u64;
+        }
+        n
     }
 
     /// Receives until every accepted frame is back, or quiet, or the limit; returns how long
@@ -470,7 +672,10 @@ impl Runner {
         let (quiet, max) =
             (self.opts.quiet.as_nanos() as u64, self.opts.max_drain.as_nanos() as u64);
         loop {
-            let n = self.an.recv(&mut *self.ports.rx, &mut self.rx_b, &self.clock);
+            let mut n = 0;
+            for &p in &self.sinks {
+                n += self.an.recv(&mut *self.ports[p], &mut self.rx_b, &self.clock);
+            }
             self.returned += self.drain_back();
             let now = self.clock.now_ns();
             max_stall = max_stall.max(now - prev);
@@ -495,9 +700,9 @@ impl Runner {
 
     /// Offers `load` and summarises what happened, with the DUT's counters over the trial.
     pub fn trial(&mut self, load: &Load) -> TrialResult {
-        let before = self.dut.counters();
+        let before = self.dut.snapshot();
         let w = self.offer(load);
-        let after = self.dut.counters();
+        let after = self.dut.snapshot();
         let dut = match (before, after) {
             (Some(b), Some(a)) => Some(a.since(&b)),
             _ => None,
@@ -505,52 +710,70 @@ impl Runner {
         self.summarise(&w, dut)
     }
 
-    fn summarise(&self, w: &Window, dut: Option<DutCounters>) -> TrialResult {
+    fn summarise(&mut self, w: &Window, dut: Option<DutSnapshot>) -> TrialResult {
         let secs = w.send_ns as f64 / 1e9;
         let received = self.an.received();
         let lost = w.accepted.saturating_sub(received);
         let loss_ratio =
             if w.attempted == 0 { 0.0 } else { (lost + w.refused) as f64 / w.attempted as f64 };
-        let offered = self.gen.offered();
+        let mut offered = vec![0u64; self.classes.len()];
+        self.sent.fill(0);
+        for s in &self.streams {
+            for (c, &n) in s.gen.offered().iter().enumerate() {
+                if let Some(o) = offered.get_mut(c) {
+                    *o += n;
+                }
+            }
+            for (&f, &n) in s.gen.flow_ids().iter().zip(s.gen.flow_sent()) {
+                if let Some(x) = self.sent.get_mut(f as usize) {
+                    *x += n;
+                }
+            }
+        }
         let classes = self
             .classes
             .iter()
             .enumerate()
             .map(|(c, name)| {
                 let st = &self.an.classes()[c];
-                let off = offered.get(c).copied().unwrap_or(0);
+                let off = offered[c];
                 let lost = off.saturating_sub(st.received);
                 ClassResult {
                     name: name.clone(),
+                    share: self.class_share[c],
                     offered: off,
                     received: st.received,
                     lost,
                     loss_ratio: if off == 0 { 0.0 } else { lost as f64 / off as f64 },
-                    latency: Latency::of(&st.latency),
+                    offered_pps: off as f64 / secs,
+                    forwarded_pps: st.received as f64 / secs,
+                    warmup_offered: self.warm_offered[c],
+                    latency: st.latency.as_ref().and_then(Latency::of),
+                    dut: dut.as_ref().and_then(|d| d.classes.get(name).cloned()),
                 }
             })
             .collect();
-        let sent = self.gen.flow_sent();
         let mut fs = FlowSummary {
             flows: self.an.flows().len(),
             min_received: u64::MAX,
             ..FlowSummary::default()
         };
         for (f, st) in self.an.flows().iter().enumerate() {
-            let s = sent.get(f).copied().unwrap_or(0);
+            let s = self.sent.get(f).copied().unwrap_or(0);
             let l = s.saturating_sub(st.received);
             fs.with_loss += (l > 0) as usize;
             fs.with_reordering += (st.reordered > 0) as usize;
             fs.with_duplicates += (st.duplicates > 0) as usize;
             fs.sequence_gaps += st.gaps();
             fs.beyond_window += st.beyond_window;
-            fs.min_received = fs.min_received.min(st.received);
-            fs.max_received = fs.max_received.max(st.received);
             if s > 0 {
+                fs.flows_sent += 1;
+                fs.min_received = fs.min_received.min(st.received);
+                fs.max_received = fs.max_received.max(st.received);
                 fs.max_loss_ratio = fs.max_loss_ratio.max(l as f64 / s as f64);
             }
         }
-        if fs.flows == 0 {
+        if fs.flows_sent == 0 {
             fs.min_received = 0;
         }
         let flows = self.an.flows();
@@ -579,7 +802,7 @@ impl Runner {
             pacing: w.pacing,
             classes,
             flows: fs,
-            dut,
+            dut: dut.map(|d| d.total),
         }
     }
 
@@ -588,6 +811,27 @@ impl Runner {
         self.stopped = true;
         self.dut.stop()
     }
+}
+
+/// The pacing of several streams as one: bursts of the first, releases and late releases
+/// summed, the mean lateness weighted by releases, the largest lateness of any.
+fn merge_pacing(pacers: &[Pacer]) -> PacerStats {
+    let mut out = PacerStats::default();
+    let mut late_sum = 0.0;
+    for (i, p) in pacers.iter().enumerate() {
+        let s = p.stats();
+        if i == 0 {
+            out.burst = s.burst;
+        }
+        out.releases += s.releases;
+        late_sum += s.mean_late_ns * s.releases as f64;
+        out.max_late_ns = out.max_late_ns.max(s.max_late_ns);
+        out.late_over_100us += s.late_over_100us;
+    }
+    if out.releases > 0 {
+        out.mean_late_ns = late_sum / out.releases as f64;
+    }
+    out
 }
 
 impl Drop for Runner {

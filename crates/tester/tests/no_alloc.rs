@@ -1,12 +1,12 @@
 //! The generator, pacer and sink loop allocates nothing: counted with a global allocator.
-//! (Alone in its binary, so no other test allocates meanwhile.)
+//! (Alone in its binary, and the tests take turns, so no other test allocates meanwhile.)
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tester::fake::{Behaviour, FakeDut};
-use tester::traffic::TrafficSpec;
+use tester::fake::{Behaviour, FakeDut, MultiWire};
+use tester::traffic::{Mix, TrafficSpec};
 use tester::{Load, Rate, Runner, RunnerOptions, Until};
 
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
@@ -34,8 +34,11 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static A: Counting = Counting;
 
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn offering_a_load_allocates_nothing() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let spec = TrafficSpec { flows: 4096, ..TrafficSpec::default() };
     let mut r = Runner::new(
         Box::new(FakeDut::new(Behaviour::Loopback, 1024)),
@@ -58,4 +61,21 @@ fn offering_a_load_allocates_nothing() {
     let allocs = ALLOCS.load(Ordering::Relaxed) - before;
     assert_eq!((a.accepted, b.accepted), (20_000, 200_000));
     assert_eq!(allocs, 0, "allocations while offering {} frames", a.accepted + b.accepted);
+}
+
+#[test]
+fn offering_a_load_on_several_ports_with_shares_allocates_nothing() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let spec = TrafficSpec { flows: 4096, ..TrafficSpec::default() };
+    let mix = Mix { weights: vec![("c0".into(), 5.0)], others: 1.0, first: None };
+    let dut = MultiWire::new(4, 2, 1024);
+    let mut r = Runner::with_mix(Box::new(dut), &spec, &mix, RunnerOptions::default()).unwrap();
+    let paced = Load::paced(200_000.0, Duration::from_millis(100), Duration::from_millis(10));
+    r.offer(&paced);
+    let before = ALLOCS.load(Ordering::Relaxed);
+    let a = r.offer(&paced);
+    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+    assert_eq!(a.accepted + a.refused, 20_000);
+    assert_eq!(allocs, 0, "allocations while offering {} frames on two ports", a.accepted);
+    r.finish().unwrap();
 }

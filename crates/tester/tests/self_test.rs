@@ -13,10 +13,10 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tester::fake::{Behaviour, FakeDut};
+use tester::fake::{Behaviour, FakeDut, MultiWire};
 use tester::method::{ndrpdr, rfc2544, sweep, Common, Session};
 use tester::progress::Progress;
-use tester::traffic::TrafficSpec;
+use tester::traffic::{Mix, TrafficSpec};
 use tester::{Load, Runner, RunnerOptions};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -241,5 +241,59 @@ fn loopback_counts_every_frame_and_reports_the_pacing() {
     });
     assert_eq!((t.offered, t.received, t.refused), (100_000, 100_000, 0));
     assert!(t.valid);
+    r.finish().unwrap();
+}
+
+#[test]
+fn shares_split_the_load_across_ports_and_classes_exactly() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // c0 and c2 enter on port 0, c1 on port 1; c0 gets three times c1's share, c2 none.
+    let dut = MultiWire::new(3, 2, 4096).idle_sleep(IDLE);
+    let mix =
+        Mix { weights: vec![("c0".into(), 3.0), ("c1".into(), 1.0)], others: 0.0, first: None };
+    let spec = TrafficSpec { flows: 8, ..TrafficSpec::default() };
+    let opts = RunnerOptions { idle_sleep: Some(IDLE), ..RunnerOptions::default() };
+    let mut r = Runner::with_mix(Box::new(dut), &spec, &mix, opts).expect("runner");
+    let streams = r.streams();
+    assert_eq!(
+        streams.iter().map(|s| (s.port, s.share)).collect::<Vec<_>>(),
+        [(0, 0.75), (1, 0.25)]
+    );
+    // 40 kpps for 0.25 s: 7,500 frames at 30 kpps on port 0 and 2,500 at 10 kpps on port 1.
+    let t = r.trial(&Load::paced(40_000.0, Duration::from_millis(250), Duration::ZERO));
+    assert_eq!(
+        (t.attempted, t.offered, t.refused, t.received),
+        (10_000, 10_000, 0, 10_000),
+        "{t:?}"
+    );
+    let got: Vec<(&str, u64, u64)> =
+        t.classes.iter().map(|c| (c.name.as_str(), c.offered, c.received)).collect();
+    assert_eq!(got, [("c0", 7_500, 7_500), ("c1", 2_500, 2_500), ("c2", 0, 0)]);
+    // The DUT's own per-class counts agree, frame for frame (no warm-up).
+    for c in &t.classes {
+        let d = c.dut.as_ref().expect("per-class counters");
+        assert_eq!((d.received, d.forwarded), (c.offered, c.received), "{}", c.name);
+    }
+    assert_eq!(t.dut.as_ref().map(|d| d.forwarded), Some(10_000));
+    // Equal shares now: port 0 carries c0 and c2 (two thirds), port 1 c1; 30 kpps × 0.2 s.
+    r.set_traffic(&spec, &Mix::default()).unwrap();
+    let t = r.trial(&Load::paced(30_000.0, Duration::from_millis(200), Duration::from_millis(20)));
+    let got: Vec<u64> = t.classes.iter().map(|c| c.received).collect();
+    assert_eq!(got, [2_000, 2_000, 2_000], "{t:?}");
+    // The warm-up (20 ms at 30 kpps: 400 on port 0, 200 on port 1) shows in the DUT's count.
+    for c in &t.classes {
+        assert_eq!(c.warmup_offered, 200, "{}", c.name);
+        assert_eq!(c.dut.as_ref().unwrap().received, c.offered + c.warmup_offered, "{}", c.name);
+    }
+    // A frame count splits by share too, the rounding going to the last port.
+    let t = r.trial(&Load {
+        rate: tester::Rate::Max,
+        until: tester::Until::Frames(3_001),
+        warmup: Duration::ZERO,
+        burst: Some(32),
+        retry_refused: true,
+    });
+    assert_eq!((t.offered, t.received), (3_001, 3_001));
+    assert_eq!(t.classes[1].offered, 1_000, "port 1: a third of 3,001, rounded");
     r.finish().unwrap();
 }

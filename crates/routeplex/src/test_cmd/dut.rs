@@ -12,7 +12,7 @@ use control::Topology;
 use dataplane::config::VrConfig;
 use dataplane::{Drop, Engine, PortDrop};
 use serde_json::{json, Value};
-use tester::{Dut, DutCounters, DutPorts, DutReport, Refusal, Target};
+use tester::{Dut, DutCounters, DutPorts, DutReport, DutSnapshot, PortSet, Refusal, Target};
 use wire::MacAddr;
 
 use crate::lab::{self, Rng, Table};
@@ -27,25 +27,38 @@ const GEN_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 struct Shared {
     want: AtomicBool,
     stop: AtomicBool,
-    snap: Mutex<Option<DutCounters>>,
+    snap: Mutex<Option<DutSnapshot>>,
 }
 
 /// VRs of a topology as the DUT. Every VR's first interface faces the generator and its
 /// second the sink; all first interfaces share one `mem` port and all second ones another.
 /// Each VR gets the route table, via the static neighbors of its second interface.
+///
+/// [`RouteplexDut::with_roles`] generalises this to several generator-side (ingress) and
+/// sink-side (egress) ports: every VR interface on an ingress port is a target, and routes go
+/// via the static neighbors of the VR's interfaces on egress ports.
 pub struct RouteplexDut {
     name: String,
     topo: Topology,
     vrs: Vec<VrConfig>,
     table: Table,
     family: Family,
-    ports: (String, String),
+    /// Generator-side ports, then sink-side ports, by name.
+    ingress_ports: Vec<String>,
+    egress_ports: Vec<String>,
+    /// Per VR, its interfaces (indices) that receive test traffic.
+    ingress_ifaces: Vec<Vec<usize>>,
+    /// Per target of the last `targets`, its port (index into `ingress_ports`).
+    target_ports: Vec<usize>,
     pin: Option<usize>,
     rng: Rng,
     shared: Arc<Shared>,
+    /// The engine, built ahead of `start` by [`RouteplexDut::build_now`].
+    lab: Option<lab::Lab>,
     worker: Option<JoinHandle<Engine>>,
     engine_report: Option<Value>,
-    in_port: usize,
+    /// Topology indices of the ingress ports.
+    in_ports: Vec<usize>,
 }
 
 impl RouteplexDut {
@@ -73,8 +86,7 @@ impl RouteplexDut {
         if ports.0 == ports.1 {
             bail!("{}: the generator and the sink need different ports", topo.source);
         }
-        let mut vrs = topo.vrs.clone();
-        for vr in &mut vrs {
+        for vr in &topo.vrs {
             if (port_of(vr, 0)?, port_of(vr, 1)?) != ports {
                 bail!(
                     "{}: vr {}: every VR's first interface must be on port {} and its second on {}",
@@ -84,47 +96,138 @@ impl RouteplexDut {
                     ports.1
                 );
             }
-            let (g4, g6) = gateways(vr);
+        }
+        let only_first = vec![vec![0]; topo.vrs.len()];
+        Self::build(name, topo, table, family, pin, vec![ports.0], vec![ports.1], Some(only_first))
+    }
+
+    /// A DUT from `topo` whose VRs receive test traffic on `ingress` ports (every VR interface
+    /// on one is a target) and send it out of `egress` ports, routing `table` via the static
+    /// neighbors of their interfaces there.
+    pub fn with_roles(
+        name: &str,
+        topo: Topology,
+        table: Table,
+        family: Family,
+        pin: Option<usize>,
+        ingress: Vec<String>,
+        egress: Vec<String>,
+    ) -> Result<RouteplexDut> {
+        Self::build(name, topo, table, family, pin, ingress, egress, None)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        name: &str,
+        topo: Topology,
+        table: Table,
+        family: Family,
+        pin: Option<usize>,
+        ingress_ports: Vec<String>,
+        egress_ports: Vec<String>,
+        ingress_ifaces: Option<Vec<Vec<usize>>>,
+    ) -> Result<RouteplexDut> {
+        if topo.vrs.is_empty() {
+            bail!("{}: no VRs to test", topo.source);
+        }
+        if ingress_ports.is_empty() || egress_ports.is_empty() {
+            bail!("{}: the DUT needs at least one ingress and one egress port", topo.source);
+        }
+        let index = |p: &String| -> Result<usize> {
+            let i = topo.port_index(p).with_context(|| format!("{}: no port {p}", topo.source))?;
+            if !matches!(topo.ports[i].kind, control::PortKind::Mem { .. }) {
+                bail!("{}: port {p} is not a mem port", topo.source);
+            }
+            Ok(i)
+        };
+        let in_ports = ingress_ports.iter().map(index).collect::<Result<Vec<_>>>()?;
+        let out_ports = egress_ports.iter().map(index).collect::<Result<Vec<_>>>()?;
+        if in_ports.iter().any(|p| out_ports.contains(p)) {
+            bail!("{}: the generator and the sink need different ports", topo.source);
+        }
+        let mut vrs = topo.vrs.clone();
+        let mut ingress = Vec::new();
+        for (k, vr) in vrs.iter_mut().enumerate() {
+            let on = |ports: &[usize]| -> Vec<usize> {
+                (0..vr.interfaces.len())
+                    .filter(|&i| ports.contains(&(vr.interfaces[i].port as usize)))
+                    .collect()
+            };
+            let ins = match &ingress_ifaces {
+                Some(v) => v[k].clone(),
+                None => on(&in_ports),
+            };
+            let outs = on(&out_ports);
+            if ins.is_empty() || outs.is_empty() {
+                bail!(
+                    "{}: vr {} needs an interface on an ingress port ({}) and one on an egress port ({})",
+                    topo.source,
+                    vr.name,
+                    ingress_ports.join(", "),
+                    egress_ports.join(", ")
+                );
+            }
+            let (g4, g6) = gateways(vr, &outs);
             let (g4, g6) = match family {
                 Family::Ipv4 => (g4, Vec::new()),
                 Family::Ipv6 => (Vec::new(), g6),
             };
             if g4.is_empty() && g6.is_empty() {
                 bail!(
-                    "{}: vr {} has no static {} neighbor on its second interface to route via",
+                    "{}: vr {} has no static {} neighbor on its sink-side interfaces to route via",
                     topo.source,
                     vr.name,
                     family_name(family)
                 );
             }
-            let first = &vr.interfaces[0];
-            if (family == Family::Ipv4 && first.ipv4.is_empty())
-                || (family == Family::Ipv6 && first.ipv6.is_empty())
-            {
-                bail!(
-                    "{}: vr {}: its first interface has no {} address",
-                    topo.source,
-                    vr.name,
-                    family_name(family)
-                );
+            for &i in &ins {
+                let f = &vr.interfaces[i];
+                if (family == Family::Ipv4 && f.ipv4.is_empty())
+                    || (family == Family::Ipv6 && f.ipv6.is_empty())
+                {
+                    bail!(
+                        "{}: vr {}: its interface {} has no {} address",
+                        topo.source,
+                        vr.name,
+                        f.name,
+                        family_name(family)
+                    );
+                }
             }
             table.add_routes(vr, &g4, &g6);
+            ingress.push(ins);
         }
-        let in_port = topo.port_index(&ports.0).unwrap_or(0);
         Ok(RouteplexDut {
             name: name.to_string(),
             topo,
             vrs,
             table,
             family,
-            ports,
+            ingress_ports,
+            egress_ports,
+            ingress_ifaces: ingress,
+            target_ports: Vec::new(),
             pin,
             rng: Rng::new(0x7e57),
             shared: Arc::new(Shared::default()),
+            lab: None,
             worker: None,
             engine_report: None,
-            in_port,
+            in_ports,
         })
+    }
+
+    /// Builds the engine now rather than in `start` (so its memory can be measured).
+    pub fn build_now(&mut self) -> Result<()> {
+        if self.lab.is_none() {
+            self.lab = Some(lab::build(&self.topo, &self.vrs)?);
+        }
+        Ok(())
+    }
+
+    /// The VRs, as configured (routes included).
+    pub fn vrs(&self) -> &[VrConfig] {
+        &self.vrs
     }
 }
 
@@ -135,10 +238,10 @@ fn family_name(f: Family) -> &'static str {
     }
 }
 
-/// A VR's static neighbors on its second interface, by family.
-fn gateways(vr: &VrConfig) -> (Vec<Ipv4Addr>, Vec<Ipv6Addr>) {
+/// A VR's static neighbors on interfaces `ifaces`, by family.
+fn gateways(vr: &VrConfig, ifaces: &[usize]) -> (Vec<Ipv4Addr>, Vec<Ipv6Addr>) {
     let (mut g4, mut g6) = (Vec::new(), Vec::new());
-    for n in vr.neighbors.iter().filter(|n| n.iface == 1) {
+    for n in vr.neighbors.iter().filter(|n| ifaces.contains(&(n.iface as usize))) {
         match n.ip {
             IpAddr::V4(a) => g4.push(a),
             IpAddr::V6(a) => g6.push(a),
@@ -147,18 +250,25 @@ fn gateways(vr: &VrConfig) -> (Vec<Ipv4Addr>, Vec<Ipv6Addr>) {
     (g4, g6)
 }
 
-fn counters(e: &Engine, in_port: usize) -> DutCounters {
+fn snapshot(e: &Engine, in_ports: &[usize]) -> DutSnapshot {
     let mut dropped = BTreeMap::new();
     let mut forwarded = 0;
+    let mut classes = BTreeMap::new();
     for vr in e.vrs() {
         let c = vr.counters();
         forwarded += c.forwarded;
+        let mut own = BTreeMap::new();
         for &r in Drop::ALL {
             let n = c.dropped(r);
             if n > 0 {
                 *dropped.entry(r.name().to_string()).or_insert(0) += n;
+                own.insert(r.name().to_string(), n);
             }
         }
+        classes.insert(
+            vr.name().to_string(),
+            DutCounters { received: c.rx_packets, forwarded: c.forwarded, dropped: own },
+        );
     }
     for p in 0..e.port_count() {
         let c = e.port_counters(p);
@@ -169,7 +279,8 @@ fn counters(e: &Engine, in_port: usize) -> DutCounters {
             }
         }
     }
-    DutCounters { received: e.port_counters(in_port).rx_packets, forwarded, dropped }
+    let received = in_ports.iter().map(|&p| e.port_counters(p).rx_packets).sum();
+    DutSnapshot { total: DutCounters { received, forwarded, dropped }, classes }
 }
 
 fn report(e: &Engine) -> Value {
@@ -219,7 +330,7 @@ impl Dut for RouteplexDut {
             "dut": self.name,
             "kind": "routeplex engine, in process",
             "topology": self.topo.source,
-            "ports": {"generator": self.ports.0, "sink": self.ports.1, "backend": "mem"},
+            "ports": {"generator": self.ingress_ports, "sink": self.egress_ports, "backend": "mem"},
             "family": family_name(self.family),
             "table": self.table.label,
             "vrs": routes,
@@ -228,63 +339,80 @@ impl Dut for RouteplexDut {
     }
 
     fn targets(&mut self, flows: usize) -> Result<Vec<Target>, tester::Error> {
-        let per = flows.div_ceil(self.vrs.len()).max(1);
+        let n: usize = self.ingress_ifaces.iter().map(Vec::len).sum();
+        let per = flows.div_ceil(n.max(1)).max(1);
         let mut out = Vec::new();
-        for vr in &self.vrs {
-            let f = &vr.interfaces[0];
-            let (src, dst): (Vec<IpAddr>, Vec<IpAddr>) = match self.family {
-                Family::Ipv4 => {
-                    let net = f.ipv4[0];
-                    let own = net.addr();
-                    let src = net.hosts().filter(|&a| a != own).take(16).map(IpAddr::V4).collect();
-                    let dst = self
-                        .table
-                        .destinations_v4(per, &mut self.rng)
-                        .map_err(|e| tester::Error::new(format!("{}: {e:#}", vr.name)))?;
-                    (src, dst.into_iter().map(IpAddr::V4).collect())
-                }
-                Family::Ipv6 => {
-                    let net = f.ipv6[0];
-                    let base = u128::from(net.network());
-                    let own = net.addr();
-                    let src = (2..18u128)
-                        .map(|h| Ipv6Addr::from(base + h))
-                        .filter(|&a| a != own)
-                        .map(IpAddr::V6)
-                        .collect();
-                    let dst = self
-                        .table
-                        .destinations_v6(per, &mut self.rng)
-                        .map_err(|e| tester::Error::new(format!("{}: {e:#}", vr.name)))?;
-                    (src, dst.into_iter().map(IpAddr::V6).collect())
-                }
-            };
-            out.push(Target {
-                class: vr.name.clone(),
-                src_mac: GEN_MAC,
-                dst_mac: f.mac,
-                vlan: f.vlan,
-                src,
-                dst,
-            });
+        self.target_ports.clear();
+        for (vr, ins) in self.vrs.iter().zip(&self.ingress_ifaces) {
+            for &i in ins {
+                let f = &vr.interfaces[i];
+                let (src, dst): (Vec<IpAddr>, Vec<IpAddr>) = match self.family {
+                    Family::Ipv4 => {
+                        let net = f.ipv4[0];
+                        let own = net.addr();
+                        let src =
+                            net.hosts().filter(|&a| a != own).take(16).map(IpAddr::V4).collect();
+                        let dst = self
+                            .table
+                            .destinations_v4(per, &mut self.rng)
+                            .map_err(|e| tester::Error::new(format!("{}: {e:#}", vr.name)))?;
+                        (src, dst.into_iter().map(IpAddr::V4).collect())
+                    }
+                    Family::Ipv6 => {
+                        let net = f.ipv6[0];
+                        let base = u128::from(net.network());
+                        let own = net.addr();
+                        let src = (2..18u128)
+                            .map(|h| Ipv6Addr::from(base + h))
+                            .filter(|&a| a != own)
+                            .map(IpAddr::V6)
+                            .collect();
+                        let dst = self
+                            .table
+                            .destinations_v6(per, &mut self.rng)
+                            .map_err(|e| tester::Error::new(format!("{}: {e:#}", vr.name)))?;
+                        (src, dst.into_iter().map(IpAddr::V6).collect())
+                    }
+                };
+                let port = self.in_ports.iter().position(|&p| p == f.port as usize).unwrap_or(0);
+                self.target_ports.push(port);
+                out.push(Target {
+                    class: vr.name.clone(),
+                    src_mac: GEN_MAC,
+                    dst_mac: f.mac,
+                    vlan: f.vlan,
+                    src,
+                    dst,
+                });
+            }
         }
         Ok(out)
     }
 
+    fn ingress(&self) -> Vec<usize> {
+        self.target_ports.clone()
+    }
+
     fn start(&mut self) -> Result<DutPorts, tester::Error> {
+        Err(tester::Error::new("the routeplex DUT hands over its ports with start_ports"))
+    }
+
+    fn start_ports(&mut self) -> Result<PortSet, tester::Error> {
         if self.worker.is_some() {
             return Err(tester::Error::new("the routeplex DUT is already running"));
         }
         let err = |e: anyhow::Error| tester::Error::new(format!("{e:#}"));
-        let mut lab = lab::build(&self.topo, &self.vrs).map_err(err)?;
-        let tx = lab
-            .take_outside(&self.topo, &self.ports.0)
-            .map_err(|e| tester::Error::new(e.to_string()))?;
-        let rx = lab
-            .take_outside(&self.topo, &self.ports.1)
-            .map_err(|e| tester::Error::new(e.to_string()))?;
+        self.build_now().map_err(err)?;
+        let mut lab = self.lab.take().expect("built");
+        let mut ports: Vec<Box<dyn ports::Port>> = Vec::new();
+        for p in self.ingress_ports.iter().chain(&self.egress_ports) {
+            let end =
+                lab.take_outside(&self.topo, p).map_err(|e| tester::Error::new(e.to_string()))?;
+            ports.push(Box::new(end));
+        }
+        let sinks = (self.ingress_ports.len()..ports.len()).collect();
         let mut engine = lab.engine;
-        let (shared, pin, in_port) = (self.shared.clone(), self.pin, self.in_port);
+        let (shared, pin, in_ports) = (self.shared.clone(), self.pin, self.in_ports.clone());
         let t = std::thread::Builder::new()
             .name("routeplex-dut".into())
             .spawn(move || {
@@ -298,7 +426,7 @@ impl Dut for RouteplexDut {
                     k = k.wrapping_add(1);
                     if k.is_multiple_of(64) && shared.want.load(Ordering::Acquire) {
                         *shared.snap.lock().unwrap_or_else(|e| e.into_inner()) =
-                            Some(counters(&engine, in_port));
+                            Some(snapshot(&engine, &in_ports));
                         shared.want.store(false, Ordering::Release);
                     }
                 }
@@ -308,10 +436,14 @@ impl Dut for RouteplexDut {
                 tester::Error::new(format!("cannot start the DUT's worker thread: {e}"))
             })?;
         self.worker = Some(t);
-        Ok(DutPorts { tx: Box::new(tx), rx: Box::new(rx), refusal: Refusal::Loss })
+        Ok(PortSet { ports, sinks, refusal: Refusal::Loss })
     }
 
     fn counters(&mut self) -> Option<DutCounters> {
+        self.snapshot().map(|s| s.total)
+    }
+
+    fn snapshot(&mut self) -> Option<DutSnapshot> {
         self.worker.as_ref()?;
         self.shared.want.store(true, Ordering::Release);
         let deadline = Instant::now() + Duration::from_secs(1);
@@ -336,7 +468,7 @@ impl Dut for RouteplexDut {
             t.join().map_err(|_| tester::Error::new("the DUT's worker thread panicked"))?;
         let details = report(&engine);
         self.engine_report = Some(details.clone());
-        Ok(DutReport { counters: Some(counters(&engine, self.in_port)), details })
+        Ok(DutReport { counters: Some(snapshot(&engine, &self.in_ports).total), details })
     }
 }
 

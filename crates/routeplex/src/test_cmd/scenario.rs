@@ -1,0 +1,497 @@
+//! `routeplex test scenario FILE`: one experiment from a file (see `tester::scenario` for the
+//! format), run against DUTs built from each point's parameters: routeplex VRs (a topology
+//! generated from the numbers, run by [`RouteplexDut`]), Linux VRs on macvlan devices (root),
+//! or the tester's fake DUTs. Prints the table (or the JSON) and writes JSON, CSV, PNG plots
+//! and the generated topologies to the output folder.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use serde_json::json;
+use tester::scenario::{
+    self, BuildError, BuiltDut, DutBuilder, DutParams, FakeBuilder, Layout, ReservationSpec,
+    Routes, RunOptions, Scenario,
+};
+use tester::RunnerOptions;
+
+use super::dut::RouteplexDut;
+use super::kernel_dut;
+use crate::lab::{self, Table};
+use crate::{sys, Family};
+
+/// `routeplex test scenario`.
+#[derive(Args, Debug)]
+pub struct ScenarioArgs {
+    /// The scenario file (YAML; examples/scenarios/ has the seed experiments).
+    pub file: PathBuf,
+    /// Short trials, one repetition, the axis's quick values (a smoke run).
+    #[arg(long)]
+    pub quick: bool,
+    /// Print the report as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Where to write the JSON, CSV, plots and generated topologies (default:
+    /// scenario-results/NAME).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Do not pin the tester to CPU 0 and the DUT to CPU 1.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// No progress lines on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Sleep this long (µs) when the tester or a fake DUT has nothing to do, instead of
+    /// spinning (for machines with fewer cores than threads).
+    #[arg(long)]
+    pub idle_sleep_us: Option<f64>,
+}
+
+/// Builds the DUT of each point.
+pub struct Builder {
+    /// The CPU the DUT's thread is pinned to.
+    pub dut_cpu: Option<usize>,
+    pub fake: FakeBuilder,
+    /// Tables already made, by (routes, family).
+    tables: BTreeMap<(String, bool), Table>,
+    /// Heap of the first routeplex DUT built per parameters other than the VR count.
+    heaps: BTreeMap<String, (usize, f64)>,
+    /// Whether this process may build namespaces.
+    pub root: bool,
+}
+
+impl Builder {
+    pub fn new(dut_cpu: Option<usize>, idle_sleep: Option<Duration>) -> Builder {
+        Builder {
+            dut_cpu,
+            fake: FakeBuilder { idle_sleep },
+            tables: BTreeMap::new(),
+            heaps: BTreeMap::new(),
+            root: sys::euid() == 0,
+        }
+    }
+
+    fn table(&mut self, p: &DutParams) -> Result<Table, BuildError> {
+        let v6 = p.family == "ipv6";
+        let key = (format!("{:?}", p.routes), v6);
+        if !self.tables.contains_key(&key) {
+            let t = match p.routes {
+                Routes::Count(1) => Table {
+                    label: "one default route".into(),
+                    v4: vec![("0.0.0.0/0".parse().expect("a prefix"), 0)],
+                    v6: vec![("::/0".parse().expect("a prefix"), 0)],
+                },
+                Routes::Count(n) => {
+                    let mut t = Table::generated(if v6 { 1 } else { n }, if v6 { n } else { 1 }, 1);
+                    t.label = format!("{n} generated prefixes with a real table's shape");
+                    t
+                }
+                Routes::Real => {
+                    use fib::prefix_file::{cached, Family as F};
+                    if cached(F::Ipv4).is_none() || cached(F::Ipv6).is_none() {
+                        return Err(BuildError::Skip(
+                            "the real Internet table is not cached (run scripts/fetch-prefixes)"
+                                .into(),
+                        ));
+                    }
+                    Table::real_or_generated(1, 1, 1)
+                        .map_err(|e| BuildError::Fail(e.to_string()))?
+                }
+            };
+            self.tables.insert(key.clone(), t);
+        }
+        let t = &self.tables[&key];
+        Ok(Table { label: t.label.clone(), v4: t.v4.clone(), v6: t.v6.clone() })
+    }
+
+    fn routeplex(&mut self, p: &DutParams) -> Result<BuiltDut, BuildError> {
+        if p.workers > 1 {
+            return Err(BuildError::Skip(format!(
+                "workers: {}: the in-process routeplex DUT runs its engine on one worker thread",
+                p.workers
+            )));
+        }
+        let vifs = if p.vifs == 0 { p.ingress_ports + p.egress_ports } else { p.vifs };
+        if p.vrs * vifs > MAX_IFACES {
+            return Err(BuildError::Fail(format!(
+                "{} VRs × {vifs} interfaces: the generated topology addresses at most {MAX_IFACES} \
+                 interfaces (a /30 each in 198.18.0.0/15)",
+                p.vrs
+            )));
+        }
+        let g = topology(p);
+        let fail = |e: anyhow::Error| BuildError::Fail(format!("{e:#}"));
+        let topo = lab::topology(&g.yaml, &g.file).map_err(fail)?;
+        let table = self.table(p)?;
+        let family = if p.family == "ipv6" { Family::Ipv6 } else { Family::Ipv4 };
+        let heap0 = heap_in_use();
+        let t0 = Instant::now();
+        let mut d = RouteplexDut::with_roles(
+            "routeplex",
+            topo,
+            table,
+            family,
+            self.dut_cpu,
+            g.ingress,
+            g.egress,
+        )
+        .map_err(fail)?;
+        d.build_now().map_err(fail)?;
+        let build_s = t0.elapsed().as_secs_f64();
+        let mut facts = vec![
+            ("build_s".to_string(), build_s),
+            ("routes_per_vr".to_string(), d.vrs()[0].routes.len() as f64),
+        ];
+        if let (Some(a), Some(b)) = (heap0, heap_in_use()) {
+            let bytes = b.saturating_sub(a) as f64;
+            facts.push(("heap_bytes".into(), bytes));
+            facts.push(("bytes_per_vr".into(), bytes / p.vrs as f64));
+            // Against the first DUT built with the same parameters but another VR count: what
+            // one more VR costs, without the ports' rings.
+            let key = format!("{:?}", DutParams { vrs: 0, reserved_vrs: None, ..p.clone() });
+            match self.heaps.get(&key) {
+                Some(&(n, h)) if n != p.vrs => {
+                    let extra = (bytes - h) / (p.vrs as f64 - n as f64);
+                    facts.push(("marginal_bytes_per_vr".into(), extra));
+                }
+                Some(_) => {}
+                None => {
+                    self.heaps.insert(key, (p.vrs, bytes));
+                }
+            }
+        }
+        Ok(BuiltDut { dut: Box::new(d), facts, topology: Some((g.file, g.yaml)) })
+    }
+
+    fn macvlan(&mut self, p: &DutParams) -> Result<BuiltDut, BuildError> {
+        if p.reservation != ReservationSpec::None {
+            return Err(BuildError::Skip(
+                "Linux macvlan VRs have no per-VR reservation (the point is routeplex's)".into(),
+            ));
+        }
+        if !self.root {
+            return Err(BuildError::Skip(
+                "Linux macvlan VRs need root (namespaces, macvlan devices); run as root to compare"
+                    .into(),
+            ));
+        }
+        if p.ports != Layout::Shared || p.ingress_ports != 1 || p.egress_ports != 1 {
+            return Err(BuildError::Skip(
+                "the macvlan DUT has one shared ingress and one egress link (ports: shared, 1 and 1)"
+                    .into(),
+            ));
+        }
+        let routes = match p.routes {
+            Routes::Count(n) if n <= 8192 => n,
+            _ => {
+                return Err(BuildError::Skip("the macvlan DUT routes at most 8192 prefixes".into()))
+            }
+        };
+        let opts =
+            kernel_dut::Options { routes, dut_cpu: self.dut_cpu, ..kernel_dut::Options::default() };
+        let d = kernel_dut::macvlan_vrs(p.vrs, opts)
+            .map_err(|e| BuildError::Fail(format!("macvlan VRs: {e:#}")))?;
+        Ok(BuiltDut { dut: Box::new(d), facts: Vec::new(), topology: None })
+    }
+}
+
+impl DutBuilder for Builder {
+    fn build(&mut self, p: &DutParams) -> Result<BuiltDut, BuildError> {
+        match p.kind.as_str() {
+            "routeplex" => self.routeplex(p),
+            "macvlan" => self.macvlan(p),
+            _ => self.fake.build(p),
+        }
+    }
+}
+
+/// Interfaces the generated topologies can address.
+const MAX_IFACES: usize = 32_768;
+
+/// Bytes the allocator has handed out and not had back (glibc), all threads.
+fn heap_in_use() -> Option<u64> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 takes no arguments and only reads the allocator's statistics.
+        let m = unsafe { libc::mallinfo2() };
+        Some((m.uordblks + m.hblkhd) as u64)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        None
+    }
+}
+
+/// A topology generated from a point's DUT parameters.
+pub struct Generated {
+    pub file: String,
+    pub yaml: String,
+    pub ingress: Vec<String>,
+    pub egress: Vec<String>,
+}
+
+/// The topology of `p`: `mem` ports (shared by every VR, or each VR's own), VRs named `vr1`,
+/// `vr2`, ... with `vifs` interfaces spread over their ports (ingress ports first), each
+/// interface in its own /30 of 198.18.0.0/15 and /64 of 2001:db8::/32; a static neighbor
+/// (the sink) on every egress interface; the reservation and batch limit.
+pub fn topology(p: &DutParams) -> Generated {
+    let (ni, ne) = (p.ingress_ports, p.egress_ports);
+    let mut y = String::new();
+    let _ = writeln!(
+        y,
+        "# Generated by routeplex test scenario: {} VR(s), ports {}, {ni} ingress and {ne} egress, \
+         vifs {}, ring {}, burst {}",
+        p.vrs,
+        if p.ports == Layout::Shared { "shared" } else { "per-vr" },
+        p.vifs,
+        p.ring,
+        p.burst
+    );
+    let _ = writeln!(y, "workers: {}", p.workers);
+    y.push_str("ports:\n");
+    let names = |k: Option<usize>| -> (Vec<String>, Vec<String>) {
+        let pre = k.map_or(String::new(), |k| format!("vr{k}-"));
+        (
+            (0..ni).map(|i| format!("{pre}in{i}")).collect(),
+            (0..ne).map(|i| format!("{pre}out{i}")).collect(),
+        )
+    };
+    let mut ingress = Vec::new();
+    let mut egress = Vec::new();
+    let per_vr = p.ports == Layout::PerVr;
+    for k in if per_vr { (1..=p.vrs).map(Some).collect() } else { vec![None] } {
+        let (i, e) = names(k);
+        ingress.extend(i);
+        egress.extend(e);
+    }
+    for n in ingress.iter().chain(&egress) {
+        let _ = writeln!(y, "  - {{ name: {n}, kind: mem, ring: {}, burst: {} }}", p.ring, p.burst);
+    }
+    y.push_str("vrs:\n");
+    let nports = ni + ne;
+    let vifs = if p.vifs == 0 { nports } else { p.vifs };
+    for k in 1..=p.vrs {
+        let (ins, outs) = names(per_vr.then_some(k));
+        let ports: Vec<&String> = ins.iter().chain(&outs).collect();
+        let _ = writeln!(y, "  - name: vr{k}\n    interfaces:");
+        let mut neighbors = String::new();
+        for j in 0..vifs {
+            let port = j % nports;
+            // Unique on every port: VRs sharing a port each have their own addresses.
+            let base = (198u32 << 24 | 18 << 16) + 4 * ((k - 1) * vifs + j) as u32;
+            let a = |h: u32| {
+                let v = base + h;
+                format!("{}.{}.{}.{}", v >> 24, (v >> 16) & 255, (v >> 8) & 255, v & 255)
+            };
+            let mac = |side: u8| {
+                format!(
+                    "02:{side:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                    k >> 8,
+                    k & 255,
+                    j >> 8,
+                    j & 255
+                )
+            };
+            let _ = writeln!(
+                y,
+                "      - {{ name: e{j}, port: {}, mac: \"{}\", addresses: [{}/30, \"2001:db8:{k:x}:{j:x}::1/64\"] }}",
+                ports[port],
+                mac(1),
+                a(1)
+            );
+            if port >= ni {
+                let _ = writeln!(
+                    neighbors,
+                    "      - {{ address: {}, mac: \"{}\", interface: e{j} }}\n      - {{ address: \"2001:db8:{k:x}:{j:x}::2\", mac: \"{}\", interface: e{j} }}",
+                    a(2),
+                    mac(2),
+                    mac(2)
+                );
+            }
+        }
+        let _ = writeln!(y, "    neighbors:\n{}", neighbors.trim_end());
+        let reserved = p.reserved_vrs.is_none_or(|n| k <= n);
+        let budget = match p.reservation {
+            ReservationSpec::None => None,
+            ReservationSpec::TimePercent(pc) => Some(format!(
+                "time_us: {}",
+                ((pc / 100.0 * p.period_us as f64).round() as u64).max(1)
+            )),
+            ReservationSpec::Packets(n) => Some(format!("packets: {n}")),
+        };
+        if let (true, Some(b)) = (reserved, budget) {
+            let _ = writeln!(
+                y,
+                "    reservation: {{ {b}, period_us: {}, weight: {} }}",
+                p.period_us, p.weight
+            );
+        }
+        if p.batch > 0 {
+            let _ = writeln!(y, "    batch: {}", p.batch);
+        }
+    }
+    let mut file = format!(
+        "topology-{}vr-{}-{ni}x{ne}-vifs{vifs}-ring{}-burst{}",
+        p.vrs,
+        if per_vr { "pervr" } else { "shared" },
+        p.ring,
+        p.burst
+    );
+    match p.reservation {
+        ReservationSpec::None => {}
+        ReservationSpec::TimePercent(pc) => file += &format!("-res{pc}pct-per{}", p.period_us),
+        ReservationSpec::Packets(n) => file += &format!("-res{n}pkt-per{}", p.period_us),
+    }
+    if p.reservation != ReservationSpec::None {
+        file += &format!("-w{}", p.weight);
+        if let Some(n) = p.reserved_vrs {
+            file += &format!("-first{n}");
+        }
+    }
+    if p.batch > 0 {
+        file += &format!("-batch{}", p.batch);
+    }
+    file += ".yaml";
+    Generated { file, yaml: y, ingress, egress }
+}
+
+/// Runs the scenario of `a`.
+pub fn run(a: ScenarioArgs) -> Result<()> {
+    let sc = Scenario::load(&a.file).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let idle = a.idle_sleep_us.map(|us| Duration::from_secs_f64(us.clamp(0.0, 1e5) / 1e6));
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pin = !a.no_pin && cpus >= 2 && sys::pin(0);
+    let dut_cpu = pin.then_some(1);
+    let placement = if pin {
+        json!({"cpus": cpus, "tester": "CPU 0 (pinned): generator and sink on one thread",
+               "dut": "CPU 1 (pinned): the DUT's worker thread (routeplex engine, fake DUT) or the kernel's work for its interfaces (macvlan)"})
+    } else {
+        json!({"cpus": cpus, "tester": "not pinned: generator and sink on one thread",
+               "dut": "not pinned"})
+    };
+    let o = RunOptions {
+        quick: a.quick,
+        runner: RunnerOptions { idle_sleep: idle, ..RunnerOptions::default() },
+        progress: !a.quiet,
+        placement,
+        tool: format!("routeplex {} test scenario", env!("CARGO_PKG_VERSION")),
+    };
+    let mut b = Builder::new(dut_cpu, idle);
+    let r = scenario::run(&sc, &o, &mut b).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let out = a.out.clone().unwrap_or_else(|| Path::new("scenario-results").join(&sc.name));
+    std::fs::create_dir_all(&out).with_context(|| format!("--out {}", out.display()))?;
+    let name = &sc.name;
+    let mut files = Vec::new();
+    let mut write = |f: String, text: &str| -> Result<()> {
+        let p = out.join(&f);
+        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
+        files.push(p.display().to_string());
+        Ok(())
+    };
+    let table = scenario::table(&r);
+    write(format!("{name}.txt"), &table)?;
+    write(format!("{name}.csv"), &scenario::points_csv(&r))?;
+    write(format!("{name}-trials.csv"), &scenario::trials_csv(&r))?;
+    for (f, y) in &r.topologies {
+        write(format!("{name}-{f}"), y)?;
+    }
+    let png = out.join(format!("{name}.png"));
+    scenario::metric_plot(&r, &png).map_err(|e| anyhow::anyhow!("{e}"))?;
+    files.push(png.display().to_string());
+    let curves = out.join(format!("{name}-curves.png"));
+    if scenario::curves_plot(&r, &curves).map_err(|e| anyhow::anyhow!("{e}"))? {
+        files.push(curves.display().to_string());
+    }
+    let json_path = out.join(format!("{name}.json"));
+    files.push(json_path.display().to_string());
+    let mut v = serde_json::to_value(&r)?;
+    v["files"] = json!(files);
+    let text = serde_json::to_string_pretty(&v)?;
+    std::fs::write(&json_path, &text)
+        .with_context(|| format!("writing {}", json_path.display()))?;
+    if a.json {
+        println!("{text}");
+    } else {
+        print!("{table}");
+        println!("files: {}", files.join(", "));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dataplane::{Budget, Reservation};
+    use tester::Dut;
+
+    #[test]
+    fn generated_topologies_carry_layout_interfaces_and_reservations() {
+        let p = DutParams {
+            vrs: 3,
+            ports: Layout::PerVr,
+            ingress_ports: 2,
+            egress_ports: 1,
+            vifs: 5,
+            reservation: ReservationSpec::TimePercent(25.0),
+            period_us: 2000,
+            weight: 7,
+            reserved_vrs: Some(2),
+            batch: 32,
+            ..DutParams::default()
+        };
+        let g = topology(&p);
+        let topo = lab::topology(&g.yaml, &g.file).unwrap();
+        assert_eq!((g.ingress.len(), g.egress.len()), (6, 3), "per VR: 2 ingress, 1 egress");
+        assert_eq!(topo.ports.len(), 9);
+        assert_eq!(topo.vrs.len(), 3);
+        for (k, vr) in topo.vrs.iter().enumerate() {
+            assert_eq!(vr.interfaces.len(), 5);
+            let s = &topo.schedule[k];
+            assert_eq!(s.batch, Some(32));
+            let want = (k < 2).then_some(Reservation {
+                budget: Budget::Time(500_000),
+                period_ns: 2_000_000,
+                weight: 7,
+            });
+            assert_eq!(s.reservation, want, "vr{}", k + 1);
+        }
+        // Interfaces 0, 1, 3 and 4 are on ingress ports: four targets per VR, each on its port.
+        let table = Table::generated(100, 10, 1);
+        let mut d = RouteplexDut::with_roles(
+            "t",
+            topo,
+            table,
+            Family::Ipv4,
+            None,
+            g.ingress.clone(),
+            g.egress.clone(),
+        )
+        .unwrap();
+        let t = d.targets(90).unwrap();
+        assert_eq!(t.len(), 12);
+        assert_eq!(d.ingress(), [0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5]);
+        assert!(t.iter().all(|t| t.dst.len() == 8), "90 flows over 12 targets");
+        let macs: std::collections::BTreeSet<_> = t.iter().map(|t| t.dst_mac).collect();
+        assert_eq!(macs.len(), 12, "every interface has its own MAC");
+    }
+
+    #[test]
+    fn shared_ports_get_distinct_addresses_and_a_packet_budget() {
+        let p = DutParams {
+            vrs: 64,
+            reservation: ReservationSpec::Packets(100),
+            ..DutParams::default()
+        };
+        let g = topology(&p);
+        let topo = lab::topology(&g.yaml, &g.file).unwrap();
+        assert_eq!(topo.ports.len(), 2, "every VR on the same two ports");
+        assert!(topo
+            .schedule
+            .iter()
+            .all(|s| s.reservation.map(|r| r.budget) == Some(Budget::Packets(100))));
+        assert!(g.file.contains("res100pkt"), "{}", g.file);
+    }
+}

@@ -1,0 +1,276 @@
+use std::time::Duration;
+
+use super::*;
+use crate::runner::RunnerOptions;
+
+const GOOD: &str = r#"# A test scenario.
+# Second line of the header.
+name: t-isolation
+title: two classes, one overloaded
+reproduces: nothing in particular
+dut:
+  kind: multi-wire
+  vrs: 2
+  ingress_ports: 2
+  ring: 1024
+axis:
+  param: rate.c0
+  values: [5k, 20k]
+  label: c0 offered
+traffic:
+  flows: 16
+  rates: { c0: 5k, c1: 5k }
+method:
+  kind: rate
+  duration: 0.1
+  repetitions: 2
+quick:
+  duration: 0.05
+  warmup: 0
+report:
+  columns: [c0 offered, offered_pps, forwarded_pps, "*.forwarded_pps", "*.dut_forwarded"]
+  plot: { y: ["*.forwarded_pps", forwarded_pps] }
+  derived: [drop_vs_first, linear_fit]
+"#;
+
+fn err(text: &str) -> ScenarioError {
+    Scenario::parse(text, "bad.yaml").expect_err("accepted a bad scenario")
+}
+
+fn with(find: &str, replace: &str) -> String {
+    assert!(GOOD.contains(find), "{find}");
+    GOOD.replacen(find, replace, 1)
+}
+
+#[test]
+fn a_scenario_parses_with_its_header_axis_and_report() {
+    let sc = Scenario::parse(GOOD, "good.yaml").unwrap();
+    assert_eq!(sc.name, "t-isolation");
+    assert_eq!(sc.about, "A test scenario.\nSecond line of the header.");
+    assert_eq!(sc.axis.params, ["rate.c0"]);
+    assert_eq!(sc.axis.values.iter().map(|v| v.number).collect::<Vec<_>>(), [Some(5e3), Some(2e4)]);
+    assert_eq!(sc.axis.quick.len(), 2, "first and last by default");
+    assert_eq!(sc.method.kind, MethodKind::Rate);
+    assert_eq!(sc.method.duration, Duration::from_millis(100));
+    assert_eq!(sc.quick.warmup, Duration::ZERO);
+    let pts = sc.points(false);
+    assert_eq!(pts.len(), 2);
+    assert_eq!(
+        pts[1].2.traffic.rates,
+        [("c0".into(), RateSpec::Pps(2e4)), ("c1".into(), RateSpec::Pps(5e3))]
+    );
+    assert_eq!(sc.report.derived, [Derived::DropVsFirst, Derived::LinearFit]);
+}
+
+#[test]
+fn bad_scenarios_name_file_line_field_and_value() {
+    let e = err(&with("vrs: 2", "vrs: 0"));
+    assert_eq!((e.file.as_str(), e.line, e.field.as_str()), ("bad.yaml", 8, "dut.vrs"));
+    assert_eq!(e.value.as_deref(), Some("0"));
+    assert!(e.to_string().starts_with("bad.yaml:8:8: dut.vrs: vrs 0 is out of range"), "{e}");
+    let e = err(&with("values: [5k, 20k]", "values: [5k, fast]"));
+    assert_eq!(
+        (e.line, e.field.as_str(), e.value.as_deref()),
+        (13, "axis.values[1]", Some("fast"))
+    );
+    let e = err(&with("  flows: 16", "  flow: 16"));
+    assert!(e.message.contains("unknown key \"flow\""), "{e}");
+    assert_eq!(e.field, "traffic.flow");
+    let e = err(&with("kind: rate", "kind: fastest"));
+    assert_eq!((e.field.as_str(), e.value.as_deref()), ("method.kind", Some("fastest")));
+    let e = err(&with("\"*.dut_forwarded\"", "\"*.nonsense\""));
+    assert!(e.message.contains("unknown column"), "{e}");
+    let e = err(&with("kind: multi-wire", "kind: teleport"));
+    assert!(e.message.contains("teleport"), "{e}");
+    let e = err(&with("  ring: 1024", "  ring: 1000"));
+    assert!(e.message.contains("power of two"), "{e}");
+    let e = err(&with("name: t-isolation", "name: no/slashes"));
+    assert_eq!(e.field, "name");
+    let e = err(&with("  ring: 1024", "  reservation: 150%"));
+    assert_eq!(
+        (e.line, e.field.as_str(), e.value.as_deref()),
+        (10, "dut.reservation", Some("150%"))
+    );
+    assert!(e.message.contains("(0, 100]"), "{e}");
+    let e = err(&with("  ring: 1024", "  reservation: lots"));
+    assert!(e.message.contains("packets:N"), "{e}");
+    let e = err(&with("  ring: 1024", "  reserved_vrs: 3"));
+    assert!(e.message.contains("reserved_vrs 3 is more than the 2 VRs"), "{e}");
+    let e = err(&with("  ring: 1024", "  placement: auto"));
+    assert!(e.message.contains("places VRs itself"), "{e}");
+    let e = err(&with("derived: [drop_vs_first, linear_fit]", "derived: [vs_reservation]"));
+    assert!(e.message.contains("needs points with a time reservation"), "{e}");
+    let e = err(&with("dut:", "dut:\n  vrs: 3\n  vrs: 4\n"));
+    assert!(e.message.contains("appears twice"), "{e}");
+    // Checks across fields: rate without rates, too many active VRs, a rate for no VR.
+    let e = err(&with("  rates: { c0: 5k, c1: 5k }", "  active_vrs: 1")
+        .replace("param: rate.c0", "param: flows"));
+    assert!(e.message.contains("method rate needs"), "{e}");
+    let e = err(&with("kind: multi-wire", "kind: routeplex").replace("c0", "vr9"));
+    assert!(e.message.contains("vr1..vr2"), "{e}");
+    let e = err(&with("  flows: 16", "  flows: 16\n  active_vrs: 3"));
+    assert!(e.message.contains("active_vrs 3 is more than the 2 VRs"), "{e}");
+    let e = err(&with("vrs: 2", "vrs: 2\n  vifs: 2\n  ingress_ports: 3"));
+    assert!(e.to_string().contains("appears twice") || e.message.contains("vifs"), "{e}");
+    // Not a mapping at all, and a file that is not there.
+    assert!(err("- a\n- b\n").message.contains("mapping"));
+    let e = Scenario::load(std::path::Path::new("/nonexistent/x.yaml")).unwrap_err();
+    assert!(e.to_string().starts_with("/nonexistent/x.yaml: cannot read it"), "{e}");
+}
+
+#[test]
+fn a_scenario_runs_on_fake_duts_with_exact_per_class_counts() {
+    let sc = Scenario::parse(GOOD, "good.yaml").unwrap();
+    let o = RunOptions {
+        quick: true,
+        runner: RunnerOptions {
+            idle_sleep: Some(Duration::from_micros(20)),
+            ..RunnerOptions::default()
+        },
+        progress: false,
+        placement: serde_json::json!({}),
+        tool: "test".into(),
+    };
+    let mut b = FakeBuilder { idle_sleep: Some(Duration::from_micros(20)) };
+    let r = run(&sc, &o, &mut b).unwrap();
+    assert_eq!(r.points.len(), 2);
+    for (p, c0) in r.points.iter().zip([5_000.0, 20_000.0]) {
+        assert!(p.skipped.is_none());
+        // 0.05 s at c0 + 5 kpps: exact frame counts per class, no warm-up.
+        let want = [(c0 * 0.05) as u64, 250];
+        for (c, w) in p.classes.iter().zip(want) {
+            assert_eq!(c.offered, w, "{}: {}", p.label, c.name);
+            assert_eq!(c.received, w, "{}: {}", p.label, c.name);
+            assert_eq!(c.dut_received, Some(w));
+            assert_eq!(c.dut_forwarded, Some(w));
+        }
+        assert_eq!(p.metrics["target_pps"], c0 + 5_000.0);
+        assert_eq!(p.streams.len(), 2, "one port per class");
+    }
+    assert_eq!(r.points[0].metrics["vs_first"], 1.0);
+    assert!(r.derived["linear_fits"][0]["fit"]["r_squared"].as_f64().is_some());
+    let t = table(&r);
+    assert!(t.contains("c0.forwarded_pps") && t.contains("c1.dut_forwarded"), "{t}");
+    let csv = points_csv(&r);
+    assert_eq!(csv.lines().count(), 3);
+    assert!(csv.lines().next().unwrap().contains("c1.dut_forwarded"));
+    assert_eq!(trials_csv(&r).lines().count(), 1 + r.trials.len());
+    let dir = std::env::temp_dir().join(format!("tester-scenario-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    metric_plot(&r, &dir.join("m.png")).unwrap();
+    assert!(!curves_plot(&r, &dir.join("c.png")).unwrap(), "no curves for method rate");
+    assert_eq!(&std::fs::read(dir.join("m.png")).unwrap()[1..4], b"PNG");
+    std::fs::remove_dir_all(&dir).unwrap();
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["points"][1]["classes"][0]["name"], "c0");
+    assert_eq!(json["scenario"]["about"], sc.about);
+}
+
+#[test]
+fn a_sweep_with_percent_steps_measures_the_capacity_once() {
+    let text = r#"
+name: t-sweep
+dut: { kind: "capacity:50k", ring: 1024 }
+axis: { param: flows, values: [4, 64], log: true }
+traffic: { flows: 4 }
+method: { kind: sweep, steps: [50%, 150%], duration: 0.1, repetitions: 1, warmup: 0 }
+report: { derived: [drop_vs_first] }
+"#;
+    let sc = Scenario::parse(text, "s.yaml").unwrap();
+    let o = RunOptions {
+        quick: false,
+        runner: RunnerOptions {
+            idle_sleep: Some(Duration::from_micros(20)),
+            ..RunnerOptions::default()
+        },
+        progress: false,
+        placement: serde_json::json!({}),
+        tool: "test".into(),
+    };
+    let r = run(&sc, &o, &mut FakeBuilder { idle_sleep: Some(Duration::from_micros(20)) }).unwrap();
+    let phases: Vec<&str> = r.trials.iter().map(|t| t.record.phase.as_str()).collect();
+    // Once: one trial that counts (a trial the noisy host stalled is run again, not counted).
+    let used = r.trials.iter().filter(|t| t.record.phase == "capacity" && t.record.used).count();
+    assert_eq!(used, 1, "{phases:?}");
+    let cap = r.points[0].capacity_pps.unwrap();
+    assert_eq!(r.points[1].capacity_pps, Some(cap), "capacity: first");
+    for p in &r.points {
+        assert_eq!(p.curve.len(), 2);
+        assert!((p.curve[0].target_pps - cap * 0.5).abs() < 1e-6 * cap);
+        assert!(p.metrics["peak_forwarded_pps"] > 0.0);
+    }
+    let dir = std::env::temp_dir().join(format!("tester-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    assert!(curves_plot(&r, &dir.join("c.png")).unwrap());
+    metric_plot(&r, &dir.join("m.png")).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn linear_fits_are_exact_on_a_line() {
+    let f = linear_fit(&[(1.0, 3.0), (2.0, 5.0), (4.0, 9.0)]);
+    assert_eq!(f["slope"], 2.0);
+    assert_eq!(f["intercept"], 1.0);
+    assert_eq!(f["r_squared"], 1.0);
+    assert!(linear_fit(&[(1.0, 1.0)]).is_null());
+}
+
+#[test]
+fn reservations_parse_and_vary_on_an_axis() {
+    assert_eq!(ReservationSpec::parse("none"), Ok(ReservationSpec::None));
+    assert_eq!(ReservationSpec::parse("25%"), Ok(ReservationSpec::TimePercent(25.0)));
+    assert_eq!(ReservationSpec::parse("packets:2k"), Ok(ReservationSpec::Packets(2000)));
+    for bad in ["0%", "101%", "packets:0", "fast", "25"] {
+        assert!(ReservationSpec::parse(bad).is_err(), "{bad}");
+    }
+    assert_eq!(ReservationSpec::TimePercent(25.0).fraction(), Some(0.25));
+    let text = GOOD
+        .replace("  ring: 1024", "  ring: 1024\n  period_us: 500\n  weight: 10\n  reserved_vrs: 1")
+        .replace("param: rate.c0", "param: reservation")
+        .replace("values: [5k, 20k]", "values: [none, 20%, 40%]")
+        .replace("derived: [drop_vs_first, linear_fit]", "derived: [linear_fit, vs_reservation]");
+    let sc = Scenario::parse(&text, "r.yaml").unwrap();
+    let pts = sc.points(false);
+    assert_eq!(pts.len(), 3);
+    assert_eq!(pts[0].2.dut.reservation, ReservationSpec::None);
+    assert_eq!(pts[2].2.dut.reservation, ReservationSpec::TimePercent(40.0));
+    assert_eq!((pts[2].2.dut.period_us, pts[2].2.dut.weight), (500, 10));
+    assert_eq!(pts[2].2.dut.reserved_vrs, Some(1));
+    assert_eq!(pts[1].0.number, Some(20.0), "a percentage is the x value");
+    assert_eq!(pts[0].0.number, None);
+    assert_eq!(pts[1].2.get("reservation"), "20%");
+    assert_eq!(sc.axis.quick.len(), 2);
+}
+
+#[test]
+fn points_are_compared_with_reservation_times_peak() {
+    let text = GOOD
+        .replace("param: rate.c0", "param: reservation")
+        .replace("values: [5k, 20k]", "values: [none, 25%, 50%]")
+        .replace("derived: [drop_vs_first, linear_fit]", "derived: [linear_fit, vs_reservation]");
+    let sc = Scenario::parse(&text, "r.yaml").unwrap();
+    let o = RunOptions {
+        quick: false,
+        runner: RunnerOptions {
+            idle_sleep: Some(Duration::from_micros(20)),
+            ..RunnerOptions::default()
+        },
+        progress: false,
+        placement: serde_json::json!({}),
+        tool: "test".into(),
+    };
+    // A fake DUT ignores reservations: every point forwards what it is offered, so each
+    // reserved point is 1 / reservation of its expectation.
+    let mut b = FakeBuilder { idle_sleep: Some(Duration::from_micros(20)) };
+    let r = run(&sc, &o, &mut b).unwrap();
+    let peak = r.points[0].metrics["forwarded_pps"];
+    assert!(!r.points[0].metrics.contains_key("vs_reservation"), "the peak is not reserved");
+    for (p, f) in r.points[1..].iter().zip([0.25, 0.5]) {
+        assert!((p.metrics["expected_pps"] - f * peak).abs() < 1e-9 * peak);
+        let v = p.metrics["vs_reservation"];
+        assert!((v - p.metrics["forwarded_pps"] / (f * peak)).abs() < 1e-12, "{v}");
+    }
+    let fit = &r.derived["linear_fits"][0]["fit"];
+    assert_eq!(fit["n"], 2, "the fit leaves the unreserved point out: {fit}");
+    assert!(fit["r_squared"].as_f64().is_some());
+}
