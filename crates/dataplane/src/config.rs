@@ -118,7 +118,7 @@ impl Default for VrLimits {
         VrLimits {
             neighbors: 1024,
             queue_per_neighbor: 4,
-            queue_total: 256,
+            queue_total: 64,
             neighbor_reachable_ms: 30_000,
             neighbor_retrans_ms: 1_000,
             neighbor_probes: 3,

@@ -14,8 +14,14 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 pub use control::build::Built as Lab;
 
 /// Builds the engine of `topo` with these VR configs (the topology's, with routes added).
+/// Time reservations get the TSC clock `routeplex run` uses: a vDSO clock read costs a few
+/// times more, and a budget pays for several reads per burst.
 pub fn build(topo: &Topology, vrs: &[VrConfig]) -> Result<Lab> {
-    Ok(control::build::engine(topo, Some(vrs))?)
+    let mut lab = control::build::engine(topo, Some(vrs))?;
+    if lab.engine.cell().needs_clock() {
+        lab.engine.set_clock(crate::sys::tsc_clock());
+    }
+    Ok(lab)
 }
 
 /// A route table: prefixes with the next-hop ids of a prefix file.
