@@ -7,7 +7,7 @@
 //! skipped only where its binaries are missing. The tests that build namespaces take turns
 //! (one lock), so that two runs do not share the two CPUs.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
@@ -55,6 +55,42 @@ fn processes_with(needle: &str) -> Vec<String> {
     out
 }
 
+/// Entries of the temp directory whose names start with `tag`: what a run left there.
+fn temp_dirs_with(tag: &str) -> Vec<String> {
+    std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with(tag))
+        .collect()
+}
+
+/// A fresh directory for one test's files, named after the test (`name`) and this process.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rpx-peers-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs the binary with `args` (split at white space, written as on a command line) and then
+/// `last` (a path), which must succeed and print its report as JSON. Returns the child's pid,
+/// which names the namespaces of the run (see [`namespaces_of`]), and the report.
+fn run_json(args: &str, last: &Path) -> (u32, serde_json::Value) {
+    let child = Command::new(env!("CARGO_BIN_EXE_routeplex"))
+        .args(args.split_whitespace())
+        .arg(last)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "routeplex {args} failed: {}", text(&o));
+    let j = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&o)));
+    (pid, j)
+}
+
 const DUTS: &[&str] = &[
     "linux",
     "linux-samecpu",
@@ -71,41 +107,13 @@ fn every_peer_forwards_and_leaves_nothing_behind() {
         return;
     }
     let _turn = turn();
-    let dir = std::env::temp_dir().join(format!("rpx-peers-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("test");
     let out = dir.join("out");
-    let child = Command::new(env!("CARGO_BIN_EXE_routeplex"))
-        .args([
-            "test",
-            "peers",
-            "--quick",
-            "--json",
-            "--method",
-            "sweep",
-            "--rates",
-            "20k",
-            "-r",
-            "1",
-            "--duration",
-            "0.2",
-            "--warmup",
-            "0.05",
-            "--flows",
-            "64",
-            "--routes",
-            "16",
-            "--out",
-        ])
-        .arg(&out)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "routeplex test peers failed: {}", text(&o));
-    let j: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&o)));
+    let (pid, j) = run_json(
+        "test peers --quick --json --method sweep --rates 20k -r 1 --duration 0.2 \
+         --warmup 0.05 --flows 64 --routes 16 --out",
+        &out,
+    );
 
     assert_eq!(j["test"], "peers");
     assert_eq!(j["baseline"], "linux");
@@ -239,12 +247,7 @@ fn every_peer_forwards_and_leaves_nothing_behind() {
     }
     let procs = processes_with(&tag);
     assert!(procs.is_empty(), "processes left: {procs:?}");
-    let tmp: Vec<String> = std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().to_string())
-        .filter(|n| n.starts_with(&tag))
-        .collect();
+    let tmp = temp_dirs_with(&tag);
     assert!(tmp.is_empty(), "directories left: {tmp:?}");
 
     // The report and, next to it, the plot.
@@ -292,38 +295,12 @@ fn rfc2544_runs_against_linux_forwarding() {
         return;
     }
     let _turn = turn();
-    let dir = std::env::temp_dir().join(format!("rpx-peers-rfc-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_routeplex"))
-        .args([
-            "test",
-            "rfc2544",
-            "--dut",
-            "linux",
-            "-r",
-            "1",
-            "--duration",
-            "0.2",
-            "--warmup",
-            "0.05",
-            "--flows",
-            "16",
-            "--max-rate",
-            "20k",
-            "--no-back-to-back",
-            "--json",
-            "--plot",
-        ])
-        .arg(dir.join("r.png"))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    let j: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&o)));
+    let dir = scratch("rfc");
+    let (pid, j) = run_json(
+        "test rfc2544 --dut linux -r 1 --duration 0.2 --warmup 0.05 --flows 16 \
+         --max-rate 20k --no-back-to-back --json --plot",
+        &dir.join("r.png"),
+    );
     assert_eq!(j["results"]["throughput"]["found"], true, "{}", j["results"]);
     assert_eq!(j["results"]["throughput"]["pps"], 20000.0, "{}", j["results"]);
     assert!(namespaces_of(pid).is_empty(), "namespaces left: {:?}", namespaces_of(pid));
@@ -338,37 +315,12 @@ fn two_macvlan_vrs_share_one_link_and_count_per_vr() {
         return;
     }
     let _turn = turn();
-    let dir = std::env::temp_dir().join(format!("rpx-peers-mv-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_routeplex"))
-        .args([
-            "test",
-            "sweep",
-            "--dut",
-            "macvlan-vrs:2",
-            "--rates",
-            "20k",
-            "-r",
-            "1",
-            "--duration",
-            "0.2",
-            "--warmup",
-            "0.05",
-            "--flows",
-            "64",
-            "--json",
-            "--plot",
-        ])
-        .arg(dir.join("mv.png"))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    let j: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&o)));
+    let dir = scratch("mv");
+    let (pid, j) = run_json(
+        "test sweep --dut macvlan-vrs:2 --rates 20k -r 1 --duration 0.2 --warmup 0.05 \
+         --flows 64 --json --plot",
+        &dir.join("mv.png"),
+    );
     let trial = j["trials"].as_array().unwrap().iter().rev().find(|t| t["used"] == true).unwrap();
     let classes = trial["classes"].as_array().expect("per-class results");
     let names: Vec<&str> = classes.iter().map(|c| c["name"].as_str().unwrap()).collect();
@@ -441,12 +393,7 @@ fn sigterm_mid_run_leaves_nothing_behind() {
     let tag = format!("rpx-peers-{pid}-");
     let procs = processes_with(&tag);
     assert!(procs.is_empty(), "processes left: {procs:?}");
-    let left: Vec<String> = std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().to_string())
-        .filter(|n| n.starts_with(&tag))
-        .collect();
+    let left = temp_dirs_with(&tag);
     assert!(left.is_empty(), "directories left: {left:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -266,6 +266,23 @@ impl Analyzer {
 mod tests {
     use super::*;
 
+    /// One small UDP frame; the generator stamps flow, class and tag into copies of it, so
+    /// the tests that send through an analyzer all start from this one.
+    fn test_frame() -> Vec<u8> {
+        use crate::frames::{udp_frame, UdpFlow};
+        udp_frame(&UdpFlow {
+            src_mac: wire::MacAddr([2, 0, 0, 0, 0, 1]),
+            dst_mac: wire::MacAddr([2, 0, 0, 0, 0, 2]),
+            vlan: None,
+            src: "10.0.0.1".parse().unwrap(),
+            dst: "10.0.0.2".parse().unwrap(),
+            src_port: 1,
+            dst_port: 2,
+            ttl: 64,
+            size: 60,
+        })
+    }
+
     #[test]
     fn sequence_accounting_tells_gaps_reorders_and_duplicates() {
         let mut f = FlowStats::default();
@@ -284,19 +301,9 @@ mod tests {
 
     #[test]
     fn flow_ids_beyond_16_bits_round_trip() {
-        use crate::frames::{read_stamp, udp_frame, UdpFlow, MAX_FLOW_ID};
+        use crate::frames::{read_stamp, MAX_FLOW_ID};
         use crate::gen::{GenFrame, Generator};
-        let frame = udp_frame(&UdpFlow {
-            src_mac: wire::MacAddr([2, 0, 0, 0, 0, 1]),
-            dst_mac: wire::MacAddr([2, 0, 0, 0, 0, 2]),
-            vlan: None,
-            src: "10.0.0.1".parse().unwrap(),
-            dst: "10.0.0.2".parse().unwrap(),
-            src_port: 1,
-            dst_port: 2,
-            ttl: 64,
-            size: 60,
-        });
+        let frame = test_frame();
         // Flows 65,536 and the largest id share their low 16 bits with flows 0 and 65,535.
         let ids = [0u32, 65_535, 65_536, MAX_FLOW_ID];
         let frames =
@@ -324,19 +331,8 @@ mod tests {
 
     #[test]
     fn counts_only_the_current_tag_and_known_flows() {
-        use crate::frames::{udp_frame, UdpFlow};
         use crate::gen::{GenFrame, Generator};
-        let frame = udp_frame(&UdpFlow {
-            src_mac: wire::MacAddr([2, 0, 0, 0, 0, 1]),
-            dst_mac: wire::MacAddr([2, 0, 0, 0, 0, 2]),
-            vlan: None,
-            src: "10.0.0.1".parse().unwrap(),
-            dst: "10.0.0.2".parse().unwrap(),
-            src_port: 1,
-            dst_port: 2,
-            ttl: 64,
-            size: 60,
-        });
+        let frame = test_frame();
         let frames = vec![
             GenFrame { frame: frame.clone(), flow: 0, class: 0 },
             GenFrame { frame: frame.clone(), flow: 1, class: 1 },

@@ -3,9 +3,12 @@
 //! Pure Rust (plotters' bitmap backend); the font, DejaVu Sans, ships in `assets/` with its
 //! license and is registered on first use.
 
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Once;
 
+use plotters::chart::SeriesAnno;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
@@ -72,14 +75,52 @@ pub enum Style {
     Trials,
 }
 
-/// Forwarded against generated load, with the line forwarded = generated.
-pub fn throughput(path: &Path, title: &str, points: &[Point], style: Style) -> Result<(), Error> {
+/// The chart every plot here draws on: linear f64 axes on a PNG.
+type Chart<'a, 'p> =
+    ChartContext<'a, BitMapBackend<'p>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// What a figure's axes span and read; the label count and formatters are `None` where
+/// plotters' defaults serve.
+struct Axes<'f> {
+    x: Range<f64>,
+    y: Range<f64>,
+    x_desc: String,
+    y_desc: String,
+    x_labels: Option<usize>,
+    x_fmt: Option<&'f dyn Fn(&f64) -> String>,
+    y_fmt: Option<&'f dyn Fn(&f64) -> String>,
+}
+
+impl<'f> Axes<'f> {
+    fn new(
+        x: Range<f64>,
+        y: Range<f64>,
+        x_desc: impl Into<String>,
+        y_desc: impl Into<String>,
+    ) -> Self {
+        Axes {
+            x,
+            y,
+            x_desc: x_desc.into(),
+            y_desc: y_desc.into(),
+            x_labels: None,
+            x_fmt: None,
+            y_fmt: None,
+        }
+    }
+}
+
+/// Draws one figure: the canvas, caption, axes and mesh all plots share, then what `series`
+/// draws, then the legend at `legend`. One frame for every plot keeps the figures alike
+/// (size, fonts, margins) and leaves each plot function only its own series.
+fn figure(
+    path: &Path,
+    title: &str,
+    axes: Axes<'_>,
+    legend: SeriesLabelPosition,
+    series: impl FnOnce(&mut Chart<'_, '_>) -> Result<(), Error>,
+) -> Result<(), Error> {
     font();
-    // Scaled to the points, not to the bars: with few repetitions a 99 % interval can be
-    // many times the mean (Student t for 1 degree of freedom is 63.7); bars are cut at the
-    // frame.
-    let top = points.iter().map(|p| p.x.max(p.y)).fold(1.0, f64::max) * 1.15;
-    let (div, unit) = rate_unit(top);
     let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(path, e))?;
     let mut chart = ChartBuilder::on(&root)
@@ -87,57 +128,27 @@ pub fn throughput(path: &Path, title: &str, points: &[Point], style: Style) -> R
         .margin(20)
         .x_label_area_size(55)
         .y_label_area_size(80)
-        .build_cartesian_2d(0.0..top / div, 0.0..top / div)
+        .build_cartesian_2d(axes.x, axes.y)
         .map_err(|e| err(path, e))?;
-    chart
-        .configure_mesh()
-        .x_desc(format!("generated load ({unit}): offered + refused"))
-        .y_desc(format!("forwarded ({unit})"))
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(axes.x_desc)
+        .y_desc(axes.y_desc)
         .axis_desc_style(("sans-serif", 17))
-        .label_style(("sans-serif", 14))
-        .draw()
-        .map_err(|e| err(path, e))?;
-    let grey = RGBColor(150, 150, 150);
-    chart
-        .draw_series(LineSeries::new([(0.0, 0.0), (top / div, top / div)], grey.stroke_width(1)))
-        .map_err(|e| err(path, e))?
-        .label("forwarded = generated")
-        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], grey));
-    let c = COLORS[0];
-    let mut pts: Vec<Point> = points.to_vec();
-    pts.sort_by(|a, b| a.x.total_cmp(&b.x));
-    let joined = if style == Style::Steps { pts.as_slice() } else { &[] };
-    chart
-        .draw_series(LineSeries::new(
-            joined.iter().map(|p| (p.x / div, p.y / div)),
-            c.stroke_width(2),
-        ))
-        .map_err(|e| err(path, e))?;
-    chart
-        .draw_series(pts.iter().map(|p| Circle::new((p.x / div, p.y / div), 4, c.filled())))
-        .map_err(|e| err(path, e))?
-        .label(match style {
-            Style::Steps => "mean forwarded, 99 % CI bars",
-            Style::Trials => "one trial",
-        })
-        .legend(move |(x, y)| Circle::new((x + 10, y), 4, c.filled()));
-    let cap = top / div * 0.006;
-    for p in pts.iter().filter(|p| p.ci.is_some_and(|c| c > 0.0)) {
-        let ci = p.ci.unwrap_or(0.0);
-        let (x, lo, hi) =
-            (p.x / div, ((p.y - ci) / div).max(0.0), ((p.y + ci) / div).min(top / div));
-        let style = c.stroke_width(2);
-        chart
-            .draw_series([
-                PathElement::new([(x, lo), (x, hi)], style),
-                PathElement::new([(x - cap, lo), (x + cap, lo)], style),
-                PathElement::new([(x - cap, hi), (x + cap, hi)], style),
-            ])
-            .map_err(|e| err(path, e))?;
+        .label_style(("sans-serif", 14));
+    if let Some(n) = axes.x_labels {
+        mesh.x_labels(n);
     }
+    if let Some(f) = axes.x_fmt {
+        mesh.x_label_formatter(f);
+    }
+    if let Some(f) = axes.y_fmt {
+        mesh.y_label_formatter(f);
+    }
+    mesh.draw().map_err(|e| err(path, e))?;
+    series(&mut chart)?;
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(legend)
         .label_font(("sans-serif", 15))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
@@ -146,10 +157,128 @@ pub fn throughput(path: &Path, title: &str, points: &[Point], style: Style) -> R
     root.present().map_err(|e| err(path, e))
 }
 
+/// A series' line in colour `c`; with a name, entered in the legend as a short line.
+fn line(
+    chart: &mut Chart<'_, '_>,
+    path: &Path,
+    pts: impl IntoIterator<Item = (f64, f64)>,
+    c: RGBColor,
+    name: Option<String>,
+) -> Result<(), Error> {
+    let anno =
+        chart.draw_series(LineSeries::new(pts, c.stroke_width(2))).map_err(|e| err(path, e))?;
+    if let Some(name) = name {
+        anno.label(name)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    Ok(())
+}
+
+/// A series' points as filled circles of `radius`; the caller may label what comes back.
+fn dots<'c, 'a, 'p>(
+    chart: &'c mut Chart<'a, 'p>,
+    path: &Path,
+    pts: impl IntoIterator<Item = (f64, f64)>,
+    radius: i32,
+    c: RGBColor,
+) -> Result<&'c mut SeriesAnno<'a, BitMapBackend<'p>>, Error> {
+    chart
+        .draw_series(pts.into_iter().map(|p| Circle::new(p, radius, c.filled())))
+        .map_err(|e| err(path, e))
+}
+
+/// A CI bar at `x` from `lo` to `hi`, with caps `cap` wide either side.
+fn ci_bar(
+    chart: &mut Chart<'_, '_>,
+    path: &Path,
+    (x, lo, hi): (f64, f64, f64),
+    cap: f64,
+    c: RGBColor,
+) -> Result<(), Error> {
+    let st = c.stroke_width(2);
+    chart
+        .draw_series([
+            PathElement::new([(x, lo), (x, hi)], st),
+            PathElement::new([(x - cap, lo), (x + cap, lo)], st),
+            PathElement::new([(x - cap, hi), (x + cap, hi)], st),
+        ])
+        .map_err(|e| err(path, e))?;
+    Ok(())
+}
+
+/// The 99 % CI bars of throughput points, in the chart's units (rates / `div`), cut at the
+/// frame `top / div`.
+fn throughput_ci_bars(
+    chart: &mut Chart<'_, '_>,
+    path: &Path,
+    pts: &[Point],
+    (div, top): (f64, f64),
+    c: RGBColor,
+) -> Result<(), Error> {
+    let cap = top / div * 0.006;
+    for p in pts.iter().filter(|p| p.ci.is_some_and(|c| c > 0.0)) {
+        let ci = p.ci.unwrap_or(0.0);
+        let bar = (p.x / div, ((p.y - ci) / div).max(0.0), ((p.y + ci) / div).min(top / div));
+        ci_bar(chart, path, bar, cap, c)?;
+    }
+    Ok(())
+}
+
+/// The figure of forwarded against generated load up to `top` (both axes, in the unit that
+/// suits `top`), with the line forwarded = generated drawn first; `series` gets the divisor
+/// to that unit and draws the points.
+fn throughput_figure(
+    path: &Path,
+    title: &str,
+    top: f64,
+    series: impl FnOnce(&mut Chart<'_, '_>, f64) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let (div, unit) = rate_unit(top);
+    let axes = Axes::new(
+        0.0..top / div,
+        0.0..top / div,
+        format!("generated load ({unit}): offered + refused"),
+        format!("forwarded ({unit})"),
+    );
+    figure(path, title, axes, SeriesLabelPosition::UpperLeft, |chart| {
+        let grey = RGBColor(150, 150, 150);
+        chart
+            .draw_series(LineSeries::new(
+                [(0.0, 0.0), (top / div, top / div)],
+                grey.stroke_width(1),
+            ))
+            .map_err(|e| err(path, e))?
+            .label("forwarded = generated")
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], grey));
+        series(chart, div)
+    })
+}
+
+/// Forwarded against generated load, with the line forwarded = generated.
+pub fn throughput(path: &Path, title: &str, points: &[Point], style: Style) -> Result<(), Error> {
+    // Scaled to the points, not to the bars: with few repetitions a 99 % interval can be
+    // many times the mean (Student t for 1 degree of freedom is 63.7); bars are cut at the
+    // frame.
+    let top = points.iter().map(|p| p.x.max(p.y)).fold(1.0, f64::max) * 1.15;
+    throughput_figure(path, title, top, |chart, div| {
+        let c = COLORS[0];
+        let mut pts: Vec<Point> = points.to_vec();
+        pts.sort_by(|a, b| a.x.total_cmp(&b.x));
+        let joined = if style == Style::Steps { pts.as_slice() } else { &[] };
+        line(chart, path, joined.iter().map(|p| (p.x / div, p.y / div)), c, None)?;
+        dots(chart, path, pts.iter().map(|p| (p.x / div, p.y / div)), 4, c)?
+            .label(match style {
+                Style::Steps => "mean forwarded, 99 % CI bars",
+                Style::Trials => "one trial",
+            })
+            .legend(move |(x, y)| Circle::new((x + 10, y), 4, c.filled()));
+        throughput_ci_bars(chart, path, &pts, (div, top), c)
+    })
+}
+
 /// Latency percentile plot: each series is `(latency µs, fraction of frames at or below)`;
 /// the x axis is in "nines" (0: 0 %, 1: 90 %, 2: 99 %, 3: 99.9 %...), the y axis in µs.
 pub fn latency_percentiles(path: &Path, title: &str, series: &[Series]) -> Result<(), Error> {
-    font();
     // The axis ends one nine past the last point below 100 %; the 100 % point (the maximum)
     // is drawn at the end.
     let xmax = series
@@ -161,52 +290,44 @@ pub fn latency_percentiles(path: &Path, title: &str, series: &[Series]) -> Resul
         + 1.0;
     let nines = move |q: f64| if q >= 1.0 { xmax } else { (-(1.0 - q).log10()).min(xmax) };
     let ymax = series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).fold(1.0, f64::max) * 1.1;
-    let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(path, e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(20)
-        .x_label_area_size(55)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0.0..xmax, 0.0..ymax)
-        .map_err(|e| err(path, e))?;
-    chart
-        .configure_mesh()
-        .x_desc("percentile")
-        .y_desc("latency (µs)")
-        .x_labels(xmax as usize + 1)
-        .x_label_formatter(&|v| {
-            let p = 100.0 * (1.0 - 10f64.powf(-v));
-            if *v < 0.5 {
-                "0%".into()
-            } else {
-                format!("{}%", trim(p))
-            }
-        })
-        .axis_desc_style(("sans-serif", 17))
-        .label_style(("sans-serif", 14))
-        .draw()
-        .map_err(|e| err(path, e))?;
+    let fmt_x = |v: &f64| {
+        let p = 100.0 * (1.0 - 10f64.powf(-v));
+        if *v < 0.5 {
+            "0%".into()
+        } else {
+            format!("{}%", trim(p))
+        }
+    };
+    let axes = Axes {
+        x_labels: Some(xmax as usize + 1),
+        x_fmt: Some(&fmt_x),
+        ..Axes::new(0.0..xmax, 0.0..ymax, "percentile", "latency (µs)")
+    };
+    figure(path, title, axes, SeriesLabelPosition::UpperLeft, |chart| {
+        for (i, s) in series.iter().enumerate() {
+            let c = COLORS[i % COLORS.len()];
+            line(chart, path, s.points.iter().map(|p| (nines(p.1), p.0)), c, Some(s.name.clone()))?;
+        }
+        Ok(())
+    })
+}
+
+/// Each series as a labelled line with its points as dots (radius 3), sorted by x and put
+/// on the chart by `at`; what [`against_rate`] and [`lines`] draw.
+fn lines_with_dots(
+    chart: &mut Chart<'_, '_>,
+    path: &Path,
+    series: &[Series],
+    at: impl Fn(&(f64, f64)) -> (f64, f64),
+) -> Result<(), Error> {
     for (i, s) in series.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
-        chart
-            .draw_series(LineSeries::new(
-                s.points.iter().map(|p| (nines(p.1), p.0)),
-                c.stroke_width(2),
-            ))
-            .map_err(|e| err(path, e))?
-            .label(s.name.clone())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
+        let mut pts = s.points.clone();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        line(chart, path, pts.iter().map(&at), c, Some(s.name.clone()))?;
+        dots(chart, path, pts.iter().map(&at), 3, c)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font(("sans-serif", 15))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(path, e))?;
-    root.present().map_err(|e| err(path, e))
+    Ok(())
 }
 
 /// Lines of `y` against a rate on x (latency against offered load, say).
@@ -216,49 +337,13 @@ pub fn against_rate(
     y_desc: &str,
     series: &[Series],
 ) -> Result<(), Error> {
-    font();
     let xtop = series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).fold(1.0, f64::max) * 1.05;
     let ytop = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(1e-9, f64::max) * 1.1;
     let (div, unit) = rate_unit(xtop);
-    let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(path, e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(20)
-        .x_label_area_size(55)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0.0..xtop / div, 0.0..ytop)
-        .map_err(|e| err(path, e))?;
-    chart
-        .configure_mesh()
-        .x_desc(format!("generated load ({unit})"))
-        .y_desc(y_desc)
-        .axis_desc_style(("sans-serif", 17))
-        .label_style(("sans-serif", 14))
-        .draw()
-        .map_err(|e| err(path, e))?;
-    for (i, s) in series.iter().enumerate() {
-        let c = COLORS[i % COLORS.len()];
-        let mut pts = s.points.clone();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        chart
-            .draw_series(LineSeries::new(pts.iter().map(|p| (p.0 / div, p.1)), c.stroke_width(2)))
-            .map_err(|e| err(path, e))?
-            .label(s.name.clone())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
-        chart
-            .draw_series(pts.iter().map(|p| Circle::new((p.0 / div, p.1), 3, c.filled())))
-            .map_err(|e| err(path, e))?;
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font(("sans-serif", 15))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(path, e))?;
-    root.present().map_err(|e| err(path, e))
+    let axes = Axes::new(0.0..xtop / div, 0.0..ytop, format!("generated load ({unit})"), y_desc);
+    figure(path, title, axes, SeriesLabelPosition::UpperLeft, |chart| {
+        lines_with_dots(chart, path, series, |p| (p.0 / div, p.1))
+    })
 }
 
 fn trim(p: f64) -> String {
@@ -281,49 +366,13 @@ pub fn lines(
     y_desc: &str,
     series: &[Series],
 ) -> Result<(), Error> {
-    font();
     let pts = || series.iter().flat_map(|s| s.points.iter());
     let xtop = pts().map(|p| p.0).fold(1e-9, f64::max) * 1.05;
     let ytop = pts().map(|p| p.1).fold(1e-9, f64::max) * 1.1;
-    let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(path, e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(20)
-        .x_label_area_size(55)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0.0..xtop, 0.0..ytop)
-        .map_err(|e| err(path, e))?;
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
-        .axis_desc_style(("sans-serif", 17))
-        .label_style(("sans-serif", 14))
-        .draw()
-        .map_err(|e| err(path, e))?;
-    for (i, s) in series.iter().enumerate() {
-        let c = COLORS[i % COLORS.len()];
-        let mut v = s.points.clone();
-        v.sort_by(|a, b| a.0.total_cmp(&b.0));
-        chart
-            .draw_series(LineSeries::new(v.iter().copied(), c.stroke_width(2)))
-            .map_err(|e| err(path, e))?
-            .label(s.name.clone())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
-        chart
-            .draw_series(v.iter().map(|&p| Circle::new(p, 3, c.filled())))
-            .map_err(|e| err(path, e))?;
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font(("sans-serif", 15))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(path, e))?;
-    root.present().map_err(|e| err(path, e))
+    let axes = Axes::new(0.0..xtop, 0.0..ytop, x_desc, y_desc);
+    figure(path, title, axes, SeriesLabelPosition::UpperRight, |chart| {
+        lines_with_dots(chart, path, series, |p| *p)
+    })
 }
 
 /// How the x axis of [`xy`] reads.
@@ -364,7 +413,6 @@ pub fn xy(
     series: &[XySeries],
     scale: &XScale,
 ) -> Result<(), Error> {
-    font();
     let tx = |x: f64| match scale {
         XScale::Log => x.max(1e-300).log10(),
         _ => x,
@@ -392,15 +440,6 @@ pub fn xy(
         .filter(|v| v.is_finite())
         .fold(1e-9, f64::max)
         * 1.12;
-    let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(path, e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(20)
-        .x_label_area_size(55)
-        .y_label_area_size(80)
-        .build_cartesian_2d(x0..x1, 0.0..ytop)
-        .map_err(|e| err(path, e))?;
     let fmt_x = |v: &f64| -> String {
         match scale {
             XScale::Linear => short(*v),
@@ -427,53 +466,29 @@ pub fn xy(
         XScale::Log => ((x1 - x0).ceil() as usize + 1) * 4,
         XScale::Linear => 10,
     };
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
-        .x_labels(nlabels.max(2))
-        .x_label_formatter(&fmt_x)
-        .y_label_formatter(&|v| short(*v))
-        .axis_desc_style(("sans-serif", 17))
-        .label_style(("sans-serif", 14))
-        .draw()
-        .map_err(|e| err(path, e))?;
+    let fmt_y = |v: &f64| short(*v);
+    let axes = Axes {
+        x_labels: Some(nlabels.max(2)),
+        x_fmt: Some(&fmt_x),
+        y_fmt: Some(&fmt_y),
+        ..Axes::new(x0..x1, 0.0..ytop, x_desc, y_desc)
+    };
     let cap = (x1 - x0) * 0.006;
-    for (i, s) in series.iter().enumerate() {
-        let c = COLORS[i % COLORS.len()];
-        let mut v: Vec<(f64, f64, Option<f64>)> =
-            s.points.iter().filter(|p| p.1.is_finite()).map(|p| (tx(p.0), p.1, p.2)).collect();
-        v.sort_by(|a, b| a.0.total_cmp(&b.0));
-        chart
-            .draw_series(LineSeries::new(v.iter().map(|p| (p.0, p.1)), c.stroke_width(2)))
-            .map_err(|e| err(path, e))?
-            .label(s.name.clone())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
-        chart
-            .draw_series(v.iter().map(|p| Circle::new((p.0, p.1), 4, c.filled())))
-            .map_err(|e| err(path, e))?;
-        for p in v.iter().filter(|p| p.2.is_some_and(|c| c > 0.0)) {
-            let ci = p.2.unwrap_or(0.0);
-            let (lo, hi) = ((p.1 - ci).max(0.0), (p.1 + ci).min(ytop));
-            let st = c.stroke_width(2);
-            chart
-                .draw_series([
-                    PathElement::new([(p.0, lo), (p.0, hi)], st),
-                    PathElement::new([(p.0 - cap, lo), (p.0 + cap, lo)], st),
-                    PathElement::new([(p.0 - cap, hi), (p.0 + cap, hi)], st),
-                ])
-                .map_err(|e| err(path, e))?;
+    figure(path, title, axes, SeriesLabelPosition::LowerRight, |chart| {
+        for (i, s) in series.iter().enumerate() {
+            let c = COLORS[i % COLORS.len()];
+            let mut v: Vec<(f64, f64, Option<f64>)> =
+                s.points.iter().filter(|p| p.1.is_finite()).map(|p| (tx(p.0), p.1, p.2)).collect();
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            line(chart, path, v.iter().map(|p| (p.0, p.1)), c, Some(s.name.clone()))?;
+            dots(chart, path, v.iter().map(|p| (p.0, p.1)), 4, c)?;
+            for p in v.iter().filter(|p| p.2.is_some_and(|c| c > 0.0)) {
+                let ci = p.2.unwrap_or(0.0);
+                ci_bar(chart, path, (p.0, (p.1 - ci).max(0.0), (p.1 + ci).min(ytop)), cap, c)?;
+            }
         }
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .label_font(("sans-serif", 15))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(path, e))?;
-    root.present().map_err(|e| err(path, e))
+        Ok(())
+    })
 }
 
 /// Several forwarded-against-generated curves on one chart (one per point of a scenario),
@@ -483,72 +498,19 @@ pub fn throughput_series(
     title: &str,
     series: &[(String, Vec<Point>)],
 ) -> Result<(), Error> {
-    font();
     let top =
         series.iter().flat_map(|s| s.1.iter().map(|p| p.x.max(p.y))).fold(1.0, f64::max) * 1.15;
-    let (div, unit) = rate_unit(top);
-    let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(path, e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(20)
-        .x_label_area_size(55)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0.0..top / div, 0.0..top / div)
-        .map_err(|e| err(path, e))?;
-    chart
-        .configure_mesh()
-        .x_desc(format!("generated load ({unit}): offered + refused"))
-        .y_desc(format!("forwarded ({unit})"))
-        .axis_desc_style(("sans-serif", 17))
-        .label_style(("sans-serif", 14))
-        .draw()
-        .map_err(|e| err(path, e))?;
-    let grey = RGBColor(150, 150, 150);
-    chart
-        .draw_series(LineSeries::new([(0.0, 0.0), (top / div, top / div)], grey.stroke_width(1)))
-        .map_err(|e| err(path, e))?
-        .label("forwarded = generated")
-        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], grey));
-    let cap = top / div * 0.006;
-    for (i, (name, pts)) in series.iter().enumerate() {
-        let c = COLORS[i % COLORS.len()];
-        let mut pts = pts.clone();
-        pts.sort_by(|a, b| a.x.total_cmp(&b.x));
-        chart
-            .draw_series(LineSeries::new(
-                pts.iter().map(|p| (p.x / div, p.y / div)),
-                c.stroke_width(2),
-            ))
-            .map_err(|e| err(path, e))?
-            .label(name.clone())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
-        chart
-            .draw_series(pts.iter().map(|p| Circle::new((p.x / div, p.y / div), 4, c.filled())))
-            .map_err(|e| err(path, e))?;
-        for p in pts.iter().filter(|p| p.ci.is_some_and(|c| c > 0.0)) {
-            let ci = p.ci.unwrap_or(0.0);
-            let (x, lo, hi) =
-                (p.x / div, ((p.y - ci) / div).max(0.0), ((p.y + ci) / div).min(top / div));
-            let st = c.stroke_width(2);
-            chart
-                .draw_series([
-                    PathElement::new([(x, lo), (x, hi)], st),
-                    PathElement::new([(x - cap, lo), (x + cap, lo)], st),
-                    PathElement::new([(x - cap, hi), (x + cap, hi)], st),
-                ])
-                .map_err(|e| err(path, e))?;
+    throughput_figure(path, title, top, |chart, div| {
+        for (i, (name, pts)) in series.iter().enumerate() {
+            let c = COLORS[i % COLORS.len()];
+            let mut pts = pts.clone();
+            pts.sort_by(|a, b| a.x.total_cmp(&b.x));
+            line(chart, path, pts.iter().map(|p| (p.x / div, p.y / div)), c, Some(name.clone()))?;
+            dots(chart, path, pts.iter().map(|p| (p.x / div, p.y / div)), 4, c)?;
+            throughput_ci_bars(chart, path, &pts, (div, top), c)?;
         }
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font(("sans-serif", 15))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(path, e))?;
-    root.present().map_err(|e| err(path, e))
+        Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -187,6 +187,17 @@ fn vr_addrs(i: usize) -> (String, String) {
     (format!("198.18.0.{}", 101 + i), format!("198.19.0.{}", 101 + i))
 }
 
+/// A link's drop and error counters by name: the per-VR and the per-link reports list the
+/// same four.
+fn drop_counters(s: &net::LinkStats) -> [(&'static str, u64); 4] {
+    [
+        ("rx_dropped", s.rx_dropped),
+        ("rx_errors", s.rx_errors),
+        ("tx_dropped", s.tx_dropped),
+        ("tx_errors", s.tx_errors),
+    ]
+}
+
 /// One VR of a multi-VR DUT, for per-class counters.
 struct VrClass {
     class: &'static str,
@@ -330,6 +341,31 @@ impl KernelDut {
         ));
     }
 
+    /// The rest of a VR DUT whose router is namespace `v` (interfaces `vr_ifs`: in, out),
+    /// reached through the host namespace `h`'s links p0 and p1: routing in `v`, RPS on p0,
+    /// and which links to watch (`host_ifs` in `h`). The macvlan and the bridge + veth VRs
+    /// differ only in how `v` is joined to the links; this keeps their layouts the same.
+    fn vr_behind_host(
+        &mut self,
+        h: String,
+        v: String,
+        vr_ifs: [&str; 2],
+        host_ifs: &[&str],
+        tester_watch: (String, Vec<String>),
+    ) -> Result<()> {
+        self.ip_router(&v, vr_ifs[0], vr_ifs[1])?;
+        self.rps(&h, "p0")?;
+        self.layout.ingress = (h.clone(), "p0".into());
+        self.layout.egress = (h.clone(), "p1".into());
+        self.layout.ip_ns = Some(v.clone());
+        self.layout.watch = vec![
+            tester_watch,
+            (h, host_ifs.iter().map(|i| i.to_string()).collect()),
+            (v, vr_ifs.map(String::from).to_vec()),
+        ];
+        Ok(())
+    }
+
     /// IPv4 forwarding in `ns` between `i` (generator side) and `o` (sink side).
     fn ip_router(&mut self, ns: &str, i: &str, o: &str) -> Result<()> {
         self.ip_router_at(ns, i, o, DUT_IN, DUT_OUT)
@@ -437,16 +473,7 @@ impl KernelDut {
                     ipn(&h, &["link", "set", m, "netns", &v])?;
                     ipn(&v, &["link", "set", m, "up"])?;
                 }
-                self.ip_router(&v, "m0", "m1")?;
-                self.rps(&h, "p0")?;
-                self.layout.ingress = (h.clone(), "p0".into());
-                self.layout.egress = (h.clone(), "p1".into());
-                self.layout.ip_ns = Some(v.clone());
-                self.layout.watch = vec![
-                    tester_watch,
-                    (h, vec!["p0".into(), "p1".into()]),
-                    (v, vec!["m0".into(), "m1".into()]),
-                ];
+                self.vr_behind_host(h, v, ["m0", "m1"], &["p0", "p1"], tester_watch)?;
             }
             Kind::Bridge => {
                 let h = self.ns("host")?;
@@ -481,16 +508,8 @@ impl KernelDut {
                 {
                     exec(&h, "bridge", &["fdb", "replace", mac, "dev", port, "master", "static"])?;
                 }
-                self.ip_router(&v, "v0", "v1")?;
-                self.rps(&h, "p0")?;
-                self.layout.ingress = (h.clone(), "p0".into());
-                self.layout.egress = (h.clone(), "p1".into());
-                self.layout.ip_ns = Some(v.clone());
-                self.layout.watch = vec![
-                    tester_watch,
-                    (h, ["p0", "v0h", "br0", "p1", "v1h", "br1"].map(String::from).to_vec()),
-                    (v, vec!["v0".into(), "v1".into()]),
-                ];
+                let host_ifs = ["p0", "v0h", "br0", "p1", "v1h", "br1"];
+                self.vr_behind_host(h, v, ["v0", "v1"], &host_ifs, tester_watch)?;
             }
             Kind::Ovs => {
                 let h = self.ns("host")?;
@@ -640,26 +659,23 @@ impl KernelDut {
         };
         let log = self.dir.join("ovs.log");
         let db = format!("unix:{}", p("db.sock"));
-        net::spawn(
-            &self.made,
+        // Both daemons run in `h` on `cpus`, under `env`, keep their pid file, control socket
+        // and log in `d` and share one output log: only their leading arguments differ.
+        let spawn_daemon = |name: &str, args: &[&str]| -> Result<u32> {
+            let files = [
+                format!("--pidfile={}", p(&format!("{name}.pid"))),
+                format!("--unixctl={}", p(&format!("{name}.ctl"))),
+                format!("--log-file={}", p(&format!("{name}.log"))),
+            ];
+            let mut argv = vec!["ip", "netns", "exec", h, name];
+            argv.extend_from_slice(args);
+            argv.extend(files.iter().map(String::as_str));
+            argv.push("--no-chdir");
+            net::spawn(&self.made, name, &cpus, &argv, &env, &log, Stop::Term)
+        };
+        spawn_daemon(
             "ovsdb-server",
-            &cpus,
-            &[
-                "ip",
-                "netns",
-                "exec",
-                h,
-                "ovsdb-server",
-                &p("conf.db"),
-                &format!("--remote=punix:{}", p("db.sock")),
-                &format!("--pidfile={}", p("ovsdb-server.pid")),
-                &format!("--unixctl={}", p("ovsdb-server.ctl")),
-                &format!("--log-file={}", p("ovsdb-server.log")),
-                "--no-chdir",
-            ],
-            &env,
-            &log,
-            Stop::Term,
+            &[&p("conf.db"), &format!("--remote=punix:{}", p("db.sock"))],
         )?;
         let t0 = Instant::now();
         while !d.join("db.sock").exists() {
@@ -686,26 +702,7 @@ impl KernelDut {
             "other_config:n-handler-threads=1",
             "other_config:n-revalidator-threads=1",
         ])?;
-        net::spawn(
-            &self.made,
-            "ovs-vswitchd",
-            &cpus,
-            &[
-                "ip",
-                "netns",
-                "exec",
-                h,
-                "ovs-vswitchd",
-                &db,
-                &format!("--pidfile={}", p("ovs-vswitchd.pid")),
-                &format!("--unixctl={}", p("ovs-vswitchd.ctl")),
-                &format!("--log-file={}", p("ovs-vswitchd.log")),
-                "--no-chdir",
-            ],
-            &env,
-            &log,
-            Stop::Term,
-        )?;
+        spawn_daemon("ovs-vswitchd", &[&db])?;
         let added = vsctl(&[
             "add-br",
             "br0",
@@ -833,24 +830,14 @@ impl KernelDut {
                         "m1" => c.forwarded = s.tx_packets,
                         _ => {}
                     }
-                    for (k, n) in [
-                        ("rx_dropped", s.rx_dropped),
-                        ("rx_errors", s.rx_errors),
-                        ("tx_dropped", s.tx_dropped),
-                        ("tx_errors", s.tx_errors),
-                    ] {
+                    for (k, n) in drop_counters(s) {
                         if n > 0 {
                             c.dropped.insert(format!("{i}.{k}"), n);
                         }
                     }
                 }
                 links.insert(format!("{role}/{i}"), json!(s));
-                for (k, n) in [
-                    ("rx_dropped", s.rx_dropped),
-                    ("rx_errors", s.rx_errors),
-                    ("tx_dropped", s.tx_dropped),
-                    ("tx_errors", s.tx_errors),
-                ] {
+                for (k, n) in drop_counters(s) {
                     if n > 0 {
                         dropped.insert(format!("{role}/{i}.{k}"), n);
                     }

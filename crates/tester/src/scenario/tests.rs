@@ -118,21 +118,24 @@ fn bad_scenarios_name_file_line_field_and_value() {
     assert!(e.to_string().starts_with("/nonexistent/x.yaml: cannot read it"), "{e}");
 }
 
-#[test]
-fn a_scenario_runs_on_fake_duts_with_exact_per_class_counts() {
-    let sc = Scenario::parse(GOOD, "good.yaml").unwrap();
+/// Runs `sc` (its quick form if `quick`) on fake DUTs, with the options all the runs here
+/// share: a short idle sleep for runner and DUTs alike, no progress lines.
+fn run_on_fakes(sc: &Scenario, quick: bool) -> ScenarioReport {
+    let idle_sleep = Some(Duration::from_micros(20));
     let o = RunOptions {
-        quick: true,
-        runner: RunnerOptions {
-            idle_sleep: Some(Duration::from_micros(20)),
-            ..RunnerOptions::default()
-        },
+        quick,
+        runner: RunnerOptions { idle_sleep, ..RunnerOptions::default() },
         progress: false,
         placement: serde_json::json!({}),
         tool: "test".into(),
     };
-    let mut b = FakeBuilder { idle_sleep: Some(Duration::from_micros(20)) };
-    let r = run(&sc, &o, &mut b).unwrap();
+    run(sc, &o, &mut FakeBuilder { idle_sleep }).unwrap()
+}
+
+#[test]
+fn a_scenario_runs_on_fake_duts_with_exact_per_class_counts() {
+    let sc = Scenario::parse(GOOD, "good.yaml").unwrap();
+    let r = run_on_fakes(&sc, true);
     assert_eq!(r.points.len(), 2);
     for (p, c0) in r.points.iter().zip([5_000.0, 20_000.0]) {
         assert!(p.skipped.is_none());
@@ -177,17 +180,7 @@ method: { kind: sweep, steps: [50%, 150%], duration: 0.1, repetitions: 1, warmup
 report: { derived: [drop_vs_first] }
 "#;
     let sc = Scenario::parse(text, "s.yaml").unwrap();
-    let o = RunOptions {
-        quick: false,
-        runner: RunnerOptions {
-            idle_sleep: Some(Duration::from_micros(20)),
-            ..RunnerOptions::default()
-        },
-        progress: false,
-        placement: serde_json::json!({}),
-        tool: "test".into(),
-    };
-    let r = run(&sc, &o, &mut FakeBuilder { idle_sleep: Some(Duration::from_micros(20)) }).unwrap();
+    let r = run_on_fakes(&sc, false);
     let phases: Vec<&str> = r.trials.iter().map(|t| t.record.phase.as_str()).collect();
     // Once: one trial that counts (a trial the noisy host stalled is run again, not counted).
     let used = r.trials.iter().filter(|t| t.record.phase == "capacity" && t.record.used).count();
@@ -249,20 +242,9 @@ fn points_are_compared_with_reservation_times_peak() {
         .replace("values: [5k, 20k]", "values: [none, 25%, 50%]")
         .replace("derived: [drop_vs_first, linear_fit]", "derived: [linear_fit, vs_reservation]");
     let sc = Scenario::parse(&text, "r.yaml").unwrap();
-    let o = RunOptions {
-        quick: false,
-        runner: RunnerOptions {
-            idle_sleep: Some(Duration::from_micros(20)),
-            ..RunnerOptions::default()
-        },
-        progress: false,
-        placement: serde_json::json!({}),
-        tool: "test".into(),
-    };
     // A fake DUT ignores reservations: every point forwards what it is offered, so each
     // reserved point is 1 / reservation of its expectation.
-    let mut b = FakeBuilder { idle_sleep: Some(Duration::from_micros(20)) };
-    let r = run(&sc, &o, &mut b).unwrap();
+    let r = run_on_fakes(&sc, false);
     let peak = r.points[0].metrics["forwarded_pps"];
     assert!(!r.points[0].metrics.contains_key("vs_reservation"), "the peak is not reserved");
     for (p, f) in r.points[1..].iter().zip([0.25, 0.5]) {
