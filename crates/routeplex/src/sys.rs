@@ -76,6 +76,27 @@ pub fn stop_on_signals(flag: &'static std::sync::atomic::AtomicBool) {
     }
 }
 
+/// Online CPUs (not just the ones this thread may use: it may be pinned).
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf only reads a system constant.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
+/// Bytes the allocator has handed out and not had back (glibc), all threads.
+pub fn heap_in_use() -> Option<u64> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 takes no arguments and only reads the allocator's statistics.
+        let m = unsafe { libc::mallinfo2() };
+        Some((m.uordblks + m.hblkhd) as u64)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        None
+    }
+}
+
 /// A worker clock in nanoseconds (see `dataplane::Clock`): the raw TSC where it ticks at a
 /// constant rate on every core (x86_64 with `constant_tsc` and `nonstop_tsc`), scaled by a
 /// factor measured once against the monotonic clock; the monotonic clock elsewhere. rdtsc

@@ -587,7 +587,7 @@ impl KernelDut {
             &log,
             Stop::Control(sock.clone()),
         )?;
-        let ncpu = online_cpus();
+        let ncpu = crate::sys::online_cpus();
         match self.opts.dut_cpu {
             Some(c) if c + 1 == ncpu => self.done.push(format!(
                 "routeplex run (CPUs {cpus} allowed) pins its one worker to the last CPU, {c}, where it busy-polls both ports; its control thread is not pinned and mostly sleeps"
@@ -943,16 +943,9 @@ impl KernelDut {
     }
 }
 
-/// Online CPUs (not just the ones this thread may use: it may be pinned).
-fn online_cpus() -> usize {
-    // SAFETY: sysconf only reads a system constant.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    usize::try_from(n).unwrap_or(1).max(1)
-}
-
 /// `0-N` for every online CPU.
 fn all_cpus() -> String {
-    format!("0-{}", online_cpus() - 1)
+    format!("0-{}", crate::sys::online_cpus() - 1)
 }
 
 impl Dut for KernelDut {

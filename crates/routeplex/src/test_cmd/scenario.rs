@@ -127,7 +127,7 @@ impl Builder {
         let topo = lab::topology(&g.yaml, &g.file).map_err(fail)?;
         let table = self.table(p)?;
         let family = if p.family == "ipv6" { Family::Ipv6 } else { Family::Ipv4 };
-        let heap0 = heap_in_use();
+        let heap0 = crate::sys::heap_in_use();
         let t0 = Instant::now();
         let mut d = RouteplexDut::with_roles(
             "routeplex",
@@ -145,7 +145,7 @@ impl Builder {
             ("build_s".to_string(), build_s),
             ("routes_per_vr".to_string(), d.vrs()[0].routes.len() as f64),
         ];
-        if let (Some(a), Some(b)) = (heap0, heap_in_use()) {
+        if let (Some(a), Some(b)) = (heap0, crate::sys::heap_in_use()) {
             let bytes = b.saturating_sub(a) as f64;
             facts.push(("heap_bytes".into(), bytes));
             facts.push(("bytes_per_vr".into(), bytes / p.vrs as f64));
@@ -210,20 +210,6 @@ impl DutBuilder for Builder {
 
 /// Interfaces the generated topologies can address.
 const MAX_IFACES: usize = 32_768;
-
-/// Bytes the allocator has handed out and not had back (glibc), all threads.
-fn heap_in_use() -> Option<u64> {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: mallinfo2 takes no arguments and only reads the allocator's statistics.
-        let m = unsafe { libc::mallinfo2() };
-        Some((m.uordblks + m.hblkhd) as u64)
-    }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    {
-        None
-    }
-}
 
 /// A topology generated from a point's DUT parameters.
 pub struct Generated {
