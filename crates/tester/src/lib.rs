@@ -4,6 +4,8 @@
 //! Job: the router tester of seed 000 §3.1 (offered against forwarded load, repeated runs,
 //! 99 % confidence intervals, 64-byte frames), RFC 2544 (throughput by binary search, latency,
 //! frame loss rate, back-to-back) and CSIT-style NDR/PDR search, against any [`Dut`].
+//! [`scenario`] runs a whole experiment described in a file (a DUT built per point from a few
+//! parameters, an axis, the traffic and the method) and writes its table, JSON, CSV and plots.
 //!
 //! Contract:
 //! - Frames are built once, before a run. Sending copies a prepared frame into a batch buffer
