@@ -145,7 +145,7 @@ pub use error::{ErrorKind, TopologyError};
 pub use hosts::{HostSpec, HOST_IFNAME};
 pub use run::{cells, reservation_from_words, CellPlan, VrSchedule, Workers, DEFAULT_PERIOD_US};
 
-use yaml::{Result, Value};
+use yaml::{BadKind, Result, Value};
 
 /// A validated topology: the host's ports and its virtual routers.
 #[derive(Clone, Debug, PartialEq)]

@@ -15,7 +15,7 @@ use ipnet::IpNet;
 
 use super::error::ErrorKind;
 use super::vr::Vr;
-use super::yaml::{Result, Value};
+use super::yaml::{BadKind, Result, Value};
 
 const TABLE_KEYS: &[&str] = &["file", "next_hops"];
 const NEXT_HOP_KEYS: &[&str] = &["via", "interface"];

@@ -103,8 +103,8 @@ pub use run::{
     linear_fit, run, BuildError, BuiltDut, ClassSummary, CurvePoint, DutBuilder, FakeBuilder,
     PointResult, RunOptions, ScenarioReport, ScenarioTrial,
 };
-use yaml::Value;
 pub use yaml::{parse_count, ScenarioError};
+use yaml::{ScenarioValue, Value};
 
 type Result<T> = std::result::Result<T, ScenarioError>;
 
@@ -907,14 +907,14 @@ fn method(v: &Value) -> Result<MethodDef> {
     let duration = secs("duration", 1.0, 0.001)?;
     let warmup = secs("warmup", 0.1, 0.0)?;
     let repetitions = match m.get("repetitions") {
-        Some(v) => v.int("repetitions", 1, 1000)? as usize,
+        Some(v) => v.count("repetitions", 1, 1000)? as usize,
         None => 10,
     };
     let attempts = match m.get("attempts") {
-        Some(v) => v.int("attempts", 1, 10)? as usize,
+        Some(v) => v.count("attempts", 1, 10)? as usize,
         None => 3,
     };
-    let burst = m.get("burst").map(|v| v.int("burst", 1, 256).map(|b| b as usize)).transpose()?;
+    let burst = m.get("burst").map(|v| v.count("burst", 1, 256).map(|b| b as usize)).transpose()?;
     let steps = match m.get("steps") {
         Some(v) => rates(&v)?,
         None if kind == MethodKind::Sweep => {
@@ -947,7 +947,7 @@ fn method(v: &Value) -> Result<MethodDef> {
             Duration::from_secs_f64(v.secs("initial_duration", 0.001, 3600.0)?);
     }
     if let Some(v) = m.get("phases") {
-        ndr.phases = v.int("phases", 1, 10)? as usize;
+        ndr.phases = v.count("phases", 1, 10)? as usize;
     }
     for (key, slot) in [("goal_width", &mut ndr.goal_width), ("pdr_loss", &mut ndr.pdr_loss)] {
         if let Some(v) = m.get(key) {
@@ -966,7 +966,7 @@ fn method(v: &Value) -> Result<MethodDef> {
 }
 
 fn rates(v: &Value) -> Result<Vec<RateSpec>> {
-    let items = v.list()?;
+    let items = v.list_or_one()?;
     if items.is_empty() {
         return Err(v.error("at least one rate"));
     }
@@ -996,7 +996,7 @@ fn quick(v: Option<Value>, base: &Params) -> Result<Quick> {
         q.warmup = Duration::from_secs_f64(d.secs("warmup", 0.0, 60.0)?);
     }
     if let Some(d) = m.get("repetitions") {
-        q.repetitions = d.int("repetitions", 1, 100)? as usize;
+        q.repetitions = d.count("repetitions", 1, 100)? as usize;
     }
     if let Some(d) = m.get("steps") {
         q.steps = Some(rates(&d)?);
@@ -1019,7 +1019,7 @@ fn axis_def(v: &Value, base: &Params, q: &Quick) -> Result<Axis> {
     let m = v.map(&["param", "values", "quick", "label", "log"])?;
     let pv = m.req("param")?;
     let params: Vec<String> =
-        pv.list()?.iter().map(|p| p.text().map(str::to_string)).collect::<Result<_>>()?;
+        pv.list_or_one()?.iter().map(|p| p.text().map(str::to_string)).collect::<Result<_>>()?;
     if params.is_empty() {
         return Err(pv.error("name at least one parameter"));
     }
@@ -1028,7 +1028,7 @@ fn axis_def(v: &Value, base: &Params, q: &Quick) -> Result<Axis> {
         let _ = quick_base.set(k, val);
     }
     let read = |lv: &Value| -> Result<Vec<AxisValue>> {
-        let items = lv.list()?;
+        let items = lv.list_or_one()?;
         if items.is_empty() {
             return Err(lv.error("at least one value"));
         }
@@ -1108,7 +1108,7 @@ fn report(v: Option<Value>, sc: &Scenario) -> Result<ReportDef> {
     let m = v.map(&["columns", "plot", "derived"])?;
     match m.get("columns") {
         Some(cv) => {
-            for c in cv.list()? {
+            for c in cv.list_or_one()? {
                 let s = c.text()?;
                 check(&c, s, true)?;
                 r.columns.push(s.to_string());
@@ -1120,7 +1120,7 @@ fn report(v: Option<Value>, sc: &Scenario) -> Result<ReportDef> {
         let pm = pv.map(&["y", "y_label"])?;
         if let Some(y) = pm.get("y") {
             r.plot_y.clear();
-            for c in y.list()? {
+            for c in y.list_or_one()? {
                 let s = c.text()?;
                 check(&c, s, false)?;
                 r.plot_y.push(s.to_string());
@@ -1131,7 +1131,7 @@ fn report(v: Option<Value>, sc: &Scenario) -> Result<ReportDef> {
         }
     }
     if let Some(dv) = m.get("derived") {
-        for d in dv.list()? {
+        for d in dv.list_or_one()? {
             let s = d.text()?;
             r.derived.push(match s {
                 "drop_vs_first" => Derived::DropVsFirst,
