@@ -208,12 +208,7 @@ impl AfPacketPort {
     /// failing step.
     pub fn open(ifname: &str, opts: &AfPacketOptions) -> io::Result<AfPacketPort> {
         let mut watch = Watch::new(BACKEND, ifname, opts.netns.as_deref())?;
-        let ifindex = watch.require()?;
-        let mtu = watch.mtu();
-        let o = opts.clone();
-        let name = ifname.to_string();
-        let live = watch.netns().run_in(move || Live::open(&name, ifindex, &o, mtu))?;
-        watch.set_up(ifindex);
+        let live = watch.open_live(|name, ifindex, mtu| Live::open(name, ifindex, opts, mtu))?;
         Ok(AfPacketPort {
             watch,
             opts: opts.clone(),
@@ -240,19 +235,11 @@ impl AfPacketPort {
     }
 
     fn reopen(&mut self) {
-        let res = self.watch.require().and_then(|ifindex| {
-            let mtu = self.watch.mtu();
-            let o = self.opts.clone();
-            let name = self.watch.name().to_string();
-            let live = self.watch.netns().run_in(move || Live::open(&name, ifindex, &o, mtu))?;
-            Ok((ifindex, live))
-        });
-        match res {
-            Ok((ifindex, live)) => {
-                self.live = Some(live);
-                self.watch.set_up(ifindex);
-            }
-            Err(e) => self.watch.reopen_failed(&e),
+        let o = &self.opts;
+        if let Some(live) =
+            self.watch.reopen_live(|name, ifindex, mtu| Live::open(name, ifindex, o, mtu))
+        {
+            self.live = Some(live);
         }
     }
 }

@@ -549,6 +549,30 @@ impl Watch {
         ioctl_ifreq(&self.ctl, SIOCGIFMTU, &mut ifr).ok().map(|()| ifr.val.max(0) as usize)
     }
 
+    /// Opens what a kernel port keeps on its interface, `open(name, ifindex, mtu)`, inside the
+    /// port's namespace, and marks the port up on that interface: the one way a socket port
+    /// opens, at start and when its interface comes back.
+    pub(crate) fn open_live<L: Send>(
+        &mut self,
+        open: impl FnOnce(&str, u32, Option<usize>) -> io::Result<L> + Send,
+    ) -> io::Result<L> {
+        let ifindex = self.require()?;
+        let mtu = self.mtu();
+        let name = self.name.as_str();
+        let live = self.netns.run_in(move || open(name, ifindex, mtu))?;
+        self.set_up(ifindex);
+        Ok(live)
+    }
+
+    /// [`Watch::open_live`] from `service()`, which must not fail: a failure is the port's
+    /// status until the next try.
+    pub(crate) fn reopen_live<L: Send>(
+        &mut self,
+        open: impl FnOnce(&str, u32, Option<usize>) -> io::Result<L> + Send,
+    ) -> Option<L> {
+        self.open_live(open).map_err(|e| self.reopen_failed(&e)).ok()
+    }
+
     /// The port is open on `ifindex` and moving packets.
     pub(crate) fn set_up(&mut self, ifindex: u32) {
         self.ifindex = ifindex;

@@ -187,13 +187,8 @@ impl AfXdpPort {
     /// and link, in that order. Errors name the interface and the failing step.
     pub fn open(ifname: &str, opts: &AfXdpOptions) -> io::Result<AfXdpPort> {
         let mut watch = Watch::new(BACKEND, ifname, opts.netns.as_deref())?;
-        let ifindex = watch.require()?;
-        let mtu = watch.mtu();
-        let o = opts.clone();
-        let name = ifname.to_string();
-        let live =
-            watch.netns().run_in(move || Live::open(&name, ifindex, &o, mtu, OPEN_BIND_WAIT))?;
-        watch.set_up(ifindex);
+        let live = watch
+            .open_live(|name, ifindex, mtu| Live::open(name, ifindex, opts, mtu, OPEN_BIND_WAIT))?;
         Ok(AfXdpPort {
             watch,
             opts: opts.clone(),
@@ -244,22 +239,12 @@ impl AfXdpPort {
     }
 
     fn reopen(&mut self) {
-        let res = self.watch.require().and_then(|ifindex| {
-            let mtu = self.watch.mtu();
-            let o = self.opts.clone();
-            let name = self.watch.name().to_string();
-            let live = self
-                .watch
-                .netns()
-                .run_in(move || Live::open(&name, ifindex, &o, mtu, Duration::ZERO))?;
-            Ok((ifindex, live))
-        });
-        match res {
-            Ok((ifindex, live)) => {
-                self.live = Some(live);
-                self.watch.set_up(ifindex);
-            }
-            Err(e) => self.watch.reopen_failed(&e),
+        let o = &self.opts;
+        if let Some(live) = self
+            .watch
+            .reopen_live(|name, ifindex, mtu| Live::open(name, ifindex, o, mtu, Duration::ZERO))
+        {
+            self.live = Some(live);
         }
     }
 }
