@@ -11,7 +11,7 @@ mod common_kernel;
 
 use common_kernel::*;
 use ports::afpacket::{AfPacketOptions, AfPacketPort};
-use ports::{Batch, Port, PortStatus};
+use ports::{Port, PortStatus};
 
 fn open(dev: &str) -> AfPacketPort {
     AfPacketPort::open(dev, &AfPacketOptions::default()).unwrap_or_else(|e| panic!("{e}"))
@@ -69,28 +69,8 @@ fn afpacket_interface_removed_and_back() {
         return;
     }
     let v = Veth::new();
-    let mut a = open(&v.a);
-    let mut b = open(&v.b);
-    let old = a.ifindex();
-    v.delete();
-    let mut batch = Batch::new(4);
-    for i in 0..4 {
-        batch.push_copy(&frame(1, i, 60, None));
-    }
-    let mut inb = Batch::new(64);
-    for _ in 0..3 {
-        let _ = a.tx_burst(&mut batch, &[0, 1, 2, 3]);
-        let _ = a.rx_burst(&mut inb);
-    }
-    service_until(&mut a, "down", |p| p.status() != PortStatus::Up);
-    service_until(&mut b, "down", |p| p.status() != PortStatus::Up);
-    assert_eq!(a.status(), PortStatus::Down(format!("interface {} disappeared", v.a)));
-    assert_eq!(a.tx_burst(&mut batch, &[0]), 0);
-    assert_eq!(a.rx_burst(&mut inb), 0);
-
-    v.recreate();
-    service_until(&mut a, "up again", |p| p.status() == PortStatus::Up);
-    service_until(&mut b, "up again", |p| p.status() == PortStatus::Up);
-    assert_ne!(a.ifindex(), old);
-    workout(&mut a, &mut b);
+    let (mut a, mut b) = (open(&v.a), open(&v.b));
+    removed_and_back(&v, &mut a, &mut b, AfPacketPort::ifindex, |a| {
+        assert_eq!(a.qdisc_bypass(), None);
+    });
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common_kernel::*;
 use ports::afxdp::{AfXdpOptions, AfXdpPort, XdpMode};
-use ports::{Batch, Port, PortStatus};
+use ports::{Port, PortStatus};
 
 fn open(dev: &str) -> AfXdpPort {
     AfXdpPort::open(dev, &AfXdpOptions::default()).unwrap_or_else(|e| panic!("{e}"))
@@ -165,37 +165,9 @@ fn afxdp_interface_removed_and_back() {
         return;
     }
     let v = Veth::new();
-    let mut a = open(&v.a);
-    let mut b = open(&v.b);
-    let old = a.ifindex();
-    v.delete();
-
-    // Bursts keep working (returning nothing) while and after the port notices.
-    let mut batch = Batch::new(8);
-    for i in 0..8 {
-        batch.push_copy(&frame(1, i, 60, None));
-    }
-    let mut inb = Batch::new(64);
-    for _ in 0..3 {
-        let _ = a.tx_burst(&mut batch, &[0, 1, 2]);
-        let _ = a.rx_burst(&mut inb);
-        a.service();
-    }
-    service_until(&mut a, "down", |p| p.status() != PortStatus::Up);
-    assert_eq!(a.status(), PortStatus::Down(format!("interface {} disappeared", v.a)));
-    assert_eq!((a.mode(), a.ifindex()), (None, 0));
-    let errors = a.stats().tx_errors;
-    assert_eq!(a.tx_burst(&mut batch, &[0, 1]), 0);
-    assert_eq!(a.stats().tx_errors, errors + 2);
-    assert_eq!(a.rx_burst(&mut inb), 0);
-    service_until(&mut b, "down", |p| p.status() != PortStatus::Up);
-
-    v.recreate();
-    service_until(&mut a, "up again", |p| p.status() == PortStatus::Up);
-    service_until(&mut b, "up again", |p| p.status() == PortStatus::Up);
-    assert_ne!(a.ifindex(), old);
+    let (mut a, mut b) = (open(&v.a), open(&v.b));
+    removed_and_back(&v, &mut a, &mut b, AfXdpPort::ifindex, |a| assert_eq!(a.mode(), None));
     assert!(xdp_prog_line(&v.a, None).is_some());
-    workout(&mut a, &mut b);
     drop(a);
     drop(b);
     assert_detached(&v.a, None);

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use ports::{Batch, Port, PortStats, MAX_BURST};
+use ports::{Batch, Port, PortStats, PortStatus, MAX_BURST};
 
 /// How long a test waits for frames before it fails: a hang guard, not a timing assertion.
 pub const PATIENCE: Duration = Duration::from_secs(30);
@@ -454,4 +454,44 @@ pub fn service_until(port: &mut dyn Port, what: &str, cond: impl Fn(&dyn Port) -
         port.service();
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// Deletes the veth under ports `a` and `b` and makes it again. While it is gone, bursts keep
+/// working and return nothing (`a`'s refused frames count as tx errors), `a` says why it is
+/// down and has no ifindex, and `while_down` checks what else the backend shows; once back,
+/// both re-open on the new interface and pass the workout.
+pub fn removed_and_back<P: Port>(
+    v: &Veth,
+    a: &mut P,
+    b: &mut P,
+    ifindex: impl Fn(&P) -> u32,
+    while_down: impl Fn(&P),
+) {
+    let old = ifindex(a);
+    v.delete();
+    let mut batch = Batch::new(8);
+    for i in 0..8 {
+        batch.push_copy(&frame(1, i, 60, None));
+    }
+    let mut inb = Batch::new(64);
+    for _ in 0..3 {
+        let _ = a.tx_burst(&mut batch, &[0, 1, 2]);
+        let _ = a.rx_burst(&mut inb);
+        a.service();
+    }
+    service_until(a, "down", |p| p.status() != PortStatus::Up);
+    assert_eq!(a.status(), PortStatus::Down(format!("interface {} disappeared", v.a)));
+    assert_eq!(ifindex(a), 0);
+    while_down(a);
+    let errors = a.stats().tx_errors;
+    assert_eq!(a.tx_burst(&mut batch, &[0, 1]), 0);
+    assert_eq!(a.stats().tx_errors, errors + 2);
+    assert_eq!(a.rx_burst(&mut inb), 0);
+    service_until(b, "down", |p| p.status() != PortStatus::Up);
+
+    v.recreate();
+    service_until(a, "up again", |p| p.status() == PortStatus::Up);
+    service_until(b, "up again", |p| p.status() == PortStatus::Up);
+    assert_ne!(ifindex(a), old);
+    workout(a, b);
 }
