@@ -9,9 +9,16 @@
 //!
 //! [`Value`] and [`Map`] are generic over the caller's error type `E: From<Located>`, so a
 //! crate can alias `Value<'a, MyError>` and use `?` with its own `Result` unchanged.
+//!
+//! Input is untrusted, so every step is bounded: [`read_file`] reads only regular files and at
+//! most a given size, [`parse_document`] refuses nesting deeper than [`MAX_DEPTH`] before the
+//! (recursive) tree builder sees it, and an error quotes at most [`QUOTE_MAX`] bytes of a value
+//! ([`quote`], [`bound`]).
 
 use std::fmt::{self, Display};
+use std::io::{self, Read};
 use std::marker::PhantomData;
+use std::path::Path;
 use std::str::FromStr;
 
 use marked_yaml::types::MarkedMappingNode;
@@ -33,8 +40,11 @@ pub struct Located {
 }
 
 impl Located {
+    /// A rejection; a long `value` is cut, in the message too (see [`bound`]), and so is a long
+    /// path (a key in the document may be long).
     fn new(pos: (usize, usize), path: &str, value: Option<&str>, message: String) -> Located {
-        Located { pos, path: path.to_string(), value: value.map(str::to_string), message }
+        let (value, message) = bound(value, message);
+        Located { pos, path: clip(path).into_owned(), value, message }
     }
 }
 
@@ -55,7 +65,11 @@ impl std::error::Error for Located {}
 ///
 /// `top_keys` names the expected top-level keys in the error for a document that is not a
 /// mapping, e.g. `"hosts:, ports:"`.
+///
+/// A document nested deeper than [`MAX_DEPTH`] is refused before it is built: the tree builder
+/// recurses once per level, so 40,000 nested lists would overflow the stack.
 pub fn parse_document(text: &str, top_keys: &str) -> Result<Node, Located> {
+    check_depth(text)?;
     let options = LoaderOptions::default().error_on_duplicate_keys(true);
     marked_yaml::parse_yaml_with_options(0, text, options).map_err(|e| {
         let (pos, message) = match &e {
@@ -74,8 +88,8 @@ pub fn parse_document(text: &str, top_keys: &str) -> Result<Node, Located> {
             LoadError::DuplicateKey(d) => (
                 pos_of(d.key.span().start()),
                 format!(
-                    "key {:?} appears twice in one mapping (first at line {})",
-                    d.key.as_str(),
+                    "key {} appears twice in one mapping (first at line {})",
+                    quote(d.key.as_str()),
                     pos_of(d.prev_key.span().start()).0
                 ),
             ),
@@ -86,6 +100,174 @@ pub fn parse_document(text: &str, top_keys: &str) -> Result<Node, Located> {
 
 fn pos_of(m: Option<&marked_yaml::Marker>) -> (usize, usize) {
     m.map_or((0, 0), |m| (m.line(), m.column()))
+}
+
+/// Lists and mappings may nest this deep (the top-level mapping is level 1); a topology or
+/// scenario needs fewer than 10.
+pub const MAX_DEPTH: usize = 64;
+
+/// Refuses a document that nests lists and mappings deeper than [`MAX_DEPTH`], by walking the
+/// parser's events: the event parser keeps its state in a vector, so this pass does not recurse
+/// however deep the text goes. Syntax errors are left to the real parse, which stops at the same
+/// place.
+fn check_depth(text: &str) -> Result<(), Located> {
+    use yaml_rust2::parser::{Event, Parser};
+    let mut parser = Parser::new_from_str(text);
+    let mut depth = 0usize;
+    loop {
+        let (event, mark) = match parser.next_token() {
+            Ok(next) => next,
+            // The scanner reads ahead (up to 1024 characters, for a possible key) and has a
+            // flow-nesting limit of its own, 255, which it may reach before we see level 65.
+            Err(e) if e.info() == "recursion limit exceeded" => {
+                return Err(too_deep((e.marker().line(), e.marker().col() + 1)))
+            }
+            Err(_) => return Ok(()),
+        };
+        match event {
+            Event::SequenceStart(..) | Event::MappingStart(..) => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    // marked-yaml's columns are the parser's plus one; keep to them.
+                    return Err(too_deep((mark.line(), mark.col() + 1)));
+                }
+            }
+            Event::SequenceEnd | Event::MappingEnd => depth = depth.saturating_sub(1),
+            // Only the first document is read.
+            Event::DocumentEnd | Event::StreamEnd => return Ok(()),
+            _ => {}
+        }
+    }
+}
+
+fn too_deep(pos: (usize, usize)) -> Located {
+    let message =
+        format!("nesting is too deep: more than {MAX_DEPTH} levels of lists and mappings");
+    Located::new(pos, "", None, message)
+}
+
+/// An error quotes at most this many bytes of an offending value.
+pub const QUOTE_MAX: usize = 80;
+
+/// `s` quoted as `{s:?}` does, unless that takes more than [`QUOTE_MAX`] bytes: then as much as
+/// fits, an ellipsis, and the value's length, e.g. `"aaaa…" (52428800 bytes)`.
+pub fn quote(s: &str) -> String {
+    let full = s.len() <= QUOTE_MAX && s.escape_debug().count() <= QUOTE_MAX;
+    if full {
+        return format!("{s:?}");
+    }
+    let mut out = String::from('"');
+    for c in s.chars() {
+        let esc = c.escape_debug();
+        if out.len() + esc.len() > QUOTE_MAX {
+            break;
+        }
+        out.extend(esc);
+    }
+    out.push_str(&format!("…\" ({} bytes)", s.len()));
+    out
+}
+
+/// `s` cut on a char boundary so that, with an ellipsis, it takes at most [`QUOTE_MAX`] bytes;
+/// `s` itself when it fits.
+pub fn clip(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.len() <= QUOTE_MAX {
+        return s.into();
+    }
+    let mut end = QUOTE_MAX - '…'.len_utf8();
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end]).into()
+}
+
+/// The longest message an error keeps; past it, the message is cut. A safety net: values are
+/// cut to [`QUOTE_MAX`] bytes first, so only a message that quotes something it was not given
+/// as its value gets here.
+pub const MESSAGE_MAX: usize = 1024;
+
+/// Bounds an error's value and message: a value longer than [`QUOTE_MAX`] bytes is cut (see
+/// [`clip`]), and so is every copy of it in the message, quoted (`{v:?}`, see [`quote`]) or
+/// bare; then a message still longer than [`MESSAGE_MAX`] is cut. Errors built by this crate
+/// are bounded already; callers with error types of their own apply it too. Bounding twice
+/// changes nothing.
+pub fn bound(value: Option<&str>, mut message: String) -> (Option<String>, String) {
+    if let Some(v) = value.filter(|v| v.len() > QUOTE_MAX) {
+        let debug = format!("{v:?}");
+        if message.contains(&debug) {
+            message = message.replace(&debug, &quote(v));
+        }
+        if message.contains(v) {
+            message = message.replace(v, &format!("{} ({} bytes)", clip(v), v.len()));
+        }
+    }
+    if message.len() > MESSAGE_MAX {
+        let mut end = MESSAGE_MAX;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message = format!("{}… ({} bytes)", &message[..end], message.len());
+    }
+    (value.map(|v| clip(v).into_owned()), message)
+}
+
+/// Reads a whole text file of at most `cap` bytes, refusing anything but a regular file.
+///
+/// A device (`/dev/zero`), a FIFO, a socket or a directory is refused before any byte is read:
+/// by its metadata before it is opened, and again by the opened file's own metadata (opening is
+/// non-blocking, so a FIFO put in its place meanwhile does not wait for a writer). At most
+/// `cap + 1` bytes are read, so a file that grows after its size was checked is still refused
+/// without reading on. The errors name what is wrong but not the file: callers add it.
+pub fn read_file(path: &Path, cap: u64) -> io::Result<String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    regular(&std::fs::metadata(path)?, cap)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let meta = file.metadata()?;
+    regular(&meta, cap)?;
+    let mut bytes = Vec::with_capacity(meta.len().min(cap) as usize + 1);
+    file.take(cap + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > cap {
+        return Err(too_large(None, cap));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        io::Error::new(io::ErrorKind::InvalidData, format!("not UTF-8 text (byte {at})"))
+    })
+}
+
+fn regular(meta: &std::fs::Metadata, cap: u64) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    let what = if t.is_file() {
+        return if meta.len() > cap { Err(too_large(Some(meta.len()), cap)) } else { Ok(()) };
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "of an unknown kind"
+    };
+    Err(io::Error::new(io::ErrorKind::InvalidInput, format!("not a regular file ({what})")))
+}
+
+fn too_large(len: Option<u64>, cap: u64) -> io::Error {
+    const MIB: u64 = 1 << 20;
+    let limit =
+        if cap.is_multiple_of(MIB) { format!("{} MiB", cap / MIB) } else { format!("{cap} bytes") };
+    let size = len.map_or(String::new(), |n| format!(" ({n} bytes)"));
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("file too large{size}: the limit is {limit}"),
+    )
 }
 
 /// A value in the document, with its field path and position; its checks fail with `E`.
@@ -187,7 +369,7 @@ impl<'a, E: From<Located>> Value<'a, E> {
     /// Parses the value with `FromStr`; `what` names the expected thing in the error.
     pub fn parse<T: FromStr>(&self, what: &str) -> Result<T, E> {
         let s = self.text()?;
-        s.parse().map_err(|_| self.bad(s, format_args!("invalid {what} {s:?}")))
+        s.parse().map_err(|_| self.bad(s, format_args!("invalid {what} {}", quote(s))))
     }
 
     /// A plain decimal integer in `lo..=hi`.
@@ -196,8 +378,10 @@ impl<'a, E: From<Located>> Value<'a, E> {
         let n: u64 = match s.parse() {
             Ok(n) if s.bytes().all(|b| b.is_ascii_digit()) => n,
             _ => {
-                return Err(self
-                    .bad(s, format_args!("{what} must be an integer in {lo}..={hi}, not {s:?}")))
+                let q = quote(s);
+                return Err(
+                    self.bad(s, format_args!("{what} must be an integer in {lo}..={hi}, not {q}"))
+                );
             }
         };
         if n < lo || n > hi {
@@ -211,7 +395,7 @@ impl<'a, E: From<Located>> Value<'a, E> {
         match self.text()? {
             "true" | "True" | "TRUE" => Ok(true),
             "false" | "False" | "FALSE" => Ok(false),
-            s => Err(self.bad(s, format_args!("expected true or false, not {s:?}"))),
+            s => Err(self.bad(s, format_args!("expected true or false, not {}", quote(s)))),
         }
     }
 
@@ -310,7 +494,7 @@ impl<'a, E: From<Located>> Map<'a, E> {
                 pos_of(k.span().start()),
                 &self.child_path(k.as_str()),
                 Some(k.as_str()),
-                format!("unknown key {:?} (allowed: {})", k.as_str(), allowed.join(", ")),
+                format!("unknown key {} (allowed: {})", quote(k.as_str()), allowed.join(", ")),
             )
             .into()),
         }
@@ -437,6 +621,116 @@ mod tests {
         assert!(m.req("b").unwrap().int::<u16>("MTU", 68, 9000).is_err());
         let c = m.req("c").unwrap().int::<u16>("MTU", 68, 9000).unwrap_err();
         assert_eq!(c.message, "MTU 70000 is out of range 68..=9000");
+    }
+
+    /// Runs `f` on a thread with a 256 KiB stack: a parser that recursed once per level would
+    /// overflow it (and abort the process) long before 40,000 levels.
+    fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::Builder::new().stack_size(256 << 10).spawn(f).unwrap().join().unwrap()
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_the_parser_recurses() {
+        const N: usize = 40_000;
+        let flow = format!("a: {}{}\n", "[".repeat(N), "]".repeat(N));
+        let block = format!("a:\n  {}x\n", "- ".repeat(N));
+        let unclosed = format!("a: {}\n", "[{b: ".repeat(N));
+        let lines = format!("a: {}\n", "[\n ".repeat(N));
+        let mixed = format!("a:\n  {}{}{}\n", "- ".repeat(60), "[".repeat(9), "]".repeat(9));
+        for (what, text, pos) in [
+            ("block", block, (2, 1 + 2 * MAX_DEPTH)),
+            // The scanner stops at its own limit, level 256, before level 65 is parsed.
+            ("flow", flow, (1, 4 + 255)),
+            ("unclosed", unclosed, (1, 4 + 5 * 127 + 1)),
+            ("lines", lines, (256, 2)),
+            // 60 block levels under the top-level mapping, then flow: level 65 is the 4th '['.
+            ("mixed", mixed, (2, 3 + 2 * 60 + 3)),
+        ] {
+            let e = on_small_stack(move || parse_document(&text, "a:")).unwrap_err();
+            assert_eq!(
+                e.message,
+                format!("nesting is too deep: more than {MAX_DEPTH} levels of lists and mappings"),
+                "{what}"
+            );
+            assert_eq!(e.pos, pos, "{what}");
+        }
+        // 64 levels are fine (the top-level mapping is one), 65 are not.
+        let nest = |n: usize| format!("a: {}{}\n", "[".repeat(n), "]".repeat(n));
+        assert!(parse_document(&nest(MAX_DEPTH - 1), "a:").is_ok());
+        assert!(parse_document(&nest(MAX_DEPTH), "a:").is_err());
+        // A syntax error is still the parser's to report.
+        assert!(parse_document("a: [1\n", "a:").unwrap_err().message.contains("flow sequence"));
+    }
+
+    #[test]
+    fn errors_quote_at_most_a_bounded_part_of_a_value() {
+        let long = "x".repeat(50 << 20);
+        let doc = root(&format!("n: {long}\nb: {long}\n? {long}\n: 1\n"));
+        let m = V::root(&doc).mapping().unwrap();
+        let errors = [
+            m.req("n").unwrap().int::<u8>("count", 0, 9).unwrap_err(),
+            m.req("n").unwrap().parse::<std::net::IpAddr>("address").unwrap_err(),
+            m.req("b").unwrap().bool().unwrap_err(),
+            m.only(&["n", "b"]).unwrap_err(),
+            m.req("n").unwrap().bad(&long, format_args!("no port named {long} ({long:?})")),
+        ];
+        for e in errors {
+            let shown = e.to_string();
+            assert!(shown.len() < 300, "{} bytes: {}", shown.len(), &shown[..300]);
+            assert!(shown.contains("…") && shown.contains("(52428800 bytes)"), "{shown}");
+            let value = e.value.unwrap();
+            assert!(value.len() <= QUOTE_MAX && value.ends_with('…'), "{value}");
+        }
+        // A short value is quoted whole; a long one is cut on a char boundary.
+        assert_eq!(quote("ab\"c"), r#""ab\"c""#);
+        let wide = "é".repeat(100);
+        let q = quote(&wide);
+        assert!(q.starts_with("\"éé") && q.ends_with("…\" (200 bytes)") && q.len() < 100, "{q}");
+        assert_eq!(clip(&wide).len(), 79);
+        // Bounding twice changes nothing.
+        let once = bound(Some(&wide), format!("bad {wide:?} here"));
+        assert_eq!(bound(once.0.as_deref(), once.1.clone()), once);
+        // A message that quotes something it was not given is cut as a last resort.
+        let (_, m) = bound(None, long.clone());
+        assert!(m.len() < MESSAGE_MAX + 40 && m.ends_with("… (52428800 bytes)"));
+    }
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("yamlpath-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn read_file_takes_regular_files_up_to_a_size() {
+        let dir = scratch("read");
+        let f = dir.join("t.yaml");
+        std::fs::write(&f, "a: 1\n").unwrap();
+        assert_eq!(read_file(&f, 5).unwrap(), "a: 1\n");
+        let e = read_file(&f, 4).unwrap_err();
+        assert_eq!(e.to_string(), "file too large (5 bytes): the limit is 4 bytes");
+        std::fs::write(&f, vec![b'a'; 3 << 20]).unwrap();
+        let e = read_file(&f, 2 << 20).unwrap_err();
+        assert_eq!(e.to_string(), "file too large (3145728 bytes): the limit is 2 MiB");
+        std::fs::write(&f, b"a: \xff\n").unwrap();
+        assert_eq!(read_file(&f, 100).unwrap_err().to_string(), "not UTF-8 text (byte 3)");
+
+        // /dev/zero is endless: refused at once, with nothing read.
+        let e = read_file(Path::new("/dev/zero"), 1 << 20).unwrap_err();
+        assert_eq!(e.to_string(), "not a regular file (a character device)");
+        let e = read_file(&dir, 1 << 20).unwrap_err();
+        assert_eq!(e.to_string(), "not a regular file (a directory)");
+        // A FIFO with no writer: refused, not waited on.
+        let fifo = dir.join("fifo");
+        if std::process::Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success()) {
+            let e = read_file(&fifo, 1 << 20).unwrap_err();
+            assert_eq!(e.to_string(), "not a regular file (a FIFO)");
+        } else {
+            eprintln!("skipping the FIFO case: mkfifo failed");
+        }
+        assert_eq!(read_file(&dir.join("none"), 1).unwrap_err().kind(), io::ErrorKind::NotFound);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
