@@ -22,7 +22,7 @@ use crate::config::Reservation;
 use crate::counters::{Drop, PortCounters, TxTally};
 use crate::demux::{Conflict, Demux, Target, NO_KEY};
 use crate::switch::Switch;
-use crate::vr::{BuildError, Fate, Meta, OutQueue, Vr};
+use crate::vr::{BuildError, Fate, Meta, OutQueue, Vr, VrAnswer, VrChange};
 use crate::worker::Worker;
 
 pub(crate) const NONE: u16 = u16::MAX;
@@ -420,6 +420,80 @@ impl Cell {
             transmit_out(ports, pcs, egress, &mut w.info[..], tallies, &mut w.out);
             vr.core.counters.add(&std::mem::take(&mut tallies[v]));
         }
+    }
+
+    /// Applies a change to VR `v` (see [`VrChange`]); called between two polls.
+    pub fn change_vr(&mut self, v: usize, ch: VrChange) -> Result<VrAnswer, BuildError> {
+        match self.vrs.get_mut(v) {
+            Some(vr) => vr.change(ch),
+            None => Err(BuildError(format!("no VR {v} (there are {})", self.vrs.len()))),
+        }
+    }
+
+    /// Puts `new` in VR `v`'s place (a new config: interfaces, addresses), keeping the old
+    /// one's counters, and its neighbors where the interfaces are the same ([`Vr::inherit`]).
+    /// Returns the old VR, or, leaving everything as it was, why the new one does not fit
+    /// (it shares a MAC or address with another VR on a segment).
+    pub fn replace_vr(&mut self, v: usize, new: Vr) -> Result<Vr, BuildError> {
+        if v >= self.vrs.len() {
+            return Err(BuildError(format!("no VR {v} (there are {})", self.vrs.len())));
+        }
+        let mut old = std::mem::replace(&mut self.vrs[v], new);
+        match demux_of(&self.ports, &self.vrs) {
+            Ok(d) => self.demux = d,
+            Err(e) => {
+                self.vrs[v] = old;
+                return Err(e);
+            }
+        }
+        self.vrs[v].inherit(&mut old);
+        Ok(old)
+    }
+
+    /// Adds `ports` (numbered from [`Cell::port_count`] on) and then `vr`, whose interfaces
+    /// must name this cell's ports. On error nothing changes.
+    pub fn add_vr(&mut self, ports: Vec<Box<dyn Port>>, vr: Vr) -> Result<(), BuildError> {
+        let n = self.ports.len();
+        self.ports.extend(ports);
+        self.vrs.push(vr);
+        let checked = demux_of(&self.ports, &self.vrs)
+            .and_then(|d| members_of(&self.ports, &d, &self.switches).map(|m| (d, m)));
+        let (demux, member_of) = match checked {
+            Ok(x) => x,
+            Err(e) => {
+                self.vrs.pop();
+                self.ports.truncate(n);
+                return Err(e);
+            }
+        };
+        let added = self.ports.len() - n;
+        self.pcs.extend((0..added).map(|_| PortCounters::default()));
+        self.burst.extend((0..added).map(|_| MAX_BURST as u16));
+        self.egress.sel.extend((0..added).map(|_| Vec::with_capacity(MAX_BURST)));
+        self.batch.push(MAX_BURST as u16);
+        self.accounts.push(Account::default());
+        self.tallies.push(TxTally::default());
+        self.vr_head.push(NONE);
+        self.vr_tail.push(NONE);
+        self.demux = demux;
+        self.member_of = member_of;
+        Ok(())
+    }
+
+    /// Removes VR `v` and returns it; its ports stay in the cell (frames for it are then
+    /// dropped at demux as `not_for_us`).
+    pub fn remove_vr(&mut self, v: usize) -> Result<Vr, BuildError> {
+        if v >= self.vrs.len() {
+            return Err(BuildError(format!("no VR {v} (there are {})", self.vrs.len())));
+        }
+        let vr = self.vrs.remove(v);
+        self.batch.remove(v);
+        self.accounts.remove(v);
+        self.tallies.remove(v);
+        self.vr_head.remove(v);
+        self.vr_tail.remove(v);
+        self.demux = demux_of(&self.ports, &self.vrs).expect("fewer interfaces cannot conflict");
+        Ok(vr)
     }
 
     /// The VRs, in configuration order.

@@ -9,6 +9,8 @@ use std::net::IpAddr;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use wire::MacAddr;
 
+pub use crate::routes::RouteSource;
+
 /// The smallest IPv4 MTU (RFC 791).
 pub const MIN_MTU: u16 = 68;
 /// The smallest MTU of an interface with IPv6 (RFC 8200 §5).
@@ -57,13 +59,15 @@ pub struct IfaceConfig {
     pub ipv6: Vec<Ipv6Net>,
 }
 
-/// A static route.
+/// A route.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RouteConfig {
     /// Destination prefix (host bits zero).
     pub prefix: IpNet,
     /// Where matching packets go.
     pub target: RouteTarget,
+    /// Where it came from: the topology's static routes or tables, or the API.
+    pub source: RouteSource,
 }
 
 /// The target of a static route.

@@ -114,6 +114,9 @@ reasons! {
         NdpInvalid = "ndp_invalid",
         /// The egress port's ring was full.
         TxFull = "tx_full",
+        /// Arrived on, or would leave by, an interface that is administratively down (or
+        /// waited for a neighbor on an interface taken down).
+        InterfaceDown = "interface_down",
     }
 }
 

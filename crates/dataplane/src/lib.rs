@@ -29,6 +29,7 @@ pub mod counters;
 mod demux;
 mod engine;
 mod l2;
+pub mod routes;
 pub mod switch;
 mod vr;
 mod worker;
@@ -38,8 +39,9 @@ pub use cell::Cell;
 pub use config::{Budget, Reservation};
 pub use counters::{Drop, PortCounters, PortDrop, VrCounters};
 pub use engine::Engine;
+pub use routes::{RouteError, RouteOp, RouteSource, RouteTable};
 pub use switch::{
     MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters, SwitchDrop,
 };
-pub use vr::{BuildError, NeighborRow, NeighborState, Vr};
+pub use vr::{Adj, BuildError, NeighborRow, NeighborState, Vr, VrAnswer, VrChange};
 pub use worker::{Clock, Worker};

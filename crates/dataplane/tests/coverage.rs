@@ -50,6 +50,7 @@ fn vr_test(d: Drop) -> (&'static str, &'static str) {
         Drop::IcmpNotHandled => ("drops.rs", "icmp_not_handled"),
         Drop::NdpInvalid => ("neighbors.rs", "invalid_neighbor_discovery_is_dropped"),
         Drop::TxFull => ("drops.rs", "tx_full"),
+        Drop::InterfaceDown => ("drops.rs", "interface_down"),
     }
 }
 

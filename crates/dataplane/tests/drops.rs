@@ -795,3 +795,42 @@ fn tx_full() {
     c.generated_dropped += 1;
     lab2.check("generated: generated_dropped");
 }
+
+#[test]
+fn interface_down() {
+    let mut lab = lab();
+    let down = |lab: &mut Lab, i: u16, up: bool| {
+        let r = lab.e.cell_mut().change_vr(0, dataplane::VrChange::Up(i, up));
+        assert_eq!(r, Ok(dataplane::VrAnswer::Done));
+    };
+    // wan (towards 8/8's gateway) down: transit traffic for it is dropped on the way out.
+    down(&mut lab, 1, false);
+    vr_drops(
+        &mut lab,
+        0,
+        Drop::InterfaceDown,
+        &[
+            ("8.8.8.8 via a down wan", ip4_frame(&udp4_pkt("10.0.0.10", "8.8.8.8", 64, b"x"))),
+            (
+                "2001:4860::8 via a down wan",
+                ip6_frame(&udp6_pkt("2001:db8::10", "2001:4860::8", 64, b"x")),
+            ),
+        ],
+    );
+    // lan itself down: what arrives on it is dropped before any other check.
+    down(&mut lab, 0, false);
+    vr_drops(
+        &mut lab,
+        0,
+        Drop::InterfaceDown,
+        &[("anything on a down lan", ip4_frame(&udp4_pkt("10.0.0.10", "10.0.1.5", 64, b"x")))],
+    );
+    // Both up again: forwarded.
+    down(&mut lab, 0, true);
+    down(&mut lab, 1, true);
+    let f = ip4_frame(&udp4_pkt("10.0.0.10", "8.8.8.8", 64, b"x"));
+    lab.send(0, std::slice::from_ref(&f));
+    lab.run();
+    assert_eq!(lab.e.vrs()[0].counters().forwarded, 1, "{}", lab.e.dump());
+    assert!(lab.e.cell_mut().change_vr(0, dataplane::VrChange::Up(9, false)).is_err());
+}

@@ -13,7 +13,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::*;
-use dataplane::config::{RouteConfig, RouteTarget, VrConfig, VrLimits};
+use dataplane::config::{RouteConfig, RouteSource, RouteTarget, VrConfig, VrLimits};
 use dataplane::{Engine, VrCounters};
 use ports::mem::{self, MemPort};
 use ports::{Batch, Port};
@@ -93,6 +93,7 @@ fn big_vr(limits: VrLimits) -> (VrConfig, Vec<ipnet::Ipv4Net>, Vec<ipnet::Ipv6Ne
         routes.push(RouteConfig {
             prefix: net.into(),
             target: RouteTarget::Via { gateway: ip(&gw), iface: None },
+            source: RouteSource::Static,
         });
         v4.push(net);
     }
@@ -104,6 +105,7 @@ fn big_vr(limits: VrLimits) -> (VrConfig, Vec<ipnet::Ipv4Net>, Vec<ipnet::Ipv6Ne
         routes.push(RouteConfig {
             prefix: net.into(),
             target: RouteTarget::Via { gateway: ip(&gw), iface: None },
+            source: RouteSource::Static,
         });
         v6.push(net);
     }

@@ -38,10 +38,12 @@ fn vr() -> VrConfig {
             RouteConfig {
                 prefix: "0.0.0.0/0".parse().unwrap(),
                 target: RouteTarget::Via { gateway: "10.0.1.2".parse().unwrap(), iface: None },
+                source: RouteSource::Static,
             },
             RouteConfig {
                 prefix: "::/0".parse().unwrap(),
                 target: RouteTarget::Via { gateway: "2001:db8:1::2".parse().unwrap(), iface: None },
+                source: RouteSource::Static,
             },
         ],
         neighbors: vec![

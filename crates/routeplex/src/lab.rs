@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use control::Topology;
-use dataplane::config::{RouteConfig, RouteTarget, VrConfig};
+use dataplane::config::{RouteConfig, RouteSource, RouteTarget, VrConfig};
 use fib::prefix_file::{self, Family};
 pub use fib::synthetic::Rng;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
@@ -81,12 +81,14 @@ impl Table {
             vr.routes.extend(self.v4.iter().map(|&(p, n)| RouteConfig {
                 prefix: IpNet::V4(p),
                 target: via(gw4[n as usize % gw4.len()].into()),
+                source: RouteSource::Table,
             }));
         }
         if !gw6.is_empty() {
             vr.routes.extend(self.v6.iter().map(|&(p, n)| RouteConfig {
                 prefix: IpNet::V6(p),
                 target: via(gw6[n as usize % gw6.len()].into()),
+                source: RouteSource::Table,
             }));
         }
     }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use dataplane::config::{IfaceId, RouteConfig, RouteTarget};
+use dataplane::config::{IfaceId, RouteConfig, RouteSource, RouteTarget};
 use fib::prefix_file::PrefixFileErrorKind;
 use ipnet::IpNet;
 
@@ -70,7 +70,11 @@ pub(super) fn load_tables(
             if statics.contains_key(&prefix) || vr.subnets.contains_key(&prefix) {
                 continue;
             }
-            routes.push(RouteConfig { prefix, target: RouteTarget::Via { gateway, iface } });
+            routes.push(RouteConfig {
+                prefix,
+                target: RouteTarget::Via { gateway, iface },
+                source: RouteSource::Table,
+            });
         }
     }
     if loaded.len() < 2 {

@@ -4,7 +4,9 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 
-use dataplane::config::{IfaceConfig, NeighborConfig, RouteConfig, RouteTarget, VrLimits};
+use dataplane::config::{
+    IfaceConfig, NeighborConfig, RouteConfig, RouteSource, RouteTarget, VrLimits,
+};
 use ipnet::IpNet;
 use wire::MacAddr;
 
@@ -796,15 +798,43 @@ vrs:
     assert_eq!(
         vr.routes,
         vec![
-            RouteConfig { prefix: net("0.0.0.0/0"), target: via("10.0.1.2", None) },
-            RouteConfig { prefix: net("192.168.0.0/16"), target: via("10.0.1.3", Some(1)) },
-            RouteConfig { prefix: net("172.16.0.0/12"), target: RouteTarget::Iface(1) },
-            RouteConfig { prefix: net("198.51.100.0/24"), target: RouteTarget::Blackhole },
-            RouteConfig { prefix: net("2001:db8:a::/48"), target: via("2001:db8:0:1::2", None) },
+            RouteConfig {
+                prefix: net("0.0.0.0/0"),
+                target: via("10.0.1.2", None),
+                source: RouteSource::Static
+            },
+            RouteConfig {
+                prefix: net("192.168.0.0/16"),
+                target: via("10.0.1.3", Some(1)),
+                source: RouteSource::Static
+            },
+            RouteConfig {
+                prefix: net("172.16.0.0/12"),
+                target: RouteTarget::Iface(1),
+                source: RouteSource::Static
+            },
+            RouteConfig {
+                prefix: net("198.51.100.0/24"),
+                target: RouteTarget::Blackhole,
+                source: RouteSource::Static
+            },
+            RouteConfig {
+                prefix: net("2001:db8:a::/48"),
+                target: via("2001:db8:0:1::2", None),
+                source: RouteSource::Static
+            },
             // Table entries follow the static routes: id 1 → second IPv4 gateway, id 0 → the
             // only IPv6 one.
-            RouteConfig { prefix: net("203.0.113.0/24"), target: via("10.0.1.3", None) },
-            RouteConfig { prefix: net("2001:db8:f::/48"), target: via("2001:db8:0:1::3", None) },
+            RouteConfig {
+                prefix: net("203.0.113.0/24"),
+                target: via("10.0.1.3", None),
+                source: RouteSource::Table
+            },
+            RouteConfig {
+                prefix: net("2001:db8:f::/48"),
+                target: via("2001:db8:0:1::3", None),
+                source: RouteSource::Table
+            },
         ]
     );
     assert_eq!(

@@ -5,8 +5,8 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use dataplane::config::{
-    IfaceConfig, IfaceId, NeighborConfig, RouteConfig, RouteTarget, VrConfig, VrLimits,
-    IPV6_MIN_MTU, MAX_MTU, MIN_MTU,
+    IfaceConfig, IfaceId, NeighborConfig, RouteConfig, RouteSource, RouteTarget, VrConfig,
+    VrLimits, IPV6_MIN_MTU, MAX_MTU, MIN_MTU,
 };
 use ipnet::IpNet;
 use wire::MacAddr;
@@ -320,7 +320,7 @@ impl Vr {
                 RouteTarget::Via { gateway: self.gateway(&via, iface, Some(prefix))?, iface }
             }
         };
-        Ok(RouteConfig { prefix, target })
+        Ok(RouteConfig { prefix, target, source: RouteSource::Static })
     }
 
     /// The interface an `interface:` field names.

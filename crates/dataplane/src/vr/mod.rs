@@ -20,20 +20,18 @@ mod ip4;
 mod ip6;
 mod neighbor;
 
-use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use fib::{Fib, FibReader, NextHop};
-use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use fib::{FibReader, NextHop};
+use ipnet::{Ipv4Net, Ipv6Net};
 use ports::{Batch, PktBuf, MAX_BURST};
 use wire::MacAddr;
 
-use crate::config::{
-    IfaceId, PortId, RouteTarget, VrConfig, VrLimits, IPV6_MIN_MTU, MAX_MTU, MIN_MTU,
-};
+use crate::config::{IfaceId, PortId, VrConfig, VrLimits, IPV6_MIN_MTU, MAX_MTU, MIN_MTU};
 use crate::counters::{Drop, VrCounters};
 use crate::l2;
+use crate::routes::{RouteTable, RouteView};
 use neighbor::{NKey, NeighborTable, Resolve};
 pub use neighbor::{NeighborRow, NeighborState};
 
@@ -62,9 +60,9 @@ impl Default for Meta {
     }
 }
 
-/// What a next-hop index (a FIB leaf) means.
+/// What a next-hop index (a FIB leaf) means: an adjacency, VPP's word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Adj {
+pub enum Adj {
     /// No route (index 0, [`fib::NO_ROUTE`]).
     None,
     /// One of the VR's own addresses.
@@ -79,6 +77,11 @@ pub(crate) enum Adj {
         iface: IfaceId,
         gw: u128,
     },
+}
+
+/// A gateway address as adjacencies and the neighbor table key it (IPv4-mapped for IPv4).
+pub(crate) fn nkey_ip(a: IpAddr) -> u128 {
+    NKey::from_ip(0, a).ip
 }
 
 /// A gateway adjacency's ready-made L2 header (VPP's adjacency rewrite). The fast path copies
@@ -117,6 +120,9 @@ pub(crate) struct Iface {
     pub v6: Vec<Ipv6Net>,
     /// Link-local address (EUI-64 from the MAC).
     pub ll: Ipv6Addr,
+    /// Administratively up: when down, what arrives on it or would leave by it is dropped
+    /// (`interface_down`).
+    pub up: bool,
 }
 
 impl Iface {
@@ -224,8 +230,6 @@ pub(crate) struct Core {
     frag_copy: Box<[u8; ports::BUF_SIZE]>,
     /// Per adjacency: its cached L2 header (gateway adjacencies only).
     rewrite: Vec<Rewrite>,
-    fib4: Fib<u32>,
-    fib6: Fib<u128>,
     r4: FibReader<u32>,
     r6: FibReader<u128>,
     neigh: NeighborTable,
@@ -263,6 +267,30 @@ pub struct Vr {
     pub(crate) core: Core,
 }
 
+/// A change to a running VR, applied by its worker between two bursts ([`Vr::change`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VrChange {
+    /// Set these adjacency slots (growing the table): before a FIB that uses them is published.
+    Adjacencies(Vec<(NextHop, Adj)>),
+    /// Set an interface's IP MTU.
+    Mtu(IfaceId, u16),
+    /// Take an interface up or down; down flushes its neighbors.
+    Up(IfaceId, bool),
+    /// Forget learned neighbors (of one interface, or all), dropping what waits on them.
+    FlushNeighbors(Option<IfaceId>),
+    /// List the neighbor table.
+    Neighbors,
+}
+
+/// What a [`VrChange`] answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VrAnswer {
+    Done,
+    /// Entries removed... packets that waited on them and were dropped.
+    Flushed(u64),
+    Neighbors(Vec<NeighborRow>),
+}
+
 /// What pass 1 decided for one packet.
 enum Ingress {
     Lookup4(u32),
@@ -271,9 +299,93 @@ enum Ingress {
 }
 
 impl Vr {
-    /// Builds the VR's tables from its config.
+    /// Builds the VR with routes of its own: a [`RouteTable`] made from `cfg` whose writers
+    /// are dropped, so its routes never change (tests, benchmarks, the demo). A VR whose
+    /// routes change while it runs is built with [`Vr::with_routes`].
     pub fn new(cfg: &VrConfig) -> Result<Vr, BuildError> {
-        Ok(Vr { core: Core::new(cfg)? })
+        Vr::with_routes(cfg, RouteTable::new(cfg)?.view())
+    }
+
+    /// Builds the VR from its config, forwarding with the FIBs and adjacencies of `view`
+    /// (from the [`RouteTable`] its owner keeps, made from the same config).
+    pub fn with_routes(cfg: &VrConfig, view: RouteView) -> Result<Vr, BuildError> {
+        Ok(Vr { core: Core::new(cfg, view)? })
+    }
+
+    /// Applies one change between two bursts (see [`VrChange`]).
+    pub fn change(&mut self, ch: VrChange) -> Result<VrAnswer, BuildError> {
+        let c = &mut self.core;
+        let name = c.name.clone();
+        let err = move |m: String| BuildError(format!("vr {name}: {m}"));
+        match ch {
+            VrChange::Adjacencies(list) => {
+                for (nh, a) in list {
+                    let n = nh as usize;
+                    if n >= c.adj.len() {
+                        c.adj.resize(n + 1, Adj::None);
+                        c.adj_hint.resize(n + 1, u32::MAX);
+                        c.rewrite.resize(n + 1, Rewrite::default());
+                    }
+                    c.adj[n] = a;
+                    c.adj_hint[n] = u32::MAX;
+                    c.rewrite[n] = Rewrite::default();
+                }
+            }
+            VrChange::Mtu(i, mtu) => {
+                let Some(f) = c.ifaces.get_mut(i as usize) else {
+                    return Err(err(format!("no interface {i}")));
+                };
+                check_mtu(f, mtu).map_err(err)?;
+                f.mtu = mtu;
+                c.forget_rewrites();
+            }
+            VrChange::Up(i, up) => {
+                let Some(f) = c.ifaces.get_mut(i as usize) else {
+                    return Err(err(format!("no interface {i}")));
+                };
+                f.up = up;
+                c.forget_rewrites();
+                if !up {
+                    let dropped = c.neigh.flush(Some(i));
+                    c.counters.drops[Drop::InterfaceDown as usize] += dropped;
+                }
+            }
+            VrChange::FlushNeighbors(i) => {
+                let dropped = c.neigh.flush(i);
+                c.counters.drops[Drop::NoNeighbor as usize] += dropped;
+                c.forget_rewrites();
+                return Ok(VrAnswer::Flushed(dropped));
+            }
+            VrChange::Neighbors => return Ok(VrAnswer::Neighbors(c.neigh.rows())),
+        }
+        Ok(VrAnswer::Done)
+    }
+
+    /// Takes over `old`'s counters, and its neighbors when both have the same interfaces on
+    /// the same segments (a VR rebuilt with a new config replacing the one that ran).
+    pub fn inherit(&mut self, old: &mut Vr) {
+        let (n, o) = (&mut self.core, &mut old.core);
+        n.counters = o.counters;
+        n.ident = o.ident;
+        let same = |a: &Iface, b: &Iface| (a.port, a.vlan, a.mac) == (b.port, b.vlan, b.mac);
+        if n.ifaces.len() == o.ifaces.len()
+            && n.ifaces.iter().zip(&o.ifaces).all(|(a, b)| same(a, b))
+        {
+            std::mem::swap(&mut n.neigh, &mut o.neigh);
+            for (a, b) in n.ifaces.iter_mut().zip(&o.ifaces) {
+                a.up = b.up;
+            }
+        }
+    }
+
+    /// Its interfaces' names, MTUs and whether they are up, in configuration order.
+    pub fn interfaces(&self) -> Vec<(String, u16, bool)> {
+        self.core.ifaces.iter().map(|f| (f.name.clone(), f.mtu, f.up)).collect()
+    }
+
+    /// How much of its neighbor table is used, and its size.
+    pub fn neighbor_occupancy(&self) -> (usize, usize) {
+        self.core.neigh.occupancy()
     }
 
     /// The VR's name.
@@ -391,9 +503,9 @@ impl Vr {
         }
         let _ = writeln!(
             s,
-            "  routes v4 {} v6 {}; adjacencies {}",
-            c.fib4.rib().len(),
-            c.fib6.rib().len(),
+            "  fib v4 {} v6 {} prefixes; adjacencies {}",
+            c.r4.load().prefixes(),
+            c.r6.load().prefixes(),
             c.adj.len()
         );
         for r in c.neigh.rows() {
@@ -436,7 +548,7 @@ pub(crate) fn link_local(mac: MacAddr) -> Ipv6Addr {
 }
 
 impl Core {
-    fn new(cfg: &VrConfig) -> Result<Core, BuildError> {
+    fn new(cfg: &VrConfig, view: RouteView) -> Result<Core, BuildError> {
         let err = |m: String| Err(BuildError(format!("vr {}: {m}", cfg.name)));
         let ifaces: Vec<Iface> = cfg
             .interfaces
@@ -450,91 +562,21 @@ impl Core {
                 v4: i.ipv4.clone(),
                 v6: i.ipv6.clone(),
                 ll: link_local(i.mac),
+                up: true,
             })
             .collect();
         for f in &ifaces {
-            let floor = if f.v6.is_empty() { MIN_MTU } else { IPV6_MIN_MTU };
-            if !(floor..=MAX_MTU).contains(&f.mtu) {
-                return err(format!(
-                    "interface {} has MTU {}, outside {floor}..={MAX_MTU}",
-                    f.name, f.mtu
-                ));
-            }
+            check_mtu(f, f.mtu).map_err(|m| BuildError(format!("vr {}: {m}", cfg.name)))?;
         }
         if ifaces.len() > IfaceId::MAX as usize {
             return err(format!("{} interfaces, at most {}", ifaces.len(), IfaceId::MAX));
         }
-        let mut adj = vec![Adj::None];
-        let mut adj_index: HashMap<Adj, NextHop> = HashMap::new();
-        let mut nh_of = |a: Adj| -> Result<NextHop, BuildError> {
-            if let Some(&n) = adj_index.get(&a) {
-                return Ok(n);
-            }
-            let n = NextHop::try_from(adj.len())
-                .map_err(|_| BuildError(format!("vr {}: more than 65535 next hops", cfg.name)))?;
-            adj.push(a);
-            adj_index.insert(a, n);
-            Ok(n)
-        };
-        // Precedence: static routes, then connected subnets, then the VR's own and broadcast
-        // addresses (a later insert of the same prefix wins).
-        let mut v4: BTreeMap<(u32, u8), NextHop> = BTreeMap::new();
-        let mut v6: BTreeMap<(u128, u8), NextHop> = BTreeMap::new();
-        for r in &cfg.routes {
-            let a = match r.target {
-                RouteTarget::Blackhole => Adj::Blackhole,
-                RouteTarget::Iface(i) => Adj::Glean(i),
-                RouteTarget::Via { gateway, iface } => {
-                    let i = match iface.or_else(|| connected_iface(&ifaces, gateway)) {
-                        Some(i) => i,
-                        None => {
-                            return err(format!(
-                                "gateway {gateway} of {} is on no connected subnet",
-                                r.prefix
-                            ))
-                        }
-                    };
-                    Adj::Via { iface: i, gw: NKey::from_ip(i, gateway).ip }
-                }
-            };
-            if let Adj::Glean(i) | Adj::Via { iface: i, .. } = a {
-                if i as usize >= ifaces.len() {
-                    return err(format!(
-                        "route {} names interface {i}, which does not exist",
-                        r.prefix
-                    ));
-                }
-            }
-            let nh = nh_of(a)?;
-            match r.prefix {
-                IpNet::V4(p) => v4.insert((p.network().into(), p.prefix_len()), nh),
-                IpNet::V6(p) => v6.insert((p.network().into(), p.prefix_len()), nh),
-            };
-        }
-        let mut glean_of = Vec::with_capacity(ifaces.len());
-        for (i, f) in ifaces.iter().enumerate() {
-            let glean = nh_of(Adj::Glean(i as IfaceId))?;
-            glean_of.push(glean);
-            for n in &f.v4 {
-                v4.insert((n.network().into(), n.prefix_len()), glean);
-            }
-            for n in &f.v6 {
-                v6.insert((n.network().into(), n.prefix_len()), glean);
-            }
-        }
-        let local = nh_of(Adj::Local)?;
-        for f in &ifaces {
-            for n in &f.v4 {
-                if n.prefix_len() <= 30 {
-                    v4.insert((n.broadcast().into(), 32), nh_of(Adj::Broadcast)?);
-                }
-            }
-            for n in &f.v4 {
-                v4.insert((n.addr().into(), 32), local);
-            }
-            for a in f.v6.iter().map(|n| n.addr()).chain([f.ll]) {
-                v6.insert((a.into(), 128), local);
-            }
+        if view.glean.len() != ifaces.len() {
+            return err(format!(
+                "routes made for {} interfaces, the VR has {}",
+                view.glean.len(),
+                ifaces.len()
+            ));
         }
         let mut neigh = NeighborTable::new(&cfg.limits);
         for n in &cfg.neighbors {
@@ -551,17 +593,14 @@ impl Core {
                 ));
             }
         }
-        let fib4 = Fib::from_routes(v4.into_iter().map(|((a, l), nh)| (a, l, nh)));
-        let fib6 = Fib::from_routes(v6.into_iter().map(|((a, l), nh)| (a, l, nh)));
         let VrLimits { icmp_errors_per_sec, icmp_errors_burst, .. } = cfg.limits;
+        let RouteView { adj, glean, r4, r6 } = view;
         Ok(Core {
             name: cfg.name.clone(),
-            r4: fib4.reader(),
-            r6: fib6.reader(),
-            fib4,
-            fib6,
+            r4,
+            r6,
             adj_hint: vec![u32::MAX; adj.len()],
-            glean: glean_of,
+            glean,
             own: AddrSet::new(
                 ifaces
                     .iter()
@@ -583,6 +622,11 @@ impl Core {
         })
     }
 
+    /// Forgets every cached L2 header (an interface's MTU or state changed).
+    fn forget_rewrites(&mut self) {
+        self.rewrite.iter_mut().for_each(|r| *r = Rewrite::default());
+    }
+
     #[inline]
     fn drop(&mut self, r: Drop) -> Fate {
         self.counters.drops[r as usize] += 1;
@@ -592,6 +636,9 @@ impl Core {
     #[inline]
     fn ingress(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Ingress {
         let l3 = m.l3 as usize;
+        if !self.ifaces[m.iface as usize].up {
+            return Ingress::Done(self.drop(Drop::InterfaceDown));
+        }
         match m.ethertype {
             wire::ethertype::IPV4 => self.ingress4(buf, l3),
             wire::ethertype::IPV6 => self.ingress6(buf, m, now),
@@ -613,6 +660,9 @@ impl Core {
         now: u64,
     ) -> Fate {
         let f = &self.ifaces[key.iface as usize];
+        if !f.up {
+            return self.drop_out(Drop::InterfaceDown, transit);
+        }
         let (port, vlan, mac) = (f.port, f.vlan, f.mac);
         let et = if key.is_v4() { wire::ethertype::IPV4 } else { wire::ethertype::IPV6 };
         let (res, e) = self.neigh.resolve_hinted(key, self.adj_hint[adj as usize], now);
@@ -717,15 +767,14 @@ mod addr_set_tests {
     }
 }
 
-/// The interface whose connected subnet holds `gw`.
-fn connected_iface(ifaces: &[Iface], gw: IpAddr) -> Option<IfaceId> {
-    ifaces
-        .iter()
-        .position(|f| match gw {
-            IpAddr::V4(a) => f.v4.iter().any(|n| n.contains(&a)),
-            IpAddr::V6(a) => f.v6.iter().any(|n| n.contains(&a)),
-        })
-        .map(|i| i as IfaceId)
+/// Whether `mtu` suits interface `f`: at least 1280 with IPv6, at most what a buffer holds.
+fn check_mtu(f: &Iface, mtu: u16) -> Result<(), String> {
+    let floor = if f.v6.is_empty() { MIN_MTU } else { IPV6_MIN_MTU };
+    if (floor..=MAX_MTU).contains(&mtu) {
+        Ok(())
+    } else {
+        Err(format!("interface {} has MTU {mtu}, outside {floor}..={MAX_MTU}", f.name))
+    }
 }
 
 #[cfg(test)]

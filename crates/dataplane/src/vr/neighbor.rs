@@ -516,6 +516,38 @@ impl NeighborTable {
         d
     }
 
+    /// Forgets every learned entry (on interface `iface`, or all), dropping what waits on
+    /// them; static entries stay. Returns the packets dropped.
+    pub fn flush(&mut self, iface: Option<u16>) -> u64 {
+        let mut dropped = 0;
+        for e in 0..self.entries.len() {
+            let en = &self.entries[e];
+            if !en.live
+                || en.state == NeighborState::Static
+                || iface.is_some_and(|i| i != en.key.iface)
+            {
+                continue;
+            }
+            if en.state == NeighborState::Incomplete && en.probes > 0 {
+                self.incomplete -= 1;
+            }
+            let (t, g) = self.drain_queue(e as u32);
+            dropped += t + g;
+            let en = &mut self.entries[e];
+            en.live = false;
+            self.index.remove(&en.key);
+            self.free.push(e as u32);
+        }
+        self.probes.retain(|p| iface.is_some_and(|i| i != p.key.iface));
+        self.epoch += 1;
+        dropped
+    }
+
+    /// Entries in use, and the table's size.
+    pub fn occupancy(&self) -> (usize, usize) {
+        (self.index.len(), self.cap)
+    }
+
     /// Takes the next due probe.
     pub fn pop_probe(&mut self) -> Option<Probe> {
         self.probes.pop()

@@ -102,6 +102,7 @@ pub fn via(prefix: &str, gw: &str) -> RouteConfig {
     RouteConfig {
         prefix: prefix.parse().unwrap(),
         target: RouteTarget::Via { gateway: ip(gw), iface: None },
+        source: RouteSource::Static,
     }
 }
 
@@ -109,15 +110,24 @@ pub fn via_if(prefix: &str, gw: &str, iface: u16) -> RouteConfig {
     RouteConfig {
         prefix: prefix.parse().unwrap(),
         target: RouteTarget::Via { gateway: ip(gw), iface: Some(iface) },
+        source: RouteSource::Static,
     }
 }
 
 pub fn out_iface(prefix: &str, iface: u16) -> RouteConfig {
-    RouteConfig { prefix: prefix.parse().unwrap(), target: RouteTarget::Iface(iface) }
+    RouteConfig {
+        prefix: prefix.parse().unwrap(),
+        target: RouteTarget::Iface(iface),
+        source: RouteSource::Static,
+    }
 }
 
 pub fn blackhole(prefix: &str) -> RouteConfig {
-    RouteConfig { prefix: prefix.parse().unwrap(), target: RouteTarget::Blackhole }
+    RouteConfig {
+        prefix: prefix.parse().unwrap(),
+        target: RouteTarget::Blackhole,
+        source: RouteSource::Static,
+    }
 }
 
 pub fn neigh(iface: u16, addr: &str, m: [u8; 6]) -> NeighborConfig {

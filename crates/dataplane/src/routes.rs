@@ -1,0 +1,773 @@
+//! A VR's routes as the control plane owns them: every route by source, the adjacencies they
+//! use, and the two FIB writers that publish compiled tables to the VR's readers.
+//!
+//! The data plane never holds a [`RouteTable`]: `control` keeps one per VR and the VR keeps
+//! only [`fib::FibReader`]s and a copy of the adjacency list. A batch of [`RouteOp`]s is
+//! validated whole before anything changes (nothing is half-applied), then:
+//! 1. adjacencies the batch needs that the VR does not have yet are handed to `install`, which
+//!    gives them to the VR between two bursts and returns once it has them;
+//! 2. the FIBs are patched and published by atomic swap;
+//! 3. adjacencies no route uses any more are freed for reuse. A freed slot is only ever handed
+//!    out again through step 1, so a reader can never see a FIB leaf whose adjacency the VR
+//!    does not hold: every published version refers only to installed slots.
+//!
+//! Several sources may hold a route for one prefix; the FIB gets the best by [`RouteSource`]
+//! order (an administrative distance), and the others wait behind it.
+
+use std::net::IpAddr;
+
+use fib::{Change, Fib, FibReader, NextHop, NO_ROUTE};
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use rustc_hash::FxHashMap;
+
+use crate::config::{IfaceId, RouteConfig, RouteTarget, VrConfig};
+use crate::vr::{link_local, nkey_ip, Adj, BuildError};
+
+/// Where a route came from, best first: when two sources hold the same prefix, the FIB uses
+/// the one listed first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum RouteSource {
+    /// The VR's own addresses and connected broadcast addresses (from its interfaces).
+    Local,
+    /// Connected subnets (from its interfaces).
+    Connected,
+    /// Static routes of the topology file.
+    #[default]
+    Static,
+    /// Routes added through the control API.
+    Api,
+    /// Bulk tables of the topology file (`tables:`).
+    Table,
+}
+
+impl RouteSource {
+    /// Every source, best first.
+    pub const ALL: [RouteSource; 5] = [
+        RouteSource::Local,
+        RouteSource::Connected,
+        RouteSource::Static,
+        RouteSource::Api,
+        RouteSource::Table,
+    ];
+
+    /// The name in status output and the API.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RouteSource::Local => "local",
+            RouteSource::Connected => "connected",
+            RouteSource::Static => "static",
+            RouteSource::Api => "api",
+            RouteSource::Table => "table",
+        }
+    }
+
+    /// Whether routes of this source may be added or removed by route operations (local and
+    /// connected routes follow the interfaces).
+    pub const fn is_operable(self) -> bool {
+        !matches!(self, RouteSource::Local | RouteSource::Connected)
+    }
+}
+
+const SOURCES: usize = RouteSource::ALL.len();
+
+/// One change to a VR's routes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouteOp {
+    /// Add a route; refused if its source already has one for the prefix.
+    Add(RouteConfig),
+    /// Add a route, or replace its source's route for the prefix.
+    Replace(RouteConfig),
+    /// Remove the source's route for the prefix; refused if there is none.
+    Delete { prefix: IpNet, source: RouteSource },
+}
+
+/// Why a batch of route operations was refused (nothing of it was applied).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    #[error("operation {index}: {prefix}: {kind} routes follow the VR's interfaces and cannot be changed by route operations")]
+    NotOperable { index: usize, prefix: IpNet, kind: &'static str },
+    #[error("operation {index}: {prefix}: a {kind} route exists already (use replace)")]
+    Exists { index: usize, prefix: IpNet, kind: &'static str },
+    #[error("operation {index}: {prefix}: there is no {kind} route to delete")]
+    Missing { index: usize, prefix: IpNet, kind: &'static str },
+    #[error("operation {index}: {prefix}: {why}")]
+    BadTarget { index: usize, prefix: IpNet, why: String },
+    #[error("the VR would need more than 65535 next hops")]
+    TooManyNextHops,
+    #[error("the data plane did not take the new next hops: {0}")]
+    Install(String),
+}
+
+/// What a batch changed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Routes added, replaced and deleted (in the RIB, any source).
+    pub added: usize,
+    pub replaced: usize,
+    pub deleted: usize,
+    /// Prefixes whose forwarding changed (FIB entries written).
+    pub fib_changes: usize,
+    /// Adjacencies installed in the VR for this batch.
+    pub new_next_hops: usize,
+    /// FIB generations after the batch.
+    pub generation4: u64,
+    pub generation6: u64,
+}
+
+/// What a VR needs to forward with a [`RouteTable`]: the adjacencies and readers of its FIBs.
+#[derive(Clone, Debug)]
+pub struct RouteView {
+    pub(crate) adj: Vec<Adj>,
+    pub(crate) glean: Vec<NextHop>,
+    pub(crate) r4: FibReader<u32>,
+    pub(crate) r6: FibReader<u128>,
+}
+
+/// A route as listed by [`RouteTable::routes`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteRow {
+    pub prefix: IpNet,
+    pub source: RouteSource,
+    pub target: RouteTarget,
+    /// Whether the FIB uses this one (it is the best source for its prefix).
+    pub best: bool,
+}
+
+/// Per prefix: each source's next hop (`NO_ROUTE`: none).
+#[derive(Clone, Copy, Default)]
+struct Entry {
+    nh: [NextHop; SOURCES],
+}
+
+impl Entry {
+    fn best(&self) -> NextHop {
+        self.nh.iter().copied().find(|&n| n != NO_ROUTE).unwrap_or(NO_ROUTE)
+    }
+}
+
+/// An adjacency's slot, shared by every route that uses it.
+struct Slot {
+    adj: Adj,
+    /// Routes (of any source) that hold it; `PINNED` for the interface-made ones.
+    refs: u32,
+}
+
+const PINNED: u32 = u32::MAX;
+
+/// One VR's routes by source, adjacencies and FIB writers (see the module doc).
+pub struct RouteTable {
+    name: String,
+    v4nets: Vec<Vec<Ipv4Net>>,
+    v6nets: Vec<Vec<Ipv6Net>>,
+    slots: Vec<Slot>,
+    index: FxHashMap<Adj, NextHop>,
+    free: Vec<NextHop>,
+    glean: Vec<NextHop>,
+    v4: FxHashMap<(u32, u8), Entry>,
+    v6: FxHashMap<(u128, u8), Entry>,
+    count: [usize; SOURCES],
+    fib4: Fib<u32>,
+    fib6: Fib<u128>,
+}
+
+impl std::fmt::Debug for RouteTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteTable")
+            .field("vr", &self.name)
+            .field("routes", &self.counts())
+            .field("next_hops", &self.next_hops())
+            .finish()
+    }
+}
+
+impl RouteTable {
+    /// The routes of `cfg`: its interfaces' connected subnets and own addresses, then its
+    /// static and table routes, compiled once.
+    pub fn new(cfg: &VrConfig) -> Result<RouteTable, BuildError> {
+        let err = |m: String| BuildError(format!("vr {}: {m}", cfg.name));
+        let mut t = RouteTable {
+            name: cfg.name.clone(),
+            v4nets: cfg.interfaces.iter().map(|i| i.ipv4.clone()).collect(),
+            v6nets: cfg.interfaces.iter().map(|i| i.ipv6.clone()).collect(),
+            slots: vec![Slot { adj: Adj::None, refs: PINNED }],
+            index: FxHashMap::default(),
+            free: Vec::new(),
+            glean: Vec::new(),
+            v4: FxHashMap::default(),
+            v6: FxHashMap::default(),
+            count: [0; SOURCES],
+            fib4: Fib::new(),
+            fib6: Fib::new(),
+        };
+        t.index.insert(Adj::None, NO_ROUTE);
+        let pin = |t: &mut RouteTable, a: Adj| -> Result<NextHop, BuildError> {
+            let n = t.alloc(a).ok_or_else(|| err("more than 65535 next hops".into()))?;
+            t.slots[n as usize].refs = PINNED;
+            Ok(n)
+        };
+        let local = pin(&mut t, Adj::Local)?;
+        let bcast = pin(&mut t, Adj::Broadcast)?;
+        for i in 0..cfg.interfaces.len() {
+            let g = pin(&mut t, Adj::Glean(i as IfaceId))?;
+            t.glean.push(g);
+        }
+        for (i, f) in cfg.interfaces.iter().enumerate() {
+            let g = t.glean[i];
+            for n in &f.ipv4 {
+                t.set4(n.trunc(), RouteSource::Connected, g);
+                if n.prefix_len() <= 30 {
+                    t.set4(Ipv4Net::from(n.broadcast()), RouteSource::Local, bcast);
+                }
+                t.set4(Ipv4Net::from(n.addr()), RouteSource::Local, local);
+            }
+            for n in &f.ipv6 {
+                t.set6(n.trunc(), RouteSource::Connected, g);
+                t.set6(Ipv6Net::from(n.addr()), RouteSource::Local, local);
+            }
+            t.set6(Ipv6Net::from(link_local(f.mac)), RouteSource::Local, local);
+        }
+        for r in &cfg.routes {
+            if !r.source.is_operable() {
+                return Err(err(format!("route {} has source {}", r.prefix, r.source.name())));
+            }
+            let a = t.adj_of(r.prefix, r.target).map_err(err)?;
+            let nh = match t.index.get(&a) {
+                Some(&n) => n,
+                None => t.alloc(a).ok_or_else(|| err("more than 65535 next hops".into()))?,
+            };
+            let old = t.set(r.prefix.trunc(), r.source, nh);
+            t.retain(nh);
+            if old != NO_ROUTE {
+                t.release(old);
+            }
+        }
+        t.fib4 = Fib::from_routes(t.v4.iter().map(|(&(a, l), e)| (a, l, e.best())));
+        t.fib6 = Fib::from_routes(t.v6.iter().map(|(&(a, l), e)| (a, l, e.best())));
+        t.collect_free();
+        Ok(t)
+    }
+
+    /// What the VR forwards with: the adjacencies as they are now and readers of both FIBs.
+    pub fn view(&self) -> RouteView {
+        RouteView {
+            adj: self.slots.iter().map(|s| s.adj).collect(),
+            glean: self.glean.clone(),
+            r4: self.fib4.reader(),
+            r6: self.fib6.reader(),
+        }
+    }
+
+    /// The VR's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Routes per source, in [`RouteSource::ALL`] order.
+    pub fn counts(&self) -> [(RouteSource, usize); SOURCES] {
+        RouteSource::ALL.map(|s| (s, self.count[s as usize]))
+    }
+
+    /// Adjacencies in use (the interface-made ones included).
+    pub fn next_hops(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Prefixes in the IPv4 and IPv6 FIBs.
+    pub fn fib_prefixes(&self) -> (usize, usize) {
+        (self.fib4.rib().len(), self.fib6.rib().len())
+    }
+
+    /// Bytes of the published IPv4 and IPv6 tables.
+    pub fn fib_bytes(&self) -> usize {
+        self.fib4.current().memory_bytes() + self.fib6.current().memory_bytes()
+    }
+
+    /// FIB generations (bumped by every publish).
+    pub fn generations(&self) -> (u64, u64) {
+        (self.fib4.generation(), self.fib6.generation())
+    }
+
+    /// The IPv4 and IPv6 FIB writers, for checks against the RIB.
+    pub fn fibs(&self) -> (&Fib<u32>, &Fib<u128>) {
+        (&self.fib4, &self.fib6)
+    }
+
+    /// Every route of `source` (all sources when `None`), up to `limit`, in prefix order.
+    pub fn routes(&self, source: Option<RouteSource>, limit: usize) -> Vec<RouteRow> {
+        let mut out = Vec::new();
+        let mut push = |prefix: IpNet, e: &Entry| {
+            let best = e.best();
+            for s in RouteSource::ALL {
+                let nh = e.nh[s as usize];
+                if nh == NO_ROUTE || source.is_some_and(|x| x != s) {
+                    continue;
+                }
+                let target = self.target_of(prefix, self.slots[nh as usize].adj);
+                out.push(RouteRow { prefix, source: s, target, best: nh == best });
+            }
+        };
+        let mut v4: Vec<_> = self.v4.iter().collect();
+        v4.sort_unstable_by_key(|(k, _)| **k);
+        for (&(a, l), e) in v4 {
+            push(IpNet::V4(Ipv4Net::new(a.into(), l).expect("valid length")), e);
+        }
+        let mut v6: Vec<_> = self.v6.iter().collect();
+        v6.sort_unstable_by_key(|(k, _)| **k);
+        for (&(a, l), e) in v6 {
+            push(IpNet::V6(Ipv6Net::new(a.into(), l).expect("valid length")), e);
+        }
+        out.truncate(limit);
+        out
+    }
+
+    /// Applies `ops` in order, all or nothing: validated first, then new adjacencies go to
+    /// `install` (which must give them to the VR before it returns), then one publish per
+    /// family. See the module doc for why this order is safe for readers.
+    pub fn apply(
+        &mut self,
+        ops: &[RouteOp],
+        install: impl FnOnce(&[(NextHop, Adj)]) -> Result<(), String>,
+    ) -> Result<Applied, RouteError> {
+        let adjs = self.validate(ops)?;
+        // Allocate what the batch needs that nobody has yet; undone if `install` fails.
+        let mut new = Vec::new();
+        for a in adjs.iter().flatten() {
+            if !self.index.contains_key(a) {
+                match self.alloc(*a) {
+                    Some(n) => new.push((n, *a)),
+                    None => {
+                        self.undo(&new);
+                        return Err(RouteError::TooManyNextHops);
+                    }
+                }
+            }
+        }
+        if !new.is_empty() {
+            if let Err(e) = install(&new) {
+                self.undo(&new);
+                return Err(RouteError::Install(e));
+            }
+        }
+        let mut out = Applied { new_next_hops: new.len(), ..Applied::default() };
+        let (mut c4, mut c6) = (Vec::new(), Vec::new());
+        for (op, adj) in ops.iter().zip(&adjs) {
+            let (prefix, source) = match op {
+                RouteOp::Add(r) | RouteOp::Replace(r) => (r.prefix.trunc(), r.source),
+                RouteOp::Delete { prefix, source } => (prefix.trunc(), *source),
+            };
+            let nh = adj.map_or(NO_ROUTE, |a| self.index[&a]);
+            let before = self.best(prefix);
+            let old = self.set(prefix, source, nh);
+            if nh != NO_ROUTE {
+                self.retain(nh);
+            }
+            if old != NO_ROUTE {
+                self.release(old);
+            }
+            match (old != NO_ROUTE, nh != NO_ROUTE) {
+                (false, true) => out.added += 1,
+                (true, true) => out.replaced += 1,
+                (true, false) => out.deleted += 1,
+                (false, false) => {}
+            }
+            let after = self.best(prefix);
+            if before != after {
+                out.fib_changes += 1;
+                match prefix {
+                    IpNet::V4(p) => c4.push(change(u32::from(p.network()), p.prefix_len(), after)),
+                    IpNet::V6(p) => c6.push(change(u128::from(p.network()), p.prefix_len(), after)),
+                }
+            }
+        }
+        self.fib4.apply(c4);
+        self.fib6.apply(c6);
+        self.collect_free();
+        (out.generation4, out.generation6) = self.generations();
+        Ok(out)
+    }
+
+    /// Checks every operation against the table as the ones before it would leave it, and
+    /// resolves each added route's adjacency.
+    fn validate(&self, ops: &[RouteOp]) -> Result<Vec<Option<Adj>>, RouteError> {
+        // Presence of (prefix, source) after the operations so far, where the batch touched it.
+        let mut seen: FxHashMap<(IpNet, RouteSource), bool> = FxHashMap::default();
+        let mut adjs = Vec::with_capacity(ops.len());
+        for (index, op) in ops.iter().enumerate() {
+            let (prefix, source, target) = match op {
+                RouteOp::Add(r) | RouteOp::Replace(r) => {
+                    (r.prefix.trunc(), r.source, Some(r.target))
+                }
+                RouteOp::Delete { prefix, source } => (prefix.trunc(), *source, None),
+            };
+            let name = source.name();
+            if !source.is_operable() {
+                return Err(RouteError::NotOperable { index, prefix, kind: name });
+            }
+            let present = *seen
+                .entry((prefix, source))
+                .or_insert_with(|| self.get(prefix, source) != NO_ROUTE);
+            match op {
+                RouteOp::Add(_) if present => {
+                    return Err(RouteError::Exists { index, prefix, kind: name })
+                }
+                RouteOp::Delete { .. } if !present => {
+                    return Err(RouteError::Missing { index, prefix, kind: name })
+                }
+                _ => {}
+            }
+            seen.insert((prefix, source), target.is_some());
+            let adj = match target {
+                Some(t) => Some(self.adj_of(prefix, t).map_err(|why| RouteError::BadTarget {
+                    index,
+                    prefix,
+                    why,
+                })?),
+                None => None,
+            };
+            adjs.push(adj);
+        }
+        Ok(adjs)
+    }
+
+    /// The adjacency a route to `prefix` via `target` uses.
+    fn adj_of(&self, prefix: IpNet, target: RouteTarget) -> Result<Adj, String> {
+        let ifaces = self.v4nets.len();
+        let check = |i: IfaceId| {
+            if (i as usize) < ifaces {
+                Ok(i)
+            } else {
+                Err(format!("interface {i} does not exist (the VR has {ifaces})"))
+            }
+        };
+        Ok(match target {
+            RouteTarget::Blackhole => Adj::Blackhole,
+            RouteTarget::Iface(i) => Adj::Glean(check(i)?),
+            RouteTarget::Via { gateway, iface } => {
+                if matches!(prefix, IpNet::V4(_)) != gateway.is_ipv4() {
+                    return Err(format!("gateway {gateway} is not of the prefix's family"));
+                }
+                let i = match iface {
+                    Some(i) => check(i)?,
+                    None => self.connected_iface(gateway).ok_or_else(|| {
+                        format!("gateway {gateway} is on no connected subnet of the VR")
+                    })?,
+                };
+                Adj::Via { iface: i, gw: nkey_ip(gateway) }
+            }
+        })
+    }
+
+    /// The route target an adjacency stands for (for listings).
+    fn target_of(&self, prefix: IpNet, a: Adj) -> RouteTarget {
+        match a {
+            Adj::Glean(i) => RouteTarget::Iface(i),
+            Adj::Via { iface, gw } => {
+                let gateway = match prefix {
+                    IpNet::V4(_) => IpAddr::from(std::net::Ipv4Addr::from(gw as u32)),
+                    IpNet::V6(_) => IpAddr::from(std::net::Ipv6Addr::from(gw)),
+                };
+                RouteTarget::Via { gateway, iface: Some(iface) }
+            }
+            _ => RouteTarget::Blackhole,
+        }
+    }
+
+    fn connected_iface(&self, gw: IpAddr) -> Option<IfaceId> {
+        let hit = |i: usize| match gw {
+            IpAddr::V4(a) => self.v4nets[i].iter().any(|n| n.contains(&a)),
+            IpAddr::V6(a) => self.v6nets[i].iter().any(|n| n.contains(&a)),
+        };
+        (0..self.v4nets.len()).find(|&i| hit(i)).map(|i| i as IfaceId)
+    }
+
+    fn alloc(&mut self, a: Adj) -> Option<NextHop> {
+        let n = match self.free.pop() {
+            Some(n) => {
+                self.slots[n as usize] = Slot { adj: a, refs: 0 };
+                n
+            }
+            None => {
+                let n = NextHop::try_from(self.slots.len()).ok()?;
+                self.slots.push(Slot { adj: a, refs: 0 });
+                n
+            }
+        };
+        self.index.insert(a, n);
+        Some(n)
+    }
+
+    /// Returns slots allocated for a batch that did not go through.
+    fn undo(&mut self, new: &[(NextHop, Adj)]) {
+        for &(n, a) in new.iter().rev() {
+            self.index.remove(&a);
+            self.slots[n as usize] = Slot { adj: Adj::None, refs: 0 };
+            self.free.push(n);
+        }
+    }
+
+    fn retain(&mut self, nh: NextHop) {
+        let s = &mut self.slots[nh as usize];
+        if s.refs != PINNED {
+            s.refs += 1;
+        }
+    }
+
+    fn release(&mut self, nh: NextHop) {
+        let s = &mut self.slots[nh as usize];
+        if s.refs != PINNED {
+            s.refs -= 1;
+        }
+    }
+
+    /// Frees slots no route holds, after the FIBs that used them were replaced.
+    fn collect_free(&mut self) {
+        for n in 1..self.slots.len() {
+            let s = &self.slots[n];
+            if s.refs == 0 && self.index.get(&s.adj) == Some(&(n as NextHop)) {
+                self.index.remove(&s.adj);
+                self.free.push(n as NextHop);
+            }
+        }
+    }
+
+    fn get(&self, prefix: IpNet, s: RouteSource) -> NextHop {
+        match prefix {
+            IpNet::V4(p) => self.v4.get(&(p.network().into(), p.prefix_len())),
+            IpNet::V6(p) => self.v6.get(&(p.network().into(), p.prefix_len())),
+        }
+        .map_or(NO_ROUTE, |e| e.nh[s as usize])
+    }
+
+    fn best(&self, prefix: IpNet) -> NextHop {
+        match prefix {
+            IpNet::V4(p) => self.v4.get(&(p.network().into(), p.prefix_len())),
+            IpNet::V6(p) => self.v6.get(&(p.network().into(), p.prefix_len())),
+        }
+        .map_or(NO_ROUTE, Entry::best)
+    }
+
+    /// Sets (or with `NO_ROUTE` clears) the source's next hop for `prefix`; returns the old.
+    fn set(&mut self, prefix: IpNet, s: RouteSource, nh: NextHop) -> NextHop {
+        match prefix {
+            IpNet::V4(p) => self.set4(p, s, nh),
+            IpNet::V6(p) => self.set6(p, s, nh),
+        }
+    }
+
+    fn set4(&mut self, p: Ipv4Net, s: RouteSource, nh: NextHop) -> NextHop {
+        let k = (u32::from(p.network()), p.prefix_len());
+        let old = set_in(&mut self.v4, k, s, nh);
+        self.recount(old, nh, s);
+        old
+    }
+
+    fn set6(&mut self, p: Ipv6Net, s: RouteSource, nh: NextHop) -> NextHop {
+        let k = (u128::from(p.network()), p.prefix_len());
+        let old = set_in(&mut self.v6, k, s, nh);
+        self.recount(old, nh, s);
+        old
+    }
+
+    fn recount(&mut self, old: NextHop, new: NextHop, s: RouteSource) {
+        let c = &mut self.count[s as usize];
+        match (old != NO_ROUTE, new != NO_ROUTE) {
+            (false, true) => *c += 1,
+            (true, false) => *c -= 1,
+            _ => {}
+        }
+    }
+}
+
+fn set_in<K: std::hash::Hash + Eq>(
+    map: &mut FxHashMap<K, Entry>,
+    k: K,
+    s: RouteSource,
+    nh: NextHop,
+) -> NextHop {
+    if nh == NO_ROUTE {
+        let Some(e) = map.get_mut(&k) else { return NO_ROUTE };
+        let old = std::mem::replace(&mut e.nh[s as usize], NO_ROUTE);
+        if e.best() == NO_ROUTE {
+            map.remove(&k);
+        }
+        return old;
+    }
+    std::mem::replace(&mut map.entry(k).or_default().nh[s as usize], nh)
+}
+
+fn change<K>(a: K, l: u8, nh: NextHop) -> Change<K> {
+    if nh == NO_ROUTE {
+        Change::Remove(a, l)
+    } else {
+        Change::Insert(a, l, nh)
+    }
+}
+
+/// A route of a source, for callers that build operations.
+pub fn route(prefix: IpNet, target: RouteTarget, source: RouteSource) -> RouteConfig {
+    RouteConfig { prefix, target, source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{IfaceConfig, VrLimits};
+
+    fn cfg() -> VrConfig {
+        VrConfig {
+            name: "t".into(),
+            interfaces: vec![
+                IfaceConfig {
+                    name: "a".into(),
+                    port: 0,
+                    vlan: None,
+                    mac: "02:00:00:00:00:01".parse().unwrap(),
+                    mtu: 1500,
+                    ipv4: vec!["10.0.0.1/24".parse().unwrap()],
+                    ipv6: vec!["2001:db8::1/64".parse().unwrap()],
+                },
+                IfaceConfig {
+                    name: "b".into(),
+                    port: 1,
+                    vlan: None,
+                    mac: "02:00:00:00:00:02".parse().unwrap(),
+                    mtu: 1500,
+                    ipv4: vec!["10.0.1.1/24".parse().unwrap()],
+                    ipv6: vec![],
+                },
+            ],
+            routes: vec![],
+            neighbors: vec![],
+            limits: VrLimits::default(),
+        }
+    }
+
+    fn via(p: &str, gw: &str, s: RouteSource) -> RouteConfig {
+        route(p.parse().unwrap(), RouteTarget::Via { gateway: gw.parse().unwrap(), iface: None }, s)
+    }
+
+    fn lookup(t: &RouteTable, a: &str) -> Adj {
+        let v = t.view();
+        let nh = v.r4.load().lookup(u32::from(a.parse::<std::net::Ipv4Addr>().unwrap()));
+        t.slots[nh as usize].adj
+    }
+
+    #[test]
+    fn interfaces_make_connected_and_local_routes() {
+        let t = RouteTable::new(&cfg()).unwrap();
+        let c = t.counts();
+        assert_eq!(
+            c[0],
+            (RouteSource::Local, 2 * 2 + 1 + 2),
+            "v4 own + broadcast per /24, v6 own, 2 ll"
+        );
+        assert_eq!(c[1], (RouteSource::Connected, 3));
+        assert_eq!(lookup(&t, "10.0.0.1"), Adj::Local);
+        assert_eq!(lookup(&t, "10.0.0.255"), Adj::Broadcast);
+        assert_eq!(lookup(&t, "10.0.1.9"), Adj::Glean(1));
+        assert_eq!(lookup(&t, "8.8.8.8"), Adj::None);
+    }
+
+    #[test]
+    fn ops_install_adjacencies_before_publishing_and_free_them_after() {
+        let mut t = RouteTable::new(&cfg()).unwrap();
+        let base = t.next_hops();
+        let mut installed = Vec::new();
+        let a = t
+            .apply(
+                &[
+                    RouteOp::Add(via("8.0.0.0/8", "10.0.1.2", RouteSource::Api)),
+                    RouteOp::Add(via("9.0.0.0/8", "10.0.1.2", RouteSource::Api)),
+                ],
+                |n| {
+                    // Not yet published: the reader still answers no route.
+                    installed.extend_from_slice(n);
+                    Ok(())
+                },
+            )
+            .unwrap();
+        assert_eq!((a.added, a.fib_changes, a.new_next_hops), (2, 2, 1));
+        assert_eq!(installed.len(), 1);
+        let gw = Adj::Via { iface: 1, gw: nkey_ip("10.0.1.2".parse().unwrap()) };
+        assert_eq!(installed[0].1, gw);
+        assert_eq!(lookup(&t, "8.1.2.3"), gw);
+        assert_eq!(t.next_hops(), base + 1);
+        // A static route for the same prefix wins; deleting it falls back to the API route.
+        t.apply(&[RouteOp::Add(via("8.0.0.0/8", "10.0.0.7", RouteSource::Static))], |_| Ok(()))
+            .unwrap();
+        assert!(matches!(lookup(&t, "8.1.2.3"), Adj::Via { iface: 0, .. }));
+        let d =
+            RouteOp::Delete { prefix: "8.0.0.0/8".parse().unwrap(), source: RouteSource::Static };
+        t.apply(&[d], |_| Ok(())).unwrap();
+        assert_eq!(lookup(&t, "8.1.2.3"), gw);
+        let del =
+            |p: &str| RouteOp::Delete { prefix: p.parse().unwrap(), source: RouteSource::Api };
+        let a = t.apply(&[del("8.0.0.0/8"), del("9.0.0.0/8")], |_| panic!("nothing new")).unwrap();
+        assert_eq!((a.deleted, a.fib_changes), (2, 2));
+        assert_eq!(lookup(&t, "8.1.2.3"), Adj::None);
+        assert_eq!(t.next_hops(), base, "the gateway's slot was freed");
+    }
+
+    #[test]
+    fn a_bad_batch_changes_nothing() {
+        let mut t = RouteTable::new(&cfg()).unwrap();
+        let gen = t.generations();
+        let ops = [
+            RouteOp::Add(via("8.0.0.0/8", "10.0.1.2", RouteSource::Api)),
+            RouteOp::Add(via("9.0.0.0/8", "192.0.2.1", RouteSource::Api)),
+        ];
+        let e = t.apply(&ops, |_| panic!("not reached")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("operation 1: 9.0.0.0/8: gateway 192.0.2.1 is on no connected subnet"),
+            "{e}"
+        );
+        let dup = [
+            RouteOp::Add(via("8.0.0.0/8", "10.0.1.2", RouteSource::Api)),
+            RouteOp::Add(via("8.0.0.0/8", "10.0.1.3", RouteSource::Api)),
+        ];
+        assert!(matches!(t.apply(&dup, |_| Ok(())), Err(RouteError::Exists { index: 1, .. })));
+        let conn = RouteOp::Delete {
+            prefix: "10.0.0.0/24".parse().unwrap(),
+            source: RouteSource::Connected,
+        };
+        assert!(matches!(t.apply(&[conn], |_| Ok(())), Err(RouteError::NotOperable { .. })));
+        let e = t.apply(&ops[..1], |_| Err("worker gone".into())).unwrap_err();
+        assert_eq!(e, RouteError::Install("worker gone".into()));
+        assert_eq!(t.generations(), gen);
+        assert_eq!(t.counts()[3], (RouteSource::Api, 0));
+        assert_eq!(lookup(&t, "8.1.2.3"), Adj::None);
+        // The slot taken for the failed install is free again, and reused.
+        let base = t.next_hops();
+        t.apply(&ops[..1], |n| {
+            assert_eq!(n.len(), 1);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(t.next_hops(), base + 1);
+    }
+
+    #[test]
+    fn replace_and_listing() {
+        let mut t = RouteTable::new(&cfg()).unwrap();
+        t.apply(
+            &[RouteOp::Replace(via("2001:db8:5::/48", "2001:db8::9", RouteSource::Api))],
+            |_| Ok(()),
+        )
+        .unwrap();
+        let a = t
+            .apply(
+                &[RouteOp::Replace(via("2001:db8:5::/48", "2001:db8::a", RouteSource::Api))],
+                |_| Ok(()),
+            )
+            .unwrap();
+        assert_eq!((a.replaced, a.fib_changes, a.new_next_hops), (1, 1, 1));
+        let rows = t.routes(Some(RouteSource::Api), 10);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            rows[0].target,
+            RouteTarget::Via { gateway: "2001:db8::a".parse().unwrap(), iface: Some(0) }
+        );
+        assert!(rows[0].best);
+    }
+}
