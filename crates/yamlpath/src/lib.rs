@@ -152,14 +152,21 @@ pub const QUOTE_MAX: usize = 80;
 /// `s` quoted as `{s:?}` does, unless that takes more than [`QUOTE_MAX`] bytes: then as much as
 /// fits, an ellipsis, and the value's length, e.g. `"aaaa…" (52428800 bytes)`.
 pub fn quote(s: &str) -> String {
-    let full = s.len() <= QUOTE_MAX && s.escape_debug().count() <= QUOTE_MAX;
-    if full {
-        return format!("{s:?}");
+    quote_max(s, QUOTE_MAX)
+}
+
+/// Like [`quote`], with at most `max` bytes of `s` (as escaped) between the quotes.
+pub fn quote_max(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        let whole = format!("{s:?}");
+        if whole.len() <= max + 2 {
+            return whole;
+        }
     }
     let mut out = String::from('"');
     for c in s.chars() {
         let esc = c.escape_debug();
-        if out.len() + esc.len() > QUOTE_MAX {
+        if out.len() - 1 + esc.len() > max {
             break;
         }
         out.extend(esc);
@@ -687,6 +694,9 @@ mod tests {
         let q = quote(&wide);
         assert!(q.starts_with("\"éé") && q.ends_with("…\" (200 bytes)") && q.len() < 100, "{q}");
         assert_eq!(clip(&wide).len(), 79);
+        assert_eq!(quote_max("root:$6$salt$hash", 8), r#""root:$6$…" (17 bytes)"#);
+        assert_eq!(quote_max("a\tb", 4), r#""a\tb""#);
+        assert_eq!(quote_max("a\tb", 3), r#""a\t…" (3 bytes)"#);
         // Bounding twice changes nothing.
         let once = bound(Some(&wide), format!("bad {wide:?} here"));
         assert_eq!(bound(once.0.as_deref(), once.1.clone()), once);

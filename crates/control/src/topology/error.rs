@@ -39,6 +39,10 @@ struct Detail {
 impl TopologyError {
     /// An error at `line:column` (1-based; 0 when there is no position) of the file that is
     /// being read; the file name is filled in by [`TopologyError::in_file`] on the way out.
+    ///
+    /// The value, the field and every copy of the value in the message are cut to
+    /// [`yamlpath::QUOTE_MAX`] bytes (see [`yamlpath::bound`]): a document may hold a value of
+    /// megabytes, and an error is one line on a terminal or in a log.
     pub(crate) fn at(
         kind: ErrorKind,
         (line, column): (usize, usize),
@@ -46,13 +50,14 @@ impl TopologyError {
         value: Option<&str>,
         message: String,
     ) -> TopologyError {
+        let (value, message) = yamlpath::bound(value, message);
         TopologyError(Box::new(Detail {
             kind,
             file: String::new(),
             line,
             column,
-            field: field.to_string(),
-            value: value.map(str::to_string),
+            field: yamlpath::clip(field).into_owned(),
+            value,
             message,
         }))
     }
@@ -90,7 +95,8 @@ impl TopologyError {
         &self.0.field
     }
 
-    /// The offending value as written, when there is one.
+    /// The offending value as written, when there is one; cut to [`yamlpath::QUOTE_MAX`] bytes
+    /// (ending in `…`) when longer.
     pub fn value(&self) -> Option<&str> {
         self.0.value.as_deref()
     }

@@ -148,7 +148,7 @@ pub use run::{cells, reservation_from_words, CellPlan, VrSchedule, Workers, DEFA
 use yaml::{BadKind, Result, Value};
 
 /// A validated topology: the host's ports and its virtual routers.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Topology {
     /// The file name as given to [`Topology::load`] or [`Topology::parse`].
     pub source: String,
@@ -265,11 +265,15 @@ const TAP_KEYS: &[&str] = &["name", "kind", "interface", "burst"];
 const VETH_PREFIX: &str = "rpx-";
 const DEFAULT_RING: usize = 1024;
 
+/// The largest topology file [`Topology::load`] reads; real ones are a few kilobytes.
+pub const MAX_TOPOLOGY_BYTES: u64 = 16 << 20;
+
 impl Topology {
-    /// Reads and validates a topology file and the table files it names.
+    /// Reads and validates a topology file and the table files it names. Only a regular file
+    /// of at most [`MAX_TOPOLOGY_BYTES`] is read (see [`yamlpath::read_file`]).
     pub fn load(path: &Path) -> std::result::Result<Topology, TopologyError> {
         let source = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let text = yamlpath::read_file(path, MAX_TOPOLOGY_BYTES).map_err(|e| {
             TopologyError::at(ErrorKind::Io, (0, 0), "", None, format!("cannot read: {e}"))
                 .in_file(&source)
         })?;

@@ -4,13 +4,17 @@
 //! `next_hops` (IPv6 likewise), so one list serves a file holding both families, and listing a
 //! gateway twice gives it twice the share. Connected subnets and static routes win over table
 //! entries for the same prefix; a prefix in two tables, or twice in one, is an error.
+//!
+//! A table is read only when it is a regular file of at most [`MAX_TABLE_BYTES`] (so `file:
+//! /dev/zero` fails at once), and an error about one of its lines does not echo the line: its
+//! text is quoted, 20 bytes at most, only for a file inside the topology's directory.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use dataplane::config::{IfaceId, RouteConfig, RouteSource, RouteTarget};
-use fib::prefix_file::PrefixFileErrorKind;
+use fib::prefix_file::{PrefixFileError, PrefixFileErrorKind};
 use ipnet::IpNet;
 
 use super::error::ErrorKind;
@@ -18,6 +22,10 @@ use super::vr::Vr;
 use super::yaml::{BadKind, Result, Value};
 
 const TABLE_KEYS: &[&str] = &["file", "next_hops"];
+/// The largest table file read: the full IPv4 table is about 10 MB.
+pub const MAX_TABLE_BYTES: u64 = 256 << 20;
+/// The most bytes of a table line an error quotes (of a file in the topology's directory).
+const LINE_QUOTE_MAX: usize = 20;
 const NEXT_HOP_KEYS: &[&str] = &["via", "interface"];
 
 /// Loads every table of a VR into `routes`, skipping prefixes that `statics` (static route
@@ -43,14 +51,12 @@ pub(super) fn load_tables(
         let shown = path.display().to_string();
         // Errors inside the table file name that file and its line in the message; the error
         // itself points at the `file:` line that brought it in.
-        let list = fib::prefix_file::load(&path).map_err(|e| match &e.kind {
-            PrefixFileErrorKind::Io(io) => file_v.bad_kind(
-                ErrorKind::Io,
-                file_s,
-                format_args!("cannot read table {shown}: {io}"),
-            ),
-            _ => file_v.bad(file_s, e),
+        let text = yamlpath::read_file(&path, MAX_TABLE_BYTES).map_err(|io| {
+            file_v.bad_kind(ErrorKind::Io, file_s, format_args!("cannot read table {shown}: {io}"))
         })?;
+        let list = fib::prefix_file::parse(&text, &shown)
+            .map_err(|e| file_v.bad(file_s, line_error(&e, &shown, within(&path, base_dir))))?;
+        drop(text);
         for (fam, n, gws) in [("IPv4", list.v4.len(), &gw4), ("IPv6", list.v6.len(), &gw6)] {
             if n > 0 && gws.is_empty() {
                 return Err(hops_v.error(format_args!(
@@ -81,6 +87,66 @@ pub(super) fn load_tables(
         return Ok(());
     }
     unique(&routes[first..], &loaded, first)
+}
+
+/// The message for a table line that is not `prefix next-hop-id`, naming the file and line.
+///
+/// A `file:` may name any file the process can read (`/etc/shadow`), and errors are shown and
+/// logged, so an error does not echo the line: a field that parsed as a prefix is shown as
+/// parsed; any other text is quoted (at most [`LINE_QUOTE_MAX`] bytes) only for a file inside
+/// the topology's directory (`quote`), and not at all otherwise.
+fn line_error(e: &PrefixFileError, shown: &str, quote: bool) -> String {
+    use PrefixFileErrorKind as K;
+    // Text that parsed as a prefix (the parser checked it) holds nothing but a prefix.
+    let net = |p: &str| p.parse::<IpNet>().map_or_else(|_| "?".into(), |n| format!("\"{n}\""));
+    let q = |s: &str| yamlpath::quote_max(s, LINE_QUOTE_MAX);
+    let (field, what) = match &e.kind {
+        K::HostBitsSet { prefix, masked } => {
+            let why = format!("host bits set (did you mean {masked}?)");
+            return format!("{shown}:{}: prefix {}: {why}", e.line, net(prefix));
+        }
+        K::MissingNextHop { prefix } => {
+            return format!("{shown}:{}: prefix {}: missing next-hop", e.line, net(prefix));
+        }
+        K::Duplicate { prefix, first_line } => {
+            let why = format!("listed twice (first on line {first_line})");
+            return format!("{shown}:{}: prefix {}: {why}", e.line, net(prefix));
+        }
+        K::InvalidAddress { prefix } => (prefix.as_str(), "prefix {}: invalid address"),
+        K::MissingLength { prefix } => (prefix.as_str(), "prefix {}: missing \"/length\""),
+        K::InvalidLength { prefix } => (prefix.as_str(), "prefix {}: invalid prefix length"),
+        K::InvalidNextHop { value } => (value.as_str(), "next-hop {}: not a number"),
+        K::NextHopOutOfRange { value } => (value.as_str(), "next-hop {}: out of range"),
+        K::ExtraField { value } => (value.as_str(), "unexpected field {} after the next-hop"),
+        // Not produced by `parse`; and a kind added later quotes nothing.
+        _ => ("", ""),
+    };
+    if quote && !what.is_empty() {
+        format!(
+            "{shown}:{}: not a prefix and next-hop id: {}",
+            e.line,
+            what.replace("{}", &q(field))
+        )
+    } else {
+        let why = if what.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({}; not quoted: the file is outside the topology's directory)",
+                what.replace(" {}", "")
+            )
+        };
+        format!("{shown}:{}: not a prefix and next-hop id{why}", e.line)
+    }
+}
+
+/// True when `path` lies inside `dir` once both are resolved (symbolic links and `..` too).
+fn within(path: &Path, dir: &Path) -> bool {
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    match (std::fs::canonicalize(path), std::fs::canonicalize(dir)) {
+        (Ok(p), Ok(d)) => p.starts_with(d),
+        _ => false,
+    }
 }
 
 /// Fails on a prefix that two tables give (one file cannot: its parser rejects duplicates).

@@ -907,7 +907,10 @@ fn table_errors_name_the_reference_or_the_table_line() {
     assert_eq!((e.line(), e.field()), (10, "vrs[0].tables[0].file"));
     assert_eq!(
         e.message(),
-        format!("{}:3: prefix \"10.2.0.0/33\": invalid prefix length", bad.display())
+        format!(
+            "{}:3: not a prefix and next-hop id: prefix \"10.2.0.0/33\": invalid prefix length",
+            bad.display()
+        )
     );
 
     dir.write("v6.txt", "10.1.0.0/16 0\n2001:db8:1::/48 0\n");
@@ -932,6 +935,180 @@ fn table_errors_name_the_reference_or_the_table_line() {
         (11, 31, "vrs[0].tables[0].next_hops[1]", Some("10.9.9.9"))
     );
     assert!(e.message().starts_with("gateway 10.9.9.9 is not on a connected subnet of vr1"), "{e}");
+}
+
+/// A table file is not echoed: a line that is not `prefix next-hop-id` is quoted (20 bytes at
+/// most) only when the file is in the topology's directory, and not at all otherwise.
+#[test]
+fn table_errors_do_not_echo_the_file() {
+    let dir = Scratch::new("secret");
+    let elsewhere = Scratch::new("secret-elsewhere");
+    let secret = "root:$6$Zq9SECRETSALT$SECRETHASHSECRETHASHSECRETHASH:19000:0:99999:7:::";
+    let text = format!("# users\n{secret}\n");
+    let outside = elsewhere.write("shadow", &text);
+    let e = with_table(&dir, &outside.display().to_string(), "[10.0.1.2]").unwrap_err();
+    assert_eq!(
+        e.message(),
+        format!(
+            "{}:2: not a prefix and next-hop id (prefix: missing \"/length\"; not quoted: the file is outside the topology's directory)",
+            outside.display()
+        )
+    );
+    assert!(!e.to_string().contains("root") && !e.to_string().contains("SECRET"), "{e}");
+
+    dir.write("shadow", &text);
+    let e = with_table(&dir, "shadow", "[10.0.1.2]").unwrap_err();
+    assert_eq!(
+        e.message(),
+        format!(
+            "{}:2: not a prefix and next-hop id: prefix \"root:$6$Zq9SECRETSAL…\" ({} bytes): missing \"/length\"",
+            dir.0.join("shadow").display(),
+            secret.len()
+        )
+    );
+    assert!(!e.to_string().contains("SECRETHASH"), "{e}");
+
+    // A symbolic link in the directory to a file outside it is outside.
+    std::os::unix::fs::symlink(&outside, dir.0.join("link")).unwrap();
+    let e = with_table(&dir, "link", "[10.0.1.2]").unwrap_err();
+    assert!(e.message().ends_with("outside the topology's directory)"), "{e}");
+    assert!(!e.to_string().contains("SECRET"), "{e}");
+
+    // Each field that is not a prefix or a number, short-quoted inside, unquoted outside.
+    for (line, inside, outside) in [
+        ("10.0.0.0 1", "prefix \"10.0.0.0\": missing \"/length\"", "prefix: missing \"/length\""),
+        ("10.0.0.0/8 one", "next-hop \"one\": not a number", "next-hop: not a number"),
+        (
+            "10.0.0.0/8 99999999999",
+            "next-hop \"99999999999\": out of range",
+            "next-hop: out of range",
+        ),
+        (
+            "10.0.0.0/8 1 password123",
+            "unexpected field \"password123\" after the next-hop",
+            "unexpected field after the next-hop",
+        ),
+    ] {
+        dir.write("t.txt", &format!("{line}\n"));
+        let e = with_table(&dir, "t.txt", "[10.0.1.2]").unwrap_err();
+        let shown = dir.0.join("t.txt").display().to_string();
+        assert_eq!(e.message(), format!("{shown}:1: not a prefix and next-hop id: {inside}"));
+        let t = elsewhere.write("t.txt", &format!("{line}\n"));
+        let e = with_table(&dir, &t.display().to_string(), "[10.0.1.2]").unwrap_err();
+        assert_eq!(
+            e.message(),
+            format!("{}:1: not a prefix and next-hop id ({outside}; not quoted: the file is outside the topology's directory)", t.display())
+        );
+    }
+    // A field that parsed as a prefix is shown as the parser read it, inside or out.
+    let t = elsewhere.write("t.txt", "10.1.0.0/8 1\n");
+    let e = with_table(&dir, &t.display().to_string(), "[10.0.1.2]").unwrap_err();
+    assert_eq!(
+        e.message(),
+        format!(
+            "{}:1: prefix \"10.1.0.0/8\": host bits set (did you mean 10.0.0.0/8?)",
+            t.display()
+        )
+    );
+}
+
+/// `tables: - file:` reads only a regular file of at most 256 MiB: `/dev/zero` would never end.
+#[test]
+fn table_files_are_regular_and_bounded() {
+    let dir = Scratch::new("table-kinds");
+    let start = std::time::Instant::now();
+    let e = with_table(&dir, "/dev/zero", "[10.0.1.2]").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Io);
+    assert_eq!(
+        e.to_string(),
+        "lab.yaml:10:15: vrs[0].tables[0].file: cannot read table /dev/zero: not a regular file (a character device)"
+    );
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    std::fs::create_dir(dir.0.join("d")).unwrap();
+    let e = with_table(&dir, "d", "[10.0.1.2]").unwrap_err();
+    assert!(e.message().ends_with(": not a regular file (a directory)"), "{e}");
+    // A sparse file just over the limit: refused by its size, before anything is read.
+    let big = std::fs::File::create(dir.0.join("big.txt")).unwrap();
+    big.set_len(table::MAX_TABLE_BYTES + 1).unwrap();
+    let e = with_table(&dir, "big.txt", "[10.0.1.2]").unwrap_err();
+    assert!(
+        e.message().ends_with(": file too large (268435457 bytes): the limit is 256 MiB"),
+        "{e}"
+    );
+}
+
+/// The topology file itself: a regular file of at most 16 MiB.
+#[test]
+fn topology_files_are_regular_and_bounded() {
+    let dir = Scratch::new("topology-kinds");
+    let e = Topology::load(Path::new("/dev/zero")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Io);
+    assert_eq!(e.to_string(), "/dev/zero: cannot read: not a regular file (a character device)");
+    let e = Topology::load(&dir.0).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("{}: cannot read: not a regular file (a directory)", dir.0.display())
+    );
+    let fifo = dir.0.join("fifo.yaml");
+    if std::process::Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success()) {
+        // Refused at once: opening it does not wait for a writer.
+        let e = Topology::load(&fifo).unwrap_err();
+        assert!(e.message().ends_with("not a regular file (a FIFO)"), "{e}");
+    } else {
+        eprintln!("skipping the FIFO case: mkfifo failed");
+    }
+    let big =
+        dir.write("big.yaml", &vr1(&format!("# {}\n", "x".repeat(MAX_TOPOLOGY_BYTES as usize))));
+    let e = Topology::load(&big).unwrap_err();
+    assert!(e.message().starts_with("cannot read: file too large ("), "{e}");
+    assert!(e.message().ends_with("): the limit is 16 MiB"), "{e}");
+}
+
+/// 40,000 nested lists would overflow the stack of the YAML tree builder; the error is located.
+#[test]
+fn deep_nesting_is_a_located_syntax_error() {
+    let text = vr1(&format!("    routes:\n      {}x\n", "- ".repeat(40_000)));
+    let e = std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(move || parse(&text).unwrap_err())
+        .unwrap()
+        .join()
+        .unwrap();
+    assert_eq!(e.kind(), ErrorKind::Syntax);
+    // Level 65: the top mapping, vrs, the VR, the routes list (the first "- "), then the 62nd.
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "lab.yaml:10:{}: nesting is too deep: more than 64 levels of lists and mappings",
+            7 + 2 * 61
+        )
+    );
+}
+
+/// An error quotes at most 80 bytes of a value, however long the value.
+#[test]
+fn long_values_are_cut_in_errors() {
+    let long = "z".repeat(50 << 20);
+    for (extra, field) in [
+        (
+            format!("    routes:\n      - {{ prefix: {long}, blackhole: true }}\n"),
+            "vrs[0].routes[0].prefix",
+        ),
+        (format!("    limits: {{ neighbors: {long} }}\n"), "vrs[0].limits.neighbors"),
+        (format!("    worker: {long}\n"), "vrs[0].worker"),
+        // Quoted bare, in a message this crate writes ("cannot read table /dir/zzz…: ...").
+        (
+            format!("    tables:\n      - {{ file: {long}, next_hops: [10.0.1.2] }}\n"),
+            "vrs[0].tables[0].file",
+        ),
+    ] {
+        let e = parse(&vr1(&extra)).unwrap_err();
+        let shown = e.to_string();
+        assert!(shown.len() < 300, "{} bytes: {}", shown.len(), &shown[..shown.len().min(400)]);
+        assert!(shown.contains("…") && shown.contains(" (52428800 bytes)"), "{shown}");
+        assert_eq!(e.field(), field);
+        assert!(e.value().is_some_and(|v| v.len() <= 80 && v.ends_with('…')), "{shown}");
+    }
 }
 
 #[test]
