@@ -181,11 +181,33 @@ pub fn clip(s: &str) -> std::borrow::Cow<'_, str> {
     if s.len() <= QUOTE_MAX {
         return s.into();
     }
-    let mut end = QUOTE_MAX - '…'.len_utf8();
+    format!("{}…", prefix(s, QUOTE_MAX - '…'.len_utf8())).into()
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a char boundary.
+fn prefix(s: &str, max: usize) -> &str {
+    let mut end = max.min(s.len());
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}…", &s[..end]).into()
+    &s[..end]
+}
+
+/// A value quoted again in one message is cut shorter still.
+const REQUOTE_MAX: usize = 16;
+
+/// `text` with every `pat` replaced: the first by `first`, the others by `rest`.
+fn replace_twice(text: &str, pat: &str, first: &str, rest: &str) -> String {
+    let mut out = String::new();
+    for (i, piece) in text.split(pat).enumerate() {
+        match i {
+            0 => {}
+            1 => out.push_str(first),
+            _ => out.push_str(rest),
+        }
+        out.push_str(piece);
+    }
+    out
 }
 
 /// The longest message an error keeps; past it, the message is cut. A safety net: values are
@@ -195,25 +217,25 @@ pub const MESSAGE_MAX: usize = 1024;
 
 /// Bounds an error's value and message: a value longer than [`QUOTE_MAX`] bytes is cut (see
 /// [`clip`]), and so is every copy of it in the message, quoted (`{v:?}`, see [`quote`]) or
-/// bare; then a message still longer than [`MESSAGE_MAX`] is cut. Errors built by this crate
-/// are bounded already; callers with error types of their own apply it too. Bounding twice
-/// changes nothing.
+/// bare, the first to [`QUOTE_MAX`] bytes and any other to 16; then a message still longer than
+/// [`MESSAGE_MAX`] is cut. Errors built by this crate are bounded already; callers with error
+/// types of their own apply it too. Bounding twice changes nothing.
 pub fn bound(value: Option<&str>, mut message: String) -> (Option<String>, String) {
     if let Some(v) = value.filter(|v| v.len() > QUOTE_MAX) {
         let debug = format!("{v:?}");
-        if message.contains(&debug) {
-            message = message.replace(&debug, &quote(v));
+        let quoted = message.contains(&debug);
+        if quoted {
+            message = replace_twice(&message, &debug, &quote(v), &quote_max(v, REQUOTE_MAX));
         }
         if message.contains(v) {
-            message = message.replace(v, &format!("{} ({} bytes)", clip(v), v.len()));
+            let again = format!("{}…", prefix(v, REQUOTE_MAX));
+            let first =
+                if quoted { again.clone() } else { format!("{} ({} bytes)", clip(v), v.len()) };
+            message = replace_twice(&message, v, &first, &again);
         }
     }
     if message.len() > MESSAGE_MAX {
-        let mut end = MESSAGE_MAX;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message = format!("{}… ({} bytes)", &message[..end], message.len());
+        message = format!("{}… ({} bytes)", prefix(&message, MESSAGE_MAX), message.len());
     }
     (value.map(|v| clip(v).into_owned()), message)
 }
@@ -680,6 +702,7 @@ mod tests {
             m.req("b").unwrap().bool().unwrap_err(),
             m.only(&["n", "b"]).unwrap_err(),
             m.req("n").unwrap().bad(&long, format_args!("no port named {long} ({long:?})")),
+            m.req("n").unwrap().bad(&long, format_args!("{long:?}: unknown ({long:?}, {long})")),
         ];
         for e in errors {
             let shown = e.to_string();
@@ -688,6 +711,14 @@ mod tests {
             let value = e.value.unwrap();
             assert!(value.len() <= QUOTE_MAX && value.ends_with('…'), "{value}");
         }
+        // A second copy in one message is cut shorter.
+        let e = m.req("n").unwrap().bad(&long, format_args!("{long:?} is not ({long:?}, {long})"));
+        let x80 = "x".repeat(80);
+        let x16 = "x".repeat(16);
+        assert_eq!(
+            e.message,
+            format!("\"{x80}…\" (52428800 bytes) is not (\"{x16}…\" (52428800 bytes), {x16}…)")
+        );
         // A short value is quoted whole; a long one is cut on a char boundary.
         assert_eq!(quote("ab\"c"), r#""ab\"c""#);
         let wide = "é".repeat(100);

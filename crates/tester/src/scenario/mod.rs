@@ -702,11 +702,15 @@ const TOP_KEYS: &[&str] = &[
     "report",
 ];
 
+/// The largest scenario file [`Scenario::load`] reads; real ones are a few kilobytes.
+pub const MAX_SCENARIO_BYTES: u64 = 16 << 20;
+
 impl Scenario {
-    /// Reads and checks a scenario file.
+    /// Reads and checks a scenario file: only a regular file of at most [`MAX_SCENARIO_BYTES`]
+    /// is read (see [`yamlpath::read_file`]).
     pub fn load(path: &Path) -> std::result::Result<Scenario, ScenarioError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let text = yamlpath::read_file(path, MAX_SCENARIO_BYTES).map_err(|e| {
             ScenarioError::at((0, 0), "", None, format!("cannot read it: {e}")).in_file(&file)
         })?;
         Scenario::parse(&text, &file)

@@ -118,6 +118,63 @@ fn bad_scenarios_name_file_line_field_and_value() {
     assert!(e.to_string().starts_with("/nonexistent/x.yaml: cannot read it"), "{e}");
 }
 
+/// Only a regular file of at most 16 MiB is read: `/dev/zero` would never end, and a FIFO
+/// would wait for a writer.
+#[test]
+fn scenario_files_are_regular_and_bounded() {
+    let e = Scenario::load(std::path::Path::new("/dev/zero")).unwrap_err();
+    assert_eq!(e.to_string(), "/dev/zero: cannot read it: not a regular file (a character device)");
+    let dir = std::env::temp_dir().join(format!("tester-scenario-kinds-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let e = Scenario::load(&dir).unwrap_err();
+    assert!(e.message.ends_with("not a regular file (a directory)"), "{e}");
+    let fifo = dir.join("fifo.yaml");
+    if std::process::Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success()) {
+        let e = Scenario::load(&fifo).unwrap_err();
+        assert!(e.message.ends_with("not a regular file (a FIFO)"), "{e}");
+    } else {
+        eprintln!("skipping the FIFO case: mkfifo failed");
+    }
+    let big = dir.join("big.yaml");
+    std::fs::File::create(&big).unwrap().set_len(MAX_SCENARIO_BYTES + 1).unwrap();
+    let e = Scenario::load(&big).unwrap_err();
+    assert!(e.message.ends_with("file too large (16777217 bytes): the limit is 16 MiB"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An error quotes at most 80 bytes of a value; nesting deeper than 64 levels is refused before
+/// the YAML tree builder would recurse 40,000 times.
+#[test]
+fn hostile_scenarios_give_short_errors() {
+    let long = "q".repeat(50 << 20);
+    for (find, replace, field) in [
+        ("vrs: 2", format!("vrs: {long}"), "dut.vrs"),
+        ("kind: multi-wire", format!("kind: {long}"), "dut.kind"),
+        ("kind: rate", format!("kind: {long}"), "method.kind"),
+        ("  ring: 1024", format!("  reservation: {long}"), "dut.reservation"),
+    ] {
+        let e = err(&with(find, &replace));
+        let shown = e.to_string();
+        assert!(shown.len() < 300, "{} bytes: {}", shown.len(), &shown[..shown.len().min(400)]);
+        assert!(shown.contains("…") && shown.contains(" (52428800 bytes)"), "{shown}");
+        assert_eq!(e.field, field);
+        assert!(e.value.as_ref().is_some_and(|v| v.len() <= 80), "{shown}");
+    }
+    let deep = with("  flows: 16", &format!("  flows:\n    {}x", "- ".repeat(40_000)));
+    let e = std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(move || err(&deep))
+        .unwrap()
+        .join()
+        .unwrap();
+    // Level 65: the top mapping, traffic, the flows list (the first "- "), then the 63rd.
+    assert_eq!(
+        e.to_string(),
+        "bad.yaml:17:129: nesting is too deep: more than 64 levels of lists and mappings"
+    );
+}
+
 /// Runs `sc` (its quick form if `quick`) on fake DUTs, with the options all the runs here
 /// share: a short idle sleep for runner and DUTs alike, no progress lines.
 fn run_on_fakes(sc: &Scenario, quick: bool) -> ScenarioReport {

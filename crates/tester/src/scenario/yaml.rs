@@ -13,24 +13,28 @@ pub struct ScenarioError {
     pub column: usize,
     /// The field's path, e.g. `axis.values[2]`; empty for the whole file.
     pub field: String,
-    /// The offending text, when there is one.
+    /// The offending text, when there is one; cut to [`yamlpath::QUOTE_MAX`] bytes (ending in
+    /// `…`) when longer.
     pub value: Option<String>,
     pub message: String,
 }
 
 impl ScenarioError {
+    /// An error at `line:column`; the value, the field and every copy of the value in the
+    /// message are cut to [`yamlpath::QUOTE_MAX`] bytes (see [`yamlpath::bound`]).
     pub(crate) fn at(
         (line, column): (usize, usize),
         field: &str,
         value: Option<&str>,
         message: String,
     ) -> ScenarioError {
+        let (value, message) = yamlpath::bound(value, message);
         ScenarioError {
             file: String::new(),
             line,
             column,
-            field: field.to_string(),
-            value: value.map(str::to_string),
+            field: yamlpath::clip(field).into_owned(),
+            value,
             message,
         }
     }
