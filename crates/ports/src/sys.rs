@@ -1,4 +1,4 @@
-//! Syscall plumbing shared by the kernel-facing backends (`afxdp`, `afpacket`, `tap`).
+//! Syscall plumbing shared by the kernel-facing backends (`afxdp`, `afpacket`, `tap`) and memif.
 //!
 //! Job: keep the `unsafe` of talking to the kernel in one place, behind small safe wrappers, so
 //! the backends read as ring logic. It holds:
@@ -6,7 +6,7 @@
 //!   accessors. Atomics are safe to hand out; plain reads and writes of shared memory are
 //!   `unsafe fn`s whose callers state, per ring protocol, that the kernel is not writing there.
 //! - socket, `setsockopt`/`getsockopt`, `bind`, kick and `ioctl` wrappers over plain-old-data
-//!   types ([`Pod`]);
+//!   types ([`Pod`]); a Unix socket peer's credentials (`SO_PEERCRED`, for memif);
 //! - [`Watch`]: the control-path view of one interface: is it still there (same ifindex), and
 //!   the network namespace it lives in, so a port can re-open itself there when it comes back;
 //! - [`NetNs`]: run an open step inside another network namespace on a helper thread (sockets
@@ -143,6 +143,34 @@ pub(crate) fn getsockopt<T: Pod>(fd: &OwnedFd, level: i32, name: i32) -> io::Res
     // valid T.
     let val = unsafe { val.assume_init() };
     Ok((val, len as usize))
+}
+
+/// `ucred`: three 32-bit integers.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct Ucred {
+    pub(crate) pid: i32,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+}
+
+// SAFETY: repr(C), three 32-bit integers, no padding (sizeof struct ucred is 12).
+unsafe impl Pod for Ucred {}
+
+/// The credentials of the process at the other end of a connected Unix socket, as the kernel
+/// recorded them at connect(2) (`SO_PEERCRED`): not something the peer can claim or change.
+pub(crate) fn peer_cred(fd: &OwnedFd) -> io::Result<Ucred> {
+    let (cred, len) = getsockopt::<Ucred>(fd, libc::SOL_SOCKET, libc::SO_PEERCRED)?;
+    if len != size_of::<Ucred>() {
+        return Err(io::Error::other(format!("SO_PEERCRED returned {len} bytes")));
+    }
+    Ok(cred)
+}
+
+/// This process's effective user id.
+pub(crate) fn euid() -> u32 {
+    // SAFETY: geteuid(2) takes no arguments and cannot fail.
+    unsafe { libc::geteuid() }
 }
 
 /// `bind(2)` to a socket address given as a Pod struct (`sockaddr_ll`, `sockaddr_xdp`).

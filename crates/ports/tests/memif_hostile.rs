@@ -1020,3 +1020,114 @@ fn random_garbage_in_shared_memory_never_crashes_either_role() {
     // The garbage really reached the descriptor checks, not only the counter checks.
     assert!(dropped > 100 && rounds > 1000, "{rounds} rounds, {dropped} dropped");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Who may connect to an abstract socket
+
+/// Set in the environment of the child that [`abstract_socket_refuses_other_users`] runs as an
+/// unprivileged user: the abstract socket to connect to.
+const UNPRIV_ENV: &str = "RPX_MEMIF_UNPRIVILEGED_CONNECT";
+/// The uid (and gid) the child runs as: `nobody`.
+const NOBODY: u32 = 65534;
+
+/// This process's effective uid, from /proc (no unsafe needed).
+fn euid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// Not a test of its own: the child's side of [`abstract_socket_refuses_other_users`], run by
+/// re-executing this test binary as uid 65534 with [`UNPRIV_ENV`] set. It connects, then
+/// exits 0 when the server closes the connection without sending anything, 3 when it receives
+/// a message (HELLO: it was let in), 4 when nothing happens for 5 s, 5 when it cannot connect.
+#[test]
+fn abstract_socket_unprivileged_peer() {
+    let Ok(sock) = std::env::var(UNPRIV_ENV) else { return };
+    let conn = match Conn::connect(&SocketAddr::parse(&sock).unwrap()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("child: connect {sock}: {e}");
+            std::process::exit(5)
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        match conn.recv() {
+            Ok(Recv::WouldBlock) => std::thread::sleep(Duration::from_millis(1)),
+            Ok(Recv::Msg { buf, len, .. }) => {
+                eprintln!("child: received {len} bytes: {:?}", Msg::decode(&buf));
+                std::process::exit(3)
+            }
+            Ok(Recv::Eof) => std::process::exit(0),
+            Err(e) => {
+                // A reset is a close too.
+                eprintln!("child: recv: {e}");
+                std::process::exit(0)
+            }
+        }
+    }
+    std::process::exit(4)
+}
+
+/// An abstract socket has no file mode, so anyone in the network namespace could connect and
+/// hand us memory. The server admits only root and its own user (`SO_PEERCRED`): a client
+/// running as `nobody` is closed without a HELLO, counted and named in the Down reason, and a
+/// root client still gets in afterwards.
+#[test]
+fn abstract_socket_refuses_other_users() {
+    use std::os::unix::process::CommandExt;
+    if euid() != Some(0) {
+        eprintln!(
+            "skipping abstract_socket_refuses_other_users: needs root to run a client as uid \
+             {NOBODY} (and as another user the server's own uid would be admitted)"
+        );
+        return;
+    }
+    let sock = unique_socket(true);
+    let mut s = MemifPort::server(opts(&sock, "srv")).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let spawned = std::process::Command::new(&exe)
+        .args(["--exact", "abstract_socket_unprivileged_peer", "--nocapture", "--test-threads=1"])
+        .env(UNPRIV_ENV, &sock)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            eprintln!(
+                "skipping abstract_socket_refuses_other_users: uid {NOBODY} cannot run {}: {e}",
+                exe.display()
+            );
+            return;
+        }
+        Err(e) => panic!("spawning the unprivileged client: {e}"),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        s.service();
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the unprivileged client did not finish; server {:?}", s.status());
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    };
+    assert_eq!(status.code(), Some(0), "the client as uid {NOBODY} was not closed unanswered");
+    let m = s.memif_stats();
+    assert_eq!((m.refused_peers, m.connects, m.disconnects), (1, 0, 0));
+    let why = down_reason(&s);
+    assert!(
+        why.starts_with(&format!(
+            "refused a client with uid {NOBODY} on {sock} (an abstract socket admits only uid 0 and 0)"
+        )),
+        "{why}"
+    );
+    assert_eq!(s.stats().rx_packets, 0);
+    // Root still gets in, and traffic flows.
+    recovers(&sock, &mut s);
+    assert_eq!(s.memif_stats().refused_peers, 1);
+}

@@ -4,7 +4,8 @@
 //! Contract:
 //! - Addresses are filesystem paths or Linux abstract names. Abstract names are bound and
 //!   connected with the exact length of the name (no NUL padding), as DPDK 22.11 does, so the two
-//!   meet.
+//!   meet. An abstract name has no file mode: any process in the network namespace may connect,
+//!   so a server checks who did ([`Conn::peer_uid`]).
 //! - Sockets are non-blocking and close-on-exec; sending never raises SIGPIPE (`MSG_NOSIGNAL`), a
 //!   peer that went away is an error or end-of-file instead.
 //! - Receiving takes any datagram: its length is reported as is (a short or long message is the
@@ -224,6 +225,12 @@ pub struct Conn {
 const CMSG_BUF: usize = 128;
 
 impl Conn {
+    /// The user id of the process at the other end, as the kernel recorded it when that
+    /// process connected (`SO_PEERCRED`).
+    pub fn peer_uid(&self) -> io::Result<u32> {
+        crate::sys::peer_cred(&self.fd).map(|c| c.uid)
+    }
+
     /// Connects to a listening server (non-blocking: a full backlog is `WouldBlock`).
     pub fn connect(addr: &SocketAddr) -> io::Result<Conn> {
         let fd = seqpacket()?;

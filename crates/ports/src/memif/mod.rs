@@ -33,6 +33,10 @@
 //!   next peer.
 //!   Regions must be sealed against shrinking (see [`shm`]), so the peer cannot make our accesses
 //!   fault.
+//! - **Who may connect**: a socket file is guarded by its mode. An abstract name (`@name`) has
+//!   none, so a server closes, unanswered, a client whose uid (`SO_PEERCRED`) is neither 0 nor
+//!   its own effective uid, counts it in [`MemifStats::refused_peers`] and names it in the Down
+//!   reason.
 //! - One socket serves one interface here: the server answers only INITs for its own `id`.
 //! - Interop notes: DPDK 22.11 connects only in `rte_eth_dev_start` (start a routeplex server
 //!   first; a routeplex client simply retries until a DPDK server is started). A DPDK server
@@ -189,6 +193,10 @@ pub struct MemifStats {
     /// Server role: buffers the client posted that lie outside its regions or hold nothing;
     /// each costs the frame that met it (counted in `tx_errors`).
     pub bad_posted: u64,
+    /// Server role on an abstract socket: clients closed at once because they run as neither
+    /// root nor this process's user (`SO_PEERCRED`). An abstract name has no file mode to keep
+    /// other users out, as a socket file's has.
+    pub refused_peers: u64,
 }
 
 /// The mapped memory and rings of one connection.
@@ -441,6 +449,14 @@ impl MemifPort {
                 Ok(Some(c)) => c,
                 _ => break,
             };
+            if let Err(why) = self.admit(&c) {
+                // Closed without a word: the refused client learns nothing.
+                drop(c);
+                self.mstats.refused_peers += 1;
+                self.last_reason = Some(why);
+                changed = true;
+                continue;
+            }
             if self.ctl.is_some() {
                 // One peer per interface: tell the newcomer instead of leaving it hanging.
                 let _ = c.send(&Msg::disconnect("Already connected").encode(), None);
@@ -465,6 +481,24 @@ impl MemifPort {
         }
         if changed {
             self.refresh_status();
+        }
+    }
+
+    /// Whether a client that connected may talk to us. A socket file is guarded by its mode;
+    /// an abstract name by nothing, so there the client must run as root or as our own
+    /// effective user, by the credentials the kernel recorded at connect(2).
+    fn admit(&self, c: &Conn) -> Result<(), String> {
+        if !matches!(self.addr, SocketAddr::Abstract(_)) {
+            return Ok(());
+        }
+        let ours = crate::sys::euid();
+        match c.peer_uid() {
+            Ok(uid) if uid == 0 || uid == ours => Ok(()),
+            Ok(uid) => Err(format!(
+                "refused a client with uid {uid} on {} (an abstract socket admits only uid 0 and {ours})",
+                self.addr
+            )),
+            Err(e) => Err(format!("refused a client on {}: SO_PEERCRED: {e}", self.addr)),
         }
     }
 
