@@ -5,7 +5,7 @@
 use std::fmt;
 
 use dataplane::config::VrConfig;
-use dataplane::{Cell, Engine, Switch, Vr};
+use dataplane::{Cell, Engine, RouteTable, Switch, Vr};
 use ports::mem::{self, MemPort};
 use ports::Port;
 
@@ -34,6 +34,8 @@ impl Built {
 pub struct Host {
     pub cells: Vec<Placed>,
     pub outside: Vec<Option<MemPort>>,
+    /// Each VR's routes, in the topology's VR order: the writers of the FIBs its VR reads.
+    pub tables: Vec<RouteTable>,
 }
 
 /// A cell and the worker the topology places it on (`None`: anywhere).
@@ -124,6 +126,7 @@ pub fn host(topo: &Topology, vrs: Option<&[VrConfig]>, burst: usize) -> Result<H
     }
     let (ports, outside) = open_ports(topo)?;
     let mut ports: Vec<Option<Box<dyn Port>>> = ports.into_iter().map(Some).collect();
+    let mut tables: Vec<Option<RouteTable>> = (0..vr_cfgs.len()).map(|_| None).collect();
     let mut cells = Vec::new();
     for plan in topo.cells() {
         // Cell-local port numbers: position in the plan.
@@ -134,11 +137,9 @@ pub fn host(topo: &Topology, vrs: Option<&[VrConfig]>, burst: usize) -> Result<H
         }
         let mut vrs = Vec::new();
         for &v in &plan.vrs {
-            let mut cfg = vr_cfgs[v].clone();
-            for i in &mut cfg.interfaces {
-                i.port = local(i.port);
-            }
-            vrs.push(Vr::new(&cfg).map_err(|e| BuildError(e.0))?);
+            let (table, vr) = vr_in_cell(&vr_cfgs[v], |p| local(p))?;
+            tables[v] = Some(table);
+            vrs.push(vr);
         }
         let mut switches = Vec::new();
         for &s in &plan.switches {
@@ -158,7 +159,38 @@ pub fn host(topo: &Topology, vrs: Option<&[VrConfig]>, burst: usize) -> Result<H
         let worker = plan.vrs.iter().find_map(|&v| topo.schedule.get(v)?.worker);
         cells.push(Placed { cell, worker: worker.map(usize::from) });
     }
-    Ok(Host { cells, outside })
+    let tables = tables.into_iter().map(|t| t.expect("every VR is in a cell")).collect();
+    Ok(Host { cells, outside, tables })
+}
+
+/// A VR's route table (made from its host-wide config) and the VR reading it, its ports
+/// renumbered by `local` (host port id to the cell's).
+pub fn vr_in_cell(
+    cfg: &VrConfig,
+    local: impl Fn(u16) -> u16,
+) -> Result<(RouteTable, Vr), BuildError> {
+    let table = RouteTable::new(cfg).map_err(|e| BuildError(e.0))?;
+    let mut cell_cfg = cfg.clone();
+    for i in &mut cell_cfg.interfaces {
+        i.port = local(i.port);
+    }
+    let vr = Vr::with_routes(&cell_cfg, table.view()).map_err(|e| BuildError(e.0))?;
+    Ok((table, vr))
+}
+
+/// Opens port `i` of `topo` alone (a port a running host gains): the engine's end, and the
+/// outside end of a `mem` port. Links come in pairs and are refused here.
+pub fn open_port(
+    topo: &Topology,
+    i: usize,
+) -> Result<(Box<dyn Port>, Option<MemPort>), BuildError> {
+    let p = &topo.ports[i];
+    if let PortKind::Link { .. } = p.kind {
+        return Err(BuildError(format!("port {} is an internal link", p.name)));
+    }
+    let one = Topology { ports: vec![p.clone()], ..Topology::default() };
+    let (mut ours, mut outside) = open_ports(&one)?;
+    Ok((ours.remove(0), outside.remove(0)))
 }
 
 /// Applies the topology's per-port bursts (`ports[i]` is the cell's port `i`) and the schedule

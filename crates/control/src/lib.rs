@@ -10,10 +10,18 @@
 //! Linux control-plane sync.
 #![deny(unsafe_code)]
 
+pub mod api;
 pub mod build;
+pub mod daemon;
+mod error;
 pub mod netns;
+pub mod node;
 pub mod runtime;
+pub mod sys;
 pub mod topology;
+
+pub use error::ControlError;
+pub use node::{Node, Plan};
 
 pub use topology::{
     Attach, ErrorKind, HostSpec, MemifSpec, PortKind, PortSpec, Topology, TopologyError,

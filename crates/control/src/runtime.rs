@@ -106,10 +106,21 @@ fn err<T>(m: impl Into<String>) -> Result<T, RuntimeError> {
     Err(RuntimeError(m.into()))
 }
 
+/// Work for a worker to do on one of its cells between two polls.
+type Job = Box<dyn FnOnce(&mut Cell) + Send>;
+
 enum Cmd {
     Install(usize, Box<Cell>),
+    Job(usize, Job),
+    /// Removes the cell and drops it (its ports close).
+    Remove(usize, Sender<()>),
     Detach(usize, Sender<Box<Cell>>),
-    Reserve { cell: usize, vr: usize, r: Option<Reservation>, reply: Sender<Result<(), String>> },
+    Reserve {
+        cell: usize,
+        vr: usize,
+        r: Option<Reservation>,
+        reply: Sender<Result<(), String>>,
+    },
     Status(Sender<WorkerStatus>),
 }
 
@@ -120,10 +131,14 @@ struct WorkerHandle {
     thread: Option<JoinHandle<Vec<(usize, Cell)>>>,
 }
 
-/// What the control side knows of a cell: where it runs and which VRs it holds.
+/// What the control side knows of a cell: where it runs and which VRs it holds (in the
+/// cell's order). A removed cell keeps its id, with no VRs.
 struct CellInfo {
     worker: usize,
     vrs: Vec<String>,
+    /// Names of its ports, in the cell's order.
+    ports: Vec<String>,
+    live: bool,
 }
 
 /// Workers running cells, and the handles to move VRs, change reservations and read counters.
@@ -298,7 +313,8 @@ impl Runtime {
         let mut infos = Vec::new();
         for (id, (p, &w)) in cells.into_iter().zip(&placement).enumerate() {
             let vrs = p.cell.vrs().iter().map(|v| v.name().to_string()).collect();
-            infos.push(CellInfo { worker: w, vrs });
+            let ports = (0..p.cell.port_count()).map(|i| p.cell.port_name(i).to_string()).collect();
+            infos.push(CellInfo { worker: w, vrs, ports, live: true });
             initial[w].push((id, p.cell));
         }
         let mut workers = Vec::new();
@@ -334,6 +350,130 @@ impl Runtime {
     /// The worker running VR `name`.
     pub fn worker_of(&self, name: &str) -> Option<usize> {
         self.cell_of(name).ok().map(|(c, _)| self.cells[c].worker)
+    }
+
+    /// The cell running VR `name`, and the VR's index in it.
+    pub fn locate(&self, name: &str) -> Result<(usize, usize), RuntimeError> {
+        self.cell_of(name)
+    }
+
+    /// VR names of cell `c`, in the cell's order.
+    pub fn cell_vrs(&self, c: usize) -> &[String] {
+        &self.cells[c].vrs
+    }
+
+    /// Port names of cell `c`, in the cell's order (a VR joining it numbers ports so).
+    pub fn cell_ports(&self, c: usize) -> &[String] {
+        &self.cells[c].ports
+    }
+
+    /// The cell holding port `name`, if one does.
+    pub fn cell_of_port(&self, name: &str) -> Option<usize> {
+        self.cells.iter().position(|c| c.live && c.ports.iter().any(|p| p == name))
+    }
+
+    /// Runs `f` on cell `c` on its worker, between two polls, and returns what it returns.
+    /// On a timeout the job still runs when the worker gets to it.
+    pub fn on_cell<T: Send + 'static>(
+        &self,
+        c: usize,
+        f: impl FnOnce(&mut Cell) -> T + Send + 'static,
+    ) -> Result<T, RuntimeError> {
+        let info = self
+            .cells
+            .get(c)
+            .filter(|i| i.live)
+            .ok_or_else(|| RuntimeError(format!("no cell {c}")))?;
+        let w = info.worker;
+        let (tx, rx) = mpsc::channel();
+        self.send(
+            w,
+            Cmd::Job(
+                c,
+                Box::new(move |cell: &mut Cell| {
+                    let _ = tx.send(f(cell));
+                }),
+            ),
+        )?;
+        answer(&rx, w)
+    }
+
+    /// Runs `f` on VR `name` (its cell and index) on its worker, between two polls.
+    pub fn on_vr<T: Send + 'static>(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut Cell, usize) -> T + Send + 'static,
+    ) -> Result<T, RuntimeError> {
+        let (c, v) = self.cell_of(name)?;
+        self.on_cell(c, move |cell| f(cell, v))
+    }
+
+    /// Starts running a new cell on `worker` (default: the one with the fewest VRs); returns
+    /// its id.
+    pub fn add_cell(&mut self, cell: Cell, worker: Option<usize>) -> Result<usize, RuntimeError> {
+        let n = self.workers.len();
+        let w = match worker {
+            Some(w) if w >= n => return err(format!("no worker {w}: there are {n}")),
+            Some(w) => w,
+            None => (0..n)
+                .min_by_key(|&w| {
+                    self.cells
+                        .iter()
+                        .filter(|c| c.live && c.worker == w)
+                        .map(|c| c.vrs.len())
+                        .sum::<usize>()
+                })
+                .unwrap_or(0),
+        };
+        let id = self.cells.len();
+        let vrs = cell.vrs().iter().map(|v| v.name().to_string()).collect();
+        let ports = (0..cell.port_count()).map(|i| cell.port_name(i).to_string()).collect();
+        self.send(w, Cmd::Install(id, Box::new(cell)))?;
+        self.cells.push(CellInfo { worker: w, vrs, ports, live: true });
+        Ok(id)
+    }
+
+    /// Stops running cell `c` and drops it (closing its ports).
+    pub fn remove_cell(&mut self, c: usize) -> Result<(), RuntimeError> {
+        let info = self
+            .cells
+            .get(c)
+            .filter(|i| i.live)
+            .ok_or_else(|| RuntimeError(format!("no cell {c}")))?;
+        let w = info.worker;
+        let (tx, rx) = mpsc::channel();
+        self.send(w, Cmd::Remove(c, tx))?;
+        answer(&rx, w)?;
+        self.cells[c] = CellInfo { worker: w, vrs: Vec::new(), ports: Vec::new(), live: false };
+        Ok(())
+    }
+
+    /// Adds `ports` and VR `vr` to cell `c` (see [`Cell::add_vr`]).
+    pub fn add_vr(
+        &mut self,
+        c: usize,
+        ports: Vec<Box<dyn ports::Port>>,
+        vr: dataplane::Vr,
+    ) -> Result<(), RuntimeError> {
+        let name = vr.name().to_string();
+        let names: Vec<String> = ports.iter().map(|p| p.name().to_string()).collect();
+        // A Box<dyn Port> is Send; the job hands it to the worker.
+        let r = self.on_cell(c, move |cell| cell.add_vr(ports, vr).map_err(|e| e.0))?;
+        r.map_err(RuntimeError)?;
+        self.cells[c].vrs.push(name);
+        self.cells[c].ports.extend(names);
+        Ok(())
+    }
+
+    /// Removes VR `name` from its cell (which keeps running, with its ports); returns the VR,
+    /// to be dropped by the caller, off the worker.
+    pub fn remove_vr(&mut self, name: &str) -> Result<dataplane::Vr, RuntimeError> {
+        let (c, v) = self.cell_of(name)?;
+        let vr = self
+            .on_cell(c, move |cell| cell.remove_vr(v).map_err(|e| e.0))?
+            .map_err(RuntimeError)?;
+        self.cells[c].vrs.remove(v);
+        Ok(vr)
     }
 
     /// Every VR and the worker it runs on, in cell order.
@@ -530,6 +670,18 @@ impl Ctx {
                         Cmd::Install(id, cell) => {
                             ids.push(id);
                             cells.push(*cell);
+                        }
+                        Cmd::Job(id, job) => {
+                            if let Some(i) = ids.iter().position(|&x| x == id) {
+                                job(&mut cells[i]);
+                            }
+                        }
+                        Cmd::Remove(id, reply) => {
+                            if let Some(i) = ids.iter().position(|&x| x == id) {
+                                ids.remove(i);
+                                cells.remove(i);
+                            }
+                            let _ = reply.send(());
                         }
                         Cmd::Detach(id, reply) => {
                             if let Some(i) = ids.iter().position(|&x| x == id) {

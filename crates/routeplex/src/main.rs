@@ -2,6 +2,7 @@
 
 mod alloc_count;
 mod bench;
+mod bench_routes;
 mod bench_switch;
 mod demo;
 mod lab;
@@ -14,6 +15,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use control::api::{Command, Route};
 
 #[global_allocator]
 static ALLOC: alloc_count::Counting = alloc_count::Counting;
@@ -45,6 +47,30 @@ enum Cmd {
     Down {
         /// The topology file (YAML).
         file: PathBuf,
+    },
+    /// Change a running host to match its edited topology file, live: prints the plan, then
+    /// carries it out. Changes that cannot be made live are refused whole, saying what to do.
+    Apply {
+        /// The topology file (YAML) it runs, as edited.
+        file: PathBuf,
+        /// Print the plan only.
+        #[arg(long)]
+        dry_run: bool,
+        /// As for `status`.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Routes of a running VR, through the control API (source `api`).
+    Route {
+        /// The topology file (YAML) it runs.
+        file: PathBuf,
+        /// The VR's name.
+        vr: String,
+        #[command(subcommand)]
+        op: RouteCmd,
+        /// As for `status`.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
     },
     /// Run a topology's data plane in the foreground until Ctrl-C (its interfaces must exist).
     Run {
@@ -108,11 +134,38 @@ enum Cmd {
 }
 
 #[derive(Subcommand)]
+enum RouteCmd {
+    /// Add (or with --replace, add or replace) a route: PREFIX via GATEWAY [dev IFACE] |
+    /// PREFIX dev IFACE | PREFIX blackhole.
+    Add {
+        prefix: ipnet::IpNet,
+        #[arg(num_args = 1..)]
+        words: Vec<String>,
+        #[arg(long)]
+        replace: bool,
+    },
+    /// Delete routes added through the API.
+    Del {
+        #[arg(required = true)]
+        prefixes: Vec<ipnet::IpNet>,
+    },
+    /// List routes (all sources, or one: local, connected, static, api, table).
+    List {
+        #[arg(long)]
+        source: Option<String>,
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+}
+
+#[derive(Subcommand)]
 enum BenchCmd {
     /// Longest-prefix-match lookups per second on a prefix table.
     Fib(bench::FibArgs),
     /// One VR forwarding 64-byte UDP between two in-memory ports on one worker.
     Pipeline(bench::PipelineArgs),
+    /// Route updates applied through control while a VR with a full table forwards.
+    Routes(bench_routes::Args),
     /// The learning switch through memif, a separate process (VALE's Figs 6, 8, 9, 10).
     Switch(bench_switch::Args),
 }
@@ -122,6 +175,35 @@ enum BenchCmd {
 pub enum Family {
     Ipv4,
     Ipv6,
+}
+
+/// `route add|del|list` as an API command.
+fn route_cmd(vr: String, op: RouteCmd) -> anyhow::Result<Command> {
+    Ok(match op {
+        RouteCmd::Add { prefix, words, replace } => {
+            let w: Vec<&str> = words.iter().map(String::as_str).collect();
+            let mut r = Route { prefix, via: None, interface: None, blackhole: false };
+            match w.as_slice() {
+                ["via", gw] => r.via = Some(gw.parse()?),
+                ["via", gw, "dev", i] => {
+                    r.via = Some(gw.parse()?);
+                    r.interface = Some(i.to_string());
+                }
+                ["dev", i] => r.interface = Some(i.to_string()),
+                ["blackhole"] => r.blackhole = true,
+                _ => anyhow::bail!(
+                    "route {prefix}: expected `via GATEWAY [dev IFACE]`, `dev IFACE` or `blackhole`, not {w:?}"
+                ),
+            }
+            if replace {
+                Command::RouteReplace { vr, routes: vec![r] }
+            } else {
+                Command::RouteAdd { vr, routes: vec![r] }
+            }
+        }
+        RouteCmd::Del { prefixes } => Command::RouteDelete { vr, prefixes },
+        RouteCmd::List { source, limit } => Command::RouteList { vr, source, limit },
+    })
 }
 
 fn main() -> ExitCode {
@@ -135,17 +217,27 @@ fn main() -> ExitCode {
         Cmd::Up { file } => service::up(&file),
         Cmd::Down { file } => service::down(&file),
         Cmd::Run { file, state_dir, burst } => service::run(&file, state_dir.as_deref(), burst),
-        Cmd::Status { file, state_dir } => service::control(&file, state_dir.as_deref(), "status"),
-        Cmd::Move { file, vr, worker, state_dir } => {
-            service::control(&file, state_dir.as_deref(), &format!("move {vr} {worker}"))
+        Cmd::Apply { file, dry_run, state_dir } => {
+            service::apply(&file, state_dir.as_deref(), dry_run)
         }
-        Cmd::Reserve { file, vr, spec, state_dir } => service::control(
-            &file,
-            state_dir.as_deref(),
-            &format!("reserve {vr} {}", spec.join(" ")),
-        ),
+        Cmd::Route { file, vr, op, state_dir } => {
+            route_cmd(vr, op).and_then(|c| service::control(&file, state_dir.as_deref(), c))
+        }
+        Cmd::Status { file, state_dir } => {
+            service::control(&file, state_dir.as_deref(), Command::Status)
+        }
+        Cmd::Move { file, vr, worker, state_dir } => match worker.parse::<usize>() {
+            Ok(worker) => {
+                service::control(&file, state_dir.as_deref(), Command::Move { vr, worker })
+            }
+            Err(_) => Err(anyhow::anyhow!("worker must be a number, not {worker:?}")),
+        },
+        Cmd::Reserve { file, vr, spec, state_dir } => {
+            service::control(&file, state_dir.as_deref(), Command::Reserve { vr, spec })
+        }
         Cmd::Bench(BenchCmd::Fib(a)) => bench::fib(a),
         Cmd::Bench(BenchCmd::Pipeline(a)) => bench::pipeline(a),
+        Cmd::Bench(BenchCmd::Routes(a)) => bench_routes::run(a),
         Cmd::Bench(BenchCmd::Switch(a)) => bench_switch::run(a),
         Cmd::Test(t) => test_cmd::run(t),
     };

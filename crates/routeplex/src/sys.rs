@@ -32,18 +32,6 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// Whether process `pid` exists (and is not a zombie we could reap).
-pub fn alive(pid: u32) -> bool {
-    if pid == 0 {
-        return false;
-    }
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state is the field after the parenthesised command name; Z is a zombie.
-        Ok(s) => s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
-}
-
 /// Sends `sig` to process `pid`; false if it could not be sent.
 pub fn kill(pid: u32, sig: i32) -> bool {
     let Ok(pid) = i32::try_from(pid) else { return false };

@@ -235,6 +235,8 @@ pub(crate) struct Core {
     neigh: NeighborTable,
     bucket: Bucket,
     ident: u16,
+    /// FIB generations (IPv4, IPv6) the last batch looked up in.
+    seen: (u64, u64),
     pub counters: VrCounters,
 }
 
@@ -383,6 +385,12 @@ impl Vr {
         self.core.ifaces.iter().map(|f| (f.name.clone(), f.mtu, f.up)).collect()
     }
 
+    /// The FIB generations (IPv4, IPv6) its last batch looked up in: a published update is in
+    /// use once these reach the generation the publish returned.
+    pub fn fib_generations_seen(&self) -> (u64, u64) {
+        self.core.seen
+    }
+
     /// How much of its neighbor table is used, and its size.
     pub fn neighbor_occupancy(&self) -> (usize, usize) {
         self.core.neigh.occupancy()
@@ -447,7 +455,10 @@ impl Vr {
         self.core.counters.rx_packets += sel.len() as u64;
         self.core.counters.rx_bytes += bytes;
         if n4 > 0 {
-            self.core.r4.load().lookup_batch(&s.keys4[..n4], &mut s.nh4[..n4]);
+            let t = self.core.r4.load();
+            self.core.seen.0 = t.generation();
+            t.lookup_batch(&s.keys4[..n4], &mut s.nh4[..n4]);
+            drop(t);
             for k in 0..n4 {
                 let i = s.at4[k] as usize;
                 meta[i].fate =
@@ -455,7 +466,10 @@ impl Vr {
             }
         }
         if n6 > 0 {
-            self.core.r6.load().lookup_batch(&s.keys6[..n6], &mut s.nh6[..n6]);
+            let t = self.core.r6.load();
+            self.core.seen.1 = t.generation();
+            t.lookup_batch(&s.keys6[..n6], &mut s.nh6[..n6]);
+            drop(t);
             for k in 0..n6 {
                 let i = s.at6[k] as usize;
                 meta[i].fate = self.core.forward6(&mut pkts[i], &meta[i], s.nh6[k], now);
@@ -618,6 +632,7 @@ impl Core {
             neigh,
             bucket: Bucket::new(icmp_errors_per_sec, icmp_errors_burst),
             ident: 0,
+            seen: (0, 0),
             counters: VrCounters::default(),
         })
     }

@@ -1,0 +1,280 @@
+//! The control API: one typed command set for the CLI, the control socket and any other client.
+//!
+//! Wire format: one JSON object per line each way over the unix control socket.
+//! A request is `{"v":1,"id":N,"cmd":"NAME","args":{...}}` (`args` may be left out when a
+//! command takes none); its reply is `{"v":1,"id":N,"ok":{...}}` or
+//! `{"v":1,"id":N,"err":{"code":"CODE","msg":"..."}}`. Unknown commands and unknown argument
+//! fields are refused (`bad_request`), so a typo fails loudly. Replies only ever gain fields.
+//! The version `v` is [`API_VERSION`]; a request with another major version is refused.
+//! `docs/api.md` documents every command; a test keeps it in step with [`Command::NAMES`].
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The protocol version this build speaks.
+pub const API_VERSION: u32 = 1;
+
+/// One request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// Protocol version ([`API_VERSION`]).
+    pub v: u32,
+    /// Echoed in the reply.
+    #[serde(default)]
+    pub id: u64,
+    #[serde(flatten)]
+    pub cmd: Command,
+}
+
+/// Every operation the control socket serves.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", content = "args", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Command {
+    /// The protocol version and the commands this daemon knows.
+    Hello,
+    /// Workers, VRs (counters, routes by source, neighbors, interfaces, reservation), ports and
+    /// memory.
+    Status,
+    /// Adds routes (API source); refused whole if one exists already.
+    RouteAdd { vr: String, routes: Vec<Route> },
+    /// Adds or replaces routes (API source).
+    RouteReplace { vr: String, routes: Vec<Route> },
+    /// Deletes routes (API source); refused whole if one is missing.
+    RouteDelete { vr: String, prefixes: Vec<IpNet> },
+    /// Lists routes: all sources, or one (`local`, `connected`, `static`, `api`, `table`).
+    RouteList {
+        vr: String,
+        #[serde(default)]
+        source: Option<String>,
+        #[serde(default)]
+        limit: Option<usize>,
+    },
+    /// The VR's neighbor (ARP/NDP) table.
+    NeighborList { vr: String },
+    /// Forgets learned neighbors, of one interface or all.
+    NeighborFlush {
+        vr: String,
+        #[serde(default)]
+        interface: Option<String>,
+    },
+    /// Sets an interface's MTU and/or takes it up or down.
+    InterfaceSet {
+        vr: String,
+        interface: String,
+        #[serde(default)]
+        mtu: Option<u16>,
+        #[serde(default)]
+        up: Option<bool>,
+    },
+    /// Removes a VR (its cell keeps running; a cell left without VRs stops and closes its
+    /// ports).
+    VrRemove { vr: String },
+    /// Sets a VR's reservation: words as `routeplex reserve` takes them (`packets=N`,
+    /// `time_us=N`, `period_us=N`, `weight=N`, or `none`).
+    Reserve { vr: String, spec: Vec<String> },
+    /// Moves a VR (with its cell) to another worker.
+    Move { vr: String, worker: usize },
+    /// Applies a topology (the whole file's text): computes the plan against the running host
+    /// and, unless `dry_run`, carries it out. `file` names it in errors and sets the directory
+    /// relative table paths are read from.
+    Apply {
+        topology: String,
+        file: String,
+        #[serde(default)]
+        dry_run: bool,
+    },
+    /// Stops the data plane.
+    Stop,
+}
+
+impl Command {
+    /// Every command's name, as on the wire.
+    pub const NAMES: &'static [&'static str] = &[
+        "hello",
+        "status",
+        "route_add",
+        "route_replace",
+        "route_delete",
+        "route_list",
+        "neighbor_list",
+        "neighbor_flush",
+        "interface_set",
+        "vr_remove",
+        "reserve",
+        "move",
+        "apply",
+        "stop",
+    ];
+
+    /// The command's name on the wire.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Hello => "hello",
+            Command::Status => "status",
+            Command::RouteAdd { .. } => "route_add",
+            Command::RouteReplace { .. } => "route_replace",
+            Command::RouteDelete { .. } => "route_delete",
+            Command::RouteList { .. } => "route_list",
+            Command::NeighborList { .. } => "neighbor_list",
+            Command::NeighborFlush { .. } => "neighbor_flush",
+            Command::InterfaceSet { .. } => "interface_set",
+            Command::VrRemove { .. } => "vr_remove",
+            Command::Reserve { .. } => "reserve",
+            Command::Move { .. } => "move",
+            Command::Apply { .. } => "apply",
+            Command::Stop => "stop",
+        }
+    }
+
+    /// Whether the command only reads (allowed to the status group).
+    pub fn is_read_only(&self) -> bool {
+        matches!(
+            self,
+            Command::Hello
+                | Command::Status
+                | Command::RouteList { .. }
+                | Command::NeighborList { .. }
+                | Command::Apply { dry_run: true, .. }
+        )
+    }
+}
+
+/// A route as the API takes it: `via` (with an optional `interface`), `interface` alone, or
+/// `blackhole`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    pub prefix: IpNet,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<IpAddr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub blackhole: bool,
+}
+
+/// A reply line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    pub v: u32,
+    pub id: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ok: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub err: Option<ErrorBody>,
+}
+
+/// What went wrong, for a client: a stable code and a message for people.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: String,
+    pub msg: String,
+}
+
+impl Reply {
+    pub fn ok(id: u64, v: Value) -> Reply {
+        Reply { v: API_VERSION, id, ok: Some(v), err: None }
+    }
+
+    pub fn err(id: u64, e: &crate::ControlError) -> Reply {
+        Reply {
+            v: API_VERSION,
+            id,
+            ok: None,
+            err: Some(ErrorBody { code: e.code().into(), msg: e.to_string() }),
+        }
+    }
+
+    /// The reply as a result.
+    pub fn into_result(self) -> Result<Value, ErrorBody> {
+        match (self.ok, self.err) {
+            (_, Some(e)) => Err(e),
+            (Some(v), None) => Ok(v),
+            (None, None) => Ok(Value::Null),
+        }
+    }
+}
+
+/// Parses one request line; the error names what was wrong.
+pub fn parse_request(line: &[u8]) -> Result<Request, crate::ControlError> {
+    let r: Request = serde_json::from_slice(line)
+        .map_err(|e| crate::ControlError::BadRequest(format!("{e}")))?;
+    if r.v != API_VERSION {
+        return Err(crate::ControlError::BadRequest(format!(
+            "protocol version {} is not spoken here (this daemon speaks {API_VERSION})",
+            r.v
+        )));
+    }
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_and_typos_fail() {
+        let r = Request {
+            v: 1,
+            id: 7,
+            cmd: Command::RouteAdd {
+                vr: "a".into(),
+                routes: vec![Route {
+                    prefix: "10.9.0.0/16".parse().unwrap(),
+                    via: Some("10.0.1.2".parse().unwrap()),
+                    interface: None,
+                    blackhole: false,
+                }],
+            },
+        };
+        let line = serde_json::to_string(&r).unwrap();
+        assert_eq!(
+            line,
+            r#"{"v":1,"id":7,"cmd":"route_add","args":{"vr":"a","routes":[{"prefix":"10.9.0.0/16","via":"10.0.1.2"}]}}"#
+        );
+        assert_eq!(parse_request(line.as_bytes()).unwrap(), r);
+        assert_eq!(parse_request(br#"{"v":1,"cmd":"status"}"#).unwrap().cmd, Command::Status);
+        let e = parse_request(br#"{"v":1,"cmd":"route_add","args":{"vr":"a","rutes":[]}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rutes"), "{e}");
+        let e = parse_request(br#"{"v":1,"cmd":"dance"}"#).unwrap_err().to_string();
+        assert!(e.contains("dance"), "{e}");
+        let e = parse_request(br#"{"v":2,"cmd":"status"}"#).unwrap_err().to_string();
+        assert!(e.contains("version 2"), "{e}");
+    }
+
+    #[test]
+    fn names_match_the_enum() {
+        let all = [
+            Command::Hello,
+            Command::Status,
+            Command::RouteAdd { vr: String::new(), routes: vec![] },
+            Command::RouteReplace { vr: String::new(), routes: vec![] },
+            Command::RouteDelete { vr: String::new(), prefixes: vec![] },
+            Command::RouteList { vr: String::new(), source: None, limit: None },
+            Command::NeighborList { vr: String::new() },
+            Command::NeighborFlush { vr: String::new(), interface: None },
+            Command::InterfaceSet {
+                vr: String::new(),
+                interface: String::new(),
+                mtu: None,
+                up: None,
+            },
+            Command::VrRemove { vr: String::new() },
+            Command::Reserve { vr: String::new(), spec: vec![] },
+            Command::Move { vr: String::new(), worker: 0 },
+            Command::Apply { topology: String::new(), file: String::new(), dry_run: false },
+            Command::Stop,
+        ];
+        let names: Vec<&str> = all.iter().map(Command::name).collect();
+        assert_eq!(names, Command::NAMES);
+        for c in &all {
+            let j = serde_json::to_value(c).unwrap();
+            assert_eq!(j["cmd"], c.name());
+        }
+    }
+}

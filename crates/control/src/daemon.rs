@@ -1,0 +1,708 @@
+//! A topology's data plane as a background service: its run directory, state file, log and
+//! control socket, `up`, `down` and the foreground `run` that serves the API.
+//!
+//! Files: `$ROUTEPLEX_RUN_DIR` (default `/run/routeplex`) / the topology file's stem /
+//! `state.json`, `log`, `control.sock`. The directory is 0700 and the files 0600 whatever the
+//! caller's umask; the socket checks each client's credentials (SO_PEERCRED): root and the
+//! owning uid may do anything, members of the group `ROUTEPLEX_STATUS_GID` (a number) may only
+//! read (`hello`, `status`, `route_list`, `neighbor_list`, `apply` with `dry_run`); anyone
+//! else is refused.
+//!
+//! The state file records the data plane's pid with its start time, so a pid reused by another
+//! process after a crash is never taken for routeplex (`up` starts afresh, `down` signals
+//! nothing). The socket serves at most [`MAX_CLIENTS`] clients at once, each on its own thread,
+//! with a per-line deadline and a maximum line length, so idle, slow or hostile clients cannot
+//! hold up the others.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::{parse_request, Command, Reply, Request, API_VERSION};
+use crate::netns::Made;
+use crate::sys;
+use crate::ControlError;
+
+/// Clients served at once; more are told so and closed.
+pub const MAX_CLIENTS: usize = 64;
+/// Longest request line from a client allowed to change state (a batch of ~100k routes).
+pub const MAX_LINE: usize = 32 << 20;
+/// Longest request line from a read-only client.
+pub const MAX_READ_ONLY_LINE: usize = 64 << 10;
+/// How long a client may take to send one line.
+pub const LINE_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Where one topology's service keeps its files.
+#[derive(Clone, Debug)]
+pub struct Paths {
+    pub name: String,
+    pub dir: PathBuf,
+    pub state: PathBuf,
+    pub sock: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Paths {
+    /// The service of topology file `file`: named after its stem, which must be a plain name
+    /// (not empty, not `.` or `..`, no leading dot) so it can only ever name its own directory.
+    pub fn for_file(file: &Path) -> Result<Paths, ControlError> {
+        let base = std::env::var_os("ROUTEPLEX_RUN_DIR")
+            .map_or_else(|| PathBuf::from("/run/routeplex"), PathBuf::from);
+        let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        let ok = !stem.is_empty()
+            && !stem.starts_with('.')
+            && stem.len() <= 64
+            && stem.chars().all(|c| c.is_ascii_alphanumeric() || "-_.+".contains(c));
+        if !ok {
+            return Err(ControlError::Invalid(format!(
+                "{}: a service is named after its file's stem, and {} is not a usable name \
+                 (letters, digits, - _ . +, not starting with a dot, 64 at most): rename the file",
+                file.display(),
+                yamlpath::quote(stem)
+            )));
+        }
+        Ok(Paths::in_dir(&base.join(stem), stem))
+    }
+
+    /// The files of a service kept in `dir`.
+    pub fn in_dir(dir: &Path, name: &str) -> Paths {
+        Paths {
+            name: name.to_string(),
+            state: dir.join("state.json"),
+            sock: dir.join("control.sock"),
+            log: dir.join("log"),
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// Makes the run directory, private to its owner whatever the umask; refuses one that
+    /// exists but is a symlink or belongs to someone else.
+    pub fn make_dir(&self) -> Result<(), ControlError> {
+        if let Some(base) = self.dir.parent() {
+            std::fs::create_dir_all(base).map_err(|e| ControlError::io(base.display(), e))?;
+        }
+        match std::fs::DirBuilder::new().mode(0o700).create(&self.dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(ControlError::io(self.dir.display(), e)),
+        }
+        let md = std::fs::symlink_metadata(&self.dir)
+            .map_err(|e| ControlError::io(self.dir.display(), e))?;
+        if !md.is_dir() || md.uid() != sys::euid() {
+            return Err(ControlError::Permission(format!(
+                "{} is not a directory owned by uid {}: remove it and try again",
+                self.dir.display(),
+                sys::euid()
+            )));
+        }
+        std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| ControlError::io(self.dir.display(), e))
+    }
+
+    /// Opens (appending) the log, 0600.
+    pub fn open_log(&self) -> Result<std::fs::File, ControlError> {
+        private_file(&self.log, true)
+    }
+}
+
+/// Creates or opens `path` for writing with mode 0600 whatever the umask.
+fn private_file(path: &Path, append: bool) -> Result<std::fs::File, ControlError> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append)
+        .truncate(!append)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| ControlError::io(path.display(), e))?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| ControlError::io(path.display(), e))?;
+    Ok(f)
+}
+
+/// What `up` recorded about a running service.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct State {
+    pub topology: PathBuf,
+    pub pid: u32,
+    /// The data plane's start time (see [`sys::start_time`]): with `pid`, names it for good.
+    #[serde(default)]
+    pub started: u64,
+    pub made: Made,
+}
+
+impl State {
+    /// Whether the recorded data plane is still running: the pid exists and started when
+    /// recorded (a reused pid has another start time).
+    pub fn running(&self) -> bool {
+        self.pid != 0 && sys::start_time(self.pid).is_some_and(|t| t == self.started)
+    }
+}
+
+/// The most a state file may hold.
+const MAX_STATE: u64 = 1 << 20;
+
+/// Reads the state file: `None` when there is none; a clear error, saying how to recover,
+/// when it cannot be trusted.
+pub fn read_state(p: &Paths) -> Result<Option<State>, ControlError> {
+    let f = match std::fs::File::open(&p.state) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(ControlError::io(p.state.display(), e)),
+    };
+    let md = f.metadata().map_err(|e| ControlError::io(p.state.display(), e))?;
+    let recover = format!(
+        "check that no `routeplex run` serves {} (ps -ef | grep 'routeplex run'), remove the \
+         namespaces and links it made if any are left (ip netns list; ip link), then remove {} \
+         and run `routeplex up` again",
+        p.name,
+        p.dir.display()
+    );
+    if md.uid() != sys::euid() || md.mode() & 0o022 != 0 {
+        return Err(ControlError::State(format!(
+            "{}: not owned by uid {} or writable by others, so not trusted: {recover}",
+            p.state.display(),
+            sys::euid()
+        )));
+    }
+    let mut text = String::new();
+    f.take(MAX_STATE)
+        .read_to_string(&mut text)
+        .map_err(|e| ControlError::io(p.state.display(), e))?;
+    serde_json::from_str(&text).map(Some).map_err(|e| {
+        ControlError::State(format!("{}: corrupt state ({e}): {recover}", p.state.display()))
+    })
+}
+
+/// Writes the state file atomically, 0600.
+pub fn write_state(p: &Paths, s: &State) -> Result<(), ControlError> {
+    let tmp = p.state.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = private_file(&tmp, false)?;
+    let text = serde_json::to_string_pretty(s).expect("state serialises");
+    f.write_all(text.as_bytes()).map_err(|e| ControlError::io(tmp.display(), e))?;
+    std::fs::rename(&tmp, &p.state).map_err(|e| ControlError::io(p.state.display(), e))
+}
+
+/// Who may use the socket.
+#[derive(Clone, Copy, Debug)]
+pub struct Access {
+    /// The owning uid (besides root).
+    pub owner: u32,
+    /// A group whose members may read status only.
+    pub status_gid: Option<u32>,
+}
+
+impl Access {
+    /// The caller's euid; the status group from `ROUTEPLEX_STATUS_GID`.
+    pub fn from_env() -> Access {
+        let status_gid =
+            std::env::var("ROUTEPLEX_STATUS_GID").ok().and_then(|g| g.trim().parse().ok());
+        Access { owner: sys::euid(), status_gid }
+    }
+
+    /// Whether a client with these credentials may do anything (`Some(true)`), only read
+    /// (`Some(false)`), or nothing.
+    fn grant(&self, c: sys::PeerCred) -> Option<bool> {
+        if c.uid == 0 || c.uid == self.owner {
+            Some(true)
+        } else if self.status_gid.is_some_and(|g| g == c.gid) {
+            Some(false)
+        } else {
+            None
+        }
+    }
+}
+
+type Job = (Request, Sender<Reply>);
+
+/// Binds the control socket (0600, or 0660 with a status group) in a private directory.
+pub fn bind(sock: &Path, access: &Access) -> Result<UnixListener, ControlError> {
+    let _ = std::fs::remove_file(sock);
+    let l = UnixListener::bind(sock).map_err(|e| ControlError::io(sock.display(), e))?;
+    let mode = if access.status_gid.is_some() { 0o660 } else { 0o600 };
+    std::fs::set_permissions(sock, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| ControlError::io(sock.display(), e))?;
+    Ok(l)
+}
+
+/// Serves the API on `listener` with `handle` (run on this thread, one request at a time)
+/// until `stop` is set or `handle` asks to stop (returns true after its reply).
+pub fn serve(
+    listener: UnixListener,
+    access: Access,
+    stop: &AtomicBool,
+    mut handle: impl FnMut(Command) -> (Result<serde_json::Value, ControlError>, bool),
+) -> Result<(), ControlError> {
+    listener.set_nonblocking(true).map_err(|e| ControlError::io("control socket", e))?;
+    let (tx, rx) = mpsc::channel::<Job>();
+    let clients = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let acceptor = {
+        let (clients, done) = (clients.clone(), done.clone());
+        std::thread::Builder::new()
+            .name("control-accept".into())
+            .spawn(move || accept_loop(listener, access, tx, clients, done))
+            .map_err(|e| ControlError::io("control socket thread", e))?
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let (req, reply) = match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(j) => j,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        let (r, stop_now) = handle(req.cmd);
+        let _ = reply.send(match r {
+            Ok(v) => Reply::ok(req.id, v),
+            Err(e) => Reply::err(req.id, &e),
+        });
+        if stop_now {
+            break;
+        }
+    }
+    done.store(true, Ordering::Relaxed);
+    let _ = acceptor.join();
+    Ok(())
+}
+
+fn accept_loop(
+    listener: UnixListener,
+    access: Access,
+    tx: Sender<Job>,
+    clients: Arc<AtomicUsize>,
+    done: Arc<AtomicBool>,
+) {
+    while !done.load(Ordering::Relaxed) {
+        let s = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        let refuse = |mut s: UnixStream, e: ControlError| {
+            let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+            let _ =
+                writeln!(s, "{}", serde_json::to_string(&Reply::err(0, &e)).unwrap_or_default());
+        };
+        let grant = sys::peer_cred(&s).ok().and_then(|c| access.grant(c));
+        let Some(full) = grant else {
+            refuse(s, ControlError::Permission("this socket serves root and its owner".into()));
+            continue;
+        };
+        if clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+            clients.fetch_sub(1, Ordering::AcqRel);
+            refuse(
+                s,
+                ControlError::Busy(format!("{MAX_CLIENTS} clients are connected; try again")),
+            );
+            continue;
+        }
+        let (tx, clients, done) = (tx.clone(), clients.clone(), done.clone());
+        let spawned = std::thread::Builder::new().name("control-client".into()).spawn(move || {
+            client(s, full, &tx, &done);
+            clients.fetch_sub(1, Ordering::AcqRel);
+        });
+        if spawned.is_err() {
+            // The thread was not made: its count goes with it.
+            continue;
+        }
+    }
+}
+
+/// One client: lines in, replies out, until it hangs up, breaks a limit or the server stops.
+fn client(s: UnixStream, full: bool, tx: &Sender<Job>, done: &AtomicBool) {
+    let max = if full { MAX_LINE } else { MAX_READ_ONLY_LINE };
+    let Ok(mut out) = s.try_clone() else { return };
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+    let _ = out.set_write_timeout(Some(Duration::from_secs(5)));
+    let mut r = BufReader::new(s);
+    let mut line = Vec::new();
+    let mut started: Option<Instant> = None;
+    loop {
+        if done.load(Ordering::Relaxed) {
+            return;
+        }
+        let room = (max + 1).saturating_sub(line.len()) as u64;
+        match (&mut r).take(room).read_until(b'\n', &mut line) {
+            Ok(0) if line.is_empty() => return,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                // Waiting between requests is free; taking too long over one line is not.
+                if !line.is_empty()
+                    && started.get_or_insert_with(Instant::now).elapsed() > LINE_DEADLINE
+                {
+                    let e = ControlError::BadRequest(format!(
+                        "a request line took longer than {} s",
+                        LINE_DEADLINE.as_secs()
+                    ));
+                    let _ = send(&mut out, &Reply::err(0, &e));
+                    return;
+                }
+                continue;
+            }
+            Err(_) => return,
+        }
+        if line.len() > max {
+            let e = ControlError::BadRequest(format!("request line longer than {max} bytes"));
+            let _ = send(&mut out, &Reply::err(0, &e));
+            return;
+        }
+        if line.last() != Some(&b'\n') {
+            // End of stream without a newline: take what came as the last line.
+            if line.is_empty() {
+                return;
+            }
+        }
+        started = None;
+        let reply = match parse_request(line.trim_ascii()) {
+            Err(e) => Reply::err(0, &e),
+            Ok(req) if !full && !req.cmd.is_read_only() => Reply::err(
+                req.id,
+                &ControlError::Permission(format!("{} needs root or the owner", req.cmd.name())),
+            ),
+            Ok(req) => {
+                let (rtx, rrx) = mpsc::channel();
+                if tx.send((req, rtx)).is_err() {
+                    return;
+                }
+                match rrx.recv() {
+                    Ok(r) => r,
+                    Err(_) => return,
+                }
+            }
+        };
+        let last = line.last() != Some(&b'\n');
+        line.clear();
+        if send(&mut out, &reply).is_err() || last {
+            return;
+        }
+    }
+}
+
+fn send(out: &mut UnixStream, r: &Reply) -> std::io::Result<()> {
+    let mut text = serde_json::to_vec(r).expect("replies serialise");
+    text.push(b'\n');
+    out.write_all(&text)
+}
+
+/// Sends one command to the service on `sock` and returns its reply's value, or its error.
+pub fn ask(
+    sock: &Path,
+    cmd: Command,
+    timeout: Duration,
+) -> Result<serde_json::Value, ControlError> {
+    let mut s = UnixStream::connect(sock)
+        .map_err(|e| ControlError::io(format!("{}: is the data plane up?", sock.display()), e))?;
+    s.set_read_timeout(Some(timeout)).map_err(|e| ControlError::io(sock.display(), e))?;
+    let req = Request { v: API_VERSION, id: 1, cmd };
+    let mut text = serde_json::to_vec(&req).expect("requests serialise");
+    text.push(b'\n');
+    s.write_all(&text).map_err(|e| ControlError::io(sock.display(), e))?;
+    let mut line = Vec::new();
+    BufReader::new(s)
+        .take(MAX_LINE as u64 * 4)
+        .read_until(b'\n', &mut line)
+        .map_err(|e| ControlError::io(sock.display(), e))?;
+    let reply: Reply = serde_json::from_slice(&line)
+        .map_err(|e| ControlError::State(format!("{}: unreadable reply ({e})", sock.display())))?;
+    reply.into_result().map_err(|e| ControlError::Invalid(format!("{} ({})", e.msg, e.code)))
+}
+
+/// How long `up` waits for the data plane to answer.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a client waits for an answer (longer than the runtime waits for a worker).
+pub const ASK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs as root or fails saying why.
+pub fn require_root(verb: &str) -> Result<(), ControlError> {
+    if sys::euid() != 0 {
+        return Err(ControlError::Permission(format!(
+            "routeplex {verb} needs root: it creates network namespaces and attaches to interfaces"
+        )));
+    }
+    Ok(())
+}
+
+/// `routeplex up`: makes the topology's hosts and starts `exe run FILE --state-dir DIR` in
+/// the background, returning once it answers. Prints what it did through `say`.
+pub fn up(file: &Path, exe: &Path, say: &mut dyn FnMut(String)) -> Result<(), ControlError> {
+    require_root("up")?;
+    let topo = crate::Topology::load(file)?;
+    let canonical = file.canonicalize().map_err(|e| ControlError::io(file.display(), e))?;
+    let p = Paths::for_file(file)?;
+    p.make_dir()?;
+    if let Some(st) = read_state(&p)? {
+        if st.topology != canonical {
+            return Err(ControlError::State(format!(
+                "a service named {} is up from {}; take it down first",
+                p.name,
+                st.topology.display()
+            )));
+        }
+        if st.running() {
+            let text = yamlpath::read_file(file, 16 << 20)
+                .map_err(|e| ControlError::io(file.display(), e))?;
+            let cmd = Command::Apply {
+                topology: text,
+                file: canonical.display().to_string(),
+                dry_run: true,
+            };
+            let diff = match ask(&p.sock, cmd, ASK_TIMEOUT) {
+                Ok(v) if v["plan"].as_array().is_some_and(|a| !a.is_empty()) => format!(
+                    "; the file differs from what runs:\n{}`routeplex apply {}` applies it",
+                    v["text"].as_str().unwrap_or_default(),
+                    file.display()
+                ),
+                Ok(_) => String::new(),
+                Err(e) => format!("; the file differs from what runs in a way apply refuses: {e}"),
+            };
+            say(format!(
+                "routeplex up: {} is already up (pid {}); `routeplex down {}` stops it{diff}",
+                p.name,
+                st.pid,
+                file.display()
+            ));
+            return Ok(());
+        }
+        // The previous data plane died (crash, SIGKILL), or its pid now names another
+        // process. Reuse what it made if intact, else remove the remains and start afresh.
+        let intact = st.made.namespaces.iter().all(|n| crate::netns::namespace_exists(n))
+            && st.made.links.iter().all(|l| crate::netns::link_exists(l));
+        if intact {
+            say(format!(
+                "routeplex up: the data plane of {} (pid {}) is gone; starting a new one",
+                p.name, st.pid
+            ));
+            return start(file, exe, &topo, &p, st, say);
+        }
+        say(format!(
+            "routeplex up: {} (pid {}) is gone and what it made is damaged; making it again",
+            p.name, st.pid
+        ));
+        leftovers(crate::netns::remove(&st.made))?;
+        std::fs::remove_file(&p.state).map_err(|e| ControlError::io(p.state.display(), e))?;
+    }
+    let mut st = State { topology: canonical, pid: 0, started: 0, made: Made::default() };
+    let made = crate::netns::make(&topo, &mut st.made);
+    write_state(&p, &st)?;
+    if let Err(e) = made {
+        leftovers(crate::netns::remove(&st.made))?;
+        remove_dir(&p)?;
+        return Err(ControlError::State(e.to_string()));
+    }
+    start(file, exe, &topo, &p, st, say)
+}
+
+fn start(
+    file: &Path,
+    exe: &Path,
+    topo: &crate::Topology,
+    p: &Paths,
+    mut st: State,
+    say: &mut dyn FnMut(String),
+) -> Result<(), ControlError> {
+    use std::os::unix::process::CommandExt;
+    let _ = std::fs::remove_file(&p.sock);
+    let log = p.open_log()?;
+    let err_log = log.try_clone().map_err(|e| ControlError::io(p.log.display(), e))?;
+    let mut child = std::process::Command::new(exe)
+        .arg("run")
+        .arg(file)
+        .arg("--state-dir")
+        .arg(&p.dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(log)
+        .stderr(err_log)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| ControlError::io("starting the data plane", e))?;
+    st.pid = child.id();
+    st.started = sys::start_time(st.pid).unwrap_or(0);
+    write_state(p, &st)?;
+    let t0 = Instant::now();
+    let fail = |st: &State, why: String| -> Result<(), ControlError> {
+        leftovers(crate::netns::remove(&st.made))?;
+        let _ = std::fs::remove_file(&p.state);
+        Err(ControlError::State(why))
+    };
+    loop {
+        if let Some(status) = child.try_wait().map_err(|e| ControlError::io("data plane", e))? {
+            let tail = std::fs::read_to_string(&p.log).unwrap_or_default();
+            let tail: Vec<&str> = tail.lines().rev().take(5).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            return fail(&st, format!("the data plane exited ({status}): {}", tail.join(" | ")));
+        }
+        if ask(&p.sock, Command::Hello, Duration::from_secs(2)).is_ok() {
+            break;
+        }
+        if t0.elapsed() > READY_TIMEOUT {
+            sys::kill(st.pid, libc::SIGKILL);
+            let _ = child.wait();
+            return fail(
+                &st,
+                format!(
+                    "the data plane did not answer within {} s; see {}",
+                    READY_TIMEOUT.as_secs(),
+                    p.log.display()
+                ),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let hosts: Vec<&str> = topo.hosts.iter().map(|h| h.name.as_str()).collect();
+    say(format!(
+        "routeplex up: {} forwarding (pid {}): {} VR(s), {} port(s), hosts {}; log {}, control {}",
+        p.name,
+        st.pid,
+        topo.vrs.len(),
+        topo.ports.len(),
+        if hosts.is_empty() { "none".to_string() } else { hosts.join(", ") },
+        p.log.display(),
+        p.sock.display()
+    ));
+    Ok(())
+}
+
+/// `routeplex down`: stops the data plane (only if the recorded pid is still routeplex's) and
+/// removes exactly what `up` recorded. Fails for a topology that is not up.
+pub fn down(file: &Path, say: &mut dyn FnMut(String)) -> Result<(), ControlError> {
+    require_root("down")?;
+    let p = Paths::for_file(file)?;
+    let Some(st) = read_state(&p)? else {
+        return Err(ControlError::State(format!(
+            "{} is not up (no state in {})",
+            p.name,
+            p.dir.display()
+        )));
+    };
+    if st.running() {
+        let asked = ask(&p.sock, Command::Stop, Duration::from_secs(5)).is_ok();
+        if !wait_gone(&st, if asked { 10_000 } else { 0 }) {
+            sys::kill(st.pid, libc::SIGTERM);
+            if !wait_gone(&st, 3_000) {
+                sys::kill(st.pid, libc::SIGKILL);
+                wait_gone(&st, 3_000);
+            }
+        }
+    } else if st.pid != 0 && sys::start_time(st.pid).is_some() {
+        say(format!(
+            "routeplex down: pid {} is another process now (the data plane died earlier); not signalling it",
+            st.pid
+        ));
+    }
+    leftovers(crate::netns::remove(&st.made))?;
+    remove_dir(&p)?;
+    say(format!(
+        "routeplex down: {} stopped; removed {} namespace(s) and {} link(s)",
+        p.name,
+        st.made.namespaces.len(),
+        st.made.links.len()
+    ));
+    Ok(())
+}
+
+/// Removes the service's files and then its directory: exactly what it made, nothing else.
+fn remove_dir(p: &Paths) -> Result<(), ControlError> {
+    for f in [&p.state, &p.sock, &p.log, &p.state.with_extension("tmp")] {
+        match std::fs::remove_file(f) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(ControlError::io(f.display(), e)),
+        }
+    }
+    std::fs::remove_dir(&p.dir).map_err(|e| ControlError::io(p.dir.display(), e))
+}
+
+fn wait_gone(st: &State, ms: u64) -> bool {
+    let t0 = Instant::now();
+    while st.running() {
+        if t0.elapsed() >= Duration::from_millis(ms) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+fn leftovers(errors: Vec<crate::netns::NetError>) -> Result<(), ControlError> {
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let msgs: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    Err(ControlError::State(format!("could not remove everything: {}", msgs.join("; "))))
+}
+
+/// The data plane in the foreground: builds the host, starts its workers and serves the
+/// control socket in `state_dir` (when given) until `stop` is set or a `stop` command comes.
+pub fn run(
+    file: &Path,
+    state_dir: Option<&Path>,
+    burst: usize,
+    opts: crate::runtime::Options,
+    stop: &AtomicBool,
+    say: &mut dyn FnMut(String),
+) -> Result<(), ControlError> {
+    let topo = crate::Topology::load(file)?;
+    if let Some(p) = topo.ports.iter().find(|p| matches!(p.kind, crate::PortKind::Mem { .. })) {
+        return Err(ControlError::Invalid(format!(
+            "port {} is kind mem, an in-process pair for tests and benchmarks: routeplex run serves ports with a peer outside (afxdp, afpacket, tap, memif)",
+            p.name
+        )));
+    }
+    let workers = opts.cpus.len();
+    let mut node = crate::Node::start(topo, opts, burst)?;
+    say(format!(
+        "routeplex run: {} forwarding on {} port(s) with {workers} worker(s) (pid {}): {}",
+        file.display(),
+        node.topology().ports.len(),
+        std::process::id(),
+        node.runtime()
+            .placement()
+            .iter()
+            .map(|(v, w)| format!("{v} on {w}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    let served = match state_dir {
+        Some(dir) => {
+            let access = Access::from_env();
+            let listener = bind(&dir.join("control.sock"), &access)?;
+            serve(listener, access, stop, |cmd| {
+                let r = node.execute(cmd);
+                (r, node.stop_requested())
+            })
+        }
+        None => {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Ok(())
+        }
+    };
+    let last = node.status().map(|v| v.to_string()).unwrap_or_else(|e| e.to_string());
+    node.stop()?;
+    if let Some(dir) = state_dir {
+        let _ = std::fs::remove_file(dir.join("control.sock"));
+    }
+    say(format!("routeplex run: stopped: {last}"));
+    served
+}

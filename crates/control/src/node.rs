@@ -1,0 +1,892 @@
+//! The running host as control owns it: the topology last applied, every VR's [`RouteTable`]
+//! (its RIB by source and FIB writers), and the workers ([`Runtime`]) that run the cells.
+//!
+//! Every change reaches the data plane as a typed operation on the worker that runs the VR,
+//! between two of its polls ([`Runtime::on_cell`]); no worker is ever stopped. [`Node::execute`]
+//! serves the API ([`crate::api::Command`]); [`Node::plan`] and [`Node::apply`] diff a topology
+//! against the running one and carry the difference out.
+//!
+//! `apply` is all or nothing where it can be: the whole plan is computed and everything it
+//! needs (route tables, VRs, ports) is built before the first change to the running host, and
+//! a plan with any change that cannot be made live (a port's kind, the workers, hosts,
+//! switches) is refused whole with what to do instead.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::Path;
+
+use dataplane::config::{IfaceConfig, RouteConfig, RouteTarget, VrConfig};
+use dataplane::{RouteOp, RouteSource, RouteTable, Vr, VrAnswer, VrChange};
+use ipnet::IpNet;
+use ports::mem::MemPort;
+use serde_json::{json, Value};
+
+use crate::api::{Command, Route, API_VERSION};
+use crate::build::{self, open_port, vr_in_cell};
+use crate::runtime::{reservation_json, Options, Runtime};
+use crate::topology::{reservation_from_words, VrSchedule};
+use crate::{ControlError, PortKind, Topology};
+
+/// The running host.
+pub struct Node {
+    topo: Topology,
+    tables: HashMap<String, RouteTable>,
+    rt: Runtime,
+    outside: HashMap<String, MemPort>,
+    burst: usize,
+    stop_requested: bool,
+}
+
+/// What `apply` would do (or did): steps in the order they run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub steps: Vec<String>,
+    /// VRs the plan leaves alone.
+    pub unchanged: Vec<String>,
+}
+
+impl Plan {
+    /// Whether the plan changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+}
+
+impl std::fmt::Display for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.steps.is_empty() {
+            writeln!(f, "nothing to change")?;
+        }
+        for s in &self.steps {
+            writeln!(f, "{s}")?;
+        }
+        if !self.unchanged.is_empty() {
+            writeln!(f, "= unchanged: {}", self.unchanged.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// One step of a plan, with everything it needs built.
+enum Step {
+    RemoveVr(String),
+    RemoveCell(usize, Vec<String>),
+    Routes {
+        vr: String,
+        ops: Vec<RouteOp>,
+    },
+    Mtu {
+        vr: String,
+        iface: u16,
+        mtu: u16,
+    },
+    Replace {
+        vr: String,
+        table: RouteTable,
+        new: Box<Vr>,
+    },
+    NewCell {
+        table: Vec<(String, RouteTable)>,
+        cell: Box<dataplane::Cell>,
+        worker: Option<usize>,
+        outside: Vec<(String, MemPort)>,
+    },
+    JoinCell {
+        cell: usize,
+        ports: Vec<Box<dyn ports::Port>>,
+        table: RouteTable,
+        vr: Box<Vr>,
+    },
+    Schedule {
+        vr: String,
+        sched: VrSchedule,
+    },
+}
+
+impl Node {
+    /// Builds `topo`'s host and starts its workers.
+    pub fn start(topo: Topology, opts: Options, burst: usize) -> Result<Node, ControlError> {
+        let host = build::host(&topo, None, burst)?;
+        let outside = topo
+            .ports
+            .iter()
+            .zip(host.outside)
+            .filter_map(|(p, o)| Some((p.name.clone(), o?)))
+            .collect();
+        let tables = topo.vrs.iter().map(|v| v.name.clone()).zip(host.tables).collect();
+        let rt = Runtime::start(host.cells, opts)?;
+        Ok(Node { topo, tables, rt, outside, burst, stop_requested: false })
+    }
+
+    /// The topology as last applied.
+    pub fn topology(&self) -> &Topology {
+        &self.topo
+    }
+
+    /// The workers.
+    pub fn runtime(&self) -> &Runtime {
+        &self.rt
+    }
+
+    /// The workers, to move VRs or change reservations.
+    pub fn runtime_mut(&mut self) -> &mut Runtime {
+        &mut self.rt
+    }
+
+    /// A VR's route table.
+    pub fn table(&self, vr: &str) -> Option<&RouteTable> {
+        self.tables.get(vr)
+    }
+
+    /// Takes the outside end of `mem` port `name` (tests, benchmarks).
+    pub fn take_outside(&mut self, name: &str) -> Option<MemPort> {
+        self.outside.remove(name)
+    }
+
+    /// Whether a `stop` command came in.
+    pub fn stop_requested(&self) -> bool {
+        self.stop_requested
+    }
+
+    /// Stops the workers.
+    pub fn stop(self) -> Result<(), ControlError> {
+        self.rt.stop()?;
+        Ok(())
+    }
+
+    /// Applies route operations to VR `vr`: validated whole, new adjacencies installed on its
+    /// worker, then published.
+    pub fn route_ops(
+        &mut self,
+        vr: &str,
+        ops: &[RouteOp],
+    ) -> Result<dataplane::routes::Applied, ControlError> {
+        let table = self.tables.get_mut(vr).ok_or_else(|| ControlError::NoSuchVr(vr.into()))?;
+        let rt = &self.rt;
+        let name = vr.to_string();
+        table
+            .apply(ops, |new| {
+                let list = new.to_vec();
+                rt.on_vr(&name, move |cell, v| {
+                    cell.change_vr(v, VrChange::Adjacencies(list)).map(|_| ()).map_err(|e| e.0)
+                })
+                .map_err(|e| e.0)?
+            })
+            .map_err(|source| ControlError::Route { vr: vr.into(), source })
+    }
+
+    /// API routes as operations of VR `vr`.
+    pub fn route_configs(
+        &self,
+        vr: &str,
+        routes: &[Route],
+    ) -> Result<Vec<RouteConfig>, ControlError> {
+        let cfg = self.vr_config(vr)?;
+        routes
+            .iter()
+            .map(|r| {
+                let iface = r.interface.as_deref().map(|n| iface_index(cfg, n)).transpose()?;
+                let target = match (r.via, iface, r.blackhole) {
+                    (Some(gateway), iface, false) => RouteTarget::Via { gateway, iface },
+                    (None, Some(i), false) => RouteTarget::Iface(i),
+                    (None, None, true) => RouteTarget::Blackhole,
+                    _ => return Err(ControlError::BadRequest(format!(
+                        "route {}: give via (and optionally interface), interface, or blackhole",
+                        r.prefix
+                    ))),
+                };
+                Ok(RouteConfig { prefix: r.prefix, target, source: RouteSource::Api })
+            })
+            .collect()
+    }
+
+    fn vr_config(&self, vr: &str) -> Result<&VrConfig, ControlError> {
+        self.topo.vrs.iter().find(|v| v.name == vr).ok_or_else(|| ControlError::NoSuchVr(vr.into()))
+    }
+
+    /// Serves one API command.
+    pub fn execute(&mut self, cmd: Command) -> Result<Value, ControlError> {
+        match cmd {
+            Command::Hello => Ok(json!({
+                "v": API_VERSION,
+                "commands": Command::NAMES,
+                "pid": std::process::id(),
+            })),
+            Command::Status => self.status(),
+            Command::RouteAdd { vr, routes } | Command::RouteReplace { vr, routes }
+                if routes.is_empty() =>
+            {
+                Err(ControlError::BadRequest(format!("vr {vr}: no routes given")))
+            }
+            Command::RouteAdd { vr, routes } => {
+                let ops = self
+                    .route_configs(&vr, &routes)?
+                    .into_iter()
+                    .map(RouteOp::Add)
+                    .collect::<Vec<_>>();
+                applied(self.route_ops(&vr, &ops)?)
+            }
+            Command::RouteReplace { vr, routes } => {
+                let ops = self
+                    .route_configs(&vr, &routes)?
+                    .into_iter()
+                    .map(RouteOp::Replace)
+                    .collect::<Vec<_>>();
+                applied(self.route_ops(&vr, &ops)?)
+            }
+            Command::RouteDelete { vr, prefixes } => {
+                let ops: Vec<RouteOp> = prefixes
+                    .into_iter()
+                    .map(|prefix| RouteOp::Delete { prefix, source: RouteSource::Api })
+                    .collect();
+                applied(self.route_ops(&vr, &ops)?)
+            }
+            Command::RouteList { vr, source, limit } => {
+                let table =
+                    self.tables.get(&vr).ok_or_else(|| ControlError::NoSuchVr(vr.clone()))?;
+                let source = match source.as_deref() {
+                    None => None,
+                    Some(s) => Some(
+                        RouteSource::ALL.into_iter().find(|x| x.name() == s).ok_or_else(|| {
+                            ControlError::BadRequest(format!(
+                                "source {s:?}: one of local, connected, static, api, table"
+                            ))
+                        })?,
+                    ),
+                };
+                let cfg = self.vr_config(&vr)?;
+                let limit = limit.unwrap_or(10_000);
+                let rows: Vec<Value> = table
+                    .routes(source, limit)
+                    .into_iter()
+                    .map(|r| {
+                        let mut j = json!({ "prefix": r.prefix, "source": r.source.name(), "best": r.best });
+                        match r.target {
+                            RouteTarget::Via { gateway, iface } => {
+                                j["via"] = json!(gateway);
+                                if let Some(i) = iface {
+                                    j["interface"] = json!(cfg.interfaces[i as usize].name);
+                                }
+                            }
+                            RouteTarget::Iface(i) => j["interface"] = json!(cfg.interfaces[i as usize].name),
+                            RouteTarget::Blackhole => j["blackhole"] = json!(true),
+                        }
+                        j
+                    })
+                    .collect();
+                Ok(json!({ "vr": vr, "routes": rows }))
+            }
+            Command::NeighborList { vr } => {
+                let cfg = self.vr_config(&vr)?.clone();
+                let rows = match self.rt.on_vr(&vr, |c, v| c.change_vr(v, VrChange::Neighbors))? {
+                    Ok(VrAnswer::Neighbors(rows)) => rows,
+                    Ok(_) => Vec::new(),
+                    Err(e) => return Err(ControlError::Invalid(e.0)),
+                };
+                let rows: Vec<Value> = rows
+                    .into_iter()
+                    .map(|r| {
+                        json!({
+                            "interface": cfg.interfaces.get(r.iface as usize).map(|i| i.name.as_str()),
+                            "address": r.ip, "mac": r.mac.map(|m| m.to_string()),
+                            "state": format!("{:?}", r.state).to_lowercase(), "queued": r.queued,
+                        })
+                    })
+                    .collect();
+                Ok(json!({ "vr": vr, "neighbors": rows }))
+            }
+            Command::NeighborFlush { vr, interface } => {
+                let i = interface
+                    .as_deref()
+                    .map(|n| iface_index(self.vr_config(&vr)?, n))
+                    .transpose()?;
+                match self.rt.on_vr(&vr, move |c, v| c.change_vr(v, VrChange::FlushNeighbors(i)))? {
+                    Ok(VrAnswer::Flushed(n)) => Ok(json!({ "vr": vr, "dropped_queued": n })),
+                    Ok(_) => Ok(json!({ "vr": vr })),
+                    Err(e) => Err(ControlError::Invalid(e.0)),
+                }
+            }
+            Command::InterfaceSet { vr, interface, mtu, up } => {
+                let i = iface_index(self.vr_config(&vr)?, &interface)?;
+                if let Some(m) = mtu {
+                    self.vr_change(&vr, VrChange::Mtu(i, m))?;
+                    self.topo_vr_mut(&vr).interfaces[i as usize].mtu = m;
+                }
+                if let Some(u) = up {
+                    self.vr_change(&vr, VrChange::Up(i, u))?;
+                }
+                Ok(json!({ "vr": vr, "interface": interface, "mtu": mtu, "up": up }))
+            }
+            Command::VrRemove { vr } => {
+                let mut next = self.topo.clone();
+                let i = next.vr_index(&vr).ok_or_else(|| ControlError::NoSuchVr(vr.clone()))?;
+                next.vrs.remove(i);
+                next.schedule.remove(i);
+                let plan = self.apply(next, false)?;
+                Ok(json!({ "plan": plan.steps }))
+            }
+            Command::Reserve { vr, spec } => {
+                let words: Vec<&str> = spec.iter().map(String::as_str).collect();
+                let r = reservation_from_words(&words).map_err(ControlError::BadRequest)?;
+                self.rt.set_reservation(&vr, r)?;
+                if let Some(i) = self.topo.vr_index(&vr) {
+                    self.topo.schedule[i].reservation = r;
+                }
+                let s = self.rt.snapshot()?;
+                let v = s.vr(&vr).map(|(_, v)| v);
+                Ok(json!({
+                    "vr": vr,
+                    "reservation": v.and_then(|v| v.reservation).map(reservation_json),
+                    "pending_reservation": v.and_then(|v| v.pending).map(|p| p.map(reservation_json)),
+                }))
+            }
+            Command::Move { vr, worker } => {
+                let m = self.rt.move_vr(&vr, worker)?;
+                Ok(json!({ "moved": m.vrs, "from": m.from, "to": m.to }))
+            }
+            Command::Apply { topology, file, dry_run } => {
+                let base = Path::new(&file).parent().unwrap_or(Path::new("."));
+                let next = Topology::parse(&topology, &file, base)?;
+                let plan = self.apply(next, dry_run)?;
+                Ok(
+                    json!({ "dry_run": dry_run, "plan": plan.steps, "unchanged": plan.unchanged, "text": plan.to_string() }),
+                )
+            }
+            Command::Stop => {
+                self.stop_requested = true;
+                Ok(json!({ "state": "stopping" }))
+            }
+        }
+    }
+
+    fn vr_change(&self, vr: &str, ch: VrChange) -> Result<VrAnswer, ControlError> {
+        self.rt.on_vr(vr, move |c, v| c.change_vr(v, ch))?.map_err(|e| ControlError::Invalid(e.0))
+    }
+
+    fn topo_vr_mut(&mut self, vr: &str) -> &mut VrConfig {
+        self.topo.vrs.iter_mut().find(|v| v.name == vr).expect("checked by the caller")
+    }
+
+    /// Workers, VRs (with routes by source, FIB size, neighbors, interfaces), ports, memory.
+    pub fn status(&self) -> Result<Value, ControlError> {
+        let snap = self.rt.snapshot()?;
+        let mut j = snap.to_json();
+        if let Some(vrs) = j["vrs"].as_array_mut() {
+            for v in vrs {
+                let name = v["name"].as_str().unwrap_or_default().to_string();
+                if let Some(t) = self.tables.get(&name) {
+                    let routes: serde_json::Map<_, _> =
+                        t.counts().iter().map(|(s, n)| (s.name().to_string(), json!(n))).collect();
+                    let (p4, p6) = t.fib_prefixes();
+                    v["routes"] = Value::Object(routes);
+                    v["fib"] = json!({ "ipv4": p4, "ipv6": p6, "bytes": t.fib_bytes(), "next_hops": t.next_hops() });
+                }
+            }
+        }
+        j["state"] = json!("running");
+        j["memory"] = json!({ "rss_bytes": rss_bytes() });
+        Ok(j)
+    }
+
+    /// The plan that would turn the running host into `next`, or why it cannot be done live.
+    pub fn plan(&self, next: &Topology) -> Result<Plan, ControlError> {
+        self.prepare(next).map(|(plan, _)| plan)
+    }
+
+    /// Carries out the plan from the running host to `next` (only computes it with
+    /// `dry_run`). Refused whole, changing nothing, if any of it cannot be done live.
+    pub fn apply(&mut self, next: Topology, dry_run: bool) -> Result<Plan, ControlError> {
+        let (plan, steps) = self.prepare(&next)?;
+        if dry_run {
+            return Ok(plan);
+        }
+        let mut done = Vec::new();
+        for step in steps {
+            let what = self.run_step(step).map_err(|e| {
+                ControlError::State(format!(
+                    "apply stopped part way: {e}; done before it: [{}]; run `routeplex apply` again to finish",
+                    done.join("; ")
+                ))
+            })?;
+            done.push(what);
+        }
+        // Keep what the running host was given for routes added through the API.
+        self.topo = next;
+        Ok(plan)
+    }
+
+    fn run_step(&mut self, step: Step) -> Result<String, ControlError> {
+        Ok(match step {
+            Step::RemoveVr(name) => {
+                let old = self.rt.remove_vr(&name)?;
+                drop(old);
+                self.tables.remove(&name);
+                format!("removed vr {name}")
+            }
+            Step::RemoveCell(c, vrs) => {
+                self.rt.remove_cell(c)?;
+                for v in &vrs {
+                    self.tables.remove(v);
+                }
+                format!("removed {}", vrs.join(", "))
+            }
+            Step::Routes { vr, ops } => {
+                let a = self.route_ops(&vr, &ops)?;
+                format!(
+                    "vr {vr}: {} routes added, {} replaced, {} deleted",
+                    a.added, a.replaced, a.deleted
+                )
+            }
+            Step::Mtu { vr, iface, mtu } => {
+                self.vr_change(&vr, VrChange::Mtu(iface, mtu))?;
+                format!("vr {vr}: interface {iface} mtu {mtu}")
+            }
+            Step::Replace { vr, table, new } => {
+                let r = self
+                    .rt
+                    .on_vr(&vr, move |c, v| c.replace_vr(v, *new).map(drop).map_err(|e| e.0))?;
+                r.map_err(ControlError::Invalid)?;
+                self.tables.insert(vr.clone(), table);
+                format!("vr {vr}: rebuilt")
+            }
+            Step::NewCell { table, cell, worker, outside } => {
+                self.rt.add_cell(*cell, worker)?;
+                self.outside.extend(outside);
+                let names: Vec<String> = table.iter().map(|(n, _)| n.clone()).collect();
+                self.tables.extend(table);
+                format!("started {}", names.join(", "))
+            }
+            Step::JoinCell { cell, ports, table, vr } => {
+                let name = vr.name().to_string();
+                self.rt.add_vr(cell, ports, *vr)?;
+                self.tables.insert(name.clone(), table);
+                format!("added vr {name} to cell {cell}")
+            }
+            Step::Schedule { vr, sched } => {
+                self.rt.set_reservation(&vr, sched.reservation)?;
+                let batch = usize::from(sched.batch.unwrap_or(ports::MAX_BURST as u16));
+                self.rt
+                    .on_vr(&vr, move |c, v| c.set_vr_batch(v, batch).map_err(|e| e.0))?
+                    .map_err(ControlError::Invalid)?;
+                if let Some(w) = sched.worker {
+                    self.rt.move_vr(&vr, usize::from(w))?;
+                }
+                format!("vr {vr}: schedule")
+            }
+        })
+    }
+
+    /// Diffs `next` against the running topology and builds what the plan needs.
+    fn prepare(&self, next: &Topology) -> Result<(Plan, Vec<Step>), ControlError> {
+        let cur = &self.topo;
+        let mut refused = Vec::new();
+        let fix = "cannot be applied to a running host; run `routeplex down FILE` then `routeplex up FILE` to make it";
+        if cur.workers != next.workers {
+            refused.push(format!("workers: {:?} -> {:?} {fix}", cur.workers, next.workers));
+        }
+        if cur.hosts != next.hosts {
+            refused.push(format!("hosts changed: {fix}"));
+        }
+        if cur.switches != next.switches {
+            refused.push(format!("switches changed: {fix}"));
+        }
+        let cur_ports: BTreeMap<&str, &crate::PortSpec> =
+            cur.ports.iter().map(|p| (p.name.as_str(), p)).collect();
+        let next_ports: BTreeMap<&str, &crate::PortSpec> =
+            next.ports.iter().map(|p| (p.name.as_str(), p)).collect();
+        for (n, p) in &cur_ports {
+            match next_ports.get(n) {
+                Some(q) if q.kind != p.kind => {
+                    refused.push(format!("port {n}: its kind or settings changed: {fix}"))
+                }
+                Some(q) if q.burst != p.burst => {
+                    refused.push(format!("port {n}: burst changed: {fix}"))
+                }
+                _ => {}
+            }
+        }
+        let mut plan = Plan::default();
+        let mut steps = Vec::new();
+        let vr_names = |t: &Topology| t.vrs.iter().map(|v| v.name.clone()).collect::<Vec<_>>();
+        let (old_names, new_names) = (vr_names(cur), vr_names(next));
+        // Removals: whole cells whose VRs all go (with their ports), else VRs out of cells.
+        let removed: Vec<&String> = old_names.iter().filter(|n| !new_names.contains(n)).collect();
+        let mut cells_gone = Vec::new();
+        for n in &removed {
+            let (c, _) = self.rt.locate(n)?;
+            if cells_gone.contains(&c) {
+                continue;
+            }
+            let cell_vrs: Vec<String> = self.rt.cell_vrs(c).to_vec();
+            let all_go = cell_vrs.iter().all(|v| removed.contains(&v));
+            let ports_gone =
+                self.rt.cell_ports(c).iter().all(|p| !next_ports.contains_key(p.as_str()));
+            if all_go && ports_gone {
+                cells_gone.push(c);
+                plan.steps.push(format!(
+                    "- vr {} (its cell stops; ports {} close)",
+                    cell_vrs.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
+                    self.rt.cell_ports(c).join(", ")
+                ));
+                steps.push(Step::RemoveCell(c, cell_vrs));
+            } else {
+                plan.steps.push(format!("- vr {n}"));
+                steps.push(Step::RemoveVr((*n).clone()));
+            }
+        }
+        for (n, _) in &cur_ports {
+            if next_ports.contains_key(n) {
+                continue;
+            }
+            let gone = self.rt.cell_of_port(n).is_some_and(|c| cells_gone.contains(&c));
+            if !gone {
+                refused.push(format!(
+                    "port {n}: removed while VRs or switches still use its cell: {fix}"
+                ));
+            }
+        }
+        // Changed VRs.
+        for (i, v) in next.vrs.iter().enumerate() {
+            let Some(j) = cur.vr_index(&v.name) else { continue };
+            let (old, os, ns) = (&cur.vrs[j], &cur.schedule[j], &next.schedule[i]);
+            let mut changed = false;
+            let same_shape = old.interfaces.len() == v.interfaces.len()
+                && old
+                    .interfaces
+                    .iter()
+                    .zip(&v.interfaces)
+                    .all(|(a, b)| IfaceConfig { mtu: b.mtu, ..a.clone() } == *b);
+            let ports_same = old.interfaces.iter().map(|f| f.port_name(cur)).collect::<Vec<_>>()
+                == v.interfaces.iter().map(|f| f.port_name(next)).collect::<Vec<_>>();
+            if !ports_same {
+                refused.push(format!("vr {}: an interface moved to another port: {fix}", v.name));
+                continue;
+            }
+            if !same_shape || old.neighbors != v.neighbors || old.limits != v.limits {
+                // Interfaces (addresses, MACs, VLANs), static neighbors or limits: a new VR
+                // takes the old one's place, with its counters, neighbors and API routes.
+                let (c, _) = self.rt.locate(&v.name)?;
+                let local = self.local_ports(c, next, &[])?;
+                let mut cfg = v.clone();
+                let api = self.tables[&v.name].routes(Some(RouteSource::Api), usize::MAX);
+                let (mut table, _) = vr_in_cell(&cfg, |p| local(p))?;
+                let ops: Vec<RouteOp> = api
+                    .into_iter()
+                    .map(|r| {
+                        RouteOp::Add(RouteConfig {
+                            prefix: r.prefix,
+                            target: r.target,
+                            source: RouteSource::Api,
+                        })
+                    })
+                    .collect();
+                // API routes whose gateway is no longer connected are dropped with the old VR.
+                let keep: Vec<RouteOp> = ops
+                    .into_iter()
+                    .filter(|op| table.apply(std::slice::from_ref(op), |_| Ok(())).is_ok())
+                    .collect();
+                cfg.interfaces.iter_mut().for_each(|f| f.port = local(f.port));
+                let vr =
+                    Vr::with_routes(&cfg, table.view()).map_err(|e| ControlError::Invalid(e.0))?;
+                plan.steps.push(format!(
+                    "~ vr {}: rebuilt in place ({}), keeping counters{} and {} API route(s)",
+                    v.name,
+                    what_changed(old, v),
+                    if same_ifaces(old, v) { ", neighbors" } else { "" },
+                    keep.len()
+                ));
+                steps.push(Step::Replace { vr: v.name.clone(), table, new: Box::new(vr) });
+                changed = true;
+            } else {
+                for (k, (a, b)) in old.interfaces.iter().zip(&v.interfaces).enumerate() {
+                    if a.mtu != b.mtu {
+                        plan.steps.push(format!(
+                            "~ vr {}: interface {} mtu {} -> {}",
+                            v.name, b.name, a.mtu, b.mtu
+                        ));
+                        steps.push(Step::Mtu { vr: v.name.clone(), iface: k as u16, mtu: b.mtu });
+                        changed = true;
+                    }
+                }
+                let ops = route_diff(&old.routes, &v.routes);
+                if !ops.is_empty() {
+                    let (add, del) = ops.iter().fold((0, 0), |(a, d), op| match op {
+                        RouteOp::Delete { .. } => (a, d + 1),
+                        _ => (a + 1, d),
+                    });
+                    plan.steps.push(format!(
+                        "~ vr {}: routes: {add} added or changed, {del} removed",
+                        v.name
+                    ));
+                    steps.push(Step::Routes { vr: v.name.clone(), ops });
+                    changed = true;
+                }
+            }
+            if os != ns {
+                let show = |s: &VrSchedule| match s.reservation {
+                    Some(r) => r.to_string(),
+                    None => "none".into(),
+                };
+                if os.reservation != ns.reservation {
+                    plan.steps.push(format!(
+                        "~ vr {}: reservation {} -> {}",
+                        v.name,
+                        show(os),
+                        show(ns)
+                    ));
+                }
+                if os.batch != ns.batch {
+                    plan.steps
+                        .push(format!("~ vr {}: batch {:?} -> {:?}", v.name, os.batch, ns.batch));
+                }
+                if os.worker != ns.worker && ns.worker.is_some() {
+                    plan.steps.push(format!("~ vr {}: to worker {:?}", v.name, ns.worker));
+                }
+                steps.push(Step::Schedule { vr: v.name.clone(), sched: ns.clone() });
+                changed = true;
+            }
+            if !changed {
+                plan.unchanged.push(v.name.clone());
+            }
+        }
+        // New VRs: on new ports (a new cell) or joining the cell of a port they share.
+        let mut new_cells: Vec<(Vec<String>, Vec<usize>)> = Vec::new();
+        for (i, v) in next.vrs.iter().enumerate() {
+            if cur.vr_index(&v.name).is_some() {
+                continue;
+            }
+            let port_names: Vec<String> =
+                v.interfaces.iter().map(|f| f.port_name(next).to_string()).collect();
+            if let Some(p) = port_names
+                .iter()
+                .find(|p| matches!(next_ports[p.as_str()].kind, PortKind::Link { .. }))
+            {
+                refused.push(format!("vr {}: interface on a switch or link ({p}): {fix}", v.name));
+                continue;
+            }
+            let cells: Vec<usize> =
+                port_names.iter().filter_map(|p| self.rt.cell_of_port(p)).collect();
+            let mut uniq = cells.clone();
+            uniq.sort_unstable();
+            uniq.dedup();
+            match uniq.as_slice() {
+                [] => new_cells.push((port_names, vec![i])),
+                [c] => {
+                    let fresh: Vec<String> = port_names
+                        .iter()
+                        .filter(|p| !cur_ports.contains_key(p.as_str()))
+                        .cloned()
+                        .collect();
+                    let mut fresh_u = fresh.clone();
+                    fresh_u.dedup();
+                    let local = self.local_ports(*c, next, &fresh_u)?;
+                    let (table, vr) = vr_in_cell(v, |p| local(p))?;
+                    let mut opened = Vec::new();
+                    for p in &fresh_u {
+                        let (port, _) = open_port(next, next.port_index(p).expect("named"))?;
+                        opened.push(port);
+                    }
+                    plan.steps.push(format!(
+                        "+ vr {} (joins the cell of {}{})",
+                        v.name,
+                        self.rt.cell_ports(*c).join(", "),
+                        if fresh_u.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; opens {}", fresh_u.join(", "))
+                        }
+                    ));
+                    steps.push(Step::JoinCell { cell: *c, ports: opened, table, vr: Box::new(vr) });
+                    if next.schedule[i] != VrSchedule::default() {
+                        steps.push(Step::Schedule {
+                            vr: v.name.clone(),
+                            sched: next.schedule[i].clone(),
+                        });
+                    }
+                }
+                _ => refused.push(format!(
+                    "vr {}: its ports are in cells {uniq:?}, which would merge: {fix}",
+                    v.name
+                )),
+            }
+        }
+        // VRs on new ports only: group those that share ports into cells, as the builder does.
+        for (ports_of, vrs) in merge_cells(new_cells) {
+            let mut opened = Vec::new();
+            let mut outside = Vec::new();
+            for p in &ports_of {
+                if cur_ports.contains_key(p.as_str()) {
+                    refused.push(format!("port {p}: in use by another cell: {fix}"));
+                    continue;
+                }
+                let (port, out) = open_port(next, next.port_index(p).expect("named"))?;
+                opened.push(port);
+                if let Some(o) = out {
+                    outside.push((p.clone(), o));
+                }
+            }
+            let local = |gp: u16| {
+                ports_of
+                    .iter()
+                    .position(|n| *n == next.ports[usize::from(gp)].name)
+                    .expect("in the cell") as u16
+            };
+            let mut tables = Vec::new();
+            let mut built = Vec::new();
+            for &i in &vrs {
+                let (t, vr) = vr_in_cell(&next.vrs[i], local)?;
+                tables.push((next.vrs[i].name.clone(), t));
+                built.push(vr);
+            }
+            let mut cell = dataplane::Cell::new(opened, built, Vec::new())
+                .map_err(|e| ControlError::Invalid(e.0))?;
+            for (k, &i) in vrs.iter().enumerate() {
+                let s = &next.schedule[i];
+                cell.set_reservation(k, s.reservation).map_err(|e| ControlError::Invalid(e.0))?;
+                if let Some(b) = s.batch {
+                    cell.set_vr_batch(k, usize::from(b)).map_err(|e| ControlError::Invalid(e.0))?;
+                }
+            }
+            for (k, p) in ports_of.iter().enumerate() {
+                let b = next.ports[next.port_index(p).expect("named")]
+                    .burst
+                    .map_or(self.burst, usize::from);
+                cell.set_port_burst(k, b).map_err(|e| ControlError::Invalid(e.0))?;
+            }
+            let worker = vrs.iter().find_map(|&i| next.schedule[i].worker).map(usize::from);
+            let names: Vec<&str> = vrs.iter().map(|&i| next.vrs[i].name.as_str()).collect();
+            plan.steps.push(format!(
+                "+ vr {} (new cell; opens {})",
+                names.join(", "),
+                ports_of.join(", ")
+            ));
+            // The outside ends of new mem ports are kept for whoever asks (tests, benchmarks).
+            steps.push(Step::NewCell { table: tables, cell: Box::new(cell), worker, outside });
+        }
+        if !refused.is_empty() {
+            let mut msg =
+                String::from("this change cannot be applied live; nothing was changed:\n");
+            for r in &refused {
+                let _ = writeln!(msg, "! {r}");
+            }
+            return Err(ControlError::NotLive(msg.trim_end().to_string()));
+        }
+        Ok((plan, steps))
+    }
+
+    /// Cell-local port numbers for a VR of `next` joining cell `c`, which gains `fresh` ports.
+    fn local_ports(
+        &self,
+        c: usize,
+        next: &Topology,
+        fresh: &[String],
+    ) -> Result<impl Fn(u16) -> u16, ControlError> {
+        let mut names: Vec<String> = self.rt.cell_ports(c).to_vec();
+        names.extend(fresh.iter().cloned());
+        let global: Vec<String> = next.ports.iter().map(|p| p.name.clone()).collect();
+        Ok(move |gp: u16| {
+            names.iter().position(|n| *n == global[usize::from(gp)]).unwrap_or(u16::MAX as usize)
+                as u16
+        })
+    }
+}
+
+/// Route operations that turn `old` into `new` (static and table routes of one VR).
+fn route_diff(old: &[RouteConfig], new: &[RouteConfig]) -> Vec<RouteOp> {
+    let key = |r: &RouteConfig| (r.prefix, r.source);
+    let o: HashMap<(IpNet, RouteSource), &RouteConfig> = old.iter().map(|r| (key(r), r)).collect();
+    let n: HashMap<(IpNet, RouteSource), &RouteConfig> = new.iter().map(|r| (key(r), r)).collect();
+    let mut ops: Vec<RouteOp> = old
+        .iter()
+        .filter(|r| !n.contains_key(&key(r)))
+        .map(|r| RouteOp::Delete { prefix: r.prefix, source: r.source })
+        .collect();
+    ops.extend(
+        new.iter().filter(|r| o.get(&key(r)) != Some(r)).map(|r| RouteOp::Replace(r.clone())),
+    );
+    ops
+}
+
+/// Groups new VRs that share ports into cells.
+fn merge_cells(mut groups: Vec<(Vec<String>, Vec<usize>)>) -> Vec<(Vec<String>, Vec<usize>)> {
+    let mut out: Vec<(Vec<String>, Vec<usize>)> = Vec::new();
+    while let Some((mut ports, mut vrs)) = groups.pop() {
+        loop {
+            let hit = out.iter().position(|(p, _)| p.iter().any(|x| ports.contains(x)));
+            let Some(k) = hit else { break };
+            let (p, v) = out.remove(k);
+            ports.extend(p);
+            vrs.extend(v);
+        }
+        ports.sort();
+        ports.dedup();
+        vrs.sort_unstable();
+        out.push((ports, vrs));
+    }
+    out
+}
+
+fn same_ifaces(a: &VrConfig, b: &VrConfig) -> bool {
+    a.interfaces.len() == b.interfaces.len()
+        && a.interfaces
+            .iter()
+            .zip(&b.interfaces)
+            .all(|(x, y)| (x.port, x.vlan, x.mac) == (y.port, y.vlan, y.mac))
+}
+
+fn what_changed(a: &VrConfig, b: &VrConfig) -> String {
+    let mut w = Vec::new();
+    if a.interfaces.len() != b.interfaces.len() {
+        w.push("interfaces".to_string());
+    } else {
+        for (x, y) in a.interfaces.iter().zip(&b.interfaces) {
+            if x.ipv4 != y.ipv4 || x.ipv6 != y.ipv6 {
+                w.push(format!("{} addresses", y.name));
+            }
+            if x.mac != y.mac || x.vlan != y.vlan {
+                w.push(format!("{} MAC or VLAN", y.name));
+            }
+        }
+    }
+    if a.neighbors != b.neighbors {
+        w.push("static neighbors".into());
+    }
+    if a.limits != b.limits {
+        w.push("limits".into());
+    }
+    w.join(", ")
+}
+
+fn iface_index(cfg: &VrConfig, name: &str) -> Result<u16, ControlError> {
+    cfg.interfaces
+        .iter()
+        .position(|i| i.name == name)
+        .map(|i| i as u16)
+        .ok_or_else(|| ControlError::NoSuchInterface { vr: cfg.name.clone(), iface: name.into() })
+}
+
+fn applied(a: dataplane::routes::Applied) -> Result<Value, ControlError> {
+    Ok(json!({
+        "added": a.added, "replaced": a.replaced, "deleted": a.deleted,
+        "fib_changes": a.fib_changes, "new_next_hops": a.new_next_hops,
+        "generation": [a.generation4, a.generation6],
+    }))
+}
+
+/// The process's resident memory, from /proc (0 where it cannot be read).
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+trait PortName {
+    fn port_name<'t>(&self, t: &'t Topology) -> &'t str;
+}
+
+impl PortName for IfaceConfig {
+    fn port_name<'t>(&self, t: &'t Topology) -> &'t str {
+        &t.ports[usize::from(self.port)].name
+    }
+}

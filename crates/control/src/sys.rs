@@ -1,0 +1,65 @@
+//! The few system calls control makes itself: peer credentials of a unix socket, the
+//! effective uid, signals, and process identity read from /proc.
+#![allow(unsafe_code)]
+
+use std::os::fd::AsRawFd;
+
+/// The uid, gid and pid of the process at the other end of a unix stream (as of its
+/// `connect`), from SO_PEERCRED.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerCred {
+    pub pid: i32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The peer credentials of `s`.
+pub fn peer_cred(s: &impl AsRawFd) -> std::io::Result<PeerCred> {
+    let mut c = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `c` and `len` are valid for writes of the sizes given; the kernel writes at
+    // most `len` bytes into `c`.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut c as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(PeerCred { pid: c.pid, uid: c.uid, gid: c.gid })
+}
+
+/// The effective uid of this process.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Sends `sig` to `pid`; false if it could not (no such process, not ours).
+pub fn kill(pid: u32, sig: i32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else { return false };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill takes plain integers; a positive pid addresses one process only.
+    unsafe { libc::kill(pid, sig) == 0 }
+}
+
+/// When process `pid` started, in clock ticks since boot (field 22 of /proc/PID/stat), or
+/// `None` if there is no such process. With the pid it names one process for good: a pid
+/// reused later has another start time.
+/// A zombie (exited, not yet reaped) has none.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count from its end.
+    let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
+    if rest.next()? == "Z" {
+        return None;
+    }
+    rest.nth(18)?.parse().ok()
+}
