@@ -1,0 +1,346 @@
+//! `apply` on a running host under traffic: a plan that adds a VR, removes one, changes
+//! routes, an MTU and a reservation is carried out while two sequence-numbered streams flow —
+//! one through a VR the plan does not touch, one through the changed VR to a route the plan
+//! keeps. Neither loses or reorders a frame. Also: the plan's text, refusals that change
+//! nothing, and the API commands on a running node.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::{frame_to, generate, sink, DEADLINE};
+use control::api::{Command, Route};
+use control::runtime::{Idle, Options};
+use control::{ControlError, Node, Topology};
+use serde_json::json;
+
+const BEFORE: &str = "\
+workers: 2
+ports:
+  - { name: s0, kind: mem, ring: 4096 }
+  - { name: s1, kind: mem, ring: 4096 }
+  - { name: c0, kind: mem, ring: 4096 }
+  - { name: c1, kind: mem, ring: 4096 }
+  - { name: o0, kind: mem }
+vrs:
+  - name: steady
+    interfaces:
+      - { name: a, port: s0, mac: 02:00:00:00:01:00, addresses: [10.0.0.1/24] }
+      - { name: b, port: s1, mac: 02:00:00:00:01:01, addresses: [10.0.1.1/24] }
+    routes: [{ prefix: 198.51.100.0/24, via: 10.0.1.2 }]
+    neighbors: [{ address: 10.0.1.2, mac: 02:00:00:00:0b:01, interface: b }]
+  - name: changing
+    interfaces:
+      - { name: a, port: c0, mac: 02:00:00:00:02:00, addresses: [10.0.0.1/24] }
+      - { name: b, port: c1, mac: 02:00:00:00:02:01, addresses: [10.0.1.1/24] }
+    routes:
+      - { prefix: 198.51.100.0/24, via: 10.0.1.2 }
+      - { prefix: 203.0.113.0/24, via: 10.0.1.2 }
+    neighbors: [{ address: 10.0.1.2, mac: 02:00:00:00:0b:02, interface: b }]
+  - name: old
+    interfaces:
+      - { name: a, port: o0, mac: 02:00:00:00:03:00, addresses: [10.0.0.1/24] }
+";
+
+const AFTER: &str = "\
+workers: 2
+ports:
+  - { name: s0, kind: mem, ring: 4096 }
+  - { name: s1, kind: mem, ring: 4096 }
+  - { name: c0, kind: mem, ring: 4096 }
+  - { name: c1, kind: mem, ring: 4096 }
+  - { name: f0, kind: mem }
+vrs:
+  - name: steady
+    interfaces:
+      - { name: a, port: s0, mac: 02:00:00:00:01:00, addresses: [10.0.0.1/24] }
+      - { name: b, port: s1, mac: 02:00:00:00:01:01, addresses: [10.0.1.1/24] }
+    routes: [{ prefix: 198.51.100.0/24, via: 10.0.1.2 }]
+    neighbors: [{ address: 10.0.1.2, mac: 02:00:00:00:0b:01, interface: b }]
+  - name: changing
+    interfaces:
+      - { name: a, port: c0, mac: 02:00:00:00:02:00, addresses: [10.0.0.1/24] }
+      - { name: b, port: c1, mac: 02:00:00:00:02:01, mtu: 1400, addresses: [10.0.1.1/24] }
+    routes:
+      - { prefix: 198.51.100.0/24, via: 10.0.1.2 }
+      - { prefix: 192.0.2.0/24, via: 10.0.1.3 }
+    neighbors: [{ address: 10.0.1.2, mac: 02:00:00:00:0b:02, interface: b }]
+    reservation: { packets: 1000000, period_us: 1000 }
+  - name: fresh
+    interfaces:
+      - { name: a, port: f0, mac: 02:00:00:00:04:00, addresses: [10.9.0.1/24] }
+";
+
+fn parse(text: &str) -> Topology {
+    Topology::parse(text, "apply.yaml", Path::new(".")).unwrap()
+}
+
+fn node(text: &str) -> Node {
+    let mut o = Options::new(2);
+    o.idle = Idle::Yield;
+    Node::start(parse(text), o, 256).unwrap()
+}
+
+/// One sequence-numbered stream through a VR: generator thread, sink thread.
+struct Stream {
+    stop: Arc<AtomicBool>,
+    expect: Arc<AtomicU64>,
+    received: Arc<AtomicU64>,
+    gen: thread::JoinHandle<u64>,
+    sink: thread::JoinHandle<(u64, Option<String>)>,
+}
+
+impl Stream {
+    fn start(n: &mut Node, tx: &str, rx: &str, mac: [u8; 6], dst: [u8; 4]) -> Stream {
+        let (tx, rx) = (n.take_outside(tx).unwrap(), n.take_outside(rx).unwrap());
+        let stop = Arc::new(AtomicBool::new(false));
+        let received = Arc::new(AtomicU64::new(0));
+        let expect = Arc::new(AtomicU64::new(u64::MAX));
+        let gen = {
+            let (stop, received) = (stop.clone(), received.clone());
+            thread::spawn(move || generate(tx, frame_to(mac, dst, 0), stop, received))
+        };
+        let sink = {
+            let (expect, received) = (expect.clone(), received.clone());
+            thread::spawn(move || sink(rx, expect, received))
+        };
+        Stream { stop, expect, received, gen, sink }
+    }
+
+    fn wait_for(&self, n: u64) {
+        let t0 = Instant::now();
+        while self.received.load(Ordering::Acquire) < n && t0.elapsed() < DEADLINE {
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Stops the generator; returns (sent, received, first sequence error).
+    fn finish(self) -> (u64, u64, Option<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let sent = self.gen.join().unwrap();
+        self.expect.store(sent, Ordering::Release);
+        let (got, err) = self.sink.join().unwrap();
+        (sent, got, err)
+    }
+}
+
+fn vr<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    status["vrs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("no vr {name} in {status:#}"))
+}
+
+#[test]
+fn apply_under_traffic_loses_nothing_on_untouched_vrs_and_kept_routes() {
+    let mut n = node(BEFORE);
+    let steady = Stream::start(&mut n, "s0", "s1", [2, 0, 0, 0, 1, 0], [198, 51, 100, 7]);
+    let kept = Stream::start(&mut n, "c0", "c1", [2, 0, 0, 0, 2, 0], [198, 51, 100, 9]);
+    steady.wait_for(2_000);
+    kept.wait_for(2_000);
+
+    let plan = n.plan(&parse(AFTER)).unwrap();
+    let text = plan.to_string();
+    let expected = "\
+- vr old (its cell stops; ports o0 close)
+~ vr changing: interface b mtu 1500 -> 1400
+~ vr changing: routes: 1 added or changed, 1 removed
+~ vr changing: reservation none -> 1000000 packets per 1000000 ns
++ vr fresh (new cell; opens f0)
+= unchanged: steady
+";
+    assert_eq!(text, expected);
+    // A dry run changes nothing.
+    assert_eq!(n.apply(parse(AFTER), true).unwrap(), plan);
+    assert!(n.table("old").is_some());
+
+    let before = (steady.received.load(Ordering::Acquire), kept.received.load(Ordering::Acquire));
+    let done = n.apply(parse(AFTER), false).unwrap();
+    assert_eq!(done, plan);
+    // Traffic keeps flowing after the change.
+    steady.wait_for(before.0 + 2_000);
+    kept.wait_for(before.1 + 2_000);
+    let status = n.status().unwrap();
+    let (s_sent, s_got, s_err) = steady.finish();
+    let (k_sent, k_got, k_err) = kept.finish();
+    assert_eq!((s_got, s_err), (s_sent, None), "steady lost or reordered frames:\n{status:#}");
+    assert_eq!(
+        (k_got, k_err),
+        (k_sent, None),
+        "a kept route lost or reordered frames:\n{status:#}"
+    );
+    assert!(s_got > before.0 + 1_000 && k_got > before.1 + 1_000);
+
+    // The running host is the new topology.
+    let names: Vec<&str> =
+        status["vrs"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"fresh") && !names.contains(&"old"), "{names:?}");
+    let status = n.status().unwrap();
+    let c = vr(&status, "changing");
+    assert_eq!(c["reservation"]["packets"], 1_000_000, "{c:#}");
+    assert_eq!(c["routes"]["static"], 2);
+    assert_eq!(c["counters"]["forwarded"], json!(k_sent), "counters survive the changes");
+    let routes = n
+        .execute(Command::RouteList {
+            vr: "changing".into(),
+            source: Some("static".into()),
+            limit: None,
+        })
+        .unwrap();
+    let prefixes: Vec<&str> = routes["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["prefix"].as_str().unwrap())
+        .collect();
+    assert_eq!(prefixes, ["192.0.2.0/24", "198.51.100.0/24"]);
+    assert!(n.table("old").is_none());
+    // Applying the same file again changes nothing.
+    assert!(n.plan(&parse(AFTER)).unwrap().is_empty());
+    n.stop().unwrap();
+}
+
+#[test]
+fn changes_that_cannot_be_live_are_refused_whole() {
+    let mut n = node(BEFORE);
+    // A port's kind changes and a VR is added: nothing happens, and the message says why.
+    let bad = BEFORE.replace("{ name: o0, kind: mem }", "{ name: o0, kind: mem, ring: 64 }")
+        + "  - name: extra\n    interfaces:\n      - { name: a, port: o0, mac: 02:00:00:00:05:00, addresses: [10.5.0.1/24] }\n";
+    let e = n.apply(parse(&bad), false).unwrap_err();
+    assert!(matches!(e, ControlError::NotLive(_)), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("port o0: its kind or settings changed") && msg.contains("routeplex down"),
+        "{msg}"
+    );
+    assert!(n.table("extra").is_none(), "nothing was half-applied");
+    let workers = BEFORE.replace("workers: 2", "workers: 1");
+    assert!(n.apply(parse(&workers), false).unwrap_err().to_string().contains("workers"));
+    n.stop().unwrap();
+}
+
+#[test]
+fn api_commands_on_a_running_node() {
+    let mut n = node(BEFORE);
+    let kept = Stream::start(&mut n, "c0", "c1", [2, 0, 0, 0, 2, 0], [198, 51, 100, 9]);
+    kept.wait_for(1_000);
+    let route = |p: &str, via: &str| Route {
+        prefix: p.parse().unwrap(),
+        via: Some(via.parse().unwrap()),
+        interface: None,
+        blackhole: false,
+    };
+    let r = n
+        .execute(Command::RouteAdd {
+            vr: "changing".into(),
+            routes: vec![route("100.64.0.0/10", "10.0.1.9"), route("100.128.0.0/9", "10.0.1.2")],
+        })
+        .unwrap();
+    assert_eq!((r["added"].as_u64(), r["new_next_hops"].as_u64()), (Some(2), Some(1)), "{r}");
+    // Added again: refused whole.
+    let e = n
+        .execute(Command::RouteAdd {
+            vr: "changing".into(),
+            routes: vec![route("100.64.0.0/10", "10.0.1.9")],
+        })
+        .unwrap_err();
+    assert_eq!(e.code(), "route");
+    assert!(e.to_string().contains("exists already"), "{e}");
+    let e = n
+        .execute(Command::RouteAdd {
+            vr: "changing".into(),
+            routes: vec![route("100.0.0.0/10", "192.0.2.1")],
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("no connected subnet"), "{e}");
+    assert_eq!(vr(&n.execute(Command::Status).unwrap(), "changing")["routes"]["api"], 2);
+    n.execute(Command::RouteDelete {
+        vr: "changing".into(),
+        prefixes: vec!["100.64.0.0/10".parse().unwrap()],
+    })
+    .unwrap();
+    let e = n
+        .execute(Command::RouteDelete {
+            vr: "changing".into(),
+            prefixes: vec!["100.64.0.0/10".parse().unwrap()],
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("no api route"), "{e}");
+
+    // Interfaces: MTU and down/up; neighbors listed and flushed.
+    n.execute(Command::InterfaceSet {
+        vr: "changing".into(),
+        interface: "b".into(),
+        mtu: Some(1400),
+        up: None,
+    })
+    .unwrap();
+    let e = n
+        .execute(Command::InterfaceSet {
+            vr: "changing".into(),
+            interface: "b".into(),
+            mtu: Some(20),
+            up: None,
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("MTU 20"), "{e}");
+    let e = n
+        .execute(Command::InterfaceSet {
+            vr: "changing".into(),
+            interface: "zz".into(),
+            mtu: None,
+            up: None,
+        })
+        .unwrap_err();
+    assert_eq!(e.code(), "no_such_interface");
+    let nb = n.execute(Command::NeighborList { vr: "changing".into() }).unwrap();
+    assert_eq!(nb["neighbors"][0]["state"], "static", "{nb}");
+
+    // Move, reserve, errors by name.
+    let w = n.runtime().worker_of("changing").unwrap();
+    let m = n.execute(Command::Move { vr: "changing".into(), worker: 1 - w }).unwrap();
+    assert_eq!(m["to"], json!(1 - w));
+    assert!(n
+        .execute(Command::Move { vr: "changing".into(), worker: 9 })
+        .unwrap_err()
+        .to_string()
+        .contains("no worker 9"));
+    let r = n
+        .execute(Command::Reserve {
+            vr: "changing".into(),
+            spec: vec!["time_us=300".into(), "weight=2".into()],
+        })
+        .unwrap();
+    assert!(
+        r["reservation"]["time_ns"] == 300_000 || r["pending_reservation"]["time_ns"] == 300_000,
+        "{r}"
+    );
+    let e = n
+        .execute(Command::Reserve { vr: "changing".into(), spec: vec!["packets=0".into()] })
+        .unwrap_err();
+    assert!(e.to_string().contains("packets 0 is out of range"), "{e}");
+    n.execute(Command::Reserve { vr: "changing".into(), spec: vec!["none".into()] }).unwrap();
+    assert_eq!(
+        n.execute(Command::NeighborList { vr: "nobody".into() }).unwrap_err().code(),
+        "no_such_vr"
+    );
+
+    let (sent, got, err) = kept.finish();
+    assert_eq!(
+        (got, err),
+        (sent, None),
+        "route and interface changes, a move and reservations lost nothing"
+    );
+    // VR removal through the API.
+    n.execute(Command::VrRemove { vr: "old".into() }).unwrap();
+    assert!(n.table("old").is_none());
+    assert_eq!(n.execute(Command::Stop).unwrap()["state"], "stopping");
+    assert!(n.stop_requested());
+    n.stop().unwrap();
+}
