@@ -137,7 +137,7 @@ pub fn host(topo: &Topology, vrs: Option<&[VrConfig]>, burst: usize) -> Result<H
         }
         let mut vrs = Vec::new();
         for &v in &plan.vrs {
-            let (table, vr) = vr_in_cell(&vr_cfgs[v], |p| local(p))?;
+            let (table, vr) = vr_in_cell(&vr_cfgs[v], local)?;
             tables[v] = Some(table);
             vrs.push(vr);
         }

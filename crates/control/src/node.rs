@@ -190,10 +190,12 @@ impl Node {
                     (Some(gateway), iface, false) => RouteTarget::Via { gateway, iface },
                     (None, Some(i), false) => RouteTarget::Iface(i),
                     (None, None, true) => RouteTarget::Blackhole,
-                    _ => return Err(ControlError::BadRequest(format!(
+                    _ => {
+                        return Err(ControlError::BadRequest(format!(
                         "route {}: give via (and optionally interface), interface, or blackhole",
                         r.prefix
-                    ))),
+                    )))
+                    }
                 };
                 Ok(RouteConfig { prefix: r.prefix, target, source: RouteSource::Api })
             })
@@ -534,7 +536,7 @@ impl Node {
                 steps.push(Step::RemoveVr((*n).clone()));
             }
         }
-        for (n, _) in &cur_ports {
+        for n in cur_ports.keys() {
             if next_ports.contains_key(n) {
                 continue;
             }
@@ -569,7 +571,7 @@ impl Node {
                 let local = self.local_ports(c, next, &[])?;
                 let mut cfg = v.clone();
                 let api = self.tables[&v.name].routes(Some(RouteSource::Api), usize::MAX);
-                let (mut table, _) = vr_in_cell(&cfg, |p| local(p))?;
+                let (mut table, _) = vr_in_cell(&cfg, &local)?;
                 let ops: Vec<RouteOp> = api
                     .into_iter()
                     .map(|r| {
@@ -680,7 +682,7 @@ impl Node {
                     let mut fresh_u = fresh.clone();
                     fresh_u.dedup();
                     let local = self.local_ports(*c, next, &fresh_u)?;
-                    let (table, vr) = vr_in_cell(v, |p| local(p))?;
+                    let (table, vr) = vr_in_cell(v, local)?;
                     let mut opened = Vec::new();
                     for p in &fresh_u {
                         let (port, _) = open_port(next, next.port_index(p).expect("named"))?;
