@@ -372,6 +372,14 @@ impl Runtime {
         self.cells.iter().position(|c| c.live && c.ports.iter().any(|p| p == name))
     }
 
+    /// The worker running cell `c`, if the cell still runs.
+    fn live_worker(&self, c: usize) -> Result<usize, RuntimeError> {
+        match self.cells.get(c) {
+            Some(i) if i.live => Ok(i.worker),
+            _ => err(format!("no cell {c}")),
+        }
+    }
+
     /// Runs `f` on cell `c` on its worker, between two polls, and returns what it returns.
     /// On a timeout the job still runs when the worker gets to it.
     pub fn on_cell<T: Send + 'static>(
@@ -379,12 +387,7 @@ impl Runtime {
         c: usize,
         f: impl FnOnce(&mut Cell) -> T + Send + 'static,
     ) -> Result<T, RuntimeError> {
-        let info = self
-            .cells
-            .get(c)
-            .filter(|i| i.live)
-            .ok_or_else(|| RuntimeError(format!("no cell {c}")))?;
-        let w = info.worker;
+        let w = self.live_worker(c)?;
         let (tx, rx) = mpsc::channel();
         self.send(
             w,
@@ -435,12 +438,7 @@ impl Runtime {
 
     /// Stops running cell `c` and drops it (closing its ports).
     pub fn remove_cell(&mut self, c: usize) -> Result<(), RuntimeError> {
-        let info = self
-            .cells
-            .get(c)
-            .filter(|i| i.live)
-            .ok_or_else(|| RuntimeError(format!("no cell {c}")))?;
-        let w = info.worker;
+        let w = self.live_worker(c)?;
         let (tx, rx) = mpsc::channel();
         self.send(w, Cmd::Remove(c, tx))?;
         answer(&rx, w)?;

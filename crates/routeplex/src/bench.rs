@@ -1,6 +1,6 @@
 //! `routeplex bench fib` and `routeplex bench pipeline`.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -9,9 +9,7 @@ use fib::bench::{BenchOptions, Routes};
 use fib::prefix_file::{self, Family as FileFamily};
 use ports::Batch;
 use serde_json::json;
-use tester::frames::{udp_frame, UdpFlow};
 use tester::{Generator, Sink};
-use wire::MacAddr;
 
 use crate::alloc_count::allocations;
 use crate::lab::{self, Rng, Table};
@@ -142,24 +140,7 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
     let routes = vrs[0].routes.len();
     let eth0 = vrs[0].interfaces[0].mac;
     let mut rng = Rng::new(0x5eed);
-    let frames: Vec<(Vec<u8>, u16)> = table
-        .destinations_v4(a.flows, &mut rng)?
-        .into_iter()
-        .map(|d| {
-            let f = UdpFlow {
-                src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
-                dst_mac: eth0,
-                vlan: None,
-                src: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)),
-                dst: IpAddr::V4(d),
-                src_port: 1024,
-                dst_port: 7,
-                ttl: 64,
-                size: 60,
-            };
-            (udp_frame(&f), 0)
-        })
-        .collect();
+    let frames = lab::udp_frames(table.destinations_v4(a.flows, &mut rng)?, eth0);
     let mut lab = lab::build(&topo, &vrs)?;
     let mut p0 = lab.take_outside(&topo, "p0")?;
     let mut p1 = lab.take_outside(&topo, "p1")?;

@@ -23,9 +23,7 @@ use dataplane::{RouteOp, RouteSource};
 use ipnet::IpNet;
 use ports::Batch;
 use serde_json::json;
-use tester::frames::{udp_frame, UdpFlow};
 use tester::{Generator, Sink};
-use wire::MacAddr;
 
 use crate::lab::{self, Rng, Table};
 
@@ -62,24 +60,7 @@ pub fn run(a: Args) -> Result<()> {
     let vr = topo.vrs[0].name.clone();
     let eth0 = topo.vrs[0].interfaces[0].mac;
     let mut rng = Rng::new(0x5eed);
-    let frames: Vec<(Vec<u8>, u16)> = table
-        .destinations_v4(65_536, &mut rng)?
-        .into_iter()
-        .map(|d| {
-            let f = UdpFlow {
-                src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
-                dst_mac: eth0,
-                vlan: None,
-                src: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)),
-                dst: IpAddr::V4(d),
-                src_port: 1024,
-                dst_port: 7,
-                ttl: 64,
-                size: 60,
-            };
-            (udp_frame(&f), 0)
-        })
-        .collect();
+    let frames = lab::udp_frames(table.destinations_v4(65_536, &mut rng)?, eth0);
     let t_build = Instant::now();
     let mut opts = Options::new(1);
     opts.idle = Idle::Yield;

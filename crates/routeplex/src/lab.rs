@@ -154,3 +154,24 @@ pub fn topology(text: &str, name: &str) -> Result<Topology> {
         .map_err(anyhow::Error::from)
         .context("embedded topology")
 }
+
+/// 60-byte UDP frames from 198.18.0.2 to each of `dsts`, addressed to `dst_mac` (the VR's
+/// receiving interface), for the generator.
+pub fn udp_frames(dsts: Vec<Ipv4Addr>, dst_mac: wire::MacAddr) -> Vec<(Vec<u8>, u16)> {
+    dsts.into_iter()
+        .map(|d| {
+            let f = tester::frames::UdpFlow {
+                src_mac: wire::MacAddr([2, 0, 0, 0, 0, 1]),
+                dst_mac,
+                vlan: None,
+                src: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)),
+                dst: IpAddr::V4(d),
+                src_port: 1024,
+                dst_port: 7,
+                ttl: 64,
+                size: 60,
+            };
+            (tester::frames::udp_frame(&f), 0)
+        })
+        .collect()
+}

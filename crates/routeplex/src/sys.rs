@@ -26,21 +26,7 @@ pub fn pin(cpu: usize) -> bool {
     }
 }
 
-/// The effective user id.
-pub fn euid() -> u32 {
-    // SAFETY: geteuid takes no arguments, touches no memory and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
-/// Sends `sig` to process `pid`; false if it could not be sent.
-pub fn kill(pid: u32, sig: i32) -> bool {
-    let Ok(pid) = i32::try_from(pid) else { return false };
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: kill only reads its two integer arguments; a positive pid names one process.
-    unsafe { libc::kill(pid, sig) == 0 }
-}
+pub use control::sys::{euid, kill};
 
 static mut STOP_FLAG: Option<&'static std::sync::atomic::AtomicBool> = None;
 
