@@ -83,16 +83,20 @@ impl Service {
         format!("c{}", self.tag)
     }
 
-    /// The running data plane's `status` answer, from its control socket.
+    /// The running data plane's `status` answer, from its control socket (one API request
+    /// line, one reply line).
     fn status(&self) -> serde_json::Value {
-        use std::io::{Read, Write};
+        use std::io::{BufRead, Write};
         let sock = self.dir.join("run").join(format!("t{}", self.tag)).join("control.sock");
         let mut c = std::os::unix::net::UnixStream::connect(&sock)
             .unwrap_or_else(|e| panic!("{}: {e}", sock.display()));
-        c.write_all(b"status\n").unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+        c.write_all(b"{\"v\":1,\"id\":1,\"cmd\":\"status\"}\n").unwrap();
         let mut reply = String::new();
-        c.read_to_string(&mut reply).unwrap();
-        serde_json::from_str(&reply).unwrap_or_else(|e| panic!("status is not JSON ({e}): {reply}"))
+        std::io::BufReader::new(c).read_line(&mut reply).unwrap();
+        let r: serde_json::Value = serde_json::from_str(&reply)
+            .unwrap_or_else(|e| panic!("status is not JSON ({e}): {reply}"));
+        r["ok"].clone()
     }
 
     fn state(&self) -> serde_json::Value {
