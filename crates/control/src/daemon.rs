@@ -2,7 +2,8 @@
 //! control socket, `up`, `down` and the foreground `run` that serves the API.
 //!
 //! Files: `$ROUTEPLEX_RUN_DIR` (default `/run/routeplex`) / the topology file's stem /
-//! `state.json`, `log`, `control.sock`. The directory is 0700 and the files 0600 whatever the
+//! `state.json`, `log`, `control.sock`. The directory is 0700 (0710 in the status group, when
+//! there is one) and the files 0600 (the socket 0660 in the status group) whatever the
 //! caller's umask; the socket checks each client's credentials (SO_PEERCRED): root and the
 //! owning uid may do anything, members of the group `ROUTEPLEX_STATUS_GID` (a number) may only
 //! read (`hello`, `status`, `route_list`, `neighbor_list`, `apply` with `dry_run`); anyone
@@ -82,11 +83,16 @@ impl Paths {
         }
     }
 
-    /// Makes the run directory, private to its owner whatever the umask; refuses one that
-    /// exists but is a symlink or belongs to someone else.
-    pub fn make_dir(&self) -> Result<(), ControlError> {
+    /// Makes the run directory, private to its owner whatever the umask (0700; 0710 in the
+    /// status group of `access`, whose members must reach the socket); refuses one that exists
+    /// but is a symlink or belongs to someone else. Directories made above it are 0755 at most.
+    pub fn make_dir(&self, access: &Access) -> Result<(), ControlError> {
         if let Some(base) = self.dir.parent() {
-            std::fs::create_dir_all(base).map_err(|e| ControlError::io(base.display(), e))?;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(base)
+                .map_err(|e| ControlError::io(base.display(), e))?;
         }
         match std::fs::DirBuilder::new().mode(0o700).create(&self.dir) {
             Ok(()) => {}
@@ -102,7 +108,15 @@ impl Paths {
                 sys::euid()
             )));
         }
-        std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700))
+        let mode = match access.status_gid {
+            Some(g) => {
+                std::os::unix::fs::chown(&self.dir, None, Some(g))
+                    .map_err(|e| ControlError::io(self.dir.display(), e))?;
+                0o710
+            }
+            None => 0o700,
+        };
+        std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(mode))
             .map_err(|e| ControlError::io(self.dir.display(), e))
     }
 
@@ -224,10 +238,14 @@ impl Access {
 
 type Job = (Request, Sender<Reply>);
 
-/// Binds the control socket (0600, or 0660 with a status group) in a private directory.
+/// Binds the control socket (0600, or 0660 in the status group) in a private directory.
 pub fn bind(sock: &Path, access: &Access) -> Result<UnixListener, ControlError> {
     let _ = std::fs::remove_file(sock);
     let l = UnixListener::bind(sock).map_err(|e| ControlError::io(sock.display(), e))?;
+    if let Some(g) = access.status_gid {
+        std::os::unix::fs::chown(sock, None, Some(g))
+            .map_err(|e| ControlError::io(sock.display(), e))?;
+    }
     let mode = if access.status_gid.is_some() { 0o660 } else { 0o600 };
     std::fs::set_permissions(sock, std::fs::Permissions::from_mode(mode))
         .map_err(|e| ControlError::io(sock.display(), e))?;
@@ -331,47 +349,61 @@ fn client(s: UnixStream, full: bool, tx: &Sender<Job>, done: &AtomicBool) {
     let _ = out.set_write_timeout(Some(Duration::from_secs(5)));
     let mut r = BufReader::new(s);
     let mut line = Vec::new();
+    // When the line being read began: it must be whole within LINE_DEADLINE, whether the
+    // client falls silent or trickles a byte at a time (so bytes are taken as they come).
     let mut started: Option<Instant> = None;
     loop {
         if done.load(Ordering::Relaxed) {
             return;
         }
-        let room = (max + 1).saturating_sub(line.len()) as u64;
-        match (&mut r).take(room).read_until(b'\n', &mut line) {
-            Ok(0) if line.is_empty() => return,
-            Ok(_) => {}
+        let (complete, eof) = match r.fill_buf() {
+            Ok([]) => (false, true),
+            Ok(buf) => {
+                let room = (max + 1).saturating_sub(line.len());
+                let chunk = &buf[..buf.len().min(room)];
+                let (n, complete) = match chunk.iter().position(|&b| b == b'\n') {
+                    Some(i) => (i + 1, true),
+                    None => (chunk.len(), false),
+                };
+                line.extend_from_slice(&chunk[..n]);
+                r.consume(n);
+                (complete, false)
+            }
             Err(e)
                 if matches!(
                     e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
                 ) =>
             {
-                // Waiting between requests is free; taking too long over one line is not.
-                if !line.is_empty()
-                    && started.get_or_insert_with(Instant::now).elapsed() > LINE_DEADLINE
-                {
-                    let e = ControlError::BadRequest(format!(
-                        "a request line took longer than {} s",
-                        LINE_DEADLINE.as_secs()
-                    ));
-                    let _ = send(&mut out, &Reply::err(0, &e));
-                    return;
-                }
-                continue;
+                (false, false)
             }
             Err(_) => return,
-        }
-        if line.len() > max {
+        };
+        if line.len() - usize::from(complete) > max {
             let e = ControlError::BadRequest(format!("request line longer than {max} bytes"));
             let _ = send(&mut out, &Reply::err(0, &e));
             return;
         }
-        if line.last() != Some(&b'\n') {
-            // End of stream without a newline: take what came as the last line.
-            if line.is_empty() {
+        if eof && line.is_empty() {
+            return;
+        }
+        if !complete && !eof {
+            // Waiting between requests is free; taking too long over one line is not.
+            if !line.is_empty()
+                && started.get_or_insert_with(Instant::now).elapsed() > LINE_DEADLINE
+            {
+                let e = ControlError::BadRequest(format!(
+                    "a request line took longer than {} s",
+                    LINE_DEADLINE.as_secs()
+                ));
+                let _ = send(&mut out, &Reply::err(0, &e));
                 return;
             }
+            continue;
         }
+        // A whole line, or at the end of the stream what came without a newline (the last).
         started = None;
         let reply = match parse_request(line.trim_ascii()) {
             Err(e) => Reply::err(0, &e),
@@ -390,7 +422,7 @@ fn client(s: UnixStream, full: bool, tx: &Sender<Job>, done: &AtomicBool) {
                 }
             }
         };
-        let last = line.last() != Some(&b'\n');
+        let last = !complete;
         line.clear();
         if send(&mut out, &reply).is_err() || last {
             return;
@@ -449,7 +481,7 @@ pub fn up(file: &Path, exe: &Path, say: &mut dyn FnMut(String)) -> Result<(), Co
     let topo = crate::Topology::load(file)?;
     let canonical = file.canonicalize().map_err(|e| ControlError::io(file.display(), e))?;
     let p = Paths::for_file(file)?;
-    p.make_dir()?;
+    p.make_dir(&Access::from_env())?;
     if let Some(st) = read_state(&p)? {
         if st.topology != canonical {
             return Err(ControlError::State(format!(

@@ -1,0 +1,310 @@
+//! `control::daemon` in process, no root needed: service names, the state file (missing,
+//! corrupt, untrusted, a reused pid), and the socket server's limits (line length at the
+//! boundary, per-line deadline for silent and trickling clients, the client limit, several
+//! requests on one connection). `routeplex`'s `control_surface` test drives the same through
+//! the real binary as root (umask, peer credentials, `up` and `down`).
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use control::api::Command;
+use control::daemon::{self, Access, Paths, State, MAX_CLIENTS, MAX_LINE};
+use control::ControlError;
+use serde_json::Value;
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// A fresh temporary directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("rpx-daemon-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn service_names_are_plain_names() {
+    for ok in ["a.yaml", "two-hosts_1.yaml", "x+y.yml", "a.b.yaml", "dir/.hidden/z.yaml"] {
+        let p = Paths::for_file(Path::new(ok)).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        assert_eq!(p.dir.file_name(), Some(p.name.as_ref()), "{ok}");
+        assert!(!p.name.starts_with('.') && !p.name.contains('/'), "{ok}: {}", p.name);
+    }
+    let long = format!("{}.yaml", "a".repeat(65));
+    for bad in
+        ["..yaml", ".yaml", "...yaml", "..", ".", "", "a b.yaml", "é.yaml", "x/..yaml", &long]
+    {
+        match Paths::for_file(Path::new(bad)) {
+            Err(ControlError::Invalid(m)) => {
+                assert!(m.contains("is not a usable name") && m.contains("rename"), "{bad}: {m}")
+            }
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+}
+
+fn paths(d: &TempDir) -> Paths {
+    let dir = d.0.join("svc");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    Paths::in_dir(&dir, "svc")
+}
+
+/// This process's start time, as `control::sys::start_time` reads it.
+fn my_start() -> u64 {
+    control::sys::start_time(std::process::id()).expect("our own start time")
+}
+
+#[test]
+fn state_file_round_trips_and_names_its_process_for_good() {
+    let d = TempDir::new();
+    let p = paths(&d);
+    assert!(daemon::read_state(&p).unwrap().is_none(), "no file: not up");
+    let me = State {
+        topology: "/x.yaml".into(),
+        pid: std::process::id(),
+        started: my_start(),
+        made: Default::default(),
+    };
+    assert!(me.running(), "our own pid with its start time");
+    daemon::write_state(&p, &me).unwrap();
+    let mode = std::fs::metadata(&p.state).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let back = daemon::read_state(&p).unwrap().unwrap();
+    assert_eq!((back.pid, back.started), (me.pid, me.started));
+    assert!(!p.state.with_extension("tmp").exists());
+
+    // The same pid with another start time is another process: a reused pid.
+    let reused = State { started: me.started + 1, ..me.clone() };
+    assert!(!reused.running());
+    assert!(!State { pid: 0, started: 0, ..me.clone() }.running());
+    // A pid that names nothing.
+    assert!(!State { pid: u32::MAX - 1, ..me }.running());
+}
+
+#[test]
+fn a_state_file_that_cannot_be_trusted_says_how_to_recover() {
+    let d = TempDir::new();
+    let p = paths(&d);
+    std::fs::write(&p.state, "{\"pid\": 12, garbage").unwrap();
+    std::fs::set_permissions(&p.state, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let e = daemon::read_state(&p).unwrap_err().to_string();
+    assert!(e.contains("corrupt") && e.contains("remove"), "{e}");
+    assert!(e.contains(&p.dir.display().to_string()), "names the directory: {e}");
+
+    std::fs::write(&p.state, "{}").unwrap();
+    let e = daemon::read_state(&p).unwrap_err().to_string();
+    assert!(e.contains("corrupt"), "a file missing fields: {e}");
+
+    std::fs::set_permissions(&p.state, std::fs::Permissions::from_mode(0o622)).unwrap();
+    let e = daemon::read_state(&p).unwrap_err().to_string();
+    assert!(e.contains("not trusted") && e.contains("remove"), "writable by others: {e}");
+
+    // A huge file is read only so far, and refused.
+    std::fs::set_permissions(&p.state, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(&p.state, vec![b' '; 4 << 20]).unwrap();
+    let e = daemon::read_state(&p).unwrap_err().to_string();
+    assert!(e.contains("corrupt"), "{e}");
+}
+
+/// A server on a socket in a temporary directory, answering each command with its name,
+/// until `stop` or drop.
+struct Server {
+    _dir: TempDir,
+    sock: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<(), ControlError>>>,
+}
+
+impl Server {
+    fn start() -> Server {
+        let dir = TempDir::new();
+        let sock = dir.0.join("control.sock");
+        let access = Access { owner: control::sys::euid(), status_gid: None };
+        let listener = daemon::bind(&sock, &access).unwrap();
+        let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the socket");
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                daemon::serve(listener, access, &stop, |cmd| {
+                    let last = cmd == Command::Stop;
+                    (Ok(serde_json::json!({ "did": cmd.name() })), last)
+                })
+            })
+        };
+        Server { _dir: dir, sock, stop, thread: Some(thread) }
+    }
+
+    fn connect(&self) -> UnixStream {
+        UnixStream::connect(&self.sock).unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One reply line within `timeout`, or what happened instead.
+fn read_line(s: &UnixStream, timeout: Duration) -> Result<Value, String> {
+    let t0 = Instant::now();
+    let mut line = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = timeout.checked_sub(t0.elapsed()).ok_or("timed out")?;
+        s.set_read_timeout(Some(left.max(Duration::from_millis(1)))).unwrap();
+        match (&mut &*s).read(&mut buf) {
+            Ok(0) => return Err(format!("closed after {:?}", String::from_utf8_lossy(&line))),
+            Ok(n) => {
+                line.extend_from_slice(&buf[..n]);
+                if let Some(i) = line.iter().position(|&b| b == b'\n') {
+                    return serde_json::from_slice(&line[..i]).map_err(|e| e.to_string());
+                }
+            }
+            Err(e) => return Err(format!("after {:?}: {e}", t0.elapsed())),
+        }
+    }
+}
+
+fn err_code(v: &Value) -> &str {
+    v["err"]["code"].as_str().unwrap_or("ok")
+}
+
+fn err_msg(v: &Value) -> &str {
+    v["err"]["msg"].as_str().unwrap_or("")
+}
+
+#[test]
+fn requests_on_one_connection_and_lines_at_the_limit() {
+    let srv = Server::start();
+    let mut c = srv.connect();
+    c.write_all(b"{\"v\":1,\"id\":3,\"cmd\":\"hello\"}\n{\"v\":1,\"id\":4,\"cmd\":\"status\"}\n")
+        .unwrap();
+    let a = read_line(&c, Duration::from_secs(10)).unwrap();
+    assert_eq!((&a["id"], &a["ok"]["did"]), (&3.into(), &"hello".into()), "{a}");
+    let b = read_line(&c, Duration::from_secs(10)).unwrap();
+    assert_eq!((&b["id"], &b["ok"]["did"]), (&4.into(), &"status".into()), "{b}");
+    c.write_all(b"{\"v\":1,\"id\":5,\"cmd\":\"shutdown\"}\n").unwrap();
+    let r = read_line(&c, Duration::from_secs(10)).unwrap();
+    assert_eq!(err_code(&r), "bad_request", "an unknown command: {r}");
+    c.write_all(b"{\"v\":2,\"id\":6,\"cmd\":\"hello\"}\n").unwrap();
+    let r = read_line(&c, Duration::from_secs(10)).unwrap();
+    assert_eq!(err_code(&r), "bad_request", "another version: {r}");
+    // The connection is still good after refusals.
+    c.write_all(b"{\"v\":1,\"id\":7,\"cmd\":\"hello\"}\n").unwrap();
+    assert_eq!(read_line(&c, Duration::from_secs(10)).unwrap()["id"], 7);
+
+    // A line of exactly MAX_LINE bytes (and its newline) is served; one byte more is not.
+    let line = |len: usize| {
+        let mut l = b"{\"v\":1,\"id\":8,\"cmd\":\"hello\"}".to_vec();
+        l.resize(len, b' ');
+        l.push(b'\n');
+        l
+    };
+    for (len, served) in [(MAX_LINE, true), (MAX_LINE + 1, false)] {
+        let c = srv.connect();
+        let mut w = c.try_clone().unwrap();
+        let text = line(len);
+        let writer = std::thread::spawn(move || w.write_all(&text).is_ok());
+        let r = read_line(&c, Duration::from_secs(60)).unwrap();
+        let wrote = writer.join().unwrap();
+        if served {
+            assert!(wrote, "all of it was read");
+            assert_eq!(r["ok"]["did"], "hello", "{len} bytes: {r}");
+        } else {
+            assert_eq!(err_code(&r), "bad_request", "{len} bytes: {r}");
+            assert!(err_msg(&r).contains(&format!("longer than {MAX_LINE} bytes")), "{r}");
+        }
+    }
+}
+
+#[test]
+fn a_line_must_come_whole_within_its_deadline_however_it_trickles() {
+    let srv = Server::start();
+    let silent = srv.connect();
+    (&silent).write_all(b"{\"v\":1,\"id\":1,").unwrap();
+    let t0 = Instant::now();
+    let sock = srv.sock.clone();
+    let trickle = std::thread::spawn(move || {
+        let mut c = UnixStream::connect(sock).unwrap();
+        c.write_all(b"{\"v\":1,\"id\":2,\"cmd\":\"hello\"").unwrap();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(25) {
+            if c.write_all(b" ").is_err() {
+                break;
+            }
+            if let Ok(r) = read_line(&c, Duration::from_millis(100)) {
+                return (r, t0.elapsed());
+            }
+        }
+        let _ = c.write_all(b"}\n");
+        (read_line(&c, Duration::from_secs(10)).unwrap_or_else(Value::from), t0.elapsed())
+    });
+    // Idle connections wait between requests for as long as they like.
+    let idle = srv.connect();
+    let mut fresh = srv.connect();
+    fresh.write_all(b"{\"v\":1,\"id\":3,\"cmd\":\"hello\"}\n").unwrap();
+    let r = read_line(&fresh, Duration::from_secs(5)).unwrap();
+    assert_eq!(r["id"], 3, "served beside a slow and a trickling client: {r}");
+
+    let r = read_line(&silent, Duration::from_secs(20)).unwrap();
+    assert_eq!(err_code(&r), "bad_request", "{r}");
+    assert!(err_msg(&r).contains("took longer than 10 s"), "{r}");
+    assert!(t0.elapsed() >= Duration::from_secs(9), "cut off after only {:?}", t0.elapsed());
+    let (r, after) = trickle.join().unwrap();
+    assert_eq!(err_code(&r), "bad_request", "a trickling line is cut off ({after:?}): {r}");
+    assert!(err_msg(&r).contains("took longer than 10 s"), "{r}");
+
+    // The idle one was not cut off.
+    (&idle).write_all(b"{\"v\":1,\"id\":4,\"cmd\":\"hello\"}\n").unwrap();
+    assert_eq!(read_line(&idle, Duration::from_secs(5)).unwrap()["id"], 4);
+}
+
+#[test]
+fn the_client_limit_refuses_the_next_one_and_stop_ends_the_server() {
+    let mut srv = Server::start();
+    let mut many: Vec<UnixStream> = (0..MAX_CLIENTS).map(|_| srv.connect()).collect();
+    let c = srv.connect();
+    let _ = (&c).write_all(b"{\"v\":1,\"id\":1,\"cmd\":\"hello\"}\n");
+    let r = read_line(&c, Duration::from_secs(10)).unwrap();
+    assert_eq!(err_code(&r), "busy", "client {}: {r}", MAX_CLIENTS + 1);
+    many.truncate(MAX_CLIENTS / 2);
+    let t0 = Instant::now();
+    let r = loop {
+        let c = srv.connect();
+        let _ = (&c).write_all(b"{\"v\":1,\"id\":2,\"cmd\":\"hello\"}\n");
+        let r = read_line(&c, Duration::from_secs(10)).unwrap();
+        if err_code(&r) != "busy" || t0.elapsed() > Duration::from_secs(10) {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(r["ok"]["did"], "hello", "room again once clients leave: {r}");
+
+    let c = srv.connect();
+    (&c).write_all(b"{\"v\":1,\"id\":9,\"cmd\":\"stop\"}\n").unwrap();
+    assert_eq!(read_line(&c, Duration::from_secs(10)).unwrap()["ok"]["did"], "stop");
+    let served = srv.thread.take().unwrap().join().unwrap();
+    assert!(served.is_ok(), "{served:?}");
+}
