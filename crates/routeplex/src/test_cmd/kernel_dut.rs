@@ -602,8 +602,7 @@ impl KernelDut {
             if let Some(st) = net::exited(&self.made, "routeplex run") {
                 bail!("routeplex run in namespace {d} exited ({st}): {}", net::tail(&log, 5));
             }
-            if let Ok(a) = net::ask(&sock, "status") {
-                let v: Value = serde_json::from_str(&a).unwrap_or(Value::Null);
+            if let Ok(v) = net::ask(&sock, control::api::Command::Status) {
                 let ports = v["ports"].as_array().cloned().unwrap_or_default();
                 if ports.len() == 2 && ports.iter().all(|p| p["status"] == "up") {
                     break;
@@ -872,8 +871,8 @@ impl KernelDut {
         }
         let mut engine = Value::Null;
         if let Some(sock) = &self.control {
-            if let Ok(a) = net::ask(sock, "status") {
-                engine = serde_json::from_str(&a).unwrap_or(Value::Null);
+            if let Ok(v) = net::ask(sock, control::api::Command::Status) {
+                engine = v;
                 for p in engine["ports"].as_array().into_iter().flatten() {
                     let name = p["name"].as_str().unwrap_or("?");
                     for k in ["rx_dropped", "tx_full"] {

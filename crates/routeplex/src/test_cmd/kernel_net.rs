@@ -8,8 +8,6 @@
 //! recorded namespaces, processes and directories.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -122,7 +120,7 @@ impl Made {
             let pid = p.child.id();
             if let Ok(None) = p.child.try_wait() {
                 if let Stop::Control(sock) = &p.stop {
-                    let _ = ask(sock, "stop");
+                    let _ = ask(sock, control::api::Command::Stop);
                     wait_child(&mut p.child, Duration::from_secs(5));
                 }
                 if let Ok(None) = p.child.try_wait() {
@@ -257,14 +255,9 @@ fn wait_child(c: &mut Child, limit: Duration) -> bool {
     }
 }
 
-/// Sends one line to a routeplex control socket and returns the one-line answer.
-pub fn ask(sock: &Path, cmd: &str) -> Result<String> {
-    let mut s = UnixStream::connect(sock).with_context(|| format!("{}", sock.display()))?;
-    s.set_read_timeout(Some(Duration::from_secs(3)))?;
-    writeln!(s, "{cmd}")?;
-    let mut line = String::new();
-    BufReader::new(s).read_line(&mut line)?;
-    Ok(line.trim_end().to_string())
+/// Sends one API command to a routeplex control socket and returns its answer.
+pub fn ask(sock: &Path, cmd: control::api::Command) -> Result<serde_json::Value> {
+    Ok(control::daemon::ask(sock, cmd, Duration::from_secs(3))?)
 }
 
 /// A unique namespace name for role `role` of DUT number `n` of this process.
