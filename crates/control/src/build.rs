@@ -239,13 +239,17 @@ fn open_ports(topo: &Topology) -> Result<(Vec<Box<dyn Port>>, Vec<Option<MemPort
             }
             PortKind::Link { .. } => {}
             PortKind::AfXdp(a) => {
-                let opts = ports::afxdp::AfXdpOptions::default();
+                let opts =
+                    ports::afxdp::AfXdpOptions { netns: a.netns_path(), ..Default::default() };
                 let p = ports::afxdp::AfXdpPort::open(a.ifname(), &opts)
                     .map_err(|e| BuildError(format!("port {}: {e}", p.name)))?;
                 ours[i] = Some(Box::new(p));
             }
             PortKind::AfPacket(a) => {
-                let opts = ports::afpacket::AfPacketOptions::default();
+                let opts = ports::afpacket::AfPacketOptions {
+                    netns: a.netns_path(),
+                    ..Default::default()
+                };
                 let p = ports::afpacket::AfPacketPort::open(a.ifname(), &opts)
                     .map_err(|e| BuildError(format!("port {}: {e}", p.name)))?;
                 ours[i] = Some(Box::new(p));

@@ -34,15 +34,23 @@ pub(super) fn is_ifname(s: &str) -> bool {
         && !s.chars().any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control())
 }
 
+/// A network namespace name as `ip netns` keeps them under /run/netns: up to 32 letters,
+/// digits, `-`, `_` or `.`, and not `.` or `..`.
+pub(super) fn is_ns_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 32
+        && s != "."
+        && s != ".."
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+}
+
 /// Reads one host.
 pub(super) fn host(v: &Value, host: &mut Host) -> Result<HostSpec> {
     let m = v.map(HOST_KEYS)?;
     let name_v = m.req("name")?;
     let name = name(&name_v)?;
     // The name becomes a file under /run/netns and appears in `ip netns` commands.
-    if name.len() > 32
-        || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
-    {
+    if !is_ns_name(&name) {
         return Err(name_v.bad(
             &name,
             format_args!("invalid host name {name:?}: use up to 32 letters, digits, '-', '_' or '.' (it names a network namespace)"),

@@ -24,6 +24,8 @@
 //!     kind: afxdp
 //!     host: ha                # a veth `up` makes: rpx-pa here, eth0 in host ha
 //!   - { name: pk, kind: afpacket, interface: veth9 }   # an interface that exists already
+//!   - { name: pn, kind: afxdp, interface: veth3, netns: blue }  # ... in namespace blue
+//!                             # (/run/netns/blue, e.g. from ip netns add); up never makes it
 //!   - { name: pt, kind: tap, interface: tap9 }          # a tap routeplex creates
 //!   - name: p1
 //!     kind: mem
@@ -186,13 +188,27 @@ pub enum Attach {
     /// One end of a veth pair `up` makes: `ifname` stays in the root namespace for routeplex,
     /// its peer is `eth0` in the namespace of `hosts[host]`.
     Host { host: usize, ifname: String },
+    /// An interface that exists already in another network namespace (`/run/netns/NETNS`, as
+    /// `ip netns add` makes): the port opens it there, so one data plane serves interfaces of
+    /// namespaces it did not make. `up` and `down` never create or remove either.
+    Netns { netns: String, ifname: String },
 }
 
 impl Attach {
     /// The interface routeplex opens.
     pub fn ifname(&self) -> &str {
         match self {
-            Attach::Interface(n) | Attach::Host { ifname: n, .. } => n,
+            Attach::Interface(n)
+            | Attach::Host { ifname: n, .. }
+            | Attach::Netns { ifname: n, .. } => n,
+        }
+    }
+
+    /// The namespace the port opens its interface in, as a path (`None`: routeplex's own).
+    pub fn netns_path(&self) -> Option<std::path::PathBuf> {
+        match self {
+            Attach::Netns { netns, .. } => Some(std::path::Path::new("/run/netns").join(netns)),
+            _ => None,
         }
     }
 }
@@ -259,7 +275,7 @@ const MEMIF_KEYS: &[&str] = &[
     "burst",
 ];
 const MEM_KEYS: &[&str] = &["name", "kind", "ring", "burst"];
-const KERNEL_KEYS: &[&str] = &["name", "kind", "interface", "host", "burst"];
+const KERNEL_KEYS: &[&str] = &["name", "kind", "interface", "host", "netns", "burst"];
 const TAP_KEYS: &[&str] = &["name", "kind", "interface", "burst"];
 /// The root-namespace end of a host's veth is this prefix and the port's name.
 const VETH_PREFIX: &str = "rpx-";
@@ -430,7 +446,19 @@ impl Host {
                         if !hosts::is_ifname(i) {
                             return Err(iv.bad(i, format_args!("invalid interface name {i:?}: 1 to 15 bytes, no '/', ':' or spaces")));
                         }
-                        Attach::Interface(i.to_string())
+                        match m.get("netns") {
+                            None => Attach::Interface(i.to_string()),
+                            Some(nv) => {
+                                let n = nv.text()?;
+                                if !hosts::is_ns_name(n) {
+                                    return Err(nv.bad(n, format_args!("invalid namespace name {n:?}: letters, digits, - _ . (32 at most), not . or ..")));
+                                }
+                                Attach::Netns { netns: n.to_string(), ifname: i.to_string() }
+                            }
+                        }
+                    }
+                    (None, Some(_)) if m.get("netns").is_some() => {
+                        return Err(m.get("netns").expect("present").error("netns names the namespace of an existing interface; a host's namespace is its own"))
                     }
                     (None, Some(hv)) => {
                         let h = hv.text()?;

@@ -29,6 +29,9 @@ pub(super) fn summary(t: &Topology) -> String {
     for p in &t.ports {
         let attach = |a: &crate::topology::Attach| match a {
             crate::topology::Attach::Interface(i) => format!("interface {i}"),
+            crate::topology::Attach::Netns { netns, ifname } => {
+                format!("interface {ifname} in namespace {netns}")
+            }
             crate::topology::Attach::Host { host, ifname } => {
                 format!("{ifname} to host {}", t.hosts.get(*host).map_or("?", |h| h.name.as_str()))
             }

@@ -1445,6 +1445,32 @@ fn hosts_and_kernel_ports() {
 }
 
 #[test]
+fn kernel_ports_in_an_existing_namespace() {
+    let t = accepts(&hosted(
+        HOST_A,
+        "  - { name: pa, kind: afxdp, host: ha }\n  - { name: pb, kind: afpacket, interface: veth7, netns: blue }\n",
+    ));
+    let want = Attach::Netns { netns: "blue".into(), ifname: "veth7".into() };
+    assert_eq!(t.ports[1].kind, PortKind::AfPacket(want.clone()));
+    assert_eq!(want.netns_path(), Some(PathBuf::from("/run/netns/blue")));
+    assert!(t.summary().contains("interface veth7 in namespace blue"), "{}", t.summary());
+    rejects(
+        &hosted(HOST_A, "  - { name: pa, kind: afxdp, host: ha, netns: blue }\n"),
+        (4, "blue"),
+        "ports[0].netns",
+        None,
+        "netns names the namespace of an existing interface; a host's namespace is its own",
+    );
+    rejects(
+        &hosted(HOST_A, "  - { name: pa, kind: afxdp, host: ha }\n  - { name: pb, kind: afxdp, interface: v1, netns: .. }\n"),
+        (5, ".."),
+        "ports[1].netns",
+        Some(".."),
+        "invalid namespace name \"..\": letters, digits, - _ . (32 at most), not . or ..",
+    );
+}
+
+#[test]
 fn host_rules() {
     rejects(
         &hosted(HOST_A, "  []\n"),
