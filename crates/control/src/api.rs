@@ -60,7 +60,8 @@ pub enum Command {
         #[serde(default)]
         interface: Option<String>,
     },
-    /// Sets an interface's MTU and/or takes it up or down.
+    /// Sets an interface's MTU, takes it up or down, and/or replaces its addresses (the VR is
+    /// rebuilt in place, as `apply` does).
     InterfaceSet {
         vr: String,
         interface: String,
@@ -68,6 +69,8 @@ pub enum Command {
         mtu: Option<u16>,
         #[serde(default)]
         up: Option<bool>,
+        #[serde(default)]
+        addresses: Option<Vec<IpNet>>,
     },
     /// Removes a VR (its cell keeps running; a cell left without VRs stops and closes its
     /// ports).

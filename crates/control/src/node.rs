@@ -308,8 +308,32 @@ impl Node {
                     Err(e) => Err(ControlError::Invalid(e.0)),
                 }
             }
-            Command::InterfaceSet { vr, interface, mtu, up } => {
+            Command::InterfaceSet { vr, interface, mtu, up, addresses } => {
                 let i = iface_index(self.vr_config(&vr)?, &interface)?;
+                if let Some(list) = addresses {
+                    let mut next = self.topo.clone();
+                    let f = &mut next
+                        .vrs
+                        .iter_mut()
+                        .find(|v| v.name == vr)
+                        .expect("checked")
+                        .interfaces[i as usize];
+                    f.ipv4 = list
+                        .iter()
+                        .filter_map(|n| match n {
+                            IpNet::V4(n) => Some(*n),
+                            IpNet::V6(_) => None,
+                        })
+                        .collect();
+                    f.ipv6 = list
+                        .iter()
+                        .filter_map(|n| match n {
+                            IpNet::V6(n) => Some(*n),
+                            IpNet::V4(_) => None,
+                        })
+                        .collect();
+                    self.apply(next, false)?;
+                }
                 if let Some(m) = mtu {
                     self.vr_change(&vr, VrChange::Mtu(i, m))?;
                     self.topo_vr_mut(&vr).interfaces[i as usize].mtu = m;
@@ -317,7 +341,20 @@ impl Node {
                 if let Some(u) = up {
                     self.vr_change(&vr, VrChange::Up(i, u))?;
                 }
-                Ok(json!({ "vr": vr, "interface": interface, "mtu": mtu, "up": up }))
+                let addresses = self.vr_config(&vr)?.interfaces[i as usize]
+                    .ipv4
+                    .iter()
+                    .map(|n| n.to_string())
+                    .chain(
+                        self.vr_config(&vr)?.interfaces[i as usize]
+                            .ipv6
+                            .iter()
+                            .map(|n| n.to_string()),
+                    )
+                    .collect::<Vec<_>>();
+                Ok(
+                    json!({ "vr": vr, "interface": interface, "mtu": mtu, "up": up, "addresses": addresses }),
+                )
             }
             Command::VrRemove { vr } => {
                 let mut next = self.topo.clone();

@@ -167,6 +167,12 @@ pub struct VrStatus {
     /// A change waiting for the VR's next period.
     pub pending: Option<Option<Reservation>>,
     pub batch: usize,
+    /// Neighbor table entries in use, and its size.
+    pub neighbors: (usize, usize),
+    /// Packets waiting for neighbor resolution.
+    pub queued: usize,
+    /// Interfaces: name, MTU, up.
+    pub interfaces: Vec<(String, u16, bool)>,
 }
 
 /// One port as a snapshot saw it.
@@ -259,6 +265,8 @@ impl Snapshot {
                     "reservation": v.reservation.map(reservation_json),
                     "pending_reservation": v.pending.map(|p| p.map(reservation_json)),
                     "batch": v.batch,
+                    "neighbors": { "used": v.neighbors.0, "size": v.neighbors.1, "queued": v.queued },
+                    "interfaces": v.interfaces.iter().map(|(n, mtu, up)| json!({ "name": n, "mtu": mtu, "up": up })).collect::<Vec<_>>(),
                 })
             })
             .collect();
@@ -752,6 +760,9 @@ fn status(id: usize, c: &Cell) -> CellStatus {
             reservation: c.reservation(v),
             pending: c.pending_reservation(v),
             batch: c.vr_batch(v),
+            neighbors: vr.neighbor_occupancy(),
+            queued: vr.queued(),
+            interfaces: vr.interfaces(),
         })
         .collect();
     let ports = (0..c.port_count())

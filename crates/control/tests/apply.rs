@@ -279,6 +279,7 @@ fn api_commands_on_a_running_node() {
         interface: "b".into(),
         mtu: Some(1400),
         up: None,
+        addresses: None,
     })
     .unwrap();
     let e = n
@@ -287,6 +288,7 @@ fn api_commands_on_a_running_node() {
             interface: "b".into(),
             mtu: Some(20),
             up: None,
+            addresses: None,
         })
         .unwrap_err();
     assert!(e.to_string().contains("MTU 20"), "{e}");
@@ -296,9 +298,23 @@ fn api_commands_on_a_running_node() {
             interface: "zz".into(),
             mtu: None,
             up: None,
+            addresses: None,
         })
         .unwrap_err();
     assert_eq!(e.code(), "no_such_interface");
+    // New addresses on interface a: the VR is rebuilt in place; b's traffic keeps flowing.
+    let r = n
+        .execute(Command::InterfaceSet {
+            vr: "changing".into(),
+            interface: "a".into(),
+            mtu: None,
+            up: None,
+            addresses: Some(vec!["10.0.0.1/24".parse().unwrap(), "10.0.5.1/24".parse().unwrap()]),
+        })
+        .unwrap();
+    assert_eq!(r["addresses"], json!(["10.0.0.1/24", "10.0.5.1/24"]), "{r}");
+    let st = n.status().unwrap();
+    assert_eq!(vr(&st, "changing")["routes"]["connected"], 3, "{st:#}");
     let nb = n.execute(Command::NeighborList { vr: "changing".into() }).unwrap();
     assert_eq!(nb["neighbors"][0]["state"], "static", "{nb}");
 
