@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use control::model::{MemberDoc, MemifDoc, PortDoc, PortKindDoc, SwitchDoc, TopologyDoc};
 use ports::memif::MemifPort;
 use ports::{Batch, Port};
 use serde_json::json;
@@ -88,16 +89,25 @@ impl SwitchProcess {
         std::fs::create_dir_all(&dir)?;
         let sockets: Vec<String> =
             (0..n).map(|i| format!("@{tag}-{i}-{}", rand_suffix())).collect();
-        let mut yaml = String::from("ports:\n");
-        for (i, s) in sockets.iter().enumerate() {
-            yaml += &format!("  - {{ name: m{i}, kind: memif, socket: \"{s}\" }}\n");
-        }
-        yaml += "switches:\n  - name: sw\n    members:\n";
-        for i in 0..n {
-            yaml += &format!("      - {{ port: m{i} }}\n");
-        }
+        let memif =
+            |s: &String| PortKindDoc::Memif(MemifDoc { socket: s.clone(), ..Default::default() });
+        let doc = TopologyDoc {
+            ports: sockets
+                .iter()
+                .enumerate()
+                .map(|(i, s)| PortDoc::new(format!("m{i}"), memif(s)))
+                .collect(),
+            switches: vec![SwitchDoc {
+                name: "sw".into(),
+                members: (0..n)
+                    .map(|i| MemberDoc { port: format!("m{i}"), ..Default::default() })
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
         let file = dir.join("switch.yaml");
-        std::fs::write(&file, yaml)?;
+        std::fs::write(&file, doc.to_yaml())?;
         let log = std::fs::File::create(dir.join("switch.log"))?;
         // The child must see every CPU to pin its worker away from ours; ours goes back to
         // CPU 0 once it runs.

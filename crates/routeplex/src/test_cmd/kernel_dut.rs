@@ -22,6 +22,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use control::model::{
+    IfaceDoc, KernelDoc, NeighborDoc, PortDoc, PortKindDoc, RouteDoc, TopologyDoc, VrDoc,
+};
 use ipnet::Ipv4Net;
 use ports::afpacket::{AfPacketOptions, AfPacketPort};
 use ports::afxdp::{AfXdpOptions, AfXdpPort};
@@ -551,21 +554,31 @@ impl KernelDut {
     /// Topology file, `routeplex run` in namespace `d`, and a wait until it answers with both
     /// ports up.
     fn routeplex(&mut self, d: &str) -> Result<()> {
-        let kind = if self.kind == Kind::RouteplexAfXdp { "afxdp" } else { "afpacket" };
-        let mut y = format!(
-            "# routeplex test peers: one VR between d0 (generator side) and d1 (sink side).\n\
-             ports:\n  - {{ name: p0, kind: {kind}, interface: d0 }}\n  - {{ name: p1, kind: {kind}, interface: d1 }}\n\
-             vrs:\n  - name: vr\n    interfaces:\n\
-             \x20     - {{ name: e0, port: p0, mac: \"{R0_MAC}\", addresses: [{DUT_IN}/24] }}\n\
-             \x20     - {{ name: e1, port: p1, mac: \"{R1_MAC}\", addresses: [{DUT_OUT}/24] }}\n\
-             \x20   neighbors:\n\
-             \x20     - {{ address: {GEN_IP}, mac: \"{TG_MAC}\", interface: e0 }}\n\
-             \x20     - {{ address: {SINK_IP}, mac: \"{TS_MAC}\", interface: e1 }}\n\
-             \x20   routes:\n"
+        let kernel = |ifname: &str| {
+            let attach = KernelDoc::interface(ifname);
+            if self.kind == Kind::RouteplexAfXdp {
+                PortKindDoc::Afxdp(attach)
+            } else {
+                PortKindDoc::Afpacket(attach)
+            }
+        };
+        let mut vr = VrDoc::new("vr");
+        vr.interfaces = vec![
+            IfaceDoc::on_port("e0", "p0", R0_MAC, [format!("{DUT_IN}/24")]),
+            IfaceDoc::on_port("e1", "p1", R1_MAC, [format!("{DUT_OUT}/24")]),
+        ];
+        vr.neighbors =
+            vec![NeighborDoc::new(GEN_IP, TG_MAC, "e0"), NeighborDoc::new(SINK_IP, TS_MAC, "e1")];
+        vr.routes = self.prefixes.iter().map(|p| RouteDoc::via(p.to_string(), SINK_IP)).collect();
+        let doc = TopologyDoc {
+            ports: vec![PortDoc::new("p0", kernel("d0")), PortDoc::new("p1", kernel("d1"))],
+            vrs: vec![vr],
+            ..TopologyDoc::default()
+        };
+        let y = format!(
+            "# routeplex test peers: one VR between d0 (generator side) and d1 (sink side).\n{}",
+            doc.to_yaml()
         );
-        for p in &self.prefixes {
-            y += &format!("      - {{ prefix: {p}, via: {SINK_IP} }}\n");
-        }
         let file = self.dir.join("peers-vr.yaml");
         std::fs::write(&file, y).with_context(|| format!("{}", file.display()))?;
         control::Topology::load(&file).map_err(anyhow::Error::from)?;
