@@ -266,6 +266,7 @@ mod tests {
                 interface: String::new(),
                 mtu: None,
                 up: None,
+                addresses: None,
             },
             Command::VrRemove { vr: String::new() },
             Command::Reserve { vr: String::new(), spec: vec![] },
