@@ -72,6 +72,14 @@ pub enum Command {
         #[serde(default)]
         addresses: Option<Vec<IpNet>>,
     },
+    /// Adds a VR, with any new ports it needs, to the running topology: as `apply` of the
+    /// running file with these added (a new cell on new ports, or joining the cell of a port
+    /// it shares).
+    VrAdd {
+        vr: crate::model::VrDoc,
+        #[serde(default)]
+        ports: Vec<crate::model::PortDoc>,
+    },
     /// Removes a VR (its cell keeps running; a cell left without VRs stops and closes its
     /// ports).
     VrRemove { vr: String },
@@ -105,6 +113,7 @@ impl Command {
         "neighbor_list",
         "neighbor_flush",
         "interface_set",
+        "vr_add",
         "vr_remove",
         "reserve",
         "move",
@@ -124,6 +133,7 @@ impl Command {
             Command::NeighborList { .. } => "neighbor_list",
             Command::NeighborFlush { .. } => "neighbor_flush",
             Command::InterfaceSet { .. } => "interface_set",
+            Command::VrAdd { .. } => "vr_add",
             Command::VrRemove { .. } => "vr_remove",
             Command::Reserve { .. } => "reserve",
             Command::Move { .. } => "move",
@@ -268,6 +278,7 @@ mod tests {
                 up: None,
                 addresses: None,
             },
+            Command::VrAdd { vr: crate::model::VrDoc::new("x"), ports: vec![] },
             Command::VrRemove { vr: String::new() },
             Command::Reserve { vr: String::new(), spec: vec![] },
             Command::Move { vr: String::new(), worker: 0 },

@@ -701,7 +701,11 @@ pub fn run(
         )));
     }
     let workers = opts.cpus.len();
+    let text =
+        yamlpath::read_file(file, 16 << 20).map_err(|e| ControlError::io(file.display(), e))?;
     let mut node = crate::Node::start(topo, opts, burst)?;
+    let canonical = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
+    node.set_source(text, canonical.display().to_string());
     say(format!(
         "routeplex run: {} forwarding on {} port(s) with {workers} worker(s) (pid {}): {}",
         file.display(),

@@ -293,6 +293,12 @@ impl TopologyDoc {
     }
 }
 
+/// Any serializable document (a [`TopologyDoc`], or a topology file read as plain data) as
+/// YAML, written as [`TopologyDoc::to_yaml`] writes.
+pub fn to_yaml<T: Serialize>(doc: &T) -> String {
+    emit::to_yaml(doc)
+}
+
 impl PortDoc {
     /// A port with the worker's default burst.
     pub fn new(name: impl Into<String>, kind: PortKindDoc) -> PortDoc {

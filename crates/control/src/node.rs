@@ -35,6 +35,8 @@ pub struct Node {
     outside: HashMap<String, MemPort>,
     burst: usize,
     stop_requested: bool,
+    /// The running topology's text and file name, where known (for `vr_add`).
+    source: Option<(String, String)>,
 }
 
 /// What `apply` would do (or did): steps in the order they run.
@@ -115,7 +117,13 @@ impl Node {
             .collect();
         let tables = topo.vrs.iter().map(|v| v.name.clone()).zip(host.tables).collect();
         let rt = Runtime::start(host.cells, opts)?;
-        Ok(Node { topo, tables, rt, outside, burst, stop_requested: false })
+        Ok(Node { topo, tables, rt, outside, burst, stop_requested: false, source: None })
+    }
+
+    /// Records the text the running topology was read from and its file name, so `vr_add`
+    /// can extend it.
+    pub fn set_source(&mut self, text: String, file: String) {
+        self.source = Some((text, file));
     }
 
     /// The topology as last applied.
@@ -356,12 +364,45 @@ impl Node {
                     json!({ "vr": vr, "interface": interface, "mtu": mtu, "up": up, "addresses": addresses }),
                 )
             }
+            Command::VrAdd { vr, ports } => {
+                let name = vr.name.clone();
+                let vr = serde_json::to_value(&vr).expect("documents serialize");
+                let ports: Vec<Value> = ports
+                    .iter()
+                    .map(|p| serde_json::to_value(p).expect("documents serialize"))
+                    .collect();
+                let plan = self.edit_source(|doc| {
+                    list(doc, "ports").extend(ports);
+                    list(doc, "vrs").push(vr);
+                })?;
+                Ok(json!({ "vr": name, "plan": plan.steps }))
+            }
             Command::VrRemove { vr } => {
-                let mut next = self.topo.clone();
-                let i = next.vr_index(&vr).ok_or_else(|| ControlError::NoSuchVr(vr.clone()))?;
-                next.vrs.remove(i);
-                next.schedule.remove(i);
-                let plan = self.apply(next, false)?;
+                self.vr_config(&vr)?;
+                let plan = if self.source.is_some() {
+                    // The VR goes, with the ports nothing else uses (its cell closes them).
+                    self.edit_source(|doc| {
+                        list(doc, "vrs").retain(|v| v["name"] != json!(vr));
+                        let mut used: Vec<Value> = Vec::new();
+                        for v in list(doc, "vrs").iter() {
+                            for i in v["interfaces"].as_array().into_iter().flatten() {
+                                used.push(i["port"].clone());
+                            }
+                        }
+                        for s in list(doc, "switches").iter() {
+                            for m in s["members"].as_array().into_iter().flatten() {
+                                used.push(m["port"].clone());
+                            }
+                        }
+                        list(doc, "ports").retain(|p| used.contains(&p["name"]));
+                    })?
+                } else {
+                    let mut next = self.topo.clone();
+                    let i = next.vr_index(&vr).expect("checked");
+                    next.vrs.remove(i);
+                    next.schedule.remove(i);
+                    self.apply(next, false)?
+                };
                 Ok(json!({ "plan": plan.steps }))
             }
             Command::Reserve { vr, spec } => {
@@ -396,6 +437,28 @@ impl Node {
                 Ok(json!({ "state": "stopping" }))
             }
         }
+    }
+
+    /// Applies the running topology's text as `edit` changes it, and keeps the result as the
+    /// new text. The text is read as plain data (scalars stay text, keys and order as
+    /// written), so whatever the file holds survives the edit, comments aside.
+    fn edit_source(&mut self, edit: impl FnOnce(&mut Value)) -> Result<Plan, ControlError> {
+        let Some((text, file)) = self.source.clone() else {
+            return Err(ControlError::Invalid(
+                "this host was started without its topology's text: use apply with the whole file"
+                    .into(),
+            ));
+        };
+        let node = yamlpath::parse_document(&text, "hosts:, ports:, switches:, vrs:")
+            .map_err(|e| ControlError::Invalid(e.to_string()))?;
+        let mut doc = plain(&node);
+        edit(&mut doc);
+        let text = crate::model::to_yaml(&doc);
+        let base = Path::new(&file).parent().unwrap_or(Path::new(".")).to_path_buf();
+        let next = Topology::parse(&text, &file, &base)?;
+        let plan = self.apply(next, false)?;
+        self.source = Some((text, file));
+        Ok(plan)
     }
 
     fn vr_change(&self, vr: &str, ch: VrChange) -> Result<VrAnswer, ControlError> {
@@ -526,7 +589,7 @@ impl Node {
         if cur.hosts != next.hosts {
             refused.push(format!("hosts changed: {fix}"));
         }
-        if cur.switches != next.switches {
+        if switches_named(cur) != switches_named(next) {
             refused.push(format!("switches changed: {fix}"));
         }
         let cur_ports: BTreeMap<&str, &crate::PortSpec> =
@@ -535,7 +598,7 @@ impl Node {
             next.ports.iter().map(|p| (p.name.as_str(), p)).collect();
         for (n, p) in &cur_ports {
             match next_ports.get(n) {
-                Some(q) if q.kind != p.kind => {
+                Some(q) if !same_kind(cur, &p.kind, next, &q.kind) => {
                     refused.push(format!("port {n}: its kind or settings changed: {fix}"))
                 }
                 Some(q) if q.burst != p.burst => {
@@ -594,7 +657,7 @@ impl Node {
                     .interfaces
                     .iter()
                     .zip(&v.interfaces)
-                    .all(|(a, b)| IfaceConfig { mtu: b.mtu, ..a.clone() } == *b);
+                    .all(|(a, b)| IfaceConfig { mtu: b.mtu, port: b.port, ..a.clone() } == *b);
             let ports_same = old.interfaces.iter().map(|f| f.port_name(cur)).collect::<Vec<_>>()
                 == v.interfaces.iter().map(|f| f.port_name(next)).collect::<Vec<_>>();
             if !ports_same {
@@ -830,6 +893,52 @@ impl Node {
     }
 }
 
+/// Whether two ports (of `a` and of `b`) are of the same kind with the same settings; an
+/// internal link's peer compared by name.
+fn same_kind(a: &Topology, ka: &PortKind, b: &Topology, kb: &PortKind) -> bool {
+    match (ka, kb) {
+        (PortKind::Link { peer: x }, PortKind::Link { peer: y }) => {
+            a.ports[usize::from(*x)].name == b.ports[usize::from(*y)].name
+        }
+        _ => ka == kb,
+    }
+}
+
+/// The switches as text, with their members' ports by name (port numbers shift when a port
+/// earlier in the file goes).
+fn switches_named(t: &Topology) -> Vec<String> {
+    t.switches
+        .iter()
+        .map(|s| {
+            let members: Vec<String> = s
+                .members
+                .iter()
+                .map(|m| format!("{}: {:?}", t.ports[usize::from(m.port)].name, m.mode))
+                .collect();
+            format!("{} {members:?} {:?} {} {}", s.name, s.statics, s.mac_limit, s.aging_ms)
+        })
+        .collect()
+}
+
+/// A YAML document as plain JSON data: mappings, lists, and every scalar as text.
+fn plain(n: &marked_yaml::Node) -> Value {
+    match n {
+        marked_yaml::Node::Scalar(s) => Value::String(s.as_str().to_string()),
+        marked_yaml::Node::Sequence(l) => Value::Array(l.iter().map(plain).collect()),
+        marked_yaml::Node::Mapping(m) => {
+            Value::Object(m.iter().map(|(k, v)| (k.as_str().to_string(), plain(v))).collect())
+        }
+    }
+}
+
+/// The list under `key` of a document, made empty if absent (or not a list).
+fn list<'a>(doc: &'a mut Value, key: &str) -> &'a mut Vec<Value> {
+    if !doc[key].is_array() {
+        doc[key] = Value::Array(Vec::new());
+    }
+    doc[key].as_array_mut().expect("made a list above")
+}
+
 /// Route operations that turn `old` into `new` (static and table routes of one VR).
 fn route_diff(old: &[RouteConfig], new: &[RouteConfig]) -> Vec<RouteOp> {
     let key = |r: &RouteConfig| (r.prefix, r.source);
@@ -865,12 +974,11 @@ fn merge_cells(mut groups: Vec<(Vec<String>, Vec<usize>)>) -> Vec<(Vec<String>, 
     out
 }
 
+/// Whether the interfaces sit on the same segments (their ports, compared by name by the
+/// caller, and VLANs) with the same MACs.
 fn same_ifaces(a: &VrConfig, b: &VrConfig) -> bool {
     a.interfaces.len() == b.interfaces.len()
-        && a.interfaces
-            .iter()
-            .zip(&b.interfaces)
-            .all(|(x, y)| (x.port, x.vlan, x.mac) == (y.port, y.vlan, y.mac))
+        && a.interfaces.iter().zip(&b.interfaces).all(|(x, y)| (x.vlan, x.mac) == (y.vlan, y.mac))
 }
 
 fn what_changed(a: &VrConfig, b: &VrConfig) -> String {

@@ -362,3 +362,41 @@ fn api_commands_on_a_running_node() {
     assert!(n.stop_requested());
     n.stop().unwrap();
 }
+
+#[test]
+fn vr_add_and_remove_through_the_api_extend_the_running_topology() {
+    use control::model::{IfaceDoc, PortDoc, PortKindDoc, VrDoc};
+    let mut n = node(BEFORE);
+    // Without the running topology's text, vr_add says what to do instead.
+    let e = n.execute(Command::VrAdd { vr: VrDoc::new("x"), ports: vec![] }).unwrap_err();
+    assert!(e.to_string().contains("use apply"), "{e}");
+    n.set_source(BEFORE.to_string(), "apply.yaml".into());
+
+    let steady = Stream::start(&mut n, "s0", "s1", [2, 0, 0, 0, 1, 0], [198, 51, 100, 7]);
+    steady.wait_for(1_000);
+    let mut v = VrDoc::new("added");
+    v.interfaces.push(IfaceDoc::on_port("a", "n0", "02:00:00:00:09:00", ["10.9.9.1/24"]));
+    let port = PortDoc::new("n0", PortKindDoc::Mem { ring: None });
+    let r = n.execute(Command::VrAdd { vr: v, ports: vec![port] }).unwrap();
+    assert_eq!(r["plan"], json!(["+ vr added (new cell; opens n0)"]), "{r}");
+    assert!(n.table("added").is_some());
+    // A bad VR is refused with the parser's error, and nothing changes.
+    let mut bad = VrDoc::new("bad");
+    bad.interfaces.push(IfaceDoc::on_port("a", "nowhere", "02:00:00:00:09:01", ["10.9.8.1/24"]));
+    let e = n.execute(Command::VrAdd { vr: bad, ports: vec![] }).unwrap_err();
+    assert_eq!(e.code(), "topology", "{e}");
+    assert!(e.to_string().contains("nowhere"), "{e}");
+
+    // Removing a VR alone in its cell closes the ports nothing else uses.
+    let r = n.execute(Command::VrRemove { vr: "old".into() }).unwrap();
+    assert_eq!(r["plan"], json!(["- vr old (its cell stops; ports o0 close)"]), "{r}");
+    let r = n.execute(Command::VrRemove { vr: "added".into() }).unwrap();
+    assert_eq!(r["plan"], json!(["- vr added (its cell stops; ports n0 close)"]), "{r}");
+    assert_eq!(
+        n.execute(Command::VrRemove { vr: "added".into() }).unwrap_err().code(),
+        "no_such_vr"
+    );
+    let (sent, got, err) = steady.finish();
+    assert_eq!((got, err), (sent, None), "an untouched VR lost nothing");
+    n.stop().unwrap();
+}
