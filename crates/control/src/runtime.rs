@@ -2,9 +2,18 @@
 //! traffic flows.
 //!
 //! [`Runtime::start`] spawns one thread per worker (pinned where [`Options`] says, through the
-//! caller's `pin`, since this crate makes no raw system calls) and hands each the cells placed
-//! on it: the topology's placement, else the worker with the fewest VRs. A worker loops: poll
-//! every cell once, then, if the control side has flagged a command, take it between two polls.
+//! caller's `pin`) and hands each the cells placed on it: the topology's placement, else the
+//! worker with the fewest VRs. A worker loops: poll every cell once, then, if the control side
+//! has flagged a command, take it between two polls.
+//!
+//! **Idle workers** do what [`Idle`] says. [`Idle::Adaptive`] (the topology's default) spins
+//! while frames come, yields the CPU after [`SPIN_NS`] without any, and after [`BLOCK_AFTER_NS`]
+//! sleeps in poll(2) on its cells' port descriptors ([`ports::Port::wakeup_fds`]) and on its
+//! own eventfd, which the control side writes with each command it sends to a sleeping worker.
+//! A sleep lasts at most [`BLOCK_TIMEOUT`], so VR timers, reservation periods and the ports'
+//! housekeeping still run, or [`NAP`] when some port has no descriptor (`mem`). The first poll
+//! that finds frames puts it back to spinning. [`Idle::Interrupt`] sleeps as soon as a poll
+//! finds nothing. The sleeping itself is `ports::wait`'s: the data plane makes no system call.
 //!
 //! **Moving** a VR moves its cell: the old worker, between two polls, removes the cell and
 //! sends it back (a cell holds no packet between polls: the VRs' extra packets leave with the
@@ -17,6 +26,7 @@
 //! the VR's next period (see `dataplane` `budget.rs`). **Counters** are read the same way:
 //! [`Runtime::snapshot`] asks every worker for a copy, between two of its polls.
 
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
@@ -26,6 +36,7 @@ use std::time::{Duration, Instant};
 use dataplane::{
     Cell, Clock, PortCounters, Reservation, SwitchCounters, VrCounters, Worker, SPARE_WINDOW_NS,
 };
+use ports::wait::{Poller, Waker};
 use ports::{PortStats, PortStatus};
 use serde_json::{json, Value};
 
@@ -36,6 +47,18 @@ use crate::Topology;
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Empty polls a worker spins through before it starts yielding its CPU ([`Idle::Yield`]).
 const SPIN_ROUNDS: u32 = 64;
+/// [`Idle::Adaptive`]: how long a worker spins through empty polls before it yields its CPU
+/// between them, in nanoseconds.
+pub const SPIN_NS: u64 = 50_000;
+/// [`Idle::Adaptive`]: how long its polls must have found nothing before a worker sleeps, in
+/// nanoseconds.
+pub const BLOCK_AFTER_NS: u64 = 1_000_000;
+/// The longest sleep on port descriptors: timers (neighbor retransmits, reservation periods,
+/// the ports' housekeeping) run at least this often.
+pub const BLOCK_TIMEOUT: Duration = Duration::from_millis(5);
+/// The sleep of a worker with a port that has no descriptor (`mem`): frames there are seen
+/// only when it wakes.
+pub const NAP: Duration = Duration::from_micros(100);
 
 /// A clock for workers: nanoseconds since it was made, from the monotonic clock (the vDSO,
 /// which reads the TSC on x86). The CLI passes a raw TSC clock instead, which is cheaper.
@@ -45,13 +68,41 @@ pub fn monotonic_clock() -> Clock {
 }
 
 /// What a worker does when a poll found nothing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Idle {
-    /// Spin (lowest latency; the CPU is the worker's).
+    /// Spin (lowest latency; the CPU is the worker's). A topology's `idle: poll`.
     Spin,
-    /// Spin a few polls, then yield the CPU between empty polls (for CPUs shared with other
-    /// threads: tests, a generator on the same machine).
+    /// Spin a few polls, then yield the CPU between empty polls, never sleeping (for CPUs
+    /// shared with other threads: tests, a generator on the same machine).
     Yield,
+    /// Spin while there is traffic; after [`SPIN_NS`] of empty polls yield, after
+    /// [`BLOCK_AFTER_NS`] sleep on the ports' descriptors until frames, a command or
+    /// [`BLOCK_TIMEOUT`] (the default).
+    #[default]
+    Adaptive,
+    /// Sleep on the ports' descriptors as soon as a poll finds nothing (least CPU; every
+    /// pause in traffic costs a wakeup).
+    Interrupt,
+}
+
+impl Idle {
+    /// Every mode.
+    pub const ALL: [Idle; 4] = [Idle::Spin, Idle::Yield, Idle::Adaptive, Idle::Interrupt];
+
+    /// Its name in a topology file (`yield` is not allowed there) and in status.
+    pub fn name(self) -> &'static str {
+        match self {
+            Idle::Spin => "poll",
+            Idle::Yield => "yield",
+            Idle::Adaptive => "adaptive",
+            Idle::Interrupt => "interrupt",
+        }
+    }
+
+    /// The mode called `name` (see [`Idle::name`]).
+    pub fn from_name(name: &str) -> Option<Idle> {
+        Idle::ALL.into_iter().find(|i| i.name() == name)
+    }
 }
 
 /// How to run the workers.
@@ -63,6 +114,7 @@ pub struct Options {
     pub pin: Option<fn(usize) -> bool>,
     /// Makes each worker's clock (time budgets and spare capacity are measured with it).
     pub clock: fn() -> Clock,
+    /// What workers do when idle.
     pub idle: Idle,
     /// Length of each worker's spare-capacity window, in nanoseconds.
     pub spare_window_ns: u64,
@@ -80,12 +132,13 @@ impl Options {
         }
     }
 
-    /// The topology's workers (by default one per online CPU), each meant for its CPU; set
-    /// [`Options::pin`] to pin them.
+    /// The topology's workers (by default one per online CPU), each meant for its CPU, idling
+    /// as it says; set [`Options::pin`] to pin them.
     pub fn for_topology(topo: &Topology) -> Options {
         let online = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut o = Options::new(0);
         o.cpus = topo.workers.cpus(online).into_iter().map(Some).collect();
+        o.idle = topo.idle;
         o
     }
 }
@@ -122,13 +175,33 @@ enum Cmd {
         reply: Sender<Result<(), String>>,
     },
     Status(Sender<WorkerStatus>),
+    SetIdle(Idle),
 }
 
 struct WorkerHandle {
     tx: Sender<Cmd>,
     /// Set after each command sent: the worker checks this flag, not the channel, every poll.
     pending: Arc<AtomicBool>,
+    wake: Arc<Wake>,
     thread: Option<JoinHandle<Vec<(usize, Cell)>>>,
+}
+
+/// How the control side wakes a worker sleeping on its ports.
+struct Wake {
+    /// Set by the worker while it may be sleeping (from just before its last look at
+    /// `pending` until it wakes).
+    asleep: AtomicBool,
+    waker: Waker,
+}
+
+impl Wake {
+    /// After `pending` was set: wakes the worker if it may be asleep. With both sides' SeqCst
+    /// accesses, either the worker sees `pending` before it sleeps or this sees `asleep`.
+    fn poke(&self) {
+        if self.asleep.load(Ordering::SeqCst) {
+            self.waker.wake();
+        }
+    }
 }
 
 /// What the control side knows of a cell: where it runs and which VRs it holds (in the
@@ -205,6 +278,13 @@ pub struct WorkerStatus {
     pub idle_rounds: u64,
     /// Spare capacity of its last spare window, in nanoseconds.
     pub spare_ns: u64,
+    /// What it does when idle.
+    pub idle: Idle,
+    /// Times it slept on its ports' descriptors ([`BLOCK_TIMEOUT`] at most), and times it
+    /// napped instead ([`NAP`]: a port without a descriptor), and how long it spent in both.
+    pub sleeps: u64,
+    pub naps: u64,
+    pub slept_ns: u64,
     pub cells: Vec<CellStatus>,
 }
 
@@ -245,7 +325,9 @@ impl Snapshot {
                     w.cells.iter().flat_map(|c| &c.vrs).map(|v| v.name.as_str()).collect();
                 json!({
                     "index": w.index, "cpu": w.cpu, "pinned": w.pinned, "rounds": w.rounds,
-                    "idle_rounds": w.idle_rounds, "spare_ns": w.spare_ns, "vrs": vrs,
+                    "idle_rounds": w.idle_rounds, "spare_ns": w.spare_ns, "idle": w.idle.name(),
+                    "sleeps": w.sleeps, "naps": w.naps, "slept_s": w.slept_ns as f64 / 1e9,
+                    "vrs": vrs,
                 })
             })
             .collect();
@@ -329,6 +411,9 @@ impl Runtime {
         for (index, mine) in initial.into_iter().enumerate() {
             let (tx, rx) = mpsc::channel();
             let pending = Arc::new(AtomicBool::new(false));
+            let waker = Waker::new()
+                .map_err(|e| RuntimeError(format!("cannot start worker {index}: eventfd: {e}")))?;
+            let wake = Arc::new(Wake { asleep: AtomicBool::new(false), waker });
             let ctx = Ctx {
                 index,
                 cpu: opts.cpus[index],
@@ -338,6 +423,7 @@ impl Runtime {
                 spare_window_ns: opts.spare_window_ns,
                 rx,
                 pending: pending.clone(),
+                wake: wake.clone(),
                 stop: stop.clone(),
                 epoch,
             };
@@ -345,7 +431,7 @@ impl Runtime {
                 .name(format!("worker{index}"))
                 .spawn(move || ctx.run(mine))
                 .map_err(|e| RuntimeError(format!("cannot start worker {index}: {e}")))?;
-            workers.push(WorkerHandle { tx, pending, thread: Some(thread) });
+            workers.push(WorkerHandle { tx, pending, wake, thread: Some(thread) });
         }
         Ok(Runtime { workers, cells: infos, stop, epoch })
     }
@@ -501,7 +587,22 @@ impl Runtime {
             .tx
             .send(cmd)
             .map_err(|_| RuntimeError(format!("worker {w} has stopped")))?;
-        self.workers[w].pending.store(true, Ordering::Release);
+        self.flag(w);
+        Ok(())
+    }
+
+    /// Tells worker `w` a command is waiting, waking it if it sleeps.
+    fn flag(&self, w: usize) {
+        let h = &self.workers[w];
+        h.pending.store(true, Ordering::SeqCst);
+        h.wake.poke();
+    }
+
+    /// Changes what every worker does when idle, from its next poll.
+    pub fn set_idle(&self, idle: Idle) -> Result<(), RuntimeError> {
+        for w in 0..self.workers.len() {
+            self.send(w, Cmd::SetIdle(idle))?;
+        }
         Ok(())
     }
 
@@ -534,7 +635,7 @@ impl Runtime {
             let _ = self.send(from, Cmd::Install(c, cell));
             return err(format!("worker {to} has stopped; vr {name} stays on worker {from}"));
         }
-        self.workers[to].pending.store(true, Ordering::Release);
+        self.flag(to);
         self.cells[c].worker = to;
         Ok(Moved { vrs, from, to })
     }
@@ -575,7 +676,7 @@ impl Runtime {
     /// Stops every worker and returns the cells, in the order they were given to
     /// [`Runtime::start`].
     pub fn stop(mut self) -> Result<Vec<Cell>, RuntimeError> {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop_all();
         let mut all: Vec<(usize, Cell)> = Vec::new();
         let mut panicked = Vec::new();
         for (w, h) in self.workers.iter_mut().enumerate() {
@@ -592,11 +693,19 @@ impl Runtime {
         all.sort_by_key(|(id, _)| *id);
         Ok(all.into_iter().map(|(_, c)| c).collect())
     }
+
+    /// Raises the stop flag and wakes every worker, so sleeping ones see it now.
+    fn stop_all(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for h in &self.workers {
+            h.wake.waker.wake();
+        }
+    }
 }
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop_all();
         for h in &mut self.workers {
             if let Some(t) = h.thread.take() {
                 let _ = t.join();
@@ -654,8 +763,61 @@ struct Ctx {
     spare_window_ns: u64,
     rx: Receiver<Cmd>,
     pending: Arc<AtomicBool>,
+    wake: Arc<Wake>,
     stop: Arc<AtomicBool>,
     epoch: Instant,
+}
+
+/// A worker's sleeping: the descriptors of its last sleep (kept, so sleeping does not
+/// allocate once they have been seen) and what it counts.
+#[derive(Default)]
+struct Sleeper {
+    poller: Poller,
+    fds: Vec<RawFd>,
+    sleeps: u64,
+    naps: u64,
+    slept_ns: u64,
+}
+
+impl Sleeper {
+    /// Sleeps on `cells`' port descriptors and the worker's waker until one is readable or
+    /// the timeout passes: [`BLOCK_TIMEOUT`], or [`NAP`] if a port has no descriptor. Does
+    /// not sleep if a port has frames waiting already, a command is pending or the worker
+    /// must stop.
+    fn sleep(&mut self, ctx: &Ctx, cells: &mut [Cell]) {
+        self.fds.clear();
+        let mut all = true;
+        for c in cells.iter() {
+            all &= c.wakeup_fds(&mut self.fds);
+        }
+        self.fds.push(ctx.wake.waker.fd());
+        let mut waiting = false;
+        for c in cells.iter_mut() {
+            waiting |= c.arm_wakeups();
+        }
+        if !waiting {
+            ctx.wake.asleep.store(true, Ordering::SeqCst);
+            if !ctx.pending.load(Ordering::SeqCst) && !ctx.stop.load(Ordering::SeqCst) {
+                let timeout = if all { BLOCK_TIMEOUT } else { NAP };
+                let t0 = Instant::now();
+                if self.poller.wait(&self.fds, timeout).is_err() {
+                    // Cannot poll (out of memory, too many descriptors): sleep it off.
+                    std::thread::sleep(NAP);
+                }
+                self.slept_ns += t0.elapsed().as_nanos() as u64;
+                if all {
+                    self.sleeps += 1;
+                } else {
+                    self.naps += 1;
+                }
+            }
+            ctx.wake.asleep.store(false, Ordering::SeqCst);
+            ctx.wake.waker.clear();
+        }
+        for c in cells.iter_mut() {
+            c.disarm_wakeups();
+        }
+    }
 }
 
 impl Ctx {
@@ -669,6 +831,10 @@ impl Ctx {
         w.set_spare_window(self.spare_window_ns);
         let (mut ids, mut cells): (Vec<usize>, Vec<Cell>) = mine.into_iter().unzip();
         let (mut rounds, mut idle_rounds, mut idle_run) = (0u64, 0u64, 0u32);
+        let mut idle = self.idle;
+        let mut sleeper = Sleeper::default();
+        // When the polls started finding nothing (epoch nanoseconds), while they do.
+        let mut quiet_since: Option<u64> = None;
         while !self.stop.load(Ordering::Relaxed) {
             if self.pending.load(Ordering::Relaxed) && self.pending.swap(false, Ordering::Acquire) {
                 while let Ok(cmd) = self.rx.try_recv() {
@@ -715,6 +881,10 @@ impl Ctx {
                                 rounds,
                                 idle_rounds,
                                 spare_ns: w.spare_ns(),
+                                idle,
+                                sleeps: sleeper.sleeps,
+                                naps: sleeper.naps,
+                                slept_ns: sleeper.slept_ns,
                                 cells: ids
                                     .iter()
                                     .zip(&cells)
@@ -722,12 +892,19 @@ impl Ctx {
                                     .collect(),
                             });
                         }
+                        Cmd::SetIdle(i) => {
+                            idle = i;
+                            quiet_since = None;
+                        }
                     }
                 }
             }
             if cells.is_empty() {
                 // Nothing to poll: wait for work instead of burning the CPU.
-                std::thread::sleep(Duration::from_micros(100));
+                match idle {
+                    Idle::Spin | Idle::Yield => std::thread::sleep(NAP),
+                    Idle::Adaptive | Idle::Interrupt => sleeper.sleep(&self, &mut cells),
+                }
                 continue;
             }
             let now = self.epoch.elapsed().as_nanos() as u64;
@@ -735,13 +912,21 @@ impl Ctx {
             rounds += 1;
             if n > 0 {
                 idle_run = 0;
+                quiet_since = None;
                 continue;
             }
             idle_rounds += 1;
             idle_run = idle_run.saturating_add(1);
-            match self.idle {
+            let quiet = now.saturating_sub(*quiet_since.get_or_insert(now));
+            match idle {
+                Idle::Spin => std::hint::spin_loop(),
                 Idle::Yield if idle_run > SPIN_ROUNDS => std::thread::yield_now(),
-                _ => std::hint::spin_loop(),
+                Idle::Yield => std::hint::spin_loop(),
+                Idle::Adaptive if quiet < SPIN_NS => std::hint::spin_loop(),
+                Idle::Adaptive if quiet < BLOCK_AFTER_NS => std::thread::yield_now(),
+                // Once asleep, a poll that finds nothing sleeps again at once: `quiet_since`
+                // stays until frames come.
+                Idle::Adaptive | Idle::Interrupt => sleeper.sleep(&self, &mut cells),
             }
         }
         ids.into_iter().zip(cells).collect()

@@ -541,6 +541,34 @@ impl Cell {
         self.ports[p].name()
     }
 
+    /// For a worker about to sleep: appends every port's wakeup descriptors to `out` (see
+    /// [`Port::wakeup_fds`]); false if some port has none, so the worker may only nap. The data
+    /// plane only hands the numbers on: the caller sleeps.
+    pub fn wakeup_fds(&self, out: &mut Vec<std::os::fd::RawFd>) -> bool {
+        let mut all = true;
+        for p in &self.ports {
+            all &= p.wakeup_fds(out);
+        }
+        all
+    }
+
+    /// Asks every port to signal its descriptors (see [`Port::arm_wakeup`]); true if one has
+    /// frames waiting already, and the worker should poll rather than sleep.
+    pub fn arm_wakeups(&mut self) -> bool {
+        let mut waiting = false;
+        for p in &mut self.ports {
+            waiting |= p.arm_wakeup();
+        }
+        waiting
+    }
+
+    /// After a sleep: every port back to being polled (see [`Port::disarm_wakeup`]).
+    pub fn disarm_wakeups(&mut self) {
+        for p in &mut self.ports {
+            p.disarm_wakeup();
+        }
+    }
+
     /// Every table and counter, for test failures and `show`.
     pub fn dump(&self) -> String {
         let mut s = String::new();

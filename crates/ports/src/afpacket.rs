@@ -40,7 +40,7 @@
 
 use std::cell::Cell;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
@@ -276,6 +276,13 @@ impl Port for AfPacketPort {
 
     fn status(&self) -> PortStatus {
         self.watch.status().clone()
+    }
+
+    /// The socket: readable once the kernel retired a block (full, or after the block
+    /// timeout), which is also when `rx_burst` can see its frames.
+    fn wakeup_fds(&self, out: &mut Vec<RawFd>) -> bool {
+        out.extend(self.live.as_ref().map(|l| l.fd.as_raw_fd()));
+        true
     }
 
     fn service(&mut self) {

@@ -12,6 +12,8 @@
 //!   backend that shares memory with a peer copies between that memory and the batch, after
 //!   checking every index and length the peer supplied.
 //! - Nothing here parses packets: the port layer knows frames only as bytes.
+//! - A port may say how a worker can sleep until it has frames ([`Port::wakeup_fds`],
+//!   [`Port::arm_wakeup`], [`Port::disarm_wakeup`]); [`wait`] holds the sleeping itself.
 
 pub mod afpacket;
 pub mod afxdp;
@@ -21,8 +23,11 @@ pub mod memif;
 mod ring;
 mod sys;
 pub mod tap;
+pub mod wait;
 
 pub use buf::{Batch, PktBuf, BUF_SIZE, HEADROOM, MAX_BURST};
+
+use std::os::fd::RawFd;
 
 /// Per-port counters, as the port itself sees them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -83,6 +88,28 @@ pub trait Port: Send {
     /// noticing that an interface went away. The worker calls it about once a millisecond; it
     /// must not block. Ports without such work need not say.
     fn service(&mut self) {}
+
+    /// For a worker about to sleep in poll(2): appends the descriptors that become readable
+    /// when frames may have arrived (a socket, an eventfd the peer signals) or when
+    /// [`Port::service`] has work (a control socket). Returns false if frames can arrive
+    /// without any descriptor saying so (in-process rings): the worker must then keep naps
+    /// short. A port with nothing to receive right now (down, waiting for a peer) appends what
+    /// it has, maybe nothing, and returns true: its `service` runs on the sleeper's timeout.
+    /// The set may change whenever the status does; ask before every sleep. Default: none.
+    fn wakeup_fds(&self, _out: &mut Vec<RawFd>) -> bool {
+        false
+    }
+
+    /// Called before sleeping on [`Port::wakeup_fds`]: asks the peer to signal them from now on
+    /// where it must be asked (memif clears `MASK_INT`), consumes stale signals, and returns
+    /// true if frames are waiting already, so the worker polls instead of sleeping. Ports
+    /// whose descriptors are level-triggered sockets need do nothing.
+    fn arm_wakeup(&mut self) -> bool {
+        false
+    }
+
+    /// Called after the sleep: the worker polls again, so the peer may stop signalling.
+    fn disarm_wakeup(&mut self) {}
 }
 
 impl<P: Port + ?Sized> Port for Box<P> {
@@ -103,5 +130,14 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn service(&mut self) {
         (**self).service()
+    }
+    fn wakeup_fds(&self, out: &mut Vec<RawFd>) -> bool {
+        (**self).wakeup_fds(out)
+    }
+    fn arm_wakeup(&mut self) -> bool {
+        (**self).arm_wakeup()
+    }
+    fn disarm_wakeup(&mut self) {
+        (**self).disarm_wakeup()
     }
 }

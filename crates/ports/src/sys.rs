@@ -10,7 +10,9 @@
 //! - [`Watch`]: the control-path view of one interface: is it still there (same ifindex), and
 //!   the network namespace it lives in, so a port can re-open itself there when it comes back;
 //! - [`NetNs`]: run an open step inside another network namespace on a helper thread (sockets
-//!   and tun devices belong to the namespace of the thread that creates them).
+//!   and tun devices belong to the namespace of the thread that creates them);
+//! - waiting: an eventfd to wake a sleeping worker and `ppoll` over the ports' descriptors
+//!   (`crate::wait`).
 //!
 //! Errors at open name the backend, the interface and the failing step:
 //! `afxdp veth-a: bpf(BPF_LINK_CREATE): Operation not supported (os error 95)`.
@@ -279,6 +281,50 @@ pub(crate) fn ioctl_ifreq(fd: &OwnedFd, req: libc::c_ulong, ifr: &mut IfReq) -> 
 
 const SIOCGIFINDEX: libc::c_ulong = 0x8933;
 const SIOCGIFMTU: libc::c_ulong = 0x8921;
+
+// ---------------------------------------------------------------------------------------------
+// Waiting
+
+/// `eventfd(2)`: counter 0, non-blocking, close-on-exec.
+pub(crate) fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd(2) takes no pointers.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    cvt(fd as libc::c_long).map(own_fd)
+}
+
+/// Adds 1 to an eventfd's counter. Never blocks (the counter would have to reach 2^64 - 1).
+pub(crate) fn eventfd_add(fd: &OwnedFd) -> io::Result<()> {
+    let one = 1u64.to_ne_bytes();
+    write(fd, &one).map(drop)
+}
+
+/// Reads and zeroes an eventfd's counter; false if it was zero already. Never blocks.
+pub(crate) fn eventfd_take(fd: &OwnedFd) -> bool {
+    let mut v = [0u8; 8];
+    // SAFETY: `v` is 8 writable bytes for the call, the size an eventfd read needs.
+    let ret = unsafe { libc::read(fd.as_raw_fd(), v.as_mut_ptr().cast(), v.len()) };
+    ret == 8
+}
+
+/// `ppoll(2)` for the events set in `fds`, for at most `timeout` (nanosecond resolution, unlike
+/// poll(2)'s milliseconds). Returns how many entries have events; 0 on timeout or when a
+/// signal interrupted the wait.
+pub(crate) fn ppoll(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `fds` is a writable array of `fds.len()` pollfds for the call, `ts` a valid
+    // timespec; a null signal mask leaves the thread's mask alone. The kernel reports a
+    // descriptor that is not open as POLLNVAL instead of touching it.
+    let ret =
+        unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
+    match cvt(ret as libc::c_long) {
+        Ok(n) => Ok(n as usize),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+        Err(e) => Err(e),
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Shared memory

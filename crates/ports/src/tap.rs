@@ -29,7 +29,7 @@
 //! in the interface's own `tx_dropped`).
 
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 
 use crate::sys::{self, at, IfReq, Seen, Watch};
@@ -246,6 +246,12 @@ impl Port for TapPort {
 
     fn status(&self) -> PortStatus {
         self.watch.status().clone()
+    }
+
+    /// The tun file: readable while a frame is queued.
+    fn wakeup_fds(&self, out: &mut Vec<RawFd>) -> bool {
+        out.extend(self.fd.as_ref().map(|f| f.as_raw_fd()));
+        true
     }
 
     fn service(&mut self) {

@@ -114,3 +114,45 @@ fn tap_removed_under_the_port() {
     let mut p = AfPacketPort::open(&tap.name, &AfPacketOptions::default()).unwrap();
     workout(&mut t, &mut p);
 }
+
+/// A tap port's file is what a sleeping worker polls: readable when a frame comes in.
+#[test]
+fn tap_wakes_a_sleeper_when_a_frame_arrives() {
+    if !root_or_skip("tap_wakes_a_sleeper_when_a_frame_arrives") {
+        return;
+    }
+    let name = unique("t");
+    let _g = Del(name.clone());
+    let mut t = TapPort::create(&name).unwrap();
+    quiet(&name, None);
+    up(&name, None);
+    let mut p = AfPacketPort::open(&name, &AfPacketOptions::default()).unwrap();
+    wakes(&mut p, &mut t);
+}
+
+/// As in kernel_cross.rs.
+fn wakes(tx: &mut dyn Port, rx: &mut dyn Port) {
+    use ports::wait::Poller;
+    use std::time::{Duration, Instant};
+    let mut fds = Vec::new();
+    assert!(rx.wakeup_fds(&mut fds));
+    assert_eq!(fds.len(), 1, "{fds:?}");
+    let run = run_id();
+    let mut b = Batch::new(1);
+    b.push_copy(&frame(run, 1, 60, None));
+    assert_eq!(tx.tx_burst(&mut b, &[0]), 1);
+    let mut poller = Poller::new();
+    let mut r = Batch::new(64);
+    let t0 = Instant::now();
+    loop {
+        assert!(t0.elapsed() < Duration::from_secs(20), "never woke for the frame");
+        if poller.wait(&fds, Duration::from_secs(1)).unwrap() == 0 {
+            continue;
+        }
+        r.clear();
+        rx.rx_burst(&mut r);
+        if r.packets().iter().any(|f| parse(f.frame()) == Some((run, 1))) {
+            break;
+        }
+    }
+}

@@ -184,6 +184,58 @@ fn signalled(tx: &mut MemifPort, rx: &mut MemifPort, magic: u32) {
     assert!(fds.iter().all(|&fd| !readable(fd)), "signal consumed");
 }
 
+/// A polling port asked to signal before a worker sleeps: its wakeup descriptors are the
+/// control socket and the ring eventfds; once armed, a frame from the peer makes one readable
+/// (and a frame already waiting makes `arm_wakeup` say so); disarmed, nothing is signalled.
+#[test]
+fn armed_polling_receiver_is_signalled_until_disarmed() {
+    let sock = unique_socket(true);
+    let (mut s, mut c) = pair(&sock, |o| o.queues = 2);
+    armed_signals(&mut c, &mut s, MAGIC_RPX);
+    armed_signals(&mut s, &mut c, MAGIC_DPDK);
+    // A port that is down offers only its control socket, and still counts as waitable.
+    drop(c);
+    pump_until(&mut [&mut s], "server down", |p| p[0].status() != PortStatus::Up);
+    let mut fds = Vec::new();
+    assert!(s.wakeup_fds(&mut fds));
+    assert_eq!(fds, s.ctl_fds());
+    assert!(!s.arm_wakeup());
+}
+
+fn armed_signals(tx: &mut MemifPort, rx: &mut MemifPort, magic: u32) {
+    let mut fds = Vec::new();
+    assert!(rx.wakeup_fds(&mut fds));
+    let rings = rx.rx_fds();
+    assert_eq!(rings.len(), 2);
+    assert!(rings.iter().all(|fd| fds.contains(fd)), "{fds:?} {rings:?}");
+    assert!(rx.ctl_fds().iter().all(|fd| fds.contains(fd)), "{fds:?}");
+    let mut b = Batch::new(1);
+    let mut r = Batch::new(4);
+    // Armed, a frame signals.
+    assert!(!rx.arm_wakeup(), "nothing waiting yet");
+    b.push_copy(&frame(magic, 1, 60));
+    assert_eq!(tx.tx_burst(&mut b, &[0]), 1);
+    assert!(rings.iter().any(|&fd| readable(fd)), "armed: the frame is signalled");
+    rx.disarm_wakeup();
+    assert_eq!(rx.rx_burst(&mut r), 1);
+    // Disarmed, none does; a frame that arrived meanwhile is reported at arming, which also
+    // consumes the old signals.
+    b.clear();
+    b.push_copy(&frame(magic, 2, 60));
+    assert_eq!(tx.tx_burst(&mut b, &[0]), 1);
+    assert!(rx.arm_wakeup(), "a frame is waiting: do not sleep");
+    assert!(rings.iter().all(|&fd| !readable(fd)), "old signals consumed at arming");
+    rx.disarm_wakeup();
+    r.clear();
+    assert_eq!(rx.rx_burst(&mut r), 1);
+    b.clear();
+    b.push_copy(&frame(magic, 3, 60));
+    assert_eq!(tx.tx_burst(&mut b, &[0]), 1);
+    assert!(rings.iter().all(|&fd| !readable(fd)), "disarmed: polled, not signalled");
+    r.clear();
+    assert_eq!(rx.rx_burst(&mut r), 1);
+}
+
 #[test]
 fn polling_receiver_is_not_signalled() {
     let sock = unique_socket(true);

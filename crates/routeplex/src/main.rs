@@ -2,6 +2,7 @@
 
 mod alloc_count;
 mod bench;
+mod bench_idle;
 mod bench_routes;
 mod bench_switch;
 mod demo;
@@ -168,6 +169,9 @@ enum BenchCmd {
     Routes(bench_routes::Args),
     /// The learning switch through memif, a separate process (VALE's Figs 6, 8, 9, 10).
     Switch(bench_switch::Args),
+    /// An idle host: its worker's CPU without traffic, and first-packet latency after silence,
+    /// per idle mode (one VR on memif ports, no root).
+    Idle(bench_idle::Args),
 }
 
 /// Address family.
@@ -239,6 +243,7 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Pipeline(a)) => bench::pipeline(a),
         Cmd::Bench(BenchCmd::Routes(a)) => bench_routes::run(a),
         Cmd::Bench(BenchCmd::Switch(a)) => bench_switch::run(a),
+        Cmd::Bench(BenchCmd::Idle(a)) => bench_idle::run(a),
         Cmd::Test(t) => test_cmd::run(t),
     };
     match r {

@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use anyhow::{Context, Result};
 use control::api::Command;
 use control::daemon::{self, Paths, ASK_TIMEOUT};
-use control::runtime::{Idle, Options};
+use control::runtime::Options;
 use control::Topology;
 
 use crate::sys;
@@ -30,17 +30,16 @@ pub fn down(file: &Path) -> Result<()> {
 }
 
 /// The data plane in the foreground: the topology's workers (by default one per online CPU,
-/// each pinned to its CPU) and the control socket (when `state_dir` is given), until
-/// SIGTERM/SIGINT or `stop`.
+/// each pinned to its CPU, idling as its `idle:` says) and the control socket (when
+/// `state_dir` is given), until SIGTERM/SIGINT or `stop`.
 pub fn run(file: &Path, state_dir: Option<&Path>, burst: usize) -> Result<()> {
     let topo = Topology::load(file)?;
     sys::stop_on_signals(&STOP);
     let mut opts = Options::for_topology(&topo);
     opts.pin = Some(sys::pin);
     opts.clock = sys::tsc_clock;
-    // Spin while there is traffic, yield the CPU between empty polls: the CPUs may be shared
-    // with the hosts' own work.
-    opts.idle = Idle::Yield;
+    // opts.idle is the topology's `idle:` (default adaptive: spin while there is traffic,
+    // sleep on the ports' descriptors once there is none).
     Ok(daemon::run(file, state_dir, burst, opts, &STOP, &mut |s| eprintln!("{s}"))?)
 }
 

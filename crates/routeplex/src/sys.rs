@@ -57,6 +57,17 @@ pub fn online_cpus() -> usize {
     usize::try_from(n).unwrap_or(1).max(1)
 }
 
+/// CPU time this process has used so far, all threads, in nanoseconds.
+pub fn process_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec owned by this frame, written by the call.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    if r != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Bytes the allocator has handed out and not had back (glibc), all threads.
 pub fn heap_in_use() -> Option<u64> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -10,6 +10,13 @@
 //! ```yaml
 //! workers: 2                  # optional: worker threads, or a list of CPUs ([0, 2]); default
 //!                             # one per online CPU, each pinned to its CPU
+//! idle: adaptive              # optional: what a worker without traffic does. poll: spin
+//!                             # (lowest latency, a whole CPU each); adaptive (default): spin
+//!                             # while traffic flows, then yield, then after ~1 ms of quiet
+//!                             # sleep in poll(2) on its ports' descriptors until frames come
+//!                             # (memif: its eventfds; afxdp, afpacket, tap: their sockets;
+//!                             # mem ports have none, so a worker with one naps ~100 us);
+//!                             # interrupt: sleep as soon as a poll finds nothing
 //! hosts:                      # Linux hosts `routeplex up` makes: a namespace each, eth0 in it
 //!   - name: ha                # the namespace's name: letters, digits, - _ . (32 at most)
 //!     addresses: [10.9.0.2/24, "2001:db8:9::2/64"]
@@ -165,6 +172,8 @@ pub struct Topology {
     pub hosts: Vec<HostSpec>,
     /// How many workers run the data plane, and on which CPUs.
     pub workers: Workers,
+    /// What workers do when their ports are quiet (`idle:`; default adaptive).
+    pub idle: crate::runtime::Idle,
     /// How each VR runs (worker, reservation, batch limit): `schedule[i]` is `vrs[i]`'s.
     pub schedule: Vec<VrSchedule>,
 }
@@ -264,7 +273,7 @@ pub enum PortKind {
 }
 
 /// Keys of the top-level mapping.
-const TOP_KEYS: &[&str] = &["workers", "hosts", "ports", "switches", "vrs"];
+const TOP_KEYS: &[&str] = &["workers", "idle", "hosts", "ports", "switches", "vrs"];
 /// Port kinds this build provides.
 const PORT_KINDS: &[&str] = &["mem", "memif", "afxdp", "afpacket", "tap"];
 /// Port kinds the design names but this build lacks: asking for one is `ErrorKind::Unavailable`
@@ -309,6 +318,7 @@ impl Topology {
             let top = Value::root(&doc).map(TOP_KEYS)?;
             let workers = top.get("workers").map(|w| run::workers(&w)).transpose()?;
             let workers = workers.unwrap_or_default();
+            let idle = top.get("idle").map(|v| run::idle(&v)).transpose()?.unwrap_or_default();
             let mut host = Host::default();
             let mut hosts = Vec::new();
             for v in top.list("hosts")? {
@@ -350,6 +360,7 @@ impl Topology {
                 switches,
                 hosts,
                 workers,
+                idle,
                 schedule,
             })
         };

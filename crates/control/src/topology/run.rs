@@ -1,5 +1,5 @@
-//! How a topology runs: its workers, where each VR runs, its reservation and batch limit, and
-//! the cells (what must share a worker).
+//! How a topology runs: its workers and what they do when idle, where each VR runs, its
+//! reservation and batch limit, and the cells (what must share a worker).
 //!
 //! A cell is what one worker runs together and what moves between workers as one: ports joined
 //! by the VRs whose interfaces sit on them, by the switches they are members of, and by internal
@@ -11,6 +11,7 @@ use dataplane::{Budget, Reservation, SwitchConfig};
 
 use super::yaml::{Result, Value};
 use super::{PortKind, PortSpec};
+use crate::runtime::Idle;
 
 /// How many workers run the data plane, and where.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -98,6 +99,18 @@ pub(super) fn workers(v: &Value) -> Result<Workers> {
         return Ok(Workers::Cpus(cpus));
     }
     Ok(Workers::Count(v.int("worker count", 1, MAX_WORKERS)?))
+}
+
+/// `idle:`: what a worker does when its ports have no traffic. The file's names are `poll`
+/// ([`Idle::Spin`]), `adaptive` and `interrupt`; [`Idle::Yield`] is for tests and benchmarks
+/// that share CPUs, not for a file.
+pub(super) fn idle(v: &Value) -> Result<Idle> {
+    match v.text()? {
+        "poll" => Ok(Idle::Spin),
+        "adaptive" => Ok(Idle::Adaptive),
+        "interrupt" => Ok(Idle::Interrupt),
+        t => Err(v.bad(t, format_args!("idle must be poll, adaptive or interrupt, not {t:?}"))),
+    }
 }
 
 /// A VR's `worker:`, `reservation:` and `batch:`; also the `worker:` value, for placement

@@ -25,6 +25,9 @@ pub(super) fn summary(t: &Topology) -> String {
             let _ = writeln!(out, "workers: {} on CPUs {}", c.len(), cpus.join(", "));
         }
     }
+    if t.idle != crate::runtime::Idle::default() {
+        let _ = writeln!(out, "idle: {}", t.idle.name());
+    }
     let mut rows = vec![row(["PORT", "KIND", "SETTINGS"])];
     for p in &t.ports {
         let attach = |a: &crate::topology::Attach| match a {

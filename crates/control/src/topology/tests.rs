@@ -126,7 +126,7 @@ fn unknown_keys_are_rejected_with_the_allowed_ones() {
         (1, "port"),
         "port",
         Some("port"),
-        "unknown key \"port\" (allowed: workers, hosts, ports, switches, vrs)",
+        "unknown key \"port\" (allowed: workers, idle, hosts, ports, switches, vrs)",
     );
     let text =
         vr1("      - { name: eth2, port: p1, mac: 02:00:00:00:01:02, adresses: [10.0.2.1/24] }\n");
@@ -1305,11 +1305,12 @@ fn the_documented_format_is_valid() {
     dir.write("prefixes/ipv4.txt", "203.0.113.0/24 0\n2001:db8:b::/48 7\n");
     let t = Topology::parse(&yaml, "doc.yaml", &dir.0).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     let vr = &t.vrs[0];
-    // Eight ports, plus the two ends of the link that joins lan10 to the switch.
+    // Nine ports, plus the two ends of the link that joins lan10 to the switch.
     assert_eq!(
         (t.ports.len(), vr.interfaces.len(), vr.routes.len(), vr.neighbors.len()),
-        (10, 3, 7, 1)
+        (11, 3, 7, 1)
     );
+    assert_eq!(t.idle, crate::runtime::Idle::Adaptive);
     assert_eq!((t.hosts.len(), t.hosts[0].gateways.len()), (1, 2));
     assert_eq!((t.switches.len(), t.switches[0].members.len()), (1, 4));
     assert_eq!(vr.routes[6].target, RouteTarget::Via { gateway: ip("fe80::2"), iface: Some(0) });
@@ -1742,6 +1743,48 @@ fn bad_workers_are_rejected() {
         None,
         "workers: list at least one CPU, or give a count",
     );
+}
+
+#[test]
+fn idle_is_read_next_to_workers() {
+    use crate::runtime::Idle;
+    let t = accepts(&run_lab("", "", ""));
+    assert_eq!(t.idle, Idle::Adaptive, "the default");
+    assert!(!t.summary().contains("idle:"), "the default goes unsaid");
+    for (text, mode) in
+        [("poll", Idle::Spin), ("adaptive", Idle::Adaptive), ("interrupt", Idle::Interrupt)]
+    {
+        let t = accepts(&run_lab(&format!("workers: 2\nidle: {text}\n"), "", ""));
+        assert_eq!(t.idle, mode, "{text}");
+        assert_eq!(t.workers, Workers::Count(2));
+        assert_eq!(mode.name(), text);
+        assert_eq!(Idle::from_name(text), Some(mode));
+    }
+    let t = accepts(&run_lab("idle: interrupt\n", "", ""));
+    assert!(t.summary().contains("idle: interrupt\n"), "{}", t.summary());
+    let o = crate::runtime::Options::for_topology(&t);
+    assert_eq!(o.idle, Idle::Interrupt, "the runtime idles as the file says");
+}
+
+#[test]
+fn bad_idle_is_rejected() {
+    let lab = |w: &str| run_lab(w, "", "");
+    rejects(
+        &lab("idle: yield\n"),
+        (1, "yield"),
+        "idle",
+        Some("yield"),
+        "idle must be poll, adaptive or interrupt, not \"yield\"",
+    );
+    rejects(
+        &lab("workers: 1\nidle: Poll\n"),
+        (2, "Poll"),
+        "idle",
+        Some("Poll"),
+        "idle must be poll, adaptive or interrupt, not \"Poll\"",
+    );
+    let e = parse(&lab("idle: [poll]\n")).unwrap_err();
+    assert_eq!((e.line(), e.field()), (1, "idle"), "{e}");
 }
 
 #[test]

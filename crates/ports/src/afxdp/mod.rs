@@ -46,7 +46,7 @@ mod bpf;
 mod ring;
 
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -283,6 +283,13 @@ impl Port for AfXdpPort {
 
     fn status(&self) -> PortStatus {
         self.watch.status().clone()
+    }
+
+    /// The socket: readable while the rx ring holds frames (poll(2) also wakes the driver
+    /// where the fill ring asked for it).
+    fn wakeup_fds(&self, out: &mut Vec<RawFd>) -> bool {
+        out.extend(self.live.as_ref().map(|l| l.xsk.as_raw_fd()));
+        true
     }
 
     fn service(&mut self) {

@@ -23,7 +23,11 @@
 //! - **Interrupt mode** ([`RxMode::Interrupt`]): our receive rings keep `MASK_INT` clear, so the
 //!   peer signals each ring's eventfd after publishing; [`MemifPort::rx_fds`] returns those fds
 //!   for a worker to `poll()`, and `rx_burst` consumes the signal when it finds a ring empty.
-//!   In polling mode `MASK_INT` is set and nothing is signalled. Either way we signal the peer's
+//!   In polling mode `MASK_INT` is set and nothing is signalled, except while a worker sleeps:
+//!   [`Port::arm_wakeup`] clears it before the worker sleeps on [`Port::wakeup_fds`] and
+//!   [`Port::disarm_wakeup`] sets it again (a full fence on each side, ours and our `kick`,
+//!   keeps a frame published just then from going unsignalled; a peer without that fence may
+//!   rarely leave one waiting for the sleeper's timeout). Either way we signal the peer's
 //!   receive rings unless it set `MASK_INT` (DPDK always does).
 //! - **Untrusted peer**: every field of every message and every counter and descriptor in shared
 //!   memory is validated before use (`proto`, `queue`, the handshake below). A bad descriptor
@@ -922,6 +926,46 @@ impl Port for MemifPort {
 
     fn status(&self) -> PortStatus {
         self.status.clone()
+    }
+
+    /// The control socket (listener and connection: `service` has work when they are
+    /// readable) and, while connected, each receive ring's eventfd, which the peer signals
+    /// between [`Port::arm_wakeup`] and [`Port::disarm_wakeup`] (always, in interrupt mode).
+    fn wakeup_fds(&self, out: &mut Vec<RawFd>) -> bool {
+        out.extend(self.listener.as_ref().map(|l| l.as_raw_fd()));
+        out.extend(self.ctl.as_ref().map(|c| c.as_raw_fd()));
+        if let (Phase::Connected, Some(d)) = (&self.phase, &self.data) {
+            out.extend(d.rx.iter().map(|q| q.ring.event.as_raw_fd()));
+        }
+        true
+    }
+
+    fn arm_wakeup(&mut self) -> bool {
+        if !matches!(self.phase, Phase::Connected) {
+            return false;
+        }
+        if self.fault.is_some() {
+            // `service` must act on it: no sleeping until it has.
+            return true;
+        }
+        let Some(d) = &mut self.data else { return false };
+        let mem = Mem { regions: &d.regions, sizes: &d.sizes, bsize: d.bsize };
+        let mut waiting = false;
+        for q in &mut d.rx {
+            waiting |= q.arm(&mem);
+        }
+        waiting
+    }
+
+    fn disarm_wakeup(&mut self) {
+        if !matches!(self.phase, Phase::Connected) {
+            return;
+        }
+        let Some(d) = &mut self.data else { return };
+        let mem = Mem { regions: &d.regions, sizes: &d.sizes, bsize: d.bsize };
+        for q in &mut d.rx {
+            q.disarm(&mem);
+        }
     }
 
     fn service(&mut self) {

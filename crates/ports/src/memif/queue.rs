@@ -88,8 +88,11 @@ impl Ring {
         }
     }
 
-    /// Signals the receiver after publishing, unless it said it polls.
+    /// Signals the receiver after publishing, unless it said it polls. The fence pairs with
+    /// the one in [`RxQueue::arm`]: either the receiver sees what we published before it
+    /// sleeps, or we see its flag cleared and signal.
     fn kick(&self, r: &Region) {
+        std::sync::atomic::fence(Ordering::SeqCst);
         let masked = r
             .atomic_u16(self.off + ring_off::FLAGS)
             .is_none_or(|f| f.load(Ordering::Relaxed) & RING_FLAG_MASK_INT != 0);
@@ -167,6 +170,28 @@ impl RxQueue {
             return Err("ring outside its region");
         }
         Ok(())
+    }
+
+    /// Before the worker sleeps: asks the peer to signal this ring's eventfd (clears MASK_INT,
+    /// unless the port is in interrupt mode, where it stays clear), consumes stale signals, and
+    /// returns true if frames (or a broken counter, for `rx` to report) are waiting already.
+    pub fn arm(&mut self, mem: &Mem<'_>) -> bool {
+        let r = &mem.regions[self.ring.region];
+        if !self.interrupt {
+            self.ring.set_mask_int(r, false);
+        }
+        // Pairs with the fence in `Ring::kick` (a store of the flag, then a load of the peer's
+        // counter, against the peer's store of its counter, then a load of the flag).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.ring.event.drain();
+        self.published(r).map_or(true, |n| n > 0)
+    }
+
+    /// After the sleep: the worker polls again, so the peer may stop signalling.
+    pub fn disarm(&mut self, mem: &Mem<'_>) {
+        if !self.interrupt {
+            self.ring.set_mask_int(&mem.regions[self.ring.region], true);
+        }
     }
 
     /// How many slots the peer published, validated.
