@@ -76,7 +76,7 @@ pub enum Command {
     /// running file with these added (a new cell on new ports, or joining the cell of a port
     /// it shares).
     VrAdd {
-        vr: crate::model::VrDoc,
+        vr: Box<crate::model::VrDoc>,
         #[serde(default)]
         ports: Vec<crate::model::PortDoc>,
     },
@@ -278,7 +278,7 @@ mod tests {
                 up: None,
                 addresses: None,
             },
-            Command::VrAdd { vr: crate::model::VrDoc::new("x"), ports: vec![] },
+            Command::VrAdd { vr: Box::new(crate::model::VrDoc::new("x")), ports: vec![] },
             Command::VrRemove { vr: String::new() },
             Command::Reserve { vr: String::new(), spec: vec![] },
             Command::Move { vr: String::new(), worker: 0 },

@@ -71,6 +71,7 @@ impl std::fmt::Display for Plan {
 
 /// One step of a plan, with everything it needs built.
 enum Step {
+    Idle(crate::runtime::Idle),
     RemoveVr(String),
     RemoveCell(usize, Vec<String>),
     Routes {
@@ -564,6 +565,10 @@ impl Node {
                 self.tables.insert(name.clone(), table);
                 format!("added vr {name} to cell {cell}")
             }
+            Step::Idle(idle) => {
+                self.rt.set_idle(idle)?;
+                format!("idle {idle:?}")
+            }
             Step::Schedule { vr, sched } => {
                 self.rt.set_reservation(&vr, sched.reservation)?;
                 let batch = usize::from(sched.batch.unwrap_or(ports::MAX_BURST as u16));
@@ -609,6 +614,10 @@ impl Node {
         }
         let mut plan = Plan::default();
         let mut steps = Vec::new();
+        if cur.idle != next.idle {
+            plan.steps.push(format!("~ idle: {:?} -> {:?}", cur.idle, next.idle));
+            steps.push(Step::Idle(next.idle));
+        }
         let vr_names = |t: &Topology| t.vrs.iter().map(|v| v.name.clone()).collect::<Vec<_>>();
         let (old_names, new_names) = (vr_names(cur), vr_names(next));
         // Removals: whole cells whose VRs all go (with their ports), else VRs out of cells.

@@ -48,6 +48,7 @@ vrs:
 
 const AFTER: &str = "\
 workers: 2
+idle: interrupt
 ports:
   - { name: s0, kind: mem, ring: 4096 }
   - { name: s1, kind: mem, ring: 4096 }
@@ -148,6 +149,7 @@ fn apply_under_traffic_loses_nothing_on_untouched_vrs_and_kept_routes() {
     let plan = n.plan(&parse(AFTER)).unwrap();
     let text = plan.to_string();
     let expected = "\
+~ idle: Adaptive -> Interrupt
 - vr old (its cell stops; ports o0 close)
 ~ vr changing: interface b mtu 1500 -> 1400
 ~ vr changing: routes: 1 added or changed, 1 removed
@@ -368,7 +370,7 @@ fn vr_add_and_remove_through_the_api_extend_the_running_topology() {
     use control::model::{IfaceDoc, PortDoc, PortKindDoc, VrDoc};
     let mut n = node(BEFORE);
     // Without the running topology's text, vr_add says what to do instead.
-    let e = n.execute(Command::VrAdd { vr: VrDoc::new("x"), ports: vec![] }).unwrap_err();
+    let e = n.execute(Command::VrAdd { vr: Box::new(VrDoc::new("x")), ports: vec![] }).unwrap_err();
     assert!(e.to_string().contains("use apply"), "{e}");
     n.set_source(BEFORE.to_string(), "apply.yaml".into());
 
@@ -377,13 +379,13 @@ fn vr_add_and_remove_through_the_api_extend_the_running_topology() {
     let mut v = VrDoc::new("added");
     v.interfaces.push(IfaceDoc::on_port("a", "n0", "02:00:00:00:09:00", ["10.9.9.1/24"]));
     let port = PortDoc::new("n0", PortKindDoc::Mem { ring: None });
-    let r = n.execute(Command::VrAdd { vr: v, ports: vec![port] }).unwrap();
+    let r = n.execute(Command::VrAdd { vr: Box::new(v), ports: vec![port] }).unwrap();
     assert_eq!(r["plan"], json!(["+ vr added (new cell; opens n0)"]), "{r}");
     assert!(n.table("added").is_some());
     // A bad VR is refused with the parser's error, and nothing changes.
     let mut bad = VrDoc::new("bad");
     bad.interfaces.push(IfaceDoc::on_port("a", "nowhere", "02:00:00:00:09:01", ["10.9.8.1/24"]));
-    let e = n.execute(Command::VrAdd { vr: bad, ports: vec![] }).unwrap_err();
+    let e = n.execute(Command::VrAdd { vr: Box::new(bad), ports: vec![] }).unwrap_err();
     assert_eq!(e.code(), "topology", "{e}");
     assert!(e.to_string().contains("nowhere"), "{e}");
 
