@@ -261,6 +261,12 @@ pub struct LimitsDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub neighbor_failed_hold_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incomplete_per_interface: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solicitations_per_sec: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solicitations_burst: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub icmp_errors_per_sec: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub icmp_errors_burst: Option<u64>,

@@ -15,7 +15,7 @@
 //! What a port refuses is counted as `tx_full` on the VR that sent it; a VR's `forwarded`
 //! counts only what a port accepted.
 
-use ports::{Batch, Port, PortStats, MAX_BURST};
+use ports::{Batch, Port, PortStats, PortStatus, MAX_BURST};
 
 use crate::budget::{Account, Admit};
 use crate::config::Reservation;
@@ -146,6 +146,8 @@ pub struct Cell {
     vr_tail: Vec<u16>,
     next_housekeeping: u64,
     next_aging: u64,
+    /// Per port: whether housekeeping last saw its link down.
+    link_down: Vec<bool>,
 }
 
 impl Cell {
@@ -183,6 +185,7 @@ impl Cell {
             demux,
             next_housekeeping: 0,
             next_aging: 0,
+            link_down: vec![false; n],
         })
     }
 
@@ -410,10 +413,17 @@ impl Cell {
     /// Ports' control-path work, neighbor timers of every VR, and whatever they or earlier
     /// resolutions left to send.
     fn housekeeping(&mut self, w: &mut Worker, now: u64) {
-        for p in self.ports.iter_mut() {
-            p.service();
+        let Cell { ports, pcs, vrs, tallies, egress, link_down, .. } = self;
+        for (p, port) in ports.iter_mut().enumerate() {
+            port.service();
+            // A link that went down or came back: its VRs forget the neighbors they learned
+            // there (a peer may return with another MAC). Status allocates only while down.
+            let down = port.status() != PortStatus::Up;
+            if down != link_down[p] {
+                link_down[p] = down;
+                vrs.iter_mut().for_each(|vr| vr.link_changed(p as u16));
+            }
         }
-        let Cell { ports, pcs, vrs, tallies, egress, .. } = self;
         for (v, vr) in vrs.iter_mut().enumerate() {
             w.out.vr = v as u16;
             vr.tick(now, &mut w.out);
@@ -470,6 +480,7 @@ impl Cell {
         self.pcs.extend((0..added).map(|_| PortCounters::default()));
         self.burst.extend((0..added).map(|_| MAX_BURST as u16));
         self.egress.sel.extend((0..added).map(|_| Vec::with_capacity(MAX_BURST)));
+        self.link_down.extend((0..added).map(|_| false));
         self.batch.push(MAX_BURST as u16);
         self.accounts.push(Account::default());
         self.tallies.push(TxTally::default());

@@ -111,6 +111,16 @@ pub struct VrLimits {
     pub neighbor_probes: u8,
     /// How long an unreachable next hop drops packets before it is tried again, in milliseconds.
     pub neighbor_failed_hold_ms: u32,
+    /// Incomplete neighbor entries (being resolved) one interface may have; a new one beyond
+    /// this takes the place of the oldest. 0: no cap but the table's size.
+    pub incomplete_per_interface: u16,
+    /// Broadcast ARP requests / multicast neighbor solicitations (new next hops and their
+    /// retransmissions) the VR may send per second (token bucket rate); a new next hop beyond
+    /// it is dropped (`neighbor_rate_limited`). Unicast re-probes of known neighbors are not
+    /// limited. 0: no limit.
+    pub solicitations_per_sec: u32,
+    /// Burst size of that token bucket.
+    pub solicitations_burst: u32,
     /// ICMP/ICMPv6 errors the VR may send per second (token bucket rate); 0 disables them.
     pub icmp_errors_per_sec: u32,
     /// Burst size of that token bucket.
@@ -127,6 +137,9 @@ impl Default for VrLimits {
             neighbor_retrans_ms: 1_000,
             neighbor_probes: 3,
             neighbor_failed_hold_ms: 3_000,
+            incomplete_per_interface: 32,
+            solicitations_per_sec: 1_000,
+            solicitations_burst: 100,
             icmp_errors_per_sec: 1_000,
             icmp_errors_burst: 50,
         }

@@ -88,10 +88,14 @@ reasons! {
         Blackhole = "blackhole",
         /// Destination is the broadcast address of a connected subnet (RFC 1812 §5.3.5.2).
         DirectedBroadcast = "directed_broadcast",
-        /// Next hop did not answer ARP / neighbor solicitation.
+        /// Next hop did not answer ARP / neighbor solicitation (or, still unanswered, gave its
+        /// entry up to a newer one: see `incomplete_per_interface`).
         NoNeighbor = "no_neighbor",
         /// Neighbor table full: a new next hop could not be resolved.
         NeighborTableFull = "neighbor_table_full",
+        /// A new next hop was not resolved: the VR had spent its budget of broadcast ARP
+        /// requests / multicast solicitations (`solicitations_per_sec`).
+        NeighborRateLimited = "neighbor_rate_limited",
         /// Too many packets already waiting for this next hop (or for all of them).
         NeighborQueueFull = "neighbor_queue_full",
         /// Larger than the egress MTU with DF set, or IPv6 (ICMP fragmentation needed / packet
@@ -115,7 +119,8 @@ reasons! {
         /// The egress port's ring was full.
         TxFull = "tx_full",
         /// Arrived on, or would leave by, an interface that is administratively down (or
-        /// waited for a neighbor on an interface taken down).
+        /// waited for a neighbor on an interface taken down, or on one whose port's link went
+        /// down or came back).
         InterfaceDown = "interface_down",
     }
 }

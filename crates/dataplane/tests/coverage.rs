@@ -39,6 +39,7 @@ fn vr_test(d: Drop) -> (&'static str, &'static str) {
             ("neighbors.rs", "unresolved_next_hop_retransmits_fails_holds_and_retries")
         }
         Drop::NeighborTableFull => ("neighbors.rs", "neighbor_table_full"),
+        Drop::NeighborRateLimited => ("neighbors.rs", "solicitations_are_rate_limited"),
         Drop::NeighborQueueFull => ("neighbors.rs", "neighbor_queue_limits_per_next_hop_and_total"),
         Drop::MtuExceeded => ("icmp.rs", "frag_needed_v4_carries_next_hop_mtu"),
         Drop::LocalPortUnreachable => {

@@ -21,14 +21,20 @@ const MB1: [u8; 6] = [0x02, 0xb0, 0, 0, 0, 1];
 const HOST: [u8; 6] = [0x02, 0x11, 0, 0, 0, 1];
 
 fn vrs() -> Vec<VrConfig> {
+    // A table small enough for resolved entries to fill it (incomplete ones make way for new
+    // next hops, so only a table of resolved entries refuses one), few incomplete entries per
+    // interface, and a solicitation budget the garbage can spend.
     let limits = VrLimits {
-        neighbors: 12,
+        neighbors: 6,
         queue_per_neighbor: 2,
         queue_total: 6,
         neighbor_reachable_ms: 20,
         neighbor_retrans_ms: 2,
         neighbor_probes: 2,
         neighbor_failed_hold_ms: 5,
+        incomplete_per_interface: 2,
+        solicitations_per_sec: 10_000,
+        solicitations_burst: 8,
         icmp_errors_per_sec: 5_000,
         icmp_errors_burst: 20,
     };

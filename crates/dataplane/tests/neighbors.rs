@@ -597,19 +597,51 @@ fn neighbor_table_full() {
     let mut lab = Lab::new(&[tiny_table()], &RINGS);
     lab.now = T;
     let (_, f1) = transit("10.0.0.20", 1);
-    let (_, f2) = transit("10.0.0.21", 2);
-    lab.send(1, &[f1.clone(), f2.clone()]);
+    lab.send(1, &[&f1]);
     lab.run();
     lab.expect(0, &[arp_req_out(M0, None, "10.0.0.1", "10.0.0.20")]);
     lab.rx(0, &f1);
-    lab.rx(0, &f2);
-    let c = lab.c(0);
-    c.queued += 1;
-    c.neighbor_requests += 1;
-    lab.drop(0, Drop::NeighborTableFull); // .20 is incomplete with a packet queued: not evictable
+    lab.c(0).queued += 1;
+    lab.c(0).neighbor_requests += 1;
     lab.transit_queued[0] = 1;
     lab.queued[0] = 1;
+    lab.check("resolving .20");
+
+    // In a full table a new next hop takes the place of the oldest incomplete entry; what
+    // waited on it is dropped.
+    let (p2, f2) = transit("10.0.0.21", 2);
+    lab.send(1, &[&f2]);
+    lab.run();
+    lab.expect(0, &[arp_req_out(M0, None, "10.0.0.1", "10.0.0.21")]);
+    lab.rx(0, &f2);
+    lab.c(0).queued += 1;
+    lab.c(0).neighbor_requests += 1;
+    lab.drop(0, Drop::NoNeighbor);
+    lab.check(".20 made way for .21");
+    assert_eq!(state(&lab, "10.0.0.20"), (None, None));
+    assert_eq!(state(&lab, "10.0.0.21").0, Some(NeighborState::Incomplete));
+
+    // Never of a resolved entry: with .21 reachable, the table is full.
+    let rep = arp_reply_in(M0, H3, "10.0.0.21", "10.0.0.1");
+    lab.send(0, &[&rep]);
+    lab.run();
+    let o = on_lan(H3, &p2);
+    lab.expect(0, &[&o]);
+    lab.rx(0, &rep);
+    lab.fwd(0, &o);
+    lab.c(0).local_in += 1;
+    lab.c(0).neighbors_learned += 1;
+    lab.transit_queued[0] = 0;
+    lab.queued[0] = 0;
+    lab.check(".21 resolved");
+    let (_, f3) = transit("10.0.0.22", 3);
+    lab.send(1, &[&f3]);
+    lab.run();
+    lab.expect_silence();
+    lab.rx(0, &f3);
+    lab.drop(0, Drop::NeighborTableFull);
     lab.check("table full");
+    assert_eq!(state(&lab, "10.0.0.21"), (Some(NeighborState::Reachable), Some(H3)));
 
     // Static entries are never evicted: a table holding only them is full for good.
     let mut c = nvr();
@@ -737,6 +769,268 @@ fn least_recently_used_stale_entry_is_evicted_first() {
     lab.check("evicted one");
     assert_eq!(state(&lab, "10.0.0.20"), (None, None), "the least recently used goes");
     assert_eq!(state(&lab, "10.0.0.21").0, Some(NeighborState::Stale));
+}
+
+#[test]
+fn solicitations_are_rate_limited() {
+    let mut c = nvr();
+    c.limits.solicitations_per_sec = 100; // a token every 10 ms, the retransmit interval
+    c.limits.solicitations_burst = 2;
+    let mut lab = Lab::new(&[c], &RINGS);
+    lab.now = T;
+    let arp = |a: &str| arp_req_out(M0, None, "10.0.0.1", a);
+    // Three new next hops at once: two tokens, so two probes; the third makes no entry.
+    let (_, f1) = transit("10.0.0.20", 1);
+    let (_, f2) = transit("10.0.0.21", 2);
+    let (_, f3) = transit("10.0.0.22", 3);
+    lab.send(1, &[f1.clone(), f2.clone(), f3.clone()]);
+    lab.run();
+    lab.expect_unordered(0, &[arp("10.0.0.20"), arp("10.0.0.21")]);
+    for f in [&f1, &f2, &f3] {
+        lab.rx(0, f);
+    }
+    lab.c(0).queued += 2;
+    lab.c(0).neighbor_requests += 2;
+    lab.drop(0, Drop::NeighborRateLimited);
+    lab.transit_queued[0] = 2;
+    lab.queued[0] = 2;
+    lab.check("two tokens");
+    assert_eq!(state(&lab, "10.0.0.22"), (None, None));
+
+    // Retransmissions spend tokens too: one per 10 ms, the older entry first. The other's is
+    // skipped, and a new next hop finds none.
+    for k in 1..=2 {
+        lab.run_at(T + k * 10 * MS);
+        lab.expect(0, &[arp("10.0.0.20")]);
+        lab.c(0).neighbor_requests += 1;
+        lab.send(1, &[&f3]);
+        lab.run();
+        lab.expect_silence();
+        lab.rx(0, &f3);
+        lab.drop(0, Drop::NeighborRateLimited);
+        lab.check(&format!("retransmission {k}"));
+    }
+    // Skipped retransmissions count: both fail on time (3 probes, 10 ms apart), and the token
+    // of the next interval goes to the new next hop.
+    lab.run_at(T + 30 * MS);
+    lab.expect_silence();
+    lab.drop(0, Drop::NoNeighbor);
+    lab.drop(0, Drop::NoNeighbor);
+    lab.transit_queued[0] = 0;
+    lab.queued[0] = 0;
+    lab.check("both failed");
+    assert_eq!(state(&lab, "10.0.0.21").0, Some(NeighborState::Failed));
+    lab.send(1, &[&f3]);
+    lab.run();
+    lab.expect(0, &[arp("10.0.0.22")]);
+    lab.rx(0, &f3);
+    lab.c(0).queued += 1;
+    lab.c(0).neighbor_requests += 1;
+    lab.transit_queued[0] = 1;
+    lab.queued[0] = 1;
+    lab.check("a token again");
+}
+
+/// An incomplete entry evicted by newer ones (a flood) while its solicitation was on the way:
+/// the solicited answer still makes the entry (RFC 4861 §7.2.5 drops advertisements for
+/// unknown targets; this one answers our question). ARP replies to us make entries anyway
+/// (RFC 826 merge).
+#[test]
+fn answer_to_a_recent_probe_makes_the_entry_its_evicted_one_would_have() {
+    let mut c = nvr();
+    c.limits.incomplete_per_interface = 1;
+    let mut lab = Lab::new(&[c], &RINGS);
+    lab.now = T;
+    let (r, t, x) = (a6("2001:db8::1"), a6("2001:db8::20"), a6("2001:db8::21"));
+    let p = udp6_pkt("2001:4860::1", "2001:db8::20", 64, b"evicted");
+    let q = udp6_pkt("2001:4860::1", "2001:db8::21", 64, b"newer");
+    let (f, g) = (to_vr6(M1, GW, None, &p), to_vr6(M1, GW, None, &q));
+    lab.send(1, &[&f]);
+    lab.run();
+    lab.send(1, &[&g]);
+    lab.run();
+    lab.expect(0, &[ns_out(M0, None, "2001:db8::20"), ns_out(M0, None, "2001:db8::21")]);
+    lab.rx(0, &f);
+    lab.rx(0, &g);
+    lab.c(0).queued += 2;
+    lab.c(0).neighbor_requests += 2;
+    lab.drop(0, Drop::NoNeighbor); // ::20's packet, when ::21 took its place
+    lab.transit_queued[0] = 1;
+    lab.queued[0] = 1;
+    lab.check("::20 evicted");
+    assert_eq!(state(&lab, "2001:db8::20"), (None, None));
+
+    // ::20 answers (solicited): made, reachable. An unsolicited NA for an address probed
+    // recently, or a solicited one for an address never probed, makes nothing.
+    let na = |t: [u8; 16], m: [u8; 6], solicited: bool| {
+        to_vr6(
+            M0,
+            m,
+            None,
+            &Ip6::new(t, r, 255, 58, na_msg(t, r, t, (false, solicited, true), &lla_opt(2, m))),
+        )
+    };
+    let y = a6("2001:db8::22");
+    let (n1, n2, n3) = (na(t, H3, true), na(x, H4, false), na(y, H4, true));
+    lab.send(0, &[n1.clone(), n2.clone(), n3.clone()]);
+    lab.run();
+    // ::21's queued packet leaves for the MAC its advertisement gave.
+    let o = eth(H4, M0, None, ET_IP6, &q.hop().bytes());
+    lab.expect(0, &[&o]);
+    lab.expect_silence();
+    for n in [&n1, &n2, &n3] {
+        lab.rx(0, n);
+    }
+    lab.c(0).local_in += 3;
+    lab.c(0).neighbors_learned += 2; // ::20 made; ::21 (incomplete) updated, stale
+    lab.transit_queued[0] = 0;
+    lab.queued[0] = 0;
+    lab.fwd(0, &o);
+    lab.check("answers");
+    assert_eq!(state(&lab, "2001:db8::20"), (Some(NeighborState::Reachable), Some(H3)));
+    assert_eq!(state(&lab, "2001:db8::21"), (Some(NeighborState::Stale), Some(H4)));
+    assert_eq!(state(&lab, "2001:db8::22"), (None, None));
+    // Too late: a solicited answer after the resolution window makes nothing.
+    lab.now = T + 31 * MS; // small_limits: 3 probes x 10 ms
+    let late = na(a6("2001:db8::23"), H3, true);
+    let probe = to_vr6(M1, GW, None, &udp6_pkt("2001:4860::1", "2001:db8::23", 64, b"x"));
+    lab.send(1, &[&probe]);
+    lab.run();
+    lab.expect(0, &[ns_out(M0, None, "2001:db8::23")]);
+    lab.rx(0, &probe);
+    lab.c(0).queued += 1;
+    lab.c(0).neighbor_requests += 1;
+    lab.transit_queued[0] = 1;
+    lab.queued[0] = 1;
+    lab.check("::23 resolving");
+    // Forgotten (as a flood would evict it), then answered once the window is over.
+    lab.e.cell_mut().change_vr(0, dataplane::VrChange::FlushNeighbors(Some(0))).unwrap();
+    lab.drop(0, Drop::NoNeighbor);
+    lab.transit_queued[0] = 0;
+    lab.queued[0] = 0;
+    lab.now = T + 31 * MS + 30 * MS;
+    lab.send(0, &[&late]);
+    lab.run();
+    lab.expect_silence();
+    lab.rx(0, &late);
+    lab.c(0).local_in += 1;
+    lab.check("late answer");
+    assert_eq!(state(&lab, "2001:db8::23"), (None, None));
+}
+
+/// RFC 826 merge and RFC 4861 §7.2.3/§7.2.5: a known neighbor that shows up with another MAC
+/// is moved at once, by ARP (request or reply), by a solicitation with a different source
+/// link-layer address, or by an advertisement with the Override flag.
+#[test]
+fn known_neighbor_moves_to_a_new_mac() {
+    let mut lab = lab();
+    let (r, h) = (a6("2001:db8::1"), a6("2001:db8::33"));
+    let ll0 = eui64_ll(M0);
+    let p4 = |tag: u8| udp4_pkt("8.8.8.8", "10.0.0.33", 64, &[tag; 9]);
+    let p6 = |tag: u8| udp6_pkt("2001:4860::1", "2001:db8::33", 64, &[tag; 9]);
+    // Both resolved at H3 and reachable.
+    let rep = arp_reply_in(M0, H3, "10.0.0.33", "10.0.0.1");
+    let g = solicited_node(r);
+    let ns = |m: [u8; 6]| {
+        eth(
+            mcast_mac(g),
+            m,
+            None,
+            ET_IP6,
+            &Ip6::new(h, g, 255, 58, ns_msg(h, g, r, &lla_opt(1, m))).bytes(),
+        )
+    };
+    let our_na = |m: [u8; 6]| {
+        eth(
+            m,
+            M0,
+            None,
+            ET_IP6,
+            &Ip6::new(r, h, 255, 58, na_msg(r, h, r, (true, true, true), &lla_opt(2, M0))).bytes(),
+        )
+    };
+    let na = |m: [u8; 6], o: bool| {
+        to_vr6(
+            M0,
+            m,
+            None,
+            &Ip6::new(h, r, 255, 58, na_msg(h, r, h, (false, true, o), &lla_opt(2, m))),
+        )
+    };
+    let (n1, n2) = (ns(H3), na(H3, true));
+    lab.send(0, &[rep.clone(), n1.clone(), n2.clone()]);
+    lab.run();
+    lab.expect(0, &[our_na(H3)]);
+    for f in [&rep, &n1, &n2] {
+        lab.rx(0, f);
+    }
+    lab.c(0).local_in += 3;
+    lab.c(0).neighbors_learned += 3;
+    lab.c(0).neighbor_replies += 1;
+    lab.check("resolved at H3");
+    let fwd = |lab: &mut Lab, m: [u8; 6], tag: u8, probes: &[Vec<u8>]| {
+        let (a, b) = (to_vr(M1, GW, None, &p4(tag)), to_vr6(M1, GW, None, &p6(tag)));
+        lab.send(1, &[a.clone(), b.clone()]);
+        lab.run();
+        let (o4, o6) = (on_lan(m, &p4(tag)), eth(m, M0, None, ET_IP6, &p6(tag).hop().bytes()));
+        lab.expect_then_any(0, &[o4.clone(), o6.clone()], probes);
+        lab.rx(0, &a);
+        lab.rx(0, &b);
+        lab.fwd(0, &o4);
+        lab.fwd(0, &o6);
+        lab.c(0).neighbor_requests += probes.len() as u64;
+        lab.check(&format!("forwarded {tag}"));
+    };
+    fwd(&mut lab, H3, 1, &[]);
+
+    // An ARP request and an NS from the same addresses at H4: moved (stale, unconfirmed), and
+    // used at once, each probed by unicast at the new MAC.
+    let req = arp_request_frame(H4, "10.0.0.33", "10.0.0.1", None);
+    let n4 = ns(H4);
+    lab.send(0, &[req.clone(), n4.clone()]);
+    lab.run();
+    lab.expect(
+        0,
+        &[eth(H4, M0, None, ET_ARP, &arp(2, M0, "10.0.0.1", H4, "10.0.0.33")), our_na(H4)],
+    );
+    lab.rx(0, &req);
+    lab.rx(0, &n4);
+    lab.c(0).local_in += 2;
+    lab.c(0).neighbors_learned += 2;
+    lab.c(0).neighbor_replies += 2;
+    lab.check("moved to H4");
+    assert_eq!(state(&lab, "10.0.0.33"), (Some(NeighborState::Stale), Some(H4)));
+    assert_eq!(state(&lab, "2001:db8::33"), (Some(NeighborState::Stale), Some(H4)));
+    let probe4 = eth(H4, M0, None, ET_ARP, &arp(1, M0, "10.0.0.1", ZERO_MAC, "10.0.0.33"));
+    let probe6 = eth(
+        H4,
+        M0,
+        None,
+        ET_IP6,
+        &Ip6::new(ll0, h, 255, 58, ns_msg(ll0, h, h, &lla_opt(1, M0))).bytes(),
+    );
+    fwd(&mut lab, H4, 2, &[probe4, probe6]);
+
+    // Back at H3: an ARP reply, and an NA with Override (without it, the MAC would stay).
+    let (rep, keep, over) =
+        (arp_reply_in(M0, H3, "10.0.0.33", "10.0.0.1"), na(H2, false), na(H3, true));
+    lab.send(0, &[rep.clone(), keep.clone()]);
+    lab.run();
+    lab.rx(0, &rep);
+    lab.rx(0, &keep);
+    lab.c(0).local_in += 2;
+    lab.c(0).neighbors_learned += 1;
+    lab.check("ARP reply; NA without Override");
+    assert_eq!(state(&lab, "10.0.0.33"), (Some(NeighborState::Reachable), Some(H3)));
+    assert_eq!(state(&lab, "2001:db8::33").1, Some(H4));
+    lab.send(0, &[&over]);
+    lab.run();
+    lab.rx(0, &over);
+    lab.c(0).local_in += 1;
+    lab.c(0).neighbors_learned += 1;
+    lab.check("NA with Override");
+    assert_eq!(state(&lab, "2001:db8::33"), (Some(NeighborState::Reachable), Some(H3)));
+    fwd(&mut lab, H3, 3, &[]);
 }
 
 /// A gateway that is not static: learned, cached by the forwarding fast path, then moved.

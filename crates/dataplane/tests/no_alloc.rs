@@ -270,6 +270,8 @@ fn slow_paths_allocate_nothing() {
         neighbor_reachable_ms: 3,
         neighbor_retrans_ms: 1,
         neighbor_failed_hold_ms: 2,
+        solicitations_per_sec: 10_000_000,
+        solicitations_burst: 1_000_000,
         icmp_errors_per_sec: 10_000_000,
         icmp_errors_burst: 1_000_000,
         ..VrLimits::default()
@@ -480,4 +482,117 @@ fn forwarding_under_reservations_allocates_nothing() {
     assert!(d(|c| c.forwarded) > 0, "some forwarded\n{dump}");
     assert!(d(|c| c.drops[dataplane::Drop::OverBudget as usize]) > 0, "some refused\n{dump}");
     assert_eq!(allocs, 0, "{allocs} allocations ({bytes} bytes) under reservations\n{dump}");
+}
+
+/// A neighbor flood costs no allocation either: random destinations of connected subnets (new
+/// next hops: the solicitation budget spent, incomplete entries evicted past their cap, their
+/// queues dropped, retransmissions, failures), while a real host's entry goes stale and is
+/// re-probed, and answers.
+#[test]
+fn neighbor_flood_allocates_nothing() {
+    let mut c = base_vr();
+    c.interfaces[0].ipv4.push("172.16.0.1/16".parse().unwrap());
+    c.limits = VrLimits { neighbor_reachable_ms: 100, ..VrLimits::default() };
+    let (a, mut lan) = mem::pair("lan", "h-lan", 4096);
+    let (b, mut wan) = mem::pair("wan", "h-wan", 4096);
+    let (v, _) = mem::pair("v100", "h-v100", 64);
+    let mut e = Engine::from_configs(vec![Box::new(a), Box::new(b), Box::new(v)], &[c]).unwrap();
+    let mut rng = Rng(0xf100d);
+    let frames: Vec<Vec<u8>> = (0..8192u32)
+        .map(|i| {
+            let r = rng.next();
+            match (i % 50, i % 2) {
+                (0, _) => to_vr(M1, GW, None, &udp4_pkt("8.8.8.8", "172.16.0.33", 64, &[1; 18])),
+                (25, _) => {
+                    to_vr6(M1, GW, None, &udp6_pkt("2001:4860::1", "2001:db8::33", 64, &[2; 18]))
+                }
+                (_, 0) => {
+                    let d = format!("172.16.{}.{}", 1 + r as u8 % 250, (r >> 8) as u8);
+                    to_vr(M1, GW, None, &udp4_pkt("8.8.8.8", &d, 64, &[3; 18]))
+                }
+                _ => {
+                    let d =
+                        std::net::Ipv6Addr::from(0x2001_0db8_u128 << 96 | u128::from(r | 1 << 40));
+                    to_vr6(M1, GW, None, &udp6_pkt("2001:4860::1", &d.to_string(), 64, &[4; 18]))
+                }
+            }
+        })
+        .collect();
+    let (t, r6) = (a6("2001:db8::33"), a6("2001:db8::1"));
+    let answers = [
+        pad60(eth(M0, H3, None, ET_ARP, &arp(2, H3, "172.16.0.33", M0, "172.16.0.1"))),
+        to_vr6(
+            M0,
+            H3,
+            None,
+            &Ip6::new(t, r6, 255, 58, na_msg(t, r6, t, (false, true, true), &lla_opt(2, H3))),
+        ),
+    ];
+    let (mut tx, mut rx, mut replies) = (Batch::new(256), Batch::new(256), Batch::new(64));
+    let sel: Vec<u16> = (0..256).collect();
+    let (mut at, mut now) = (0, 1_000 * MS);
+    let real = [frames[0].clone(), frames[25].clone()];
+    let mut round = |e: &mut Engine,
+                     frames: &[Vec<u8>],
+                     tx: &mut Batch,
+                     rx: &mut Batch,
+                     replies: &mut Batch| {
+        let n = replies.len();
+        if n > 0 {
+            assert_eq!(lan.tx_burst(replies, &sel[..n]), n);
+        }
+        replies.clear();
+        tx.clear();
+        for _ in 0..256 {
+            tx.push_copy(&frames[at % frames.len()]);
+            at += 1;
+        }
+        assert_eq!(wan.tx_burst(tx, &sel), 256);
+        now += 1_280_000;
+        while e.poll(now) > 0 {}
+        loop {
+            rx.clear();
+            if lan.rx_burst(rx) == 0 {
+                break;
+            }
+            for p in rx.packets() {
+                let f = p.frame();
+                // A probe for the real host (a broadcast or unicast ARP request, a multicast
+                // or unicast NS): answer it next round.
+                let arp =
+                    f.len() >= 42 && f[12..14] == [0x08, 0x06] && f[38..42] == [172, 16, 0, 33];
+                let ns =
+                    f.len() >= 78 && f[12..14] == [0x86, 0xdd] && f[54] == 135 && f[62..78] == t;
+                if (arp || ns) && replies.room() > 0 {
+                    replies.push_copy(&answers[usize::from(ns)]);
+                }
+            }
+        }
+        while wan.rx_burst(rx) > 0 {
+            rx.clear();
+        }
+    };
+    // The real host is resolved before the flood (a new neighbor competes with the flood for
+    // the solicitation budget), then the flood warms up.
+    for _ in 0..2 {
+        round(&mut e, &real, &mut tx, &mut rx, &mut replies);
+    }
+    for _ in 0..400 {
+        round(&mut e, &frames, &mut tx, &mut rx, &mut replies);
+    }
+    let before = *e.vrs()[0].counters();
+    let ((), allocs, bytes) = counted(|| {
+        for _ in 0..2_000 {
+            round(&mut e, &frames, &mut tx, &mut rx, &mut replies);
+        }
+    });
+    let after = *e.vrs()[0].counters();
+    let d = |f: fn(&VrCounters) -> u64| f(&after) - f(&before);
+    let dump = e.dump();
+    let drop = |r: dataplane::Drop| after.dropped(r) - before.dropped(r);
+    assert!(drop(dataplane::Drop::NeighborRateLimited) > 100_000, "rate limited\n{dump}");
+    assert!(drop(dataplane::Drop::NoNeighbor) > 1_000, "evicted or failed\n{dump}");
+    assert!(d(|c| c.forwarded) >= 2 * 2_000 * 256 / 50 - 10, "the real host's traffic\n{dump}");
+    assert!(d(|c| c.neighbors_learned) > 20, "the real host re-confirmed\n{dump}");
+    assert_eq!(allocs, 0, "{allocs} allocations ({bytes} bytes) under a neighbor flood\n{dump}");
 }

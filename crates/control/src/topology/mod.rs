@@ -119,6 +119,9 @@
 //! | `neighbor_retrans_ms` | 100..=60000 |
 //! | `neighbor_probes` | 1..=10 |
 //! | `neighbor_failed_hold_ms` | 0..=3600000 |
+//! | `incomplete_per_interface` | 0..=65535 (0: no cap but the table's size) |
+//! | `solicitations_per_sec` | 0..=1000000 (0: no limit) |
+//! | `solicitations_burst` | 0..=1000000 |
 //! | `icmp_errors_per_sec` | 0..=1000000 (0: no ICMP errors) |
 //! | `icmp_errors_burst` | 0..=1000000 |
 //!

@@ -188,7 +188,7 @@ fn schedule(s: &VrSchedule) -> String {
 /// The limits that differ from the defaults.
 fn limits(l: &VrLimits) -> String {
     let d = VrLimits::default();
-    let fields: [(&str, u64, u64); 9] = [
+    let fields: [(&str, u64, u64); 12] = [
         ("neighbors", l.neighbors.into(), d.neighbors.into()),
         ("queue_per_neighbor", l.queue_per_neighbor.into(), d.queue_per_neighbor.into()),
         ("queue_total", l.queue_total.into(), d.queue_total.into()),
@@ -200,6 +200,13 @@ fn limits(l: &VrLimits) -> String {
             l.neighbor_failed_hold_ms.into(),
             d.neighbor_failed_hold_ms.into(),
         ),
+        (
+            "incomplete_per_interface",
+            l.incomplete_per_interface.into(),
+            d.incomplete_per_interface.into(),
+        ),
+        ("solicitations_per_sec", l.solicitations_per_sec.into(), d.solicitations_per_sec.into()),
+        ("solicitations_burst", l.solicitations_burst.into(), d.solicitations_burst.into()),
         ("icmp_errors_per_sec", l.icmp_errors_per_sec.into(), d.icmp_errors_per_sec.into()),
         ("icmp_errors_burst", l.icmp_errors_burst.into(), d.icmp_errors_burst.into()),
     ];

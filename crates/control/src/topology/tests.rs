@@ -693,6 +693,7 @@ fn limits_are_optional_and_range_checked() {
         Some("neighbours"),
         "unknown key \"neighbours\" (allowed: neighbors, queue_per_neighbor, queue_total, \
          neighbor_reachable_ms, neighbor_retrans_ms, neighbor_probes, neighbor_failed_hold_ms, \
+         incomplete_per_interface, solicitations_per_sec, solicitations_burst, \
          icmp_errors_per_sec, icmp_errors_burst)",
     );
 }
@@ -700,7 +701,7 @@ fn limits_are_optional_and_range_checked() {
 #[test]
 fn every_limit_can_be_set() {
     let t = accepts(&vr1(
-        "    limits:\n      neighbors: 10\n      queue_per_neighbor: 2\n      queue_total: 20\n      neighbor_reachable_ms: 5000\n      neighbor_retrans_ms: 200\n      neighbor_probes: 5\n      neighbor_failed_hold_ms: 0\n      icmp_errors_per_sec: 7\n      icmp_errors_burst: 3\n",
+        "    limits:\n      neighbors: 10\n      queue_per_neighbor: 2\n      queue_total: 20\n      neighbor_reachable_ms: 5000\n      neighbor_retrans_ms: 200\n      neighbor_probes: 5\n      neighbor_failed_hold_ms: 0\n      incomplete_per_interface: 8\n      solicitations_per_sec: 50\n      solicitations_burst: 5\n      icmp_errors_per_sec: 7\n      icmp_errors_burst: 3\n",
     ));
     assert_eq!(
         t.vrs[0].limits,
@@ -712,6 +713,9 @@ fn every_limit_can_be_set() {
             neighbor_retrans_ms: 200,
             neighbor_probes: 5,
             neighbor_failed_hold_ms: 0,
+            incomplete_per_interface: 8,
+            solicitations_per_sec: 50,
+            solicitations_burst: 5,
             icmp_errors_per_sec: 7,
             icmp_errors_burst: 3,
         }

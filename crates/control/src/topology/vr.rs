@@ -41,6 +41,9 @@ const LIMITS: &[(&str, u64, u64, SetLimit)] = &[
     ("neighbor_retrans_ms", 100, 60_000, |l, n| l.neighbor_retrans_ms = n as u32),
     ("neighbor_probes", 1, 10, |l, n| l.neighbor_probes = n as u8),
     ("neighbor_failed_hold_ms", 0, 3_600_000, |l, n| l.neighbor_failed_hold_ms = n as u32),
+    ("incomplete_per_interface", 0, 65_535, |l, n| l.incomplete_per_interface = n as u16),
+    ("solicitations_per_sec", 0, 1_000_000, |l, n| l.solicitations_per_sec = n as u32),
+    ("solicitations_burst", 0, 1_000_000, |l, n| l.solicitations_burst = n as u32),
     ("icmp_errors_per_sec", 0, 1_000_000, |l, n| l.icmp_errors_per_sec = n as u32),
     ("icmp_errors_burst", 0, 1_000_000, |l, n| l.icmp_errors_burst = n as u32),
 ];

@@ -33,15 +33,12 @@ impl Core {
         let on_link = ifc.v4.iter().any(|n| n.contains(&spa));
         let (port, vlan, mac) = (ifc.port, ifc.vlan, ifc.mac);
         // RFC 826 merge: refresh an entry we already have; create one only when the packet is
-        // addressed to us. Only a reply to us confirms reachability. Senders off our subnets
-        // are not learned.
+        // addressed to us (a reply too, whether or not its incomplete entry is still there:
+        // the table may have evicted it under a flood). Only a reply to us confirms
+        // reachability. Senders off our subnets are not learned.
         let how = Learn { create: ours, replace: true, confirmed: ours && op == arp::OP_REPLY };
-        if on_link
-            && sha.is_unicast()
-            && !spa.is_unspecified()
-            && self.neigh.learn(NKey::v4(m.iface, spa.into()), sha, how, now)
-        {
-            self.counters.neighbors_learned += 1;
+        if on_link && sha.is_unicast() && !spa.is_unspecified() {
+            self.learn(NKey::v4(m.iface, spa.into()), sha, how, now);
         }
         if !ours {
             return self.drop(Drop::ArpNotForUs);

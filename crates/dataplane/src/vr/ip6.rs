@@ -301,9 +301,7 @@ impl Core {
         let eth_src = MacAddr::from_bytes(&f[6..12]);
         if let (false, Some(ll)) = (unspecified, sll) {
             let how = Learn { create: true, replace: true, confirmed: false };
-            if self.neigh.learn(NKey::v6(m.iface, src.into()), ll, how, now) {
-                self.counters.neighbors_learned += 1;
-            }
+            self.learn(NKey::v6(m.iface, src.into()), ll, how, now);
         }
         // A duplicate-address probe (unspecified source) is answered to all nodes.
         let (to, to_mac) = if unspecified {
@@ -324,7 +322,10 @@ impl Core {
         Fate::Tx { port, transit: false }
     }
 
-    /// A neighbor advertisement (RFC 4861 §7.1.2): updates an existing entry only.
+    /// A neighbor advertisement (RFC 4861 §7.1.2): updates an existing entry (§7.2.5), or makes
+    /// one if it answers a solicitation the table sent lately whose incomplete entry was evicted
+    /// meanwhile (a flood may churn through the incomplete entries faster than real neighbors
+    /// answer). That keeps §7.2.5's intent: it answers our question.
     fn advert(&mut self, buf: &mut PktBuf, m: &Meta, ul: usize, hl: u8, now: u64) -> Fate {
         let l3 = m.l3 as usize;
         let f = buf.frame();
@@ -341,12 +342,12 @@ impl Core {
         {
             return self.drop(Drop::NdpInvalid);
         }
-        let how =
-            Learn { create: false, replace: na.override_flag(), confirmed: na.solicited_flag() };
         if let Some(ll) = ndp::target_link_addr(na.options()) {
-            if self.neigh.learn(NKey::v6(m.iface, target.into()), ll, how, now) {
-                self.counters.neighbors_learned += 1;
-            }
+            let key = NKey::v6(m.iface, target.into());
+            let solicited = na.solicited_flag();
+            let create = solicited && self.neigh.probed_recently(key, now);
+            let how = Learn { create, replace: na.override_flag(), confirmed: solicited };
+            self.learn(key, ll, how, now);
         }
         self.counters.local_in += 1;
         Fate::Done

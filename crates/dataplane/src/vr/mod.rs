@@ -185,7 +185,7 @@ impl std::fmt::Display for BuildError {
 
 impl std::error::Error for BuildError {}
 
-/// ICMP error token bucket: `rate` per second, `burst` deep, in nanotokens.
+/// A token bucket (ICMP errors, solicitations): `rate` per second, `burst` deep, in nanotokens.
 struct Bucket {
     rate: u64,
     cap: u64,
@@ -348,14 +348,11 @@ impl Vr {
                 f.up = up;
                 c.forget_rewrites();
                 if !up {
-                    let dropped = c.neigh.flush(Some(i));
-                    c.counters.drops[Drop::InterfaceDown as usize] += dropped;
+                    c.flush_neighbors(Some(i), Drop::InterfaceDown);
                 }
             }
             VrChange::FlushNeighbors(i) => {
-                let dropped = c.neigh.flush(i);
-                c.counters.drops[Drop::NoNeighbor as usize] += dropped;
-                c.forget_rewrites();
+                let dropped = c.flush_neighbors(i, Drop::NoNeighbor);
                 return Ok(VrAnswer::Flushed(dropped));
             }
             VrChange::Neighbors => return Ok(VrAnswer::Neighbors(c.neigh.rows())),
@@ -376,6 +373,19 @@ impl Vr {
             std::mem::swap(&mut n.neigh, &mut o.neigh);
             for (a, b) in n.ifaces.iter_mut().zip(&o.ifaces) {
                 a.up = b.up;
+            }
+        }
+    }
+
+    /// The link of `port` went down or came back (the cell saw its status change): neighbors
+    /// learned on the VR's interfaces there may be gone or have new MACs (a peer re-created),
+    /// and entries that failed meanwhile would hold resolution back. They are forgotten, and
+    /// what waited on them dropped (`interface_down`). Nothing happens if no interface is on it.
+    pub(crate) fn link_changed(&mut self, port: PortId) {
+        let c = &mut self.core;
+        for i in 0..c.ifaces.len() {
+            if c.ifaces[i].port == port {
+                c.flush_neighbors(Some(i as IfaceId), Drop::InterfaceDown);
             }
         }
     }
@@ -592,7 +602,7 @@ impl Core {
                 ifaces.len()
             ));
         }
-        let mut neigh = NeighborTable::new(&cfg.limits);
+        let mut neigh = NeighborTable::new(&cfg.limits, ifaces.len());
         for n in &cfg.neighbors {
             if n.iface as usize >= ifaces.len() {
                 return err(format!(
@@ -640,6 +650,35 @@ impl Core {
     /// Forgets every cached L2 header (an interface's MTU or state changed).
     fn forget_rewrites(&mut self) {
         self.rewrite.iter_mut().for_each(|r| *r = Rewrite::default());
+    }
+
+    /// Forgets learned neighbors (of one interface, or all): transit packets that waited on
+    /// them count as drops for `reason`, packets the VR made as `generated_dropped`. Returns
+    /// how many packets were dropped.
+    fn flush_neighbors(&mut self, iface: Option<IfaceId>, reason: Drop) -> u64 {
+        let (t, g) = self.neigh.flush(iface);
+        self.counters.drops[reason as usize] += t;
+        self.counters.generated_dropped += g;
+        self.forget_rewrites();
+        t + g
+    }
+
+    /// Counts what the neighbor table dropped from entries it evicted to make room
+    /// (`no_neighbor`: they were not answered in time).
+    #[cold]
+    fn count_evicted(&mut self) {
+        let (t, g) = self.neigh.take_evicted();
+        self.counters.drops[Drop::NoNeighbor as usize] += t;
+        self.counters.generated_dropped += g;
+    }
+
+    /// Records what an ARP packet or neighbor discovery message said (see
+    /// [`NeighborTable::learn`]), counting it and anything its new entry displaced.
+    fn learn(&mut self, key: NKey, mac: MacAddr, how: neighbor::Learn, now: u64) {
+        if self.neigh.learn(key, mac, how, now) {
+            self.counters.neighbors_learned += 1;
+        }
+        self.count_evicted();
     }
 
     #[inline]
@@ -700,6 +739,8 @@ impl Core {
                 Fate::Tx { port, transit }
             }
             Resolve::Queue(e) => {
+                // A new entry may have taken an older one's place.
+                self.count_evicted();
                 l2::write(buf, l3, vlan, MacAddr::default(), mac, et);
                 if self.neigh.enqueue(e, buf, transit) {
                     self.counters.queued += 1;

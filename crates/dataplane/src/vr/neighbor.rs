@@ -11,6 +11,25 @@
 //!
 //! The table never builds packets. It says what to do (`Resolve`) and keeps a list of probes
 //! that are due; the VR drains that list into frames.
+//!
+//! Holding under attack (a flood to random addresses of a connected subnet makes one new
+//! next hop per packet):
+//! - Incomplete entries are capped per interface (`incomplete_per_interface`): a new one beyond
+//!   the cap takes the place of the oldest incomplete entry on that interface. When the table is
+//!   full, a new entry takes the place of the oldest failed entry, else of the oldest incomplete
+//!   one, and only when there is neither, of the least recently used stale one. Reachable and
+//!   static entries are never taken, so neighbors that answer keep their entries while a flood
+//!   churns through its own. Unresolved entries sit on intrusive lists (one per interface for
+//!   incomplete entries, one for failed ones), so every choice is O(1) but the last.
+//! - Multicast/broadcast probes (a new next hop, its retransmissions, a retry after the hold)
+//!   spend tokens of a per-VR bucket (`solicitations_per_sec`, `solicitations_burst`). Without
+//!   a token no entry is made and the packet is dropped (`neighbor_rate_limited`); a
+//!   retransmission without a token is skipped but still counts towards failure. Unicast
+//!   re-probes of known (stale) entries spend none: there is at most one per entry and
+//!   retransmit interval, and a flood must not stop a real neighbor from being confirmed.
+//! - The table remembers (in a small direct-mapped array) the addresses it probed in the last
+//!   `neighbor_probes` retransmit intervals, so that a solicited advertisement may create the
+//!   entry its incomplete entry was evicted from meanwhile (see [`NeighborTable::probed_recently`]).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -18,11 +37,14 @@ use ports::PktBuf;
 use rustc_hash::FxHashMap;
 use wire::MacAddr;
 
+use super::Bucket;
 use crate::config::VrLimits;
 use crate::counters::Drop;
 
 const NONE: u32 = u32::MAX;
 const MS: u64 = 1_000_000;
+/// Slots of the recently-probed memory (a power of two).
+const RECENT: usize = 64;
 
 /// A next hop: an address on one interface. IPv4 addresses are stored IPv4-mapped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -69,6 +91,28 @@ pub enum NeighborState {
     Static,
 }
 
+/// Which list of unresolved entries an entry is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum On {
+    Nothing,
+    /// Its interface's list of incomplete entries.
+    Incomplete,
+    /// The list of failed entries.
+    Failed,
+}
+
+/// A doubly linked list threaded through the entries, oldest first.
+#[derive(Clone, Copy)]
+struct List {
+    head: u32,
+    tail: u32,
+    len: u32,
+}
+
+impl List {
+    const EMPTY: List = List { head: NONE, tail: NONE, len: 0 };
+}
+
 struct Entry {
     key: NKey,
     mac: MacAddr,
@@ -82,9 +126,34 @@ struct Entry {
     q_tail: u32,
     q_len: u16,
     live: bool,
+    /// The list it is on (incomplete entries and failed ones are), its neighbors there, and
+    /// when it joined it.
+    on: On,
+    prev: u32,
+    next: u32,
+    since: u64,
 }
 
 impl Entry {
+    fn new(key: NKey, now: u64, live: bool) -> Entry {
+        Entry {
+            key,
+            mac: MacAddr::default(),
+            state: NeighborState::Incomplete,
+            deadline: 0,
+            probes: 0,
+            last_used: now,
+            q_head: NONE,
+            q_tail: NONE,
+            q_len: 0,
+            live,
+            on: On::Nothing,
+            prev: NONE,
+            next: NONE,
+            since: now,
+        }
+    }
+
     /// The state as of `now`: a reachable entry whose time ran out is stale even before a
     /// packet uses it (the transition itself happens lazily, on use).
     fn state_at(&self, now: u64) -> NeighborState {
@@ -131,6 +200,15 @@ pub(crate) struct Probe {
     pub unicast: Option<MacAddr>,
 }
 
+/// Where a new entry goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Room {
+    /// A free slot.
+    Free,
+    /// This entry's slot, once it is forgotten.
+    Evict(u32),
+}
+
 /// A row of the table, for `show` and test dumps.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NeighborRow {
@@ -151,8 +229,20 @@ pub(crate) struct NeighborTable {
     ready: Vec<u32>,
     /// Probes due, drained by the VR.
     probes: Vec<Probe>,
-    /// Incomplete entries, so the timer scan is skipped when there are none.
+    /// Per interface: its incomplete entries, oldest first.
+    unresolved: Vec<List>,
+    /// Failed entries, oldest first.
+    failed: List,
+    /// Incomplete entries in all, so the timer scan is skipped when there are none.
     incomplete: usize,
+    /// Incomplete entries one interface may have.
+    per_iface: u32,
+    /// Multicast probes' budget (`None`: unlimited).
+    solicit: Option<Bucket>,
+    /// Addresses probed lately, and until when an answer counts as solicited.
+    recent: Box<[(NKey, u64)]>,
+    /// Packets (transit, generated) dropped from the queues of entries evicted, not yet counted.
+    evicted: (u64, u64),
     next_timer: u64,
     /// Bumped on every change that could invalidate a MAC someone cached (see `epoch`).
     epoch: u64,
@@ -167,7 +257,8 @@ pub(crate) struct NeighborTable {
 }
 
 impl NeighborTable {
-    pub fn new(l: &VrLimits) -> NeighborTable {
+    /// A table for a VR with `ifaces` interfaces.
+    pub fn new(l: &VrLimits, ifaces: usize) -> NeighborTable {
         let cap = l.neighbors as usize;
         let slots = l.queue_total as usize;
         NeighborTable {
@@ -180,7 +271,17 @@ impl NeighborTable {
             free_slots: (0..slots as u32).rev().collect(),
             ready: Vec::with_capacity(cap),
             probes: Vec::with_capacity(cap),
+            unresolved: vec![List::EMPTY; ifaces],
+            failed: List::EMPTY,
             incomplete: 0,
+            per_iface: match l.incomplete_per_interface {
+                0 => u32::MAX,
+                n => n as u32,
+            },
+            solicit: (l.solicitations_per_sec > 0)
+                .then(|| Bucket::new(l.solicitations_per_sec, l.solicitations_burst.max(1))),
+            recent: vec![(NKey { ip: 0, iface: u16::MAX }, 0); RECENT].into_boxed_slice(),
+            evicted: (0, 0),
             next_timer: u64::MAX,
             epoch: 1,
             clock: 0,
@@ -196,6 +297,7 @@ impl NeighborTable {
     /// Adds a static entry. False if the table is full.
     pub fn add_static(&mut self, key: NKey, mac: MacAddr) -> bool {
         let Some(e) = self.entry_for(key, 0) else { return false };
+        self.unlink(e);
         let en = &mut self.entries[e as usize];
         en.state = NeighborState::Static;
         en.mac = mac;
@@ -258,11 +360,22 @@ impl NeighborTable {
             NeighborState::Reachable | NeighborState::Stale => self.use_stale(e, now),
             NeighborState::Incomplete => Resolve::Queue(e),
             NeighborState::Failed if now < en.deadline => Resolve::Fail(Drop::NoNeighbor),
-            NeighborState::Failed => {
-                self.begin_probing(e, now);
-                Resolve::Queue(e)
-            }
+            NeighborState::Failed => self.retry(e, now),
         }
+    }
+
+    /// A failed entry whose hold is over: probe again, if the budget allows.
+    #[cold]
+    fn retry(&mut self, e: u32, now: u64) -> Resolve {
+        if !self.solicit_allowed(now) {
+            return Resolve::Fail(Drop::NeighborRateLimited);
+        }
+        let iface = self.entries[e as usize].key.iface as usize;
+        if self.unresolved[iface].len >= self.per_iface {
+            self.evict(self.unresolved[iface].head);
+        }
+        self.begin_probing(e, now);
+        Resolve::Queue(e)
     }
 
     #[cold]
@@ -275,91 +388,211 @@ impl NeighborTable {
         }
         if now >= en.deadline {
             if en.probes >= self.max_probes {
-                en.state = NeighborState::Failed;
-                en.deadline = now + self.hold;
-                self.epoch += 1;
+                self.fail(e, now);
                 return Resolve::Fail(Drop::NoNeighbor);
             }
             en.probes += 1;
             en.deadline = now + self.retrans;
-            self.probes.push(Probe { key: en.key, unicast: Some(en.mac) });
+            // Unicast: no token needed (see the module's notes).
+            let (key, mac) = (en.key, en.mac);
+            self.probes.push(Probe { key, unicast: Some(mac) });
+            self.remember(key, now);
+            return Resolve::Mac(mac);
         }
         Resolve::Mac(en.mac)
     }
 
+    /// A new next hop: an incomplete entry and a multicast probe, if there is room for the
+    /// entry and a token for the probe.
     #[cold]
     fn start(&mut self, key: NKey, now: u64) -> Resolve {
-        match self.entry_for(key, now) {
-            Some(e) => {
-                self.begin_probing(e, now);
-                Resolve::Queue(e)
-            }
-            None => Resolve::Fail(Drop::NeighborTableFull),
+        let Some(room) = self.room(key.iface, true, now) else {
+            return Resolve::Fail(Drop::NeighborTableFull);
+        };
+        if !self.solicit_allowed(now) {
+            return Resolve::Fail(Drop::NeighborRateLimited);
         }
+        let e = self.place(key, room, now);
+        self.begin_probing(e, now);
+        Resolve::Queue(e)
     }
 
+    /// Takes a token for a multicast probe.
+    #[inline]
+    fn solicit_allowed(&mut self, now: u64) -> bool {
+        self.solicit.as_mut().is_none_or(|b| b.take(now))
+    }
+
+    /// Makes entry `e` incomplete and schedules its first probe (its token is spent).
     fn begin_probing(&mut self, e: u32, now: u64) {
+        self.unlink(e);
         let en = &mut self.entries[e as usize];
         en.state = NeighborState::Incomplete;
         en.probes = 1;
         en.deadline = now + self.retrans;
-        self.incomplete += 1;
-        self.next_timer = self.next_timer.min(en.deadline);
-        self.probes.push(Probe { key: en.key, unicast: None });
+        let key = en.key;
+        self.next_timer = self.next_timer.min(now + self.retrans);
+        self.link(e, On::Incomplete, now);
+        self.probes.push(Probe { key, unicast: None });
+        self.remember(key, now);
     }
 
-    /// Finds or makes the entry for `key`, evicting the least recently used stale or failed
-    /// entry when the table is full.
+    /// Entry `e` stayed silent: it fails, and drops packets for the hold time.
+    fn fail(&mut self, e: u32, now: u64) {
+        self.unlink(e);
+        let en = &mut self.entries[e as usize];
+        en.state = NeighborState::Failed;
+        en.deadline = now + self.hold;
+        self.epoch += 1;
+        self.link(e, On::Failed, now);
+    }
+
+    /// Appends entry `e` (on no list) to the list `on` says.
+    fn link(&mut self, e: u32, on: On, now: u64) {
+        let iface = self.entries[e as usize].key.iface as usize;
+        let list = match on {
+            On::Nothing => return,
+            On::Incomplete => {
+                self.incomplete += 1;
+                &mut self.unresolved[iface]
+            }
+            On::Failed => &mut self.failed,
+        };
+        let en = &mut self.entries[e as usize];
+        (en.on, en.prev, en.next, en.since) = (on, list.tail, NONE, now);
+        match list.tail {
+            NONE => list.head = e,
+            t => self.entries[t as usize].next = e,
+        }
+        list.tail = e;
+        list.len += 1;
+    }
+
+    /// Takes entry `e` off the list it is on, if any.
+    fn unlink(&mut self, e: u32) {
+        let en = &self.entries[e as usize];
+        let (on, prev, next, iface) = (en.on, en.prev, en.next, en.key.iface as usize);
+        let list = match on {
+            On::Nothing => return,
+            On::Incomplete => {
+                self.incomplete -= 1;
+                &mut self.unresolved[iface]
+            }
+            On::Failed => &mut self.failed,
+        };
+        match prev {
+            NONE => list.head = next,
+            p => self.entries[p as usize].next = next,
+        }
+        match next {
+            NONE => list.tail = prev,
+            n => self.entries[n as usize].prev = prev,
+        }
+        list.len -= 1;
+        let en = &mut self.entries[e as usize];
+        (en.on, en.prev, en.next) = (On::Nothing, NONE, NONE);
+    }
+
+    /// Where a new entry on `iface` goes (`None`: nowhere). An incomplete one (`unresolved`)
+    /// beyond the interface's cap replaces the oldest incomplete entry there. Otherwise a free
+    /// slot; in a full table the oldest failed entry, else the oldest incomplete one, else the
+    /// least recently used stale entry with nothing queued. Never a reachable or static one.
+    fn room(&self, iface: u16, unresolved: bool, now: u64) -> Option<Room> {
+        if let Some(l) = self.unresolved.get(iface as usize) {
+            if unresolved && l.len >= self.per_iface {
+                return Some(Room::Evict(l.head));
+            }
+        }
+        if !self.free.is_empty() || self.entries.len() < self.cap {
+            return Some(Room::Free);
+        }
+        if self.failed.head != NONE {
+            return Some(Room::Evict(self.failed.head));
+        }
+        let oldest = self
+            .unresolved
+            .iter()
+            .filter(|l| l.head != NONE)
+            .min_by_key(|l| self.entries[l.head as usize].since);
+        if let Some(l) = oldest {
+            return Some(Room::Evict(l.head));
+        }
+        let victim = self
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, en)| en.live && en.q_len == 0 && en.state_at(now) == NeighborState::Stale)
+            .min_by_key(|(_, en)| en.last_used)?
+            .0 as u32;
+        Some(Room::Evict(victim))
+    }
+
+    /// Forgets entry `e` to reuse its slot; what waited on it is dropped (and counted when the
+    /// VR takes [`NeighborTable::take_evicted`]).
+    fn evict(&mut self, e: u32) {
+        self.unlink(e);
+        let d = self.drain_queue(e);
+        self.evicted.0 += d.0;
+        self.evicted.1 += d.1;
+        let en = &mut self.entries[e as usize];
+        en.live = false;
+        self.index.remove(&en.key);
+        self.free.push(e);
+        // No epoch bump: only reachable and static entries' MACs are cached, and neither is
+        // evicted (an expired reachable entry's cache has expired too), so a flood churning
+        // through its own entries leaves the forwarding fast path alone.
+    }
+
+    /// Makes a fresh entry for `key` where `room` says.
+    fn place(&mut self, key: NKey, room: Room, now: u64) -> u32 {
+        if let Room::Evict(v) = room {
+            self.evict(v);
+        }
+        let e = match self.free.pop() {
+            Some(e) => e,
+            None => {
+                self.entries.push(Entry::new(key, now, false));
+                (self.entries.len() - 1) as u32
+            }
+        };
+        self.entries[e as usize] = Entry::new(key, now, true);
+        self.index.insert(key, e);
+        e
+    }
+
+    /// Finds or makes the entry for `key` (not as an incomplete one: see [`NeighborTable::room`]).
     fn entry_for(&mut self, key: NKey, now: u64) -> Option<u32> {
         if let Some(&e) = self.index.get(&key) {
             return Some(e);
         }
-        let e = if let Some(e) = self.free.pop() {
-            e
-        } else if self.entries.len() < self.cap {
-            self.entries.push(Entry {
-                key,
-                mac: MacAddr::default(),
-                state: NeighborState::Incomplete,
-                deadline: 0,
-                probes: 0,
-                last_used: 0,
-                q_head: NONE,
-                q_tail: NONE,
-                q_len: 0,
-                live: false,
-            });
-            (self.entries.len() - 1) as u32
-        } else {
-            let victim = self
-                .entries
-                .iter()
-                .enumerate()
-                .filter(|(_, en)| {
-                    en.q_len == 0
-                        && matches!(en.state_at(now), NeighborState::Stale | NeighborState::Failed)
-                })
-                .min_by_key(|(_, en)| en.last_used)?
-                .0 as u32;
-            self.index.remove(&self.entries[victim as usize].key);
-            self.epoch += 1;
-            victim
-        };
-        let en = &mut self.entries[e as usize];
-        *en = Entry {
-            key,
-            mac: MacAddr::default(),
-            state: NeighborState::Incomplete,
-            deadline: 0,
-            probes: 0,
-            last_used: now,
-            q_head: NONE,
-            q_tail: NONE,
-            q_len: 0,
-            live: true,
-        };
-        self.index.insert(key, e);
-        Some(e)
+        let room = self.room(key.iface, false, now)?;
+        Some(self.place(key, room, now))
+    }
+
+    /// Packets (transit, generated) dropped from evicted entries since the last call.
+    #[inline]
+    pub fn take_evicted(&mut self) -> (u64, u64) {
+        std::mem::take(&mut self.evicted)
+    }
+
+    fn recent_slot(key: NKey) -> usize {
+        let x = (key.ip as u64) ^ ((key.ip >> 64) as u64) ^ u64::from(key.iface).rotate_left(40);
+        (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - RECENT.trailing_zeros())) as usize
+    }
+
+    fn remember(&mut self, key: NKey, now: u64) {
+        let until = now + self.retrans * u64::from(self.max_probes.max(1));
+        self.recent[Self::recent_slot(key)] = (key, until);
+    }
+
+    /// Whether the table probed `key` within the last `neighbor_probes` retransmit intervals.
+    /// A solicited advertisement for it may then make an entry even if the incomplete one was
+    /// evicted meanwhile. Best effort: the memory is direct-mapped, so a flood of probes may
+    /// overwrite the record (the answer is then dropped, as RFC 4861 says of unknown targets,
+    /// and the next packet resolves again).
+    pub fn probed_recently(&self, key: NKey, now: u64) -> bool {
+        let (k, until) = self.recent[Self::recent_slot(key)];
+        k == key && now < until
     }
 
     /// Queues the packet in `buf` on entry `e`: `buf` receives an empty buffer. False, leaving
@@ -410,9 +643,8 @@ impl NeighborTable {
             }
             return false;
         }
-        if en.state == NeighborState::Incomplete && en.probes > 0 {
-            self.incomplete -= 1;
-        }
+        self.unlink(e);
+        let en = &mut self.entries[e as usize];
         en.mac = mac;
         en.probes = 0;
         if how.confirmed {
@@ -460,8 +692,8 @@ impl NeighborTable {
         None
     }
 
-    /// Runs the retransmit timers: schedules probes, and fails entries that stayed silent.
-    /// Returns (transit, generated) packets dropped from failed queues.
+    /// Runs the retransmit timers: schedules probes (as the budget allows), and fails entries
+    /// that stayed silent. Returns (transit, generated) packets dropped from failed queues.
     pub fn tick(&mut self, now: u64) -> (u64, u64) {
         self.clock = now;
         if self.incomplete == 0 || now < self.next_timer {
@@ -469,28 +701,31 @@ impl NeighborTable {
         }
         let mut dropped = (0, 0);
         self.next_timer = u64::MAX;
-        for e in 0..self.entries.len() {
-            let en = &mut self.entries[e];
-            if !en.live || en.state != NeighborState::Incomplete {
-                continue;
-            }
-            if now < en.deadline {
-                self.next_timer = self.next_timer.min(en.deadline);
-                continue;
-            }
-            if en.probes >= self.max_probes {
-                en.state = NeighborState::Failed;
-                en.deadline = now + self.hold;
-                self.incomplete -= 1;
-                self.epoch += 1;
-                let d = self.drain_queue(e as u32);
-                dropped.0 += d.0;
-                dropped.1 += d.1;
-            } else {
-                en.probes += 1;
-                en.deadline = now + self.retrans;
-                self.next_timer = self.next_timer.min(en.deadline);
-                self.probes.push(Probe { key: en.key, unicast: None });
+        for i in 0..self.unresolved.len() {
+            let mut e = self.unresolved[i].head;
+            while e != NONE {
+                let en = &mut self.entries[e as usize];
+                let next = en.next;
+                if now < en.deadline {
+                    self.next_timer = self.next_timer.min(en.deadline);
+                } else if en.probes >= self.max_probes {
+                    self.fail(e, now);
+                    let d = self.drain_queue(e);
+                    dropped.0 += d.0;
+                    dropped.1 += d.1;
+                } else {
+                    // Without a token the retransmission is skipped, but counts: the entry
+                    // fails on time whatever the budget.
+                    en.probes += 1;
+                    en.deadline = now + self.retrans;
+                    let key = en.key;
+                    self.next_timer = self.next_timer.min(now + self.retrans);
+                    if self.solicit_allowed(now) {
+                        self.probes.push(Probe { key, unicast: None });
+                        self.remember(key, now);
+                    }
+                }
+                e = next;
             }
         }
         dropped
@@ -517,9 +752,9 @@ impl NeighborTable {
     }
 
     /// Forgets every learned entry (on interface `iface`, or all), dropping what waits on
-    /// them; static entries stay. Returns the packets dropped.
-    pub fn flush(&mut self, iface: Option<u16>) -> u64 {
-        let mut dropped = 0;
+    /// them; static entries stay. Returns the (transit, generated) packets dropped.
+    pub fn flush(&mut self, iface: Option<u16>) -> (u64, u64) {
+        let mut dropped = (0, 0);
         for e in 0..self.entries.len() {
             let en = &self.entries[e];
             if !en.live
@@ -528,11 +763,10 @@ impl NeighborTable {
             {
                 continue;
             }
-            if en.state == NeighborState::Incomplete && en.probes > 0 {
-                self.incomplete -= 1;
-            }
+            self.unlink(e as u32);
             let (t, g) = self.drain_queue(e as u32);
-            dropped += t + g;
+            dropped.0 += t;
+            dropped.1 += g;
             let en = &mut self.entries[e];
             en.live = false;
             self.index.remove(&en.key);
@@ -613,7 +847,7 @@ mod tests {
 
     #[test]
     fn unconfirmed_claims_are_stale_and_override_rules_hold() {
-        let mut t = NeighborTable::new(&limits());
+        let mut t = NeighborTable::new(&limits(), 2);
         let claim = Learn { create: true, replace: true, confirmed: false };
         assert!(t.learn(A, M, claim, 0));
         assert_eq!(t.rows()[0].state, NeighborState::Stale);
@@ -628,7 +862,7 @@ mod tests {
 
     #[test]
     fn resolve_queue_learn_flush() {
-        let mut t = NeighborTable::new(&limits());
+        let mut t = NeighborTable::new(&limits(), 2);
         let Resolve::Queue(e) = t.resolve(A, 0) else { panic!() };
         assert_eq!(t.pop_probe(), Some(Probe { key: A, unicast: None }));
         let mut b = pkt(1);
@@ -653,7 +887,7 @@ mod tests {
 
     #[test]
     fn stale_probes_then_fails_then_retries_after_hold() {
-        let mut t = NeighborTable::new(&limits());
+        let mut t = NeighborTable::new(&limits(), 2);
         t.learn(A, M, Learn { create: true, ..REPLY }, 0);
         assert_eq!(t.resolve(A, 5 * MS), Resolve::Mac(M));
         assert_eq!(t.pop_probe(), None);
@@ -671,7 +905,7 @@ mod tests {
 
     #[test]
     fn timers_retransmit_fail_and_drop_queue() {
-        let mut t = NeighborTable::new(&limits());
+        let mut t = NeighborTable::new(&limits(), 2);
         let Resolve::Queue(e) = t.resolve(A, 0) else { panic!() };
         t.pop_probe();
         t.enqueue(e, &mut pkt(1), true);
@@ -686,12 +920,12 @@ mod tests {
     }
 
     #[test]
-    fn full_table_evicts_only_idle_stale_entries() {
-        let mut t = NeighborTable::new(&limits());
+    fn full_table_evicts_only_idle_stale_entries_among_resolved_ones() {
+        let mut t = NeighborTable::new(&limits(), 2);
         assert!(t.add_static(A, M));
         assert!(matches!(t.resolve(B, 0), Resolve::Queue(_)));
-        assert_eq!(t.resolve(C, 0), Resolve::Fail(Drop::NeighborTableFull));
         t.learn(B, M, REPLY, 0);
+        assert_eq!(t.resolve(C, 0), Resolve::Fail(Drop::NeighborTableFull));
         t.resolve(B, 100 * MS); // stale now
         assert!(matches!(t.resolve(C, 100 * MS), Resolve::Queue(_)), "B evicted");
         assert!(
@@ -706,12 +940,156 @@ mod tests {
 
     #[test]
     fn total_queue_limit_is_shared() {
-        let mut t = NeighborTable::new(&limits());
+        let mut t = NeighborTable::new(&limits(), 2);
         let Resolve::Queue(a) = t.resolve(A, 0) else { panic!() };
         let Resolve::Queue(b) = t.resolve(B, 0) else { panic!() };
         assert!(t.enqueue(a, &mut pkt(1), true));
         assert!(t.enqueue(a, &mut pkt(2), true));
         assert!(t.enqueue(b, &mut pkt(3), true));
         assert!(!t.enqueue(b, &mut pkt(4), true), "3 slots in all");
+    }
+
+    fn key(iface: u16, last: u8) -> NKey {
+        NKey::v4(iface, 0x0a00_0000 | last as u32)
+    }
+
+    #[test]
+    fn incomplete_entries_are_capped_per_interface() {
+        let l = VrLimits {
+            neighbors: 8,
+            incomplete_per_interface: 2,
+            solicitations_per_sec: 0,
+            ..limits()
+        };
+        let mut t = NeighborTable::new(&l, 2);
+        assert!(t.learn(key(0, 9), M, Learn { create: true, ..REPLY }, 0));
+        let Resolve::Queue(a) = t.resolve(key(0, 1), 0) else { panic!() };
+        assert!(t.enqueue(a, &mut pkt(1), true));
+        assert!(t.enqueue(a, &mut pkt(2), false));
+        assert!(matches!(t.resolve(key(0, 2), MS / 2), Resolve::Queue(_)));
+        assert!(matches!(t.resolve(key(1, 1), MS / 2), Resolve::Queue(_)));
+        assert_eq!(t.take_evicted(), (0, 0));
+        // A third incomplete entry on interface 0 takes the oldest one's place.
+        assert!(matches!(t.resolve(key(0, 3), MS / 2), Resolve::Queue(_)));
+        assert_eq!(t.take_evicted(), (1, 1), "its queue is dropped");
+        assert_eq!(t.take_evicted(), (0, 0));
+        assert_eq!(t.queued(), 0);
+        let ips: Vec<String> = t.rows().iter().map(|r| format!("{}/{}", r.iface, r.ip)).collect();
+        assert_eq!(ips, ["0/10.0.0.2", "0/10.0.0.3", "0/10.0.0.9", "1/10.0.0.1"]);
+        assert_eq!(t.incomplete, 3);
+        // A flood of new next hops never takes the reachable entry's place.
+        for k in 10..200u8 {
+            assert!(matches!(t.resolve(key(0, k), MS), Resolve::Queue(_)));
+        }
+        assert_eq!(t.rows().len(), 4);
+        assert_eq!(t.resolve(key(0, 9), MS), Resolve::Mac(M));
+        // The entries it churned through: the newest two.
+        assert!(t.index.contains_key(&key(0, 198)) && t.index.contains_key(&key(0, 199)));
+        // Failed entries do not count towards the cap; they retry within it.
+        t.tick(2 * MS);
+        t.tick(3 * MS);
+        assert_eq!(t.incomplete, 0);
+        assert_eq!(t.rows().iter().filter(|r| r.state == NeighborState::Failed).count(), 3);
+        assert!(matches!(t.resolve(key(0, 20), 4 * MS), Resolve::Queue(_)));
+        assert!(matches!(t.resolve(key(0, 21), 4 * MS), Resolve::Queue(_)));
+        assert!(matches!(t.resolve(key(0, 198), 8 * MS), Resolve::Queue(_)), "retry after hold");
+        assert_eq!(t.unresolved[0].len, 2);
+        assert!(!t.index.contains_key(&key(0, 20)), "the oldest incomplete made way");
+    }
+
+    #[test]
+    fn full_table_evicts_failed_then_incomplete_then_stale_never_reachable() {
+        let l = VrLimits { neighbors: 4, incomplete_per_interface: 0, ..limits() };
+        let mut t = NeighborTable::new(&l, 2);
+        assert!(t.add_static(key(0, 1), M));
+        t.learn(key(0, 2), M, Learn { create: true, ..REPLY }, 0); // reachable
+        t.learn(key(0, 3), M, Learn { create: true, replace: true, confirmed: false }, 0); // stale
+        let Resolve::Queue(_) = t.resolve(key(1, 4), 0) else { panic!() };
+        t.tick(2 * MS); // .4 fails
+        let Resolve::Queue(_) = t.resolve(key(0, 5), 2 * MS) else { panic!() };
+        assert!(!t.index.contains_key(&key(1, 4)), "the failed entry went first");
+        let Resolve::Queue(_) = t.resolve(key(0, 6), 2 * MS) else { panic!() };
+        assert!(!t.index.contains_key(&key(0, 5)), "then the oldest incomplete one");
+        assert!(t.index.contains_key(&key(0, 3)), "the stale one stays while there are some");
+        // A resolved entry (a reply to us) displaces the incomplete one too.
+        t.learn(key(0, 7), M, Learn { create: true, ..REPLY }, 2 * MS);
+        assert!(!t.index.contains_key(&key(0, 6)));
+        // Only resolved entries left: the least recently used stale one goes, never a
+        // reachable one.
+        let Resolve::Queue(_) = t.resolve(key(0, 8), 3 * MS) else { panic!() };
+        assert!(!t.index.contains_key(&key(0, 3)));
+        t.learn(key(0, 8), M, REPLY, 3 * MS);
+        assert_eq!(t.resolve(key(0, 9), 3 * MS), Resolve::Fail(Drop::NeighborTableFull));
+        let ips: Vec<String> = t.rows().iter().map(|r| r.ip.to_string()).collect();
+        assert_eq!(ips, ["10.0.0.1", "10.0.0.2", "10.0.0.7", "10.0.0.8"]);
+    }
+
+    #[test]
+    fn solicitations_are_rate_limited_but_unicast_reprobes_are_not() {
+        let l = VrLimits {
+            neighbors: 16,
+            solicitations_per_sec: 100,
+            solicitations_burst: 2,
+            ..limits()
+        };
+        let mut t = NeighborTable::new(&l, 2);
+        t.learn(A, M, Learn { create: true, ..REPLY }, 0);
+        assert!(matches!(t.resolve(B, 0), Resolve::Queue(_)));
+        assert!(matches!(t.resolve(C, 0), Resolve::Queue(_)));
+        assert_eq!(t.resolve(key(0, 50), 0), Resolve::Fail(Drop::NeighborRateLimited));
+        assert!(!t.index.contains_key(&key(0, 50)), "no entry without a probe");
+        while t.pop_probe().is_some() {}
+        // Retransmissions find no token: skipped, but the entries still fail on time.
+        assert_eq!(t.tick(MS), (0, 0));
+        assert_eq!(t.pop_probe(), None);
+        t.tick(2 * MS);
+        assert_eq!(t.rows().iter().filter(|r| r.state == NeighborState::Failed).count(), 2);
+        // A's stale re-probes are unicast and need no token.
+        for k in 0..2 {
+            assert_eq!(t.resolve(A, 11 * MS + k * MS), Resolve::Mac(M));
+            assert_eq!(t.pop_probe(), Some(Probe { key: A, unicast: Some(M) }));
+        }
+        // 10 ms is one token (two by now): a new next hop, the retry of a failed one, and the
+        // next retry waits for the next token.
+        assert!(matches!(t.resolve(key(0, 50), 20 * MS), Resolve::Queue(_)));
+        assert!(matches!(t.resolve(B, 20 * MS), Resolve::Queue(_)));
+        assert_eq!(t.resolve(C, 20 * MS), Resolve::Fail(Drop::NeighborRateLimited));
+        assert_eq!(
+            t.rows().iter().find(|r| r.ip == C.addr()).unwrap().state,
+            NeighborState::Failed
+        );
+        assert!(matches!(t.resolve(C, 30 * MS), Resolve::Queue(_)));
+        // 0: no limit.
+        let mut t = NeighborTable::new(&VrLimits { solicitations_per_sec: 0, ..l }, 2);
+        for k in 0..10 {
+            assert!(matches!(t.resolve(key(0, k), 0), Resolve::Queue(_)));
+        }
+    }
+
+    #[test]
+    fn probed_addresses_are_remembered_for_the_resolution_window() {
+        let l = VrLimits { incomplete_per_interface: 1, ..limits() };
+        let mut t = NeighborTable::new(&l, 2);
+        assert!(!t.probed_recently(A, 0));
+        assert!(matches!(t.resolve(A, 0), Resolve::Queue(_)));
+        assert!(matches!(t.resolve(B, 0), Resolve::Queue(_)));
+        assert!(!t.index.contains_key(&A), "evicted");
+        assert!(t.probed_recently(A, 0) && t.probed_recently(B, MS));
+        assert!(!t.probed_recently(C, 0));
+        assert!(!t.probed_recently(A, 2 * MS), "neighbor_probes x retrans = 2 ms");
+    }
+
+    #[test]
+    fn flush_counts_transit_and_generated_apart() {
+        let mut t = NeighborTable::new(&limits(), 2);
+        let Resolve::Queue(a) = t.resolve(A, 0) else { panic!() };
+        let Resolve::Queue(c) = t.resolve(C, 0) else { panic!() };
+        t.enqueue(a, &mut pkt(1), true);
+        t.enqueue(a, &mut pkt(2), false);
+        t.enqueue(c, &mut pkt(3), true);
+        assert_eq!(t.flush(Some(0)), (1, 1));
+        assert_eq!((t.incomplete, t.unresolved[0].len, t.unresolved[1].len), (1, 0, 1));
+        assert_eq!(t.flush(None), (1, 0));
+        assert_eq!((t.incomplete, t.rows().len(), t.queued()), (0, 0, 0));
     }
 }
