@@ -166,11 +166,12 @@ impl Drop for Server {
     }
 }
 
-/// One reply line within `timeout`, or what happened instead.
+/// One reply line within `timeout`, or what happened instead. Reads a byte at a time, so a
+/// second reply already sent (to pipelined requests) stays in the socket for the next call.
 fn read_line(s: &UnixStream, timeout: Duration) -> Result<Value, String> {
     let t0 = Instant::now();
     let mut line = Vec::new();
-    let mut buf = [0u8; 4096];
+    let mut buf = [0u8; 1];
     loop {
         let left = timeout.checked_sub(t0.elapsed()).ok_or("timed out")?;
         s.set_read_timeout(Some(left.max(Duration::from_millis(1)))).unwrap();
