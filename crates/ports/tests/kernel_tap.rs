@@ -51,6 +51,12 @@ fn tap_created_moves_every_byte_and_goes_with_its_port() {
     workout(&mut t, &mut p);
     drop(p);
     drop(t);
+    // The kernel unregisters the device once the last reference (the packet socket's, freed
+    // after an RCU grace period) goes: on a loaded machine that can take a moment.
+    let t0 = std::time::Instant::now();
+    while exists(&name) && t0.elapsed() < std::time::Duration::from_secs(3) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     assert!(!exists(&name), "a created tap goes with its port");
 }
 
