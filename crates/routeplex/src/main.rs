@@ -9,21 +9,33 @@ mod demo;
 mod lab;
 mod pktgen;
 mod service;
+mod status_table;
 mod sys;
 mod test_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use control::api::{Command, Route};
+
+/// What `routeplex --help` says first.
+const LONG_ABOUT: &str = "\
+routeplex runs many isolated virtual routers (VRs) on one server: IPv4/IPv6 forwarding, each VR
+with its own routing table, ARP/NDP neighbors and counters, joined by a batched software data
+plane and a learning switch to each other, to local processes (memif) and to the kernel
+(AF_XDP, AF_PACKET, tap, network namespaces). A topology file (YAML, docs/topology.md) says
+what to build.
+
+Start with `routeplex demo` (four VRs in memory, no root); `routeplex show FILE` checks a
+topology; `routeplex up FILE` builds it (root) and `routeplex status FILE` shows it running.";
 
 #[global_allocator]
 static ALLOC: alloc_count::Counting = alloc_count::Counting;
 
 /// Many isolated virtual routers on one host, joined by a fast software Ethernet.
 #[derive(Parser)]
-#[command(name = "routeplex", version, about, long_about = None)]
+#[command(name = "routeplex", version, long_about = LONG_ABOUT)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -84,11 +96,14 @@ enum Cmd {
         #[arg(long, default_value_t = 256)]
         burst: usize,
     },
-    /// A running data plane's workers, VRs (worker, reservation, counters, over_budget drops)
-    /// and ports, as one JSON line.
+    /// A running data plane's workers, VRs (worker, counters, routes, neighbors) and ports, as
+    /// tables; with --json the control API's whole answer (reservations, every counter, FIB).
     Status {
         /// The topology file (YAML) it runs.
         file: PathBuf,
+        /// Print the answer as one JSON line, for machines.
+        #[arg(long)]
+        json: bool,
         /// Its control socket's directory, for a data plane started with `run --state-dir`
         /// rather than `up`.
         #[arg(long)]
@@ -132,6 +147,13 @@ enum Cmd {
     /// in-memory ports; no root).
     #[command(subcommand)]
     Test(test_cmd::TestCmd),
+    /// Print a shell completion script: `routeplex completions bash > /etc/bash_completion.d/routeplex`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff): `routeplex man | man -l -`.
+    Man,
 }
 
 #[derive(Subcommand)]
@@ -227,9 +249,7 @@ fn main() -> ExitCode {
         Cmd::Route { file, vr, op, state_dir } => {
             route_cmd(vr, op).and_then(|c| service::control(&file, state_dir.as_deref(), c))
         }
-        Cmd::Status { file, state_dir } => {
-            service::control(&file, state_dir.as_deref(), Command::Status)
-        }
+        Cmd::Status { file, state_dir, json } => service::status(&file, state_dir.as_deref(), json),
         Cmd::Move { file, vr, worker, state_dir } => match worker.parse::<usize>() {
             Ok(worker) => {
                 service::control(&file, state_dir.as_deref(), Command::Move { vr, worker })
@@ -245,6 +265,18 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Switch(a)) => bench_switch::run(a),
         Cmd::Bench(BenchCmd::Idle(a)) => bench_idle::run(a),
         Cmd::Test(t) => test_cmd::run(t),
+        Cmd::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "routeplex",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
+        Cmd::Man => clap_mangen::Man::new(Cli::command())
+            .render(&mut std::io::stdout())
+            .map_err(anyhow::Error::from),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -58,6 +58,17 @@ pub fn control(file: &Path, state_dir: Option<&Path>, cmd: Command) -> Result<()
     Ok(())
 }
 
+/// `routeplex status FILE [--json]`: tables for people, or the API's answer as one JSON line.
+pub fn status(file: &Path, state_dir: Option<&Path>, json: bool) -> Result<()> {
+    let v = daemon::ask(&socket(file, state_dir)?, Command::Status, ASK_TIMEOUT)?;
+    if json {
+        println!("{v}");
+    } else {
+        print!("{}", crate::status_table::render(&v));
+    }
+    Ok(())
+}
+
 /// `routeplex apply FILE [--dry-run]`: prints the plan, then (unless a dry run) applies it.
 pub fn apply(file: &Path, state_dir: Option<&Path>, dry_run: bool) -> Result<()> {
     let text =

@@ -81,7 +81,7 @@ impl Running {
     }
 
     fn vr(&self, name: &str) -> Value {
-        let s = self.ok(&["status"]);
+        let s = self.ok(&["status", "--json"]);
         s["vrs"].as_array().unwrap().iter().find(|v| v["name"] == name).unwrap().clone()
     }
 
@@ -134,7 +134,7 @@ vrs:
 #[test]
 fn run_moves_and_reserves_through_the_command_line() {
     let mut r = Running::start(TOPO);
-    let s = r.ok(&["status"]);
+    let s = r.ok(&["status", "--json"]);
     assert_eq!(s["workers"].as_array().unwrap().len(), 2, "{s}");
     let a = r.vr("a");
     assert_eq!(a["worker"], 0, "placed as the topology says: {a}");

@@ -1,4 +1,5 @@
-//! A one-line progress report on stderr, drawn only when stderr is a terminal.
+//! Progress on stderr: one line redrawn in place on a terminal, otherwise a line per trial (so a
+//! long run that is logged or piped still says what it is doing).
 
 use std::io::{IsTerminal, Write};
 use std::time::Instant;
@@ -6,6 +7,7 @@ use std::time::Instant;
 /// Progress of a test: which trial, the rate being tried, and an estimate of the time left.
 pub struct Progress {
     enabled: bool,
+    tty: bool,
     start: Instant,
     done: usize,
     planned: usize,
@@ -13,14 +15,21 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Draws on stderr if it is a terminal.
+    /// Draws on stderr: in place on a terminal, a line per trial otherwise.
     pub fn stderr() -> Progress {
-        Progress { enabled: std::io::stderr().is_terminal(), ..Self::silent() }
+        Progress { enabled: true, tty: std::io::stderr().is_terminal(), ..Self::silent() }
     }
 
     /// Draws nothing.
     pub fn silent() -> Progress {
-        Progress { enabled: false, start: Instant::now(), done: 0, planned: 0, secs_per_trial: 0.0 }
+        Progress {
+            enabled: false,
+            tty: false,
+            start: Instant::now(),
+            done: 0,
+            planned: 0,
+            secs_per_trial: 0.0,
+        }
     }
 
     /// Expects `trials` more trials of about `secs` each (an estimate: searches stop early).
@@ -44,9 +53,10 @@ impl Progress {
         let left = (self.planned - self.done + 1) as f64 * self.secs_per_trial;
         let rate = rate.map_or("max rate".to_string(), fmt_rate);
         let mut e = std::io::stderr().lock();
+        let (start, end) = if self.tty { ("\r\x1b[K", "") } else { ("", "\n") };
         let _ = write!(
             e,
-            "\r\x1b[K{what}: trial {}/~{} at {rate}, ~{} left",
+            "{start}{what}: trial {}/~{} at {rate}, ~{} left{end}",
             self.done,
             self.planned,
             fmt_secs(left)
@@ -56,7 +66,7 @@ impl Progress {
 
     /// Clears the line.
     pub fn finish(&mut self) {
-        if self.enabled {
+        if self.enabled && self.tty {
             let _ = write!(std::io::stderr(), "\r\x1b[K");
         }
     }

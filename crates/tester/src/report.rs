@@ -111,11 +111,53 @@ impl Table {
 }
 
 fn pps(v: f64) -> String {
-    format!("{:.0}", v)
+    group(v)
+}
+
+/// Rounded to an integer, with thousands separators: 18524113.4 → "18,524,113".
+pub fn group(v: f64) -> String {
+    if !v.is_finite() {
+        return "-".into();
+    }
+    let r = v.round();
+    let digits = format!("{:.0}", r.abs());
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    if r < 0.0 {
+        out.push('-');
+    }
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A byte count in binary units: 495616.3 → "484.0 KiB"; below 1 KiB, whole bytes.
+pub fn bytes(v: f64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if !v.is_finite() {
+        return "-".into();
+    }
+    if v.abs() < 1024.0 {
+        return format!("{v:.0} B");
+    }
+    let mut x = v / 1024.0;
+    let mut u = 0;
+    while x.abs() >= 1024.0 && u + 1 < UNITS.len() {
+        x /= 1024.0;
+        u += 1;
+    }
+    format!("{x:.1} {}", UNITS[u])
 }
 
 fn opt(v: Option<f64>, prec: usize) -> String {
-    v.map_or("-".into(), |v| format!("{v:.prec$}"))
+    match v {
+        Some(v) if prec == 0 => group(v),
+        Some(v) => format!("{v:.prec$}"),
+        None => "-".into(),
+    }
 }
 
 fn pct(v: f64) -> String {
@@ -371,5 +413,16 @@ mod tests {
         t.row(vec!["0".into(), "1000".into()]);
         t.row(vec!["10".into(), "5".into()]);
         assert_eq!(t.render(), "step   pps\n0     1000\n10       5\n");
+    }
+
+    #[test]
+    fn numbers_are_grouped_and_bytes_have_units() {
+        assert_eq!(group(18524113.4), "18,524,113");
+        assert_eq!(group(999.5), "1,000");
+        assert_eq!(group(-1234.0), "-1,234");
+        assert_eq!(group(0.0), "0");
+        assert_eq!(bytes(512.0), "512 B");
+        assert_eq!(bytes(495616.3), "484.0 KiB");
+        assert_eq!(bytes(2968371.0), "2.8 MiB");
     }
 }

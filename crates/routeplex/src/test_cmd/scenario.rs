@@ -39,7 +39,7 @@ pub struct ScenarioArgs {
     #[arg(long)]
     pub json: bool,
     /// Where to write the JSON, CSV, plots and generated topologies (default:
-    /// scenario-results/NAME).
+    /// $XDG_CACHE_HOME/routeplex/scenario-results/NAME, or ~/.cache/..., or the temp dir's).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Do not pin the tester to CPU 0 and the DUT to CPU 1.
@@ -365,7 +365,7 @@ pub fn run(a: ScenarioArgs) -> Result<()> {
     };
     let mut b = Builder::new(dut_cpu, idle);
     let r = scenario::run(&sc, &o, &mut b).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let out = a.out.clone().unwrap_or_else(|| Path::new("scenario-results").join(&sc.name));
+    let out = a.out.clone().unwrap_or_else(|| default_results_dir().join(&sc.name));
     std::fs::create_dir_all(&out).with_context(|| format!("--out {}", out.display()))?;
     let name = &sc.name;
     let mut files = Vec::new();
@@ -402,7 +402,23 @@ pub fn run(a: ScenarioArgs) -> Result<()> {
         print!("{table}");
         println!("files: {}", files.join(", "));
     }
+    eprintln!("routeplex test scenario: wrote {} files to {}", files.len(), out.display());
     Ok(())
+}
+
+/// Where results go without `--out`: the user's cache (`$XDG_CACHE_HOME`, else `~/.cache`),
+/// else the temp dir; never the current directory, which is often a checkout.
+fn default_results_dir() -> PathBuf {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".cache"))
+        })
+        .unwrap_or_else(std::env::temp_dir);
+    cache.join("routeplex").join("scenario-results")
 }
 
 #[cfg(test)]

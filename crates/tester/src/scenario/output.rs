@@ -41,7 +41,9 @@ fn format_metric(name: &str, v: f64) -> String {
         return "-".into();
     }
     if m.ends_with("_pps") {
-        format!("{v:.0}")
+        report::group(v)
+    } else if m.ends_with("_bytes") || m.contains("bytes_per_") {
+        report::bytes(v)
     } else if matches!(m, "loss_ratio" | "drop_vs_first" | "share") {
         format!("{:.3}%", v * 100.0)
     } else if m == "vs_first" {
@@ -49,7 +51,7 @@ fn format_metric(name: &str, v: f64) -> String {
     } else if m.ends_with("_us") {
         format!("{v:.1}")
     } else if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{v:.0}")
+        report::group(v)
     } else {
         format!("{v:.3}")
     }
@@ -153,14 +155,14 @@ pub fn table(r: &ScenarioReport) -> String {
                 Table::new(&["  target pps", "attempted pps", "forwarded pps", "±99% CI", "loss"]);
             for s in &p.curve {
                 t.row(vec![
-                    format!("  {:.0}", s.target_pps),
+                    format!("  {}", report::group(s.target_pps)),
                     format!(
-                        "{:.0}{}",
-                        s.attempted_pps,
+                        "{}{}",
+                        report::group(s.attempted_pps),
                         if s.attempted_pps < 0.99 * s.target_pps { "*" } else { "" }
                     ),
-                    format!("{:.0}", s.forwarded_pps),
-                    s.ci99_pps.map_or("-".into(), |c| format!("{c:.0}")),
+                    report::group(s.forwarded_pps),
+                    s.ci99_pps.map_or("-".into(), report::group),
                     format!("{:.4}%", s.loss_ratio * 100.0),
                 ]);
             }

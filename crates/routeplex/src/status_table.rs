@@ -1,0 +1,174 @@
+//! `routeplex status` as tables for people: workers, VRs and ports (`--json` prints the API's
+//! answer as it is, for machines).
+
+use std::fmt::Write;
+
+use serde_json::Value;
+
+pub use crate::demo::group as thousands;
+
+/// Bytes in binary units with one decimal: 2968371 → "2.8 MiB".
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn num(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// Rows as columns padded to their widest cell (the first column left-aligned, the rest right).
+fn table(out: &mut String, rows: &[Vec<String>]) {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let w: Vec<usize> = (0..cols)
+        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in rows {
+        let mut line = String::new();
+        for (c, cell) in r.iter().enumerate() {
+            if c == 0 {
+                let _ = write!(line, "{cell:<width$}", width = w[c]);
+            } else if c + 1 == r.len() && cell.starts_with(char::is_alphabetic) {
+                let _ = write!(line, "  {cell}");
+            } else {
+                let _ = write!(line, "  {cell:>width$}", width = w[c]);
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+}
+
+/// The status answer as text: a line for the host, then workers, VRs and ports.
+pub fn render(s: &Value) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "state {}, up {:.1} s, memory {}",
+        s["state"].as_str().unwrap_or("?"),
+        s["uptime_s"].as_f64().unwrap_or(0.0),
+        bytes(num(&s["memory"]["rss_bytes"]))
+    );
+    let mut rows =
+        vec![["worker", "cpu", "idle", "rounds", "sleeps", "vrs"].map(String::from).to_vec()];
+    for w in s["workers"].as_array().into_iter().flatten() {
+        let vrs: Vec<&str> =
+            w["vrs"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        rows.push(vec![
+            w["index"].to_string(),
+            w["cpu"].to_string(),
+            w["idle"].as_str().unwrap_or("").to_string(),
+            thousands(num(&w["rounds"])),
+            thousands(num(&w["sleeps"])),
+            vrs.join(" "),
+        ]);
+    }
+    out.push('\n');
+    table(&mut out, &rows);
+
+    let drop_names: Vec<&str> = dataplane::Drop::ALL.iter().map(|d| d.name()).collect();
+    let mut rows = vec![[
+        "vr",
+        "worker",
+        "received",
+        "forwarded",
+        "dropped",
+        "routes",
+        "fib",
+        "neighbors",
+        "top drop",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for v in s["vrs"].as_array().into_iter().flatten() {
+        let c = &v["counters"];
+        let mut dropped = 0;
+        let mut top: Option<(&str, u64)> = None;
+        for (k, n) in c.as_object().into_iter().flatten() {
+            if drop_names.contains(&k.as_str()) {
+                let n = num(n);
+                dropped += n;
+                if n > 0 && top.is_none_or(|(_, m)| n > m) {
+                    top = Some((k, n));
+                }
+            }
+        }
+        let routes: u64 = v["routes"].as_object().into_iter().flatten().map(|(_, n)| num(n)).sum();
+        let fib = &v["fib"];
+        let n = &v["neighbors"];
+        rows.push(vec![
+            v["name"].as_str().unwrap_or("?").to_string(),
+            v["worker"].to_string(),
+            thousands(num(&c["rx_packets"])),
+            thousands(num(&c["forwarded"])),
+            thousands(dropped),
+            thousands(routes),
+            if fib.is_null() { "-".into() } else { bytes(num(&fib["bytes"])) },
+            format!("{}/{}", num(&n["used"]), num(&n["size"])),
+            top.map(|(k, n)| format!("{k} {}", thousands(n))).unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    out.push('\n');
+    table(&mut out, &rows);
+
+    let mut rows =
+        vec![["port", "rx", "tx", "rx_dropped", "tx_full", "status"].map(String::from).to_vec()];
+    for p in s["ports"].as_array().into_iter().flatten() {
+        rows.push(vec![
+            p["name"].as_str().unwrap_or("?").to_string(),
+            thousands(num(&p["rx"])),
+            thousands(num(&p["tx"])),
+            thousands(num(&p["rx_dropped"])),
+            thousands(num(&p["tx_full"])),
+            p["status"].as_str().unwrap_or("?").to_string(),
+        ]);
+    }
+    out.push('\n');
+    table(&mut out, &rows);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_easily() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(18524113), "18,524,113");
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(2968371), "2.8 MiB");
+    }
+
+    #[test]
+    fn a_status_answer_renders_as_tables() {
+        let s = serde_json::json!({
+            "state": "running", "uptime_s": 3.5, "memory": { "rss_bytes": 10485760 },
+            "workers": [{ "index": 0, "cpu": 1, "idle": "adaptive", "rounds": 1234567, "sleeps": 3, "vrs": ["a"] }],
+            "vrs": [{ "name": "a", "worker": 0,
+                      "counters": { "rx_packets": 2000, "forwarded": 1500, "no_route": 400, "ttl_expired": 100 },
+                      "routes": { "connected": 2, "static": 1 }, "fib": { "bytes": 4096 },
+                      "neighbors": { "used": 1, "size": 1024 } }],
+            "ports": [{ "name": "p0", "rx": 2000, "tx": 1500, "rx_dropped": 0, "tx_full": 0, "status": "up" }],
+        });
+        let t = render(&s);
+        assert!(t.contains("1,234,567"), "{t}");
+        assert!(t.contains("no_route 400"), "{t}");
+        let a = t.lines().find(|l| l.starts_with("a ")).unwrap();
+        assert!(
+            a.contains("2,000") && a.contains("1,500") && a.contains("500") && a.contains("1/1024"),
+            "{t}"
+        );
+        assert!(t.contains("4.0 KiB"), "{t}");
+    }
+}
