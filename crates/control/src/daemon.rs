@@ -258,7 +258,19 @@ pub fn serve(
     listener: UnixListener,
     access: Access,
     stop: &AtomicBool,
+    handle: impl FnMut(Command) -> (Result<serde_json::Value, ControlError>, bool),
+) -> Result<(), ControlError> {
+    serve_ticking(listener, access, stop, handle, || {})
+}
+
+/// [`serve`], calling `tick` on this thread between requests and at least every 50 ms (the
+/// metrics endpoint's samples are taken there).
+pub fn serve_ticking(
+    listener: UnixListener,
+    access: Access,
+    stop: &AtomicBool,
     mut handle: impl FnMut(Command) -> (Result<serde_json::Value, ControlError>, bool),
+    mut tick: impl FnMut(),
 ) -> Result<(), ControlError> {
     listener.set_nonblocking(true).map_err(|e| ControlError::io("control socket", e))?;
     let (tx, rx) = mpsc::channel::<Job>();
@@ -272,6 +284,7 @@ pub fn serve(
             .map_err(|e| ControlError::io("control socket thread", e))?
     };
     while !stop.load(Ordering::Relaxed) {
+        tick();
         let (req, reply) = match rx.recv_timeout(Duration::from_millis(50)) {
             Ok(j) => j,
             Err(RecvTimeoutError::Timeout) => continue,
@@ -718,22 +731,42 @@ pub fn run(
             .collect::<Vec<_>>()
             .join(", ")
     ));
+    // The metrics endpoint's thread never calls the workers: this loop samples for it.
+    let metrics = match &node.topology().metrics {
+        Some(m) => {
+            let server = crate::metrics::MetricsServer::start(m.listen)?;
+            say(format!("routeplex run: metrics on http://{}/metrics", server.local_addr()));
+            Some(server)
+        }
+        None => None,
+    };
+    let node = std::cell::RefCell::new(node);
+    let tick = || {
+        if let Some(m) = &metrics {
+            m.refresh(&node.borrow());
+        }
+    };
     let served = match state_dir {
         Some(dir) => {
             let access = Access::from_env();
             let listener = bind(&dir.join("control.sock"), &access)?;
-            serve(listener, access, stop, |cmd| {
+            let handle = |cmd| {
+                let mut node = node.borrow_mut();
                 let r = node.execute(cmd);
                 (r, node.stop_requested())
-            })
+            };
+            serve_ticking(listener, access, stop, handle, tick)
         }
         None => {
             while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(100));
+                tick();
+                std::thread::sleep(Duration::from_millis(50));
             }
             Ok(())
         }
     };
+    drop(metrics);
+    let node = node.into_inner();
     let last = node.status().map(|v| v.to_string()).unwrap_or_else(|e| e.to_string());
     node.stop()?;
     if let Some(dir) = state_dir {

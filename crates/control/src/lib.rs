@@ -14,6 +14,7 @@ pub mod api;
 pub mod build;
 pub mod daemon;
 mod error;
+pub mod metrics;
 pub mod model;
 pub mod netns;
 pub mod node;

@@ -37,6 +37,8 @@ pub struct TopologyDoc {
     /// `poll`, `adaptive` or `interrupt`: what a worker without traffic does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<MetricsDoc>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<HostDoc>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -53,6 +55,13 @@ pub struct TopologyDoc {
 pub enum WorkersDoc {
     Count(u64),
     Cpus(Vec<u64>),
+}
+
+/// `metrics:`: the Prometheus endpoint; `listen` is `IP:PORT` (default 127.0.0.1:9469).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetricsDoc {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
 }
 
 /// One of `hosts:`.

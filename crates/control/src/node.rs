@@ -591,6 +591,9 @@ impl Node {
         if cur.workers != next.workers {
             refused.push(format!("workers: {:?} -> {:?} {fix}", cur.workers, next.workers));
         }
+        if cur.metrics != next.metrics {
+            refused.push(format!("metrics changed: {fix}"));
+        }
         if cur.hosts != next.hosts {
             refused.push(format!("hosts changed: {fix}"));
         }
@@ -1030,7 +1033,7 @@ fn applied(a: dataplane::routes::Applied) -> Result<Value, ControlError> {
 }
 
 /// The process's resident memory, from /proc (0 where it cannot be read).
-fn rss_bytes() -> u64 {
+pub(crate) fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())

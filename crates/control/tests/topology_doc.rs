@@ -17,6 +17,7 @@ fn sections() -> Vec<(&'static str, Vec<String>)> {
     let port = |kind: &str| format!("ports:\n  - {{ name: p, kind: {kind}, zz: 1 }}\n");
     vec![
         ("Top level", vec!["zz: 1\n".into()]),
+        ("`metrics`", vec!["metrics: { zz: 1 }\n".into()]),
         ("`hosts[]`", vec!["hosts:\n  - { zz: 1 }\n".into()]),
         ("`kind: mem` (in-process pair: tests, benchmarks, the demo)", vec![port("mem")]),
         (

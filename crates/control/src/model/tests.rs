@@ -24,6 +24,7 @@ fn table_dir(tag: &str) -> PathBuf {
 
 const REPRESENTATIVE: &str = r#"
 workers: 2
+metrics: { listen: "127.0.0.1:9469" }
 hosts:
   - name: ha
     addresses: [10.9.0.2/24]
@@ -154,6 +155,7 @@ fn representative() -> TopologyDoc {
     TopologyDoc {
         workers: Some(WorkersDoc::Count(2)),
         idle: None,
+        metrics: Some(MetricsDoc { listen: Some(s("127.0.0.1:9469")) }),
         hosts: vec![HostDoc {
             name: s("ha"),
             addresses: strings(&["10.9.0.2/24"]),
@@ -346,6 +348,7 @@ fn every_field() -> TopologyDoc {
     TopologyDoc {
         workers: Some(WorkersDoc::Count(1)),
         idle: Some(s("poll")),
+        metrics: Some(MetricsDoc { listen: Some(s("l")) }),
         hosts: vec![HostDoc {
             name: s("h"),
             addresses: strings(&["a"]),
@@ -449,6 +452,7 @@ fn the_model_has_exactly_the_keys_the_parser_accepts() {
     let port_probe = |kind: &str| format!("ports:\n  - {{ name: p, kind: {kind}, zz: 1 }}\n");
     let sections: Vec<(&str, Json, String)> = vec![
         ("top", doc.clone(), s("zz: 1\n")),
+        ("metrics", doc["metrics"].clone(), s("metrics: { zz: 1 }\n")),
         ("hosts[]", doc["hosts"][0].clone(), s("hosts:\n  - { zz: 1 }\n")),
         ("ports[] mem", port("mem"), port_probe("mem")),
         ("ports[] memif", port("memif"), port_probe("memif")),

@@ -17,6 +17,11 @@
 //!                             # (memif: its eventfds; afxdp, afpacket, tap: their sockets;
 //!                             # mem ports have none, so a worker with one naps ~100 us);
 //!                             # interrupt: sleep as soon as a poll finds nothing
+//! metrics:                    # optional (off by default): Prometheus / OpenMetrics text at
+//!   listen: 127.0.0.1:9469    # http://ADDRESS/metrics (default address 127.0.0.1:9469; IPv6
+//!                             # quoted: "[::1]:9469"). No authentication: keep it on loopback
+//!                             # or a management network. Served by a control-side thread from
+//!                             # a sample taken between the workers' polls (control::metrics)
 //! hosts:                      # Linux hosts `routeplex up` makes: a namespace each, eth0 in it
 //!   - name: ha                # the namespace's name: letters, digits, - _ . (32 at most)
 //!     addresses: [10.9.0.2/24, "2001:db8:9::2/64"]
@@ -155,7 +160,10 @@ use wire::MacAddr;
 
 pub use error::{ErrorKind, TopologyError};
 pub use hosts::{HostSpec, HOST_IFNAME};
-pub use run::{cells, reservation_from_words, CellPlan, VrSchedule, Workers, DEFAULT_PERIOD_US};
+pub use run::{
+    cells, reservation_from_words, CellPlan, MetricsConfig, VrSchedule, Workers,
+    DEFAULT_METRICS_LISTEN, DEFAULT_PERIOD_US,
+};
 
 use yaml::{BadKind, Result, Value};
 
@@ -177,6 +185,8 @@ pub struct Topology {
     pub workers: Workers,
     /// What workers do when their ports are quiet (`idle:`; default adaptive).
     pub idle: crate::runtime::Idle,
+    /// Where the Prometheus endpoint listens (`metrics:`); `None`: no endpoint (the default).
+    pub metrics: Option<MetricsConfig>,
     /// How each VR runs (worker, reservation, batch limit): `schedule[i]` is `vrs[i]`'s.
     pub schedule: Vec<VrSchedule>,
 }
@@ -276,7 +286,7 @@ pub enum PortKind {
 }
 
 /// Keys of the top-level mapping.
-const TOP_KEYS: &[&str] = &["workers", "idle", "hosts", "ports", "switches", "vrs"];
+const TOP_KEYS: &[&str] = &["workers", "idle", "metrics", "hosts", "ports", "switches", "vrs"];
 /// Port kinds this build provides.
 const PORT_KINDS: &[&str] = &["mem", "memif", "afxdp", "afpacket", "tap"];
 /// Port kinds the design names but this build lacks: asking for one is `ErrorKind::Unavailable`
@@ -322,6 +332,7 @@ impl Topology {
             let workers = top.get("workers").map(|w| run::workers(&w)).transpose()?;
             let workers = workers.unwrap_or_default();
             let idle = top.get("idle").map(|v| run::idle(&v)).transpose()?.unwrap_or_default();
+            let metrics = top.get("metrics").map(|v| run::metrics(&v)).transpose()?;
             let mut host = Host::default();
             let mut hosts = Vec::new();
             for v in top.list("hosts")? {
@@ -364,6 +375,7 @@ impl Topology {
                 hosts,
                 workers,
                 idle,
+                metrics,
                 schedule,
             })
         };

@@ -46,6 +46,17 @@ impl Workers {
     }
 }
 
+/// `metrics:`: where the Prometheus / OpenMetrics endpoint listens (see `control::metrics`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// The TCP address `GET /metrics` is served on.
+    pub listen: std::net::SocketAddr,
+}
+
+/// The address `metrics:` listens on when it gives none.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9469";
+const METRICS_KEYS: &[&str] = &["listen"];
+
 /// How one VR runs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VrSchedule {
@@ -111,6 +122,24 @@ pub(super) fn idle(v: &Value) -> Result<Idle> {
         "interrupt" => Ok(Idle::Interrupt),
         t => Err(v.bad(t, format_args!("idle must be poll, adaptive or interrupt, not {t:?}"))),
     }
+}
+
+/// `metrics:`: a mapping with an optional `listen:` address (`IP:PORT`, `[IPv6]:PORT`; port
+/// 1..=65535), default [`DEFAULT_METRICS_LISTEN`].
+pub(super) fn metrics(v: &Value) -> Result<MetricsConfig> {
+    let m = v.map(METRICS_KEYS)?;
+    let Some(l) = m.get("listen") else {
+        let listen = DEFAULT_METRICS_LISTEN.parse().expect("the default address parses");
+        return Ok(MetricsConfig { listen });
+    };
+    let t = l.text()?;
+    let listen: std::net::SocketAddr = t.parse().map_err(|_| {
+        l.bad(t, format_args!("listen must be IP:PORT (127.0.0.1:9469, \"[::1]:9469\"), not {t:?}"))
+    })?;
+    if listen.port() == 0 {
+        return Err(l.bad(t, "listen needs a port (1..=65535) that Prometheus can be pointed at"));
+    }
+    Ok(MetricsConfig { listen })
 }
 
 /// A VR's `worker:`, `reservation:` and `batch:`; also the `worker:` value, for placement

@@ -126,7 +126,7 @@ fn unknown_keys_are_rejected_with_the_allowed_ones() {
         (1, "port"),
         "port",
         Some("port"),
-        "unknown key \"port\" (allowed: workers, idle, hosts, ports, switches, vrs)",
+        "unknown key \"port\" (allowed: workers, idle, metrics, hosts, ports, switches, vrs)",
     );
     let text =
         vr1("      - { name: eth2, port: p1, mac: 02:00:00:00:01:02, adresses: [10.0.2.1/24] }\n");
@@ -1945,4 +1945,28 @@ fn reservations_from_words() {
         "time_us 2000 is longer than the period (1000 us): a VR gets at most the whole period",
     );
     bad(&[], "give packets=N or time_us=N (or none)");
+}
+
+#[test]
+fn metrics_is_off_by_default_and_its_address_is_checked() {
+    let base = "ports: [{ name: p0, kind: mem }]\n";
+    assert_eq!(parse(base).unwrap().metrics, None);
+    assert_eq!(parse(&format!("metrics:\n{base}")).unwrap().metrics, None);
+    let listen = |t: &str| parse(&format!("{t}\n{base}")).map(|t| t.metrics.unwrap().listen);
+    assert_eq!(listen("metrics: {}").unwrap().to_string(), DEFAULT_METRICS_LISTEN);
+    assert_eq!(
+        listen("metrics: { listen: 127.0.0.2:9100 }").unwrap().to_string(),
+        "127.0.0.2:9100"
+    );
+    assert_eq!(listen("metrics: { listen: \"[::1]:9469\" }").unwrap().to_string(), "[::1]:9469");
+    let e = listen("metrics: { listen: localhost:9469 }").unwrap_err();
+    assert_eq!((e.field(), e.value()), ("metrics.listen", Some("localhost:9469")), "{e}");
+    let e = listen("metrics: { listen: 127.0.0.1 }").unwrap_err();
+    assert!(e.message().starts_with("listen must be IP:PORT"), "{e}");
+    let e = listen("metrics: { listen: 127.0.0.1:0 }").unwrap_err();
+    assert!(e.message().contains("needs a port"), "{e}");
+    let e = listen("metrics: { port: 9469 }").unwrap_err();
+    assert_eq!(e.message(), "unknown key \"port\" (allowed: listen)");
+    let e = listen("metrics: 127.0.0.1:9469").unwrap_err();
+    assert_eq!(e.field(), "metrics", "{e}");
 }
