@@ -14,6 +14,12 @@
 //! nothing). The socket serves at most [`MAX_CLIENTS`] clients at once, each on its own thread,
 //! with a per-line deadline and a maximum line length, so idle, slow or hostile clients cannot
 //! hold up the others.
+//!
+//! Every change of state is one `tracing` event with fields (target `control::daemon` and
+//! `control::node`): the data plane starting and stopping, ports going up or down (memif
+//! ports: their peer connecting or leaving), clients refused, and what `up` and `down` do.
+//! The caller installs the subscriber (`routeplex` writes to stderr, which `up` points at
+//! the service log).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -25,6 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use tracing::{debug, info, warn};
 
 use crate::api::{parse_request, Command, Reply, Request, API_VERSION};
 use crate::netns::Made;
@@ -328,13 +335,16 @@ fn accept_loop(
             let _ =
                 writeln!(s, "{}", serde_json::to_string(&Reply::err(0, &e)).unwrap_or_default());
         };
-        let grant = sys::peer_cred(&s).ok().and_then(|c| access.grant(c));
-        let Some(full) = grant else {
+        let cred = sys::peer_cred(&s).ok();
+        let (uid, pid) = cred.map_or((None, None), |c| (Some(c.uid), Some(c.pid)));
+        let Some(full) = cred.and_then(|c| access.grant(c)) else {
+            warn!(uid, pid, reason = "permission", "control client refused");
             refuse(s, ControlError::Permission("this socket serves root and its owner".into()));
             continue;
         };
         if clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
             clients.fetch_sub(1, Ordering::AcqRel);
+            warn!(uid, pid, reason = "busy", clients = MAX_CLIENTS, "control client refused");
             refuse(
                 s,
                 ControlError::Busy(format!("{MAX_CLIENTS} clients are connected; try again")),
@@ -343,7 +353,7 @@ fn accept_loop(
         }
         let (tx, clients, done) = (tx.clone(), clients.clone(), done.clone());
         let spawned = std::thread::Builder::new().name("control-client".into()).spawn(move || {
-            client(s, full, &tx, &done);
+            client(s, full, uid, &tx, &done);
             clients.fetch_sub(1, Ordering::AcqRel);
         });
         if spawned.is_err() {
@@ -354,7 +364,7 @@ fn accept_loop(
 }
 
 /// One client: lines in, replies out, until it hangs up, breaks a limit or the server stops.
-fn client(s: UnixStream, full: bool, tx: &Sender<Job>, done: &AtomicBool) {
+fn client(s: UnixStream, full: bool, uid: Option<u32>, tx: &Sender<Job>, done: &AtomicBool) {
     let max = if full { MAX_LINE } else { MAX_READ_ONLY_LINE };
     let Ok(mut out) = s.try_clone() else { return };
     let _ = s.set_nonblocking(false);
@@ -396,6 +406,7 @@ fn client(s: UnixStream, full: bool, tx: &Sender<Job>, done: &AtomicBool) {
         };
         if line.len() - usize::from(complete) > max {
             let e = ControlError::BadRequest(format!("request line longer than {max} bytes"));
+            warn!(uid, reason = "bad line", error = %e, "control client refused");
             let _ = send(&mut out, &Reply::err(0, &e));
             return;
         }
@@ -411,6 +422,7 @@ fn client(s: UnixStream, full: bool, tx: &Sender<Job>, done: &AtomicBool) {
                     "a request line took longer than {} s",
                     LINE_DEADLINE.as_secs()
                 ));
+                warn!(uid, reason = "bad line", error = %e, "control client refused");
                 let _ = send(&mut out, &Reply::err(0, &e));
                 return;
             }
@@ -419,11 +431,25 @@ fn client(s: UnixStream, full: bool, tx: &Sender<Job>, done: &AtomicBool) {
         // A whole line, or at the end of the stream what came without a newline (the last).
         started = None;
         let reply = match parse_request(line.trim_ascii()) {
-            Err(e) => Reply::err(0, &e),
-            Ok(req) if !full && !req.cmd.is_read_only() => Reply::err(
-                req.id,
-                &ControlError::Permission(format!("{} needs root or the owner", req.cmd.name())),
-            ),
+            Err(e) => {
+                warn!(uid, reason = "bad line", error = %e, "control request refused");
+                Reply::err(0, &e)
+            }
+            Ok(req) if !full && !req.cmd.is_read_only() => {
+                warn!(
+                    uid,
+                    reason = "permission",
+                    command = req.cmd.name(),
+                    "control request refused"
+                );
+                Reply::err(
+                    req.id,
+                    &ControlError::Permission(format!(
+                        "{} needs root or the owner",
+                        req.cmd.name()
+                    )),
+                )
+            }
             Ok(req) => {
                 let (rtx, rrx) = mpsc::channel();
                 if tx.send((req, rtx)).is_err() {
@@ -520,6 +546,7 @@ pub fn up(file: &Path, exe: &Path, say: &mut dyn FnMut(String)) -> Result<(), Co
                 Ok(_) => String::new(),
                 Err(e) => format!("; the file differs from what runs in a way apply refuses: {e}"),
             };
+            info!(service = %p.name, pid = st.pid, "up: already up");
             say(format!(
                 "routeplex up: {} is already up (pid {}); `routeplex down {}` stops it{diff}",
                 p.name,
@@ -533,12 +560,18 @@ pub fn up(file: &Path, exe: &Path, say: &mut dyn FnMut(String)) -> Result<(), Co
         let intact = st.made.namespaces.iter().all(|n| crate::netns::namespace_exists(n))
             && st.made.links.iter().all(|l| crate::netns::link_exists(l));
         if intact {
+            warn!(service = %p.name, pid = st.pid, "up: the data plane is gone; starting a new one");
             say(format!(
                 "routeplex up: the data plane of {} (pid {}) is gone; starting a new one",
                 p.name, st.pid
             ));
             return start(file, exe, &topo, &p, st, say);
         }
+        warn!(
+            service = %p.name,
+            pid = st.pid,
+            "up: the data plane is gone and what it made is damaged; making it again"
+        );
         say(format!(
             "routeplex up: {} (pid {}) is gone and what it made is damaged; making it again",
             p.name, st.pid
@@ -549,6 +582,13 @@ pub fn up(file: &Path, exe: &Path, say: &mut dyn FnMut(String)) -> Result<(), Co
     let mut st = State { topology: canonical, pid: 0, started: 0, made: Made::default() };
     let made = crate::netns::make(&topo, &mut st.made);
     write_state(&p, &st)?;
+    info!(
+        service = %p.name,
+        namespaces = st.made.namespaces.len(),
+        links = st.made.links.len(),
+        ok = made.is_ok(),
+        "up: hosts made"
+    );
     if let Err(e) = made {
         leftovers(crate::netns::remove(&st.made))?;
         remove_dir(&p)?;
@@ -583,8 +623,10 @@ fn start(
     st.pid = child.id();
     st.started = sys::start_time(st.pid).unwrap_or(0);
     write_state(p, &st)?;
+    info!(service = %p.name, pid = st.pid, log = %p.log.display(), "up: data plane started");
     let t0 = Instant::now();
     let fail = |st: &State, why: String| -> Result<(), ControlError> {
+        warn!(service = %p.name, pid = st.pid, why = %why, "up: failed; removing what it made");
         leftovers(crate::netns::remove(&st.made))?;
         let _ = std::fs::remove_file(&p.state);
         Err(ControlError::State(why))
@@ -614,6 +656,13 @@ fn start(
         std::thread::sleep(Duration::from_millis(50));
     }
     let hosts: Vec<&str> = topo.hosts.iter().map(|h| h.name.as_str()).collect();
+    info!(
+        service = %p.name,
+        pid = st.pid,
+        vrs = topo.vrs.len(),
+        ports = topo.ports.len(),
+        "up: data plane answering"
+    );
     say(format!(
         "routeplex up: {} forwarding (pid {}): {} VR(s), {} port(s), hosts {}; log {}, control {}",
         p.name,
@@ -641,14 +690,19 @@ pub fn down(file: &Path, say: &mut dyn FnMut(String)) -> Result<(), ControlError
     };
     if st.running() {
         let asked = ask(&p.sock, Command::Stop, Duration::from_secs(5)).is_ok();
+        info!(service = %p.name, pid = st.pid, asked, "down: stop asked");
         if !wait_gone(&st, if asked { 10_000 } else { 0 }) {
+            warn!(service = %p.name, pid = st.pid, "down: sending SIGTERM");
             sys::kill(st.pid, libc::SIGTERM);
             if !wait_gone(&st, 3_000) {
+                warn!(service = %p.name, pid = st.pid, "down: sending SIGKILL");
                 sys::kill(st.pid, libc::SIGKILL);
                 wait_gone(&st, 3_000);
             }
         }
+        info!(service = %p.name, pid = st.pid, "down: data plane stopped");
     } else if st.pid != 0 && sys::start_time(st.pid).is_some() {
+        warn!(service = %p.name, pid = st.pid, "down: the pid is another process now; not signalling it");
         say(format!(
             "routeplex down: pid {} is another process now (the data plane died earlier); not signalling it",
             st.pid
@@ -656,6 +710,12 @@ pub fn down(file: &Path, say: &mut dyn FnMut(String)) -> Result<(), ControlError
     }
     leftovers(crate::netns::remove(&st.made))?;
     remove_dir(&p)?;
+    info!(
+        service = %p.name,
+        namespaces = st.made.namespaces.len(),
+        links = st.made.links.len(),
+        "down: hosts removed"
+    );
     say(format!(
         "routeplex down: {} stopped; removed {} namespace(s) and {} link(s)",
         p.name,
@@ -698,13 +758,13 @@ fn leftovers(errors: Vec<crate::netns::NetError>) -> Result<(), ControlError> {
 
 /// The data plane in the foreground: builds the host, starts its workers and serves the
 /// control socket in `state_dir` (when given) until `stop` is set or a `stop` command comes.
+/// What happens is logged as events (see the module's documentation).
 pub fn run(
     file: &Path,
     state_dir: Option<&Path>,
     burst: usize,
     opts: crate::runtime::Options,
     stop: &AtomicBool,
-    say: &mut dyn FnMut(String),
 ) -> Result<(), ControlError> {
     let topo = crate::Topology::load(file)?;
     if let Some(p) = topo.ports.iter().find(|p| matches!(p.kind, crate::PortKind::Mem { .. })) {
@@ -719,37 +779,46 @@ pub fn run(
     let mut node = crate::Node::start(topo, opts, burst)?;
     let canonical = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
     node.set_source(text, canonical.display().to_string());
-    say(format!(
-        "routeplex run: {} forwarding on {} port(s) with {workers} worker(s) (pid {}): {}",
-        file.display(),
-        node.topology().ports.len(),
-        std::process::id(),
-        node.runtime()
-            .placement()
-            .iter()
-            .map(|(v, w)| format!("{v} on {w}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    ));
+    let ports = node.topology().ports.len();
+    let placement = node
+        .runtime()
+        .placement()
+        .iter()
+        .map(|(v, w)| format!("{v} on {w}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    info!(
+        file = %file.display(),
+        pid = std::process::id(),
+        workers,
+        vrs = node.topology().vrs.len(),
+        ports,
+        placement = %placement,
+        "data plane started: forwarding on {ports} port(s) with {workers} worker(s)"
+    );
     // The metrics endpoint's thread never calls the workers: this loop samples for it.
     let metrics = match &node.topology().metrics {
         Some(m) => {
             let server = crate::metrics::MetricsServer::start(m.listen)?;
-            say(format!("routeplex run: metrics on http://{}/metrics", server.local_addr()));
+            info!(address = %server.local_addr(), "metrics endpoint listening");
             Some(server)
         }
         None => None,
     };
     let node = std::cell::RefCell::new(node);
+    let mut watch = PortWatch::default();
     let tick = || {
+        let node = node.borrow();
         if let Some(m) = &metrics {
-            m.refresh(&node.borrow());
+            m.refresh(&node);
         }
+        watch.tick(&node);
     };
     let served = match state_dir {
         Some(dir) => {
             let access = Access::from_env();
             let listener = bind(&dir.join("control.sock"), &access)?;
+            info!(socket = %dir.join("control.sock").display(), "control socket listening");
             let handle = |cmd| {
                 let mut node = node.borrow_mut();
                 let r = node.execute(cmd);
@@ -758,6 +827,7 @@ pub fn run(
             serve_ticking(listener, access, stop, handle, tick)
         }
         None => {
+            let mut tick = tick;
             while !stop.load(Ordering::Relaxed) {
                 tick();
                 std::thread::sleep(Duration::from_millis(50));
@@ -767,11 +837,73 @@ pub fn run(
     };
     drop(metrics);
     let node = node.into_inner();
-    let last = node.status().map(|v| v.to_string()).unwrap_or_else(|e| e.to_string());
-    node.stop()?;
+    // The last status, whole, for whoever asks for debug; the stop event stays one short line.
+    let last = node.status();
+    let uptime_s = last.as_ref().ok().and_then(|v| v["uptime_s"].as_f64());
+    match &last {
+        Ok(v) => debug!(status = %v, "last status"),
+        Err(e) => debug!(error = %e, "no last status"),
+    }
+    let stopped = node.stop();
     if let Some(dir) = state_dir {
         let _ = std::fs::remove_file(dir.join("control.sock"));
     }
-    say(format!("routeplex run: stopped: {last}"));
+    match &stopped {
+        Ok(()) => info!(pid = std::process::id(), uptime_s, "data plane stopped"),
+        Err(e) => warn!(pid = std::process::id(), error = %e, "data plane stopped with an error"),
+    }
+    stopped?;
     served
+}
+
+/// How often the control loop looks at the ports' status.
+const PORT_WATCH_EVERY: Duration = Duration::from_millis(250);
+
+/// Notices ports going up or down between successive snapshots (the ports report their
+/// status; nothing in the data plane logs), and logs each change as one event: `peer
+/// connected` / `peer disconnected` for memif ports, `port up` / `port down` for the others.
+#[derive(Default)]
+struct PortWatch {
+    last: std::collections::HashMap<String, ports::PortStatus>,
+    next: Option<Instant>,
+}
+
+impl PortWatch {
+    fn tick(&mut self, node: &crate::Node) {
+        let now = Instant::now();
+        if self.next.is_some_and(|t| now < t) {
+            return;
+        }
+        self.next = Some(now + PORT_WATCH_EVERY);
+        let Ok(snap) = node.runtime().snapshot() else { return };
+        let mut seen = std::collections::HashMap::new();
+        for row in snap.ports() {
+            let was = self.last.remove(&row.name);
+            if was.as_ref() != Some(&row.status) {
+                let memif = node
+                    .topology()
+                    .ports
+                    .iter()
+                    .any(|p| p.name == row.name && matches!(p.kind, crate::PortKind::Memif(_)));
+                log_port(&row.name, memif, was.is_none(), &row.status);
+            }
+            seen.insert(row.name.clone(), row.status.clone());
+        }
+        // Ports no longer there went with their VR (logged when it was removed).
+        self.last = seen;
+    }
+}
+
+fn log_port(name: &str, memif: bool, first: bool, status: &ports::PortStatus) {
+    match (status, memif) {
+        (ports::PortStatus::Up, false) => info!(port = name, first, "port up"),
+        (ports::PortStatus::Up, true) => info!(port = name, first, "peer connected"),
+        (ports::PortStatus::Down(why), false) => warn!(port = name, first, why = %why, "port down"),
+        (ports::PortStatus::Down(why), true) if first => {
+            info!(port = name, first, why = %why, "port down: waiting for a peer")
+        }
+        (ports::PortStatus::Down(why), true) => {
+            warn!(port = name, first, why = %why, "peer disconnected")
+        }
+    }
 }

@@ -20,6 +20,7 @@ use dataplane::{RouteOp, RouteSource, RouteTable, Vr, VrAnswer, VrChange};
 use ipnet::IpNet;
 use ports::mem::MemPort;
 use serde_json::{json, Value};
+use tracing::{info, warn};
 
 use crate::api::{Command, Route, API_VERSION};
 use crate::build::{self, open_port, vr_in_cell};
@@ -173,7 +174,7 @@ impl Node {
         let table = self.tables.get_mut(vr).ok_or_else(|| ControlError::NoSuchVr(vr.into()))?;
         let rt = &self.rt;
         let name = vr.to_string();
-        table
+        let a = table
             .apply(ops, |new| {
                 let list = new.to_vec();
                 rt.on_vr(&name, move |cell, v| {
@@ -181,7 +182,9 @@ impl Node {
                 })
                 .map_err(|e| e.0)?
             })
-            .map_err(|source| ControlError::Route { vr: vr.into(), source })
+            .map_err(|source| ControlError::Route { vr: vr.into(), source })?;
+        info!(vr, added = a.added, replaced = a.replaced, deleted = a.deleted, "routes applied");
+        Ok(a)
     }
 
     /// API routes as operations of VR `vr`.
@@ -312,7 +315,10 @@ impl Node {
                     .map(|n| iface_index(self.vr_config(&vr)?, n))
                     .transpose()?;
                 match self.rt.on_vr(&vr, move |c, v| c.change_vr(v, VrChange::FlushNeighbors(i)))? {
-                    Ok(VrAnswer::Flushed(n)) => Ok(json!({ "vr": vr, "dropped_queued": n })),
+                    Ok(VrAnswer::Flushed(n)) => {
+                        info!(vr, interface, dropped_queued = n, "neighbors flushed");
+                        Ok(json!({ "vr": vr, "dropped_queued": n }))
+                    }
                     Ok(_) => Ok(json!({ "vr": vr })),
                     Err(e) => Err(ControlError::Invalid(e.0)),
                 }
@@ -346,9 +352,11 @@ impl Node {
                 if let Some(m) = mtu {
                     self.vr_change(&vr, VrChange::Mtu(i, m))?;
                     self.topo_vr_mut(&vr).interfaces[i as usize].mtu = m;
+                    info!(vr, interface, mtu = m, "interface mtu set");
                 }
                 if let Some(u) = up {
                     self.vr_change(&vr, VrChange::Up(i, u))?;
+                    info!(vr, interface, up = u, "interface set up/down");
                 }
                 let addresses = self.vr_config(&vr)?.interfaces[i as usize]
                     .ipv4
@@ -413,6 +421,7 @@ impl Node {
                 if let Some(i) = self.topo.vr_index(&vr) {
                     self.topo.schedule[i].reservation = r;
                 }
+                info!(vr, reservation = %spec.join(" "), "reservation set");
                 let s = self.rt.snapshot()?;
                 let v = s.vr(&vr).map(|(_, v)| v);
                 Ok(json!({
@@ -423,6 +432,7 @@ impl Node {
             }
             Command::Move { vr, worker } => {
                 let m = self.rt.move_vr(&vr, worker)?;
+                info!(vr, moved = ?m.vrs, from = m.from, to = m.to, "vr moved");
                 Ok(json!({ "moved": m.vrs, "from": m.from, "to": m.to }))
             }
             Command::Apply { topology, file, dry_run } => {
@@ -434,6 +444,7 @@ impl Node {
                 )
             }
             Command::Stop => {
+                info!("stop requested through the control socket");
                 self.stop_requested = true;
                 Ok(json!({ "state": "stopping" }))
             }
@@ -504,8 +515,10 @@ impl Node {
             return Ok(plan);
         }
         let mut done = Vec::new();
+        info!(steps = steps.len(), "apply: started");
         for step in steps {
             let what = self.run_step(step).map_err(|e| {
+                warn!(error = %e, done = done.len(), "apply: stopped part way");
                 ControlError::State(format!(
                     "apply stopped part way: {e}; done before it: [{}]; run `routeplex apply` again to finish",
                     done.join("; ")
@@ -524,12 +537,14 @@ impl Node {
                 let old = self.rt.remove_vr(&name)?;
                 drop(old);
                 self.tables.remove(&name);
+                info!(vr = %name, "vr removed");
                 format!("removed vr {name}")
             }
             Step::RemoveCell(c, vrs) => {
                 self.rt.remove_cell(c)?;
                 for v in &vrs {
                     self.tables.remove(v);
+                    info!(vr = %v, cell = c, "vr removed");
                 }
                 format!("removed {}", vrs.join(", "))
             }
@@ -542,6 +557,7 @@ impl Node {
             }
             Step::Mtu { vr, iface, mtu } => {
                 self.vr_change(&vr, VrChange::Mtu(iface, mtu))?;
+                info!(vr, interface = iface, mtu, "interface mtu set");
                 format!("vr {vr}: interface {iface} mtu {mtu}")
             }
             Step::Replace { vr, table, new } => {
@@ -550,12 +566,16 @@ impl Node {
                     .on_vr(&vr, move |c, v| c.replace_vr(v, *new).map(drop).map_err(|e| e.0))?;
                 r.map_err(ControlError::Invalid)?;
                 self.tables.insert(vr.clone(), table);
+                info!(vr, "vr rebuilt");
                 format!("vr {vr}: rebuilt")
             }
             Step::NewCell { table, cell, worker, outside } => {
                 self.rt.add_cell(*cell, worker)?;
                 self.outside.extend(outside);
                 let names: Vec<String> = table.iter().map(|(n, _)| n.clone()).collect();
+                for n in &names {
+                    info!(vr = %n, worker, "vr added");
+                }
                 self.tables.extend(table);
                 format!("started {}", names.join(", "))
             }
@@ -563,10 +583,12 @@ impl Node {
                 let name = vr.name().to_string();
                 self.rt.add_vr(cell, ports, *vr)?;
                 self.tables.insert(name.clone(), table);
+                info!(vr = %name, cell, "vr added");
                 format!("added vr {name} to cell {cell}")
             }
             Step::Idle(idle) => {
                 self.rt.set_idle(idle)?;
+                info!(idle = ?idle, "idle set");
                 format!("idle {idle:?}")
             }
             Step::Schedule { vr, sched } => {
@@ -578,6 +600,7 @@ impl Node {
                 if let Some(w) = sched.worker {
                     self.rt.move_vr(&vr, usize::from(w))?;
                 }
+                info!(vr, batch, worker = ?sched.worker, reservation = ?sched.reservation, "vr schedule set");
                 format!("vr {vr}: schedule")
             }
         })

@@ -7,6 +7,7 @@ mod bench_routes;
 mod bench_switch;
 mod demo;
 mod lab;
+mod logs;
 mod pktgen;
 mod service;
 mod status_table;
@@ -39,6 +40,11 @@ static ALLOC: alloc_count::Counting = alloc_count::Counting;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// How logs (stderr; the service log under `up`) are written: `text`, timestamped lines
+    /// for people, or `json`, one object a line. Default: $ROUTEPLEX_LOG_FORMAT, else text.
+    /// RUST_LOG filters them (default: info for `run`, warn for the other commands).
+    #[arg(long, global = true, value_enum)]
+    log_format: Option<logs::Format>,
 }
 
 #[derive(Subcommand)]
@@ -234,6 +240,7 @@ fn route_cmd(vr: String, op: RouteCmd) -> anyhow::Result<Command> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    logs::init(cli.log_format, matches!(cli.cmd, Cmd::Run { .. }));
     let r = match cli.cmd {
         Cmd::Demo(a) => demo::run(a),
         Cmd::Show { file } => control::Topology::load(&file)

@@ -40,7 +40,8 @@ pub fn run(file: &Path, state_dir: Option<&Path>, burst: usize) -> Result<()> {
     opts.clock = sys::tsc_clock;
     // opts.idle is the topology's `idle:` (default adaptive: spin while there is traffic,
     // sleep on the ports' descriptors once there is none).
-    Ok(daemon::run(file, state_dir, burst, opts, &STOP, &mut |s| eprintln!("{s}"))?)
+    // What it does is logged (stderr, the service log under `up`): see `crate::logs` and `control::daemon`.
+    Ok(daemon::run(file, state_dir, burst, opts, &STOP)?)
 }
 
 /// The control socket of the service running `file` (or kept in `state_dir`).

@@ -23,13 +23,22 @@ struct Running {
 
 impl Running {
     fn start(yaml: &str) -> Running {
-        let dir = std::env::temp_dir().join(format!("rpx-workers-cli-{}", std::process::id()));
+        Running::start_with(yaml, "", &[])
+    }
+
+    /// [`Running::start`] in a directory of its own (`tag`), `run` given `args` too (and no
+    /// RUST_LOG, so logs are at their default level).
+    fn start_with(yaml: &str, tag: &str, args: &[&str]) -> Running {
+        let dir = std::env::temp_dir().join(format!("rpx-workers-cli-{}{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("w.yaml");
         std::fs::write(&file, yaml.replace("DIR", dir.to_str().unwrap())).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_routeplex"))
             .args(["run", file.to_str().unwrap(), "--state-dir", dir.to_str().unwrap()])
+            .args(args)
+            .env_remove("RUST_LOG")
+            .env_remove("ROUTEPLEX_LOG_FORMAT")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("log")).unwrap())
             .spawn()
@@ -178,4 +187,87 @@ fn run_moves_and_reserves_through_the_command_line() {
     assert!(status.success(), "run stops cleanly on SIGTERM: {status}; {}", r.log());
     assert!(r.log().contains("2 worker(s)"), "{}", r.log());
     assert!(!Path::new(&r.dir.join("control.sock")).exists(), "the socket is removed");
+}
+
+/// The log's lines once one satisfies `want` (the data plane writes them as things happen).
+fn wait_log(r: &Running, what: &str, want: impl Fn(&str) -> bool) -> String {
+    let t0 = Instant::now();
+    loop {
+        let log = r.log();
+        if log.lines().any(&want) {
+            return log;
+        }
+        assert!(t0.elapsed() < DEADLINE, "no {what} in the log: {log}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The JSON log lines whose message starts with `msg`.
+fn events(log: &str, msg: &str) -> Vec<Value> {
+    log.lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .filter(|e| e["fields"]["message"].as_str().is_some_and(|m| m.starts_with(msg)))
+        .collect()
+}
+
+#[test]
+fn run_logs_state_changes_as_json_lines() {
+    let mut r = Running::start_with(TOPO, "-json", &["--log-format", "json"]);
+    let pid = r.child.as_ref().unwrap().id();
+    let is = |msg: &'static str| move |l: &str| l.contains(msg);
+
+    // The start: one event, with its pid, workers and VRs as fields.
+    let log = wait_log(&r, "start event", is("data plane started"));
+    let start = events(&log, "data plane started");
+    assert_eq!(start.len(), 1, "{log}");
+    let e = &start[0];
+    assert_eq!((&e["level"], &e["target"]), (&"INFO".into(), &"control::daemon".into()), "{e}");
+    let ts = e["timestamp"].as_str().unwrap_or_else(|| panic!("a timestamp: {e}"));
+    assert!(ts.len() >= 20 && ts.as_bytes()[4] == b'-' && ts.contains('T'), "RFC 3339: {e}");
+    let f = &e["fields"];
+    assert_eq!((&f["pid"], &f["workers"], &f["vrs"]), (&pid.into(), &2.into(), &2.into()), "{e}");
+
+    // The memif servers wait, down, for a peer: each port's first status is an event.
+    let log = wait_log(&r, "port event", is("waiting for a peer"));
+    let down = events(&log, "port down: waiting for a peer");
+    assert!(down.iter().any(|e| e["fields"]["port"] == "p0" && e["level"] == "INFO"), "{log}");
+
+    // VR b removed through the API (apply of the file without it): one event naming it.
+    let edited = TOPO.replace("DIR", r.dir.to_str().unwrap());
+    let edited = edited
+        .split("  - name: b")
+        .next()
+        .unwrap()
+        .replace("  - { name: p1, kind: memif, role: server, socket: ", "  # - ");
+    std::fs::write(&r.file, edited).unwrap();
+    let o = r.ask(&["apply"]);
+    assert!(o.status.success(), "apply: {}", text(&o));
+    let log = wait_log(&r, "vr removed", is("vr removed"));
+    let removed = events(&log, "vr removed");
+    assert_eq!(removed.len(), 1, "{log}");
+    assert_eq!((&removed[0]["fields"]["vr"], &removed[0]["level"]), (&"b".into(), &"INFO".into()));
+
+    let status = r.stop();
+    assert!(status.success(), "{status}: {}", r.log());
+    let stopped = events(&r.log(), "data plane stopped");
+    assert_eq!(stopped.len(), 1, "{}", r.log());
+    assert_eq!(stopped[0]["fields"]["pid"], pid);
+}
+
+#[test]
+fn run_logs_for_people_by_default() {
+    let mut r = Running::start_with(TOPO, "-text", &[]);
+    let log = wait_log(&r, "start event", |l| l.contains("data plane started"));
+    let line = log.lines().find(|l| l.contains("data plane started")).unwrap();
+    // `2026-11-25T14:05:10.123456Z  INFO control::daemon: data plane started: ... pid=...`
+    let (ts, rest) = line.split_once(' ').unwrap();
+    assert!(ts.len() >= 20 && ts.as_bytes()[4] == b'-' && ts.contains('T'), "{line}");
+    assert!(rest.trim_start().starts_with("INFO "), "{line}");
+    assert!(line.contains("workers=2") && line.contains("2 worker(s)"), "{line}");
+    assert!(!log.lines().any(|l| l.starts_with('{')), "no JSON by default: {log}");
+
+    r.ok(&["reserve", "a", "none"]);
+    wait_log(&r, "reservation event", |l| l.contains("reservation set") && l.contains("vr=\"a\""));
+    assert!(r.stop().success(), "{}", r.log());
+    assert!(r.log().contains("data plane stopped"), "{}", r.log());
 }
