@@ -474,6 +474,11 @@ impl Runtime {
         }
     }
 
+    /// The instant the workers' `now` (nanoseconds) counts from.
+    pub fn epoch(&self) -> Instant {
+        self.epoch
+    }
+
     /// Runs `f` on cell `c` on its worker, between two polls, and returns what it returns.
     /// On a timeout the job still runs when the worker gets to it.
     pub fn on_cell<T: Send + 'static>(
