@@ -23,7 +23,7 @@ use crate::counters::{Drop, PortCounters, TxTally};
 use crate::demux::{Conflict, Demux, Target, NO_KEY};
 use crate::observe::{Dir, Observe, Reason, Tap, Trace, TraceRecord};
 use crate::switch::Switch;
-use crate::vr::{BuildError, Fate, Meta, OutQueue, Vr, VrAnswer, VrChange};
+use crate::vr::{BuildError, Fate, Lookup, Meta, OutQueue, Vr, VrAnswer, VrChange};
 use crate::worker::Worker;
 
 pub(crate) const NONE: u16 = u16::MAX;
@@ -151,6 +151,40 @@ fn refused(
         let i = i as usize;
         observed_fate(o, v, p, batch.get(i), &meta[i], None, Some(r), now);
     }
+}
+
+/// Observed, before one packet's run: notes the VR's drop counters.
+#[cold]
+#[inline(never)]
+fn observe_before(obs: &mut Option<Box<Observe>>, vr: &Vr, lookup: &mut Lookup) {
+    if let Some(o) = obs.as_deref_mut() {
+        o.before = vr.core.counters.drops;
+    }
+    lookup.mark();
+}
+
+/// Observed, after packet `i`'s run: its drop reason (the counter that moved), lookup and
+/// egress.
+#[allow(clippy::too_many_arguments)]
+#[cold]
+#[inline(never)]
+fn observe_after(
+    obs: &mut Option<Box<Observe>>,
+    vr: &Vr,
+    v: usize,
+    p: usize,
+    batch: &Batch,
+    meta: &[Meta],
+    i: u16,
+    lookup: &Lookup,
+    now: u64,
+) {
+    let Some(o) = obs.as_deref_mut() else { return };
+    let after = &vr.core.counters.drops;
+    let drop = Drop::ALL.iter().copied().find(|&r| after[r as usize] != o.before[r as usize]);
+    let found = lookup.single().map(|(a, nh)| (a, nh, vr.adj(nh)));
+    let i = i as usize;
+    observed_fate(o, v, p, batch.get(i), &meta[i], found, drop, now);
 }
 
 /// Records what became of one packet of VR `v` received on port `p`: a capture's drop copy, a
@@ -465,6 +499,8 @@ impl Cell {
         }
     }
 
+    // Inlined, as it was before the observed path gave `Demux::classify` a second caller.
+    #[inline(always)]
     fn classify(&mut self, w: &mut Worker, p: usize, base: usize, n: usize) {
         let mut last = (NO_KEY, Target { vr: 0, iface: 0 });
         for i in base..base + n {
@@ -539,40 +575,29 @@ impl Cell {
                 let mut flush = |o: &mut OutQueue| {
                     transmit_out(ports, pcs, egress, &mut info[..], tallies, o, None)
                 };
-                if slow {
-                    // One packet at a time, to learn each one's fate at every stage.
-                    let (p, o) = (observed.unwrap_or(0), obs.as_deref_mut().expect("observed"));
-                    for j in 0..k {
-                        let before = vrs[v].core.counters.drops;
-                        lookup.mark();
-                        vrs[v].process(
-                            batch.packets_mut(),
-                            &sel[j..j + 1],
-                            &mut meta[..],
-                            now,
-                            lookup,
-                            out,
-                            &mut flush,
-                        );
-                        let after = &vrs[v].core.counters.drops;
-                        let drop = Drop::ALL
-                            .iter()
-                            .copied()
-                            .find(|&r| after[r as usize] != before[r as usize]);
-                        let i = sel[j] as usize;
-                        let found = lookup.single().map(|(a, nh)| (a, nh, vrs[v].adj(nh)));
-                        observed_fate(o, v, p, batch.get(i), &meta[i], found, drop, now);
+                // Observed: one packet at a time, to learn each one's fate (one call site of
+                // the pipeline either way, so the fast path's code is what it was).
+                let step = if slow { 1 } else { k };
+                let mut at = 0;
+                while at < k {
+                    let part = &sel[at..at + step];
+                    if slow {
+                        observe_before(obs, &vrs[v], lookup);
                     }
-                } else {
                     vrs[v].process(
                         batch.packets_mut(),
-                        &sel[..k],
+                        part,
                         &mut meta[..],
                         now,
                         lookup,
                         out,
                         &mut flush,
                     );
+                    if slow {
+                        let p = observed.unwrap_or(0);
+                        observe_after(obs, &vrs[v], v, p, batch, &meta[..], part[0], lookup, now);
+                    }
+                    at += step;
                 }
             }
             runs[j] = Run { admit, ns: 0 };

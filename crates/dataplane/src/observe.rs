@@ -249,6 +249,8 @@ impl Tap {
         }
     }
 
+    #[cold]
+    #[inline(never)]
     /// Stages copies of the frames about to be sent out of port `p`; publish the ones the port
     /// took with [`Tap::sent`].
     pub(crate) fn stage_tx(&mut self, p: usize, pkts: &[PktBuf], sel: &[u16]) -> usize {
@@ -271,6 +273,8 @@ impl Tap {
         k
     }
 
+    #[cold]
+    #[inline(never)]
     /// Publishes the first `k` staged transmit copies.
     pub(crate) fn sent(&mut self, k: usize) {
         self.ring.publish(k);
@@ -306,10 +310,17 @@ pub(crate) struct Trace {
 }
 
 /// Everything observed on a cell: at most one capture and one trace.
-#[derive(Default)]
 pub(crate) struct Observe {
     pub tap: Option<Tap>,
     pub trace: Option<Trace>,
+    /// A VR's drop counters before one packet's run.
+    pub before: [u64; Drop::COUNT],
+}
+
+impl Default for Observe {
+    fn default() -> Self {
+        Observe { tap: None, trace: None, before: [0; Drop::COUNT] }
+    }
 }
 
 impl Observe {
