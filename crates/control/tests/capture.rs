@@ -111,6 +111,14 @@ fn capture_is_read_back_by_tcpdump() {
     assert_eq!((has("dropped: blackhole"), has("dropped: not_for_us")), (2, 1));
     let mut b = Batch::new(16);
     assert_eq!(rx.rx_burst(&mut b), 3);
+    let st = ask(control::api::Command::Status).unwrap();
+    let stages = &st["workers"][0]["stages"];
+    assert_eq!(stages["rx"]["packets"], 6, "{stages}");
+    assert_eq!(
+        (stages["vr"]["packets"].as_u64(), stages["tx"]["packets"].as_u64()),
+        (Some(5), Some(3))
+    );
+    assert!(stages["rx"]["avg_burst"].as_f64().unwrap() >= 1.0, "{stages}");
 
     // At VR r's interface b (port `out`): what it sent, streamed into `tcpdump -r -`.
     let sender = send_later(tx);

@@ -19,7 +19,7 @@ use ports::{Batch, Port, PortStats, PortStatus, MAX_BURST};
 
 use crate::budget::{Account, Admit};
 use crate::config::Reservation;
-use crate::counters::{Drop, PortCounters, TxTally};
+use crate::counters::{Drop, PortCounters, StageCounters, TxTally};
 use crate::demux::{Conflict, Demux, Target, NO_KEY};
 use crate::observe::{Dir, Observe, Reason, Tap, Trace, TraceRecord};
 use crate::switch::Switch;
@@ -51,6 +51,9 @@ pub(crate) struct Run {
 struct Egress {
     sel: Vec<Vec<u16>>,
     touched: Vec<u16>,
+    /// Transmit bursts and frames taken (the tx stage's counters).
+    bursts: u64,
+    packets: u64,
 }
 
 impl Egress {
@@ -58,6 +61,8 @@ impl Egress {
         Egress {
             sel: (0..ports).map(|_| Vec::with_capacity(MAX_BURST)).collect(),
             touched: Vec::with_capacity(ports),
+            bursts: 0,
+            packets: 0,
         }
     }
 
@@ -87,6 +92,8 @@ impl Egress {
                 None => 0,
             };
             let k = ports[p as usize].tx_burst(batch, sel);
+            self.bursts += 1;
+            self.packets += k as u64;
             if staged > 0 {
                 if let Some(t) = tap.as_deref_mut() {
                     t.sent(staged.min(k));
@@ -253,6 +260,8 @@ pub struct Cell {
     link_down: Vec<bool>,
     /// Capture and trace: `None` (the fast path) unless one runs.
     obs: Option<Box<Observe>>,
+    /// Receive and VR stage counters (transmit's are the egress's).
+    stages: StageCounters,
 }
 
 /// The tap of a cell's observation, if any.
@@ -297,6 +306,7 @@ impl Cell {
             next_aging: 0,
             link_down: vec![false; n],
             obs: None,
+            stages: StageCounters::default(),
         })
     }
 
@@ -357,6 +367,15 @@ impl Cell {
         })
     }
 
+    /// Per-stage bursts and packets (receive, VR pipeline, transmit).
+    pub fn stages(&self) -> StageCounters {
+        StageCounters {
+            tx_bursts: self.egress.bursts,
+            tx_packets: self.egress.packets,
+            ..self.stages
+        }
+    }
+
     /// Port `p`'s receive burst.
     pub fn port_burst(&self, p: usize) -> usize {
         self.burst[p] as usize
@@ -385,6 +404,8 @@ impl Cell {
             }
             total += n;
             self.pcs[p].rx_packets += n as u64;
+            self.stages.rx_bursts += 1;
+            self.stages.rx_packets += n as u64;
             if let Some((s, m)) = self.member_of[p] {
                 let sw = &mut self.switches[s as usize];
                 sw.forward(m, &mut w.batch, base, n, &mut self.ports, &mut self.pcs, now);
@@ -540,7 +561,17 @@ impl Cell {
         observed: Option<usize>,
     ) -> (u64, u64) {
         let Cell {
-            ports, pcs, vrs, batch: limits, accounts, egress, tallies, vr_head, obs, ..
+            ports,
+            pcs,
+            vrs,
+            batch: limits,
+            accounts,
+            egress,
+            tallies,
+            vr_head,
+            obs,
+            stages,
+            ..
         } = self;
         let first = w.read_clock();
         let mut t = first;
@@ -571,6 +602,8 @@ impl Cell {
                 _ => false,
             };
             if k > 0 {
+                stages.vr_bursts += 1;
+                stages.vr_packets += k as u64;
                 out.vr = v as u16;
                 let mut flush = |o: &mut OutQueue| {
                     transmit_out(ports, pcs, egress, &mut info[..], tallies, o, None)

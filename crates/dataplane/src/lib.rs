@@ -38,7 +38,7 @@ mod worker;
 pub use budget::SPARE_WINDOW_NS;
 pub use cell::Cell;
 pub use config::{Budget, Reservation};
-pub use counters::{Drop, PortCounters, PortDrop, VrCounters};
+pub use counters::{Drop, PortCounters, PortDrop, StageCounters, VrCounters};
 pub use engine::Engine;
 pub use observe::{CaptureRing, Captured, Dir, Reason, Tap, TraceRecord};
 pub use routes::{RouteError, RouteOp, RouteSource, RouteTable};

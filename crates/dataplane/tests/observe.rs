@@ -45,6 +45,10 @@ fn capture_rx_tx_and_drops_with_reasons() {
     assert_eq!(rx_ring.lost(), 0);
     let out = lab.recv(1);
     assert_eq!(out.len(), 1, "{}", lab.e.dump());
+    let st = lab.e.cell().stages();
+    assert_eq!((st.rx_bursts, st.rx_packets), (1, 3));
+    assert_eq!((st.vr_bursts, st.vr_packets), (1, 2), "the runt never reached the VR");
+    assert_eq!((st.tx_bursts, st.tx_packets), (1, 1));
 
     // The egress side: what port 1 sent, byte for byte.
     lab.e.cell_mut().set_capture(Some(Tap::new(1, false, 0, tx_ring.clone())));
