@@ -131,7 +131,8 @@ pub fn trace_line(p: &Value) -> String {
     }
     match (p["egress"].as_str(), p["drop"].as_str()) {
         (_, Some(d)) => line += &format!(" -> drop: {d}"),
-        (Some(e), None) => line += &format!(" -> rewrite -> egress {e}"),
+        (Some(e), None) if p["lookup"].is_object() => line += &format!(" -> rewrite -> egress {e}"),
+        (Some(e), None) => line += &format!(" -> answered -> egress {e}"),
         (None, None) => line += " -> consumed (answered, or queued for a neighbor)",
     }
     line
