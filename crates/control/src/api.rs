@@ -97,6 +97,32 @@ pub enum Command {
         #[serde(default)]
         dry_run: bool,
     },
+    /// Starts copying the frames seen at `point` (a port's name, or `VR:INTERFACE` for the
+    /// port an interface is on): received, sent, and with `drops` those received there and
+    /// dropped, with the reason. At most `count` frames (0: until stopped) go through a ring of
+    /// `ring` copies (default 1024); a full ring loses copies, never packets. One capture per
+    /// cell at a time. Returns the capture's `id` for `capture_read` and `capture_stop`.
+    CaptureStart {
+        point: String,
+        #[serde(default)]
+        count: u64,
+        #[serde(default)]
+        drops: bool,
+        #[serde(default)]
+        ring: Option<usize>,
+    },
+    /// Takes up to `max` (default 256, at most 4096) captured frames.
+    CaptureRead {
+        id: u64,
+        #[serde(default)]
+        max: Option<usize>,
+    },
+    /// Stops a capture.
+    CaptureStop { id: u64 },
+    /// Traces the next `count` (1..=10000) packets of a VR: each stage's decision.
+    TraceStart { vr: String, count: u32 },
+    /// Takes the trace's records so far; the trace ends once it has all its packets.
+    TraceRead { vr: String },
     /// Stops the data plane.
     Stop,
 }
@@ -118,6 +144,11 @@ impl Command {
         "reserve",
         "move",
         "apply",
+        "capture_start",
+        "capture_read",
+        "capture_stop",
+        "trace_start",
+        "trace_read",
         "stop",
     ];
 
@@ -138,6 +169,11 @@ impl Command {
             Command::Reserve { .. } => "reserve",
             Command::Move { .. } => "move",
             Command::Apply { .. } => "apply",
+            Command::CaptureStart { .. } => "capture_start",
+            Command::CaptureRead { .. } => "capture_read",
+            Command::CaptureStop { .. } => "capture_stop",
+            Command::TraceStart { .. } => "trace_start",
+            Command::TraceRead { .. } => "trace_read",
             Command::Stop => "stop",
         }
     }
@@ -283,6 +319,11 @@ mod tests {
             Command::Reserve { vr: String::new(), spec: vec![] },
             Command::Move { vr: String::new(), worker: 0 },
             Command::Apply { topology: String::new(), file: String::new(), dry_run: false },
+            Command::CaptureStart { point: String::new(), count: 0, drops: false, ring: None },
+            Command::CaptureRead { id: 0, max: None },
+            Command::CaptureStop { id: 0 },
+            Command::TraceStart { vr: String::new(), count: 1 },
+            Command::TraceRead { vr: String::new() },
             Command::Stop,
         ];
         let names: Vec<&str> = all.iter().map(Command::name).collect();

@@ -12,12 +12,14 @@
 
 pub mod api;
 pub mod build;
+pub mod capture;
 pub mod daemon;
 mod error;
 pub mod metrics;
 pub mod model;
 pub mod netns;
 pub mod node;
+pub mod pcapng;
 pub mod runtime;
 pub mod sys;
 pub mod topology;

@@ -231,6 +231,28 @@ pub struct Moved {
     pub to: usize,
 }
 
+/// Per-stage packets, bursts and average burst over some cells, as JSON.
+fn stages_json<'a>(cells: impl Iterator<Item = &'a dataplane::StageCounters>) -> Value {
+    let mut t = dataplane::StageCounters::default();
+    for c in cells {
+        t.rx_bursts += c.rx_bursts;
+        t.rx_packets += c.rx_packets;
+        t.vr_bursts += c.vr_bursts;
+        t.vr_packets += c.vr_packets;
+        t.tx_bursts += c.tx_bursts;
+        t.tx_packets += c.tx_packets;
+    }
+    let stage = |packets: u64, bursts: u64| {
+        let avg = if bursts == 0 { 0.0 } else { packets as f64 / bursts as f64 };
+        json!({ "packets": packets, "bursts": bursts, "avg_burst": avg })
+    };
+    json!({
+        "rx": stage(t.rx_packets, t.rx_bursts),
+        "vr": stage(t.vr_packets, t.vr_bursts),
+        "tx": stage(t.tx_packets, t.tx_bursts),
+    })
+}
+
 /// One VR as a snapshot saw it.
 #[derive(Clone, Debug)]
 pub struct VrStatus {
@@ -265,6 +287,8 @@ pub struct CellStatus {
     pub vrs: Vec<VrStatus>,
     pub ports: Vec<PortRow>,
     pub switches: Vec<(String, SwitchCounters)>,
+    /// Bursts and packets per stage.
+    pub stages: dataplane::StageCounters,
 }
 
 /// One worker as a snapshot saw it.
@@ -327,7 +351,7 @@ impl Snapshot {
                     "index": w.index, "cpu": w.cpu, "pinned": w.pinned, "rounds": w.rounds,
                     "idle_rounds": w.idle_rounds, "spare_ns": w.spare_ns, "idle": w.idle.name(),
                     "sleeps": w.sleeps, "naps": w.naps, "slept_s": w.slept_ns as f64 / 1e9,
-                    "vrs": vrs,
+                    "vrs": vrs, "stages": stages_json(w.cells.iter().map(|c| &c.stages)),
                 })
             })
             .collect();
@@ -472,6 +496,11 @@ impl Runtime {
             Some(i) if i.live => Ok(i.worker),
             _ => err(format!("no cell {c}")),
         }
+    }
+
+    /// The instant the workers' `now` (nanoseconds) counts from.
+    pub fn epoch(&self) -> Instant {
+        self.epoch
     }
 
     /// Runs `f` on cell `c` on its worker, between two polls, and returns what it returns.
@@ -960,5 +989,5 @@ fn status(id: usize, c: &Cell) -> CellStatus {
         })
         .collect();
     let switches = c.switches().iter().map(|s| (s.name().to_string(), *s.counters())).collect();
-    CellStatus { id, vrs, ports, switches }
+    CellStatus { id, vrs, ports, switches, stages: c.stages() }
 }

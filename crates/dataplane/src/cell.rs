@@ -19,10 +19,11 @@ use ports::{Batch, Port, PortStats, PortStatus, MAX_BURST};
 
 use crate::budget::{Account, Admit};
 use crate::config::Reservation;
-use crate::counters::{Drop, PortCounters, TxTally};
+use crate::counters::{Drop, PortCounters, StageCounters, TxTally};
 use crate::demux::{Conflict, Demux, Target, NO_KEY};
+use crate::observe::{Dir, Observe, Reason, Tap, Trace, TraceRecord};
 use crate::switch::Switch;
-use crate::vr::{BuildError, Fate, Meta, OutQueue, Vr, VrAnswer, VrChange};
+use crate::vr::{BuildError, Fate, Lookup, Meta, OutQueue, Vr, VrAnswer, VrChange};
 use crate::worker::Worker;
 
 pub(crate) const NONE: u16 = u16::MAX;
@@ -50,6 +51,9 @@ pub(crate) struct Run {
 struct Egress {
     sel: Vec<Vec<u16>>,
     touched: Vec<u16>,
+    /// Transmit bursts and frames taken (the tx stage's counters).
+    bursts: u64,
+    packets: u64,
 }
 
 impl Egress {
@@ -57,6 +61,8 @@ impl Egress {
         Egress {
             sel: (0..ports).map(|_| Vec::with_capacity(MAX_BURST)).collect(),
             touched: Vec::with_capacity(ports),
+            bursts: 0,
+            packets: 0,
         }
     }
 
@@ -76,11 +82,23 @@ impl Egress {
         pcs: &mut [PortCounters],
         batch: &mut Batch,
         info: &[TxInfo],
+        mut tap: Option<&mut Tap>,
         mut outcome: impl FnMut(&TxInfo, bool),
     ) {
         for &p in &self.touched {
             let sel = &mut self.sel[p as usize];
+            let staged = match tap.as_deref_mut() {
+                Some(t) => t.stage_tx(p as usize, batch.packets(), sel),
+                None => 0,
+            };
             let k = ports[p as usize].tx_burst(batch, sel);
+            self.bursts += 1;
+            self.packets += k as u64;
+            if staged > 0 {
+                if let Some(t) = tap.as_deref_mut() {
+                    t.sent(staged.min(k));
+                }
+            }
             pcs[p as usize].tx_packets += k as u64;
             for (j, &i) in sel.iter().enumerate() {
                 outcome(&info[i as usize], j < k);
@@ -99,6 +117,7 @@ fn transmit_out(
     info: &mut [TxInfo],
     tallies: &mut [TxTally],
     out: &mut OutQueue,
+    tap: Option<&mut Tap>,
 ) {
     if out.batch.is_empty() {
         return;
@@ -107,7 +126,7 @@ fn transmit_out(
         info[k] = TxInfo { vr, len: out.batch.get(k).len() as u16, transit };
         egress.add(port, k as u16);
     }
-    egress.flush(ports, pcs, &mut out.batch, info, |t, sent| {
+    egress.flush(ports, pcs, &mut out.batch, info, tap, |t, sent| {
         tallies[t.vr as usize].count(t.transit, t.len, sent)
     });
     out.clear();
@@ -120,6 +139,97 @@ fn refuse(vr: &mut Vr, batch: &Batch, sel: &[u16], r: Drop) {
     }
     let bytes = sel.iter().map(|&i| batch.get(i as usize).len() as u64).sum();
     vr.core.counters.refuse(r, sel.len() as u64, bytes);
+}
+
+/// Observation of packets refused at admission (`sel` of VR `v`, received on port `p`).
+#[allow(clippy::too_many_arguments)]
+#[cold]
+fn refused(
+    o: &mut Observe,
+    v: usize,
+    p: usize,
+    batch: &Batch,
+    meta: &[Meta],
+    sel: &[u16],
+    r: Drop,
+    now: u64,
+) {
+    for &i in sel {
+        let i = i as usize;
+        observed_fate(o, v, p, batch.get(i), &meta[i], None, Some(r), now);
+    }
+}
+
+/// Observed, before one packet's run: notes the VR's drop counters.
+#[cold]
+#[inline(never)]
+fn observe_before(obs: &mut Option<Box<Observe>>, vr: &Vr, lookup: &mut Lookup) {
+    if let Some(o) = obs.as_deref_mut() {
+        o.before = vr.core.counters.drops;
+    }
+    lookup.mark();
+}
+
+/// Observed, after packet `i`'s run: its drop reason (the counter that moved), lookup and
+/// egress.
+#[allow(clippy::too_many_arguments)]
+#[cold]
+#[inline(never)]
+fn observe_after(
+    obs: &mut Option<Box<Observe>>,
+    vr: &Vr,
+    v: usize,
+    p: usize,
+    batch: &Batch,
+    meta: &[Meta],
+    i: u16,
+    lookup: &Lookup,
+    now: u64,
+) {
+    let Some(o) = obs.as_deref_mut() else { return };
+    let after = &vr.core.counters.drops;
+    let drop = Drop::ALL.iter().copied().find(|&r| after[r as usize] != o.before[r as usize]);
+    let found = lookup.single().map(|(a, nh)| (a, nh, vr.adj(nh)));
+    let i = i as usize;
+    observed_fate(o, v, p, batch.get(i), &meta[i], found, drop, now);
+}
+
+/// Records what became of one packet of VR `v` received on port `p`: a capture's drop copy, a
+/// trace record.
+#[allow(clippy::too_many_arguments)]
+fn observed_fate(
+    o: &mut Observe,
+    v: usize,
+    p: usize,
+    pkt: &ports::PktBuf,
+    m: &Meta,
+    lookup: Option<(std::net::IpAddr, fib::NextHop, crate::vr::Adj)>,
+    drop: Option<Drop>,
+    now: u64,
+) {
+    if let (Some(t), Some(r)) = (o.tap.as_mut(), drop) {
+        if t.wants_drops(p) {
+            t.record(Dir::Drop, Some(Reason::Vr(r)), pkt.frame());
+        }
+    }
+    if let Some(t) = o.trace.as_mut() {
+        if t.vr as usize == v && t.left > 0 && t.records.len() < t.records.capacity() {
+            t.left -= 1;
+            t.records.push(TraceRecord {
+                ts: now,
+                port: p as u16,
+                len: pkt.len() as u16,
+                iface: m.iface,
+                ethertype: m.ethertype,
+                lookup,
+                egress: match m.fate {
+                    Fate::Tx { port, .. } => Some(port),
+                    Fate::Done => None,
+                },
+                drop,
+            });
+        }
+    }
 }
 
 /// Ports, the VRs and switches on them, and their counters: the unit a worker runs.
@@ -148,6 +258,15 @@ pub struct Cell {
     next_aging: u64,
     /// Per port: whether housekeeping last saw its link down.
     link_down: Vec<bool>,
+    /// Capture and trace: `None` (the fast path) unless one runs.
+    obs: Option<Box<Observe>>,
+    /// Receive and VR stage counters (transmit's are the egress's).
+    stages: StageCounters,
+}
+
+/// The tap of a cell's observation, if any.
+fn tap_of(obs: &mut Option<Box<Observe>>) -> Option<&mut Tap> {
+    obs.as_deref_mut().and_then(|o| o.tap.as_mut())
 }
 
 impl Cell {
@@ -186,6 +305,8 @@ impl Cell {
             next_housekeeping: 0,
             next_aging: 0,
             link_down: vec![false; n],
+            obs: None,
+            stages: StageCounters::default(),
         })
     }
 
@@ -246,6 +367,15 @@ impl Cell {
         })
     }
 
+    /// Per-stage bursts and packets (receive, VR pipeline, transmit).
+    pub fn stages(&self) -> StageCounters {
+        StageCounters {
+            tx_bursts: self.egress.bursts,
+            tx_packets: self.egress.packets,
+            ..self.stages
+        }
+    }
+
     /// Port `p`'s receive burst.
     pub fn port_burst(&self, p: usize) -> usize {
         self.burst[p] as usize
@@ -274,6 +404,8 @@ impl Cell {
             }
             total += n;
             self.pcs[p].rx_packets += n as u64;
+            self.stages.rx_bursts += 1;
+            self.stages.rx_packets += n as u64;
             if let Some((s, m)) = self.member_of[p] {
                 let sw = &mut self.switches[s as usize];
                 sw.forward(m, &mut w.batch, base, n, &mut self.ports, &mut self.pcs, now);
@@ -281,8 +413,16 @@ impl Cell {
                 w.spare.add_necessary(t.saturating_sub(t0));
                 continue;
             }
+            // Capture or trace: one branch per burst, and a slower path only while one runs.
+            let observed = self.obs.is_some();
+            if observed {
+                self.observe_rx(w, p, base, n, now);
+            }
             self.classify(w, p, base, n);
-            let (first, last) = self.run_vrs(w, now, timed);
+            if observed {
+                self.observe_port_drops(w, p, base, n);
+            }
+            let (first, last) = self.run_vrs(w, now, timed, observed.then_some(p));
             self.egress(w, base, n);
             self.settle(w, n, t0, first, last);
         }
@@ -299,6 +439,89 @@ impl Cell {
         total
     }
 
+    /// Observed burst, before classification: copies what port `p` received, and marks every
+    /// slot unclaimed so that what demux drops can be told afterwards.
+    #[cold]
+    fn observe_rx(&mut self, w: &mut Worker, p: usize, base: usize, n: usize, now: u64) {
+        if let Some(t) = tap_of(&mut self.obs) {
+            t.now = now;
+            t.rx(p, &w.batch.packets()[base..base + n]);
+        }
+        for m in &mut w.meta[base..base + n] {
+            m.vr = NONE;
+        }
+    }
+
+    /// Observed burst, after classification: copies what demux dropped, with its reason.
+    #[cold]
+    fn observe_port_drops(&mut self, w: &mut Worker, p: usize, base: usize, n: usize) {
+        let Some(t) = tap_of(&mut self.obs) else { return };
+        if !t.wants_drops(p) {
+            return;
+        }
+        for i in base..base + n {
+            if w.meta[i].vr == NONE {
+                let f = w.batch.get(i).frame();
+                let mut last = (NO_KEY, Target { vr: 0, iface: 0 });
+                if let Err(r) = self.demux.classify(p, f, &mut last) {
+                    t.record(Dir::Drop, Some(Reason::Port(r)), f);
+                }
+            }
+        }
+    }
+
+    /// Starts copying frames at a port of this cell (see [`Tap`]), replacing any capture
+    /// running; `None` stops it. Returns the capture replaced.
+    pub fn set_capture(&mut self, tap: Option<Tap>) -> Option<Tap> {
+        let o = self.obs.get_or_insert_with(Default::default);
+        let old = std::mem::replace(&mut o.tap, tap);
+        self.tidy_obs();
+        old
+    }
+
+    /// Traces the next `count` packets of VR `v` (0 stops the trace), replacing any trace;
+    /// room for the records is made now.
+    pub fn set_trace(&mut self, v: usize, count: u32) -> Result<(), BuildError> {
+        if v >= self.vrs.len() {
+            return Err(BuildError(format!("no VR {v} (there are {})", self.vrs.len())));
+        }
+        let o = self.obs.get_or_insert_with(Default::default);
+        o.trace = (count > 0).then(|| Trace {
+            vr: v as u16,
+            left: count,
+            records: Vec::with_capacity(count as usize),
+        });
+        self.tidy_obs();
+        Ok(())
+    }
+
+    /// The trace's records so far, and how many packets it still waits for; the records
+    /// are handed over (the trace goes on).
+    pub fn take_trace(&mut self) -> (Vec<TraceRecord>, u32) {
+        match self.obs.as_deref_mut().and_then(|o| o.trace.as_mut()) {
+            Some(t) => {
+                let cap = t.records.capacity();
+                (std::mem::replace(&mut t.records, Vec::with_capacity(cap)), t.left)
+            }
+            None => (Vec::new(), 0),
+        }
+    }
+
+    /// Port of VR `v`'s interface `iface`.
+    pub fn iface_port(&self, v: usize, iface: &str) -> Option<usize> {
+        let vr = self.vrs.get(v)?;
+        vr.ifaces().iter().find(|f| f.name == iface).map(|f| f.port as usize)
+    }
+
+    /// Back on the fast path when nothing is observed.
+    fn tidy_obs(&mut self) {
+        if self.obs.as_ref().is_some_and(|o| o.tap.is_none() && o.trace.is_none()) {
+            self.obs = None;
+        }
+    }
+
+    // Inlined, as it was before the observed path gave `Demux::classify` a second caller.
+    #[inline(always)]
     fn classify(&mut self, w: &mut Worker, p: usize, base: usize, n: usize) {
         let mut last = (NO_KEY, Target { vr: 0, iface: 0 });
         for i in base..base + n {
@@ -330,8 +553,26 @@ impl Cell {
 
     /// Runs every VR the burst touched over the packets it admits. Returns the clock before
     /// the first VR and after the last.
-    fn run_vrs(&mut self, w: &mut Worker, now: u64, timed: bool) -> (u64, u64) {
-        let Cell { ports, pcs, vrs, batch: limits, accounts, egress, tallies, vr_head, .. } = self;
+    fn run_vrs(
+        &mut self,
+        w: &mut Worker,
+        now: u64,
+        timed: bool,
+        observed: Option<usize>,
+    ) -> (u64, u64) {
+        let Cell {
+            ports,
+            pcs,
+            vrs,
+            batch: limits,
+            accounts,
+            egress,
+            tallies,
+            vr_head,
+            obs,
+            stages,
+            ..
+        } = self;
         let first = w.read_clock();
         let mut t = first;
         let Worker {
@@ -352,19 +593,45 @@ impl Cell {
             let k = admit.total();
             refuse(&mut vrs[v], batch, &sel[k..lim], Drop::OverBudget);
             refuse(&mut vrs[v], batch, &sel[lim..n], Drop::BatchLimit);
+            let slow = match (observed, obs.as_deref_mut()) {
+                (Some(p), Some(o)) if o.wants(v, p) => {
+                    refused(o, v, p, batch, &meta[..], &sel[k..lim], Drop::OverBudget, now);
+                    refused(o, v, p, batch, &meta[..], &sel[lim..n], Drop::BatchLimit, now);
+                    true
+                }
+                _ => false,
+            };
             if k > 0 {
+                stages.vr_bursts += 1;
+                stages.vr_packets += k as u64;
                 out.vr = v as u16;
-                let mut flush =
-                    |o: &mut OutQueue| transmit_out(ports, pcs, egress, &mut info[..], tallies, o);
-                vrs[v].process(
-                    batch.packets_mut(),
-                    &sel[..k],
-                    &mut meta[..],
-                    now,
-                    lookup,
-                    out,
-                    &mut flush,
-                );
+                let mut flush = |o: &mut OutQueue| {
+                    transmit_out(ports, pcs, egress, &mut info[..], tallies, o, None)
+                };
+                // Observed: one packet at a time, to learn each one's fate (one call site of
+                // the pipeline either way, so the fast path's code is what it was).
+                let step = if slow { 1 } else { k };
+                let mut at = 0;
+                while at < k {
+                    let part = &sel[at..at + step];
+                    if slow {
+                        observe_before(obs, &vrs[v], lookup);
+                    }
+                    vrs[v].process(
+                        batch.packets_mut(),
+                        part,
+                        &mut meta[..],
+                        now,
+                        lookup,
+                        out,
+                        &mut flush,
+                    );
+                    if slow {
+                        let p = observed.unwrap_or(0);
+                        observe_after(obs, &vrs[v], v, p, batch, &meta[..], part[0], lookup, now);
+                    }
+                    at += step;
+                }
             }
             runs[j] = Run { admit, ns: 0 };
             if let Some(c) = clock.as_mut() {
@@ -380,8 +647,8 @@ impl Cell {
     /// counts on the VRs the burst touched, and with a clock their charges: each its own run
     /// plus its share, by packets admitted, of the common work (`t0..first` and after `last`).
     fn settle(&mut self, w: &mut Worker, n: usize, t0: u64, first: u64, last: u64) {
-        let Cell { ports, pcs, vrs, accounts, tallies, egress, .. } = self;
-        transmit_out(ports, pcs, egress, &mut w.info[..], tallies, &mut w.out);
+        let Cell { ports, pcs, vrs, accounts, tallies, egress, obs, .. } = self;
+        transmit_out(ports, pcs, egress, &mut w.info[..], tallies, &mut w.out, tap_of(obs));
         let end = w.read_clock();
         let common = first.saturating_sub(t0) + end.saturating_sub(last);
         let timed = w.has_clock();
@@ -405,15 +672,21 @@ impl Cell {
             }
         }
         let tallies = &mut self.tallies;
-        self.egress.flush(&mut self.ports, &mut self.pcs, &mut w.batch, &w.info[..], |t, sent| {
-            tallies[t.vr as usize].count(t.transit, t.len, sent)
-        });
+        let tap = tap_of(&mut self.obs);
+        self.egress.flush(
+            &mut self.ports,
+            &mut self.pcs,
+            &mut w.batch,
+            &w.info[..],
+            tap,
+            |t, sent| tallies[t.vr as usize].count(t.transit, t.len, sent),
+        );
     }
 
     /// Ports' control-path work, neighbor timers of every VR, and whatever they or earlier
     /// resolutions left to send.
     fn housekeeping(&mut self, w: &mut Worker, now: u64) {
-        let Cell { ports, pcs, vrs, tallies, egress, link_down, .. } = self;
+        let Cell { ports, pcs, vrs, tallies, egress, link_down, obs, .. } = self;
         for (p, port) in ports.iter_mut().enumerate() {
             port.service();
             // A link that went down or came back: its VRs forget the neighbors they learned
@@ -427,7 +700,7 @@ impl Cell {
         for (v, vr) in vrs.iter_mut().enumerate() {
             w.out.vr = v as u16;
             vr.tick(now, &mut w.out);
-            transmit_out(ports, pcs, egress, &mut w.info[..], tallies, &mut w.out);
+            transmit_out(ports, pcs, egress, &mut w.info[..], tallies, &mut w.out, tap_of(obs));
             vr.core.counters.add(&std::mem::take(&mut tallies[v]));
         }
     }

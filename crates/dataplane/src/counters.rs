@@ -256,3 +256,18 @@ impl VrCounters {
         v
     }
 }
+
+/// Per-stage activity of a cell (VPP's per-node calls and vectors): how many bursts each stage
+/// ran and how many packets they held, so `packets / bursts` is the stage's average batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StageCounters {
+    /// Receive bursts that brought frames, and those frames.
+    pub rx_bursts: u64,
+    pub rx_packets: u64,
+    /// VR pipeline runs (one per VR a burst touched) and the packets admitted to them.
+    pub vr_bursts: u64,
+    pub vr_packets: u64,
+    /// Transmit bursts (one per port and flush) and the frames the ports took.
+    pub tx_bursts: u64,
+    pub tx_packets: u64,
+}

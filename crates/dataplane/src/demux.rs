@@ -105,7 +105,7 @@ impl Demux {
 
     /// Classifies one frame received on `port`. `last` remembers the previous unicast hit:
     /// a burst is mostly for one MAC, and a compare is cheaper than a hash lookup.
-    #[inline]
+    #[inline(always)]
     pub fn classify(
         &self,
         port: usize,

@@ -29,6 +29,7 @@ pub mod counters;
 mod demux;
 mod engine;
 mod l2;
+pub mod observe;
 pub mod routes;
 pub mod switch;
 mod vr;
@@ -37,8 +38,9 @@ mod worker;
 pub use budget::SPARE_WINDOW_NS;
 pub use cell::Cell;
 pub use config::{Budget, Reservation};
-pub use counters::{Drop, PortCounters, PortDrop, VrCounters};
+pub use counters::{Drop, PortCounters, PortDrop, StageCounters, VrCounters};
 pub use engine::Engine;
+pub use observe::{CaptureRing, Captured, Dir, Reason, Tap, TraceRecord};
 pub use routes::{RouteError, RouteOp, RouteSource, RouteTable};
 pub use switch::{
     MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters, SwitchDrop,

@@ -231,9 +231,37 @@ fn counting_allocator_sees_allocations() {
 
 #[test]
 fn forwarding_a_million_packets_allocates_nothing() {
+    forward_a_million(false);
+}
+
+/// The same with a capture (received, sent and dropped frames at the ingress port, drained
+/// by another thread meanwhile) and a trace running: copies go to preallocated rings.
+#[test]
+fn forwarding_a_million_packets_captured_allocates_nothing() {
+    forward_a_million(true);
+}
+
+fn forward_a_million(observe: bool) {
     let (c, v4, v6) = big_vr(VrLimits::default());
     assert!(v4.len() > 90_000, "{} IPv4 routes", v4.len());
     let mut rig = Rig::new(&c);
+    let ring = dataplane::CaptureRing::new(1024);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let drainer = observe.then(|| {
+        let (ring, stop) = (ring.clone(), stop.clone());
+        rig.e.cell_mut().set_capture(Some(dataplane::Tap::new(0, true, 0, ring.clone())));
+        rig.e.cell_mut().set_trace(0, 10_000).unwrap();
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                n += ring.drain(&mut got, 4096);
+                got.clear();
+                std::thread::yield_now();
+            }
+            n
+        })
+    });
     let frames = forwarding_frames(&v4, &v6, 4096);
     let mut at = 0;
     for _ in 0..64 {
@@ -258,6 +286,14 @@ fn forwarding_a_million_packets_allocates_nothing() {
     );
     assert_eq!(after.dropped_total(), before.dropped_total(), "{}", rig.e.dump());
     assert_eq!(allocs, 0, "{allocs} allocations ({bytes} bytes) while forwarding {N} packets");
+    if let Some(d) = drainer {
+        stop.store(true, Ordering::Relaxed);
+        let drained = d.join().unwrap();
+        // Every frame received was copied or, the ring full, lost (counted).
+        assert!(ring.taken() + ring.lost() >= N as u64, "{} + {}", ring.taken(), ring.lost());
+        assert!(drained > 0);
+        assert_eq!(rig.e.cell_mut().take_trace().0.len(), 10_000);
+    }
 }
 
 /// A mix of slow paths: TTL expiry (ICMP errors), no route (ICMPv6 errors), pings (replies),

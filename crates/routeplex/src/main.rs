@@ -91,6 +91,41 @@ enum Cmd {
         #[arg(long)]
         state_dir: Option<PathBuf>,
     },
+    /// Copy the frames seen at a port (or a VR's interface) of a running data plane as pcapng:
+    /// received, sent, and with --drops those dropped there (the reason as a comment).
+    /// `-w - | tcpdump -r -` reads them as they come; Ctrl-C stops.
+    Capture {
+        /// The topology file (YAML) it runs.
+        file: PathBuf,
+        /// A port's name, or VR:INTERFACE.
+        point: String,
+        /// Stop after N frames (0: at Ctrl-C).
+        #[arg(short = 'c', long, default_value_t = 0)]
+        count: u64,
+        /// Where to write the pcapng (`-` for standard output).
+        #[arg(short = 'w', long, default_value = "-")]
+        write: PathBuf,
+        /// Also copy the frames dropped there, with the drop reason.
+        #[arg(long)]
+        drops: bool,
+        /// As for `status`.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Trace the next N packets of a running VR: each stage's decision (demux, validate,
+    /// lookup and next hop, rewrite, egress port, or the drop reason).
+    Trace {
+        /// The topology file (YAML) it runs.
+        file: PathBuf,
+        /// The VR's name.
+        vr: String,
+        /// Packets to trace (1..=10000).
+        #[arg(short = 'c', long, default_value_t = 10)]
+        count: u32,
+        /// As for `status`.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
     /// Run a topology's data plane in the foreground until Ctrl-C (its interfaces must exist).
     Run {
         /// The topology file (YAML).
@@ -255,6 +290,12 @@ fn main() -> ExitCode {
         }
         Cmd::Route { file, vr, op, state_dir } => {
             route_cmd(vr, op).and_then(|c| service::control(&file, state_dir.as_deref(), c))
+        }
+        Cmd::Capture { file, point, count, write, drops, state_dir } => {
+            service::capture(&file, state_dir.as_deref(), &point, count, &write, drops)
+        }
+        Cmd::Trace { file, vr, count, state_dir } => {
+            service::trace(&file, state_dir.as_deref(), &vr, count)
         }
         Cmd::Status { file, state_dir, json } => service::status(&file, state_dir.as_deref(), json),
         Cmd::Move { file, vr, worker, state_dir } => match worker.parse::<usize>() {

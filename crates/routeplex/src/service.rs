@@ -59,6 +59,40 @@ pub fn control(file: &Path, state_dir: Option<&Path>, cmd: Command) -> Result<()
     Ok(())
 }
 
+/// `routeplex capture FILE POINT [-c N] [-w out.pcapng] [--drops]`: pcapng to a file or
+/// standard output, until N frames or Ctrl-C.
+pub fn capture(
+    file: &Path,
+    state_dir: Option<&Path>,
+    point: &str,
+    count: u64,
+    write: &Path,
+    drops: bool,
+) -> Result<()> {
+    let sock = socket(file, state_dir)?;
+    sys::stop_on_signals(&STOP);
+    let mut ask = |c| daemon::ask(&sock, c, ASK_TIMEOUT);
+    let s = if write == Path::new("-") {
+        control::capture::capture(&mut ask, point, count, drops, std::io::stdout().lock(), &STOP)?
+    } else {
+        let out = std::io::BufWriter::new(
+            std::fs::File::create(write).with_context(|| format!("{}", write.display()))?,
+        );
+        control::capture::capture(&mut ask, point, count, drops, out, &STOP)?
+    };
+    eprintln!("routeplex capture: {} frames, {} copies lost (ring full)", s.frames, s.lost);
+    Ok(())
+}
+
+/// `routeplex trace FILE VR -c N`: one line a packet, as they come, until N or Ctrl-C.
+pub fn trace(file: &Path, state_dir: Option<&Path>, vr: &str, count: u32) -> Result<()> {
+    let sock = socket(file, state_dir)?;
+    sys::stop_on_signals(&STOP);
+    let mut ask = |c| daemon::ask(&sock, c, ASK_TIMEOUT);
+    control::capture::trace(&mut ask, vr, count, &STOP, &mut |l| println!("{l}"))?;
+    Ok(())
+}
+
 /// `routeplex status FILE [--json]`: tables for people, or the API's answer as one JSON line.
 pub fn status(file: &Path, state_dir: Option<&Path>, json: bool) -> Result<()> {
     let v = daemon::ask(&socket(file, state_dir)?, Command::Status, ASK_TIMEOUT)?;

@@ -262,6 +262,23 @@ impl Lookup {
             at6: [0; MAX_BURST],
         })
     }
+
+    /// Before a one-packet run: marks the first next-hop slots as unused.
+    pub(crate) fn mark(&mut self) {
+        self.nh4[0] = NextHop::MAX;
+        self.nh6[0] = NextHop::MAX;
+    }
+
+    /// After a one-packet run: the destination it looked up and the next hop found, if any.
+    pub(crate) fn single(&self) -> Option<(IpAddr, NextHop)> {
+        if self.nh4[0] != NextHop::MAX {
+            Some((IpAddr::V4(Ipv4Addr::from(self.keys4[0])), self.nh4[0]))
+        } else if self.nh6[0] != NextHop::MAX {
+            Some((IpAddr::V6(Ipv6Addr::from(self.keys6[0])), self.nh6[0]))
+        } else {
+            None
+        }
+    }
 }
 
 /// A virtual router.
@@ -404,6 +421,11 @@ impl Vr {
     /// How much of its neighbor table is used, and its size.
     pub fn neighbor_occupancy(&self) -> (usize, usize) {
         self.core.neigh.occupancy()
+    }
+
+    /// What next hop `nh` means.
+    pub(crate) fn adj(&self, nh: NextHop) -> Adj {
+        self.core.adj.get(nh as usize).copied().unwrap_or(Adj::None)
     }
 
     /// The VR's name.

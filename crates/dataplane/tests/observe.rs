@@ -1,0 +1,112 @@
+//! Capture and trace: copies of the frames seen at a port (received, sent, dropped with the
+//! reason), a full capture ring losing copies (counted) but never packets, and the stages a
+//! traced packet went through.
+
+mod common;
+
+use common::*;
+use dataplane::{Adj, CaptureRing, Dir, Drop, PortDrop, Reason, Tap};
+
+const RINGS: [usize; 3] = [64, 64, 64];
+
+fn fwd_frame() -> Vec<u8> {
+    to_vr(M0, H0, None, &udp4_pkt("10.0.0.10", "8.8.8.8", 64, b"forward me"))
+}
+
+fn blackholed() -> Vec<u8> {
+    to_vr(M0, H0, None, &udp4_pkt("10.0.0.10", "192.0.2.1", 64, b"drop me"))
+}
+
+#[test]
+fn capture_rx_tx_and_drops_with_reasons() {
+    let mut lab = Lab::new(&[base_vr()], &RINGS);
+    let rx_ring = CaptureRing::new(16);
+    let tx_ring = CaptureRing::new(16);
+    lab.e.cell_mut().set_capture(Some(Tap::new(0, true, 0, rx_ring.clone())));
+    let runt = vec![0u8; 10];
+    lab.send(0, &[fwd_frame(), blackholed(), runt.clone()]);
+    lab.run();
+    let mut got = Vec::new();
+    rx_ring.drain(&mut got, 100);
+    let seen: Vec<_> = got.iter().map(|c| (c.dir, c.reason)).collect();
+    assert_eq!(
+        seen,
+        [
+            (Dir::Rx, None),
+            (Dir::Rx, None),
+            (Dir::Rx, None),
+            (Dir::Drop, Some(Reason::Port(PortDrop::Runt))),
+            (Dir::Drop, Some(Reason::Vr(Drop::Blackhole))),
+        ]
+    );
+    assert_eq!(got[0].data, fwd_frame());
+    assert_eq!(got[3].data, runt);
+    assert_eq!(got[4].data, blackholed());
+    assert_eq!(rx_ring.lost(), 0);
+    let out = lab.recv(1);
+    assert_eq!(out.len(), 1, "{}", lab.e.dump());
+    let st = lab.e.cell().stages();
+    assert_eq!((st.rx_bursts, st.rx_packets), (1, 3));
+    assert_eq!((st.vr_bursts, st.vr_packets), (1, 2), "the runt never reached the VR");
+    assert_eq!((st.tx_bursts, st.tx_packets), (1, 1));
+
+    // The egress side: what port 1 sent, byte for byte.
+    lab.e.cell_mut().set_capture(Some(Tap::new(1, false, 0, tx_ring.clone())));
+    lab.send(0, &[fwd_frame(), blackholed()]);
+    lab.run();
+    let sent = lab.recv(1);
+    let mut got = Vec::new();
+    tx_ring.drain(&mut got, 100);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].dir, Dir::Tx);
+    assert_eq!(got[0].data, sent[0]);
+    assert!(lab.e.cell_mut().set_capture(None).is_some());
+}
+
+#[test]
+fn full_ring_loses_copies_not_packets() {
+    let mut lab = Lab::new(&[base_vr()], &RINGS);
+    let ring = CaptureRing::new(4);
+    lab.e.cell_mut().set_capture(Some(Tap::new(0, false, 0, ring.clone())));
+    lab.send(0, &vec![fwd_frame(); 10]);
+    lab.run();
+    assert_eq!(lab.recv(1).len(), 10, "forwarding goes on");
+    assert_eq!((ring.taken(), ring.lost()), (4, 6));
+    let mut got = Vec::new();
+    assert_eq!(ring.drain(&mut got, 100), 4);
+    // Room again.
+    lab.send(0, &vec![fwd_frame(); 2]);
+    lab.run();
+    assert_eq!(ring.drain(&mut got, 100), 2);
+}
+
+#[test]
+fn capture_stops_at_its_count() {
+    let mut lab = Lab::new(&[base_vr()], &RINGS);
+    let ring = CaptureRing::new(64);
+    lab.e.cell_mut().set_capture(Some(Tap::new(0, true, 3, ring.clone())));
+    lab.send(0, &vec![fwd_frame(); 5]);
+    lab.run();
+    assert_eq!((ring.taken(), ring.lost()), (3, 0));
+}
+
+#[test]
+fn trace_names_each_stage() {
+    let mut lab = Lab::new(&[base_vr()], &RINGS);
+    lab.e.cell_mut().set_trace(0, 2).unwrap();
+    lab.send(0, &[fwd_frame(), blackholed(), fwd_frame()]);
+    lab.run();
+    assert_eq!(lab.recv(1).len(), 2);
+    let (recs, left) = lab.e.cell_mut().take_trace();
+    assert_eq!((recs.len(), left), (2, 0));
+    let f = &recs[0];
+    assert_eq!((f.port, f.iface, f.ethertype), (0, 0, 0x0800));
+    let (dst, _, adj) = f.lookup.expect("looked up");
+    assert_eq!(dst, ip("8.8.8.8"));
+    assert!(matches!(adj, Adj::Via { iface: 1, .. }), "{adj:?}");
+    assert_eq!((f.egress, f.drop), (Some(1), None));
+    let d = &recs[1];
+    assert_eq!(d.lookup.map(|l| (l.0, l.2)), Some((ip("192.0.2.1"), Adj::Blackhole)));
+    assert_eq!((d.egress, d.drop), (None, Some(Drop::Blackhole)));
+    lab.e.cell_mut().set_trace(0, 0).unwrap();
+}
