@@ -105,6 +105,14 @@ impl TopologyError {
     pub fn message(&self) -> &str {
         &self.0.message
     }
+
+    /// For an unknown key, the keys its section allows (tools and tests that keep other
+    /// descriptions of the format, like the typed model and docs/topology.md, in step).
+    pub fn allowed_keys(&self) -> Option<Vec<&str>> {
+        let m = self.message();
+        let rest = &m[m.find("(allowed: ")? + "(allowed: ".len()..];
+        Some(rest.strip_suffix(')')?.split(", ").collect())
+    }
 }
 
 impl fmt::Display for Detail {
