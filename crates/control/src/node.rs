@@ -586,6 +586,10 @@ impl Node {
                 let base = Path::new(&file).parent().unwrap_or(Path::new("."));
                 let next = Topology::parse(&topology, &file, base)?;
                 let plan = self.apply(next, dry_run)?;
+                if !dry_run {
+                    // What runs now is this text: vr_add and vr_remove edit it from here on.
+                    self.source = Some((topology, file));
+                }
                 Ok(
                     json!({ "dry_run": dry_run, "plan": plan.steps, "unchanged": plan.unchanged, "text": plan.to_string() }),
                 )

@@ -389,6 +389,27 @@ fn vr_add_and_remove_through_the_api_extend_the_running_topology() {
     assert_eq!(e.code(), "topology", "{e}");
     assert!(e.to_string().contains("nowhere"), "{e}");
 
+    // A whole-file apply becomes the text later edits start from: vr_add after it keeps its
+    // changes (here: old's reservation) instead of going back to the first file.
+    let applied = format!(
+        "{BEFORE}    reservation: {{ packets: 500000 }}\n  - name: added\n    interfaces:\n      - {{ name: a, port: n0, mac: \"02:00:00:00:09:00\", addresses: [10.9.9.1/24] }}\n"
+    )
+    .replace("  - { name: o0, kind: mem }\n", "  - { name: o0, kind: mem }\n  - { name: n0, kind: mem }\n");
+    n.execute(Command::Apply { topology: applied, file: "apply.yaml".into(), dry_run: false })
+        .unwrap();
+    let mut w = VrDoc::new("more");
+    w.interfaces.push(IfaceDoc::on_port("a", "m0", "02:00:00:00:0a:00", ["10.9.10.1/24"]));
+    let r = n
+        .execute(Command::VrAdd {
+            vr: Box::new(w),
+            ports: vec![PortDoc::new("m0", PortKindDoc::Mem { ring: None })],
+        })
+        .unwrap();
+    assert_eq!(r["plan"], json!(["+ vr more (new cell; opens m0)"]), "{r}");
+    let st = n.status().unwrap();
+    assert_eq!(vr(&st, "old")["reservation"]["packets"], 500_000, "{st:#}");
+    n.execute(Command::VrRemove { vr: "more".into() }).unwrap();
+
     // Removing a VR alone in its cell closes the ports nothing else uses.
     let r = n.execute(Command::VrRemove { vr: "old".into() }).unwrap();
     assert_eq!(r["plan"], json!(["- vr old (its cell stops; ports o0 close)"]), "{r}");
