@@ -440,7 +440,12 @@ fn sweep_cmd(a: SweepArgs) -> Result<()> {
             &plot::sibling(p, "latency"),
             &format!("sweep latency: {}", d.dut_name),
             "latency (µs), mean over repetitions",
-            &[lat(|x| x.p50_us, "p50"), lat(|x| x.p99_us, "p99"), lat(|x| x.max_us, "max")],
+            &[
+                lat(|x| x.p50_us, "p50 latency"),
+                lat(|x| x.p99_us, "p99 latency"),
+                lat(|x| x.max_us, "max latency"),
+            ],
+            true,
         )
         .map_err(err)?;
     }

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::Once;
 
 use plotters::chart::SeriesAnno;
+use plotters::coord::ranged1d::{KeyPointHint, NoDefaultFormatting, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
@@ -57,14 +58,108 @@ fn rate_unit(max: f64) -> (f64, &'static str) {
     }
 }
 
-const COLORS: [RGBColor; 6] = [
+/// Series colours (Tableau 10): ten distinct hues, so up to ten series never share one.
+const COLORS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),
     RGBColor(255, 127, 14),
     RGBColor(148, 103, 189),
-    RGBColor(90, 90, 90),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
 ];
+
+/// A metric's field name as a legend reads it: `forwarded_pps` → "forwarded",
+/// `p99_us` → "p99 latency".
+pub fn human_label(field: &str) -> String {
+    if let Some(b) = field.strip_suffix("_us") {
+        return match b {
+            "p50" | "p90" | "p99" | "p999" | "max" | "min" | "mean" => format!("{b} latency"),
+            _ => b.replace('_', " ") + " (µs)",
+        };
+    }
+    let b = field.strip_suffix("_pps").unwrap_or(field);
+    match b {
+        "forwarded_ci99" => "forwarded, 99 % CI".into(),
+        "attempted" => "generated".into(),
+        _ => b.replace('_', " "),
+    }
+}
+
+/// Where a log10 axis from `lo` to `hi` (both log10 of values) gets its labels: at
+/// 1, 2, 5 × 10^k inside the range, or every integer multiple of decades when that gives
+/// fewer than three.
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let mut out = Vec::new();
+    for mults in [&[1.0, 2.0, 5.0][..], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0][..]] {
+        out.clear();
+        for k in (lo.floor() as i32 - 1)..=(hi.ceil() as i32 + 1) {
+            for m in mults {
+                let t = (m * 10f64.powi(k)).log10();
+                if t >= lo - 1e-9 && t <= hi + 1e-9 {
+                    out.push(t);
+                }
+            }
+        }
+        if out.len() >= 3 {
+            break;
+        }
+    }
+    // A very short decade span: two or fewer 1..9 marks; fall back to plain even steps.
+    if out.len() < 2 {
+        out = RangedCoordf64::from(lo..hi).key_points(6);
+    }
+    out
+}
+
+/// The x positions (log10 of the values) a log axis labels: the data's distinct x values
+/// when there are at most a dozen, else [`log_ticks`] over their span.
+fn log_value_ticks(xs: &[f64], lo: f64, hi: f64) -> Vec<f64> {
+    let mut v: Vec<f64> = xs.iter().copied().filter(|x| *x > 0.0 && x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    v.dedup_by(|a, b| (*a - *b).abs() <= 1e-9 * b.abs());
+    if !v.is_empty() && v.len() <= 12 {
+        v.into_iter().map(f64::log10).collect()
+    } else {
+        log_ticks(lo, hi)
+    }
+}
+
+/// The label of a position `t` (log10 of a value) on a log axis: the value, short.
+fn log_label(t: f64) -> String {
+    let v = 10f64.powf(t);
+    // Undo the float error of the round trip (9999.99… → 10000) at 6 significant digits.
+    let v: f64 = format!("{v:.5e}").parse().unwrap_or(v);
+    short(v)
+}
+
+/// A log y axis over the positive, finite `values`: its span in log10 (a little past the
+/// data) and its label positions. Values at or below 0 are drawn at its floor.
+fn log_y_axis(values: impl Iterator<Item = f64>) -> (Range<f64>, Vec<f64>) {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for v in values.filter(|v| *v > 0.0 && v.is_finite()) {
+        (lo, hi) = (lo.min(v), hi.max(v));
+    }
+    if !lo.is_finite() {
+        (lo, hi) = (1.0, 10.0);
+    }
+    let (lo, hi) = (lo.log10(), hi.log10());
+    let pad = ((hi - lo) * 0.06).max(0.05);
+    let r = (lo - pad)..(hi + pad);
+    let t = log_ticks(r.start, r.end);
+    (r, t)
+}
+
+/// Points sorted by x (stable: equal x keep their order), so a line joins them in x order
+/// and not in the order they were measured.
+fn sorted_by_x<T: Clone>(pts: &[T], x: impl Fn(&T) -> f64) -> Vec<T> {
+    let mut v = pts.to_vec();
+    v.sort_by(|a, b| x(a).total_cmp(&x(b)));
+    v
+}
 
 /// How to draw the points of a throughput plot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,20 +170,72 @@ pub enum Style {
     Trials,
 }
 
-/// The chart every plot here draws on: linear f64 axes on a PNG.
-type Chart<'a, 'p> =
-    ChartContext<'a, BitMapBackend<'p>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+/// One axis of the charts here: linear f64 with its labels (bold mesh lines) and light
+/// mesh lines at given positions, so that a log axis (log10 of its values) can be labelled
+/// at the data's own values.
+#[derive(Clone)]
+struct Axis {
+    inner: RangedCoordf64,
+    bold: Vec<f64>,
+    light: Vec<f64>,
+}
 
-/// What a figure's axes span and read; the label count and formatters are `None` where
-/// plotters' defaults serve.
+impl Ranged for Axis {
+    type ValueType = f64;
+    type FormatOption = NoDefaultFormatting;
+    fn range(&self) -> Range<f64> {
+        self.inner.range()
+    }
+    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
+        self.inner.map(v, limit)
+    }
+    fn key_points<H: KeyPointHint>(&self, hint: H) -> Vec<f64> {
+        if hint.weight().allow_light_points() {
+            self.light.clone()
+        } else {
+            self.bold.clone()
+        }
+    }
+}
+
+impl ValueFormatter<f64> for Axis {
+    fn format(v: &f64) -> String {
+        RangedCoordf64::format(v)
+    }
+}
+
+/// The chart every plot here draws on: f64 axes (a log axis is drawn as log10 of its
+/// values) on a PNG.
+type Chart<'a, 'p> = ChartContext<'a, BitMapBackend<'p>, Cartesian2d<Axis, Axis>>;
+
+/// What a figure's axes span and read; the label count, tick positions and formatters are
+/// `None` where plotters' defaults serve.
 struct Axes<'f> {
     x: Range<f64>,
     y: Range<f64>,
     x_desc: String,
     y_desc: String,
     x_labels: Option<usize>,
+    x_ticks: Option<Vec<f64>>,
+    y_ticks: Option<Vec<f64>>,
     x_fmt: Option<&'f dyn Fn(&f64) -> String>,
     y_fmt: Option<&'f dyn Fn(&f64) -> String>,
+}
+
+/// `r` with its labels at `ticks`, or where plotters would put `n` of them; light mesh
+/// lines only with the latter.
+fn axis(r: Range<f64>, ticks: Option<Vec<f64>>, n: usize) -> Axis {
+    let inner = RangedCoordf64::from(r.clone());
+    match ticks {
+        Some(t) => {
+            let bold = t.into_iter().filter(|v| *v >= r.start && *v <= r.end).collect();
+            Axis { inner, bold, light: Vec::new() }
+        }
+        None => {
+            let (bold, light) = (inner.key_points(n), inner.key_points(n * 4));
+            Axis { inner, bold, light }
+        }
+    }
 }
 
 impl<'f> Axes<'f> {
@@ -104,6 +251,8 @@ impl<'f> Axes<'f> {
             x_desc: x_desc.into(),
             y_desc: y_desc.into(),
             x_labels: None,
+            x_ticks: None,
+            y_ticks: None,
             x_fmt: None,
             y_fmt: None,
         }
@@ -128,16 +277,16 @@ fn figure(
         .margin(20)
         .x_label_area_size(55)
         .y_label_area_size(80)
-        .build_cartesian_2d(axes.x, axes.y)
+        .build_cartesian_2d(
+            axis(axes.x, axes.x_ticks, axes.x_labels.unwrap_or(10)),
+            axis(axes.y, axes.y_ticks, 10),
+        )
         .map_err(|e| err(path, e))?;
     let mut mesh = chart.configure_mesh();
     mesh.x_desc(axes.x_desc)
         .y_desc(axes.y_desc)
         .axis_desc_style(("sans-serif", 17))
         .label_style(("sans-serif", 14));
-    if let Some(n) = axes.x_labels {
-        mesh.x_labels(n);
-    }
     if let Some(f) = axes.x_fmt {
         mesh.x_label_formatter(f);
     }
@@ -262,8 +411,7 @@ pub fn throughput(path: &Path, title: &str, points: &[Point], style: Style) -> R
     let top = points.iter().map(|p| p.x.max(p.y)).fold(1.0, f64::max) * 1.15;
     throughput_figure(path, title, top, |chart, div| {
         let c = COLORS[0];
-        let mut pts: Vec<Point> = points.to_vec();
-        pts.sort_by(|a, b| a.x.total_cmp(&b.x));
+        let pts = sorted_by_x(points, |p| p.x);
         let joined = if style == Style::Steps { pts.as_slice() } else { &[] };
         line(chart, path, joined.iter().map(|p| (p.x / div, p.y / div)), c, None)?;
         dots(chart, path, pts.iter().map(|p| (p.x / div, p.y / div)), 4, c)?
@@ -277,7 +425,8 @@ pub fn throughput(path: &Path, title: &str, points: &[Point], style: Style) -> R
 }
 
 /// Latency percentile plot: each series is `(latency µs, fraction of frames at or below)`;
-/// the x axis is in "nines" (0: 0 %, 1: 90 %, 2: 99 %, 3: 99.9 %...), the y axis in µs.
+/// the x axis is in "nines" (0: 0 %, 1: 90 %, 2: 99 %, 3: 99.9 %...), the y axis in µs on a
+/// log scale (so p50 is not flattened against the floor by a long tail).
 pub fn latency_percentiles(path: &Path, title: &str, series: &[Series]) -> Result<(), Error> {
     // The axis ends one nine past the last point below 100 %; the 100 % point (the maximum)
     // is drawn at the end.
@@ -289,7 +438,9 @@ pub fn latency_percentiles(path: &Path, title: &str, series: &[Series]) -> Resul
         .clamp(0.0, 5.0)
         + 1.0;
     let nines = move |q: f64| if q >= 1.0 { xmax } else { (-(1.0 - q).log10()).min(xmax) };
-    let ymax = series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).fold(1.0, f64::max) * 1.1;
+    let (yr, yt) = log_y_axis(series.iter().flat_map(|s| s.points.iter().map(|p| p.0)));
+    let floor = yr.start;
+    let ly = move |v: f64| if v > 0.0 { v.log10().max(floor) } else { floor };
     let fmt_x = |v: &f64| {
         let p = 100.0 * (1.0 - 10f64.powf(-v));
         if *v < 0.5 {
@@ -298,15 +449,19 @@ pub fn latency_percentiles(path: &Path, title: &str, series: &[Series]) -> Resul
             format!("{}%", trim(p))
         }
     };
+    let fmt_y = |v: &f64| log_label(*v);
     let axes = Axes {
         x_labels: Some(xmax as usize + 1),
         x_fmt: Some(&fmt_x),
-        ..Axes::new(0.0..xmax, 0.0..ymax, "percentile", "latency (µs)")
+        y_ticks: Some(yt),
+        y_fmt: Some(&fmt_y),
+        ..Axes::new(0.0..xmax, yr, "percentile", "latency (µs, log scale)")
     };
     figure(path, title, axes, SeriesLabelPosition::UpperLeft, |chart| {
         for (i, s) in series.iter().enumerate() {
             let c = COLORS[i % COLORS.len()];
-            line(chart, path, s.points.iter().map(|p| (nines(p.1), p.0)), c, Some(s.name.clone()))?;
+            let pts = s.points.iter().map(|p| (nines(p.1), ly(p.0)));
+            line(chart, path, pts, c, Some(s.name.clone()))?;
         }
         Ok(())
     })
@@ -322,25 +477,42 @@ fn lines_with_dots(
 ) -> Result<(), Error> {
     for (i, s) in series.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
-        let mut pts = s.points.clone();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let pts = sorted_by_x(&s.points, |p| p.0);
         line(chart, path, pts.iter().map(&at), c, Some(s.name.clone()))?;
         dots(chart, path, pts.iter().map(&at), 3, c)?;
     }
     Ok(())
 }
 
-/// Lines of `y` against a rate on x (latency against offered load, say).
+/// Lines of `y` against a rate on x (latency against offered load, say); with `log_y`, y
+/// on a log scale (latencies: p50 and max can be orders of magnitude apart).
 pub fn against_rate(
     path: &Path,
     title: &str,
     y_desc: &str,
     series: &[Series],
+    log_y: bool,
 ) -> Result<(), Error> {
     let xtop = series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).fold(1.0, f64::max) * 1.05;
-    let ytop = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(1e-9, f64::max) * 1.1;
     let (div, unit) = rate_unit(xtop);
-    let axes = Axes::new(0.0..xtop / div, 0.0..ytop, format!("generated load ({unit})"), y_desc);
+    let x_desc = format!("generated load ({unit})");
+    if log_y {
+        let (yr, yt) = log_y_axis(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
+        let floor = yr.start;
+        let fmt_y = |v: &f64| log_label(*v);
+        let axes = Axes {
+            y_ticks: Some(yt),
+            y_fmt: Some(&fmt_y),
+            ..Axes::new(0.0..xtop / div, yr, x_desc, format!("{y_desc}, log scale"))
+        };
+        return figure(path, title, axes, SeriesLabelPosition::UpperLeft, |chart| {
+            lines_with_dots(chart, path, series, |p| {
+                (p.0 / div, if p.1 > 0.0 { p.1.log10().max(floor) } else { floor })
+            })
+        });
+    }
+    let ytop = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(1e-9, f64::max) * 1.1;
+    let axes = Axes::new(0.0..xtop / div, 0.0..ytop, x_desc, y_desc);
     figure(path, title, axes, SeriesLabelPosition::UpperLeft, |chart| {
         lines_with_dots(chart, path, series, |p| (p.0 / div, p.1))
     })
@@ -404,7 +576,8 @@ fn short(v: f64) -> String {
 }
 
 /// Lines with points and CI bars of `y` against `x`, on a linear, logarithmic or categorical
-/// x axis; y from 0.
+/// x axis; y from 0, or with `log_y` on a log scale (latencies). A log x axis is labelled at
+/// the data's own x values when there are at most a dozen of them.
 pub fn xy(
     path: &Path,
     title: &str,
@@ -412,6 +585,7 @@ pub fn xy(
     y_desc: &str,
     series: &[XySeries],
     scale: &XScale,
+    log_y: bool,
 ) -> Result<(), Error> {
     let tx = |x: f64| match scale {
         XScale::Log => x.max(1e-300).log10(),
@@ -434,23 +608,43 @@ pub fn xy(
             x0 = 0.0;
         }
     }
-    let ytop = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.1 + p.2.unwrap_or(0.0).min(p.1.abs())))
-        .filter(|v| v.is_finite())
-        .fold(1e-9, f64::max)
-        * 1.12;
+    let (yr, y_ticks) = if log_y {
+        let (r, t) = log_y_axis(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
+        (r, Some(t))
+    } else {
+        let ytop = series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1 + p.2.unwrap_or(0.0).min(p.1.abs())))
+            .filter(|v| v.is_finite())
+            .fold(1e-9, f64::max)
+            * 1.12;
+        (0.0..ytop, None)
+    };
+    let (ybot, ytop) = (yr.start, yr.end);
+    // What y (or a CI bar's end) is drawn at: log10 with `log_y`, cut at the frame.
+    let ty = |y: f64| {
+        if log_y {
+            if y > 0.0 {
+                y.log10().clamp(ybot, ytop)
+            } else {
+                ybot
+            }
+        } else {
+            y.clamp(0.0, ytop)
+        }
+    };
+    let x_ticks = match scale {
+        XScale::Log => {
+            let raw: Vec<f64> = series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).collect();
+            Some(log_value_ticks(&raw, x0, x1))
+        }
+        XScale::Categories(c) => Some((0..c.len()).map(|i| i as f64).collect()),
+        XScale::Linear => None,
+    };
     let fmt_x = |v: &f64| -> String {
         match scale {
             XScale::Linear => short(*v),
-            XScale::Log => {
-                let r = v.round();
-                if (v - r).abs() < 1e-6 {
-                    short(10f64.powf(r))
-                } else {
-                    String::new()
-                }
-            }
+            XScale::Log => log_label(*v),
             XScale::Categories(c) => {
                 let r = v.round();
                 if (v - r).abs() < 1e-6 && r >= 0.0 {
@@ -461,30 +655,87 @@ pub fn xy(
             }
         }
     };
-    let nlabels = match scale {
-        XScale::Categories(c) => c.len() * 2 + 1,
-        XScale::Log => ((x1 - x0).ceil() as usize + 1) * 4,
-        XScale::Linear => 10,
-    };
-    let fmt_y = |v: &f64| short(*v);
+    let fmt_y = |v: &f64| if log_y { log_label(*v) } else { short(*v) };
     let axes = Axes {
-        x_labels: Some(nlabels.max(2)),
+        x_ticks,
+        y_ticks,
         x_fmt: Some(&fmt_x),
         y_fmt: Some(&fmt_y),
-        ..Axes::new(x0..x1, 0.0..ytop, x_desc, y_desc)
+        ..Axes::new(
+            x0..x1,
+            yr,
+            x_desc,
+            if log_y { format!("{y_desc}, log scale") } else { y_desc.into() },
+        )
     };
     let cap = (x1 - x0) * 0.006;
     figure(path, title, axes, SeriesLabelPosition::LowerRight, |chart| {
         for (i, s) in series.iter().enumerate() {
             let c = COLORS[i % COLORS.len()];
-            let mut v: Vec<(f64, f64, Option<f64>)> =
+            let v: Vec<(f64, f64, Option<f64>)> =
                 s.points.iter().filter(|p| p.1.is_finite()).map(|p| (tx(p.0), p.1, p.2)).collect();
-            v.sort_by(|a, b| a.0.total_cmp(&b.0));
-            line(chart, path, v.iter().map(|p| (p.0, p.1)), c, Some(s.name.clone()))?;
-            dots(chart, path, v.iter().map(|p| (p.0, p.1)), 4, c)?;
+            let v = sorted_by_x(&v, |p| p.0);
+            line(chart, path, v.iter().map(|p| (p.0, ty(p.1))), c, Some(s.name.clone()))?;
+            dots(chart, path, v.iter().map(|p| (p.0, ty(p.1))), 4, c)?;
             for p in v.iter().filter(|p| p.2.is_some_and(|c| c > 0.0)) {
                 let ci = p.2.unwrap_or(0.0);
-                ci_bar(chart, path, (p.0, (p.1 - ci).max(0.0), (p.1 + ci).min(ytop)), cap, c)?;
+                ci_bar(chart, path, (p.0, ty(p.1 - ci), ty(p.1 + ci)), cap, c)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// One bar of [`bars`]: a value with the half-width of its 99 % CI.
+pub struct Bar {
+    pub name: String,
+    pub value: f64,
+    pub ci: Option<f64>,
+}
+
+/// A bar per entry, each in its own colour and named under it, with 99 % CI error bars;
+/// y from 0 in `y_desc`'s unit (the values as given).
+pub fn bars(path: &Path, title: &str, y_desc: &str, bars: &[Bar]) -> Result<(), Error> {
+    let ytop = bars
+        .iter()
+        .map(|b| b.value + b.ci.unwrap_or(0.0).min(b.value.abs()))
+        .filter(|v| v.is_finite())
+        .fold(1e-9, f64::max)
+        // Headroom over the tallest bar for the legend (up to eight or so names).
+        * (1.15 + 0.04 * bars.len() as f64);
+    let n = bars.len().max(1);
+    // Under each bar its name up to any parenthesis (the legend has the whole name), so
+    // that eight names fit side by side.
+    let names: Vec<String> =
+        bars.iter().map(|b| b.name.split(" (").next().unwrap_or_default().to_string()).collect();
+    let fmt_x = |v: &f64| {
+        let r = v.round();
+        if (v - r).abs() < 1e-6 && r >= 0.0 {
+            names.get(r as usize).cloned().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
+    let fmt_y = |v: &f64| short(*v);
+    let axes = Axes {
+        x_ticks: Some((0..n).map(|i| i as f64).collect()),
+        x_fmt: Some(&fmt_x),
+        y_fmt: Some(&fmt_y),
+        ..Axes::new(-0.6..n as f64 - 0.4, 0.0..ytop, "", y_desc)
+    };
+    figure(path, title, axes, SeriesLabelPosition::UpperRight, |chart| {
+        for (i, b) in bars.iter().enumerate() {
+            let c = COLORS[i % COLORS.len()];
+            let x = i as f64;
+            let v = if b.value.is_finite() { b.value.clamp(0.0, ytop) } else { 0.0 };
+            chart
+                .draw_series([Rectangle::new([(x - 0.3, 0.0), (x + 0.3, v)], c.filled())])
+                .map_err(|e| err(path, e))?
+                .label(b.name.clone())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
+            if let Some(ci) = b.ci.filter(|c| *c > 0.0 && b.value.is_finite()) {
+                let bar = (x, (v - ci).max(0.0), (v + ci).min(ytop));
+                ci_bar(chart, path, bar, 0.08, BLACK)?;
             }
         }
         Ok(())
@@ -503,8 +754,7 @@ pub fn throughput_series(
     throughput_figure(path, title, top, |chart, div| {
         for (i, (name, pts)) in series.iter().enumerate() {
             let c = COLORS[i % COLORS.len()];
-            let mut pts = pts.clone();
-            pts.sort_by(|a, b| a.x.total_cmp(&b.x));
+            let pts = sorted_by_x(pts, |p| p.x);
             line(chart, path, pts.iter().map(|p| (p.x / div, p.y / div)), c, Some(name.clone()))?;
             dots(chart, path, pts.iter().map(|p| (p.x / div, p.y / div)), 4, c)?;
             throughput_ci_bars(chart, path, &pts, (div, top), c)?;
@@ -543,6 +793,7 @@ mod tests {
             "r",
             "µs",
             &[Series { name: "p50".into(), points: vec![(1e5, 3.0), (2e5, 4.0)] }],
+            true,
         )
         .unwrap();
         let pts = |k: f64| (1..=4).map(|i| (i as f64 * k, i as f64 * 10.0, Some(1.0))).collect();
@@ -550,15 +801,55 @@ mod tests {
             XySeries { name: "a".into(), points: pts(1.0) },
             XySeries { name: "b".into(), points: pts(1000.0) },
         ];
-        xy(&dir.join("x.png"), "x", "n", "pps", &two, &XScale::Log).unwrap();
+        xy(&dir.join("x.png"), "x", "n", "pps", &two, &XScale::Log, false).unwrap();
+        xy(&dir.join("y.png"), "y", "n", "µs", &two, &XScale::Log, true).unwrap();
+        let b = |name: &str, value| Bar { name: name.into(), value, ci: Some(0.1) };
+        bars(&dir.join("b.png"), "b", "Mpps", &[b("linux", 1.2), b("routeplex", 2.5)]).unwrap();
         let cats = XScale::Categories(vec!["1".into(), "real".into(), "1M".into(), "x".into()]);
-        xy(&dir.join("c.png"), "c", "routes", "pps", &two[..1], &cats).unwrap();
+        xy(&dir.join("c.png"), "c", "routes", "pps", &two[..1], &cats, false).unwrap();
         throughput_series(&dir.join("s.png"), "s", &[("one".into(), pts_t())]).unwrap();
-        for f in ["t.png", "t-latency.png", "r.png", "x.png", "c.png", "s.png"] {
+        for f in ["t.png", "t-latency.png", "r.png", "x.png", "y.png", "b.png", "c.png", "s.png"] {
             let b = std::fs::read(dir.join(f)).unwrap();
             assert_eq!(&b[1..4], b"PNG", "{f}");
             assert!(b.len() > 10_000, "{f} has content");
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn series_are_joined_in_x_order() {
+        let trials = [(3e5, 1.0), (1e5, 2.0), (2e5, 3.0), (1e5, 4.0)];
+        let v = sorted_by_x(&trials, |p| p.0);
+        assert_eq!(v, [(1e5, 2.0), (1e5, 4.0), (2e5, 3.0), (3e5, 1.0)]);
+    }
+
+    #[test]
+    fn palette_has_distinct_colours_for_eight_series() {
+        assert!(COLORS.len() >= 8);
+        for (i, a) in COLORS.iter().enumerate() {
+            for b in &COLORS[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+    }
+
+    #[test]
+    fn log_axis_labels_the_data_x_values() {
+        let xs = [1e4, 1e6, 1e5, 1e4, 5e5];
+        let t = log_value_ticks(&xs, 3.5, 6.5);
+        let labels: Vec<String> = t.iter().map(|v| log_label(*v)).collect();
+        assert_eq!(labels, ["10k", "100k", "500k", "1M"]);
+        // Many distinct values: 1, 2, 5 × 10^k over the span instead.
+        let many: Vec<f64> = (1..=40).map(|i| i as f64 * 1e3).collect();
+        let t = log_value_ticks(&many, 3.0, 40e3f64.log10());
+        let labels: Vec<String> = t.iter().map(|v| log_label(*v)).collect();
+        assert_eq!(labels, ["1k", "2k", "5k", "10k", "20k"]);
+    }
+
+    #[test]
+    fn legends_read_human_labels() {
+        assert_eq!(human_label("forwarded_pps"), "forwarded");
+        assert_eq!(human_label("p99_us"), "p99 latency");
+        assert_eq!(human_label("ndr_pps"), "ndr");
     }
 }

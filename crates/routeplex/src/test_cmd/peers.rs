@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use tester::frames::FrameSize;
 use tester::method::{ndrpdr, sweep, Common, Session, TrialRecord};
 use tester::pacer::Rate;
-use tester::plot::{self, Series};
+use tester::plot;
 use tester::progress::{fmt_rate, Progress};
 use tester::report::{self, Table};
 use tester::stats::Summary;
@@ -126,7 +126,7 @@ pub struct PeersArgs {
     #[arg(long)]
     csv: Option<PathBuf>,
     /// Where the report goes: DIR/peers.json (the same object --json prints) and, next to
-    /// it, DIR/peers.png (forwarded against generated load, one series per DUT). Made if
+    /// it, DIR/peers.png (a bar per DUT: its forwarded rate with 99 % CI bars). Made if
     /// missing.
     #[arg(long, default_value = ".")]
     out: PathBuf,
@@ -335,7 +335,7 @@ pub fn run(a: PeersArgs) -> Result<()> {
     }
 
     let title = format!(
-        "routeplex test peers ({}, {} frames): forwarded against generated load",
+        "routeplex test peers ({}, {} frames): forwarded rate per DUT",
         match a.method {
             Method::Max => "max",
             Method::Sweep => "sweep",
@@ -348,21 +348,25 @@ pub fn run(a: PeersArgs) -> Result<()> {
     );
     let plot_path = (!a.no_plot).then(|| a.out.join("peers.png"));
     if let Some(p) = &plot_path {
-        let series: Vec<Series> = outcomes
+        // A bar per DUT (its headline forwarded rate, 99 % CI bars), each in its own colour.
+        let bars: Vec<plot::Bar> = outcomes
             .iter()
-            .filter(|o| !o.series.is_empty())
-            .map(|o| Series {
-                name: match o.ratio_to_linux {
-                    Some(r) => format!("{} ({r:.2}× linux)", o.dut),
-                    None => o.dut.clone(),
-                },
-                points: o.series.iter().map(|&(x, y)| (x, y / 1e6)).collect(),
+            .filter_map(|o| {
+                let f = o.forwarded_pps?;
+                Some(plot::Bar {
+                    name: match o.ratio_to_linux {
+                        Some(r) => format!("{} ({r:.2}× linux)", o.dut),
+                        None => o.dut.clone(),
+                    },
+                    value: f / 1e6,
+                    ci: o.ci99_pps.map(|c| c / 1e6),
+                })
             })
             .collect();
-        if series.is_empty() {
+        if bars.is_empty() {
             eprintln!("routeplex test peers: nothing was measured: no plot");
         } else {
-            plot::against_rate(p, &title, "forwarded (Mpps)", &series)
+            plot::bars(p, &title, "forwarded (Mpps), 99 % CI bars", &bars)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
     }

@@ -283,6 +283,8 @@ pub fn metric_plot(r: &ScenarioReport, path: &Path) -> Result<(), Error> {
         }
     };
     let all_pps = ys.iter().all(|y| y.ends_with("_pps"));
+    // Latencies (µs) span orders of magnitude (p50 to max): a log y axis.
+    let all_us = ys.iter().all(|y| y.ends_with("_us"));
     let top = r
         .points
         .iter()
@@ -324,8 +326,8 @@ pub fn metric_plot(r: &ScenarioReport, path: &Path) -> Result<(), Error> {
             }
             let name = match (s, &sc.series, ys.len()) {
                 (Some(v), Some(sa), 1) => format!("{} = {v}", sa.label),
-                (Some(v), Some(sa), _) => format!("{y}, {} = {v}", sa.label),
-                _ => y.clone(),
+                (Some(v), Some(sa), _) => format!("{}, {} = {v}", plot::human_label(y), sa.label),
+                _ => plot::human_label(y),
             };
             series.push(XySeries { name, points });
         }
@@ -336,13 +338,17 @@ pub fn metric_plot(r: &ScenarioReport, path: &Path) -> Result<(), Error> {
         } else {
             format!("{} ({unit})", sc.report.y_label)
         }
-    } else if unit.is_empty() {
-        ys.join(", ")
     } else {
-        format!("{} ({unit})", ys.join(", "))
+        let names: Vec<String> = ys.iter().map(|y| plot::human_label(y)).collect();
+        let names = names.join(", ");
+        match (unit.is_empty(), all_us) {
+            (false, _) => format!("{names} ({unit})"),
+            (true, true) => format!("{names} (µs)"),
+            (true, false) => names,
+        }
     };
     let title = format!("{}{}", sc.title, if r.quick { " (--quick)" } else { "" });
-    plot::xy(path, &title, &sc.axis.label, &y_desc, &series, &scale)
+    plot::xy(path, &title, &sc.axis.label, &y_desc, &series, &scale, all_us)
 }
 
 /// Sweep scenarios: every point's offered-against-forwarded curve on one chart. Returns
