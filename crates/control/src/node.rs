@@ -563,7 +563,8 @@ impl Node {
             }
             Command::Reserve { vr, spec } => {
                 let words: Vec<&str> = spec.iter().map(String::as_str).collect();
-                let r = reservation_from_words(&words).map_err(ControlError::BadRequest)?;
+                let r =
+                    reservation_from_words(&words).map_err(|e| ControlError::BadRequest(e.0))?;
                 self.rt.set_reservation(&vr, r)?;
                 if let Some(i) = self.topo.vr_index(&vr) {
                     self.topo.schedule[i].reservation = r;

@@ -187,12 +187,13 @@ impl Reservation {
     }
 
     /// Why the reservation cannot be used, if it cannot: a zero period or budget.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), crate::BuildError> {
+        let err = |m: &str| Err(crate::BuildError(m.into()));
         if self.period_ns == 0 {
-            return Err("a reservation's period must be longer than 0".into());
+            return err("a reservation's period must be longer than 0");
         }
         if self.amount() == 0 {
-            return Err("a reservation's budget must be more than 0".into());
+            return err("a reservation's budget must be more than 0");
         }
         Ok(())
     }

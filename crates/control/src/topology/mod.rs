@@ -161,8 +161,8 @@ use wire::MacAddr;
 pub use error::{ErrorKind, TopologyError};
 pub use hosts::{HostSpec, HOST_IFNAME};
 pub use run::{
-    cells, reservation_from_words, CellPlan, MetricsConfig, VrSchedule, Workers,
-    DEFAULT_METRICS_LISTEN, DEFAULT_PERIOD_US,
+    cells, reservation_from_words, CellPlan, MetricsConfig, ReservationWordsError, VrSchedule,
+    Workers, DEFAULT_METRICS_LISTEN, DEFAULT_PERIOD_US,
 };
 
 use yaml::{BadKind, Result, Value};

@@ -208,7 +208,18 @@ fn reservation(v: &Value) -> Result<Reservation> {
 /// A reservation written as words, for the control socket and the command line:
 /// `packets=N` or `time_us=N`, optionally `period_us=N` and `weight=N` (same ranges and default
 /// as in a topology file); or `none`, to remove it.
-pub fn reservation_from_words(words: &[&str]) -> std::result::Result<Option<Reservation>, String> {
+pub fn reservation_from_words(
+    words: &[&str],
+) -> std::result::Result<Option<Reservation>, ReservationWordsError> {
+    words_to_reservation(words).map_err(ReservationWordsError)
+}
+
+/// Why reservation words (see [`reservation_from_words`]) were refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ReservationWordsError(pub String);
+
+fn words_to_reservation(words: &[&str]) -> std::result::Result<Option<Reservation>, String> {
     if words == ["none"] {
         return Ok(None);
     }
