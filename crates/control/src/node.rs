@@ -879,11 +879,11 @@ impl Node {
                 // Interfaces (addresses, MACs, VLANs), static neighbors or limits: a new VR
                 // takes the old one's place, with its counters, neighbors and API routes.
                 let (c, _) = self.rt.locate(&v.name)?;
-                let local = self.local_ports(c, next, &[])?;
+                let local = self.local_ports(c, next, &[]);
                 let mut cfg = v.clone();
-                let api = self.tables[&v.name].routes(Some(RouteSource::Api), usize::MAX);
-                let (mut table, _) = vr_in_cell(&cfg, &local)?;
-                let ops: Vec<RouteOp> = api
+                let mut table = RouteTable::new(&cfg).map_err(|e| ControlError::Invalid(e.0))?;
+                let ops: Vec<RouteOp> = self.tables[&v.name]
+                    .routes(Some(RouteSource::Api), usize::MAX)
                     .into_iter()
                     .map(|r| {
                         RouteOp::Add(RouteConfig {
@@ -893,11 +893,15 @@ impl Node {
                         })
                     })
                     .collect();
-                // API routes whose gateway is no longer connected are dropped with the old VR.
-                let keep: Vec<RouteOp> = ops
-                    .into_iter()
-                    .filter(|op| table.apply(std::slice::from_ref(op), |_| Ok(())).is_ok())
-                    .collect();
+                // One batch when every API route still fits; otherwise those whose gateway is
+                // no longer connected are dropped with the old VR, one by one.
+                let keep = match table.apply(&ops, |_| Ok(())) {
+                    Ok(_) => ops.len(),
+                    Err(_) => ops
+                        .iter()
+                        .filter(|op| table.apply(std::slice::from_ref(*op), |_| Ok(())).is_ok())
+                        .count(),
+                };
                 cfg.interfaces.iter_mut().for_each(|f| f.port = local(f.port));
                 let vr =
                     Vr::with_routes(&cfg, table.view()).map_err(|e| ControlError::Invalid(e.0))?;
@@ -906,7 +910,7 @@ impl Node {
                     v.name,
                     what_changed(old, v),
                     if same_ifaces(old, v) { ", neighbors" } else { "" },
-                    keep.len()
+                    keep
                 ));
                 steps.push(Step::Replace { vr: v.name.clone(), table, new: Box::new(vr) });
                 changed = true;
@@ -992,7 +996,7 @@ impl Node {
                         .collect();
                     let mut fresh_u = fresh.clone();
                     fresh_u.dedup();
-                    let local = self.local_ports(*c, next, &fresh_u)?;
+                    let local = self.local_ports(*c, next, &fresh_u);
                     let (table, vr) = vr_in_cell(v, local)?;
                     let mut opened = Vec::new();
                     for p in &fresh_u {
@@ -1088,19 +1092,14 @@ impl Node {
     }
 
     /// Cell-local port numbers for a VR of `next` joining cell `c`, which gains `fresh` ports.
-    fn local_ports(
-        &self,
-        c: usize,
-        next: &Topology,
-        fresh: &[String],
-    ) -> Result<impl Fn(u16) -> u16, ControlError> {
+    fn local_ports(&self, c: usize, next: &Topology, fresh: &[String]) -> impl Fn(u16) -> u16 {
         let mut names: Vec<String> = self.rt.cell_ports(c).to_vec();
         names.extend(fresh.iter().cloned());
         let global: Vec<String> = next.ports.iter().map(|p| p.name.clone()).collect();
-        Ok(move |gp: u16| {
+        move |gp: u16| {
             names.iter().position(|n| *n == global[usize::from(gp)]).unwrap_or(u16::MAX as usize)
                 as u16
-        })
+        }
     }
 }
 
