@@ -9,10 +9,11 @@
 //! (prefix, table), the kernel's preferred route: the lowest metric; for IPv6, routes of equal
 //! metric are merged into one next-hop set, which is how the kernel spreads over siblings.
 //!
-//! What the kernel changes without a notification is caught by re-reading: IPv4 flushes the
-//! routes of a link that goes down or away and of an address that goes, silently, so a link
-//! going down or away and an address going away trigger a fresh dump whose difference from
-//! what was published is sent as Add/Del. When the event socket overruns (ENOBUFS: the kernel
+//! What the kernel changes without a notification is replayed from the link and address
+//! messages, at their place in the stream: IPv4 flushes the routes of a link that goes down or
+//! away, multipath hops on a down link turn dead and come back on up, and routes preferring a
+//! removed IPv4 source address go. (A fresh dump on such a message would race the kernel: it
+//! sends the link message before it flushes.) When the event socket overruns (ENOBUFS: the kernel
 //! dropped notifications), the queue is discarded, everything is dumped again, and the whole
 //! table is returned as one `Replace`: reconcile rather than trust a stream with holes.
 //! NETLINK_NO_ENOBUFS is never set, because it would hide exactly that loss.
@@ -86,8 +87,6 @@ pub enum RtSyncError {
     Malformed { netns: String, msg_type: u16, offset: usize, what: String },
     #[error("route sync in namespace {netns}: {what} dump kept being interrupted (NLM_F_DUMP_INTR {tries} times)")]
     DumpInterrupted { netns: String, what: &'static str, tries: usize },
-    #[error("route sync in namespace {netns}: notifications arrive faster than they can be discarded after an overrun ({bytes} bytes read); will retry")]
-    Flood { netns: String, bytes: usize },
 }
 
 /// One route as the VR should hold it.
@@ -154,7 +153,7 @@ struct Variant {
     metric: u32,
     protocol: u8,
     kind: Kind,
-    /// RTA_PREFSRC: IPv4 flushes the route, silently, when this address goes.
+    /// RTA_PREFSRC: IPv4 flushes the route when this address goes.
     prefsrc: Option<IpAddr>,
 }
 
@@ -183,7 +182,8 @@ enum Msg {
     DelRoute(Parsed),
     NewLink(u32, Link),
     DelLink(u32),
-    /// An IPv4 address went: the kernel flushes routes preferring it as source, silently.
+    /// An IPv4 address went: the kernel flushes routes preferring it as source (Linux 6.18
+    /// also sends RTM_DELROUTE for them; replaying the flush is harmless either way).
     DelAddr4(IpAddr),
     Skip,
 }
@@ -201,7 +201,6 @@ pub struct RouteSync {
     /// An overrun or a malformed message: the next poll re-dumps before anything else.
     redump_pending: bool,
     overruns: u64,
-    rcvbuf: usize,
     buf: Vec<u8>,
 }
 
@@ -253,7 +252,6 @@ impl RouteSync {
             replace_pending: true,
             redump_pending: false,
             overruns: 0,
-            rcvbuf: rcvbuf_bytes,
             buf: vec![0; RECV_BUF],
         };
         let (links, table) = rs.dump_all()?;
@@ -281,8 +279,8 @@ impl RouteSync {
     /// overrun the table is dumped again and published as one `Replace`. Reads at most a
     /// bounded number of datagrams per call: if the fd is still readable, call again.
     pub fn poll(&mut self, out: &mut Vec<SyncEvent>) -> Result<(), RtSyncError> {
-        if self.redump_pending {
-            self.redump()?;
+        if self.redump_pending && !self.redump()? {
+            return Ok(()); // still discarding a flood; the fd stays readable
         }
         if self.replace_pending {
             out.push(SyncEvent::Replace(self.snapshot()));
@@ -299,7 +297,9 @@ impl RouteSync {
                     tracing::warn!(netns = %self.netns, overruns = self.overruns,
                         "route notifications overran the receive buffer; re-reading the table");
                     self.redump_pending = true;
-                    self.redump()?;
+                    if !self.redump()? {
+                        return Ok(());
+                    }
                     out.push(SyncEvent::Replace(self.snapshot()));
                     self.replace_pending = false;
                     datagrams += 1;
@@ -335,30 +335,27 @@ impl RouteSync {
     }
 
     /// After loss: discard what is queued (the dump covers it; replaying it after the dump
-    /// could undo newer state), then dump everything. Keeps `redump_pending` set on failure.
-    fn redump(&mut self) -> Result<(), RtSyncError> {
-        let limit = 64 * self.rcvbuf.max(RECV_BUF);
-        let mut bytes = 0;
-        loop {
-            match recv(&self.events, &mut self.buf, libc::MSG_DONTWAIT | libc::MSG_TRUNC) {
-                Ok(n) => {
-                    bytes += n;
-                    if bytes > limit {
-                        return Err(RtSyncError::Flood { netns: self.netns.clone(), bytes });
-                    }
+    /// could undo newer state), then dump everything. `Ok(false)`: notifications kept coming
+    /// for a whole bounded round of discarding, so the dump waits for a later poll (the fd
+    /// stays readable). Keeps `redump_pending` set until the dump succeeds.
+    fn redump(&mut self) -> Result<bool, RtSyncError> {
+        for _ in 0..DATAGRAMS_PER_POLL {
+            match recv(&self.events, &mut self.buf, libc::MSG_DONTWAIT) {
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let (links, table) = self.dump_all()?;
+                    self.links = links;
+                    self.table = table;
+                    self.redump_pending = false;
+                    self.replace_pending = true;
+                    return Ok(true);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => self.overruns += 1,
                 Err(e) => return Err(self.io("discarding notifications after an overrun", e)),
             }
         }
-        let (links, table) = self.dump_all()?;
-        self.links = links;
-        self.table = table;
-        self.redump_pending = false;
-        self.replace_pending = true;
-        Ok(())
+        Ok(false)
     }
 
     fn name(&self, ifindex: u32) -> Option<&str> {

@@ -271,6 +271,22 @@ fn link_rename_and_removal() {
     let ns = Ns::new();
     ns.ip(&["route", "add", "10.1.0.0/16", "via", "10.10.0.2"]);
     ns.ip(&["-6", "route", "add", "2001:db8:1::/48", "dev", "d1"]);
+    ns.ip(&[
+        "-6",
+        "route",
+        "add",
+        "2001:db8:7::/48",
+        "nexthop",
+        "via",
+        "2001:db8::2",
+        "dev",
+        "d0",
+        "nexthop",
+        "via",
+        "fe80::5",
+        "dev",
+        "d1",
+    ]);
     let mut rs = RouteSync::open(&ns.0, 8 << 20).expect("open");
     let mut m = Model::default();
     until(&mut rs, &mut m, "dump", |m| m.replaces == 1);
@@ -291,11 +307,15 @@ fn link_rename_and_removal() {
     until(&mut rs, &mut m, "route via the renamed link", |m| {
         kind_of(m, "10.1.0.0/16", 254) == Some(unicast(vec![hop(Some("10.10.0.2"), "up1", 1)]))
     });
-    // A route that stayed across the rename (IPv6 keeps it) now names the new link.
-    until(&mut rs, &mut m, "IPv6 route republished under the new name", |m| {
-        m.get("2001:db8:1::/48", 254).is_none()
-            || kind_of(m, "2001:db8:1::/48", 254) == Some(unicast(vec![hop(None, "up1", 1)]))
+    // A multipath hop that stayed (dead) across the rename comes back under the new name.
+    until(&mut rs, &mut m, "IPv6 multipath hop republished under the new name", |m| {
+        kind_of(m, "2001:db8:7::/48", 254)
+            == Some(unicast(vec![
+                hop(Some("2001:db8::2"), "d0", 1),
+                hop(Some("fe80::5"), "up1", 1),
+            ]))
     });
+    assert_eq!(m.routes, kernel_routes(&ns.0), "after the rename");
 
     // A new link gets a fresh ifindex; a route through it is named right.
     ns.ip(&["link", "add", "e0", "type", "veth", "peer", "name", "e1"]);
@@ -308,6 +328,86 @@ fn link_rename_and_removal() {
     ns.ip(&["link", "del", "e0"]);
     until(&mut rs, &mut m, "route via e0 gone", |m| m.get("10.20.0.0/16", 254).is_none());
     assert_eq!(m.routes, kernel_routes(&ns.0), "synced set equals ip route show");
+}
+
+/// The kernel changes routes without a notification when a link goes down or up (IPv4 flushes
+/// routes through it; multipath hops on it turn dead, then alive) and when an IPv4 address that
+/// routes prefer as source goes: the listener replays that and still matches `ip route show`.
+#[test]
+fn silent_kernel_changes() {
+    if !root() {
+        return;
+    }
+    let ns = Ns::new();
+    ns.ip(&["addr", "add", "10.11.0.1/24", "dev", "d0"]);
+    ns.ip(&[
+        "route",
+        "add",
+        "10.30.0.0/16",
+        "nexthop",
+        "via",
+        "10.9.0.2",
+        "dev",
+        "d0",
+        "nexthop",
+        "via",
+        "10.10.0.2",
+        "dev",
+        "d1",
+    ]);
+    ns.ip(&["route", "add", "10.31.0.0/16", "via", "10.10.0.2", "dev", "d1"]);
+    ns.ip(&[
+        "-6",
+        "route",
+        "add",
+        "2001:db8:30::/48",
+        "nexthop",
+        "via",
+        "2001:db8::2",
+        "dev",
+        "d0",
+        "nexthop",
+        "via",
+        "fe80::5",
+        "dev",
+        "d1",
+    ]);
+    ns.ip(&["route", "add", "10.40.0.0/16", "via", "10.9.0.2", "src", "10.11.0.1"]);
+    let mut rs = RouteSync::open(&ns.0, 8 << 20).expect("open");
+    let mut m = Model::default();
+    until(&mut rs, &mut m, "dump", |m| m.replaces == 1);
+    assert_eq!(m.routes, kernel_routes(&ns.0));
+    let both4 = unicast(vec![hop(Some("10.9.0.2"), "d0", 1), hop(Some("10.10.0.2"), "d1", 1)]);
+    assert_eq!(kind_of(&m, "10.30.0.0/16", 254), Some(both4.clone()));
+
+    // The source address goes: 10.40/16 is flushed silently.
+    ns.ip(&["addr", "del", "10.11.0.1/24", "dev", "d0"]);
+    until(&mut rs, &mut m, "route preferring a removed source gone", |m| {
+        m.get("10.40.0.0/16", 254).is_none()
+    });
+    assert_eq!(m.routes, kernel_routes(&ns.0));
+
+    // d1 down: 10.31/16 flushed, the multipath routes keep only their d0 hop.
+    ns.ip(&["link", "set", "d1", "down"]);
+    until(&mut rs, &mut m, "d1 hops gone", |m| m.get("10.31.0.0/16", 254).is_none());
+    assert_eq!(
+        kind_of(&m, "10.30.0.0/16", 254),
+        Some(unicast(vec![hop(Some("10.9.0.2"), "d0", 1)]))
+    );
+    assert_eq!(
+        kind_of(&m, "2001:db8:30::/48", 254),
+        Some(unicast(vec![hop(Some("2001:db8::2"), "d0", 1)]))
+    );
+    assert_eq!(m.routes, kernel_routes(&ns.0), "after link down");
+
+    // d1 up: the dead hops come back (the kernel says nothing), connected routes are re-added.
+    ns.ip(&["link", "set", "d1", "up"]);
+    until(&mut rs, &mut m, "d1 hops back", |m| {
+        kind_of(m, "10.30.0.0/16", 254) == Some(both4.clone())
+            && m.get("10.10.0.0/24", 254).is_some()
+    });
+    assert_eq!(m.routes, kernel_routes(&ns.0), "after link up");
+    assert_eq!(rs.overruns(), 0);
 }
 
 #[test]
@@ -394,7 +494,10 @@ fn kernel_routes(ns: &str) -> BTreeMap<(IpNet, u32), KernelRoute> {
             if kind == "unicast" {
                 let one = [r.clone()];
                 let list = r["nexthops"].as_array().map(|v| v.as_slice()).unwrap_or(&one);
-                for h in list {
+                let dead = |h: &serde_json::Value| {
+                    h["flags"].as_array().is_some_and(|f| f.iter().any(|x| x == "dead"))
+                };
+                for h in list.iter().filter(|h| !dead(h)) {
                     hops.insert(KernelNextHop {
                         gateway: h["gateway"]
                             .as_str()
@@ -404,6 +507,9 @@ fn kernel_routes(ns: &str) -> BTreeMap<(IpNet, u32), KernelRoute> {
                         weight: h["weight"].as_u64().unwrap_or(1) as u8,
                     });
                 }
+            }
+            if kind == "unicast" && hops.is_empty() {
+                continue;
             }
             let e = best.entry((prefix, table)).or_insert((
                 u64::MAX,
