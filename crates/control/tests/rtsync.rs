@@ -453,6 +453,57 @@ fn overrun_redumps_and_reconciles() {
     assert_eq!(m.routes, kernel_routes(&ns.0));
 }
 
+/// Polling while a burst overruns a tiny buffer, over and over: whatever interleaving of
+/// overruns, discards and re-dumps happens, the synced set ends equal to the kernel's.
+#[test]
+fn overruns_while_polling_converge() {
+    if !root() {
+        return;
+    }
+    let ns = Ns::new();
+    let mut rs = RouteSync::open(&ns.0, 4096).expect("open");
+    let mut m = Model::default();
+    until(&mut rs, &mut m, "dump", |m| m.replaces == 1);
+    let mut batch = String::new();
+    for round in 0..2u32 {
+        for i in 0..2000u32 {
+            let (a, b) = (i / 256, i % 256);
+            let verb = if round == 0 { "add" } else { "replace" };
+            let via = if round == 0 { "10.9.0.2" } else { "10.10.0.2" };
+            batch += &format!("route {verb} 10.{}.{b}.0/24 via {via}\n", 100 + a);
+            if i % 2 == 0 {
+                batch += &format!(
+                    "route {verb} 2001:db8:{a:x}:{b:x}::/64 via 2001:db8::{}\n",
+                    round + 2
+                );
+            }
+        }
+    }
+    let file = std::env::temp_dir().join(format!("{}.batch", ns.0));
+    std::fs::write(&file, batch).unwrap();
+    let args = ["-n".to_string(), ns.0.clone(), "-batch".into(), file.display().to_string()];
+    let writer = std::thread::spawn(move || {
+        let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        run("ip", &a);
+    });
+    while !writer.is_finished() {
+        let mut out = Vec::new();
+        rs.poll(&mut out).expect("poll");
+        m.apply(out);
+        wait_readable(rs.fd(), 10);
+    }
+    writer.join().unwrap();
+    let _ = std::fs::remove_file(&file);
+    let want = kernel_routes(&ns.0);
+    until(&mut rs, &mut m, "converged", |m| m.routes == want);
+    assert_eq!(
+        kind_of(&m, "10.100.0.0/24", 254),
+        Some(unicast(vec![hop(Some("10.10.0.2"), "d1", 1)])),
+        "the replace round won"
+    );
+    eprintln!("overruns while polling: {} (replaces {})", rs.overruns(), m.replaces);
+}
+
 /// The namespace's routes as `ip -j route show table all` reports them, reduced the way sync
 /// publishes them: unicast/blackhole/unreachable/prohibit only, per (prefix, table) the lowest
 /// metric, IPv6 entries of equal metric merged into one next-hop set.
@@ -535,4 +586,59 @@ fn kernel_routes(ns: &str) -> BTreeMap<(IpNet, u32), KernelRoute> {
             ((prefix, table), KernelRoute { prefix, table, kind, protocol })
         })
         .collect()
+}
+
+/// Not a check: how fast the listener follows a burst. `cargo test -p control --test rtsync
+/// -- --ignored --nocapture follow_rate` prints JSON. What limits it on a shared 2-CPU
+/// machine: iproute2 and the kernel installing routes compete with the listener for CPU.
+#[test]
+#[ignore]
+fn follow_rate() {
+    if !root() {
+        return;
+    }
+    let ns = Ns::new();
+    let mut rs = RouteSync::open(&ns.0, 64 << 20).expect("open");
+    let mut m = Model::default();
+    until(&mut rs, &mut m, "dump", |m| m.replaces == 1);
+    let base = m.routes.len();
+    let n = 200_000u32;
+    let mut batch = String::new();
+    for i in 0..n {
+        batch += &format!(
+            "route add {}.{}.{}.0/24 via 10.9.0.2\n",
+            20 + i / 65536,
+            (i / 256) % 256,
+            i % 256
+        );
+    }
+    let file = std::env::temp_dir().join(format!("{}.batch", ns.0));
+    std::fs::write(&file, batch).unwrap();
+    let args = ["-n".to_string(), ns.0.clone(), "-batch".into(), file.display().to_string()];
+    let start = Instant::now();
+    let writer = std::thread::spawn(move || {
+        let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        run("ip", &a);
+        start.elapsed()
+    });
+    let mut events = 0usize;
+    while m.routes.len() < base + n as usize {
+        let mut out = Vec::new();
+        rs.poll(&mut out).expect("poll");
+        events += out.len();
+        m.apply(out);
+        if start.elapsed() > Duration::from_secs(300) {
+            panic!("gave up at {} routes", m.routes.len());
+        }
+        wait_readable(rs.fd(), 10);
+    }
+    let synced = start.elapsed();
+    let installed = writer.join().unwrap();
+    let _ = std::fs::remove_file(&file);
+    println!(
+        "{{\"routes\":{n},\"kernel_install_seconds\":{:.3},\"synced_seconds\":{:.3},\"events\":{events},\"overruns\":{},\"limited_by\":\"ip -batch and the kernel share 2 CPUs with the listener\"}}",
+        installed.as_secs_f64(),
+        synced.as_secs_f64(),
+        rs.overruns()
+    );
 }
