@@ -260,6 +260,11 @@ impl RouteSync {
         Ok(rs)
     }
 
+    /// The namespace followed.
+    pub fn netns(&self) -> &str {
+        &self.netns
+    }
+
     /// The event socket: readable when notifications wait.
     pub fn fd(&self) -> RawFd {
         self.events.as_raw_fd()
@@ -634,6 +639,16 @@ impl RouteSync {
                     }
                     match hdr.msg_type {
                         NLMSG_DONE => {
+                            // DONE carries the dump's status; a negative one is an error.
+                            let status = payload
+                                .get(0..4)
+                                .map_or(0, |b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+                            if status < 0 {
+                                return Err(self.io(
+                                    &format!("{what} dump"),
+                                    io::Error::from_raw_os_error(status.saturating_neg()),
+                                ));
+                            }
                             if interrupted {
                                 tracing::debug!(netns = %self.netns, what, "dump interrupted; again");
                                 // Read nothing more of this dump: it is finished.
@@ -655,6 +670,9 @@ impl RouteSync {
                                         format!("error message of {} bytes", payload.len()),
                                     )
                                 })?;
+                            if errno == 0 {
+                                continue; // an acknowledgement, not an error
+                            }
                             return Err(self.io(
                                 &format!("{what} dump"),
                                 io::Error::from_raw_os_error(errno.saturating_neg()),
@@ -1097,6 +1115,23 @@ mod tests {
     }
 
     #[test]
+    fn route_sync_can_move_to_another_thread() {
+        fn send<T: Send>() {}
+        send::<RouteSync>();
+    }
+
+    #[test]
+    fn bad_namespace_names_are_refused() {
+        for bad in ["", ".", "..", "a/b", "../x", "x\0y"] {
+            let e = RouteSync::open(bad, 1 << 20).unwrap_err();
+            assert!(matches!(e, RtSyncError::BadNamespace(_)), "{bad:?}: {e}");
+        }
+        let e = RouteSync::open("rnl-no-such-namespace", 1 << 20).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("/run/netns/rnl-no-such-namespace"), "{text}");
+    }
+
+    #[test]
     fn parses_a_route_fixture() {
         let msgs = parse_all(&good()).unwrap();
         let [Msg::NewRoute(p)] = &msgs[..] else { panic!("{msgs:?}") };
@@ -1112,6 +1147,37 @@ mod tests {
                 dead: false
             }])
         );
+    }
+
+    /// rtnexthop: len u16, flags u8, hops u8, ifindex u32; then RTA_GATEWAY.
+    fn rtnh(hops: u8, ifindex: u32, gw: [u8; 4]) -> Vec<u8> {
+        let mut v = 16u16.to_ne_bytes().to_vec();
+        v.extend_from_slice(&[0, hops]);
+        v.extend_from_slice(&ifindex.to_ne_bytes());
+        v.extend_from_slice(&8u16.to_ne_bytes());
+        v.extend_from_slice(&5u16.to_ne_bytes());
+        v.extend_from_slice(&gw);
+        v
+    }
+
+    #[test]
+    fn parses_weighted_multipath_and_refuses_a_hop_past_its_attribute() {
+        let mut mp = rtnh(1, 3, [10, 0, 0, 2]);
+        mp.extend(rtnh(0, 4, [10, 0, 0, 3]));
+        let m =
+            route_msg(RTM_NEWROUTE, libc::AF_INET as u8, 8, 1, &[(1, &[10, 0, 0, 0]), (9, &mp)]);
+        let msgs = parse_all(&m).unwrap();
+        let [Msg::NewRoute(p)] = &msgs[..] else { panic!("{msgs:?}") };
+        let Kind::Unicast(hops) = &p.variant.kind else { panic!("{p:?}") };
+        let got: Vec<(u32, u8)> = hops.iter().map(|h| (h.ifindex, h.weight)).collect();
+        assert_eq!(got, [(3, 2), (4, 1)]);
+        // The second hop claims 40 bytes inside a 32-byte RTA_MULTIPATH.
+        let mut bad = mp.clone();
+        bad[16..18].copy_from_slice(&40u16.to_ne_bytes());
+        let m =
+            route_msg(RTM_NEWROUTE, libc::AF_INET as u8, 8, 1, &[(1, &[10, 0, 0, 0]), (9, &bad)]);
+        let err = parse_all(&m).unwrap_err();
+        assert!(err.contains("route message"), "{err}");
     }
 
     #[test]
@@ -1157,6 +1223,15 @@ mod tests {
                 (1, &[0x20, 1, 0xd, 0xb8, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
                 (4, &2u32.to_ne_bytes()),
             ],
+        ));
+        let mut mp = rtnh(1, 3, [10, 0, 0, 2]);
+        mp.extend(rtnh(0, 4, [10, 0, 0, 3]));
+        two.extend(route_msg(
+            RTM_NEWROUTE,
+            libc::AF_INET as u8,
+            8,
+            1,
+            &[(1, &[10, 0, 0, 0]), (9, &mp)],
         ));
         for cut in 0..two.len() {
             let _ = parse_all(&two[..cut]);
