@@ -410,6 +410,42 @@ fn silent_kernel_changes() {
     assert_eq!(rs.overruns(), 0);
 }
 
+/// Routes through nexthop objects (FRR's zebra installs them so): their hops come expanded;
+/// a nexthop deleted takes its IPv4 routes with it and shrinks its groups, with no route
+/// message, and the listener re-reads on the nexthop message.
+#[test]
+fn nexthop_objects() {
+    if !root() {
+        return;
+    }
+    let ns = Ns::new();
+    ns.ip(&["nexthop", "add", "id", "5", "via", "10.9.0.2", "dev", "d0"]);
+    ns.ip(&["nexthop", "add", "id", "6", "via", "10.9.0.3", "dev", "d0"]);
+    ns.ip(&["nexthop", "add", "id", "7", "group", "5/6"]);
+    ns.ip(&["route", "add", "10.50.0.0/16", "nhid", "5"]);
+    ns.ip(&["route", "add", "10.51.0.0/16", "nhid", "7"]);
+    let mut rs = RouteSync::open(&ns.0, 8 << 20).expect("open");
+    let mut m = Model::default();
+    until(&mut rs, &mut m, "dump", |m| m.replaces == 1);
+    assert_eq!(
+        kind_of(&m, "10.51.0.0/16", 254),
+        Some(unicast(vec![hop(Some("10.9.0.2"), "d0", 1), hop(Some("10.9.0.3"), "d0", 1)]))
+    );
+    ns.ip(&["nexthop", "replace", "id", "6", "via", "10.9.0.4", "dev", "d0"]);
+    until(&mut rs, &mut m, "group member replaced", |m| {
+        kind_of(m, "10.51.0.0/16", 254)
+            == Some(unicast(vec![hop(Some("10.9.0.2"), "d0", 1), hop(Some("10.9.0.4"), "d0", 1)]))
+    });
+    ns.ip(&["nexthop", "del", "id", "5"]);
+    until(&mut rs, &mut m, "nexthop 5 gone from routes", |m| {
+        m.get("10.50.0.0/16", 254).is_none()
+            && kind_of(m, "10.51.0.0/16", 254)
+                == Some(unicast(vec![hop(Some("10.9.0.4"), "d0", 1)]))
+    });
+    assert_eq!(m.routes, kernel_routes(&ns.0));
+    assert_eq!(m.replaces, 1, "a nexthop change is published as a difference, not Replace");
+}
+
 #[test]
 fn overrun_redumps_and_reconciles() {
     if !root() {
