@@ -61,6 +61,11 @@ reasons! {
         ArpNotForUs = "arp_not_for_us",
         /// IPv4 shorter than its header, IHL < 5, or total length inconsistent with the frame.
         Ip4BadLength = "ip4_bad_length",
+        /// An IPv4 header option that is malformed (length below 2 or past the header, a
+        /// Record Route or Timestamp pointer out of range, an unknown Timestamp flag, a
+        /// Timestamp overflow count that would wrap): ICMP Parameter Problem sent, pointing at
+        /// the octet in error (RFC 1812 §5.2.5).
+        Ip4BadOption = "ip4_bad_option",
         /// Ethertype IPv4 but version field not 4.
         Ip4BadVersion = "ip4_bad_version",
         /// IPv4 header checksum wrong.

@@ -12,6 +12,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("forwarding.rs", include_str!("forwarding.rs")),
     ("multi_vr.rs", include_str!("multi_vr.rs")),
     ("reservation.rs", include_str!("reservation.rs")),
+    ("rfc.rs", include_str!("rfc.rs")),
 ];
 
 /// The test (file, function) that covers each VR drop reason.
@@ -23,6 +24,7 @@ fn vr_test(d: Drop) -> (&'static str, &'static str) {
         Drop::ArpMalformed => ("drops.rs", "arp_malformed"),
         Drop::ArpNotForUs => ("drops.rs", "arp_not_for_us"),
         Drop::Ip4BadLength => ("drops.rs", "ip4_bad_length"),
+        Drop::Ip4BadOption => ("rfc.rs", "ip4_bad_option"),
         Drop::Ip4BadVersion => ("drops.rs", "ip4_bad_version"),
         Drop::Ip4BadChecksum => ("drops.rs", "ip4_bad_checksum"),
         Drop::Ip6BadLength => ("drops.rs", "ip6_bad_length"),

@@ -6,12 +6,15 @@ use fib::NextHop;
 use ports::PktBuf;
 use wire::{checksum, icmpv4, ip_proto, ipv4};
 
-use super::{Adj, Core, Fate, Flush, Ingress, Meta, NKey, OutQueue};
+use super::{ip4opt, Adj, Core, Fate, Flush, Ingress, Meta, NKey, OutQueue};
 use crate::counters::Drop;
 use crate::l2;
 
 /// RFC 1812 §4.3.2.3: an ICMP error quotes as much of the offending packet as fits in 576 bytes.
 const ICMP_ERROR_MAX: usize = 576;
+
+/// 169.254/16 (RFC 3927), as the top 16 bits of an address.
+const LINK_LOCAL: u32 = 0xa9fe;
 
 /// Sources that must never be forwarded: this network (0/8), loopback (127/8), multicast
 /// (224/4), and class E including limited broadcast (240/4).
@@ -34,7 +37,8 @@ fn bad_destination(a: u32) -> Option<Drop> {
 impl Core {
     /// Pass 1 for IPv4: RFC 1812 §5.2.2 header checks, then martians.
     #[inline]
-    pub(super) fn ingress4(&mut self, buf: &mut PktBuf, l3: usize) -> Ingress {
+    pub(super) fn ingress4(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Ingress {
+        let l3 = m.l3 as usize;
         let f = buf.frame();
         let Some(&b0) = f.get(l3) else { return Ingress::Done(self.drop(Drop::Ip4BadLength)) };
         if b0 >> 4 != 4 {
@@ -59,6 +63,23 @@ impl Core {
         if let Some(r) = bad_destination(dst) {
             return Ingress::Done(self.drop(r));
         }
+        // RFC 3927 §7: a router must not forward a packet with a link-local (169.254/16)
+        // source or destination; only one for the VR's own address is delivered.
+        if (src >> 16 == LINK_LOCAL || dst >> 16 == LINK_LOCAL)
+            && !self.own.contains(NKey::v4(0, dst).ip)
+        {
+            let r = if src >> 16 == LINK_LOCAL {
+                Drop::MartianSource
+            } else {
+                Drop::MartianDestination
+            };
+            return Ingress::Done(self.drop(r));
+        }
+        if ip.header_len() > ipv4::HEADER_LEN {
+            if let Err(at) = ip4opt::check(ip.header()) {
+                return Ingress::Done(self.bad_option4(buf, m, at, now));
+            }
+        }
         // The IP length is authoritative: Ethernet may have padded the frame.
         buf.set_len(l3 + total);
         Ingress::Lookup4(dst)
@@ -81,7 +102,7 @@ impl Core {
         let rw = &self.rewrite[nh as usize];
         if rw.epoch == self.neigh.epoch() && now < rw.until {
             let ip = &buf.frame()[l3..];
-            if ip[8] > 1 && ip.len() <= rw.mtu as usize {
+            if ip[0] == 0x45 && ip[8] > 1 && ip.len() <= rw.mtu as usize {
                 ipv4::Packet::new_unchecked(&mut buf.frame_mut()[l3..]).decrement_ttl();
                 rw.apply(buf, l3);
                 return Fate::Tx { port: rw.port, transit: true };
@@ -132,10 +153,38 @@ impl Core {
             return self.icmp4_error(buf, m, t, c, mtu as u32, Drop::MtuExceeded, now);
         }
         ipv4::Packet::new_unchecked(&mut buf.frame_mut()[l3..]).decrement_ttl();
+        if buf.frame()[l3] != 0x45 {
+            self.stamp_options4(buf, l3, iface, now);
+        }
         if too_big {
             return self.fragment4(buf, l3, nh, key, mtu as usize, now, out, flush);
         }
         self.output(buf, l3, nh, key, true, now)
+    }
+
+    /// A header option failed [`ip4opt::check`]: Parameter Problem pointing at octet `at`
+    /// (RFC 1812 §5.2.5, §4.3.2.7), and the packet is dropped.
+    #[cold]
+    #[inline(never)]
+    fn bad_option4(&mut self, buf: &mut PktBuf, m: &Meta, at: u8, now: u64) -> Fate {
+        let (t, rest) = (icmpv4::PARAM_PROBLEM, (at as u32) << 24);
+        self.icmp4_error(buf, m, t, 0, rest, Drop::Ip4BadOption, now)
+    }
+
+    /// Record Route and Timestamp of a packet being forwarded out of `iface` (RFC 1812
+    /// §5.3.13): the interface's address and the time go in, the header checksum is redone.
+    #[cold]
+    #[inline(never)]
+    fn stamp_options4(&mut self, buf: &mut PktBuf, l3: usize, iface: u16, now: u64) {
+        let addr = self.icmp4_source(iface).map_or([0; 4], |a| a.octets());
+        let own = &self.own;
+        let f = &mut buf.frame_mut()[l3..];
+        let ihl = (f[0] & 0x0f) as usize * 4;
+        if ip4opt::stamp(&mut f[..ihl], addr, ip4opt::timestamp(now), |a| {
+            own.contains(NKey::v4(0, a).ip)
+        }) {
+            ipv4::Packet::new_unchecked(f).fill_checksum();
+        }
     }
 
     fn dst4(&self, buf: &PktBuf, l3: usize) -> u32 {

@@ -17,6 +17,7 @@
 
 mod arp;
 mod ip4;
+mod ip4opt;
 mod ip6;
 mod neighbor;
 
@@ -711,12 +712,11 @@ impl Core {
 
     #[inline]
     fn ingress(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Ingress {
-        let l3 = m.l3 as usize;
         if !self.ifaces[m.iface as usize].up {
             return Ingress::Done(self.drop(Drop::InterfaceDown));
         }
         match m.ethertype {
-            wire::ethertype::IPV4 => self.ingress4(buf, l3),
+            wire::ethertype::IPV4 => self.ingress4(buf, m, now),
             wire::ethertype::IPV6 => self.ingress6(buf, m, now),
             wire::ethertype::ARP => Ingress::Done(self.arp_in(buf, m, now)),
             _ => Ingress::Done(self.drop(Drop::UnknownEthertype)),

@@ -1,0 +1,279 @@
+//! RFC behaviours a router owes beyond plain forwarding, each with byte-exact frames and every
+//! counter asserted: IPv4 options (RFC 791, RFC 1812 §5.2.5, §5.3.13), IPv6 routing headers
+//! (RFC 5095, RFC 8200 §4.4), host unreachable when resolution fails (RFC 1812 §4.3.3.1),
+//! sources beyond their scope (RFC 4443, RFC 3927 §7) and reassembly of datagrams addressed to
+//! the VR (RFC 1812 §4.2.2.8, RFC 8200 §4.5, RFC 5722).
+
+mod common;
+
+use common::*;
+use dataplane::Drop;
+use etherparse::{icmpv4, icmpv6, Icmpv4Type, Icmpv6Type};
+
+const RINGS: [usize; 3] = [1024, 1024, 1024];
+
+fn lab() -> Lab {
+    Lab::new(&[base_vr()], &RINGS)
+}
+
+/// What the VR writes as a timestamp at `now` (RFC 791's non-standard time: the high-order
+/// bit set, milliseconds of a day).
+fn ts_at(now: u64) -> [u8; 4] {
+    (((now / MS) % 86_400_000) as u32 | 0x8000_0000).to_be_bytes()
+}
+
+fn param_problem4(ptr: u8) -> Icmpv4Type {
+    Icmpv4Type::ParameterProblem(icmpv4::ParameterProblemHeader::PointerIndicatesError(ptr))
+}
+
+// ---------------------------------------------------------------------------------------------
+// IPv4 options
+
+/// A packet with Record Route, Timestamp (address and timestamp) and a Router Alert forwarded
+/// from lan to the gateway on wan: the router writes wan's address and its time into the next
+/// free slots, advances the pointers and fixes the checksum; the Router Alert is untouched. A
+/// packet without options between them still takes the fast path unchanged. Bursts of 1, 2
+/// and 257.
+#[test]
+fn record_route_and_timestamp_filled_in_when_forwarded() {
+    let mut lab = lab();
+    lab.now = 1234 * MS;
+    let ts = ts_at(lab.now);
+    let wan = a4("10.0.1.1");
+    // RR: 3 slots, one filled by an earlier hop. TS flag 1 (address + time): 2 entries.
+    // Router Alert (148, 4 bytes). NOP pad to a multiple of 4.
+    let mut opts = vec![7, 15, 8, 192, 0, 2, 99, 0, 0, 0, 0, 0, 0, 0, 0];
+    opts.extend_from_slice(&[68, 20, 5, 0x01]);
+    opts.extend_from_slice(&[0; 16]);
+    opts.extend_from_slice(&[148, 4, 0, 0, 1]);
+    assert_eq!(opts.len(), 40);
+    let mut want_opts = opts.clone();
+    want_opts[2] = 12;
+    want_opts[7..11].copy_from_slice(&wan);
+    want_opts[17] = 13;
+    want_opts[19..23].copy_from_slice(&wan);
+    want_opts[23..27].copy_from_slice(&ts);
+    for n in [1usize, 2, 257] {
+        let mut frames = Vec::new();
+        let mut want = Vec::new();
+        for k in 0..n {
+            let mut p = udp4_pkt("10.0.0.10", "8.8.8.8", 64, &[k as u8; 20]);
+            p.id = k as u16;
+            if k % 3 == 1 {
+                // No options: the fast path, unchanged.
+                frames.push(to_vr(M0, H0, None, &p));
+                want.push(eth(GW, M1, None, ET_IP4, &p.hop().bytes()));
+                continue;
+            }
+            p.options = opts.clone();
+            frames.push(to_vr(M0, H0, None, &p));
+            let out = Ip4 { options: want_opts.clone(), ..p.hop() };
+            want.push(eth(GW, M1, None, ET_IP4, &out.bytes()));
+        }
+        lab.send(0, &frames);
+        lab.run();
+        lab.expect(1, &want);
+        lab.expect_silence();
+        for (f, o) in frames.iter().zip(&want) {
+            lab.rx(0, f);
+            lab.fwd(0, o);
+        }
+        lab.check(&format!("burst of {n}"));
+    }
+}
+
+/// Timestamp with prespecified addresses (flag 3) registers only where the next address is
+/// the router's own; timestamps-only (flag 0) always does; a full option counts the hop in its
+/// overflow field; a full Record Route is left alone.
+#[test]
+fn timestamp_flags_full_options_and_overflow() {
+    let mut lab = lab();
+    lab.now = 86_400_000 * MS + 77 * MS; // a day and 77 ms: the day wraps
+    let ts = ts_at(lab.now);
+    assert_eq!(ts, (0x8000_0000u32 | 77).to_be_bytes());
+    let cases: Vec<(&str, Vec<u8>, Vec<u8>)> = {
+        let mut v = Vec::new();
+        // Flag 3, next address is wan's (10.0.1.1): time goes in after it.
+        let o = vec![68, 12, 5, 0x03, 10, 0, 1, 1, 0, 0, 0, 0];
+        let mut w = o.clone();
+        w[2] = 13;
+        w[8..12].copy_from_slice(&ts);
+        v.push(("prespecified, ours", o, w));
+        // Flag 3, lan's address is ours too (any of the router's addresses).
+        let o = vec![68, 12, 5, 0x03, 10, 0, 0, 1, 0, 0, 0, 0];
+        let mut w = o.clone();
+        w[2] = 13;
+        w[8..12].copy_from_slice(&ts);
+        v.push(("prespecified, another of ours", o, w));
+        // Flag 3, someone else's address: untouched.
+        let o = vec![68, 12, 5, 0x03, 192, 0, 2, 1, 0, 0, 0, 0];
+        v.push(("prespecified, not ours", o.clone(), o));
+        // Flag 0: time only.
+        let o = vec![68, 8, 5, 0x00, 0, 0, 0, 0];
+        let mut w = o.clone();
+        w[2] = 9;
+        w[4..8].copy_from_slice(&ts);
+        v.push(("timestamps only", o, w));
+        // Full timestamp (pointer past the length), overflow 2 -> 3.
+        let o = vec![68, 8, 9, 0x21, 1, 2, 3, 4];
+        let mut w = o.clone();
+        w[3] = 0x31;
+        v.push(("full timestamp", o, w));
+        // Full record route: unchanged.
+        let o = vec![7, 7, 8, 1, 2, 3, 4, 1];
+        v.push(("full record route", o.clone(), o));
+        v
+    };
+    for (what, o, w) in cases {
+        let p = Ip4 { options: o, ..udp4_pkt("10.0.0.10", "8.8.8.8", 64, b"opts") };
+        let f = to_vr(M0, H0, None, &p);
+        lab.send(0, &[&f]);
+        lab.run();
+        let out = eth(GW, M1, None, ET_IP4, &Ip4 { options: w, ..p.hop() }.bytes());
+        lab.expect(1, &[&out]);
+        lab.expect_silence();
+        lab.rx(0, &f);
+        lab.fwd(0, &out);
+        lab.check(what);
+    }
+}
+
+/// Malformed options are answered with Parameter Problem pointing at the octet in error, and
+/// the packet is dropped (`ip4_bad_option`) — whether it was to be forwarded or delivered.
+/// The first case is the one that used to be forwarded: an option whose length is 0xff.
+#[test]
+fn ip4_bad_option() {
+    let mut lab = lab();
+    let h0 = a4("10.0.0.10");
+    let cases: Vec<(&str, &str, Vec<u8>, u8)> = vec![
+        ("length 0xff runs past the header", "8.8.8.8", vec![0x94, 0xff, 0, 0], 21),
+        ("length 1", "8.8.8.8", vec![1, 0x94, 1, 0], 22),
+        ("length 0", "8.8.8.8", vec![0x83, 0, 0, 0], 21),
+        ("no room for the length octet", "8.8.8.8", vec![1, 1, 1, 0x83], 23),
+        ("record route pointer 3", "8.8.8.8", vec![7, 7, 3, 0, 0, 0, 0, 0], 22),
+        ("record route slot cut short", "8.8.8.8", vec![7, 8, 6, 0, 0, 0, 0, 0], 22),
+        ("timestamp pointer 4", "8.8.8.8", vec![68, 8, 4, 0, 0, 0, 0, 0], 22),
+        ("timestamp flag 2", "8.8.8.8", vec![68, 8, 5, 2, 0, 0, 0, 0], 23),
+        ("timestamp overflow wraps", "8.8.8.8", vec![68, 8, 9, 0xf0, 0, 0, 0, 0], 23),
+        ("to the VR itself", "10.0.0.1", vec![0x94, 0xff, 0, 0], 21),
+    ];
+    for (id, (what, dst, o, ptr)) in cases.into_iter().enumerate() {
+        let p = Ip4 { options: o, ..udp4_pkt("10.0.0.10", dst, 64, b"bad") };
+        let f = to_vr(M0, H0, None, &p);
+        lab.send(0, &[&f]);
+        lab.run();
+        let err = icmp4_error("10.0.0.1", h0, id as u16 + 1, param_problem4(ptr), &p.bytes());
+        lab.expect(0, &[eth(H0, M0, None, ET_IP4, &err)]);
+        lab.expect_silence();
+        lab.rx(0, &f);
+        lab.drop(0, Drop::Ip4BadOption);
+        lab.c(0).icmp_errors += 1;
+        lab.check(what);
+    }
+    // An ICMP error about an ICMP error is never sent (RFC 1812 §4.3.2.7): dropped silently.
+    let inner = icmp4_error("10.0.0.10", a4("10.0.0.1"), 1, port_unreach4(), &[0x45; 28]);
+    let p = Ip4 {
+        options: vec![0x94, 0xff, 0, 0],
+        ..Ip4::new("10.0.0.10", "8.8.8.8", 64, 1, inner[20..].to_vec())
+    };
+    let f = to_vr(M0, H0, None, &p);
+    lab.send(0, &[&f]);
+    lab.run();
+    lab.expect_silence();
+    lab.rx(0, &f);
+    lab.drop(0, Drop::Ip4BadOption);
+    lab.c(0).icmp_errors_suppressed += 1;
+    lab.check("about an error");
+}
+
+/// Each packet of a burst of 1, 2 and 257 with a malformed option is answered, within the
+/// ICMP error rate limit; the rest are counted as suppressed.
+#[test]
+fn bad_options_in_bursts_are_rate_limited() {
+    let mut lab = lab();
+    let h0 = a4("10.0.0.10");
+    let burst = dataplane::config::VrLimits::default().icmp_errors_burst as usize;
+    let mut ident = 0u16;
+    for n in [1usize, 2, 257] {
+        lab.now += 3_600_000 * MS; // the bucket refills
+        let pkts: Vec<Ip4> = (0..n)
+            .map(|k| Ip4 {
+                id: k as u16,
+                options: vec![0x94, 0xff, 0, 0],
+                ..udp4_pkt("10.0.0.10", "8.8.8.8", 64, b"bad")
+            })
+            .collect();
+        let frames: Vec<Vec<u8>> = pkts.iter().map(|p| to_vr(M0, H0, None, p)).collect();
+        lab.send(0, &frames);
+        lab.run();
+        let answered = n.min(burst);
+        let want: Vec<Vec<u8>> = pkts[..answered]
+            .iter()
+            .map(|p| {
+                ident += 1;
+                eth(
+                    H0,
+                    M0,
+                    None,
+                    ET_IP4,
+                    &icmp4_error("10.0.0.1", h0, ident, param_problem4(21), &p.bytes()),
+                )
+            })
+            .collect();
+        lab.expect(0, &want);
+        lab.expect_silence();
+        for f in &frames {
+            lab.rx(0, f);
+            lab.drop(0, Drop::Ip4BadOption);
+        }
+        lab.c(0).icmp_errors += answered as u64;
+        lab.c(0).icmp_errors_suppressed += (n - answered) as u64;
+        lab.check(&format!("burst of {n}"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sources beyond their scope
+
+/// RFC 3927 §7: a router must not forward a packet with an IPv4 link-local (169.254/16) source
+/// or destination, whatever its routes say; one addressed to the router's own link-local
+/// address is delivered.
+#[test]
+fn ipv4_link_local_is_never_forwarded() {
+    let mut c = base_vr();
+    c.interfaces[0].ipv4.push("169.254.7.1/16".parse().unwrap());
+    c.routes.push(via("0.0.0.0/0", "10.0.1.2"));
+    c.neighbors.push(neigh(0, "169.254.7.7", H0));
+    let mut lab = Lab::new(&[c], &RINGS);
+    let cases = [
+        ("link-local source", "169.254.7.7", "8.8.8.8", Drop::MartianSource),
+        (
+            "link-local source, connected destination",
+            "169.254.7.7",
+            "10.0.2.2",
+            Drop::MartianSource,
+        ),
+        ("link-local destination", "10.0.0.10", "169.254.9.9", Drop::MartianDestination),
+    ];
+    for (what, src, dst, reason) in cases {
+        let f = to_vr(M0, H0, None, &udp4_pkt(src, dst, 64, b"ll"));
+        lab.send(0, &[&f]);
+        lab.run();
+        lab.expect_silence();
+        lab.rx(0, &f);
+        lab.drop(0, reason);
+        lab.check(what);
+    }
+    // To the VR's own link-local address: delivered (an echo is answered).
+    let req = Ip4::new("169.254.7.7", "169.254.7.1", 64, 1, echo4_req(5, 1, b"hi"));
+    let f = to_vr(M0, H0, None, &req);
+    lab.send(0, &[&f]);
+    lab.run();
+    let rep =
+        Ip4 { id: 1, ..Ip4::new("169.254.7.1", "169.254.7.7", 64, 1, echo4_rep(5, 1, b"hi")) };
+    lab.expect(0, &[eth(H0, M0, None, ET_IP4, &rep.bytes())]);
+    lab.rx(0, &f);
+    lab.c(0).local_in += 1;
+    lab.c(0).echo_replies += 1;
+    lab.check("echo to our link-local address");
+}
