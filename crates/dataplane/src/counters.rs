@@ -76,13 +76,22 @@ reasons! {
         Ip6BadVersion = "ip6_bad_version",
         /// An IPv6 extension header runs past the packet (seen when delivering locally).
         Ip6BadExtHeader = "ip6_bad_ext_header",
+        /// A Routing header with segments left in a packet addressed to the VR, which
+        /// processes none: type 0 is deprecated (RFC 5095), other types are unrecognised
+        /// (RFC 8200 §4.4). ICMPv6 Parameter Problem sent, pointing at the routing type.
+        Ip6RoutingHeader = "ip6_routing_header",
         /// Source address that must never be forwarded (RFC 1812 §5.3.7, RFC 4291): this
-        /// network, loopback, multicast, class E / broadcast, unspecified, IPv4-mapped, or a
-        /// link-local source leaving its link.
+        /// network, loopback, multicast, class E / broadcast, unspecified, IPv4-mapped, or an
+        /// IPv4 link-local (169.254/16) source (RFC 3927 §7).
         MartianSource = "martian_source",
         /// Destination that must never be forwarded: this network, loopback, class E, limited
-        /// broadcast, unspecified, IPv4-mapped, or link-local that is not ours.
+        /// broadcast, unspecified, IPv4-mapped, or link-local (fe80::/10, 169.254/16) that is
+        /// not ours.
         MartianDestination = "martian_destination",
+        /// An IPv6 packet from a link-local source that would have to leave its link (RFC 4291
+        /// §2.5.6): ICMPv6 destination unreachable, beyond scope of source address, sent
+        /// (RFC 4443 §3.1, code 2).
+        SourceBeyondScope = "source_beyond_scope",
         /// Multicast destination: this router does not route multicast.
         IpMulticast = "ip_multicast",
         /// TTL or hop limit would reach zero (ICMP time exceeded sent).
@@ -149,7 +158,7 @@ impl PortCounters {
 }
 
 /// What happened in one VR.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VrCounters {
     /// Packets demuxed to the VR.
     pub rx_packets: u64,
@@ -207,6 +216,29 @@ impl TxTally {
             (true, false) => {}
             (false, true) => self.tx_full += 1,
             (false, false) => self.generated_dropped += 1,
+        }
+    }
+}
+
+// By hand: arrays longer than 32 have no derived `Default`.
+impl Default for VrCounters {
+    fn default() -> Self {
+        VrCounters {
+            rx_packets: 0,
+            rx_bytes: 0,
+            forwarded: 0,
+            forwarded_bytes: 0,
+            local_in: 0,
+            echo_replies: 0,
+            icmp_errors: 0,
+            icmp_errors_suppressed: 0,
+            neighbor_requests: 0,
+            neighbor_replies: 0,
+            neighbors_learned: 0,
+            queued: 0,
+            fragments_sent: 0,
+            generated_dropped: 0,
+            drops: [0; Drop::COUNT],
         }
     }
 }

@@ -30,6 +30,8 @@ fn vr_test(d: Drop) -> (&'static str, &'static str) {
         Drop::Ip6BadLength => ("drops.rs", "ip6_bad_length"),
         Drop::Ip6BadVersion => ("drops.rs", "ip6_bad_version"),
         Drop::Ip6BadExtHeader => ("drops.rs", "ip6_bad_ext_header"),
+        Drop::Ip6RoutingHeader => ("rfc.rs", "ip6_routing_header"),
+        Drop::SourceBeyondScope => ("rfc.rs", "source_beyond_scope"),
         Drop::MartianSource => ("drops.rs", "martian_source"),
         Drop::MartianDestination => ("drops.rs", "martian_destination"),
         Drop::IpMulticast => ("drops.rs", "ip_multicast"),

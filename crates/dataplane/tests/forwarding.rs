@@ -610,6 +610,7 @@ fn warm_adjacencies_still_check_everything() {
     // link-local destination below meets a warm rewrite.
     let mut c = base_vr();
     c.routes.push(via("::/0", "2001:db8:1::2"));
+    c.neighbors.push(neigh(0, "fe80::10", H0));
     let mut lab = Lab::new(&[c], &RINGS);
     for round in 0..3u8 {
         // Good traffic through all four (ingress tagged?, egress tagged?) combinations, v4 and v6.
@@ -718,6 +719,20 @@ fn warm_adjacencies_still_check_everything() {
                     &big6.bytes(),
                 ),
             ),
+            eth(
+                H0,
+                M0,
+                None,
+                ET_IP6,
+                &icmp6_error(
+                    "2001:db8::1",
+                    ll_src.src,
+                    etherparse::Icmpv6Type::DestinationUnreachable(
+                        etherparse::icmpv6::DestUnreachableCode::BeyondScope,
+                    ),
+                    &ll_src.bytes(),
+                ),
+            ),
         ],
     );
     let frag = |off: usize, n: usize, mf| Ip4 {
@@ -738,12 +753,12 @@ fn warm_adjacencies_still_check_everything() {
     }
     lab.fwd(0, &frags[0]);
     lab.c(0).fragments_sent += 2;
-    lab.c(0).icmp_errors += 4;
+    lab.c(0).icmp_errors += 5;
     lab.drop(0, Drop::TtlExpired);
     lab.drop(0, Drop::TtlExpired);
     lab.drop(0, Drop::MtuExceeded);
     lab.drop(0, Drop::MtuExceeded);
-    lab.drop(0, Drop::MartianSource);
+    lab.drop(0, Drop::SourceBeyondScope);
     lab.drop(0, Drop::MartianDestination);
     lab.check("exceptions on warm adjacencies");
 }

@@ -277,3 +277,164 @@ fn ipv4_link_local_is_never_forwarded() {
     lab.c(0).echo_replies += 1;
     lab.check("echo to our link-local address");
 }
+
+fn beyond_scope6() -> Icmpv6Type {
+    Icmpv6Type::DestinationUnreachable(icmpv6::DestUnreachableCode::BeyondScope)
+}
+
+/// A packet from a link-local source that a route would send out of another interface (or
+/// that no route covers) is answered with Destination Unreachable, beyond scope of source
+/// address (RFC 4443 §3.1 code 2), back on its own link, and dropped (`source_beyond_scope`).
+/// One for the VR's own address is delivered. Bursts of 1, 2 and 257, within the ICMP rate
+/// limit.
+#[test]
+fn source_beyond_scope() {
+    let mut c = base_vr();
+    c.neighbors.push(neigh(0, "fe80::5", H0));
+    let mut lab = Lab::new(&[c], &RINGS);
+    let ll = a6("fe80::5");
+    for (what, dst) in [("routed via wan", "2001:4860::1"), ("no route", "2a00::1")] {
+        let p = udp6_pkt("fe80::5", dst, 64, b"scope");
+        let f = to_vr6(M0, H0, None, &p);
+        lab.send(0, &[&f]);
+        lab.run();
+        let err = icmp6_error("2001:db8::1", ll, beyond_scope6(), &p.bytes());
+        lab.expect(0, &[eth(H0, M0, None, ET_IP6, &err)]);
+        lab.expect_silence();
+        lab.rx(0, &f);
+        lab.drop(0, Drop::SourceBeyondScope);
+        lab.c(0).icmp_errors += 1;
+        lab.check(what);
+    }
+    // To the VR itself: answered, on the link.
+    let r = a6("2001:db8::1");
+    let req = Ip6::new(ll, r, 64, 58, echo6_req(ll, r, 9, 1, b"in scope"));
+    let f = to_vr6(M0, H0, None, &req);
+    lab.send(0, &[&f]);
+    lab.run();
+    let rep = Ip6::new(r, ll, 64, 58, echo6_rep(r, ll, 9, 1, b"in scope"));
+    lab.expect(0, &[eth(H0, M0, None, ET_IP6, &rep.bytes())]);
+    lab.rx(0, &f);
+    lab.c(0).local_in += 1;
+    lab.c(0).echo_replies += 1;
+    lab.check("to the VR itself");
+    let burst = dataplane::config::VrLimits::default().icmp_errors_burst as usize;
+    for n in [1usize, 2, 257] {
+        lab.now += 3_600_000 * MS;
+        let pkts: Vec<Ip6> =
+            (0..n).map(|k| udp6_pkt("fe80::5", "2001:4860::1", 64, &[k as u8; 3])).collect();
+        let frames: Vec<Vec<u8>> = pkts.iter().map(|p| to_vr6(M0, H0, None, p)).collect();
+        lab.send(0, &frames);
+        lab.run();
+        let answered = n.min(burst);
+        let want: Vec<Vec<u8>> = pkts[..answered]
+            .iter()
+            .map(|p| {
+                eth(
+                    H0,
+                    M0,
+                    None,
+                    ET_IP6,
+                    &icmp6_error("2001:db8::1", ll, beyond_scope6(), &p.bytes()),
+                )
+            })
+            .collect();
+        lab.expect(0, &want);
+        lab.expect_silence();
+        for f in &frames {
+            lab.rx(0, f);
+            lab.drop(0, Drop::SourceBeyondScope);
+        }
+        lab.c(0).icmp_errors += answered as u64;
+        lab.c(0).icmp_errors_suppressed += (n - answered) as u64;
+        lab.check(&format!("burst of {n}"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// IPv6 routing headers
+
+/// A Routing header: `rtype`, `left` segments left, `addrs` addresses (type 0's layout; the
+/// VR reads only the first four octets).
+fn routing_header(next: u8, rtype: u8, left: u8, addrs: &[[u8; 16]]) -> Vec<u8> {
+    let mut v = vec![next, (2 * addrs.len()) as u8, rtype, left, 0, 0, 0, 0];
+    for a in addrs {
+        v.extend_from_slice(a);
+    }
+    v
+}
+
+fn param_problem6(pointer: u32) -> Icmpv6Type {
+    Icmpv6Type::ParameterProblem(icmpv6::ParameterProblemHeader {
+        code: icmpv6::ParameterProblemCode::ErroneousHeaderField,
+        pointer,
+    })
+}
+
+/// RFC 5095: a packet addressed to the VR with a type 0 Routing header that still has
+/// segments left is answered with Parameter Problem (code 0) pointing at the routing type, and
+/// dropped (`ip6_routing_header`); so is any other routing type with segments left (RFC 8200
+/// §4.4: the VR processes none). With no segments left the header is ignored and the packet
+/// handled as usual. A transit packet's routing header is not the VR's to read.
+#[test]
+fn ip6_routing_header() {
+    let mut lab = lab();
+    let (h, r) = (a6("2001:db8::10"), a6("2001:db8::1"));
+    let far = a6("2001:db8:ffff::1");
+    let udp = udp6(h, r, 4000, 5000, b"rh");
+    let cases: Vec<(&str, Vec<u8>, u8, u32)> = vec![
+        ("type 0, one segment left", routing_header(17, 0, 1, &[far]), 43, 42),
+        ("type 0, two segments left", routing_header(17, 0, 2, &[far, far]), 43, 42),
+        ("type 4 (SRH), one left", routing_header(17, 4, 1, &[far]), 43, 42),
+        (
+            "type 0 after hop-by-hop options",
+            {
+                let mut v = ext_header(43, 1);
+                v.extend(routing_header(17, 0, 1, &[far]));
+                v
+            },
+            0,
+            50,
+        ),
+    ];
+    for (what, mut payload, next, pointer) in cases {
+        payload.extend_from_slice(&udp);
+        let p = Ip6::new(h, r, 64, next, payload);
+        let f = to_vr6(M0, H0, None, &p);
+        lab.send(0, &[&f]);
+        lab.run();
+        let err = icmp6_error("2001:db8::1", h, param_problem6(pointer), &p.bytes());
+        lab.expect(0, &[eth(H0, M0, None, ET_IP6, &err)]);
+        lab.expect_silence();
+        lab.rx(0, &f);
+        lab.drop(0, Drop::Ip6RoutingHeader);
+        lab.c(0).icmp_errors += 1;
+        lab.check(what);
+    }
+    // No segments left: ignored; the echo inside is answered.
+    let mut payload = routing_header(58, 0, 0, &[far]);
+    payload.extend(echo6_req(h, r, 3, 4, b"rh0 done"));
+    let req = Ip6::new(h, r, 64, 43, payload);
+    let f = to_vr6(M0, H0, None, &req);
+    lab.send(0, &[&f]);
+    lab.run();
+    let rep = Ip6::new(r, h, 64, 58, echo6_rep(r, h, 3, 4, b"rh0 done"));
+    lab.expect(0, &[eth(H0, M0, None, ET_IP6, &rep.bytes())]);
+    lab.rx(0, &f);
+    lab.c(0).local_in += 1;
+    lab.c(0).echo_replies += 1;
+    lab.check("type 0, no segments left");
+    // In transit: forwarded as it is.
+    let dst = a6("2001:4860::1");
+    let mut payload = routing_header(17, 0, 1, &[far]);
+    payload.extend(udp6(h, dst, 4000, 5000, b"transit"));
+    let p = Ip6::new(h, dst, 64, 43, payload);
+    let f = to_vr6(M0, H0, None, &p);
+    lab.send(0, &[&f]);
+    lab.run();
+    let out = eth(GW, M1, None, ET_IP6, &p.hop().bytes());
+    lab.expect(1, &[&out]);
+    lab.rx(0, &f);
+    lab.fwd(0, &out);
+    lab.check("transit");
+}

@@ -14,6 +14,8 @@ use crate::l2;
 
 /// RFC 4443 §2.4(c): an ICMPv6 error quotes as much as fits in the minimum MTU.
 const ICMP6_ERROR_MAX: usize = 1280;
+/// Destination unreachable code 2: beyond scope of source address (RFC 4443 §3.1).
+const BEYOND_SCOPE: u8 = 2;
 const IP6_ETH: u16 = wire::ethertype::IPV6;
 const ALL_NODES: u128 = 0xff02_0000_0000_0000_0000_0000_0000_0001;
 /// ff02::1:ff00:0/104, the solicited-node groups.
@@ -108,8 +110,11 @@ impl Core {
         if is_link_local(dst) {
             return self.drop(Drop::MartianDestination);
         }
+        // RFC 4443 §3.1: a link-local source cannot be answered beyond its link, so the
+        // packet cannot leave it: "beyond scope of source address".
         if is_link_local(src) {
-            return self.drop(Drop::MartianSource);
+            let (t, c) = (icmpv6::DEST_UNREACHABLE, BEYOND_SCOPE);
+            return self.icmp6_error(buf, m, t, c, 0, Drop::SourceBeyondScope, now);
         }
         let (iface, gw) = match adj {
             Adj::Glean(i) => (i, None),
@@ -139,6 +144,12 @@ impl Core {
         let l3 = m.l3 as usize;
         let ip = ipv6::Packet::new_unchecked(&buf.frame()[l3..]);
         let Ok(ul) = ip.upper_layer() else { return self.drop(Drop::Ip6BadExtHeader) };
+        if ul.offset > ipv6::HEADER_LEN {
+            if let Some(at) = routing_to_process(&buf.frame()[l3..]) {
+                let (t, rest) = (icmpv6::PARAM_PROBLEM, at as u32);
+                return self.icmp6_error(buf, m, t, 0, rest, Drop::Ip6RoutingHeader, now);
+            }
+        }
         if ul.fragment.is_some() {
             return self.drop(Drop::LocalFragment);
         }
@@ -383,6 +394,35 @@ impl Core {
         buf.set_window(off, l3 + ipv6::HEADER_LEN + n);
         self.counters.neighbor_requests += 1;
         Fate::Tx { port, transit: false }
+    }
+}
+
+/// RFC 5095 §3, RFC 8200 §4.4: the VR processes no Routing Header type (type 0 is deprecated
+/// for its amplification attacks, and it implements no other), so one that still has segments
+/// left in a packet addressed to it is an error. Returns the offset of its Routing Type octet
+/// (for Parameter Problem's pointer); `None` if there is no such header (one with no segments
+/// left is ignored). `ip` is a packet [`ipv6::Packet::upper_layer`] accepted: every header
+/// before the upper layer lies within it.
+fn routing_to_process(ip: &[u8]) -> Option<usize> {
+    let mut next = ip[6];
+    let mut at = ipv6::HEADER_LEN;
+    loop {
+        let len = match next {
+            ip_proto::HOPOPTS | ip_proto::DSTOPTS => (*ip.get(at + 1)? as usize + 1) * 8,
+            ip_proto::ROUTING => {
+                let h = ip.get(at..at + 4)?;
+                if h[3] > 0 {
+                    return Some(at + 2);
+                }
+                (h[1] as usize + 1) * 8
+            }
+            ip_proto::AH => (*ip.get(at + 1)? as usize + 2) * 4,
+            // A Routing header comes before any Fragment header (RFC 8200 §4.1); what follows
+            // a fragment may not be a header at all.
+            _ => return None,
+        };
+        next = *ip.get(at)?;
+        at += len;
     }
 }
 
