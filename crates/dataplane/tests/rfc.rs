@@ -438,3 +438,145 @@ fn ip6_routing_header() {
     lab.fwd(0, &out);
     lab.check("transit");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Host unreachable when resolution fails
+
+fn host_unreach4() -> Icmpv4Type {
+    Icmpv4Type::DestinationUnreachable(icmpv4::DestUnreachableHeader::Host)
+}
+
+fn addr_unreach6() -> Icmpv6Type {
+    Icmpv6Type::DestinationUnreachable(icmpv6::DestUnreachableCode::Address)
+}
+
+/// Queues long enough for a burst of 257 on one next hop; 10 ms retransmits, 3 probes.
+fn resolving_vr() -> dataplane::config::VrConfig {
+    let mut c = base_vr();
+    c.limits.queue_per_neighbor = 300;
+    c.limits.queue_total = 300;
+    c.limits.neighbor_retrans_ms = 10;
+    c.limits.neighbor_probes = 3;
+    c.limits.neighbor_failed_hold_ms = 30;
+    c
+}
+
+fn ns_out(target: [u8; 16]) -> Vec<u8> {
+    let src = eui64_ll(M0);
+    let g = solicited_node(target);
+    let ip = Ip6::new(src, g, 255, 58, ns_msg(src, g, target, &lla_opt(1, M0)));
+    eth(mcast_mac(g), M0, None, ET_IP6, &ip.bytes())
+}
+
+/// RFC 1812 §4.3.3.1: transit packets queued on a next hop that never answers ARP (neighbor
+/// solicitation) are answered, when the entry gives up, with host unreachable (ICMPv6 address
+/// unreachable), from the address of the interface the error leaves by, quoting each packet as
+/// it arrived; as many as the ICMP error rate limit allows, the rest counted as suppressed.
+/// Packets that arrive while the entry is held failed are answered the same way. Bursts of 1,
+/// 2 and 257, IPv4 and IPv6.
+#[test]
+fn host_unreachable_when_resolution_fails() {
+    let mut lab = Lab::new(&[resolving_vr()], &RINGS);
+    let burst = dataplane::config::VrLimits::default().icmp_errors_burst as usize;
+    let mut ident = 0u16;
+    for (round, n) in [1usize, 2, 257].into_iter().enumerate() {
+        for v6 in [false, true] {
+            lab.now += 3_600_000 * MS; // the ICMP bucket refills
+            let t0 = lab.now;
+            let host = format!("10.0.0.{}", 20 + round);
+            let host6 = format!("2001:db8::{}", 20 + round);
+            let (frames, quotes): (Vec<Vec<u8>>, Vec<Vec<u8>>) = (0..n)
+                .map(|k| {
+                    if v6 {
+                        let p = udp6_pkt("2001:4860::1", &host6, 64, &[k as u8; 9]);
+                        (to_vr6(M1, GW, None, &p), p.bytes())
+                    } else {
+                        let p =
+                            Ip4 { id: k as u16, ..udp4_pkt("8.8.8.8", &host, 64, &[k as u8; 9]) };
+                        (to_vr(M1, GW, None, &p), p.bytes())
+                    }
+                })
+                .unzip();
+            let probe = if v6 {
+                ns_out(a6(&host6))
+            } else {
+                eth(BROADCAST, M0, None, ET_ARP, &arp(1, M0, "10.0.0.1", ZERO_MAC, &host))
+            };
+            lab.send(1, &frames);
+            lab.run();
+            lab.expect(0, &[&probe]);
+            lab.expect_silence();
+            for f in &frames {
+                lab.rx(0, f);
+            }
+            lab.c(0).queued += n as u64;
+            lab.c(0).neighbor_requests += 1;
+            lab.transit_queued[0] = n as u64;
+            lab.queued[0] = n;
+            let what = format!("{} burst of {n}", if v6 { "IPv6" } else { "IPv4" });
+            lab.check(&format!("{what}: queued"));
+            for k in 1..=2 {
+                lab.run_at(t0 + k * 10 * MS);
+                lab.expect(0, &[&probe]);
+                lab.expect_silence();
+                lab.c(0).neighbor_requests += 1;
+            }
+            lab.run_at(t0 + 30 * MS);
+            let answered = n.min(burst);
+            let want: Vec<Vec<u8>> = quotes[..answered]
+                .iter()
+                .map(|q| {
+                    if v6 {
+                        let err =
+                            icmp6_error("2001:db8:1::1", a6("2001:4860::1"), addr_unreach6(), q);
+                        eth(GW, M1, None, ET_IP6, &err)
+                    } else {
+                        ident += 1;
+                        let err = icmp4_error("10.0.1.1", a4("8.8.8.8"), ident, host_unreach4(), q);
+                        eth(GW, M1, None, ET_IP4, &err)
+                    }
+                })
+                .collect();
+            lab.expect(1, &want);
+            lab.expect_silence();
+            for _ in 0..n {
+                lab.drop(0, Drop::NoNeighbor);
+            }
+            lab.c(0).icmp_errors += answered as u64;
+            lab.c(0).icmp_errors_suppressed += (n - answered) as u64;
+            lab.transit_queued[0] = 0;
+            lab.queued[0] = 0;
+            lab.check(&format!("{what}: gave up"));
+
+            // Held failed: the next packet is answered at once.
+            let (f, q) = if v6 {
+                let p = udp6_pkt("2001:4860::1", &host6, 64, b"held");
+                (to_vr6(M1, GW, None, &p), p.bytes())
+            } else {
+                let p = udp4_pkt("8.8.8.8", &host, 64, b"held");
+                (to_vr(M1, GW, None, &p), p.bytes())
+            };
+            lab.send(1, &[&f]);
+            lab.run();
+            lab.rx(0, &f);
+            lab.drop(0, Drop::NoNeighbor);
+            if answered < burst {
+                let err = if v6 {
+                    let e = icmp6_error("2001:db8:1::1", a6("2001:4860::1"), addr_unreach6(), &q);
+                    eth(GW, M1, None, ET_IP6, &e)
+                } else {
+                    ident += 1;
+                    let e = icmp4_error("10.0.1.1", a4("8.8.8.8"), ident, host_unreach4(), &q);
+                    eth(GW, M1, None, ET_IP4, &e)
+                };
+                lab.expect(1, &[&err]);
+                lab.c(0).icmp_errors += 1;
+            } else {
+                // The bucket is empty until time passes.
+                lab.c(0).icmp_errors_suppressed += 1;
+            }
+            lab.expect_silence();
+            lab.check(&format!("{what}: held"));
+        }
+    }
+}

@@ -212,6 +212,19 @@ impl Core {
         now: u64,
     ) -> Fate {
         self.counters.drops[reason as usize] += 1;
+        self.icmp6_reply(buf, m, kind, code, rest, now)
+    }
+
+    /// The answer half of [`Core::icmp6_error`], for a packet whose drop is already counted.
+    pub(super) fn icmp6_reply(
+        &mut self,
+        buf: &mut PktBuf,
+        m: &Meta,
+        kind: u8,
+        code: u8,
+        rest: u32,
+        now: u64,
+    ) -> Fate {
         let l3 = m.l3 as usize;
         let ip = ipv6::Packet::new_unchecked(&buf.frame()[l3..]);
         let about_error = match ip.upper_layer() {

@@ -516,6 +516,9 @@ impl Vr {
         let (transit, generated) = self.core.neigh.tick(now);
         self.core.counters.drops[Drop::NoNeighbor as usize] += transit;
         self.core.counters.generated_dropped += generated;
+        if transit > 0 {
+            self.core.answer_gave_up(now, out);
+        }
         self.drain(out);
     }
 
@@ -771,7 +774,69 @@ impl Core {
                     self.drop_out(Drop::NeighborQueueFull, transit)
                 }
             }
+            Resolve::Fail(Drop::NoNeighbor) if transit => {
+                self.counters.drops[Drop::NoNeighbor as usize] += 1;
+                self.host_unreachable(buf, l3, key.iface, now)
+            }
             Resolve::Fail(r) => self.drop_out(r, transit),
+        }
+    }
+
+    /// Answers the transit packets whose next hop gave up resolving (their drops are counted)
+    /// with host unreachable, as far as `out` has room; the rest go unanswered.
+    #[cold]
+    fn answer_gave_up(&mut self, now: u64, out: &mut OutQueue) {
+        while let Some(buf) = out.batch.spare_mut() {
+            let Some(iface) = self.neigh.pop_gave_up(buf) else { break };
+            // Queued packets carry the L2 header of the interface they were to leave by.
+            let l3 = if self.ifaces[iface as usize].vlan.is_some() {
+                l2::ETH_VLAN_LEN
+            } else {
+                l2::ETH_LEN
+            };
+            if let Fate::Tx { port, transit } = self.host_unreachable(buf, l3, iface, now) {
+                out.batch.commit();
+                out.dest.push((port, transit, out.vr));
+            }
+        }
+        self.counters.icmp_errors_suppressed += self.neigh.discard_gave_up();
+    }
+
+    /// RFC 1812 §4.3.3.1: a transit packet (its drop counted) that was to leave by `via` but
+    /// whose next hop does not answer ARP / neighbor solicitation is answered with host
+    /// unreachable (ICMPv6: address unreachable), within the ICMP error rate limit. Its TTL was
+    /// decremented on the way out; restored, so the error quotes it as it arrived. The error's
+    /// source is an address of the interface it leaves by (RFC 1812 §4.3.2.4).
+    #[cold]
+    #[inline(never)]
+    fn host_unreachable(&mut self, buf: &mut PktBuf, l3: usize, via: IfaceId, now: u64) -> Fate {
+        let f = buf.frame_mut();
+        let Some(&b0) = f.get(l3) else { return Fate::Done };
+        let iface = |i: Option<IfaceId>| i.unwrap_or(via);
+        if b0 >> 4 == 4 {
+            f[l3 + 8] = f[l3 + 8].wrapping_add(1);
+            wire::ipv4::Packet::new_unchecked(&mut f[l3..]).fill_checksum();
+            let src = u32::from_be_bytes([f[l3 + 12], f[l3 + 13], f[l3 + 14], f[l3 + 15]]);
+            let back = self.adj_iface(self.r4.load().lookup(src));
+            let m = Meta { iface: iface(back), l3: l3 as u16, ..Meta::default() };
+            let (t, c) = (wire::icmpv4::DEST_UNREACHABLE, wire::icmpv4::HOST_UNREACHABLE);
+            self.icmp4_reply(buf, &m, t, c, 0, now)
+        } else {
+            f[l3 + 7] = f[l3 + 7].wrapping_add(1);
+            let mut a = [0; 16];
+            a.copy_from_slice(&f[l3 + 8..l3 + 24]);
+            let back = self.adj_iface(self.r6.load().lookup(u128::from_be_bytes(a)));
+            let m = Meta { iface: iface(back), l3: l3 as u16, ..Meta::default() };
+            let (t, c) = (wire::icmpv6::DEST_UNREACHABLE, wire::icmpv6::ADDR_UNREACHABLE);
+            self.icmp6_reply(buf, &m, t, c, 0, now)
+        }
+    }
+
+    /// The interface next hop `nh` leaves by, if it leaves at all.
+    fn adj_iface(&self, nh: NextHop) -> Option<IfaceId> {
+        match self.adj.get(nh as usize) {
+            Some(Adj::Glean(i)) | Some(Adj::Via { iface: i, .. }) => Some(*i),
+            _ => None,
         }
     }
 
