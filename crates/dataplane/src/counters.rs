@@ -120,8 +120,21 @@ reasons! {
         /// Other traffic to the VR's own addresses that it does not serve (TCP, unknown
         /// protocols): a later issue punts it to a Linux control-plane shadow.
         LocalUnsupported = "local_unsupported",
-        /// A fragment addressed to the VR: it does not reassemble.
+        /// A malformed fragment addressed to the VR: not the last, yet its data is empty or
+        /// not a multiple of 8 bytes (RFC 791, RFC 8200 §4.5).
         LocalFragment = "local_fragment",
+        /// Fragments of a datagram addressed to the VR that was not complete in time (30 s
+        /// IPv4, 60 s IPv6 after its first fragment): all it held.
+        ReassemblyTimeout = "reassembly_timeout",
+        /// Fragments of a datagram addressed to the VR that overlapped (duplicates included)
+        /// or disagreed on its end: the whole datagram, as RFC 5722 requires.
+        ReassemblyOverlap = "reassembly_overlap",
+        /// Fragments of a datagram addressed to the VR larger than one packet buffer holds
+        /// (see `reasm::MAX_PAYLOAD`).
+        ReassemblyTooBig = "reassembly_too_big",
+        /// A fragment of a new datagram addressed to the VR while all its reassembly contexts
+        /// are busy.
+        ReassemblyNoContext = "reassembly_no_context",
         /// ICMP or ICMPv6 to the VR with a bad checksum or truncated header.
         IcmpMalformed = "icmp_malformed",
         /// ICMP or ICMPv6 to the VR that needs no answer (echo replies, errors, router

@@ -51,6 +51,10 @@ fn vr_test(d: Drop) -> (&'static str, &'static str) {
         }
         Drop::LocalUnsupported => ("drops.rs", "local_unsupported"),
         Drop::LocalFragment => ("drops.rs", "local_fragment"),
+        Drop::ReassemblyTimeout => ("rfc.rs", "reassembly_timeout"),
+        Drop::ReassemblyOverlap => ("rfc.rs", "reassembly_overlap"),
+        Drop::ReassemblyTooBig => ("rfc.rs", "reassembly_too_big_and_no_context"),
+        Drop::ReassemblyNoContext => ("rfc.rs", "reassembly_too_big_and_no_context"),
         Drop::IcmpMalformed => ("drops.rs", "icmp_malformed"),
         Drop::IcmpNotHandled => ("drops.rs", "icmp_not_handled"),
         Drop::NdpInvalid => ("neighbors.rs", "invalid_neighbor_discovery_is_dropped"),

@@ -580,3 +580,294 @@ fn host_unreachable_when_resolution_fails() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Reassembly of datagrams addressed to the VR
+
+/// `p` cut into fragments of `size` bytes of data (a multiple of 8), as its sender would.
+fn frags4(p: &Ip4, size: usize) -> Vec<Ip4> {
+    p.payload
+        .chunks(size)
+        .enumerate()
+        .map(|(k, c)| Ip4 {
+            payload: c.to_vec(),
+            frag: (k * size / 8) as u16,
+            mf: (k + 1) * size < p.payload.len(),
+            ..p.clone()
+        })
+        .collect()
+}
+
+/// An IPv6 fragment of `whole` (the part after the fixed header, its first next header
+/// `next`): bytes `off..off + len` behind a Fragment header with `ident`.
+fn frag6(
+    h: [u8; 16],
+    r: [u8; 16],
+    next: u8,
+    whole: &[u8],
+    off: usize,
+    len: usize,
+    ident: u32,
+) -> Ip6 {
+    let end = (off + len).min(whole.len());
+    let more = end < whole.len();
+    let mut v = vec![next, 0];
+    v.extend_from_slice(&((off as u16) | more as u16).to_be_bytes());
+    v.extend_from_slice(&ident.to_be_bytes());
+    v.extend_from_slice(&whole[off..end]);
+    Ip6::new(h, r, 64, 44, v)
+}
+
+/// A fragmented echo request to the VR is reassembled and answered, its fragments in order or
+/// not, and whatever else arrives meanwhile; bursts of 1, 2 and 257 fragments (datagrams of
+/// two fragments each, one left over to finish in the next burst).
+#[test]
+fn fragmented_echo_v4_is_reassembled_and_answered() {
+    let mut lab = lab();
+    let mut ident = 0u16;
+    let data = |k: usize| -> Vec<u8> { (0..1000).map(|i| (i * 7 + k) as u8).collect() };
+    let req = |k: usize| Ip4 {
+        id: 0x4000 + k as u16,
+        tos: 0x10,
+        ..Ip4::new("10.0.0.10", "10.0.0.1", 64, 1, echo4_req(7, k as u16, &data(k)))
+    };
+    let reply = |k: usize, id: u16| {
+        let rep = Ip4 {
+            id,
+            tos: 0x10,
+            ..Ip4::new("10.0.0.1", "10.0.0.10", 64, 1, echo4_rep(7, k as u16, &data(k)))
+        };
+        eth(H0, M0, None, ET_IP4, &rep.bytes())
+    };
+    let mut k = 0usize;
+    let mut left: Option<Vec<u8>> = None; // the second fragment of a datagram held over
+    for n in [1usize, 2, 257] {
+        let mut frames = Vec::new();
+        let mut want = Vec::new();
+        if let Some(f) = left.take() {
+            frames.push(f);
+            ident += 1;
+            want.push(reply(k - 1, ident));
+        }
+        while frames.len() < n {
+            let fr = frags4(&req(k), 512);
+            assert_eq!(fr.len(), 2);
+            // Odd datagrams arrive last fragment first.
+            let (a, b) = if k % 2 == 1 { (&fr[1], &fr[0]) } else { (&fr[0], &fr[1]) };
+            frames.push(to_vr(M0, H0, None, a));
+            k += 1;
+            if frames.len() == n {
+                left = Some(to_vr(M0, H0, None, b));
+            } else {
+                frames.push(to_vr(M0, H0, None, b));
+                ident += 1;
+                want.push(reply(k - 1, ident));
+            }
+        }
+        lab.send(0, &frames);
+        lab.run();
+        lab.expect(0, &want);
+        lab.expect_silence();
+        for f in &frames {
+            lab.rx(0, f);
+        }
+        // Each reply: two fragments delivered (the one merged, the datagram answered).
+        lab.c(0).local_in += 2 * want.len() as u64;
+        lab.c(0).echo_replies += want.len() as u64;
+        lab.held[0] = left.is_some() as usize;
+        lab.check(&format!("burst of {n}"));
+    }
+    // The bursts of 1 and 2 each left a fragment over for the next; 257 ended even.
+    assert!(left.is_none());
+    assert_eq!(k, 130, "one datagram begun in each small burst, 128 in the big one");
+}
+
+/// IPv6: an echo request in three fragments, behind a hop-by-hop header (unfragmentable part),
+/// middle one first; a UDP datagram in two fragments gets port unreachable quoting the whole
+/// reassembled datagram; an atomic fragment (offset 0, M clear) is answered at once.
+#[test]
+fn fragmented_echo_v6_is_reassembled_and_answered() {
+    let mut lab = lab();
+    let (h, r) = (a6("2001:db8::10"), a6("2001:db8::1"));
+    let data: Vec<u8> = (0..700u32).map(|i| (i * 13) as u8).collect();
+    let icmp = echo6_req(h, r, 0x11, 0x22, &data);
+    // Hop-by-hop first (8 bytes, next: Fragment), then fragments of the ICMPv6 message.
+    let with_hbh = |p: Ip6| {
+        let mut v = ext_header(44, 1);
+        v.extend_from_slice(&p.payload);
+        Ip6::new(h, r, 64, 0, v)
+    };
+    let parts = [(256, 256), (0, 256), (512, 256)];
+    let frames: Vec<Vec<u8>> = parts
+        .iter()
+        .map(|&(off, len)| {
+            to_vr6(M0, H0, None, &with_hbh(frag6(h, r, 58, &icmp, off, len, 0xabcd)))
+        })
+        .collect();
+    for (i, f) in frames.iter().enumerate() {
+        lab.send(0, &[f]);
+        lab.run();
+        lab.rx(0, f);
+        if i < 2 {
+            lab.expect_silence();
+            lab.held[0] = i + 1;
+            lab.check(&format!("fragment {i} held"));
+        }
+    }
+    let rep = Ip6::new(r, h, 64, 58, echo6_rep(r, h, 0x11, 0x22, &data));
+    lab.expect(0, &[eth(H0, M0, None, ET_IP6, &rep.bytes())]);
+    lab.expect_silence();
+    lab.held[0] = 0;
+    lab.c(0).local_in += 3;
+    lab.c(0).echo_replies += 1;
+    lab.check("reassembled");
+
+    // UDP to the VR in two fragments: port unreachable quotes the reassembled datagram.
+    let udp = udp6(h, r, 4000, 5000, &[5; 300]);
+    let whole = Ip6::new(h, r, 64, 17, udp.clone());
+    let f1 = to_vr6(M0, H0, None, &frag6(h, r, 17, &udp, 0, 200, 7));
+    let f2 = to_vr6(M0, H0, None, &frag6(h, r, 17, &udp, 200, 200, 7));
+    lab.send(0, &[&f1, &f2]);
+    lab.run();
+    let err = icmp6_error("2001:db8::1", h, port_unreach6(), &whole.bytes());
+    lab.expect(0, &[eth(H0, M0, None, ET_IP6, &err)]);
+    lab.rx(0, &f1);
+    lab.rx(0, &f2);
+    lab.c(0).local_in += 1;
+    lab.c(0).icmp_errors += 1;
+    lab.drop(0, Drop::LocalPortUnreachable);
+    lab.check("UDP reassembled, port unreachable");
+
+    // Atomic fragment (RFC 6946): answered at once.
+    let small = echo6_req(h, r, 1, 2, b"atomic");
+    let f = to_vr6(M0, H0, None, &frag6(h, r, 58, &small, 0, small.len(), 9));
+    lab.send(0, &[&f]);
+    lab.run();
+    let rep = Ip6::new(r, h, 64, 58, echo6_rep(r, h, 1, 2, b"atomic"));
+    lab.expect(0, &[eth(H0, M0, None, ET_IP6, &rep.bytes())]);
+    lab.rx(0, &f);
+    lab.c(0).local_in += 1;
+    lab.c(0).echo_replies += 1;
+    lab.check("atomic fragment");
+}
+
+/// RFC 5722: a fragment overlapping another discards the whole datagram, the fragments held
+/// and any that come after it (they start a datagram that never completes); IPv4 likewise.
+#[test]
+fn reassembly_overlap() {
+    let mut lab = lab();
+    let (h, r) = (a6("2001:db8::10"), a6("2001:db8::1"));
+    let icmp = echo6_req(h, r, 1, 1, &[3; 100]);
+    let a = to_vr6(M0, H0, None, &frag6(h, r, 58, &icmp, 0, 64, 1));
+    let b = to_vr6(M0, H0, None, &frag6(h, r, 58, &icmp, 56, 56, 1)); // 56..112 overlaps 0..64
+    lab.send(0, &[&a, &b]);
+    lab.run();
+    lab.expect_silence();
+    lab.rx(0, &a);
+    lab.rx(0, &b);
+    lab.drop(0, Drop::ReassemblyOverlap);
+    lab.drop(0, Drop::ReassemblyOverlap);
+    lab.check("IPv6 overlap");
+    // A duplicate is an overlap too.
+    let p = Ip4::new("10.0.0.10", "10.0.0.1", 64, 1, echo4_req(1, 1, &[4; 100]));
+    let fr = frags4(&p, 64);
+    let f0 = to_vr(M0, H0, None, &fr[0]);
+    lab.send(0, &[&f0, &f0]);
+    lab.run();
+    lab.expect_silence();
+    lab.rx(0, &f0);
+    lab.rx(0, &f0);
+    lab.drop(0, Drop::ReassemblyOverlap);
+    lab.drop(0, Drop::ReassemblyOverlap);
+    lab.check("IPv4 duplicate");
+    // A second last fragment with another end: inconsistent.
+    let f1 = to_vr(M0, H0, None, &fr[1]);
+    let short = to_vr(M0, H0, None, &Ip4 { payload: fr[1].payload[..8].to_vec(), ..fr[1].clone() });
+    lab.send(0, &[&f1, &short]);
+    lab.run();
+    lab.expect_silence();
+    lab.rx(0, &f1);
+    lab.rx(0, &short);
+    lab.drop(0, Drop::ReassemblyOverlap);
+    lab.drop(0, Drop::ReassemblyOverlap);
+    lab.check("IPv4 two ends");
+}
+
+/// A datagram not complete 30 s (IPv4) / 60 s (IPv6) after its first fragment is discarded
+/// with every fragment it held.
+#[test]
+fn reassembly_timeout() {
+    let mut lab = lab();
+    let (h, r) = (a6("2001:db8::10"), a6("2001:db8::1"));
+    let p = Ip4::new("10.0.0.10", "10.0.0.1", 64, 1, echo4_req(1, 1, &[4; 100]));
+    let fr = frags4(&p, 32);
+    assert_eq!(fr.len(), 4);
+    let f4: Vec<Vec<u8>> = fr[..2].iter().map(|f| to_vr(M0, H0, None, f)).collect();
+    let icmp = echo6_req(h, r, 1, 1, &[3; 100]);
+    let f6 = to_vr6(M0, H0, None, &frag6(h, r, 58, &icmp, 0, 64, 1));
+    lab.now = 1_000 * MS;
+    lab.send(0, &f4);
+    lab.send(0, &[&f6]);
+    lab.run();
+    lab.expect_silence();
+    for f in f4.iter().chain([&f6]) {
+        lab.rx(0, f);
+    }
+    lab.held[0] = 3;
+    lab.check("held");
+    // (VR timers run every millisecond.)
+    lab.run_at(1_000 * MS + 30_000 * MS - MS);
+    lab.check("IPv4 just before its time");
+    lab.run_at(1_000 * MS + 30_000 * MS);
+    lab.drop(0, Drop::ReassemblyTimeout);
+    lab.drop(0, Drop::ReassemblyTimeout);
+    lab.held[0] = 1;
+    lab.check("IPv4 timed out");
+    // The rest of the IPv4 datagram now starts a new one, which also times out.
+    let late = to_vr(M0, H0, None, &fr[3]);
+    lab.send(0, &[&late]);
+    lab.run();
+    lab.rx(0, &late);
+    lab.held[0] = 2;
+    lab.check("a late fragment is held anew");
+    lab.run_at(1_000 * MS + 60_000 * MS);
+    lab.drop(0, Drop::ReassemblyTimeout);
+    lab.drop(0, Drop::ReassemblyTimeout);
+    lab.held[0] = 0;
+    lab.check("both timed out");
+    lab.expect_silence();
+}
+
+/// Fragments of datagrams bigger than a buffer holds are refused (`reassembly_too_big`), with
+/// what their datagram held; a fragment of a fifth datagram while four are in progress finds
+/// no context (`reassembly_no_context`).
+#[test]
+fn reassembly_too_big_and_no_context() {
+    let mut lab = lab();
+    // Offset 2000: beyond what one buffer holds.
+    let mut far = Ip4::new("10.0.0.10", "10.0.0.1", 64, 1, vec![0; 64]);
+    far.frag = 250;
+    far.mf = true;
+    let f = to_vr(M0, H0, None, &far);
+    let first = to_vr(M0, H0, None, &Ip4 { frag: 0, ..far.clone() });
+    lab.send(0, &[&first, &f]);
+    lab.run();
+    lab.expect_silence();
+    lab.rx(0, &first);
+    lab.rx(0, &f);
+    lab.drop(0, Drop::ReassemblyTooBig);
+    lab.drop(0, Drop::ReassemblyTooBig);
+    lab.check(&format!("{}", Drop::ReassemblyTooBig));
+    // Four datagrams in progress, a fifth refused.
+    let frames: Vec<Vec<u8>> =
+        (0..5u16).map(|k| to_vr(M0, H0, None, &Ip4 { id: k, frag: 0, ..far.clone() })).collect();
+    lab.send(0, &frames);
+    lab.run();
+    lab.expect_silence();
+    for f in &frames {
+        lab.rx(0, f);
+    }
+    lab.drop(0, Drop::ReassemblyNoContext);
+    lab.held[0] = 4;
+    lab.check(&format!("{}", Drop::ReassemblyNoContext));
+}

@@ -6,7 +6,7 @@ use fib::NextHop;
 use ports::PktBuf;
 use wire::{checksum, icmpv4, ip_proto, ipv4};
 
-use super::{ip4opt, Adj, Core, Fate, Flush, Ingress, Meta, NKey, OutQueue};
+use super::{ip4opt, reasm, Adj, Core, Fate, Flush, Ingress, Meta, NKey, OutQueue};
 use crate::counters::Drop;
 use crate::l2;
 
@@ -197,7 +197,7 @@ impl Core {
         let l3 = m.l3 as usize;
         let ip = ipv4::Packet::new_unchecked(&buf.frame()[l3..]);
         if ip.more_frags() || ip.frag_offset() != 0 {
-            return self.drop(Drop::LocalFragment);
+            return self.reassemble4(buf, m, now);
         }
         match ip.protocol() {
             ip_proto::ICMP => {
@@ -215,6 +215,35 @@ impl Core {
                 self.icmp4_error(buf, m, t, c, 0, Drop::LocalPortUnreachable, now)
             }
             _ => self.drop(Drop::LocalUnsupported),
+        }
+    }
+
+    /// A fragment for the VR: held until its datagram is whole (see [`reasm`]).
+    #[cold]
+    #[inline(never)]
+    fn reassemble4(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Fate {
+        self.expire_reassembly(now);
+        let ip = ipv4::Packet::new_unchecked(&buf.frame()[m.l3 as usize..]);
+        let key = reasm::Key {
+            src: u32::from(ip.src_addr()).into(),
+            dst: u32::from(ip.dst_addr()).into(),
+            ident: ip.ident().into(),
+            proto: ip.protocol(),
+            v6: false,
+        };
+        let f = reasm::Frag {
+            key,
+            off: ip.frag_offset() as usize,
+            more: ip.more_frags(),
+            data: ip.payload(),
+            unfrag: ip.header(),
+            next_at: 0,
+            next: 0,
+        };
+        let r = self.reasm.add(&f, now);
+        match self.reassembled(r, buf, m.l3 as usize) {
+            Some(fate) => fate,
+            None => self.local4(buf, m, now),
         }
     }
 

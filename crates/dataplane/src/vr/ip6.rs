@@ -7,7 +7,7 @@ use ports::PktBuf;
 use wire::{icmpv6, ip_proto, ipv6, ndp, MacAddr};
 
 use super::neighbor::Learn;
-use super::{Adj, Core, Fate, Ingress, Meta, NKey};
+use super::{reasm, Adj, Core, Fate, Ingress, Meta, NKey};
 use crate::config::IfaceId;
 use crate::counters::Drop;
 use crate::l2;
@@ -151,7 +151,7 @@ impl Core {
             }
         }
         if ul.fragment.is_some() {
-            return self.drop(Drop::LocalFragment);
+            return self.reassemble6(buf, m, now);
         }
         let (src, dst, hl) = (ip.src_addr(), ip.dst_addr(), ip.hop_limit());
         let multicast = is_multicast(dst.into());
@@ -176,6 +176,40 @@ impl Core {
                 self.icmp6_error(buf, m, t, c, 0, Drop::LocalPortUnreachable, now)
             }
             _ => self.drop(Drop::LocalUnsupported),
+        }
+    }
+
+    /// A fragment for the VR: held until its datagram is whole (see [`reasm`]).
+    #[cold]
+    #[inline(never)]
+    fn reassemble6(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Fate {
+        self.expire_reassembly(now);
+        let ip = &buf.frame()[m.l3 as usize..];
+        let Some((fh, next_at)) = reasm::find_fragment6(ip) else {
+            return self.drop(Drop::Ip6BadExtHeader);
+        };
+        let off_flags = u16::from_be_bytes([ip[fh + 2], ip[fh + 3]]);
+        let p = ipv6::Packet::new_unchecked(ip);
+        let key = reasm::Key {
+            src: p.src_addr().into(),
+            dst: p.dst_addr().into(),
+            ident: u32::from_be_bytes([ip[fh + 4], ip[fh + 5], ip[fh + 6], ip[fh + 7]]),
+            proto: 0,
+            v6: true,
+        };
+        let f = reasm::Frag {
+            key,
+            off: (off_flags & 0xfff8) as usize,
+            more: off_flags & 1 != 0,
+            data: &ip[fh + 8..],
+            unfrag: &ip[..fh],
+            next_at,
+            next: ip[fh],
+        };
+        let r = self.reasm.add(&f, now);
+        match self.reassembled(r, buf, m.l3 as usize) {
+            Some(fate) => fate,
+            None => self.local6(buf, m, now),
         }
     }
 

@@ -20,6 +20,7 @@ mod ip4;
 mod ip4opt;
 mod ip6;
 mod neighbor;
+mod reasm;
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -235,6 +236,8 @@ pub(crate) struct Core {
     r6: FibReader<u128>,
     neigh: NeighborTable,
     bucket: Bucket,
+    /// Datagrams addressed to the VR that arrive in fragments.
+    reasm: reasm::Reassembler,
     ident: u16,
     /// FIB generations (IPv4, IPv6) the last batch looked up in.
     seen: (u64, u64),
@@ -449,6 +452,11 @@ impl Vr {
         self.core.neigh.queued()
     }
 
+    /// Fragments held until the rest of their datagram (addressed to the VR) comes.
+    pub fn reassembling(&self) -> usize {
+        self.core.reasm.held()
+    }
+
     /// The interfaces, in configuration order.
     pub(crate) fn ifaces(&self) -> &[Iface] {
         &self.core.ifaces
@@ -513,6 +521,7 @@ impl Vr {
 
     /// Timers: neighbor retransmissions and failures. Cheap when nothing is pending.
     pub(crate) fn tick(&mut self, now: u64, out: &mut OutQueue) {
+        self.core.expire_reassembly(now);
         let (transit, generated) = self.core.neigh.tick(now);
         self.core.counters.drops[Drop::NoNeighbor as usize] += transit;
         self.core.counters.generated_dropped += generated;
@@ -667,6 +676,7 @@ impl Core {
             ifaces,
             neigh,
             bucket: Bucket::new(icmp_errors_per_sec, icmp_errors_burst),
+            reasm: reasm::Reassembler::new(),
             ident: 0,
             seen: (0, 0),
             counters: VrCounters::default(),
@@ -829,6 +839,41 @@ impl Core {
             let m = Meta { iface: iface(back), l3: l3 as u16, ..Meta::default() };
             let (t, c) = (wire::icmpv6::DEST_UNREACHABLE, wire::icmpv6::ADDR_UNREACHABLE);
             self.icmp6_reply(buf, &m, t, c, 0, now)
+        }
+    }
+
+    /// Drops the fragments of datagrams whose reassembly time is up.
+    #[inline]
+    fn expire_reassembly(&mut self, now: u64) {
+        let n = self.reasm.expire(now);
+        self.counters.drops[Drop::ReassemblyTimeout as usize] += n;
+    }
+
+    /// Acts on what the reassembler made of a fragment addressed to the VR: held, or dropped
+    /// (with what its datagram held): `Some(Fate::Done)`. Or it was the last one: the whole
+    /// datagram is now in `buf`, the fragments merged into it counted as delivered, and `None`
+    /// tells the caller to hand it to the local handler like any other datagram.
+    #[cold]
+    fn reassembled(
+        &mut self,
+        r: Result<Option<usize>, reasm::Failed>,
+        buf: &mut PktBuf,
+        l3: usize,
+    ) -> Option<Fate> {
+        let done = match r {
+            Ok(None) => return Some(Fate::Done),
+            Ok(Some(i)) => self.reasm.finish(i, buf, l3),
+            Err(e) => Err(e),
+        };
+        match done {
+            Ok(merged) => {
+                self.counters.local_in += merged as u64;
+                None
+            }
+            Err((reason, held)) => {
+                self.counters.drops[reason as usize] += held as u64 + 1;
+                Some(Fate::Done)
+            }
         }
     }
 
