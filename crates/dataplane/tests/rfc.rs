@@ -871,3 +871,48 @@ fn reassembly_too_big_and_no_context() {
     lab.held[0] = 4;
     lab.check(&format!("{}", Drop::ReassemblyNoContext));
 }
+
+/// A reassembled echo request larger than the MTU (`ping -s 1600` over a 1500-byte link):
+/// the IPv4 reply leaves in fragments (RFC 791). The IPv6 reply is not sent — the VR does not
+/// fragment its own IPv6 packets — and counts as `generated_dropped`.
+#[test]
+fn echo_reply_over_the_mtu() {
+    let mut lab = lab();
+    let data: Vec<u8> = (0..1600u32).map(|i| (i * 3) as u8).collect();
+    let req = Ip4 { id: 0x99, ..Ip4::new("10.0.0.10", "10.0.0.1", 64, 1, echo4_req(1, 2, &data)) };
+    let frames: Vec<Vec<u8>> = frags4(&req, 1480).iter().map(|f| to_vr(M0, H0, None, f)).collect();
+    assert_eq!(frames.len(), 2);
+    lab.send(0, &frames);
+    lab.run();
+    let rep = Ip4 { id: 1, ..Ip4::new("10.0.0.1", "10.0.0.10", 64, 1, echo4_rep(1, 2, &data)) };
+    let want: Vec<Vec<u8>> =
+        frags4(&rep, 1480).iter().map(|f| eth(H0, M0, None, ET_IP4, &f.bytes())).collect();
+    assert_eq!(want.len(), 2);
+    assert!(want.iter().all(|f| f.len() - 14 <= 1500));
+    lab.expect(0, &want);
+    lab.expect_silence();
+    for f in &frames {
+        lab.rx(0, f);
+    }
+    lab.c(0).local_in += 2;
+    lab.c(0).echo_replies += 1;
+    lab.c(0).fragments_sent += 2;
+    lab.check("IPv4 reply in two fragments");
+
+    let (h, r) = (a6("2001:db8::10"), a6("2001:db8::1"));
+    let icmp = echo6_req(h, r, 1, 2, &data);
+    let frames: Vec<Vec<u8>> = [(0, 1400), (1400, 1400)]
+        .iter()
+        .map(|&(off, len)| to_vr6(M0, H0, None, &frag6(h, r, 58, &icmp, off, len, 5)))
+        .collect();
+    lab.send(0, &frames);
+    lab.run();
+    lab.expect_silence();
+    for f in &frames {
+        lab.rx(0, f);
+    }
+    lab.c(0).local_in += 2;
+    lab.c(0).echo_replies += 1;
+    lab.c(0).generated_dropped += 1;
+    lab.check("IPv6 reply over the MTU");
+}

@@ -351,10 +351,63 @@ impl Core {
             Adj::Via { iface, gw } => (iface, NKey { ip: gw, iface }),
             _ => return self.drop_out(Drop::NoRoute, false),
         };
-        if buf.len() - l3 > self.ifaces[iface as usize].mtu as usize {
-            return self.drop_out(Drop::MtuExceeded, false);
+        let mtu = self.ifaces[iface as usize].mtu as usize;
+        if buf.len() - l3 > mtu {
+            return self.fragment_local4(buf, l3, nh, key, mtu, now);
         }
         self.output(buf, l3, nh, key, false, now)
+    }
+
+    /// A packet the VR made that exceeds the egress MTU (an echo reply to a reassembled
+    /// request): sent in fragments (RFC 791), the first from `buf`, the rest from the VR's
+    /// spill buffers at the next drain. Dropped if it needs more fragments than those hold.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn fragment_local4(
+        &mut self,
+        buf: &mut PktBuf,
+        l3: usize,
+        nh: NextHop,
+        key: NKey,
+        mtu: usize,
+        now: u64,
+    ) -> Fate {
+        let ip = ipv4::Packet::new_unchecked(&buf.frame()[l3..]);
+        let (ihl, payload) = (ip.header_len(), ip.payload().len());
+        let step = (mtu - ihl) & !7;
+        let rest = (payload - step).div_ceil(step);
+        if ip.dont_frag() || rest > super::SPILL - self.spill_n {
+            return self.drop_out(Drop::MtuExceeded, false);
+        }
+        let whole = l3 + ihl + payload;
+        self.frag_copy[..whole].copy_from_slice(&buf.frame()[..whole]);
+        set_fragment(&mut buf.frame_mut()[l3..], ihl + step, 0, true);
+        buf.set_len(l3 + ihl + step);
+        self.counters.fragments_sent += 1;
+        let fate = self.output(buf, l3, nh, key, false, now);
+        let mut spill = std::mem::take(&mut self.spill);
+        let mut at = step;
+        while at < payload {
+            let n = step.min(payload - at);
+            let o = &mut spill[self.spill_n];
+            let hdr = l2::ETH_LEN;
+            o.reset();
+            o.set_len(hdr + ihl + n);
+            let p = o.frame_mut();
+            p[hdr..hdr + ihl].copy_from_slice(&self.frag_copy[l3..l3 + ihl]);
+            let from = l3 + ihl + at;
+            p[hdr + ihl..].copy_from_slice(&self.frag_copy[from..from + n]);
+            set_fragment(&mut p[hdr..], ihl + n, at, at + n < payload);
+            self.counters.fragments_sent += 1;
+            if let Fate::Tx { port, .. } = self.output(o, hdr, nh, key, false, now) {
+                self.spill_port[self.spill_n] = port;
+                self.spill_n += 1;
+            }
+            at += n;
+        }
+        self.spill = spill;
+        fate
     }
 
     /// Splits a packet without DF into fragments that fit `mtu` (RFC 791): the first stays in

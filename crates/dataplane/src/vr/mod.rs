@@ -238,11 +238,21 @@ pub(crate) struct Core {
     bucket: Bucket,
     /// Datagrams addressed to the VR that arrive in fragments.
     reasm: reasm::Reassembler,
+    /// Fragments after the first of a packet the VR made itself (an echo reply to a
+    /// reassembled request can exceed the MTU), waiting for the next drain into `out`: the
+    /// first `spill_n`, with their egress ports. Buffers made at build.
+    spill: Vec<PktBuf>,
+    spill_port: [PortId; SPILL],
+    spill_n: usize,
     ident: u16,
     /// FIB generations (IPv4, IPv6) the last batch looked up in.
     seen: (u64, u64),
     pub counters: VrCounters,
 }
+
+/// How many fragments after the first a packet the VR makes may need (an echo reply of up to
+/// a buffer's size over an MTU of 296 or more).
+pub(crate) const SPILL: usize = 8;
 
 /// Lookup scratch for one batch: one per worker, lent to each VR while it runs (1024 VRs
 /// would otherwise carry 7 KiB each).
@@ -534,6 +544,15 @@ impl Vr {
     /// Moves due probes and resolved queues into `out`, as far as it has room.
     fn drain(&mut self, out: &mut OutQueue) {
         let c = &mut self.core;
+        if c.spill_n > 0 && out.batch.room() >= c.spill_n {
+            for i in 0..c.spill_n {
+                let Some(buf) = out.batch.spare_mut() else { break };
+                std::mem::swap(buf, &mut c.spill[i]);
+                out.batch.commit();
+                out.dest.push((c.spill_port[i], false, out.vr));
+            }
+            c.spill_n = 0;
+        }
         while let Some(p) = c.neigh.pop_probe() {
             if !out.emit(|buf| c.probe(buf, p.key, p.unicast)) && out.batch.room() == 0 {
                 c.neigh.push_probe(p);
@@ -677,6 +696,9 @@ impl Core {
             neigh,
             bucket: Bucket::new(icmp_errors_per_sec, icmp_errors_burst),
             reasm: reasm::Reassembler::new(),
+            spill: (0..SPILL).map(|_| PktBuf::new()).collect(),
+            spill_port: [0; SPILL],
+            spill_n: 0,
             ident: 0,
             seen: (0, 0),
             counters: VrCounters::default(),
