@@ -103,7 +103,9 @@ reasons! {
         /// Destination is the broadcast address of a connected subnet (RFC 1812 §5.3.5.2).
         DirectedBroadcast = "directed_broadcast",
         /// Next hop did not answer ARP / neighbor solicitation (or, still unanswered, gave its
-        /// entry up to a newer one: see `incomplete_per_interface`).
+        /// entry up to a newer one: see `incomplete_per_interface`). A transit packet queued
+        /// until the entry gave up, or arriving while it is held failed, is answered with
+        /// host unreachable / ICMPv6 address unreachable (RFC 1812 §4.3.3.1).
         NoNeighbor = "no_neighbor",
         /// Neighbor table full: a new next hop could not be resolved.
         NeighborTableFull = "neighbor_table_full",
@@ -129,8 +131,8 @@ reasons! {
         /// Fragments of a datagram addressed to the VR that overlapped (duplicates included)
         /// or disagreed on its end: the whole datagram, as RFC 5722 requires.
         ReassemblyOverlap = "reassembly_overlap",
-        /// Fragments of a datagram addressed to the VR larger than one packet buffer holds
-        /// (see `reasm::MAX_PAYLOAD`).
+        /// Fragments of a datagram addressed to the VR larger than one packet buffer holds:
+        /// more than 1904 bytes after the IP header (`reasm::MAX_PAYLOAD`).
         ReassemblyTooBig = "reassembly_too_big",
         /// A fragment of a new datagram addressed to the VR while all its reassembly contexts
         /// are busy.

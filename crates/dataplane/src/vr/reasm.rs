@@ -316,6 +316,13 @@ mod tests {
     }
 
     #[test]
+    fn largest_datagram_fits_a_buffer() {
+        // counters.rs and docs/dataplane.md give this figure.
+        assert_eq!(MAX_PAYLOAD, 1904);
+        assert!(ETH_VLAN_LEN + 60 + MAX_PAYLOAD <= BUF_SIZE - HEADROOM);
+    }
+
+    #[test]
     fn fragment_header_is_found_behind_extension_headers() {
         let mut p = vec![0u8; 40];
         p[6] = 44;
