@@ -794,7 +794,8 @@ fn reassembly_overlap() {
 }
 
 /// A datagram not complete 30 s (IPv4) / 60 s (IPv6) after its first fragment is discarded
-/// with every fragment it held.
+/// with every fragment it held; if its fragment at offset 0 came, its source gets Time
+/// Exceeded (code 1) quoting that fragment.
 #[test]
 fn reassembly_timeout() {
     let mut lab = lab();
@@ -819,6 +820,13 @@ fn reassembly_timeout() {
     lab.run_at(1_000 * MS + 30_000 * MS - MS);
     lab.check("IPv4 just before its time");
     lab.run_at(1_000 * MS + 30_000 * MS);
+    // Its first fragment came: Time Exceeded, fragment reassembly time exceeded, quoting it
+    // (RFC 1122 §3.3.2).
+    let t = Icmpv4Type::TimeExceeded(icmpv4::TimeExceededCode::FragmentReassemblyTimeExceeded);
+    let err = icmp4_error("10.0.0.1", p.src, 1, t, &fr[0].bytes());
+    lab.expect(0, &[eth(H0, M0, None, ET_IP4, &err)]);
+    lab.expect_silence();
+    lab.c(0).icmp_errors += 1;
     lab.drop(0, Drop::ReassemblyTimeout);
     lab.drop(0, Drop::ReassemblyTimeout);
     lab.held[0] = 1;
@@ -831,11 +839,16 @@ fn reassembly_timeout() {
     lab.held[0] = 2;
     lab.check("a late fragment is held anew");
     lab.run_at(1_000 * MS + 60_000 * MS);
+    // IPv6's first fragment came (RFC 8200 §4.5); the late IPv4 datagram's did not.
+    let t = Icmpv6Type::TimeExceeded(icmpv6::TimeExceededCode::FragmentReassemblyTimeExceeded);
+    let err = icmp6_error("2001:db8::1", h, t, &f6[14..]);
+    lab.expect(0, &[eth(H0, M0, None, ET_IP6, &err)]);
+    lab.expect_silence();
+    lab.c(0).icmp_errors += 1;
     lab.drop(0, Drop::ReassemblyTimeout);
     lab.drop(0, Drop::ReassemblyTimeout);
     lab.held[0] = 0;
     lab.check("both timed out");
-    lab.expect_silence();
 }
 
 /// Fragments of datagrams bigger than a buffer holds are refused (`reassembly_too_big`), with

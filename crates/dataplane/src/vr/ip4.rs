@@ -222,7 +222,6 @@ impl Core {
     #[cold]
     #[inline(never)]
     fn reassemble4(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Fate {
-        self.expire_reassembly(now);
         let ip = ipv4::Packet::new_unchecked(&buf.frame()[m.l3 as usize..]);
         let key = reasm::Key {
             src: u32::from(ip.src_addr()).into(),

@@ -183,7 +183,6 @@ impl Core {
     #[cold]
     #[inline(never)]
     fn reassemble6(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Fate {
-        self.expire_reassembly(now);
         let ip = &buf.frame()[m.l3 as usize..];
         let Some((fh, next_at)) = reasm::find_fragment6(ip) else {
             return self.drop(Drop::Ip6BadExtHeader);

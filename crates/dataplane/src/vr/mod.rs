@@ -531,7 +531,7 @@ impl Vr {
 
     /// Timers: neighbor retransmissions and failures. Cheap when nothing is pending.
     pub(crate) fn tick(&mut self, now: u64, out: &mut OutQueue) {
-        self.core.expire_reassembly(now);
+        self.core.expire_reassembly(now, out);
         let (transit, generated) = self.core.neigh.tick(now);
         self.core.counters.drops[Drop::NoNeighbor as usize] += transit;
         self.core.counters.generated_dropped += generated;
@@ -864,11 +864,52 @@ impl Core {
         }
     }
 
-    /// Drops the fragments of datagrams whose reassembly time is up.
+    /// Drops the fragments of datagrams whose reassembly time is up, and answers the source
+    /// of each whose first fragment came with Time Exceeded, fragment reassembly time exceeded
+    /// (RFC 1122 §3.3.2, RFC 8200 §4.5), quoting that fragment, as `out` has room and the
+    /// ICMP rate limit allows.
     #[inline]
-    fn expire_reassembly(&mut self, now: u64) {
+    fn expire_reassembly(&mut self, now: u64, out: &mut OutQueue) {
         let n = self.reasm.expire(now);
-        self.counters.drops[Drop::ReassemblyTimeout as usize] += n;
+        if n > 0 {
+            self.counters.drops[Drop::ReassemblyTimeout as usize] += n;
+            self.report_reassembly_timeouts(now, out);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn report_reassembly_timeouts(&mut self, now: u64, out: &mut OutQueue) {
+        let l3 = l2::ETH_LEN;
+        while let Some(buf) = out.batch.spare_mut() {
+            let Some(v6) = self.reasm.pop_report(buf, l3) else { break };
+            let f = buf.frame();
+            let back = if v6 {
+                let mut a = [0; 16];
+                a.copy_from_slice(&f[l3 + 8..l3 + 24]);
+                self.adj_iface(self.r6.load().lookup(u128::from_be_bytes(a)))
+            } else {
+                let src = u32::from_be_bytes([f[l3 + 12], f[l3 + 13], f[l3 + 14], f[l3 + 15]]);
+                self.adj_iface(self.r4.load().lookup(src))
+            };
+            let Some(iface) = back else {
+                // No route back to the source (a link-local one: which link is not kept).
+                self.counters.icmp_errors_suppressed += 1;
+                continue;
+            };
+            let m = Meta { iface, l3: l3 as u16, ..Meta::default() };
+            let fate = if v6 {
+                self.icmp6_reply(buf, &m, wire::icmpv6::TIME_EXCEEDED, 1, 0, now)
+            } else {
+                let c = wire::icmpv4::REASSEMBLY_TIME_EXCEEDED;
+                self.icmp4_reply(buf, &m, wire::icmpv4::TIME_EXCEEDED, c, 0, now)
+            };
+            if let Fate::Tx { port, transit } = fate {
+                out.batch.commit();
+                out.dest.push((port, transit, out.vr));
+            }
+        }
+        self.reasm.clear_reports();
     }
 
     /// Acts on what the reassembler made of a fragment addressed to the VR: held, or dropped

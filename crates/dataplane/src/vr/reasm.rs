@@ -10,7 +10,8 @@
 //! bigger datagrams are refused (`reassembly_too_big`). Overlapping fragments (duplicates
 //! included) discard the whole datagram, as RFC 5722 requires for IPv6 and as hardened IPv4
 //! stacks do. A datagram not complete [`TIMEOUT_V4`] / [`TIMEOUT_V6`] after its first fragment
-//! is discarded. When every context is busy, a fragment of a new datagram is refused
+//! is discarded, and if its first fragment came, that fragment is handed back for a Time
+//! Exceeded (fragment reassembly time exceeded) to its source. When every context is busy, a fragment of a new datagram is refused
 //! (`reassembly_no_context`).
 //!
 //! Accounting: a fragment held is not yet counted anywhere ([`Reassembler::held`] says how
@@ -77,6 +78,11 @@ struct Ctx {
     unfrag: [u8; MAX_UNFRAG],
     next_at: usize,
     next: u8,
+    /// Data bytes of the fragment at offset 0.
+    first_len: usize,
+    /// Timed out with its first fragment received: owed a Time Exceeded (see
+    /// [`Reassembler::pop_report`]) until the context is reused.
+    report: bool,
     /// 8-byte blocks received.
     have: [u64; WORDS],
     data: Box<[u8; MAX_PAYLOAD]>,
@@ -94,6 +100,8 @@ impl Ctx {
             unfrag: [0; MAX_UNFRAG],
             next_at: 0,
             next: 0,
+            first_len: 0,
+            report: false,
             have: [0; WORDS],
             data: Box::new([0; MAX_PAYLOAD]),
         }
@@ -143,9 +151,38 @@ impl Reassembler {
         let mut n = 0;
         for c in self.ctx.iter_mut().filter(|c| c.live && now >= c.deadline) {
             n += c.kill() as u64;
+            c.report = c.unfrag_len > 0;
             self.live -= 1;
         }
         n
+    }
+
+    /// Writes, at `l3` in `buf`, the first fragment of a datagram that timed out (as it
+    /// arrived, for the Time Exceeded that RFC 1122 §3.3.2 and RFC 8200 §4.5 ask for); `None`
+    /// when no timed-out datagram is owed one. Returns whether it is IPv6.
+    pub fn pop_report(&mut self, buf: &mut PktBuf, l3: usize) -> Option<bool> {
+        let c = self.ctx.iter_mut().find(|c| c.report)?;
+        c.report = false;
+        let (h, n) = (c.unfrag_len, c.first_len);
+        let fh = if c.key.v6 { 8 } else { 0 };
+        buf.reset();
+        if !buf.set_len(l3 + h + fh + n) {
+            return None;
+        }
+        let p = &mut buf.frame_mut()[l3..];
+        p[..h].copy_from_slice(&c.unfrag[..h]);
+        if c.key.v6 {
+            // The Fragment header as it was: offset 0, more fragments.
+            p[h..h + 4].copy_from_slice(&[c.next, 0, 0, 1]);
+            p[h + 4..h + 8].copy_from_slice(&c.key.ident.to_be_bytes());
+        }
+        p[h + fh..].copy_from_slice(&c.data[..n]);
+        Some(c.key.v6)
+    }
+
+    /// Forgets the Time Exceeded reports [`Reassembler::pop_report`] did not take.
+    pub fn clear_reports(&mut self) {
+        self.ctx.iter_mut().for_each(|c| c.report = false);
     }
 
     /// Takes fragment `f` in. `Ok(None)`: held; `Ok(Some(i))`: context `i` is complete, for
@@ -170,6 +207,7 @@ impl Reassembler {
                 c.live = true;
                 c.deadline = now + if f.key.v6 { TIMEOUT_V6 } else { TIMEOUT_V4 };
                 c.frags = 0;
+                c.report = false;
                 c.end = None;
                 c.unfrag_len = 0;
                 c.have = [0; WORDS];
@@ -205,6 +243,7 @@ impl Reassembler {
             c.unfrag_len = f.unfrag.len();
             c.next_at = f.next_at;
             c.next = f.next;
+            c.first_len = f.data.len();
         }
         let done = match c.end {
             Some(e) => {
@@ -319,7 +358,7 @@ mod tests {
     fn largest_datagram_fits_a_buffer() {
         // counters.rs and docs/dataplane.md give this figure.
         assert_eq!(MAX_PAYLOAD, 1904);
-        assert!(ETH_VLAN_LEN + 60 + MAX_PAYLOAD <= BUF_SIZE - HEADROOM);
+        const { assert!(ETH_VLAN_LEN + 60 + MAX_PAYLOAD <= BUF_SIZE - HEADROOM) };
     }
 
     #[test]
