@@ -123,7 +123,9 @@ reasons! {
         /// protocols): a later issue punts it to a Linux control-plane shadow.
         LocalUnsupported = "local_unsupported",
         /// A malformed fragment addressed to the VR: not the last, yet its data is empty or
-        /// not a multiple of 8 bytes (RFC 791, RFC 8200 §4.5).
+        /// not a multiple of 8 bytes (RFC 791, RFC 8200 §4.5); or, IPv6, reaching past 65535
+        /// bytes. IPv6 sources get Parameter Problem (at Payload Length, Fragment Offset)
+        /// where RFC 8200 §4.5 says so.
         LocalFragment = "local_fragment",
         /// Fragments of a datagram addressed to the VR that was not complete in time (30 s
         /// IPv4, 60 s IPv6 after its first fragment): all it held.

@@ -610,10 +610,8 @@ fn local_fragment() {
     let mut empty = Ip4::new("10.0.0.10", "10.0.0.1", 64, 1, vec![]);
     empty.frag = 2;
     empty.mf = true;
-    let mut frag6 = vec![58, 0, 0, 1, 0, 0, 0, 42]; // offset 0, M=1, id 42
-    frag6.extend(echo6_req(h, r, 1, 1, &[0; 4]));
-    let mut frag6_later = vec![58, 0, 0, 0x49, 0, 0, 0, 42]; // offset 9 × 8, M=1
-    frag6_later.extend_from_slice(&[0; 15]);
+    // (IPv6 fragments of a wrong length are answered: rfc.rs, `malformed_fragments_v6`.)
+    let frag6_empty = vec![58, 0, 0, 0x49, 0, 0, 0, 42]; // offset 9 × 8, M=1, no data
     vr_drops(
         &mut lab,
         0,
@@ -622,8 +620,7 @@ fn local_fragment() {
             ("IPv4 first fragment, 12 bytes", ip4_frame(&first)),
             ("IPv4 middle fragment, 5 bytes", ip4_frame(&later)),
             ("IPv4 middle fragment, empty", ip4_frame(&empty)),
-            ("IPv6 first fragment, 12 bytes", ip6_frame(&Ip6::new(h, r, 64, 44, frag6))),
-            ("IPv6 middle fragment, 15 bytes", ip6_frame(&Ip6::new(h, r, 64, 44, frag6_later))),
+            ("IPv6 middle fragment, empty", ip6_frame(&Ip6::new(h, r, 64, 44, frag6_empty))),
         ],
     );
 }

@@ -929,3 +929,33 @@ fn echo_reply_over_the_mtu() {
     lab.c(0).generated_dropped += 1;
     lab.check("IPv6 reply over the MTU");
 }
+
+/// RFC 8200 §4.5: an IPv6 fragment with more to come whose data is not a multiple of 8 bytes
+/// is answered with Parameter Problem at the Payload Length field; one that would reach past
+/// 65535 bytes, at its Fragment Offset field. Both dropped (`local_fragment`).
+#[test]
+fn malformed_fragments_v6() {
+    let mut lab = lab();
+    let (h, r) = (a6("2001:db8::10"), a6("2001:db8::1"));
+    let icmp = echo6_req(h, r, 1, 1, &[0; 4]); // 12 bytes
+    let odd = frag6(h, r, 58, &[icmp.clone(), vec![0; 12]].concat(), 0, 12, 42);
+    let mut far = frag6(h, r, 58, &[0; 64], 0, 16, 43);
+    far.payload[2..4].copy_from_slice(&(0xfff8u16 | 1).to_be_bytes()); // offset 65528, M=1
+    let hbh_far = Ip6::new(h, r, 64, 0, [ext_header(44, 1), far.payload.clone()].concat());
+    for (what, p, pointer) in [
+        ("12 bytes, more to come", odd, 4),
+        ("past 65535", far, 42),
+        ("past 65535, behind hop-by-hop", hbh_far, 50),
+    ] {
+        let f = to_vr6(M0, H0, None, &p);
+        lab.send(0, &[&f]);
+        lab.run();
+        let err = icmp6_error("2001:db8::1", h, param_problem6(pointer), &p.bytes());
+        lab.expect(0, &[eth(H0, M0, None, ET_IP6, &err)]);
+        lab.expect_silence();
+        lab.rx(0, &f);
+        lab.drop(0, Drop::LocalFragment);
+        lab.c(0).icmp_errors += 1;
+        lab.check(what);
+    }
+}

@@ -188,6 +188,22 @@ impl Core {
             return self.drop(Drop::Ip6BadExtHeader);
         };
         let off_flags = u16::from_be_bytes([ip[fh + 2], ip[fh + 3]]);
+        // RFC 8200 §4.5: a fragment with more to come must carry a multiple of 8 bytes, and no
+        // fragment may reach past 65535 bytes of payload; the source hears which field is
+        // wrong (Payload Length, Fragment Offset).
+        let data = ip.len() - fh - 8;
+        let more = off_flags & 1 != 0;
+        let pointer = if more && !data.is_multiple_of(8) {
+            Some(4)
+        } else if fh - ipv6::HEADER_LEN + (off_flags & 0xfff8) as usize + data > u16::MAX as usize {
+            Some(fh as u32 + 2)
+        } else {
+            None
+        };
+        if let Some(at) = pointer {
+            let (t, r) = (icmpv6::PARAM_PROBLEM, Drop::LocalFragment);
+            return self.icmp6_error(buf, m, t, 0, at, r, now);
+        }
         let p = ipv6::Packet::new_unchecked(ip);
         let key = reasm::Key {
             src: p.src_addr().into(),
@@ -199,7 +215,7 @@ impl Core {
         let f = reasm::Frag {
             key,
             off: (off_flags & 0xfff8) as usize,
-            more: off_flags & 1 != 0,
+            more,
             data: &ip[fh + 8..],
             unfrag: &ip[..fh],
             next_at,
@@ -260,8 +276,12 @@ impl Core {
     ) -> Fate {
         let l3 = m.l3 as usize;
         let ip = ipv6::Packet::new_unchecked(&buf.frame()[l3..]);
+        // What follows a non-first fragment is the middle of a message, not its type: as
+        // Linux, such a fragment is not taken for an error.
         let about_error = match ip.upper_layer() {
-            Ok(ul) if ul.protocol == ip_proto::ICMPV6 => {
+            Ok(ul)
+                if ul.protocol == ip_proto::ICMPV6 && ul.fragment.is_none_or(|f| f.offset == 0) =>
+            {
                 buf.frame().get(l3 + ul.offset).is_none_or(|&t| icmpv6::is_error(t))
             }
             Ok(_) => false,
