@@ -959,3 +959,34 @@ fn malformed_fragments_v6() {
         lab.check(what);
     }
 }
+
+/// The largest reply the VR fragments: a reassembled echo of 1800 bytes over a 576-byte link
+/// (RFC 791's minimum) leaves in four fragments.
+#[test]
+fn echo_reply_fragments_down_to_576() {
+    let mut c = base_vr();
+    c.interfaces[1].mtu = 576;
+    c.interfaces[1].ipv6.clear();
+    c.routes.retain(|r| r.prefix.addr().is_ipv4());
+    c.neighbors.retain(|n| n.ip.is_ipv4() || n.iface != 1);
+    let mut lab = Lab::new(&[c], &RINGS);
+    let data: Vec<u8> = (0..1800u32).map(|i| (i * 11) as u8).collect();
+    let req = Ip4 { id: 5, ..Ip4::new("8.8.8.8", "10.0.1.1", 60, 1, echo4_req(4, 4, &data)) };
+    let frames: Vec<Vec<u8>> = frags4(&req, 552).iter().map(|f| to_vr(M1, GW, None, f)).collect();
+    assert_eq!(frames.len(), 4);
+    lab.send(1, &frames);
+    lab.run();
+    let rep = Ip4 { id: 1, ..Ip4::new("10.0.1.1", "8.8.8.8", 64, 1, echo4_rep(4, 4, &data)) };
+    let want: Vec<Vec<u8>> =
+        frags4(&rep, 552).iter().map(|f| eth(GW, M1, None, ET_IP4, &f.bytes())).collect();
+    assert_eq!(want.len(), 4);
+    lab.expect(1, &want);
+    lab.expect_silence();
+    for f in &frames {
+        lab.rx(0, f);
+    }
+    lab.c(0).local_in += 4;
+    lab.c(0).echo_replies += 1;
+    lab.c(0).fragments_sent += 4;
+    lab.check("four fragments");
+}

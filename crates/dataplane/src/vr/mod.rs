@@ -250,9 +250,10 @@ pub(crate) struct Core {
     pub counters: VrCounters,
 }
 
-/// How many fragments after the first a packet the VR makes may need (an echo reply of up to
-/// a buffer's size over an MTU of 296 or more).
-pub(crate) const SPILL: usize = 8;
+/// How many fragments after the first a packet the VR makes may need: enough for an echo
+/// reply as large as a buffer holds over any MTU of 576 bytes or more (RFC 791's datagram
+/// every host accepts); below that, such a reply is dropped.
+pub(crate) const SPILL: usize = 4;
 
 /// Lookup scratch for one batch: one per worker, lent to each VR while it runs (1024 VRs
 /// would otherwise carry 7 KiB each).
