@@ -254,6 +254,7 @@ fn ipv4_link_local_is_never_forwarded() {
             Drop::MartianSource,
         ),
         ("link-local destination", "10.0.0.10", "169.254.9.9", Drop::MartianDestination),
+        ("our own link-local address as source", "169.254.7.1", "169.254.7.1", Drop::MartianSource),
     ];
     for (what, src, dst, reason) in cases {
         let f = to_vr(M0, H0, None, &udp4_pkt(src, dst, 64, b"ll"));
@@ -276,6 +277,17 @@ fn ipv4_link_local_is_never_forwarded() {
     lab.c(0).local_in += 1;
     lab.c(0).echo_replies += 1;
     lab.check("echo to our link-local address");
+    // To another of its addresses: delivered too (only forwarding is forbidden).
+    let req = Ip4::new("169.254.7.7", "10.0.0.1", 64, 1, echo4_req(5, 2, b"hi"));
+    let f = to_vr(M0, H0, None, &req);
+    lab.send(0, &[&f]);
+    lab.run();
+    let rep = Ip4 { id: 2, ..Ip4::new("10.0.0.1", "169.254.7.7", 64, 1, echo4_rep(5, 2, b"hi")) };
+    lab.expect(0, &[eth(H0, M0, None, ET_IP4, &rep.bytes())]);
+    lab.rx(0, &f);
+    lab.c(0).local_in += 1;
+    lab.c(0).echo_replies += 1;
+    lab.check("from a link-local source to another of our addresses");
 }
 
 fn beyond_scope6() -> Icmpv6Type {

@@ -16,23 +16,27 @@ const ICMP_ERROR_MAX: usize = 576;
 /// 169.254/16 (RFC 3927), as the top 16 bits of an address.
 const LINK_LOCAL: u32 = 0xa9fe;
 
-/// Sources that must never be forwarded: this network (0/8), loopback (127/8), multicast
-/// (224/4), and class E including limited broadcast (240/4).
-#[inline]
-fn martian_source(a: u32) -> bool {
-    let o = a >> 24;
-    o == 0 || o == 127 || o >= 224
-}
-
-/// Destinations that must never be forwarded, or `IpMulticast` for 224/4.
-#[inline]
-fn bad_destination(a: u32) -> Option<Drop> {
-    match a >> 24 {
-        0 | 127 | 240..=255 => Some(Drop::MartianDestination),
-        224..=239 => Some(Drop::IpMulticast),
-        _ => None,
+/// What an address's first octet may make it, so that one table look-up per address clears
+/// almost every packet of all the checks in [`Core::martian4`].
+const FIRST_OCTET_OK: u8 = 0;
+/// This network (0/8), loopback (127/8), class E including limited broadcast (240/4).
+const FIRST_OCTET_MARTIAN: u8 = 1;
+/// 224/4.
+const FIRST_OCTET_MULTICAST: u8 = 2;
+/// 169/8, which holds link-local 169.254/16.
+const FIRST_OCTET_169: u8 = 3;
+static FIRST_OCTET: [u8; 256] = {
+    let mut t = [FIRST_OCTET_OK; 256];
+    t[0] = FIRST_OCTET_MARTIAN;
+    t[127] = FIRST_OCTET_MARTIAN;
+    t[169] = FIRST_OCTET_169;
+    let mut i = 224;
+    while i < 256 {
+        t[i] = if i < 240 { FIRST_OCTET_MULTICAST } else { FIRST_OCTET_MARTIAN };
+        i += 1;
     }
-}
+    t
+};
 
 impl Core {
     /// Pass 1 for IPv4: RFC 1812 §5.2.2 header checks, then martians.
@@ -57,25 +61,13 @@ impl Core {
         if ip.frag_offset() as usize + total - ip.header_len() > u16::MAX as usize {
             return Ingress::Done(self.drop(Drop::Ip4BadLength));
         }
-        if martian_source(src) || self.own.contains(NKey::v4(0, src).ip) {
-            return Ingress::Done(self.drop(Drop::MartianSource));
+        let flagged = FIRST_OCTET[(src >> 24) as usize] | FIRST_OCTET[(dst >> 24) as usize];
+        if flagged != FIRST_OCTET_OK || self.own.contains(NKey::v4(0, src).ip) {
+            if let Some(r) = self.martian4(src, dst) {
+                return Ingress::Done(self.drop(r));
+            }
         }
-        if let Some(r) = bad_destination(dst) {
-            return Ingress::Done(self.drop(r));
-        }
-        // RFC 3927 §7: a router must not forward a packet with a link-local (169.254/16)
-        // source or destination; only one for the VR's own address is delivered.
-        if (src >> 16 == LINK_LOCAL || dst >> 16 == LINK_LOCAL)
-            && !self.own.contains(NKey::v4(0, dst).ip)
-        {
-            let r = if src >> 16 == LINK_LOCAL {
-                Drop::MartianSource
-            } else {
-                Drop::MartianDestination
-            };
-            return Ingress::Done(self.drop(r));
-        }
-        if ip.header_len() > ipv4::HEADER_LEN {
+        if b0 != 0x45 {
             if let Err(at) = ip4opt::check(ip.header()) {
                 return Ingress::Done(self.bad_option4(buf, m, at, now));
             }
@@ -83,6 +75,31 @@ impl Core {
         // The IP length is authoritative: Ethernet may have padded the frame.
         buf.set_len(l3 + total);
         Ingress::Lookup4(dst)
+    }
+
+    /// Addresses that must never be forwarded (RFC 1812 §5.3.7, §4.2.3.1): sources from this
+    /// network, loopback, multicast, class E or the VR itself; destinations in this network,
+    /// loopback or class E, and multicast (`ip_multicast`: not routed here). RFC 3927 §7: a
+    /// link-local (169.254/16) source or destination is never forwarded, but a packet for the
+    /// VR's own address is delivered.
+    #[cold]
+    #[inline(never)]
+    fn martian4(&self, src: u32, dst: u32) -> Option<Drop> {
+        let ours = |a: u32| self.own.contains(NKey::v4(0, a).ip);
+        let link_local = |a: u32| a >> 16 == LINK_LOCAL;
+        let s = FIRST_OCTET[(src >> 24) as usize];
+        if s == FIRST_OCTET_MARTIAN || s == FIRST_OCTET_MULTICAST || ours(src) {
+            return Some(Drop::MartianSource);
+        }
+        if link_local(src) && !ours(dst) {
+            return Some(Drop::MartianSource);
+        }
+        match FIRST_OCTET[(dst >> 24) as usize] {
+            FIRST_OCTET_MARTIAN => Some(Drop::MartianDestination),
+            FIRST_OCTET_MULTICAST => Some(Drop::IpMulticast),
+            _ if link_local(dst) && !ours(dst) => Some(Drop::MartianDestination),
+            _ => None,
+        }
     }
 
     /// Pass 3 for IPv4: act on the route. The common case — a resolved gateway, TTL to spare,
@@ -537,17 +554,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn martians() {
-        for a in ["0.1.2.3", "127.0.0.1", "224.0.0.5", "240.0.0.1", "255.255.255.255"] {
-            assert!(martian_source(a.parse::<Ipv4Addr>().unwrap().into()), "{a}");
+    fn first_octet_table_matches_the_address_classes() {
+        for o in 0..=255u32 {
+            let want = match o {
+                0 | 127 | 240..=255 => FIRST_OCTET_MARTIAN,
+                224..=239 => FIRST_OCTET_MULTICAST,
+                169 => FIRST_OCTET_169,
+                _ => FIRST_OCTET_OK,
+            };
+            assert_eq!(FIRST_OCTET[o as usize], want, "{o}");
         }
-        assert!(!martian_source(u32::from(Ipv4Addr::new(10, 0, 0, 1))));
-        assert_eq!(
-            bad_destination(u32::from(Ipv4Addr::new(239, 1, 1, 1))),
-            Some(Drop::IpMulticast)
-        );
-        assert_eq!(bad_destination(u32::from(Ipv4Addr::BROADCAST)), Some(Drop::MartianDestination));
-        assert_eq!(bad_destination(u32::from(Ipv4Addr::new(8, 8, 8, 8))), None);
     }
 
     #[test]
