@@ -61,6 +61,11 @@ reasons! {
         ArpNotForUs = "arp_not_for_us",
         /// IPv4 shorter than its header, IHL < 5, or total length inconsistent with the frame.
         Ip4BadLength = "ip4_bad_length",
+        /// An IPv4 header option that is malformed (length below 2 or past the header, a
+        /// Record Route or Timestamp pointer out of range, an unknown Timestamp flag, a
+        /// Timestamp overflow count that would wrap): ICMP Parameter Problem sent, pointing at
+        /// the octet in error (RFC 1812 §5.2.5).
+        Ip4BadOption = "ip4_bad_option",
         /// Ethertype IPv4 but version field not 4.
         Ip4BadVersion = "ip4_bad_version",
         /// IPv4 header checksum wrong.
@@ -71,13 +76,22 @@ reasons! {
         Ip6BadVersion = "ip6_bad_version",
         /// An IPv6 extension header runs past the packet (seen when delivering locally).
         Ip6BadExtHeader = "ip6_bad_ext_header",
+        /// A Routing header with segments left in a packet addressed to the VR, which
+        /// processes none: type 0 is deprecated (RFC 5095), other types are unrecognised
+        /// (RFC 8200 §4.4). ICMPv6 Parameter Problem sent, pointing at the routing type.
+        Ip6RoutingHeader = "ip6_routing_header",
         /// Source address that must never be forwarded (RFC 1812 §5.3.7, RFC 4291): this
-        /// network, loopback, multicast, class E / broadcast, unspecified, IPv4-mapped, or a
-        /// link-local source leaving its link.
+        /// network, loopback, multicast, class E / broadcast, unspecified, IPv4-mapped, or an
+        /// IPv4 link-local (169.254/16) source (RFC 3927 §7).
         MartianSource = "martian_source",
         /// Destination that must never be forwarded: this network, loopback, class E, limited
-        /// broadcast, unspecified, IPv4-mapped, or link-local that is not ours.
+        /// broadcast, unspecified, IPv4-mapped, or link-local (fe80::/10, 169.254/16) that is
+        /// not ours.
         MartianDestination = "martian_destination",
+        /// An IPv6 packet from a link-local source that would have to leave its link (RFC 4291
+        /// §2.5.6): ICMPv6 destination unreachable, beyond scope of source address, sent
+        /// (RFC 4443 §3.1, code 2).
+        SourceBeyondScope = "source_beyond_scope",
         /// Multicast destination: this router does not route multicast.
         IpMulticast = "ip_multicast",
         /// TTL or hop limit would reach zero (ICMP time exceeded sent).
@@ -89,7 +103,9 @@ reasons! {
         /// Destination is the broadcast address of a connected subnet (RFC 1812 §5.3.5.2).
         DirectedBroadcast = "directed_broadcast",
         /// Next hop did not answer ARP / neighbor solicitation (or, still unanswered, gave its
-        /// entry up to a newer one: see `incomplete_per_interface`).
+        /// entry up to a newer one: see `incomplete_per_interface`). A transit packet queued
+        /// until the entry gave up, or arriving while it is held failed, is answered with
+        /// host unreachable / ICMPv6 address unreachable (RFC 1812 §4.3.3.1).
         NoNeighbor = "no_neighbor",
         /// Neighbor table full: a new next hop could not be resolved.
         NeighborTableFull = "neighbor_table_full",
@@ -106,8 +122,23 @@ reasons! {
         /// Other traffic to the VR's own addresses that it does not serve (TCP, unknown
         /// protocols): a later issue punts it to a Linux control-plane shadow.
         LocalUnsupported = "local_unsupported",
-        /// A fragment addressed to the VR: it does not reassemble.
+        /// A malformed fragment addressed to the VR: not the last, yet its data is empty or
+        /// not a multiple of 8 bytes (RFC 791, RFC 8200 §4.5); or, IPv6, reaching past 65535
+        /// bytes. IPv6 sources get Parameter Problem (at Payload Length, Fragment Offset)
+        /// where RFC 8200 §4.5 says so.
         LocalFragment = "local_fragment",
+        /// Fragments of a datagram addressed to the VR that was not complete in time (30 s
+        /// IPv4, 60 s IPv6 after its first fragment): all it held.
+        ReassemblyTimeout = "reassembly_timeout",
+        /// Fragments of a datagram addressed to the VR that overlapped (duplicates included)
+        /// or disagreed on its end: the whole datagram, as RFC 5722 requires.
+        ReassemblyOverlap = "reassembly_overlap",
+        /// Fragments of a datagram addressed to the VR larger than one packet buffer holds:
+        /// more than 1904 bytes after the IP header (`reasm::MAX_PAYLOAD`).
+        ReassemblyTooBig = "reassembly_too_big",
+        /// A fragment of a new datagram addressed to the VR while all its reassembly contexts
+        /// are busy.
+        ReassemblyNoContext = "reassembly_no_context",
         /// ICMP or ICMPv6 to the VR with a bad checksum or truncated header.
         IcmpMalformed = "icmp_malformed",
         /// ICMP or ICMPv6 to the VR that needs no answer (echo replies, errors, router
@@ -144,7 +175,7 @@ impl PortCounters {
 }
 
 /// What happened in one VR.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VrCounters {
     /// Packets demuxed to the VR.
     pub rx_packets: u64,
@@ -202,6 +233,29 @@ impl TxTally {
             (true, false) => {}
             (false, true) => self.tx_full += 1,
             (false, false) => self.generated_dropped += 1,
+        }
+    }
+}
+
+// By hand: arrays longer than 32 have no derived `Default`.
+impl Default for VrCounters {
+    fn default() -> Self {
+        VrCounters {
+            rx_packets: 0,
+            rx_bytes: 0,
+            forwarded: 0,
+            forwarded_bytes: 0,
+            local_in: 0,
+            echo_replies: 0,
+            icmp_errors: 0,
+            icmp_errors_suppressed: 0,
+            neighbor_requests: 0,
+            neighbor_replies: 0,
+            neighbors_learned: 0,
+            queued: 0,
+            fragments_sent: 0,
+            generated_dropped: 0,
+            drops: [0; Drop::COUNT],
         }
     }
 }

@@ -12,6 +12,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("forwarding.rs", include_str!("forwarding.rs")),
     ("multi_vr.rs", include_str!("multi_vr.rs")),
     ("reservation.rs", include_str!("reservation.rs")),
+    ("rfc.rs", include_str!("rfc.rs")),
 ];
 
 /// The test (file, function) that covers each VR drop reason.
@@ -23,11 +24,14 @@ fn vr_test(d: Drop) -> (&'static str, &'static str) {
         Drop::ArpMalformed => ("drops.rs", "arp_malformed"),
         Drop::ArpNotForUs => ("drops.rs", "arp_not_for_us"),
         Drop::Ip4BadLength => ("drops.rs", "ip4_bad_length"),
+        Drop::Ip4BadOption => ("rfc.rs", "ip4_bad_option"),
         Drop::Ip4BadVersion => ("drops.rs", "ip4_bad_version"),
         Drop::Ip4BadChecksum => ("drops.rs", "ip4_bad_checksum"),
         Drop::Ip6BadLength => ("drops.rs", "ip6_bad_length"),
         Drop::Ip6BadVersion => ("drops.rs", "ip6_bad_version"),
         Drop::Ip6BadExtHeader => ("drops.rs", "ip6_bad_ext_header"),
+        Drop::Ip6RoutingHeader => ("rfc.rs", "ip6_routing_header"),
+        Drop::SourceBeyondScope => ("rfc.rs", "source_beyond_scope"),
         Drop::MartianSource => ("drops.rs", "martian_source"),
         Drop::MartianDestination => ("drops.rs", "martian_destination"),
         Drop::IpMulticast => ("drops.rs", "ip_multicast"),
@@ -47,6 +51,10 @@ fn vr_test(d: Drop) -> (&'static str, &'static str) {
         }
         Drop::LocalUnsupported => ("drops.rs", "local_unsupported"),
         Drop::LocalFragment => ("drops.rs", "local_fragment"),
+        Drop::ReassemblyTimeout => ("rfc.rs", "reassembly_timeout"),
+        Drop::ReassemblyOverlap => ("rfc.rs", "reassembly_overlap"),
+        Drop::ReassemblyTooBig => ("rfc.rs", "reassembly_too_big_and_no_context"),
+        Drop::ReassemblyNoContext => ("rfc.rs", "reassembly_too_big_and_no_context"),
         Drop::IcmpMalformed => ("drops.rs", "icmp_malformed"),
         Drop::IcmpNotHandled => ("drops.rs", "icmp_not_handled"),
         Drop::NdpInvalid => ("neighbors.rs", "invalid_neighbor_discovery_is_dropped"),

@@ -30,16 +30,21 @@ fn v4_burst(lab: &mut Lab, n: usize) {
         p.id = i as u16;
         p.tos = (i * 4 + 1) as u8;
         p.df = i % 2 == 0;
+        let mut fwd = p.hop();
         if i % 5 == 4 {
-            // Options are forwarded untouched (and covered by the header checksum).
+            // Record Route gets the egress interface's address (RFC 1812 §5.3.13.2), under a
+            // recomputed header checksum; the fast path leaves packets with options alone.
             p.options = vec![7, 7, 4, 0, 0, 0, 0, 1];
+            let egress = if to_vlan { a4("10.0.2.1") } else { a4("10.0.1.1") };
+            fwd = p.hop();
+            fwd.options = vec![7, 7, 8, egress[0], egress[1], egress[2], egress[3], 1];
         }
         let f = to_vr(M0, H0, None, &p);
         lab.rx(0, &f);
         let out = if to_vlan {
-            eth(H2, M2, Some(VLAN), ET_IP4, &p.hop().bytes())
+            eth(H2, M2, Some(VLAN), ET_IP4, &fwd.bytes())
         } else {
-            eth(GW, M1, None, ET_IP4, &p.hop().bytes())
+            eth(GW, M1, None, ET_IP4, &fwd.bytes())
         };
         lab.fwd(0, &out);
         if to_vlan {
@@ -364,8 +369,10 @@ fn longest_prefix_match_and_route_kinds() {
 }
 
 /// Options for the fragmentation tests: Router Alert (148, copied), NOP, Record Route (7, not
-/// copied, 7 bytes), EOL: 12 bytes.
+/// copied, 7 bytes, one slot): 12 bytes.
 const OPTIONS: [u8; 12] = [148, 4, 0, 0, 1, 7, 7, 4, 0, 0, 0, 0];
+/// The same after the VR recorded wan's address (10.0.1.1) in the route.
+const OPTIONS_RECORDED: [u8; 12] = [148, 4, 0, 0, 1, 7, 7, 8, 10, 0, 1, 1];
 
 /// The base VR with a smaller MTU on wan; an IPv6 link cannot go below 1280 (RFC 8200 §5),
 /// so below that wan is IPv4 only.
@@ -415,7 +422,8 @@ fn fragments_ipv4_without_df() {
     let mut at = 0;
     let mut k = 0;
     while at < payload.len() {
-        let (opts, n) = if k == 0 { (OPTIONS.to_vec(), 544) } else { (vec![148, 4, 0, 0], 552) };
+        let (opts, n) =
+            if k == 0 { (OPTIONS_RECORDED.to_vec(), 544) } else { (vec![148, 4, 0, 0], 552) };
         let n = n.min(payload.len() - at);
         let frag = Ip4 {
             options: opts,
@@ -602,6 +610,7 @@ fn warm_adjacencies_still_check_everything() {
     // link-local destination below meets a warm rewrite.
     let mut c = base_vr();
     c.routes.push(via("::/0", "2001:db8:1::2"));
+    c.neighbors.push(neigh(0, "fe80::10", H0));
     let mut lab = Lab::new(&[c], &RINGS);
     for round in 0..3u8 {
         // Good traffic through all four (ingress tagged?, egress tagged?) combinations, v4 and v6.
@@ -710,6 +719,20 @@ fn warm_adjacencies_still_check_everything() {
                     &big6.bytes(),
                 ),
             ),
+            eth(
+                H0,
+                M0,
+                None,
+                ET_IP6,
+                &icmp6_error(
+                    "2001:db8::1",
+                    ll_src.src,
+                    etherparse::Icmpv6Type::DestinationUnreachable(
+                        etherparse::icmpv6::DestUnreachableCode::BeyondScope,
+                    ),
+                    &ll_src.bytes(),
+                ),
+            ),
         ],
     );
     let frag = |off: usize, n: usize, mf| Ip4 {
@@ -730,12 +753,12 @@ fn warm_adjacencies_still_check_everything() {
     }
     lab.fwd(0, &frags[0]);
     lab.c(0).fragments_sent += 2;
-    lab.c(0).icmp_errors += 4;
+    lab.c(0).icmp_errors += 5;
     lab.drop(0, Drop::TtlExpired);
     lab.drop(0, Drop::TtlExpired);
     lab.drop(0, Drop::MtuExceeded);
     lab.drop(0, Drop::MtuExceeded);
-    lab.drop(0, Drop::MartianSource);
+    lab.drop(0, Drop::SourceBeyondScope);
     lab.drop(0, Drop::MartianDestination);
     lab.check("exceptions on warm adjacencies");
 }

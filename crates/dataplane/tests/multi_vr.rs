@@ -270,6 +270,22 @@ fn three_vrs_share_ports_and_stay_isolated() {
                 &[eth(BROADCAST, RB, None, ET_ARP, &arp(1, RB, "10.9.0.1", ZERO_MAC, "10.9.0.3"))],
             );
             lab.c(RED).neighbor_requests += 1;
+        } else {
+            // The packet is answered with host unreachable (RFC 1812 §4.3.3.1), red's second
+            // ICMP message; its requester's entry is stale by now, so a unicast probe follows.
+            let t = etherparse::Icmpv4Type::DestinationUnreachable(
+                etherparse::icmpv4::DestUnreachableHeader::Host,
+            );
+            let err = icmp4_error("10.1.0.1", p.src, 2, t, &p.bytes());
+            lab.expect(
+                0,
+                &[
+                    eth(HR, RA, None, ET_IP4, &err),
+                    eth(HR, RA, None, ET_ARP, &arp(1, RA, "10.1.0.1", ZERO_MAC, "10.1.0.10")),
+                ],
+            );
+            lab.c(RED).icmp_errors += 1;
+            lab.c(RED).neighbor_requests += 1;
         }
         lab.expect_silence();
     }

@@ -396,6 +396,7 @@ fn flappy_lab(cfg: VrConfig) -> (Lab, Arc<AtomicBool>) {
         port: vec![PortCounters::default(); 3],
         transit_queued: vec![0],
         queued: vec![0],
+        held: vec![0],
         now: T,
     };
     (lab, down)

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use dataplane::config::VrConfig;
 use dataplane::{Drop, NeighborState};
-use etherparse::Icmpv6Type;
+use etherparse::{Icmpv4Type, Icmpv6Type};
 
 const RINGS: [usize; 3] = [64, 64, 64];
 /// A start time well away from zero.
@@ -50,6 +50,14 @@ fn transit(dst: &str, tag: u8) -> (Ip4, Vec<u8>) {
     let p = udp4_pkt("8.8.8.8", dst, 64, &[tag; 11]);
     let f = to_vr(M1, GW, None, &p);
     (p, f)
+}
+
+/// The host unreachable (RFC 1812 §4.3.3.1) the VR sends back to GW about `p`, a transit
+/// packet from 8.8.8.8 whose next hop did not answer: from wan's address, quoting `p` as it
+/// arrived, the VR's `ident`-th ICMP message.
+fn host_unreach(p: &Ip4, ident: u16) -> Vec<u8> {
+    let t = Icmpv4Type::DestinationUnreachable(etherparse::icmpv4::DestUnreachableHeader::Host);
+    eth(GW, M1, None, ET_IP4, &icmp4_error("10.0.1.1", p.src, ident, t, &p.bytes()))
 }
 
 fn on_lan(to: [u8; 6], p: &Ip4) -> Vec<u8> {
@@ -366,7 +374,7 @@ fn unresolved_next_hop_retransmits_fails_holds_and_retries() {
     let ping = Ip4::new("10.0.0.21", "10.0.0.1", 64, 1, echo4_req(1, 1, b"who?"));
     let fping = to_vr(M0, H3, None, &ping);
     lab.send(0, &[&fping]);
-    let (_, f1) = transit("10.0.0.20", 1);
+    let (p1, f1) = transit("10.0.0.20", 1);
     lab.send(1, &[&f1]);
     lab.run();
     let req20 = arp_req_out(M0, None, "10.0.0.1", "10.0.0.20");
@@ -397,23 +405,29 @@ fn unresolved_next_hop_retransmits_fails_holds_and_retries() {
         assert_eq!(state(&lab, "10.0.0.20").0, Some(NeighborState::Incomplete));
     }
 
-    // Three requests in all, unanswered: the entries fail and their queues are dropped.
+    // Three requests in all, unanswered: the entries fail and their queues are dropped; the
+    // transit packet is answered with host unreachable (the echo reply was the VR's first
+    // ICMP message), the VR's own echo reply is not.
     lab.run_at(T + 30 * MS);
+    lab.expect(1, &[host_unreach(&p1, 2)]);
     lab.expect_silence();
     lab.drop(0, Drop::NoNeighbor);
+    lab.c(0).icmp_errors += 1;
     lab.c(0).generated_dropped += 1;
     lab.transit_queued[0] = 0;
     lab.queued[0] = 0;
     lab.check("failed");
     assert_eq!(state(&lab, "10.0.0.20").0, Some(NeighborState::Failed));
 
-    // During the hold, packets to it drop at once, without a request.
+    // During the hold, packets to it drop at once, without a request, and are answered.
     lab.now = T + 35 * MS;
-    let (_, f2) = transit("10.0.0.20", 2);
+    let (p2, f2) = transit("10.0.0.20", 2);
     lab.send(1, &[&f2]);
     lab.run();
+    lab.expect(1, &[host_unreach(&p2, 3)]);
     lab.expect_silence();
     lab.rx(0, &f2);
+    lab.c(0).icmp_errors += 1;
     lab.drop(0, Drop::NoNeighbor);
     lab.check("held");
 
@@ -515,14 +529,17 @@ fn stale_entry_is_used_and_probed_by_unicast_then_fails() {
             "T+{ms}"
         );
     }
-    // Three unicast probes unanswered: the entry fails; packets drop during the hold.
-    for ms in [130u64, 140] {
+    // Three unicast probes unanswered: the entry fails; packets drop during the hold, each
+    // answered with host unreachable.
+    for (k, ms) in [130u64, 140].into_iter().enumerate() {
         lab.now = T + ms * MS;
-        let (_, f) = transit("10.0.0.20", ms as u8);
+        let (p, f) = transit("10.0.0.20", ms as u8);
         lab.send(1, &[&f]);
         lab.run();
+        lab.expect(1, &[host_unreach(&p, k as u16 + 1)]);
         lab.expect_silence();
         lab.rx(0, &f);
+        lab.c(0).icmp_errors += 1;
         lab.drop(0, Drop::NoNeighbor);
         lab.check(&format!("T+{ms}ms: failed"));
         assert_eq!(state(&lab, "10.0.0.20").0, Some(NeighborState::Failed));
@@ -666,7 +683,7 @@ fn neighbor_table_full() {
 fn failed_entry_is_evicted_for_a_new_next_hop() {
     let mut lab = Lab::new(&[tiny_table()], &RINGS);
     lab.now = T;
-    let (_, f1) = transit("10.0.0.20", 1);
+    let (p1, f1) = transit("10.0.0.20", 1);
     lab.send(1, &[&f1]);
     lab.run();
     lab.recv(0);
@@ -678,8 +695,10 @@ fn failed_entry_is_evicted_for_a_new_next_hop() {
         lab.run_at(T + ms * MS);
     }
     assert_eq!(lab.recv(0).len(), 2);
+    lab.expect(1, &[host_unreach(&p1, 1)]);
     lab.port[0].tx_packets += 2;
     lab.c(0).neighbor_requests += 2;
+    lab.c(0).icmp_errors += 1;
     lab.drop(0, Drop::NoNeighbor);
     lab.check(".20 failed");
 
@@ -780,8 +799,8 @@ fn solicitations_are_rate_limited() {
     lab.now = T;
     let arp = |a: &str| arp_req_out(M0, None, "10.0.0.1", a);
     // Three new next hops at once: two tokens, so two probes; the third makes no entry.
-    let (_, f1) = transit("10.0.0.20", 1);
-    let (_, f2) = transit("10.0.0.21", 2);
+    let (p1, f1) = transit("10.0.0.20", 1);
+    let (p2, f2) = transit("10.0.0.21", 2);
     let (_, f3) = transit("10.0.0.22", 3);
     lab.send(1, &[f1.clone(), f2.clone(), f3.clone()]);
     lab.run();
@@ -813,9 +832,11 @@ fn solicitations_are_rate_limited() {
     // Skipped retransmissions count: both fail on time (3 probes, 10 ms apart), and the token
     // of the next interval goes to the new next hop.
     lab.run_at(T + 30 * MS);
+    lab.expect(1, &[host_unreach(&p1, 1), host_unreach(&p2, 2)]);
     lab.expect_silence();
     lab.drop(0, Drop::NoNeighbor);
     lab.drop(0, Drop::NoNeighbor);
+    lab.c(0).icmp_errors += 2;
     lab.transit_queued[0] = 0;
     lab.queued[0] = 0;
     lab.check("both failed");
@@ -1615,13 +1636,20 @@ fn gateway_entry_goes_stale_behind_the_fast_path() {
         lab.check(&format!("T+{ms}ms"));
     }
     lab.now = T + 130 * MS;
-    let f = to_vr(M0, H0, None, &udp4_pkt("10.0.0.10", "8.1.1.1", 64, b"late"));
+    let p = udp4_pkt("10.0.0.10", "8.1.1.1", 64, b"late");
+    let f = to_vr(M0, H0, None, &p);
     lab.send(0, &[&f, &f]);
     lab.run();
+    // Host unreachable for each (RFC 1812 §4.3.3.1), back on lan from lan's address.
+    let t = Icmpv4Type::DestinationUnreachable(etherparse::icmpv4::DestUnreachableHeader::Host);
+    let err =
+        |id| eth(H0, M0, None, ET_IP4, &icmp4_error("10.0.0.1", p.src, id, t.clone(), &p.bytes()));
+    lab.expect(0, &[err(1), err(2)]);
     lab.expect_silence();
     lab.rx(0, &f);
     lab.rx(0, &f);
     lab.drop(0, Drop::NoNeighbor);
     lab.drop(0, Drop::NoNeighbor);
+    lab.c(0).icmp_errors += 2;
     lab.check("gateway failed");
 }

@@ -401,6 +401,54 @@ fn slow_paths_allocate_nothing() {
             }
         };
         frames.push(f);
+        // The RFC paths: options filled in or refused, a routing header and a link-local
+        // source answered, a fragmented echo to the VR reassembled and answered.
+        let (h6, r6) = (a6("2001:db8::10"), a6("2001:db8::1"));
+        match i % 64 {
+            15 => frames.push(to_vr(
+                M0,
+                H0,
+                None,
+                &Ip4 {
+                    options: vec![7, 7, 4, 0, 0, 0, 0, 1],
+                    ..udp4_pkt("10.0.0.10", "9.9.9.9", 64, &[9; 30])
+                },
+            )),
+            31 => frames.push(to_vr(
+                M0,
+                H0,
+                None,
+                &Ip4 {
+                    options: vec![0x94, 0xff, 0, 0],
+                    ..udp4_pkt("10.0.0.10", "9.9.9.9", 64, &[9; 30])
+                },
+            )),
+            47 => {
+                let req = Ip4 {
+                    id: i as u16,
+                    ..Ip4::new("10.0.0.10", "10.0.0.1", 64, 1, echo4_req(3, i as u16, &[10; 40]))
+                };
+                for (k, part) in req.payload.chunks(24).enumerate() {
+                    let f = Ip4 {
+                        payload: part.to_vec(),
+                        frag: 3 * k as u16,
+                        mf: k == 0,
+                        ..req.clone()
+                    };
+                    frames.push(to_vr(M0, H0, None, &f));
+                }
+            }
+            55 => {
+                let mut rh = vec![17, 2, 0, 1, 0, 0, 0, 0];
+                rh.extend_from_slice(&a6("2001:db8:ffff::1"));
+                rh.extend(udp6(h6, r6, 1, 2, b"rh0"));
+                frames.push(to_vr6(M0, H0, None, &Ip6::new(h6, r6, 64, 43, rh)));
+            }
+            63 => {
+                frames.push(to_vr6(M0, H0, None, &udp6_pkt("fe80::5", "2001:db8::20", 64, b"ll")))
+            }
+            _ => {}
+        }
     }
     let mut replies = Batch::new(512);
     let sel: Vec<u16> = (0..512).collect();
@@ -469,7 +517,15 @@ fn slow_paths_allocate_nothing() {
         d(|c| c.drops[dataplane::Drop::NoNeighbor as usize]) > 0,
         "some hosts never answer\n{dump}"
     );
-    invariant_bounds(&after, rig.e.vrs()[0].queued()).unwrap();
+    for r in [
+        dataplane::Drop::Ip4BadOption,
+        dataplane::Drop::Ip6RoutingHeader,
+        dataplane::Drop::SourceBeyondScope,
+    ] {
+        assert!(after.dropped(r) > before.dropped(r), "{r} hit\n{dump}");
+    }
+    let vr = &rig.e.vrs()[0];
+    invariant_bounds(&after, vr.queued() + vr.reassembling()).unwrap();
     eprintln!(
         "slow paths, measured window: {:?}",
         after

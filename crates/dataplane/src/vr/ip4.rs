@@ -6,35 +6,43 @@ use fib::NextHop;
 use ports::PktBuf;
 use wire::{checksum, icmpv4, ip_proto, ipv4};
 
-use super::{Adj, Core, Fate, Flush, Ingress, Meta, NKey, OutQueue};
+use super::{ip4opt, reasm, Adj, Core, Fate, Flush, Ingress, Meta, NKey, OutQueue};
 use crate::counters::Drop;
 use crate::l2;
 
 /// RFC 1812 §4.3.2.3: an ICMP error quotes as much of the offending packet as fits in 576 bytes.
 const ICMP_ERROR_MAX: usize = 576;
 
-/// Sources that must never be forwarded: this network (0/8), loopback (127/8), multicast
-/// (224/4), and class E including limited broadcast (240/4).
-#[inline]
-fn martian_source(a: u32) -> bool {
-    let o = a >> 24;
-    o == 0 || o == 127 || o >= 224
-}
+/// 169.254/16 (RFC 3927), as the top 16 bits of an address.
+const LINK_LOCAL: u32 = 0xa9fe;
 
-/// Destinations that must never be forwarded, or `IpMulticast` for 224/4.
-#[inline]
-fn bad_destination(a: u32) -> Option<Drop> {
-    match a >> 24 {
-        0 | 127 | 240..=255 => Some(Drop::MartianDestination),
-        224..=239 => Some(Drop::IpMulticast),
-        _ => None,
+/// What an address's first octet may make it, so that one table look-up per address clears
+/// almost every packet of all the checks in [`Core::martian4`].
+const FIRST_OCTET_OK: u8 = 0;
+/// This network (0/8), loopback (127/8), class E including limited broadcast (240/4).
+const FIRST_OCTET_MARTIAN: u8 = 1;
+/// 224/4.
+const FIRST_OCTET_MULTICAST: u8 = 2;
+/// 169/8, which holds link-local 169.254/16.
+const FIRST_OCTET_169: u8 = 3;
+static FIRST_OCTET: [u8; 256] = {
+    let mut t = [FIRST_OCTET_OK; 256];
+    t[0] = FIRST_OCTET_MARTIAN;
+    t[127] = FIRST_OCTET_MARTIAN;
+    t[169] = FIRST_OCTET_169;
+    let mut i = 224;
+    while i < 256 {
+        t[i] = if i < 240 { FIRST_OCTET_MULTICAST } else { FIRST_OCTET_MARTIAN };
+        i += 1;
     }
-}
+    t
+};
 
 impl Core {
     /// Pass 1 for IPv4: RFC 1812 §5.2.2 header checks, then martians.
     #[inline]
-    pub(super) fn ingress4(&mut self, buf: &mut PktBuf, l3: usize) -> Ingress {
+    pub(super) fn ingress4(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Ingress {
+        let l3 = m.l3 as usize;
         let f = buf.frame();
         let Some(&b0) = f.get(l3) else { return Ingress::Done(self.drop(Drop::Ip4BadLength)) };
         if b0 >> 4 != 4 {
@@ -53,15 +61,45 @@ impl Core {
         if ip.frag_offset() as usize + total - ip.header_len() > u16::MAX as usize {
             return Ingress::Done(self.drop(Drop::Ip4BadLength));
         }
-        if martian_source(src) || self.own.contains(NKey::v4(0, src).ip) {
-            return Ingress::Done(self.drop(Drop::MartianSource));
+        let flagged = FIRST_OCTET[(src >> 24) as usize] | FIRST_OCTET[(dst >> 24) as usize];
+        if flagged != FIRST_OCTET_OK || self.own.contains(NKey::v4(0, src).ip) {
+            if let Some(r) = self.martian4(src, dst) {
+                return Ingress::Done(self.drop(r));
+            }
         }
-        if let Some(r) = bad_destination(dst) {
-            return Ingress::Done(self.drop(r));
+        if b0 != 0x45 {
+            if let Err(at) = ip4opt::check(ip.header()) {
+                return Ingress::Done(self.bad_option4(buf, m, at, now));
+            }
         }
         // The IP length is authoritative: Ethernet may have padded the frame.
         buf.set_len(l3 + total);
         Ingress::Lookup4(dst)
+    }
+
+    /// Addresses that must never be forwarded (RFC 1812 §5.3.7, §4.2.3.1): sources from this
+    /// network, loopback, multicast, class E or the VR itself; destinations in this network,
+    /// loopback or class E, and multicast (`ip_multicast`: not routed here). RFC 3927 §7: a
+    /// link-local (169.254/16) source or destination is never forwarded, but a packet for the
+    /// VR's own address is delivered.
+    #[cold]
+    #[inline(never)]
+    fn martian4(&self, src: u32, dst: u32) -> Option<Drop> {
+        let ours = |a: u32| self.own.contains(NKey::v4(0, a).ip);
+        let link_local = |a: u32| a >> 16 == LINK_LOCAL;
+        let s = FIRST_OCTET[(src >> 24) as usize];
+        if s == FIRST_OCTET_MARTIAN || s == FIRST_OCTET_MULTICAST || ours(src) {
+            return Some(Drop::MartianSource);
+        }
+        if link_local(src) && !ours(dst) {
+            return Some(Drop::MartianSource);
+        }
+        match FIRST_OCTET[(dst >> 24) as usize] {
+            FIRST_OCTET_MARTIAN => Some(Drop::MartianDestination),
+            FIRST_OCTET_MULTICAST => Some(Drop::IpMulticast),
+            _ if link_local(dst) && !ours(dst) => Some(Drop::MartianDestination),
+            _ => None,
+        }
     }
 
     /// Pass 3 for IPv4: act on the route. The common case — a resolved gateway, TTL to spare,
@@ -81,7 +119,7 @@ impl Core {
         let rw = &self.rewrite[nh as usize];
         if rw.epoch == self.neigh.epoch() && now < rw.until {
             let ip = &buf.frame()[l3..];
-            if ip[8] > 1 && ip.len() <= rw.mtu as usize {
+            if ip[0] == 0x45 && ip[8] > 1 && ip.len() <= rw.mtu as usize {
                 ipv4::Packet::new_unchecked(&mut buf.frame_mut()[l3..]).decrement_ttl();
                 rw.apply(buf, l3);
                 return Fate::Tx { port: rw.port, transit: true };
@@ -132,10 +170,38 @@ impl Core {
             return self.icmp4_error(buf, m, t, c, mtu as u32, Drop::MtuExceeded, now);
         }
         ipv4::Packet::new_unchecked(&mut buf.frame_mut()[l3..]).decrement_ttl();
+        if buf.frame()[l3] != 0x45 {
+            self.stamp_options4(buf, l3, iface, now);
+        }
         if too_big {
             return self.fragment4(buf, l3, nh, key, mtu as usize, now, out, flush);
         }
         self.output(buf, l3, nh, key, true, now)
+    }
+
+    /// A header option failed [`ip4opt::check`]: Parameter Problem pointing at octet `at`
+    /// (RFC 1812 §5.2.5, §4.3.2.7), and the packet is dropped.
+    #[cold]
+    #[inline(never)]
+    fn bad_option4(&mut self, buf: &mut PktBuf, m: &Meta, at: u8, now: u64) -> Fate {
+        let (t, rest) = (icmpv4::PARAM_PROBLEM, (at as u32) << 24);
+        self.icmp4_error(buf, m, t, 0, rest, Drop::Ip4BadOption, now)
+    }
+
+    /// Record Route and Timestamp of a packet being forwarded out of `iface` (RFC 1812
+    /// §5.3.13): the interface's address and the time go in, the header checksum is redone.
+    #[cold]
+    #[inline(never)]
+    fn stamp_options4(&mut self, buf: &mut PktBuf, l3: usize, iface: u16, now: u64) {
+        let addr = self.icmp4_source(iface).map_or([0; 4], |a| a.octets());
+        let own = &self.own;
+        let f = &mut buf.frame_mut()[l3..];
+        let ihl = (f[0] & 0x0f) as usize * 4;
+        if ip4opt::stamp(&mut f[..ihl], addr, ip4opt::timestamp(now), |a| {
+            own.contains(NKey::v4(0, a).ip)
+        }) {
+            ipv4::Packet::new_unchecked(f).fill_checksum();
+        }
     }
 
     fn dst4(&self, buf: &PktBuf, l3: usize) -> u32 {
@@ -148,7 +214,7 @@ impl Core {
         let l3 = m.l3 as usize;
         let ip = ipv4::Packet::new_unchecked(&buf.frame()[l3..]);
         if ip.more_frags() || ip.frag_offset() != 0 {
-            return self.drop(Drop::LocalFragment);
+            return self.reassemble4(buf, m, now);
         }
         match ip.protocol() {
             ip_proto::ICMP => {
@@ -166,6 +232,34 @@ impl Core {
                 self.icmp4_error(buf, m, t, c, 0, Drop::LocalPortUnreachable, now)
             }
             _ => self.drop(Drop::LocalUnsupported),
+        }
+    }
+
+    /// A fragment for the VR: held until its datagram is whole (see [`reasm`]).
+    #[cold]
+    #[inline(never)]
+    fn reassemble4(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Fate {
+        let ip = ipv4::Packet::new_unchecked(&buf.frame()[m.l3 as usize..]);
+        let key = reasm::Key {
+            src: u32::from(ip.src_addr()).into(),
+            dst: u32::from(ip.dst_addr()).into(),
+            ident: ip.ident().into(),
+            proto: ip.protocol(),
+            v6: false,
+        };
+        let f = reasm::Frag {
+            key,
+            off: ip.frag_offset() as usize,
+            more: ip.more_frags(),
+            data: ip.payload(),
+            unfrag: ip.header(),
+            next_at: 0,
+            next: 0,
+        };
+        let r = self.reasm.add(&f, now);
+        match self.reassembled(r, buf, m.l3 as usize) {
+            Some(fate) => fate,
+            None => self.local4(buf, m, now),
         }
     }
 
@@ -209,6 +303,19 @@ impl Core {
         now: u64,
     ) -> Fate {
         self.counters.drops[reason as usize] += 1;
+        self.icmp4_reply(buf, m, kind, code, rest, now)
+    }
+
+    /// The answer half of [`Core::icmp4_error`], for a packet whose drop is already counted.
+    pub(super) fn icmp4_reply(
+        &mut self,
+        buf: &mut PktBuf,
+        m: &Meta,
+        kind: u8,
+        code: u8,
+        rest: u32,
+        now: u64,
+    ) -> Fate {
         let l3 = m.l3 as usize;
         let ip = ipv4::Packet::new_unchecked(&buf.frame()[l3..]);
         let about_error = ip.protocol() == ip_proto::ICMP
@@ -260,10 +367,63 @@ impl Core {
             Adj::Via { iface, gw } => (iface, NKey { ip: gw, iface }),
             _ => return self.drop_out(Drop::NoRoute, false),
         };
-        if buf.len() - l3 > self.ifaces[iface as usize].mtu as usize {
-            return self.drop_out(Drop::MtuExceeded, false);
+        let mtu = self.ifaces[iface as usize].mtu as usize;
+        if buf.len() - l3 > mtu {
+            return self.fragment_local4(buf, l3, nh, key, mtu, now);
         }
         self.output(buf, l3, nh, key, false, now)
+    }
+
+    /// A packet the VR made that exceeds the egress MTU (an echo reply to a reassembled
+    /// request): sent in fragments (RFC 791), the first from `buf`, the rest from the VR's
+    /// spill buffers at the next drain. Dropped if it needs more fragments than those hold.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn fragment_local4(
+        &mut self,
+        buf: &mut PktBuf,
+        l3: usize,
+        nh: NextHop,
+        key: NKey,
+        mtu: usize,
+        now: u64,
+    ) -> Fate {
+        let ip = ipv4::Packet::new_unchecked(&buf.frame()[l3..]);
+        let (ihl, payload) = (ip.header_len(), ip.payload().len());
+        let step = (mtu - ihl) & !7;
+        let rest = (payload - step).div_ceil(step);
+        if ip.dont_frag() || rest > super::SPILL - self.spill_n {
+            return self.drop_out(Drop::MtuExceeded, false);
+        }
+        let whole = l3 + ihl + payload;
+        self.frag_copy[..whole].copy_from_slice(&buf.frame()[..whole]);
+        set_fragment(&mut buf.frame_mut()[l3..], ihl + step, 0, true);
+        buf.set_len(l3 + ihl + step);
+        self.counters.fragments_sent += 1;
+        let fate = self.output(buf, l3, nh, key, false, now);
+        let mut spill = std::mem::take(&mut self.spill);
+        let mut at = step;
+        while at < payload {
+            let n = step.min(payload - at);
+            let o = &mut spill[self.spill_n];
+            let hdr = l2::ETH_LEN;
+            o.reset();
+            o.set_len(hdr + ihl + n);
+            let p = o.frame_mut();
+            p[hdr..hdr + ihl].copy_from_slice(&self.frag_copy[l3..l3 + ihl]);
+            let from = l3 + ihl + at;
+            p[hdr + ihl..].copy_from_slice(&self.frag_copy[from..from + n]);
+            set_fragment(&mut p[hdr..], ihl + n, at, at + n < payload);
+            self.counters.fragments_sent += 1;
+            if let Fate::Tx { port, .. } = self.output(o, hdr, nh, key, false, now) {
+                self.spill_port[self.spill_n] = port;
+                self.spill_n += 1;
+            }
+            at += n;
+        }
+        self.spill = spill;
+        fate
     }
 
     /// Splits a packet without DF into fragments that fit `mtu` (RFC 791): the first stays in
@@ -394,17 +554,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn martians() {
-        for a in ["0.1.2.3", "127.0.0.1", "224.0.0.5", "240.0.0.1", "255.255.255.255"] {
-            assert!(martian_source(a.parse::<Ipv4Addr>().unwrap().into()), "{a}");
+    fn first_octet_table_matches_the_address_classes() {
+        for o in 0..=255u32 {
+            let want = match o {
+                0 | 127 | 240..=255 => FIRST_OCTET_MARTIAN,
+                224..=239 => FIRST_OCTET_MULTICAST,
+                169 => FIRST_OCTET_169,
+                _ => FIRST_OCTET_OK,
+            };
+            assert_eq!(FIRST_OCTET[o as usize], want, "{o}");
         }
-        assert!(!martian_source(u32::from(Ipv4Addr::new(10, 0, 0, 1))));
-        assert_eq!(
-            bad_destination(u32::from(Ipv4Addr::new(239, 1, 1, 1))),
-            Some(Drop::IpMulticast)
-        );
-        assert_eq!(bad_destination(u32::from(Ipv4Addr::BROADCAST)), Some(Drop::MartianDestination));
-        assert_eq!(bad_destination(u32::from(Ipv4Addr::new(8, 8, 8, 8))), None);
     }
 
     #[test]

@@ -7,13 +7,15 @@ use ports::PktBuf;
 use wire::{icmpv6, ip_proto, ipv6, ndp, MacAddr};
 
 use super::neighbor::Learn;
-use super::{Adj, Core, Fate, Ingress, Meta, NKey};
+use super::{reasm, Adj, Core, Fate, Ingress, Meta, NKey};
 use crate::config::IfaceId;
 use crate::counters::Drop;
 use crate::l2;
 
 /// RFC 4443 §2.4(c): an ICMPv6 error quotes as much as fits in the minimum MTU.
 const ICMP6_ERROR_MAX: usize = 1280;
+/// Destination unreachable code 2: beyond scope of source address (RFC 4443 §3.1).
+const BEYOND_SCOPE: u8 = 2;
 const IP6_ETH: u16 = wire::ethertype::IPV6;
 const ALL_NODES: u128 = 0xff02_0000_0000_0000_0000_0000_0000_0001;
 /// ff02::1:ff00:0/104, the solicited-node groups.
@@ -108,8 +110,11 @@ impl Core {
         if is_link_local(dst) {
             return self.drop(Drop::MartianDestination);
         }
+        // RFC 4443 §3.1: a link-local source cannot be answered beyond its link, so the
+        // packet cannot leave it: "beyond scope of source address".
         if is_link_local(src) {
-            return self.drop(Drop::MartianSource);
+            let (t, c) = (icmpv6::DEST_UNREACHABLE, BEYOND_SCOPE);
+            return self.icmp6_error(buf, m, t, c, 0, Drop::SourceBeyondScope, now);
         }
         let (iface, gw) = match adj {
             Adj::Glean(i) => (i, None),
@@ -139,8 +144,14 @@ impl Core {
         let l3 = m.l3 as usize;
         let ip = ipv6::Packet::new_unchecked(&buf.frame()[l3..]);
         let Ok(ul) = ip.upper_layer() else { return self.drop(Drop::Ip6BadExtHeader) };
+        if ul.offset > ipv6::HEADER_LEN {
+            if let Some(at) = routing_to_process(&buf.frame()[l3..]) {
+                let (t, rest) = (icmpv6::PARAM_PROBLEM, at as u32);
+                return self.icmp6_error(buf, m, t, 0, rest, Drop::Ip6RoutingHeader, now);
+            }
+        }
         if ul.fragment.is_some() {
-            return self.drop(Drop::LocalFragment);
+            return self.reassemble6(buf, m, now);
         }
         let (src, dst, hl) = (ip.src_addr(), ip.dst_addr(), ip.hop_limit());
         let multicast = is_multicast(dst.into());
@@ -165,6 +176,55 @@ impl Core {
                 self.icmp6_error(buf, m, t, c, 0, Drop::LocalPortUnreachable, now)
             }
             _ => self.drop(Drop::LocalUnsupported),
+        }
+    }
+
+    /// A fragment for the VR: held until its datagram is whole (see [`reasm`]).
+    #[cold]
+    #[inline(never)]
+    fn reassemble6(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Fate {
+        let ip = &buf.frame()[m.l3 as usize..];
+        let Some((fh, next_at)) = reasm::find_fragment6(ip) else {
+            return self.drop(Drop::Ip6BadExtHeader);
+        };
+        let off_flags = u16::from_be_bytes([ip[fh + 2], ip[fh + 3]]);
+        // RFC 8200 §4.5: a fragment with more to come must carry a multiple of 8 bytes, and no
+        // fragment may reach past 65535 bytes of payload; the source hears which field is
+        // wrong (Payload Length, Fragment Offset).
+        let data = ip.len() - fh - 8;
+        let more = off_flags & 1 != 0;
+        let pointer = if more && !data.is_multiple_of(8) {
+            Some(4)
+        } else if fh - ipv6::HEADER_LEN + (off_flags & 0xfff8) as usize + data > u16::MAX as usize {
+            Some(fh as u32 + 2)
+        } else {
+            None
+        };
+        if let Some(at) = pointer {
+            let (t, r) = (icmpv6::PARAM_PROBLEM, Drop::LocalFragment);
+            return self.icmp6_error(buf, m, t, 0, at, r, now);
+        }
+        let p = ipv6::Packet::new_unchecked(ip);
+        let key = reasm::Key {
+            src: p.src_addr().into(),
+            dst: p.dst_addr().into(),
+            ident: u32::from_be_bytes([ip[fh + 4], ip[fh + 5], ip[fh + 6], ip[fh + 7]]),
+            proto: 0,
+            v6: true,
+        };
+        let f = reasm::Frag {
+            key,
+            off: (off_flags & 0xfff8) as usize,
+            more,
+            data: &ip[fh + 8..],
+            unfrag: &ip[..fh],
+            next_at,
+            next: ip[fh],
+        };
+        let r = self.reasm.add(&f, now);
+        match self.reassembled(r, buf, m.l3 as usize) {
+            Some(fate) => fate,
+            None => self.local6(buf, m, now),
         }
     }
 
@@ -201,10 +261,27 @@ impl Core {
         now: u64,
     ) -> Fate {
         self.counters.drops[reason as usize] += 1;
+        self.icmp6_reply(buf, m, kind, code, rest, now)
+    }
+
+    /// The answer half of [`Core::icmp6_error`], for a packet whose drop is already counted.
+    pub(super) fn icmp6_reply(
+        &mut self,
+        buf: &mut PktBuf,
+        m: &Meta,
+        kind: u8,
+        code: u8,
+        rest: u32,
+        now: u64,
+    ) -> Fate {
         let l3 = m.l3 as usize;
         let ip = ipv6::Packet::new_unchecked(&buf.frame()[l3..]);
+        // What follows a non-first fragment is the middle of a message, not its type: as
+        // Linux, such a fragment is not taken for an error.
         let about_error = match ip.upper_layer() {
-            Ok(ul) if ul.protocol == ip_proto::ICMPV6 => {
+            Ok(ul)
+                if ul.protocol == ip_proto::ICMPV6 && ul.fragment.is_none_or(|f| f.offset == 0) =>
+            {
                 buf.frame().get(l3 + ul.offset).is_none_or(|&t| icmpv6::is_error(t))
             }
             Ok(_) => false,
@@ -383,6 +460,35 @@ impl Core {
         buf.set_window(off, l3 + ipv6::HEADER_LEN + n);
         self.counters.neighbor_requests += 1;
         Fate::Tx { port, transit: false }
+    }
+}
+
+/// RFC 5095 §3, RFC 8200 §4.4: the VR processes no Routing Header type (type 0 is deprecated
+/// for its amplification attacks, and it implements no other), so one that still has segments
+/// left in a packet addressed to it is an error. Returns the offset of its Routing Type octet
+/// (for Parameter Problem's pointer); `None` if there is no such header (one with no segments
+/// left is ignored). `ip` is a packet [`ipv6::Packet::upper_layer`] accepted: every header
+/// before the upper layer lies within it.
+fn routing_to_process(ip: &[u8]) -> Option<usize> {
+    let mut next = ip[6];
+    let mut at = ipv6::HEADER_LEN;
+    loop {
+        let len = match next {
+            ip_proto::HOPOPTS | ip_proto::DSTOPTS => (*ip.get(at + 1)? as usize + 1) * 8,
+            ip_proto::ROUTING => {
+                let h = ip.get(at..at + 4)?;
+                if h[3] > 0 {
+                    return Some(at + 2);
+                }
+                (h[1] as usize + 1) * 8
+            }
+            ip_proto::AH => (*ip.get(at + 1)? as usize + 2) * 4,
+            // A Routing header comes before any Fragment header (RFC 8200 §4.1); what follows
+            // a fragment may not be a header at all.
+            _ => return None,
+        };
+        next = *ip.get(at)?;
+        at += len;
     }
 }
 

@@ -17,8 +17,10 @@
 
 mod arp;
 mod ip4;
+mod ip4opt;
 mod ip6;
 mod neighbor;
+mod reasm;
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -234,11 +236,24 @@ pub(crate) struct Core {
     r6: FibReader<u128>,
     neigh: NeighborTable,
     bucket: Bucket,
+    /// Datagrams addressed to the VR that arrive in fragments.
+    reasm: reasm::Reassembler,
+    /// Fragments after the first of a packet the VR made itself (an echo reply to a
+    /// reassembled request can exceed the MTU), waiting for the next drain into `out`: the
+    /// first `spill_n`, with their egress ports. Buffers made at build.
+    spill: Vec<PktBuf>,
+    spill_port: [PortId; SPILL],
+    spill_n: usize,
     ident: u16,
     /// FIB generations (IPv4, IPv6) the last batch looked up in.
     seen: (u64, u64),
     pub counters: VrCounters,
 }
+
+/// How many fragments after the first a packet the VR makes may need: enough for an echo
+/// reply as large as a buffer holds over any MTU of 576 bytes or more (RFC 791's datagram
+/// every host accepts); below that, such a reply is dropped.
+pub(crate) const SPILL: usize = 4;
 
 /// Lookup scratch for one batch: one per worker, lent to each VR while it runs (1024 VRs
 /// would otherwise carry 7 KiB each).
@@ -448,6 +463,11 @@ impl Vr {
         self.core.neigh.queued()
     }
 
+    /// Fragments held until the rest of their datagram (addressed to the VR) comes.
+    pub fn reassembling(&self) -> usize {
+        self.core.reasm.held()
+    }
+
     /// The interfaces, in configuration order.
     pub(crate) fn ifaces(&self) -> &[Iface] {
         &self.core.ifaces
@@ -512,15 +532,28 @@ impl Vr {
 
     /// Timers: neighbor retransmissions and failures. Cheap when nothing is pending.
     pub(crate) fn tick(&mut self, now: u64, out: &mut OutQueue) {
+        self.core.expire_reassembly(now, out);
         let (transit, generated) = self.core.neigh.tick(now);
         self.core.counters.drops[Drop::NoNeighbor as usize] += transit;
         self.core.counters.generated_dropped += generated;
+        if transit > 0 {
+            self.core.answer_gave_up(now, out);
+        }
         self.drain(out);
     }
 
     /// Moves due probes and resolved queues into `out`, as far as it has room.
     fn drain(&mut self, out: &mut OutQueue) {
         let c = &mut self.core;
+        if c.spill_n > 0 && out.batch.room() >= c.spill_n {
+            for i in 0..c.spill_n {
+                let Some(buf) = out.batch.spare_mut() else { break };
+                std::mem::swap(buf, &mut c.spill[i]);
+                out.batch.commit();
+                out.dest.push((c.spill_port[i], false, out.vr));
+            }
+            c.spill_n = 0;
+        }
         while let Some(p) = c.neigh.pop_probe() {
             if !out.emit(|buf| c.probe(buf, p.key, p.unicast)) && out.batch.room() == 0 {
                 c.neigh.push_probe(p);
@@ -663,6 +696,10 @@ impl Core {
             ifaces,
             neigh,
             bucket: Bucket::new(icmp_errors_per_sec, icmp_errors_burst),
+            reasm: reasm::Reassembler::new(),
+            spill: (0..SPILL).map(|_| PktBuf::new()).collect(),
+            spill_port: [0; SPILL],
+            spill_n: 0,
             ident: 0,
             seen: (0, 0),
             counters: VrCounters::default(),
@@ -711,12 +748,11 @@ impl Core {
 
     #[inline]
     fn ingress(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Ingress {
-        let l3 = m.l3 as usize;
         if !self.ifaces[m.iface as usize].up {
             return Ingress::Done(self.drop(Drop::InterfaceDown));
         }
         match m.ethertype {
-            wire::ethertype::IPV4 => self.ingress4(buf, l3),
+            wire::ethertype::IPV4 => self.ingress4(buf, m, now),
             wire::ethertype::IPV6 => self.ingress6(buf, m, now),
             wire::ethertype::ARP => Ingress::Done(self.arp_in(buf, m, now)),
             _ => Ingress::Done(self.drop(Drop::UnknownEthertype)),
@@ -771,7 +807,145 @@ impl Core {
                     self.drop_out(Drop::NeighborQueueFull, transit)
                 }
             }
+            Resolve::Fail(Drop::NoNeighbor) if transit => {
+                self.counters.drops[Drop::NoNeighbor as usize] += 1;
+                self.host_unreachable(buf, l3, key.iface, now)
+            }
             Resolve::Fail(r) => self.drop_out(r, transit),
+        }
+    }
+
+    /// Answers the transit packets whose next hop gave up resolving (their drops are counted)
+    /// with host unreachable, as far as `out` has room; the rest go unanswered.
+    #[cold]
+    fn answer_gave_up(&mut self, now: u64, out: &mut OutQueue) {
+        while let Some(buf) = out.batch.spare_mut() {
+            let Some(iface) = self.neigh.pop_gave_up(buf) else { break };
+            // Queued packets carry the L2 header of the interface they were to leave by.
+            let l3 = if self.ifaces[iface as usize].vlan.is_some() {
+                l2::ETH_VLAN_LEN
+            } else {
+                l2::ETH_LEN
+            };
+            if let Fate::Tx { port, transit } = self.host_unreachable(buf, l3, iface, now) {
+                out.batch.commit();
+                out.dest.push((port, transit, out.vr));
+            }
+        }
+        self.counters.icmp_errors_suppressed += self.neigh.discard_gave_up();
+    }
+
+    /// RFC 1812 §4.3.3.1: a transit packet (its drop counted) that was to leave by `via` but
+    /// whose next hop does not answer ARP / neighbor solicitation is answered with host
+    /// unreachable (ICMPv6: address unreachable), within the ICMP error rate limit. Its TTL was
+    /// decremented on the way out; restored, so the error quotes it as it arrived. The error's
+    /// source is an address of the interface it leaves by (RFC 1812 §4.3.2.4).
+    #[cold]
+    #[inline(never)]
+    fn host_unreachable(&mut self, buf: &mut PktBuf, l3: usize, via: IfaceId, now: u64) -> Fate {
+        let f = buf.frame_mut();
+        let Some(&b0) = f.get(l3) else { return Fate::Done };
+        let iface = |i: Option<IfaceId>| i.unwrap_or(via);
+        if b0 >> 4 == 4 {
+            f[l3 + 8] = f[l3 + 8].wrapping_add(1);
+            wire::ipv4::Packet::new_unchecked(&mut f[l3..]).fill_checksum();
+            let src = u32::from_be_bytes([f[l3 + 12], f[l3 + 13], f[l3 + 14], f[l3 + 15]]);
+            let back = self.adj_iface(self.r4.load().lookup(src));
+            let m = Meta { iface: iface(back), l3: l3 as u16, ..Meta::default() };
+            let (t, c) = (wire::icmpv4::DEST_UNREACHABLE, wire::icmpv4::HOST_UNREACHABLE);
+            self.icmp4_reply(buf, &m, t, c, 0, now)
+        } else {
+            f[l3 + 7] = f[l3 + 7].wrapping_add(1);
+            let mut a = [0; 16];
+            a.copy_from_slice(&f[l3 + 8..l3 + 24]);
+            let back = self.adj_iface(self.r6.load().lookup(u128::from_be_bytes(a)));
+            let m = Meta { iface: iface(back), l3: l3 as u16, ..Meta::default() };
+            let (t, c) = (wire::icmpv6::DEST_UNREACHABLE, wire::icmpv6::ADDR_UNREACHABLE);
+            self.icmp6_reply(buf, &m, t, c, 0, now)
+        }
+    }
+
+    /// Drops the fragments of datagrams whose reassembly time is up, and answers the source
+    /// of each whose first fragment came with Time Exceeded, fragment reassembly time exceeded
+    /// (RFC 1122 §3.3.2, RFC 8200 §4.5), quoting that fragment, as `out` has room and the
+    /// ICMP rate limit allows.
+    #[inline]
+    fn expire_reassembly(&mut self, now: u64, out: &mut OutQueue) {
+        let n = self.reasm.expire(now);
+        if n > 0 {
+            self.counters.drops[Drop::ReassemblyTimeout as usize] += n;
+            self.report_reassembly_timeouts(now, out);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn report_reassembly_timeouts(&mut self, now: u64, out: &mut OutQueue) {
+        let l3 = l2::ETH_LEN;
+        while let Some(buf) = out.batch.spare_mut() {
+            let Some(v6) = self.reasm.pop_report(buf, l3) else { break };
+            let f = buf.frame();
+            let back = if v6 {
+                let mut a = [0; 16];
+                a.copy_from_slice(&f[l3 + 8..l3 + 24]);
+                self.adj_iface(self.r6.load().lookup(u128::from_be_bytes(a)))
+            } else {
+                let src = u32::from_be_bytes([f[l3 + 12], f[l3 + 13], f[l3 + 14], f[l3 + 15]]);
+                self.adj_iface(self.r4.load().lookup(src))
+            };
+            let Some(iface) = back else {
+                // No route back to the source (a link-local one: which link is not kept).
+                self.counters.icmp_errors_suppressed += 1;
+                continue;
+            };
+            let m = Meta { iface, l3: l3 as u16, ..Meta::default() };
+            let fate = if v6 {
+                self.icmp6_reply(buf, &m, wire::icmpv6::TIME_EXCEEDED, 1, 0, now)
+            } else {
+                let c = wire::icmpv4::REASSEMBLY_TIME_EXCEEDED;
+                self.icmp4_reply(buf, &m, wire::icmpv4::TIME_EXCEEDED, c, 0, now)
+            };
+            if let Fate::Tx { port, transit } = fate {
+                out.batch.commit();
+                out.dest.push((port, transit, out.vr));
+            }
+        }
+        self.reasm.clear_reports();
+    }
+
+    /// Acts on what the reassembler made of a fragment addressed to the VR: held, or dropped
+    /// (with what its datagram held): `Some(Fate::Done)`. Or it was the last one: the whole
+    /// datagram is now in `buf`, the fragments merged into it counted as delivered, and `None`
+    /// tells the caller to hand it to the local handler like any other datagram.
+    #[cold]
+    fn reassembled(
+        &mut self,
+        r: Result<Option<usize>, reasm::Failed>,
+        buf: &mut PktBuf,
+        l3: usize,
+    ) -> Option<Fate> {
+        let done = match r {
+            Ok(None) => return Some(Fate::Done),
+            Ok(Some(i)) => self.reasm.finish(i, buf, l3),
+            Err(e) => Err(e),
+        };
+        match done {
+            Ok(merged) => {
+                self.counters.local_in += merged as u64;
+                None
+            }
+            Err((reason, held)) => {
+                self.counters.drops[reason as usize] += held as u64 + 1;
+                Some(Fate::Done)
+            }
+        }
+    }
+
+    /// The interface next hop `nh` leaves by, if it leaves at all.
+    fn adj_iface(&self, nh: NextHop) -> Option<IfaceId> {
+        match self.adj.get(nh as usize) {
+            Some(Adj::Glean(i)) | Some(Adj::Via { iface: i, .. }) => Some(*i),
+            _ => None,
         }
     }
 

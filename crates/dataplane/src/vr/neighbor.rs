@@ -31,6 +31,7 @@
 //!   `neighbor_probes` retransmit intervals, so that a solicited advertisement may create the
 //!   entry its incomplete entry was evicted from meanwhile (see [`NeighborTable::probed_recently`]).
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ports::PktBuf;
@@ -243,6 +244,9 @@ pub(crate) struct NeighborTable {
     recent: Box<[(NKey, u64)]>,
     /// Packets (transit, generated) dropped from the queues of entries evicted, not yet counted.
     evicted: (u64, u64),
+    /// Queue slots (and their interface) of transit packets whose entry gave up resolving,
+    /// kept for the VR to answer with host unreachable ([`NeighborTable::pop_gave_up`]).
+    gave_up: VecDeque<(u32, u16)>,
     next_timer: u64,
     /// Bumped on every change that could invalidate a MAC someone cached (see `epoch`).
     epoch: u64,
@@ -282,6 +286,7 @@ impl NeighborTable {
                 .then(|| Bucket::new(l.solicitations_per_sec, l.solicitations_burst.max(1))),
             recent: vec![(NKey { ip: 0, iface: u16::MAX }, 0); RECENT].into_boxed_slice(),
             evicted: (0, 0),
+            gave_up: VecDeque::with_capacity(slots),
             next_timer: u64::MAX,
             epoch: 1,
             clock: 0,
@@ -710,7 +715,7 @@ impl NeighborTable {
                     self.next_timer = self.next_timer.min(en.deadline);
                 } else if en.probes >= self.max_probes {
                     self.fail(e, now);
-                    let d = self.drain_queue(e);
+                    let d = self.give_up_queue(e);
                     dropped.0 += d.0;
                     dropped.1 += d.1;
                 } else {
@@ -729,6 +734,47 @@ impl NeighborTable {
             }
         }
         dropped
+    }
+
+    /// As [`NeighborTable::drain_queue`] for an entry that failed to resolve, but its transit
+    /// packets are kept on the `gave_up` list (still dropped, and counted so).
+    fn give_up_queue(&mut self, e: u32) -> (u64, u64) {
+        let mut d = (0, 0);
+        let en = &mut self.entries[e as usize];
+        let (mut s, iface) = (en.q_head, en.key.iface);
+        en.q_head = NONE;
+        en.q_tail = NONE;
+        en.q_len = 0;
+        while s != NONE {
+            let slot = &self.slots[s as usize];
+            let next = slot.next;
+            if slot.transit {
+                d.0 += 1;
+                self.gave_up.push_back((s, iface));
+            } else {
+                d.1 += 1;
+                self.free_slots.push(s);
+            }
+            s = next;
+        }
+        d
+    }
+
+    /// Moves the next packet whose next hop gave up resolving into `buf` (whose old buffer
+    /// becomes the slot's spare), with the interface it was to leave by; `None` when there are
+    /// none left.
+    pub fn pop_gave_up(&mut self, buf: &mut PktBuf) -> Option<u16> {
+        let (s, iface) = self.gave_up.pop_front()?;
+        std::mem::swap(&mut self.slots[s as usize].buf, buf);
+        self.free_slots.push(s);
+        Some(iface)
+    }
+
+    /// Forgets the packets [`NeighborTable::pop_gave_up`] did not take; returns how many.
+    pub fn discard_gave_up(&mut self) -> u64 {
+        let n = self.gave_up.len();
+        self.free_slots.extend(self.gave_up.drain(..).map(|(s, _)| s));
+        n as u64
     }
 
     fn drain_queue(&mut self, e: u32) -> (u64, u64) {
@@ -794,7 +840,7 @@ impl NeighborTable {
 
     /// Packets waiting across all entries.
     pub fn queued(&self) -> usize {
-        self.slots.len() - self.free_slots.len()
+        self.slots.len() - self.free_slots.len() - self.gave_up.len()
     }
 
     /// The table, sorted by interface and address.
@@ -916,6 +962,12 @@ mod tests {
         assert_eq!(t.pop_probe(), Some(Probe { key: A, unicast: None }));
         assert_eq!(t.tick(2 * MS), (1, 1), "two probes unanswered: queue dropped");
         assert_eq!(t.queued(), 0);
+        // The transit packet is handed to the VR, to answer with host unreachable.
+        let mut b = PktBuf::new();
+        assert_eq!(t.pop_gave_up(&mut b), Some(A.iface));
+        assert_eq!(b.frame(), pkt(1).frame());
+        assert_eq!(t.pop_gave_up(&mut b), None);
+        assert_eq!(t.free_slots.len(), t.slots.len(), "every slot is free again");
         assert_eq!(t.resolve(A, 3 * MS), Resolve::Fail(Drop::NoNeighbor));
     }
 

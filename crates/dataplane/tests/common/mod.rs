@@ -645,6 +645,9 @@ pub struct Lab {
     pub transit_queued: Vec<u64>,
     /// Expected packets (transit and generated) held in neighbor queues, per VR.
     pub queued: Vec<usize>,
+    /// Expected fragments held for reassembly, per VR (received, not yet counted: part of
+    /// the invariant like transit packets queued).
+    pub held: Vec<usize>,
     pub now: u64,
 }
 
@@ -681,6 +684,7 @@ impl Lab {
             port: vec![PortCounters::default(); rings.len()],
             transit_queued: vec![0; vrs.len()],
             queued: vec![0; vrs.len()],
+            held: vec![0; vrs.len()],
             now: 0,
         }
     }
@@ -870,7 +874,15 @@ impl Lab {
                     self.queued[v]
                 ));
             }
-            if let Err(e) = invariant(got, self.transit_queued[v]) {
+            if vr.reassembling() != self.held[v] {
+                errs.push(format!(
+                    "vr {}: reassembling() = {}, expected {}",
+                    vr.name(),
+                    vr.reassembling(),
+                    self.held[v]
+                ));
+            }
+            if let Err(e) = invariant(got, self.transit_queued[v] + self.held[v] as u64) {
                 errs.push(format!("vr {}: {e}", vr.name()));
             }
         }
