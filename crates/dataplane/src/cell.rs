@@ -886,7 +886,8 @@ fn demux_of(ports: &[Box<dyn Port>], vrs: &[Vr]) -> Result<Demux, BuildError> {
             let v4: Vec<_> = f.v4.iter().map(|n| n.addr()).collect();
             let v6: Vec<_> = f.v6.iter().map(|n| n.addr()).chain([f.ll]).collect();
             let t = Target { vr: v as u16, iface: i as u16 };
-            if let Err(c) = demux.add(f.port as usize, f.vlan.unwrap_or(0), f.mac, &v4, &v6, t) {
+            let (port, vlan) = (f.port as usize, f.vlan.unwrap_or(0));
+            if let Err(c) = demux.add(port, vlan, f.mac, &v4, &v6, t) {
                 let (old, what) = match c {
                     Conflict::Mac(old) => (old, format!("MAC {}", f.mac)),
                     Conflict::Address(old, a) => (old, format!("address {a}")),
@@ -902,6 +903,9 @@ fn demux_of(ports: &[Box<dyn Port>], vrs: &[Vr]) -> Result<Demux, BuildError> {
                     f.vlan,
                 )));
             }
+            let n4: Vec<_> = f.v4.iter().map(|n| (n.addr(), n.prefix_len())).collect();
+            let n6: Vec<_> = f.v6.iter().map(|n| (n.addr(), n.prefix_len())).collect();
+            demux.add_subnets(port, vlan, &n4, &n6, t);
         }
     }
     Ok(demux)
