@@ -461,6 +461,11 @@ impl Switch {
         v
     }
 
+    /// How many multicast groups snooping has registered.
+    pub fn group_count(&self) -> usize {
+        self.snoop.as_ref().map_or(0, |s| s.index.len())
+    }
+
     /// The members that are router ports now (a query was seen on them lately).
     pub fn router_members(&self, now: u64) -> Vec<u16> {
         let Some(sn) = &self.snoop else { return Vec::new() };
