@@ -107,6 +107,9 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     ("routeplex_port_transmitted_bytes_total", "counter", "port"),
     ("routeplex_port_dropped_total", "counter", "port,reason"),
     ("routeplex_port_up", "gauge", "port"),
+    ("routeplex_switch_received_total", "counter", "switch"),
+    ("routeplex_switch_dropped_total", "counter", "switch,port,reason"),
+    ("routeplex_switch_groups", "gauge", "switch"),
 ];
 
 /// Port drop reasons besides classification ([`PortDrop`]): what the backend reports.
@@ -483,6 +486,41 @@ impl Collector for Collect {
             "routeplex_port_up",
             "1 while the port moves packets (a memif peer is connected, the interface is there)",
             p().map(|p| (pl(p), u64::from(p.status == PortStatus::Up))),
+        )?;
+
+        // Switches.
+        let s = || snap.switches();
+        counter(
+            e,
+            "routeplex_switch_received_total",
+            "Frames switches received from their members",
+            s().map(|s| (l1("switch", &s.name), s.counters.rx)),
+        )?;
+        counter(
+            e,
+            "routeplex_switch_dropped_total",
+            "Frames a switch dropped, by member port (the one a frame came from, or for tx_full the one it was to leave by) and reason",
+            s().flat_map(|s| {
+                s.members
+                    .iter()
+                    .flat_map(|(port, d)| {
+                        dataplane::SwitchDrop::ALL.iter().map(move |&r| {
+                            let l = vec![
+                                ("switch", s.name.clone()),
+                                ("port", port.clone()),
+                                ("reason", r.name().to_string()),
+                            ];
+                            (l, d[r as usize])
+                        })
+                    })
+                    .collect::<Vec<_>>()
+            }),
+        )?;
+        gauge(
+            e,
+            "routeplex_switch_groups",
+            "Multicast groups the switch's IGMP/MLD snooping has registered",
+            s().map(|s| (l1("switch", &s.name), s.groups as u64)),
         )?;
         Ok(())
     }

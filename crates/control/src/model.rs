@@ -148,6 +148,12 @@ pub struct SwitchDoc {
     pub mac_limit: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aging_s: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snooping: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_timeout_s: Option<u64>,
 }
 
 /// One of a switch's `members:`: an access port (`vlan`) or a trunk (`trunk`, `native`).

@@ -286,9 +286,56 @@ pub struct CellStatus {
     pub id: usize,
     pub vrs: Vec<VrStatus>,
     pub ports: Vec<PortRow>,
-    pub switches: Vec<(String, SwitchCounters)>,
+    pub switches: Vec<SwitchStatus>,
     /// Bursts and packets per stage.
     pub stages: dataplane::StageCounters,
+}
+
+/// One switch as a snapshot saw it.
+#[derive(Clone, Debug)]
+pub struct SwitchStatus {
+    pub name: String,
+    pub counters: SwitchCounters,
+    /// Per member: its port's name and its drops by [`dataplane::SwitchDrop`] reason.
+    pub members: Vec<(String, [u64; dataplane::SwitchDrop::COUNT])>,
+    /// Multicast groups registered by snooping now.
+    pub groups: usize,
+}
+
+impl SwitchStatus {
+    /// As JSON: counters, drops by reason, members with their drops (non-zero reasons), groups.
+    pub fn to_json(&self) -> Value {
+        let c = &self.counters;
+        let drops = |d: &[u64]| -> serde_json::Map<String, Value> {
+            dataplane::SwitchDrop::ALL
+                .iter()
+                .map(|&r| (r.name().to_string(), json!(d[r as usize])))
+                .collect()
+        };
+        let members: Vec<Value> = self
+            .members
+            .iter()
+            .map(|(port, d)| {
+                let mut d = drops(d);
+                d.retain(|_, n| n != &json!(0));
+                json!({ "port": port, "drops": d })
+            })
+            .collect();
+        json!({
+            "name": self.name,
+            "counters": {
+                "rx": c.rx, "forwarded": c.forwarded, "flooded": c.flooded,
+                "flood_copies": c.flood_copies, "miss": c.miss, "learned": c.learned,
+                "moved": c.moved, "move_refused": c.move_refused,
+                "learn_limited": c.learn_limited, "aged": c.aged, "snooped": c.snooped,
+                "snooped_copies": c.snooped_copies, "joins": c.joins, "leaves": c.leaves,
+                "expired": c.expired, "queries": c.queries, "groups_full": c.groups_full,
+            },
+            "drops": drops(&c.drops),
+            "members": members,
+            "groups": self.groups,
+        })
+    }
 }
 
 /// One worker as a snapshot saw it.
@@ -338,8 +385,13 @@ impl Snapshot {
         self.workers.iter().flat_map(|w| w.cells.iter().flat_map(|c| &c.ports))
     }
 
+    /// Every switch, in worker and cell order.
+    pub fn switches(&self) -> impl Iterator<Item = &SwitchStatus> {
+        self.workers.iter().flat_map(|w| w.cells.iter().flat_map(|c| &c.switches))
+    }
+
     /// As JSON: `workers` (each with its CPU and VRs), `vrs` (counters that are not zero,
-    /// `over_budget` always, the worker and reservation) and `ports`.
+    /// `over_budget` always, the worker and reservation), `ports` and `switches`.
     pub fn to_json(&self) -> Value {
         let workers: Vec<Value> = self
             .workers
@@ -399,6 +451,7 @@ impl Snapshot {
             "workers": workers,
             "vrs": vrs,
             "ports": ports,
+            "switches": self.switches().map(SwitchStatus::to_json).collect::<Vec<_>>(),
         })
     }
 }
@@ -988,6 +1041,19 @@ fn status(id: usize, c: &Cell) -> CellStatus {
             burst: c.port_burst(p),
         })
         .collect();
-    let switches = c.switches().iter().map(|s| (s.name().to_string(), *s.counters())).collect();
+    let switches = c
+        .switches()
+        .iter()
+        .map(|s| SwitchStatus {
+            name: s.name().to_string(),
+            counters: *s.counters(),
+            members: s
+                .member_ports()
+                .zip(s.member_drops())
+                .map(|(p, d)| (c.port_name(p as usize).to_string(), *d))
+                .collect(),
+            groups: s.group_count(),
+        })
+        .collect();
     CellStatus { id, vrs, ports, switches, stages: c.stages() }
 }

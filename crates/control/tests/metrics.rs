@@ -34,6 +34,13 @@ ports:
   - { name: a1, kind: mem }
   - { name: b0, kind: mem }
   - { name: b1, kind: mem }
+  - { name: s0, kind: mem }
+  - { name: s1, kind: mem }
+switches:
+  - name: sw
+    members:
+      - { port: s0 }
+      - { port: s1 }
 vrs:
   - name: vr1
     interfaces:
@@ -193,9 +200,20 @@ fn the_exposition_has_every_family_and_counts_the_traffic() {
     assert_eq!(value(&text, "routeplex_port_received_total{port=\"a0\"}"), Some(sent[0]));
     assert_eq!(value(&text, "routeplex_port_transmitted_total{port=\"a1\"}"), Some(sent[0]));
     assert_eq!(value(&text, "routeplex_port_up{port=\"b1\"}"), Some(1.0));
+    let sw_drop = "routeplex_switch_dropped_total{switch=\"sw\",port=\"s1\",reason=\"tx_full\"}";
+    assert_eq!(value(&text, sw_drop), Some(0.0));
+    assert_eq!(value(&text, "routeplex_switch_groups{switch=\"sw\"}"), Some(0.0));
     let r = "routeplex_port_dropped_total{port=\"a0\",reason=\"not_for_us\"}";
     assert_eq!(value(&text, r), Some(0.0));
     assert!(value(&text, "routeplex_worker_rounds_total{worker=\"0\"}").unwrap() > 0.0);
+    // `status` shows the switch with its members and their drops.
+    let st = h.node.status().unwrap();
+    let sw = &st["switches"][0];
+    assert_eq!((sw["name"].as_str(), sw["groups"].as_u64()), (Some("sw"), Some(0)), "{sw:#}");
+    let ports: Vec<&str> =
+        sw["members"].as_array().unwrap().iter().map(|m| m["port"].as_str().unwrap()).collect();
+    assert_eq!(ports, ["s0", "s1"], "{sw:#}");
+    assert_eq!(sw["drops"]["tx_full"].as_u64(), Some(0), "{sw:#}");
 }
 
 #[test]

@@ -29,6 +29,11 @@ use crate::worker::Worker;
 pub(crate) const NONE: u16 = u16::MAX;
 /// How often VR timers run, in nanoseconds.
 const HOUSEKEEPING_NS: u64 = 1_000_000;
+/// Ports whose control path (`Port::service`, link state) one housekeeping run looks at, in
+/// turn: a cell of 1024 ports (a big switch) would otherwise spend a syscall or more per port
+/// every millisecond (a memif server's `accept`), most of its time. Each port is still looked
+/// at every `ports / 64` ms (16 ms at 1024 ports).
+const SERVICE_PER_RUN: usize = 64;
 /// How often switches age their MAC tables.
 const AGING_NS: u64 = 1_000_000_000;
 
@@ -255,6 +260,8 @@ pub struct Cell {
     vr_head: Vec<u16>,
     vr_tail: Vec<u16>,
     next_housekeeping: u64,
+    /// The next port housekeeping services.
+    service_at: usize,
     next_aging: u64,
     /// Per port: whether housekeeping last saw its link down.
     link_down: Vec<bool>,
@@ -303,6 +310,7 @@ impl Cell {
             member_of,
             demux,
             next_housekeeping: 0,
+            service_at: 0,
             next_aging: 0,
             link_down: vec![false; n],
             obs: None,
@@ -686,8 +694,11 @@ impl Cell {
     /// Ports' control-path work, neighbor timers of every VR, and whatever they or earlier
     /// resolutions left to send.
     fn housekeeping(&mut self, w: &mut Worker, now: u64) {
-        let Cell { ports, pcs, vrs, tallies, egress, link_down, obs, .. } = self;
-        for (p, port) in ports.iter_mut().enumerate() {
+        let Cell { ports, pcs, vrs, tallies, egress, link_down, obs, service_at, .. } = self;
+        let n = ports.len();
+        for k in 0..n.min(SERVICE_PER_RUN) {
+            let p = (*service_at + k) % n;
+            let port = &mut ports[p];
             port.service();
             // A link that went down or came back: its VRs forget the neighbors they learned
             // there (a peer may return with another MAC). Status allocates only while down.
@@ -696,6 +707,9 @@ impl Cell {
                 link_down[p] = down;
                 vrs.iter_mut().for_each(|vr| vr.link_changed(p as u16));
             }
+        }
+        if n > 0 {
+            *service_at = (*service_at + SERVICE_PER_RUN) % n;
         }
         for (v, vr) in vrs.iter_mut().enumerate() {
             w.out.vr = v as u16;
@@ -886,7 +900,8 @@ fn demux_of(ports: &[Box<dyn Port>], vrs: &[Vr]) -> Result<Demux, BuildError> {
             let v4: Vec<_> = f.v4.iter().map(|n| n.addr()).collect();
             let v6: Vec<_> = f.v6.iter().map(|n| n.addr()).chain([f.ll]).collect();
             let t = Target { vr: v as u16, iface: i as u16 };
-            if let Err(c) = demux.add(f.port as usize, f.vlan.unwrap_or(0), f.mac, &v4, &v6, t) {
+            let (port, vlan) = (f.port as usize, f.vlan.unwrap_or(0));
+            if let Err(c) = demux.add(port, vlan, f.mac, &v4, &v6, t) {
                 let (old, what) = match c {
                     Conflict::Mac(old) => (old, format!("MAC {}", f.mac)),
                     Conflict::Address(old, a) => (old, format!("address {a}")),
@@ -902,6 +917,9 @@ fn demux_of(ports: &[Box<dyn Port>], vrs: &[Vr]) -> Result<Demux, BuildError> {
                     f.vlan,
                 )));
             }
+            let n4: Vec<_> = f.v4.iter().map(|n| (n.addr(), n.prefix_len())).collect();
+            let n6: Vec<_> = f.v6.iter().map(|n| (n.addr(), n.prefix_len())).collect();
+            demux.add_subnets(port, vlan, &n4, &n6, t);
         }
     }
     Ok(demux)

@@ -3,8 +3,14 @@
 //! Like macvlan and SR-IOV, VR interfaces share a port by MAC address, optionally within a
 //! VLAN. Unicast frames are demuxed by (VLAN, destination MAC). Broadcast ARP and multicast
 //! neighbor solicitations carry no VR's MAC, so they are demuxed by the address they ask for:
-//! one copy goes to the one interface that owns it, and no frame is ever duplicated. Anything
-//! else is dropped here, at ingress, before any VR spends work on it.
+//! one copy goes to the one interface that owns it, and no frame is ever duplicated.
+//!
+//! Announcements carry no VR's address either: a gratuitous ARP (sender = target address, or a
+//! broadcast reply) and an unsolicited neighbor advertisement to ff02::1 say a neighbor's MAC
+//! changed. They go to the interface whose subnet holds the announced address (for a link-local
+//! target, the first interface on the segment), which updates the entry it may have. Limit:
+//! with several interfaces on one subnet of a segment, only the first hears announcements.
+//! Anything else is dropped here, at ingress, before any VR spends work on it.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -44,7 +50,13 @@ struct PortTable {
     vlans: FxHashSet<u16>,
     arp: FxHashMap<(u16, Ipv4Addr), Target>,
     nd: FxHashMap<(u16, Ipv6Addr), Target>,
+    /// (VLAN, network, mask, interface) of every interface's subnets, for announcements.
+    nets4: Vec<(u16, u32, u32, Target)>,
+    nets6: Vec<(u16, u128, u128, Target)>,
 }
+
+/// fe80::/64, the link-local subnet every interface has.
+const LINK_LOCAL: (u128, u128) = (0xfe80 << 112, !0 << 64);
 
 /// A key no frame has: multicast bit set on a VLAN above 4095.
 pub(crate) const NO_KEY: u64 = u64::MAX;
@@ -98,6 +110,28 @@ impl Demux {
         Ok(())
     }
 
+    /// Registers the subnets (address, prefix length) of an interface already added, so that
+    /// neighbors' announcements on them reach it.
+    pub fn add_subnets(
+        &mut self,
+        port: usize,
+        vlan: u16,
+        v4: &[(Ipv4Addr, u8)],
+        v6: &[(Ipv6Addr, u8)],
+        t: Target,
+    ) {
+        let p = &mut self.ports[port];
+        for &(a, len) in v4 {
+            let mask = u32::MAX.checked_shl(32 - len.min(32) as u32).unwrap_or(0);
+            p.nets4.push((vlan, u32::from(a) & mask, mask, t));
+        }
+        for &(a, len) in v6 {
+            let mask = u128::MAX.checked_shl(128 - len.min(128) as u32).unwrap_or(0);
+            p.nets6.push((vlan, u128::from(a) & mask, mask, t));
+        }
+        p.nets6.push((vlan, LINK_LOCAL.0, LINK_LOCAL.1, t));
+    }
+
     /// Whether any VR interface sits on `port`.
     pub fn has_port(&self, port: usize) -> bool {
         self.ports.get(port).is_some_and(|p| !p.unicast.is_empty())
@@ -130,9 +164,15 @@ impl Demux {
         let target = if h.dst.is_unicast() {
             None
         } else if h.dst.is_broadcast() && h.ethertype == ethertype::ARP {
-            arp_target(f, h.l3).and_then(|a| p.arp.get(&(h.vlan, a)).copied())
+            arp_target(f, h.l3).and_then(|a| p.arp.get(&(h.vlan, a)).copied()).or_else(|| {
+                let a = arp_announced(f, h.l3)?;
+                p.nets4.iter().find(|n| n.0 == h.vlan && a & n.2 == n.1).map(|n| n.3)
+            })
         } else if h.dst.0[..3] == [0x33, 0x33, 0xff] && h.ethertype == ethertype::IPV6 {
             ns_target(f, h.l3).and_then(|a| p.nd.get(&(h.vlan, a)).copied())
+        } else if h.dst.0 == ALL_NODES_MAC && h.ethertype == ethertype::IPV6 {
+            let a = na_target(f, h.l3);
+            a.and_then(|a| p.nets6.iter().find(|n| n.0 == h.vlan && a & n.2 == n.1).map(|n| n.3))
         } else {
             None
         };
@@ -145,6 +185,27 @@ impl Demux {
 fn arp_target(f: &[u8], l3: usize) -> Option<Ipv4Addr> {
     let b: [u8; 4] = f.get(l3 + 24..l3 + 28)?.try_into().ok()?;
     Some(Ipv4Addr::from(b))
+}
+
+/// 33:33:00:00:00:01, the MAC of ff02::1.
+const ALL_NODES_MAC: [u8; 6] = [0x33, 0x33, 0, 0, 0, 1];
+
+/// The address an ARP announcement is about: a request whose sender and target addresses are
+/// the same (RFC 5227 §3), or any broadcast reply (its sender address).
+fn arp_announced(f: &[u8], l3: usize) -> Option<u32> {
+    let a = f.get(l3..l3 + 28)?;
+    let spa = u32::from_be_bytes(a[14..18].try_into().ok()?);
+    let request_for_self = a[6..8] == [0, 1] && a[14..18] == a[24..28];
+    (request_for_self || a[6..8] == [0, 2]).then_some(spa)
+}
+
+/// The target of a neighbor advertisement (without extension headers).
+fn na_target(f: &[u8], l3: usize) -> Option<u128> {
+    let ip = f.get(l3..)?;
+    if ip.len() < 64 || ip[6] != ip_proto::ICMPV6 || ip[40] != icmpv6::NEIGHBOR_ADVERT {
+        return None;
+    }
+    Some(u128::from_be_bytes(ip[48..64].try_into().ok()?))
 }
 
 /// The target of a neighbor solicitation sent to a solicited-node group (RFC 4861 sends them

@@ -43,7 +43,8 @@ pub use engine::Engine;
 pub use observe::{CaptureRing, Captured, Dir, Reason, Tap, TraceRecord};
 pub use routes::{RouteError, RouteOp, RouteSource, RouteTable};
 pub use switch::{
-    MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters, SwitchDrop,
+    GroupRow, MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters,
+    SwitchDrop, DEFAULT_GROUPS, DEFAULT_GROUP_TIMEOUT_MS,
 };
 pub use vr::{Adj, BuildError, NeighborRow, NeighborState, Vr, VrAnswer, VrChange};
 pub use worker::{Clock, Worker};

@@ -14,12 +14,30 @@
 //!
 //! Memory isolation: a known-unicast frame leaves in the buffer it arrived in; a flooded frame
 //! is copied into a fresh buffer for each destination, so no two ports ever share a buffer.
+//!
+//! IGMP and MLD snooping (RFC 4541), when on: the switch reads membership reports (IGMPv1/v2/
+//! v3, MLDv1/v2) and leaves, and remembers per (VLAN, group) which members joined, each until
+//! the group timeout passes without a new report; a member where a query was seen is a router
+//! port for as long. IP multicast to a group with members goes to those members and the
+//! router ports only, in the same two passes (classified in pass 1, one `tx_burst` per
+//! destination and group in pass 2). Link-local groups (224.0.0.0/24, ff02::/16 and
+//! ff01::/16), unregistered groups (no member joined) and non-IP multicast are flooded;
+//! reports and leaves go to the router ports (to all members while none is known), queries to
+//! everyone. Sources in IGMPv3/MLDv2 records are not tracked: a record that wants any source
+//! is a join of the whole group, and INCLUDE {} (or TO_IN {}) a leave. A leave takes effect at
+//! once (fast leave: members are mostly single hosts). The group table is allocated when the
+//! switch is built (`groups` entries, a bit and a deadline per member each); when it is full a
+//! new group is not registered, so it keeps being flooded (`groups_full`).
+//!
+//! Every drop is also counted against the member it concerns: the one a frame arrived on, or,
+//! for a full ring, the one it was to leave by.
 
 use rustc_hash::FxHashMap;
 use std::fmt;
+use std::net::{IpAddr, Ipv6Addr};
 
 use ports::{Batch, Port, MAX_BURST};
-use wire::MacAddr;
+use wire::{igmp, ip_proto, ipv4, ipv6, mld, MacAddr};
 
 use crate::config::PortId;
 use crate::counters::PortCounters;
@@ -66,7 +84,18 @@ pub struct SwitchConfig {
     pub mac_limit: u32,
     /// A learned entry not refreshed for this long is removed.
     pub aging_ms: u64,
+    /// IGMP/MLD snooping; multicast is flooded without it.
+    pub snooping: bool,
+    /// Multicast groups (per VLAN) snooping registers at most.
+    pub groups: u32,
+    /// A membership (or router port) not refreshed by a report (or query) for this long ends.
+    pub group_timeout_ms: u64,
 }
+
+/// Default `groups`.
+pub const DEFAULT_GROUPS: u32 = 256;
+/// Default `group_timeout_ms`: RFC 3376's group membership interval (2 × 125 s + 10 s).
+pub const DEFAULT_GROUP_TIMEOUT_MS: u64 = 260_000;
 
 macro_rules! switch_drops {
     ($($v:ident = $s:literal, $doc:literal;)*) => {
@@ -95,6 +124,7 @@ switch_drops! {
     UntaggedOnTrunk = "untagged_on_trunk", "Untagged on a trunk without a native VLAN.";
     TaggedOnAccess = "tagged_on_access", "Tagged (VLAN 1..4094) on an access port.";
     TxFull = "tx_full", "The destination port's ring was full.";
+    GroupMessageMalformed = "igmp_mld_malformed", "An IGMP or MLD message too short, with a bad checksum or a truncated record.";
 }
 
 impl fmt::Display for SwitchDrop {
@@ -126,6 +156,20 @@ pub struct SwitchCounters {
     pub learn_limited: u64,
     /// Entries removed by aging.
     pub aged: u64,
+    /// Multicast frames sent only to a group's members and router ports, once per frame.
+    pub snooped: u64,
+    /// Copies made for those frames, one per destination port.
+    pub snooped_copies: u64,
+    /// IGMP/MLD memberships begun (a report from a member not yet in the group).
+    pub joins: u64,
+    /// Memberships ended by a leave (IGMPv2 leave, MLD done, a v3/v2 INCLUDE {} record).
+    pub leaves: u64,
+    /// Memberships and router ports ended by the group timeout.
+    pub expired: u64,
+    /// IGMP/MLD queries seen (their member becomes a router port).
+    pub queries: u64,
+    /// Joins not registered because the group table was full (the group keeps flooding).
+    pub groups_full: u64,
     /// Drops by [`SwitchDrop`] reason (a flood copy a port refuses counts once per copy).
     pub drops: [u64; SwitchDrop::COUNT],
 }
@@ -151,6 +195,83 @@ pub struct MacRow {
     pub mac: MacAddr,
     pub member: u16,
     pub fixed: bool,
+}
+
+/// One registered multicast group.
+#[derive(Clone, Copy)]
+struct Group {
+    vlan: u16,
+    addr: u128,
+    members: u32,
+    live: bool,
+}
+
+/// A multicast frame's way out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mcast {
+    Flood,
+    /// To this group's members and the router ports.
+    Group(u32),
+    /// To the router ports only (reports and leaves).
+    Routers,
+}
+
+/// The `Mcast::Routers` pseudo-group in the per-frame list.
+const ROUTERS: u32 = u32::MAX;
+
+/// IGMP/MLD snooping state, all allocated when the switch is built.
+struct Snoop {
+    index: FxHashMap<(u16, u128), u32>,
+    groups: Vec<Group>,
+    free: Vec<u32>,
+    /// Words of member bits per group.
+    words: usize,
+    /// Per group: a bit per member that joined.
+    bits: Box<[u64]>,
+    /// Per group and member: when the membership ends.
+    until: Box<[u64]>,
+    /// Per member: until when it is a router port.
+    router_until: Box<[u64]>,
+    timeout: u64,
+}
+
+impl Snoop {
+    fn new(groups: u32, members: usize, timeout_ms: u64) -> Snoop {
+        let n = groups as usize;
+        let words = members.div_ceil(64).max(1);
+        Snoop {
+            index: FxHashMap::with_capacity_and_hasher(n * 2, Default::default()),
+            groups: vec![Group { vlan: 0, addr: 0, members: 0, live: false }; n],
+            free: (0..groups).rev().collect(),
+            words,
+            bits: vec![0; n * words].into_boxed_slice(),
+            until: vec![0; n * members].into_boxed_slice(),
+            router_until: vec![0; members].into_boxed_slice(),
+            timeout: timeout_ms * MS,
+        }
+    }
+
+    #[inline]
+    fn has(&self, g: u32, m: u16) -> bool {
+        self.bits[g as usize * self.words + m as usize / 64] >> (m % 64) & 1 == 1
+    }
+
+    #[inline]
+    fn is_router(&self, m: u16, now: u64) -> bool {
+        self.router_until[m as usize] > now
+    }
+
+    /// Clears member `m`'s bit in group `g`; frees the group when it was the last.
+    fn remove(&mut self, g: u32, m: u16) {
+        self.bits[g as usize * self.words + m as usize / 64] &= !(1u64 << (m % 64));
+        let gr = &mut self.groups[g as usize];
+        gr.members -= 1;
+        if gr.members == 0 {
+            gr.live = false;
+            self.index.remove(&(gr.vlan, gr.addr));
+            self.free.push(g);
+        }
+    }
 }
 
 struct Member {
@@ -215,6 +336,8 @@ pub struct Switch {
     limit: u32,
     aging: u64,
     counters: SwitchCounters,
+    member_drops: Vec<[u64; SwitchDrop::COUNT]>,
+    snoop: Option<Snoop>,
     // Burst scratch: VLAN and L3 offset per frame, per-destination chains (as VALE's
     // `ft_next`), the flooded frames, and the buffers flood copies are made in.
     vlan: Box<[u16; MAX_BURST]>,
@@ -224,6 +347,10 @@ pub struct Switch {
     next: Box<[u16; MAX_BURST]>,
     touched: Vec<u16>,
     floods: Vec<u16>,
+    /// Snooped multicast frames of the burst and their groups (or `ROUTERS`).
+    mcast: Vec<(u16, u32)>,
+    /// The time of the burst being forwarded.
+    now: u64,
     sel: Vec<u16>,
     copies: Batch,
 }
@@ -234,6 +361,9 @@ impl Switch {
         let err = |m: String| Err(SwitchError(format!("switch {}: {m}", cfg.name)));
         if cfg.members.len() >= NONE as usize {
             return err(format!("{} members, at most {}", cfg.members.len(), NONE - 1));
+        }
+        if cfg.snooping && cfg.groups == 0 {
+            return err("snooping needs room for at least one group".into());
         }
         let mut flood_sets: FxHashMap<u16, Vec<u16>> = FxHashMap::default();
         for (i, m) in cfg.members.iter().enumerate() {
@@ -279,6 +409,10 @@ impl Switch {
             limit: cfg.mac_limit,
             aging: cfg.aging_ms * MS,
             counters: SwitchCounters::default(),
+            member_drops: vec![[0; SwitchDrop::COUNT]; cfg.members.len()],
+            snoop: cfg
+                .snooping
+                .then(|| Snoop::new(cfg.groups, cfg.members.len(), cfg.group_timeout_ms)),
             vlan: Box::new([0; MAX_BURST]),
             l3: Box::new([0; MAX_BURST]),
             head: vec![NONE; cfg.members.len()],
@@ -286,6 +420,8 @@ impl Switch {
             next: Box::new([NONE; MAX_BURST]),
             touched: Vec::with_capacity(cfg.members.len().min(MAX_BURST)),
             floods: Vec::with_capacity(MAX_BURST),
+            mcast: Vec::with_capacity(MAX_BURST),
+            now: 0,
             sel: Vec::with_capacity(MAX_BURST),
             copies: Batch::new(MAX_BURST),
         })
@@ -299,6 +435,41 @@ impl Switch {
     /// Its counters.
     pub fn counters(&self) -> &SwitchCounters {
         &self.counters
+    }
+
+    /// Drops per member (by [`SwitchDrop`] reason), in member order.
+    pub fn member_drops(&self) -> &[[u64; SwitchDrop::COUNT]] {
+        &self.member_drops
+    }
+
+    /// The registered multicast groups, sorted by VLAN and address: each with the members
+    /// that joined it.
+    pub fn groups(&self) -> Vec<GroupRow> {
+        let Some(sn) = &self.snoop else { return Vec::new() };
+        let mut v: Vec<GroupRow> = sn
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.live)
+            .map(|(i, g)| GroupRow {
+                vlan: g.vlan,
+                group: unmap(g.addr),
+                members: (0..self.members.len() as u16).filter(|&m| sn.has(i as u32, m)).collect(),
+            })
+            .collect();
+        v.sort_by_key(|r| (r.vlan, r.group));
+        v
+    }
+
+    /// How many multicast groups snooping has registered.
+    pub fn group_count(&self) -> usize {
+        self.snoop.as_ref().map_or(0, |s| s.index.len())
+    }
+
+    /// The members that are router ports now (a query was seen on them lately).
+    pub fn router_members(&self, now: u64) -> Vec<u16> {
+        let Some(sn) = &self.snoop else { return Vec::new() };
+        (0..self.members.len() as u16).filter(|&m| sn.is_router(m, now)).collect()
     }
 
     /// The ports of its members, in member order.
@@ -335,6 +506,26 @@ impl Switch {
                 m.last_src = (u64::MAX, 0);
             }
         }
+        let n = self.members.len();
+        if let Some(sn) = &mut self.snoop {
+            for g in 0..sn.groups.len() {
+                if !sn.groups[g].live {
+                    continue;
+                }
+                for m in 0..n {
+                    if sn.has(g as u32, m as u16) && sn.until[g * n + m] <= now {
+                        sn.remove(g as u32, m as u16);
+                        self.counters.expired += 1;
+                    }
+                }
+            }
+            for r in sn.router_until.iter_mut() {
+                if *r != 0 && *r <= now {
+                    *r = 0;
+                    self.counters.expired += 1;
+                }
+            }
+        }
     }
 
     /// Forwards the `n` frames of `batch` from slot `first` on, received on member `from`:
@@ -352,21 +543,23 @@ impl Switch {
         now: u64,
     ) {
         self.counters.rx += n as u64;
+        self.now = now;
         for i in first..first + n {
             self.classify(from, batch.get(i).frame(), i, now);
         }
         self.send_unicast(batch, ports, pcs);
         self.send_floods(from, batch, ports, pcs);
+        self.send_groups(from, batch, ports, pcs);
     }
 
     /// Pass 1 for one frame: its VLAN, learning its source, and its destination: a member's
     /// chain, the flood list, or a drop.
     #[inline]
     fn classify(&mut self, from: u16, f: &[u8], i: usize, now: u64) {
-        let Some(h) = l2::parse(f) else { return self.drop(SwitchDrop::Runt) };
+        let Some(h) = l2::parse(f) else { return self.drop(from, SwitchDrop::Runt) };
         let vlan = match self.members[from as usize].ingress_vlan(h.vlan) {
             Ok(v) => v,
-            Err(r) => return self.drop(r),
+            Err(r) => return self.drop(from, r),
         };
         self.vlan[i] = vlan;
         self.l3[i] = h.l3 as u8;
@@ -375,11 +568,20 @@ impl Switch {
             self.learn(from, key(vlan, src), now);
         }
         if !h.dst.is_unicast() {
-            self.floods.push(i as u16);
+            let how = match self.snoop.is_some() && !h.dst.is_broadcast() {
+                true => self.snoop_frame(from, vlan, f, h.ethertype, h.l3, now),
+                false => Some(Mcast::Flood),
+            };
+            match how {
+                Some(Mcast::Flood) => self.floods.push(i as u16),
+                Some(Mcast::Group(g)) => self.mcast.push((i as u16, g)),
+                Some(Mcast::Routers) => self.mcast.push((i as u16, ROUTERS)),
+                None => self.drop(from, SwitchDrop::GroupMessageMalformed),
+            }
             return;
         }
         match self.table.get(&key(vlan, h.dst)) {
-            Some(e) if e.member == from => self.drop(SwitchDrop::SamePort),
+            Some(e) if e.member == from => self.drop(from, SwitchDrop::SamePort),
             Some(e) => {
                 let d = e.member;
                 if self.head[d as usize] == NONE {
@@ -428,8 +630,187 @@ impl Switch {
     }
 
     #[inline]
-    fn drop(&mut self, r: SwitchDrop) {
-        self.counters.drops[r as usize] += 1;
+    fn drop(&mut self, member: u16, r: SwitchDrop) {
+        self.drop_n(member, r, 1);
+    }
+
+    #[inline]
+    fn drop_n(&mut self, member: u16, r: SwitchDrop, n: u64) {
+        self.counters.drops[r as usize] += n;
+        self.member_drops[member as usize][r as usize] += n;
+    }
+
+    /// Snooping for one multicast frame: reads IGMP/MLD messages, and says where the frame
+    /// goes (`None`: a malformed IGMP/MLD message, dropped).
+    #[inline(never)]
+    fn snoop_frame(
+        &mut self,
+        from: u16,
+        vlan: u16,
+        f: &[u8],
+        ethertype: u16,
+        l3: usize,
+        now: u64,
+    ) -> Option<Mcast> {
+        let ip = &f[l3..];
+        match ethertype {
+            wire::ethertype::IPV4 => {
+                let Ok(p) = ipv4::Packet::new_checked(ip) else { return Some(Mcast::Flood) };
+                let hl = p.header_len();
+                let end = (p.total_len() as usize).min(ip.len());
+                if p.version() != 4 || hl < 20 || hl > end {
+                    return Some(Mcast::Flood);
+                }
+                let dst = map4(p.dst_addr().into());
+                if p.protocol() != ip_proto::IGMP || p.frag_offset() != 0 || p.more_frags() {
+                    return Some(self.group_way(vlan, dst));
+                }
+                self.igmp(from, vlan, &ip[hl..end], now)
+            }
+            wire::ethertype::IPV6 => {
+                let Ok(p) = ipv6::Packet::new_checked(ip) else { return Some(Mcast::Flood) };
+                let (src, dst) = (p.src_addr(), p.dst_addr());
+                let end = (ipv6::HEADER_LEN + p.payload_len() as usize).min(ip.len());
+                if let Ok(ul) = p.upper_layer() {
+                    let b = ip.get(ul.offset..end).unwrap_or_default();
+                    let is_mld = b.first().is_some_and(|&t| mld::is_mld(t));
+                    if ul.protocol == ip_proto::ICMPV6 && ul.fragment.is_none() && is_mld {
+                        if !wire::icmpv6::Packet::new_unchecked(b).verify_checksum(&src, &dst) {
+                            return None;
+                        }
+                        return self.mld(from, vlan, b, now);
+                    }
+                }
+                Some(self.group_way(vlan, dst.into()))
+            }
+            _ => Some(Mcast::Flood),
+        }
+    }
+
+    /// Where multicast data to `addr` (IPv4 mapped) goes: flooded when link-local (or not IP
+    /// multicast at all) or unregistered, else to its group.
+    #[inline]
+    fn group_way(&self, vlan: u16, addr: u128) -> Mcast {
+        let sn = self.snoop.as_ref().expect("snooping");
+        match registrable(addr) {
+            false => Mcast::Flood,
+            true => sn.index.get(&(vlan, addr)).map_or(Mcast::Flood, |&g| Mcast::Group(g)),
+        }
+    }
+
+    /// An IGMP message from member `from`.
+    fn igmp(&mut self, from: u16, vlan: u16, b: &[u8], now: u64) -> Option<Mcast> {
+        let m = igmp::Packet::new_checked(b).ok().filter(|m| m.verify_checksum())?;
+        match m.msg_type() {
+            igmp::MEMBERSHIP_QUERY => return Some(self.query(from, now)),
+            igmp::V1_REPORT | igmp::V2_REPORT => {
+                self.join(from, vlan, map4(m.group_addr().into()), now)
+            }
+            igmp::LEAVE_GROUP => self.leave(from, vlan, map4(m.group_addr().into())),
+            igmp::V3_REPORT => {
+                // A report with a bad record is refused whole, before any of it is applied.
+                if m.records().any(|r| r.is_err()) {
+                    return None;
+                }
+                for r in m.records().flatten() {
+                    let g = map4(u32::from_be_bytes(r.group));
+                    self.record(from, vlan, g, r.record_type, r.sources, now);
+                }
+            }
+            _ => return Some(Mcast::Flood),
+        }
+        Some(self.to_routers(vlan, now))
+    }
+
+    /// An MLD message (checksum checked) from member `from`.
+    fn mld(&mut self, from: u16, vlan: u16, b: &[u8], now: u64) -> Option<Mcast> {
+        let m = mld::Packet::new_checked(b).ok()?;
+        match m.msg_type() {
+            mld::QUERY => return Some(self.query(from, now)),
+            mld::V1_REPORT => self.join(from, vlan, m.group_addr().into(), now),
+            mld::V1_DONE => self.leave(from, vlan, m.group_addr().into()),
+            _ => {
+                if m.records().any(|r| r.is_err()) {
+                    return None;
+                }
+                for r in m.records().flatten() {
+                    let g = u128::from_be_bytes(r.group);
+                    self.record(from, vlan, g, r.record_type, r.sources, now);
+                }
+            }
+        }
+        Some(self.to_routers(vlan, now))
+    }
+
+    /// A query: its member is a router port for the group timeout. Queries reach everyone.
+    fn query(&mut self, from: u16, now: u64) -> Mcast {
+        let sn = self.snoop.as_mut().expect("snooping");
+        sn.router_until[from as usize] = now + sn.timeout;
+        self.counters.queries += 1;
+        Mcast::Flood
+    }
+
+    /// Reports and leaves go to the router ports of their VLAN, or everywhere while none is
+    /// known.
+    fn to_routers(&self, vlan: u16, now: u64) -> Mcast {
+        let sn = self.snoop.as_ref().expect("snooping");
+        let set = self.flood_sets.get(&vlan).map_or(&[][..], |s| &s[..]);
+        match set.iter().any(|&d| sn.is_router(d, now)) {
+            true => Mcast::Routers,
+            false => Mcast::Flood,
+        }
+    }
+
+    /// One IGMPv3/MLDv2 group record: any-source interest is a join, INCLUDE {} a leave.
+    fn record(&mut self, from: u16, vlan: u16, g: u128, kind: u8, sources: u16, now: u64) {
+        use igmp::record::*;
+        match kind {
+            MODE_IS_EXCLUDE | CHANGE_TO_EXCLUDE => self.join(from, vlan, g, now),
+            MODE_IS_INCLUDE | CHANGE_TO_INCLUDE | ALLOW_NEW_SOURCES if sources > 0 => {
+                self.join(from, vlan, g, now)
+            }
+            MODE_IS_INCLUDE | CHANGE_TO_INCLUDE => self.leave(from, vlan, g),
+            _ => {}
+        }
+    }
+
+    /// Member `from` wants group `g` (IPv4 mapped): registered, or its membership refreshed.
+    /// Link-local and non-multicast groups are not registered: they are always flooded.
+    fn join(&mut self, from: u16, vlan: u16, g: u128, now: u64) {
+        if !registrable(g) {
+            return;
+        }
+        let n = self.members.len();
+        let sn = self.snoop.as_mut().expect("snooping");
+        let gi = match sn.index.get(&(vlan, g)) {
+            Some(&gi) => gi,
+            None => {
+                let Some(gi) = sn.free.pop() else {
+                    self.counters.groups_full += 1;
+                    return;
+                };
+                sn.groups[gi as usize] = Group { vlan, addr: g, members: 0, live: true };
+                sn.index.insert((vlan, g), gi);
+                gi
+            }
+        };
+        if !sn.has(gi, from) {
+            sn.bits[gi as usize * sn.words + from as usize / 64] |= 1u64 << (from % 64);
+            sn.groups[gi as usize].members += 1;
+            self.counters.joins += 1;
+        }
+        sn.until[gi as usize * n + from as usize] = now + sn.timeout;
+    }
+
+    /// Member `from` leaves group `g`, at once.
+    fn leave(&mut self, from: u16, vlan: u16, g: u128) {
+        let sn = self.snoop.as_mut().expect("snooping");
+        if let Some(&gi) = sn.index.get(&(vlan, g)) {
+            if sn.has(gi, from) {
+                sn.remove(gi, from);
+                self.counters.leaves += 1;
+            }
+        }
     }
 
     /// Pass 2, known unicast: each destination's list in one `tx_burst`, in the buffers the
@@ -458,7 +839,7 @@ impl Switch {
             let k = ports[port].tx_burst(batch, &self.sel);
             pcs[port].tx_packets += k as u64;
             self.counters.forwarded += k as u64;
-            self.counters.drops[SwitchDrop::TxFull as usize] += (self.sel.len() - k) as u64;
+            self.drop_n(d, SwitchDrop::TxFull, (self.sel.len() - k) as u64);
         }
         self.touched.clear();
     }
@@ -497,11 +878,90 @@ impl Switch {
                     pcs[port].tx_packets += k as u64;
                     self.counters.flood_copies += k as u64;
                     self.counters.drops[SwitchDrop::TxFull as usize] += (sel.len() - k) as u64;
+                    self.member_drops[d as usize][SwitchDrop::TxFull as usize] +=
+                        (sel.len() - k) as u64;
                 }
             }
             self.floods.retain(|&i| self.vlan[i as usize] != vlan);
         }
         self.floods.clear();
+    }
+
+    /// Pass 2, snooped multicast: per (VLAN, group) of the burst, a copy for each member of
+    /// the VLAN that joined the group or is a router port, the source excepted.
+    fn send_groups(
+        &mut self,
+        from: u16,
+        batch: &mut Batch,
+        ports: &mut [Box<dyn Port>],
+        pcs: &mut [PortCounters],
+    ) {
+        if self.mcast.is_empty() {
+            return;
+        }
+        let Some(sn) = &self.snoop else { return };
+        self.counters.snooped += self.mcast.len() as u64;
+        let now = self.now;
+        while let Some(&(first, g)) = self.mcast.first() {
+            let vlan = self.vlan[first as usize];
+            let same = |&(i, h): &(u16, u32)| h == g && self.vlan[i as usize] == vlan;
+            if let Some(set) = self.flood_sets.get(&vlan) {
+                for &d in set.iter() {
+                    let wanted = sn.is_router(d, now) || (g != ROUTERS && sn.has(g, d));
+                    if d == from || !wanted {
+                        continue;
+                    }
+                    let m = &self.members[d as usize];
+                    let tag = m.egress_tag(vlan).unwrap_or(None);
+                    self.copies.clear();
+                    for &(i, _) in self.mcast.iter().filter(|x| same(x)) {
+                        let Some(buf) = self.copies.spare_mut() else { break };
+                        if buf.fill(batch.get(i as usize).frame()) {
+                            retag(buf, self.l3[i as usize] as usize, tag);
+                            self.copies.commit();
+                        }
+                    }
+                    let sel = &ALL_SLOTS[..self.copies.len()];
+                    let port = m.port as usize;
+                    let k = ports[port].tx_burst(&mut self.copies, sel);
+                    pcs[port].tx_packets += k as u64;
+                    self.counters.snooped_copies += k as u64;
+                    self.counters.drops[SwitchDrop::TxFull as usize] += (sel.len() - k) as u64;
+                    self.member_drops[d as usize][SwitchDrop::TxFull as usize] +=
+                        (sel.len() - k) as u64;
+                }
+            }
+            self.mcast.retain(|x| !same(x));
+        }
+    }
+}
+
+/// A registered group, for `show` and test dumps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupRow {
+    pub vlan: u16,
+    pub group: IpAddr,
+    /// The members that joined, in member order.
+    pub members: Vec<u16>,
+}
+
+/// An IPv4 address, IPv4-mapped (as the group table keys them).
+#[inline]
+fn map4(a: u32) -> u128 {
+    0xffff_0000_0000 | a as u128
+}
+
+fn unmap(a: u128) -> IpAddr {
+    let a = Ipv6Addr::from(a);
+    a.to_ipv4_mapped().map_or(IpAddr::V6(a), IpAddr::V4)
+}
+
+/// Whether a group may be registered: IPv4 multicast outside 224.0.0.0/24, IPv6 multicast
+/// of a scope wider than link-local.
+fn registrable(g: u128) -> bool {
+    match Ipv6Addr::from(g).to_ipv4_mapped() {
+        Some(a) => a.is_multicast() && a.octets()[..3] != [224, 0, 0],
+        None => g >> 120 == 0xff && !matches!(g >> 112 & 0xf, 0..=2),
     }
 }
 

@@ -114,6 +114,9 @@ fn a_port_is_switched_or_demuxed_never_both() {
             statics: Vec::new(),
             mac_limit: 16,
             aging_ms: 1000,
+            snooping: true,
+            groups: 4,
+            group_timeout_ms: 1000,
         })
         .unwrap()
     };
@@ -134,6 +137,9 @@ fn a_port_is_switched_or_demuxed_never_both() {
         statics: Vec::new(),
         mac_limit: 1,
         aging_ms: 1,
+        snooping: false,
+        groups: 0,
+        group_timeout_ms: 0,
     };
     let e = Switch::new(&bad_vlan).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(e.contains("VLAN 4095, outside 1..=4094"), "{e}");

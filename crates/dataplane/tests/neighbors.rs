@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use dataplane::config::VrConfig;
-use dataplane::{Drop, NeighborState};
+use dataplane::{Drop, NeighborState, PortDrop};
 use etherparse::{Icmpv4Type, Icmpv6Type};
 
 const RINGS: [usize; 3] = [64, 64, 64];
@@ -310,6 +310,69 @@ fn arp_not_for_us_only_refreshes_known_entries() {
     lab.fwd(0, &o);
     lab.c(0).neighbor_requests += 1;
     lab.check("forward to the moved neighbor");
+}
+
+#[test]
+fn announcements_move_known_neighbors_only() {
+    let mut lab = lab();
+    // Learn 10.0.0.33 and 2001:db8::33 at H3 (requests to us).
+    let (h6, r6) = (a6("2001:db8::33"), a6("2001:db8::1"));
+    let g = solicited_node(r6);
+    let ns = Ip6::new(h6, g, 255, 58, ns_msg(h6, g, r6, &lla_opt(1, H3)));
+    let req = arp_request_frame(H3, "10.0.0.33", "10.0.0.1", None);
+    let ns_in = eth(mcast_mac(g), H3, None, ET_IP6, &ns.bytes());
+    lab.send(0, &[&req, &ns_in]);
+    lab.run();
+    assert_eq!(lab.recv(0).len(), 2, "an ARP reply and an NA");
+    lab.port[0].tx_packets += 2;
+    for f in [&req, &ns_in] {
+        lab.rx(0, f);
+    }
+    let c = lab.c(0);
+    c.local_in += 2;
+    c.neighbor_replies += 2;
+    c.neighbors_learned += 2;
+    lab.check("learned");
+
+    // The host changes MAC to H4 and announces it: a gratuitous ARP (broadcast, sender address
+    // = target address) and an unsolicited NA with Override to ff02::1. Both reach the VR
+    // although neither asks for its addresses, and move the entries. A stranger's
+    // announcements make no entry.
+    let all = a6("ff02::1");
+    let na = |who: [u8; 16], m| {
+        let ip = Ip6::new(
+            who,
+            all,
+            255,
+            58,
+            na_msg(who, all, who, (false, false, true), &lla_opt(2, m)),
+        );
+        eth(mcast_mac(all), m, None, ET_IP6, &ip.bytes())
+    };
+    let garp = arp_request_frame(H4, "10.0.0.33", "10.0.0.33", None);
+    let stranger = arp_request_frame(H4, "10.0.0.44", "10.0.0.44", None);
+    let (na33, na44) = (na(h6, H4), na(a6("2001:db8::44"), H4));
+    lab.send(0, &[&garp, &stranger, &na33, &na44]);
+    lab.run();
+    lab.expect_silence();
+    for f in [&garp, &stranger, &na33, &na44] {
+        lab.rx(0, f);
+    }
+    let c = lab.c(0);
+    c.local_in += 4;
+    c.neighbors_learned += 2;
+    lab.check("announced");
+    assert_eq!(state(&lab, "10.0.0.33"), (Some(NeighborState::Stale), Some(H4)));
+    assert_eq!(state(&lab, "2001:db8::33"), (Some(NeighborState::Stale), Some(H4)));
+    assert_eq!(state(&lab, "10.0.0.44"), (None, None));
+    assert_eq!(state(&lab, "2001:db8::44"), (None, None));
+
+    // Off every subnet of the port: not ours to hear, dropped at demux.
+    let off = arp_request_frame(H4, "192.0.2.9", "192.0.2.9", None);
+    lab.send(0, &[&off]);
+    lab.run();
+    lab.pdrop(0, PortDrop::NotForUs);
+    lab.check("announcement off our subnets");
 }
 
 #[test]

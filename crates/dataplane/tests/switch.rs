@@ -61,6 +61,9 @@ impl Lab {
             statics: vec![StaticMac { vlan: 10, mac: MacAddr(S), member: 1 }],
             mac_limit: limit,
             aging_ms: 10_000,
+            snooping: false,
+            groups: 0,
+            group_timeout_ms: 0,
         };
         let e = Engine::build(ports, Vec::new(), vec![Switch::new(&cfg).unwrap()], 256).unwrap();
         Lab { e, hosts, now: MS, want: SwitchCounters::default() }

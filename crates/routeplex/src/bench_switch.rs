@@ -30,6 +30,10 @@ pub struct Args {
     /// The switch's batch (frames per port and poll) and the generator's burst, 1..=256.
     #[arg(long, default_value_t = 256)]
     batch: usize,
+    /// Member ports of the switch, 2..=1024 (default: destinations + 1); the members beyond
+    /// the generator and its destinations stay unconnected, but the switch polls them all.
+    #[arg(long)]
+    members: Option<usize>,
     /// Seconds per measurement.
     #[arg(long, default_value_t = 3.0)]
     seconds: f64,
@@ -49,6 +53,7 @@ const SINK_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xfe]);
 struct Point {
     size: usize,
     destinations: usize,
+    members: usize,
     batch: usize,
     seconds: f64,
     offered_mpps: f64,
@@ -66,7 +71,7 @@ impl Point {
 
     fn to_json(&self) -> serde_json::Value {
         json!({
-            "size": self.size, "destinations": self.destinations, "batch": self.batch,
+            "size": self.size, "destinations": self.destinations, "members": self.members, "batch": self.batch,
             "seconds": self.seconds, "offered_mpps": self.offered_mpps,
             "mpps": self.mpps, "gbps": self.gbps(), "total_mpps": self.total_mpps,
             "ns_per_packet": if self.total_mpps > 0.0 { 1e3 / self.total_mpps } else { f64::INFINITY },
@@ -183,11 +188,13 @@ fn drain(ports: &mut [MemifPort]) {
     }
 }
 
-/// One rate measurement: a generator on the switch's port 0, sinks on the next `dests`.
-fn point(size: usize, dests: usize, batch: usize, seconds: f64) -> Result<Point> {
-    let sw = SwitchProcess::start(dests + 1, batch)?;
+/// One rate measurement: a generator on the switch's port 0, sinks on the next `dests`, in a
+/// switch of `members` ports.
+fn point(size: usize, dests: usize, batch: usize, seconds: f64, members: usize) -> Result<Point> {
+    let members = members.max(dests + 1);
+    let sw = SwitchProcess::start(members, batch)?;
     let mut tx = connect(&sw.sockets[0], 0, "bench-tx")?;
-    let mut rx: Vec<MemifPort> = sw.sockets[1..]
+    let mut rx: Vec<MemifPort> = sw.sockets[1..=dests]
         .iter()
         .enumerate()
         .map(|(i, s)| connect(s, 0, &format!("bench-rx{i}")))
@@ -208,6 +215,7 @@ fn point(size: usize, dests: usize, batch: usize, seconds: f64) -> Result<Point>
     Ok(Point {
         size,
         destinations: dests,
+        members,
         batch,
         seconds: r.seconds,
         offered_mpps: r.tx_packets as f64 / s / 1e6,
@@ -261,11 +269,17 @@ pub fn run(a: Args) -> Result<()> {
         a.batch
     );
     anyhow::ensure!(a.seconds > 0.0, "--seconds must be positive");
+    let members = a.members.unwrap_or(a.destinations + 1);
+    anyhow::ensure!(
+        (a.destinations + 1..=1024).contains(&members),
+        "--members {members} is outside {}..=1024 (destinations + 1 at least)",
+        a.destinations + 1
+    );
     let placement = placement();
     if let Some(dir) = &a.figures {
         return figures(dir, a.seconds, &placement);
     }
-    let p = point(a.size, a.destinations, a.batch, a.seconds)?;
+    let p = point(a.size, a.destinations, a.batch, a.seconds, members)?;
     let mut j = p.to_json();
     j["placement"] = json!(placement);
     j["method"] = json!("memif between separate processes: generator and sinks in this process, the switch in a `routeplex run` child; mpps is per destination, ns_per_packet is the switch's time per delivered copy");
@@ -287,7 +301,7 @@ fn figures(dir: &Path, seconds: f64, placement: &str) -> Result<()> {
     let mut fig6 = Vec::new();
     for size in [60, 1514] {
         for d in [1, 2, 4, 8] {
-            let p = point(size, d, 256, seconds)?;
+            let p = point(size, d, 256, seconds, 0)?;
             eprintln!("fig6: {size} B, {d} destination(s): {:.2} Mpps each", p.mpps);
             fig6.push(p);
         }
@@ -295,13 +309,22 @@ fn figures(dir: &Path, seconds: f64, placement: &str) -> Result<()> {
     let fig8: Vec<Point> = [60, 128, 256, 512, 1024, 1514]
         .into_iter()
         .map(|s| {
-            point(s, 1, 256, seconds).inspect(|p| eprintln!("fig8: {s} B: {:.2} Mpps", p.mpps))
+            point(s, 1, 256, seconds, 0).inspect(|p| eprintln!("fig8: {s} B: {:.2} Mpps", p.mpps))
         })
         .collect::<Result<_>>()?;
     let fig9: Vec<Point> = [1, 2, 4, 8, 16, 32, 64, 128, 256]
         .into_iter()
         .map(|b| {
-            point(60, 1, b, seconds).inspect(|p| eprintln!("fig9: batch {b}: {:.2} Mpps", p.mpps))
+            point(60, 1, b, seconds, 0)
+                .inspect(|p| eprintln!("fig9: batch {b}: {:.2} Mpps", p.mpps))
+        })
+        .collect::<Result<_>>()?;
+    // Beyond VALE: the same known-unicast stream through switches of more and more members.
+    let members: Vec<Point> = [2, 64, 256, 1024]
+        .into_iter()
+        .map(|m| {
+            point(60, 1, 256, seconds, m)
+                .inspect(|p| eprintln!("members: {m} ports: {:.2} Mpps", p.mpps))
         })
         .collect::<Result<_>>()?;
     let fig10: Vec<serde_json::Value> = [60, 256, 1024, 1514]
@@ -313,6 +336,7 @@ fn figures(dir: &Path, seconds: f64, placement: &str) -> Result<()> {
         ("fig8_rate_vs_frame_size", fig8.iter().map(Point::to_json).collect()),
         ("fig9_rate_vs_batch", fig9.iter().map(Point::to_json).collect()),
         ("fig10_rtt_vs_frame_size", fig10.clone()),
+        ("members_rate_vs_member_ports", members.iter().map(Point::to_json).collect()),
     ] {
         let j = json!({ "placement": placement, "points": v });
         std::fs::write(dir.join(format!("{name}.json")), serde_json::to_string_pretty(&j)?)?;
@@ -360,6 +384,13 @@ fn figures(dir: &Path, seconds: f64, placement: &str) -> Result<()> {
                 })
                 .collect(),
         )],
+    )?;
+    plot(
+        "members_rate_vs_member_ports.png",
+        "Known unicast, 60 B, vs member ports (1 generator, 1 sink, the rest unconnected)",
+        "member ports",
+        "Mpps",
+        vec![series("Mpps", members.iter().map(|p| (p.members as f64, p.mpps)).collect())],
     )?;
     println!("{}", serde_json::Value::Object(out));
     Ok(())

@@ -134,6 +134,28 @@ pub fn render(s: &Value) -> String {
     }
     out.push('\n');
     table(&mut out, &rows);
+
+    // Switches: one row per member, with the drops counted against it.
+    let mut rows = vec![["switch", "member", "dropped", "top drop"].map(String::from).to_vec()];
+    for sw in s["switches"].as_array().into_iter().flatten() {
+        let name = sw["name"].as_str().unwrap_or("?");
+        for m in sw["members"].as_array().into_iter().flatten() {
+            let d = m["drops"].as_object();
+            let total: u64 = d.into_iter().flatten().map(|(_, n)| num(n)).sum();
+            let top = d.into_iter().flatten().max_by_key(|(_, n)| num(n));
+            rows.push(vec![
+                name.to_string(),
+                m["port"].as_str().unwrap_or("?").to_string(),
+                thousands(total),
+                top.map(|(k, n)| format!("{k} {}", thousands(num(n))))
+                    .unwrap_or_else(|| "-".into()),
+            ]);
+        }
+    }
+    if rows.len() > 1 {
+        out.push('\n');
+        table(&mut out, &rows);
+    }
     out
 }
 
@@ -160,6 +182,9 @@ mod tests {
                       "routes": { "connected": 2, "static": 1 }, "fib": { "bytes": 4096 },
                       "neighbors": { "used": 1, "size": 1024 } }],
             "ports": [{ "name": "p0", "rx": 2000, "tx": 1500, "rx_dropped": 0, "tx_full": 0, "status": "up" }],
+            "switches": [{ "name": "sw", "members": [
+                { "port": "h1", "drops": {} },
+                { "port": "h2", "drops": { "tx_full": 7, "runt": 2 } }] }],
         });
         let t = render(&s);
         assert!(t.contains("1,234,567"), "{t}");
@@ -170,5 +195,7 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("4.0 KiB"), "{t}");
+        let h2 = t.lines().find(|l| l.starts_with("sw ") && l.contains("h2")).unwrap();
+        assert!(h2.contains(" 9 ") && h2.contains("tx_full 7"), "{t}");
     }
 }

@@ -26,6 +26,22 @@ use crate::udp::{self, UdpRepr};
 use crate::vlan::{self, VlanRepr};
 use crate::{checksum, ethertype, ip_proto, MacAddr};
 
+/// IGMP and MLD views: accessors after `check_len`, and record walks that end with at most
+/// one error, as the last item.
+fn group_messages(data: &[u8]) {
+    if let Ok(p) = crate::igmp::Packet::new_checked(data) {
+        black_box((p.msg_type(), p.max_resp_code(), p.checksum(), p.group_addr()));
+        black_box(p.verify_checksum());
+        let r: Vec<_> = p.records().collect();
+        assert!(r.iter().rev().skip(1).all(|x| x.is_ok()));
+    }
+    if let Ok(p) = crate::mld::Packet::new_checked(data) {
+        black_box((p.msg_type(), p.group_addr(), p.num_records()));
+        let r: Vec<_> = p.records().collect();
+        assert!(r.iter().rev().skip(1).all(|x| x.is_ok()));
+    }
+}
+
 /// How many stacked VLAN tags the frame walk follows.
 const MAX_TAGS: usize = 4;
 
@@ -71,6 +87,7 @@ pub fn icmp_ndp(data: &[u8]) {
     }
     neighbor_solicit(data);
     neighbor_advert(data);
+    group_messages(data);
     let opts: Vec<_> = NdpOptions::new(data).collect();
     // At most one error, and only as the last item.
     assert!(opts.iter().rev().skip(1).all(|o| o.is_ok()));

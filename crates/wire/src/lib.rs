@@ -29,9 +29,11 @@ pub mod ethernet;
 pub mod fuzzing;
 pub mod icmpv4;
 pub mod icmpv6;
+pub mod igmp;
 pub mod ipv4;
 pub mod ipv6;
 mod mac;
+pub mod mld;
 pub mod ndp;
 pub mod tcp;
 pub mod udp;
@@ -85,6 +87,8 @@ pub mod ip_proto {
     pub const HOPOPTS: u8 = 0;
     /// Internet Control Message Protocol (IPv4).
     pub const ICMP: u8 = 1;
+    /// Internet Group Management Protocol.
+    pub const IGMP: u8 = 2;
     /// Transmission Control Protocol.
     pub const TCP: u8 = 6;
     /// User Datagram Protocol.

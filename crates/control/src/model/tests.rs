@@ -60,6 +60,9 @@ switches:
       - { mac: "02:00:00:00:0a:03", port: t0, vlan: 20 }
     mac_limit: 1000
     aging_s: 60
+    snooping: true
+    groups: 64
+    group_timeout_s: 30
 vrs:
   - name: vr1
     interfaces:
@@ -201,6 +204,9 @@ fn representative() -> TopologyDoc {
             ],
             mac_limit: Some(1000),
             aging_s: Some(60),
+            snooping: Some(true),
+            groups: Some(64),
+            group_timeout_s: Some(30),
         }],
         vrs: vec![vr1, vr2],
     }
@@ -387,6 +393,9 @@ fn every_field() -> TopologyDoc {
             static_macs: vec![StaticMacDoc { mac: s("m"), port: s("p"), vlan: Some(1) }],
             mac_limit: Some(1),
             aging_s: Some(1),
+            snooping: Some(true),
+            groups: Some(1),
+            group_timeout_s: Some(1),
         }],
         vrs: vec![VrDoc {
             name: s("vr"),

@@ -54,6 +54,9 @@
 //!       - { mac: 02:00:00:00:0a:02, port: h2 }       # vlan: needed when the port has several
 //!     mac_limit: 4096         # optional, 1..=1000000: learned stations at most
 //!     aging_s: 300            # optional, 1..=86400: a silent station is forgotten after this
+//!     snooping: true          # optional: IGMP/MLD snooping (multicast only to joined members)
+//!     groups: 256             # optional, 1..=65536: multicast groups registered at most
+//!     group_timeout_s: 260    # optional, 1..=86400: a membership not reported again ends
 //! vrs:
 //!   - name: vr1               # unique
 //!     interfaces:

@@ -93,6 +93,14 @@ fn switch(out: &mut String, t: &Topology, sw: &dataplane::SwitchConfig) {
         sw.mac_limit,
         sw.aging_ms / 1000
     );
+    if sw.snooping {
+        let _ = writeln!(
+            out,
+            "  snoops IGMP/MLD: up to {} groups, memberships end after {} s without a report",
+            sw.groups,
+            sw.group_timeout_ms / 1000
+        );
+    }
     let mut rows = vec![row(["MEMBER", "MODE", "VLANS"])];
     for m in &sw.members {
         let port = t.ports.get(usize::from(m.port)).map_or("?", |p| p.name.as_str());

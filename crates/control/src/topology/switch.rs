@@ -3,12 +3,23 @@
 use std::collections::HashMap;
 
 use dataplane::config::PortId;
-use dataplane::{MemberConfig, MemberMode, StaticMac, SwitchConfig};
+use dataplane::{
+    MemberConfig, MemberMode, StaticMac, SwitchConfig, DEFAULT_GROUPS, DEFAULT_GROUP_TIMEOUT_MS,
+};
 
 use super::yaml::{Result, Value};
 use super::{name, Host};
 
-const SWITCH_KEYS: &[&str] = &["name", "members", "static_macs", "mac_limit", "aging_s"];
+const SWITCH_KEYS: &[&str] = &[
+    "name",
+    "members",
+    "static_macs",
+    "mac_limit",
+    "aging_s",
+    "snooping",
+    "groups",
+    "group_timeout_s",
+];
 const MEMBER_KEYS: &[&str] = &["port", "vlan", "trunk", "native"];
 const STATIC_KEYS: &[&str] = &["mac", "port", "vlan"];
 /// The VLAN of an access member that names none (802.1Q's default PVID).
@@ -118,6 +129,10 @@ pub(super) fn switch(v: &Value, host: &mut Host) -> Result<SwitchConfig> {
     let mac_limit =
         m.get("mac_limit").map(|v| v.int::<u32>("MAC limit", 1, 1_000_000)).transpose()?;
     let aging_s = m.get("aging_s").map(|v| v.int::<u64>("aging time", 1, 86_400)).transpose()?;
+    let snooping = m.get("snooping").map(|v| v.bool()).transpose()?;
+    let groups = m.get("groups").map(|v| v.int::<u32>("group limit", 1, 65_536)).transpose()?;
+    let group_timeout_s =
+        m.get("group_timeout_s").map(|v| v.int::<u64>("group timeout", 1, 86_400)).transpose()?;
     host.switch_ids.insert(name.clone(), (host.switch_ids.len(), name_v.line()));
     Ok(SwitchConfig {
         name,
@@ -125,5 +140,8 @@ pub(super) fn switch(v: &Value, host: &mut Host) -> Result<SwitchConfig> {
         statics,
         mac_limit: mac_limit.unwrap_or(DEFAULT_MAC_LIMIT),
         aging_ms: aging_s.unwrap_or(DEFAULT_AGING_S) * 1000,
+        snooping: snooping.unwrap_or(true),
+        groups: groups.unwrap_or(DEFAULT_GROUPS),
+        group_timeout_ms: group_timeout_s.map_or(DEFAULT_GROUP_TIMEOUT_MS, |s| s * 1000),
     })
 }

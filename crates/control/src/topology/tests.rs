@@ -1339,6 +1339,13 @@ fn switches_and_interfaces_on_them() {
     ));
     let sw = &t.switches[0];
     assert_eq!((sw.name.as_str(), sw.mac_limit, sw.aging_ms), ("sw", 4096, 300_000));
+    assert_eq!((sw.snooping, sw.groups, sw.group_timeout_ms), (true, 256, 260_000));
+    let t2 =
+        accepts(&switched("    snooping: false\n    groups: 9\n    group_timeout_s: 7\n", SW_VR));
+    let sw2 = &t2.switches[0];
+    assert_eq!((sw2.snooping, sw2.groups, sw2.group_timeout_ms), (false, 9, 7_000));
+    assert!(parse(&switched("    groups: 0\n", SW_VR)).is_err());
+    assert!(parse(&switched("    snooping: maybe\n", SW_VR)).is_err());
     assert_eq!(
         sw.statics,
         vec![dataplane::StaticMac { vlan: 20, mac: mac("02:00:00:00:09:09"), member: 1 }]

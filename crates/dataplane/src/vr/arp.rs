@@ -41,6 +41,11 @@ impl Core {
             self.learn(NKey::v4(m.iface, spa.into()), sha, how, now);
         }
         if !ours {
+            // A gratuitous ARP (RFC 5227 §3 announcement) is for everyone on the link.
+            if spa == tpa && on_link {
+                self.counters.local_in += 1;
+                return Fate::Done;
+            }
             return self.drop(Drop::ArpNotForUs);
         }
         self.counters.local_in += 1;

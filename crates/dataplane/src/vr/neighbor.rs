@@ -5,9 +5,15 @@
 //! silent for `neighbor_probes` probes fails. A failed entry drops packets for a hold time before
 //! resolution is tried again. Static entries never change.
 //!
-//! Packets for an unresolved next hop wait in a short queue per entry. Queue slots are made
-//! when the table is made, each owning a buffer: queueing swaps the packet's buffer with the
-//! slot's spare, so waiting neither allocates nor copies.
+//! Packets for an unresolved next hop wait in a short queue per entry. Each queue slot owns a
+//! buffer: queueing swaps the packet's buffer with the slot's spare, so waiting copies nothing.
+//!
+//! Sized on demand: an empty table holds no entries and no queue slots (a VR with default
+//! limits would otherwise carry ~480 KiB it may never use). Entries, the index and the queue
+//! slots grow as neighbors and waiting packets appear, up to the limits (`neighbors`,
+//! `queue_total`), and never shrink: a table allocates only while it grows towards a size it
+//! has not reached before, at most `queue_total` slot buffers and a few doublings of its
+//! vectors in its life, and never once it has been that full.
 //!
 //! The table never builds packets. It says what to do (`Resolve`) and keeps a list of probes
 //! that are due; the VR drains that list into frames.
@@ -234,6 +240,8 @@ pub(crate) struct NeighborTable {
     unresolved: Vec<List>,
     /// Failed entries, oldest first.
     failed: List,
+    /// Queue slots there may be (`queue_total`); `slots` grows up to it.
+    slot_cap: usize,
     /// Incomplete entries in all, so the timer scan is skipped when there are none.
     incomplete: usize,
     /// Incomplete entries one interface may have.
@@ -264,17 +272,15 @@ impl NeighborTable {
     /// A table for a VR with `ifaces` interfaces.
     pub fn new(l: &VrLimits, ifaces: usize) -> NeighborTable {
         let cap = l.neighbors as usize;
-        let slots = l.queue_total as usize;
         NeighborTable {
-            entries: Vec::with_capacity(cap),
-            free: Vec::with_capacity(cap),
-            index: FxHashMap::with_capacity_and_hasher(cap * 2, Default::default()),
-            slots: (0..slots)
-                .map(|_| Slot { buf: PktBuf::new(), next: NONE, transit: false })
-                .collect(),
-            free_slots: (0..slots as u32).rev().collect(),
-            ready: Vec::with_capacity(cap),
-            probes: Vec::with_capacity(cap),
+            entries: Vec::new(),
+            free: Vec::new(),
+            index: FxHashMap::default(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            slot_cap: l.queue_total as usize,
+            ready: Vec::new(),
+            probes: Vec::new(),
             unresolved: vec![List::EMPTY; ifaces],
             failed: List::EMPTY,
             incomplete: 0,
@@ -286,7 +292,7 @@ impl NeighborTable {
                 .then(|| Bucket::new(l.solicitations_per_sec, l.solicitations_burst.max(1))),
             recent: vec![(NKey { ip: 0, iface: u16::MAX }, 0); RECENT].into_boxed_slice(),
             evicted: (0, 0),
-            gave_up: VecDeque::with_capacity(slots),
+            gave_up: VecDeque::new(),
             next_timer: u64::MAX,
             epoch: 1,
             clock: 0,
@@ -607,7 +613,14 @@ impl NeighborTable {
         if en.q_len >= self.per_entry {
             return false;
         }
-        let Some(s) = self.free_slots.pop() else { return false };
+        let s = match self.free_slots.pop() {
+            Some(s) => s,
+            None if self.slots.len() < self.slot_cap => {
+                self.slots.push(Slot { buf: PktBuf::new(), next: NONE, transit: false });
+                (self.slots.len() - 1) as u32
+            }
+            None => return false,
+        };
         let slot = &mut self.slots[s as usize];
         std::mem::swap(&mut slot.buf, buf);
         slot.next = NONE;
