@@ -123,6 +123,16 @@ pub enum Command {
     TraceStart { vr: String, count: u32 },
     /// Takes the trace's records so far; the trace ends once it has all its packets.
     TraceRead { vr: String },
+    /// Writes VR `vr`'s snapshot (configuration, routes with sources, learned neighbors,
+    /// counters) to the file `out` (a path on the daemon's host).
+    Snapshot { vr: String, out: String },
+    /// Adds the VR of the snapshot file `snapshot` to the running host, as `name` (default:
+    /// its own name).
+    Restore {
+        snapshot: String,
+        #[serde(default)]
+        name: Option<String>,
+    },
     /// Stops the data plane.
     Stop,
 }
@@ -149,6 +159,8 @@ impl Command {
         "capture_stop",
         "trace_start",
         "trace_read",
+        "snapshot",
+        "restore",
         "stop",
     ];
 
@@ -174,6 +186,8 @@ impl Command {
             Command::CaptureStop { .. } => "capture_stop",
             Command::TraceStart { .. } => "trace_start",
             Command::TraceRead { .. } => "trace_read",
+            Command::Snapshot { .. } => "snapshot",
+            Command::Restore { .. } => "restore",
             Command::Stop => "stop",
         }
     }
@@ -324,6 +338,8 @@ mod tests {
             Command::CaptureStop { id: 0 },
             Command::TraceStart { vr: String::new(), count: 1 },
             Command::TraceRead { vr: String::new() },
+            Command::Snapshot { vr: String::new(), out: String::new() },
+            Command::Restore { snapshot: String::new(), name: None },
             Command::Stop,
         ];
         let names: Vec<&str> = all.iter().map(Command::name).collect();

@@ -21,6 +21,7 @@ pub mod netns;
 pub mod node;
 pub mod pcapng;
 pub mod runtime;
+pub mod snapshot;
 pub mod sys;
 pub mod topology;
 

@@ -150,6 +150,23 @@ impl Node {
         self.source = Some((text, file));
     }
 
+    /// The running topology's text, where known.
+    pub fn source_text(&self) -> Option<&str> {
+        self.source.as_ref().map(|(t, _)| t.as_str())
+    }
+
+    /// Adds a VR and ports, given as topology documents (JSON), as `vr_add` does.
+    pub(crate) fn add_vr_values(
+        &mut self,
+        vr: Value,
+        ports: Vec<Value>,
+    ) -> Result<Plan, ControlError> {
+        self.edit_source(|doc| {
+            list(doc, "ports").extend(ports);
+            list(doc, "vrs").push(vr);
+        })
+    }
+
     /// The topology as last applied.
     pub fn topology(&self) -> &Topology {
         &self.topo
@@ -619,6 +636,13 @@ impl Node {
                 Ok(json!({ "vr": vr, "count": count }))
             }
             Command::TraceRead { vr } => self.trace_read(vr),
+            Command::Snapshot { vr, out } => {
+                crate::snapshot::snapshot_to_file(self, &vr, Path::new(&out))
+            }
+            Command::Restore { snapshot, name } => {
+                let s = crate::snapshot::read(Path::new(&snapshot))?;
+                crate::snapshot::restore(self, s.into_current(), name)
+            }
             Command::Stop => {
                 info!("stop requested through the control socket");
                 self.stop_requested = true;
@@ -1131,7 +1155,7 @@ fn switches_named(t: &Topology) -> Vec<String> {
 }
 
 /// A YAML document as plain JSON data: mappings, lists, and every scalar as text.
-fn plain(n: &marked_yaml::Node) -> Value {
+pub(crate) fn plain(n: &marked_yaml::Node) -> Value {
     match n {
         marked_yaml::Node::Scalar(s) => Value::String(s.as_str().to_string()),
         marked_yaml::Node::Sequence(l) => Value::Array(l.iter().map(plain).collect()),

@@ -45,5 +45,8 @@ pub use routes::{RouteError, RouteOp, RouteSource, RouteTable};
 pub use switch::{
     MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters, SwitchDrop,
 };
-pub use vr::{Adj, BuildError, NeighborRow, NeighborState, Vr, VrAnswer, VrChange};
+pub use vr::{
+    restorable, Adj, BuildError, NeighborRow, NeighborState, RestoredNeighbor, RestoredState, Vr,
+    VrAnswer, VrChange,
+};
 pub use worker::{Clock, Worker};
