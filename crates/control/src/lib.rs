@@ -15,6 +15,7 @@ pub mod build;
 pub mod capture;
 pub mod daemon;
 mod error;
+pub mod journal;
 pub mod metrics;
 pub mod model;
 pub mod netns;

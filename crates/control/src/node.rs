@@ -856,8 +856,8 @@ impl Node {
             }
             let cell_vrs: Vec<String> = self.rt.cell_vrs(c).to_vec();
             let all_go = cell_vrs.iter().all(|v| removed.contains(&v));
-            let ports_gone =
-                self.rt.cell_ports(c).iter().all(|p| !next_ports.contains_key(p.as_str()));
+            let next_rt: Vec<String> = next.ports.iter().map(|p| rt_port(next, &p.name)).collect();
+            let ports_gone = self.rt.cell_ports(c).iter().all(|p| !next_rt.contains(p));
             if all_go && ports_gone {
                 cells_gone.push(c);
                 plan.steps.push(format!(
@@ -875,7 +875,8 @@ impl Node {
             if next_ports.contains_key(n) {
                 continue;
             }
-            let gone = self.rt.cell_of_port(n).is_some_and(|c| cells_gone.contains(&c));
+            let gone =
+                self.rt.cell_of_port(&rt_port(cur, n)).is_some_and(|c| cells_gone.contains(&c));
             if !gone {
                 refused.push(format!(
                     "port {n}: removed while VRs or switches still use its cell: {fix}"
@@ -1006,7 +1007,7 @@ impl Node {
                 continue;
             }
             let cells: Vec<usize> =
-                port_names.iter().filter_map(|p| self.rt.cell_of_port(p)).collect();
+                port_names.iter().filter_map(|p| self.rt.cell_of_port(&rt_port(next, p))).collect();
             let mut uniq = cells.clone();
             uniq.sort_unstable();
             uniq.dedup();
@@ -1118,12 +1119,22 @@ impl Node {
     /// Cell-local port numbers for a VR of `next` joining cell `c`, which gains `fresh` ports.
     fn local_ports(&self, c: usize, next: &Topology, fresh: &[String]) -> impl Fn(u16) -> u16 {
         let mut names: Vec<String> = self.rt.cell_ports(c).to_vec();
-        names.extend(fresh.iter().cloned());
-        let global: Vec<String> = next.ports.iter().map(|p| p.name.clone()).collect();
+        names.extend(fresh.iter().map(|p| rt_port(next, p)));
+        let global: Vec<String> = next.ports.iter().map(|p| rt_port(next, &p.name)).collect();
         move |gp: u16| {
             names.iter().position(|n| *n == global[usize::from(gp)]).unwrap_or(u16::MAX as usize)
                 as u16
         }
+    }
+}
+
+/// The name the runtime knows port `name` of `t` by: what the open port reports, which for a
+/// kernel port is its interface (`rpx-NAME` for a host's veth), not the topology's name.
+fn rt_port(t: &Topology, name: &str) -> String {
+    match t.port_index(name).map(|i| &t.ports[i].kind) {
+        Some(PortKind::AfXdp(a) | PortKind::AfPacket(a)) => a.ifname().to_string(),
+        Some(PortKind::Tap { ifname, .. }) => ifname.clone(),
+        _ => name.to_string(),
     }
 }
 
