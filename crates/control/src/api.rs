@@ -132,7 +132,24 @@ pub enum Command {
         snapshot: String,
         #[serde(default)]
         name: Option<String>,
+        /// The VR's interfaces start down (a migration brings them up at its commit).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        down: bool,
     },
+    /// Moves VR `vr` live to the routeplex host whose migration listener is at `to`.
+    Migrate { vr: String, to: String },
+    /// The last step of an incoming migration (the destination's listener sends it): the
+    /// VR's learned neighbors and counters, then its interfaces up and an announcement.
+    MigrateCommit {
+        vr: String,
+        #[serde(default)]
+        neighbors: Vec<crate::snapshot::SnapNeighbor>,
+        #[serde(default)]
+        counters: Vec<(String, u64)>,
+    },
+    /// One round of gratuitous ARP and unsolicited neighbor advertisements for the VR's
+    /// addresses, out of each of its interfaces.
+    Announce { vr: String },
     /// Stops the data plane.
     Stop,
 }
@@ -161,6 +178,9 @@ impl Command {
         "trace_read",
         "snapshot",
         "restore",
+        "migrate",
+        "migrate_commit",
+        "announce",
         "stop",
     ];
 
@@ -188,6 +208,9 @@ impl Command {
             Command::TraceRead { .. } => "trace_read",
             Command::Snapshot { .. } => "snapshot",
             Command::Restore { .. } => "restore",
+            Command::Migrate { .. } => "migrate",
+            Command::MigrateCommit { .. } => "migrate_commit",
+            Command::Announce { .. } => "announce",
             Command::Stop => "stop",
         }
     }
@@ -339,7 +362,10 @@ mod tests {
             Command::TraceStart { vr: String::new(), count: 1 },
             Command::TraceRead { vr: String::new() },
             Command::Snapshot { vr: String::new(), out: String::new() },
-            Command::Restore { snapshot: String::new(), name: None },
+            Command::Restore { snapshot: String::new(), name: None, down: false },
+            Command::Migrate { vr: String::new(), to: String::new() },
+            Command::MigrateCommit { vr: String::new(), neighbors: vec![], counters: vec![] },
+            Command::Announce { vr: String::new() },
             Command::Stop,
         ];
         let names: Vec<&str> = all.iter().map(Command::name).collect();

@@ -822,6 +822,16 @@ pub fn run(
             let access = Access::from_env();
             let listener = bind(&dir.join("control.sock"), &access)?;
             info!(socket = %dir.join("control.sock").display(), "control socket listening");
+            // VRs migrated here arrive through this socket, as its other clients' changes do.
+            let topo = node.borrow().topology().clone();
+            let _migration = match topo.migration.as_ref().filter(|m| m.listen.is_some()) {
+                Some(m) => Some(crate::migrate::Listener::start(
+                    m,
+                    dir.join("control.sock"),
+                    dir.to_path_buf(),
+                )?),
+                None => None,
+            };
             // Route changes are journaled so a data plane started after a crash has them.
             let (mut journal, _) = crate::journal::recover(dir, &mut node.borrow_mut())?;
             let handle = |cmd: Command| {

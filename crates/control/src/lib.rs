@@ -17,6 +17,7 @@ pub mod daemon;
 mod error;
 pub mod journal;
 pub mod metrics;
+pub mod migrate;
 pub mod model;
 pub mod netns;
 pub mod node;
@@ -30,6 +31,6 @@ pub use error::ControlError;
 pub use node::{Node, Plan};
 
 pub use topology::{
-    Attach, ErrorKind, HostSpec, MemifSpec, PortKind, PortSpec, Topology, TopologyError,
-    VrSchedule, Workers,
+    Attach, ErrorKind, HostSpec, MemifSpec, MigrationConfig, PortKind, PortSpec, Topology,
+    TopologyError, VrSchedule, Workers,
 };

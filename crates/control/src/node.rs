@@ -40,6 +40,8 @@ pub struct Node {
     source: Option<(String, String)>,
     /// Captures running, by id.
     captures: HashMap<u64, Capture>,
+    /// VRs to be added with their interfaces down (a migration's destination).
+    start_down: Vec<String>,
     next_capture: u64,
 }
 
@@ -141,6 +143,7 @@ impl Node {
             source: None,
             captures: HashMap::new(),
             next_capture: 1,
+            start_down: Vec::new(),
         })
     }
 
@@ -153,6 +156,21 @@ impl Node {
     /// The running topology's text, where known.
     pub fn source_text(&self) -> Option<&str> {
         self.source.as_ref().map(|(t, _)| t.as_str())
+    }
+
+    /// The next VR called `vr` to be added starts with its interfaces down.
+    pub(crate) fn start_down(&mut self, vr: &str) {
+        self.start_down.push(vr.to_string());
+    }
+
+    /// Takes VR `vr` down from the start if it was asked to be (before it ever forwards).
+    fn down_from_start(&mut self, vr: &mut Vr) {
+        if let Some(i) = self.start_down.iter().position(|n| n == vr.name()) {
+            self.start_down.remove(i);
+            for k in 0..vr.interfaces().len() {
+                let _ = vr.change(VrChange::Up(k as u16, false));
+            }
+        }
     }
 
     /// Adds a VR and ports, given as topology documents (JSON), as `vr_add` does.
@@ -639,9 +657,22 @@ impl Node {
             Command::Snapshot { vr, out } => {
                 crate::snapshot::snapshot_to_file(self, &vr, Path::new(&out))
             }
-            Command::Restore { snapshot, name } => {
+            Command::Restore { snapshot, name, down } => {
                 let s = crate::snapshot::read(Path::new(&snapshot))?;
-                crate::snapshot::restore(self, s.into_current(), name)
+                crate::snapshot::restore(self, s.into_current(), name, down)
+            }
+            Command::Migrate { vr, to } => {
+                let to = to.parse().map_err(|_| {
+                    ControlError::BadRequest(format!("migrate to {to:?}: give IP:PORT"))
+                })?;
+                crate::migrate::migrate(self, &vr, to)
+            }
+            Command::MigrateCommit { vr, neighbors, counters } => {
+                crate::migrate::commit(self, crate::migrate::FinalState { vr, neighbors, counters })
+            }
+            Command::Announce { vr } => {
+                let n = crate::migrate::announce(self, &vr)?;
+                Ok(json!({ "vr": vr, "frames": n }))
             }
             Command::Stop => {
                 info!("stop requested through the control socket");
@@ -769,7 +800,16 @@ impl Node {
                 info!(vr, "vr rebuilt");
                 format!("vr {vr}: rebuilt")
             }
-            Step::NewCell { table, cell, worker, outside } => {
+            Step::NewCell { table, mut cell, worker, outside } => {
+                for k in 0..cell.vrs().len() {
+                    let name = cell.vrs()[k].name().to_string();
+                    if let Some(i) = self.start_down.iter().position(|n| *n == name) {
+                        self.start_down.remove(i);
+                        for f in 0..cell.vrs()[k].interfaces().len() {
+                            let _ = cell.change_vr(k, VrChange::Up(f as u16, false));
+                        }
+                    }
+                }
                 self.rt.add_cell(*cell, worker)?;
                 self.outside.extend(outside);
                 let names: Vec<String> = table.iter().map(|(n, _)| n.clone()).collect();
@@ -779,7 +819,8 @@ impl Node {
                 self.tables.extend(table);
                 format!("started {}", names.join(", "))
             }
-            Step::JoinCell { cell, ports, table, vr } => {
+            Step::JoinCell { cell, ports, table, mut vr } => {
+                self.down_from_start(&mut vr);
                 let name = vr.name().to_string();
                 self.rt.add_vr(cell, ports, *vr)?;
                 self.tables.insert(name.clone(), table);
@@ -816,6 +857,9 @@ impl Node {
         }
         if cur.metrics != next.metrics {
             refused.push(format!("metrics changed: {fix}"));
+        }
+        if cur.migration != next.migration {
+            refused.push(format!("migration changed: {fix}"));
         }
         if cur.hosts != next.hosts {
             refused.push(format!("hosts changed: {fix}"));

@@ -235,21 +235,7 @@ impl SnapshotV1 {
         let mut payload = Vec::with_capacity(4 + meta.len() + self.routes.len() * 8);
         payload.extend_from_slice(&(meta.len() as u32).to_le_bytes());
         payload.extend_from_slice(&meta);
-        for r in &self.routes {
-            match r.prefix {
-                IpNet::V4(n) => {
-                    payload.push(r.source << 1);
-                    payload.push(n.prefix_len());
-                    payload.extend_from_slice(&n.addr().octets());
-                }
-                IpNet::V6(n) => {
-                    payload.push((r.source << 1) | 1);
-                    payload.push(n.prefix_len());
-                    payload.extend_from_slice(&n.addr().octets());
-                }
-            }
-            payload.extend_from_slice(&r.next_hop.to_le_bytes());
-        }
+        encode_routes(&self.routes, &mut payload);
         let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
         out.extend_from_slice(&MAGIC);
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -366,11 +352,42 @@ fn decode_v1(p: &[u8]) -> Result<SnapshotV1, String> {
         return Err(format!("meta length {mlen} does not fit the payload of {} bytes", p.len()));
     }
     let meta: MetaV1 = serde_json::from_slice(&p[4..4 + mlen]).map_err(|e| format!("meta: {e}"))?;
-    let (ns, nn) = (meta.sources.len(), meta.next_hops.len());
     let mut routes = Vec::new();
-    let mut at = 4 + mlen;
+    decode_routes(&p[4 + mlen..], 4 + mlen, &meta, &mut routes)?;
+    Ok(SnapshotV1 { meta, routes })
+}
+
+/// Appends `routes` as packed records (see the module doc).
+pub fn encode_routes(routes: &[SnapRoute], out: &mut Vec<u8>) {
+    for r in routes {
+        match r.prefix {
+            IpNet::V4(n) => {
+                out.push(r.source << 1);
+                out.push(n.prefix_len());
+                out.extend_from_slice(&n.addr().octets());
+            }
+            IpNet::V6(n) => {
+                out.push((r.source << 1) | 1);
+                out.push(n.prefix_len());
+                out.extend_from_slice(&n.addr().octets());
+            }
+        }
+        out.extend_from_slice(&r.next_hop.to_le_bytes());
+    }
+}
+
+/// Decodes packed route records whose indices refer to `meta`, checking every one; `base`
+/// is the records' offset, for errors.
+pub fn decode_routes(
+    p: &[u8],
+    base: usize,
+    meta: &MetaV1,
+    routes: &mut Vec<SnapRoute>,
+) -> Result<(), String> {
+    let (ns, nn) = (meta.sources.len(), meta.next_hops.len());
+    let mut at = 0;
     while at < p.len() {
-        let k = at;
+        let k = base + at;
         let (kind, len) = match p.get(at..at + 2) {
             Some(&[kind, len]) => (kind, len),
             _ => return Err(format!("route at byte {k}: truncated")),
@@ -403,7 +420,7 @@ fn decode_v1(p: &[u8]) -> Result<SnapshotV1, String> {
         routes.push(SnapRoute { prefix, source, next_hop });
         at += 2 + alen + 4;
     }
-    Ok(SnapshotV1 { meta, routes })
+    Ok(())
 }
 
 /// Reads and decodes a snapshot file, refusing one larger than a snapshot can be.
@@ -531,6 +548,17 @@ fn port_docs(text: &str, names: &[&str]) -> Vec<serde_json::Value> {
 /// and counters from the worker that runs it (between two of its polls).
 pub fn take(node: &crate::Node, vr: &str) -> Result<SnapshotV1, crate::ControlError> {
     let table = node.table(vr).ok_or_else(|| crate::ControlError::NoSuchVr(vr.into()))?;
+    let (neighbors, counters) = live_state(node, vr)?;
+    let src =
+        Source { topo: node.topology(), table, text: node.source_text(), neighbors, counters };
+    SnapshotV1::take(vr, &src)
+}
+
+/// VR `vr`'s learned neighbors (reachable or stale) and counters, from its worker.
+fn live_state(
+    node: &crate::Node,
+    vr: &str,
+) -> Result<(Vec<SnapNeighbor>, VrCounters), crate::ControlError> {
     let (rows, counters) = node.runtime().on_vr(vr, |c, v| {
         let rows = match c.change_vr(v, dataplane::VrChange::Neighbors) {
             Ok(dataplane::VrAnswer::Neighbors(r)) => r,
@@ -550,9 +578,17 @@ pub fn take(node: &crate::Node, vr: &str) -> Result<SnapshotV1, crate::ControlEr
             })
         })
         .collect();
-    let src =
-        Source { topo: node.topology(), table, text: node.source_text(), neighbors, counters };
-    SnapshotV1::take(vr, &src)
+    Ok((neighbors, counters))
+}
+
+/// VR `vr`'s learned neighbors and counters by name: what a migration copies at the stop.
+#[allow(clippy::type_complexity)]
+pub fn take_state(
+    node: &crate::Node,
+    vr: &str,
+) -> Result<(Vec<SnapNeighbor>, Vec<(String, u64)>), crate::ControlError> {
+    let (n, c) = live_state(node, vr)?;
+    Ok((n, c.named().into_iter().map(|(k, v)| (k.to_string(), v)).collect()))
 }
 
 /// Puts a snapshot's VR into the running host under `name` (default: its own): added as
@@ -564,6 +600,7 @@ pub fn restore(
     node: &mut crate::Node,
     snap: SnapshotV1,
     name: Option<String>,
+    down: bool,
 ) -> Result<serde_json::Value, crate::ControlError> {
     use crate::ControlError;
     let t0 = std::time::Instant::now();
@@ -609,6 +646,9 @@ pub fn restore(
         }
     }
     let vr = serde_json::to_value(&doc).expect("documents serialise");
+    if down {
+        node.start_down(&name);
+    }
     let plan = node.add_vr_values(vr, ports)?;
     let applied = match node.route_ops(&name, &ops) {
         Ok(a) => a,

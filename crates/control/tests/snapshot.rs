@@ -253,8 +253,9 @@ fn a_restored_vr_forwards_every_prefix_boundary_as_the_original() {
 
     // Into another host, which lacks the VR's ports: they come from the snapshot.
     let mut dst = start(OTHER, &dir.0.join("dst.yaml"));
-    let r =
-        dst.execute(Command::Restore { snapshot: file.display().to_string(), name: None }).unwrap();
+    let r = dst
+        .execute(Command::Restore { snapshot: file.display().to_string(), name: None, down: false })
+        .unwrap();
     assert_eq!(r["vr"], "a");
     assert_eq!(r["routes"], api_and_more);
 
@@ -281,11 +282,15 @@ fn a_restored_vr_forwards_every_prefix_boundary_as_the_original() {
     // The same snapshot again is refused: the name is taken. Under another name it would
     // share the VR's MACs on its ports, which the host refuses too; nothing changes.
     let e = dst
-        .execute(Command::Restore { snapshot: file.display().to_string(), name: None })
+        .execute(Command::Restore { snapshot: file.display().to_string(), name: None, down: false })
         .unwrap_err();
     assert!(e.to_string().contains("exists already"), "{e}");
     let e = dst
-        .execute(Command::Restore { snapshot: file.display().to_string(), name: Some("b".into()) })
+        .execute(Command::Restore {
+            snapshot: file.display().to_string(),
+            name: Some("b".into()),
+            down: false,
+        })
         .unwrap_err();
     assert!(dst.table("b").is_none(), "{e}");
     assert!(dst.topology().vr_index("b").is_none());
@@ -317,8 +322,9 @@ fn learned_neighbors_come_back_with_their_state() {
     let file = dir.0.join("n.snap");
     snapshot::write_atomic(&file, &s2.encode()).unwrap();
     src.execute(Command::VrRemove { vr: "a".into() }).unwrap();
-    let r =
-        src.execute(Command::Restore { snapshot: file.display().to_string(), name: None }).unwrap();
+    let r = src
+        .execute(Command::Restore { snapshot: file.display().to_string(), name: None, down: false })
+        .unwrap();
     assert_eq!(r["neighbors"], 2);
     let n = src.execute(Command::NeighborList { vr: "a".into() }).unwrap();
     let rows = n["neighbors"].as_array().unwrap();
@@ -367,7 +373,11 @@ fn damaged_snapshots_are_refused_and_change_nothing() {
         let f = dir.0.join(format!("{what}.snap"));
         std::fs::write(&f, &bytes).unwrap();
         let e = src
-            .execute(Command::Restore { snapshot: f.display().to_string(), name: None })
+            .execute(Command::Restore {
+                snapshot: f.display().to_string(),
+                name: None,
+                down: false,
+            })
             .unwrap_err();
         assert!(matches!(e, ControlError::Snapshot(_)), "{what}: {e}");
         assert_eq!(e.code(), "snapshot");
@@ -379,7 +389,8 @@ fn damaged_snapshots_are_refused_and_change_nothing() {
     // The good one still restores.
     let f = dir.0.join("good.snap");
     std::fs::write(&f, &good).unwrap();
-    src.execute(Command::Restore { snapshot: f.display().to_string(), name: None }).unwrap();
+    src.execute(Command::Restore { snapshot: f.display().to_string(), name: None, down: false })
+        .unwrap();
     assert!(src.table("a").is_some());
     src.stop().unwrap();
 }

@@ -46,7 +46,7 @@ pub use switch::{
     MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters, SwitchDrop,
 };
 pub use vr::{
-    restorable, Adj, BuildError, NeighborRow, NeighborState, RestoredNeighbor, RestoredState, Vr,
-    VrAnswer, VrChange,
+    interface_link_local, restorable, Adj, BuildError, NeighborRow, NeighborState,
+    RestoredNeighbor, RestoredState, Vr, VrAnswer, VrChange,
 };
 pub use worker::{Clock, Worker};

@@ -206,6 +206,20 @@ enum Cmd {
         #[arg(long)]
         state_dir: Option<PathBuf>,
     },
+    /// Move a running VR live to another routeplex host (its topology's `migration: listen`
+    /// address; both topologies share `migration: secret`). A failure leaves it running here.
+    Migrate {
+        /// The topology file (YAML) it runs.
+        file: PathBuf,
+        /// The VR's name.
+        vr: String,
+        /// The destination's migration listener, IP:PORT.
+        #[arg(long)]
+        to: String,
+        /// As for `status`.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
     /// A packet generator and sink on memif sockets, as a separate process (netmap's pkt-gen).
     Pktgen(pktgen::Args),
     /// Benchmarks (JSON with --json).
@@ -351,8 +365,11 @@ fn main() -> ExitCode {
             service::control(
                 &file,
                 state_dir.as_deref(),
-                Command::Restore { snapshot, name: as_name },
+                Command::Restore { snapshot, name: as_name, down: false },
             )
+        }
+        Cmd::Migrate { file, vr, to, state_dir } => {
+            service::control(&file, state_dir.as_deref(), Command::Migrate { vr, to })
         }
         Cmd::Bench(BenchCmd::Fib(a)) => bench::fib(a),
         Cmd::Bench(BenchCmd::Pipeline(a)) => bench::pipeline(a),

@@ -35,7 +35,7 @@ use crate::l2;
 use crate::routes::{RouteTable, RouteView};
 use neighbor::{NKey, NeighborTable, Resolve};
 pub use neighbor::{NeighborRow, NeighborState};
-pub use snap::{restorable, RestoredNeighbor, RestoredState};
+pub use snap::{interface_link_local, restorable, RestoredNeighbor, RestoredState};
 
 /// Where a packet goes when the VR is done with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

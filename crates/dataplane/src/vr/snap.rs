@@ -114,6 +114,25 @@ impl RouteView {
     }
 }
 
+/// The link-local address an interface with `mac` has (EUI-64), as the VR answers to it.
+pub fn interface_link_local(mac: MacAddr) -> std::net::Ipv6Addr {
+    super::link_local(mac)
+}
+
+impl crate::Cell {
+    /// Sends ready-made frames out of port `p` (at most a burst; announcements after a VR
+    /// moved here, say). Returns how many the port took. Control-path only: it allocates.
+    pub fn send_frames(&mut self, p: usize, frames: &[Vec<u8>]) -> usize {
+        let n = frames.len().min(ports::MAX_BURST);
+        let mut b = ports::Batch::new(n.max(1));
+        for f in &frames[..n] {
+            b.push_copy(f);
+        }
+        let sel: Vec<u16> = (0..b.len() as u16).collect();
+        self.port_mut(p).map_or(0, |port| port.tx_burst(&mut b, &sel))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
