@@ -290,10 +290,24 @@ pub fn migrate(node: &mut Node, vr: &str, to: SocketAddr) -> Result<Value, Contr
     }
     // Stop and copy: from here on the VR is down at the source until the destination commits.
     let stop = Instant::now();
-    set_up(node, vr, false)?;
+    // One job on the worker: interfaces down, then what they learned and counted.
+    let n = node.topology().vrs.iter().find(|v| v.name == vr).map_or(0, |v| v.interfaces.len());
+    let (rows, counters) = node.runtime().on_vr(vr, move |c, v| {
+        for i in 0..n {
+            let _ = c.change_vr(v, dataplane::VrChange::Up(i as u16, false));
+        }
+        let rows = match c.change_vr(v, dataplane::VrChange::Neighbors) {
+            Ok(dataplane::VrAnswer::Neighbors(r)) => r,
+            _ => Vec::new(),
+        };
+        (rows, *c.vrs()[v].counters())
+    })?;
     let done = (|| {
-        let last = snapshot::take_state(node, vr)?;
-        let st = FinalState { vr: vr.to_string(), neighbors: last.0, counters: last.1 };
+        let st = FinalState {
+            vr: vr.to_string(),
+            neighbors: snapshot::learned(rows),
+            counters: counters.named().into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        };
         ch.send(STATE, &serde_json::to_vec(&st).expect("state serialises"))?;
         ch.expect(COMMITTED)
     })();
@@ -376,8 +390,40 @@ impl Drop for Listener {
     }
 }
 
-fn ask(sock: &Path, cmd: Command) -> Result<Value, ControlError> {
-    crate::daemon::ask(sock, cmd, Duration::from_secs(120))
+/// One connection to this host's control socket, kept for a whole migration (a connection
+/// per request would wait on the socket's accept loop each time, at the stop too).
+struct Local {
+    w: std::os::unix::net::UnixStream,
+    r: std::io::BufReader<std::os::unix::net::UnixStream>,
+    id: u64,
+}
+
+impl Local {
+    fn connect(sock: &Path) -> Result<Local, ControlError> {
+        let w = std::os::unix::net::UnixStream::connect(sock)
+            .map_err(|e| ControlError::io(sock.display(), e))?;
+        w.set_read_timeout(Some(Duration::from_secs(120)))
+            .map_err(|e| ControlError::io(sock.display(), e))?;
+        let r = std::io::BufReader::new(w.try_clone().map_err(|e| ControlError::io("socket", e))?);
+        Ok(Local { w, r, id: 0 })
+    }
+
+    fn ask(&mut self, cmd: Command) -> Result<Value, ControlError> {
+        use std::io::BufRead;
+        self.id += 1;
+        let req = crate::api::Request { v: crate::api::API_VERSION, id: self.id, cmd };
+        let mut line = serde_json::to_vec(&req).expect("requests serialise");
+        line.push(b'\n');
+        self.w.write_all(&line).map_err(|e| ControlError::io("control socket", e))?;
+        let mut reply = Vec::new();
+        (&mut self.r)
+            .take(crate::daemon::MAX_LINE as u64)
+            .read_until(b'\n', &mut reply)
+            .map_err(|e| ControlError::io("control socket", e))?;
+        let reply: crate::api::Reply = serde_json::from_slice(&reply)
+            .map_err(|e| fail(format_args!("unreadable reply from the control socket ({e})")))?;
+        reply.into_result().map_err(|e| ControlError::Invalid(format!("{} ({})", e.msg, e.code)))
+    }
 }
 
 /// One incoming migration; whatever happens, the connection ends with it.
@@ -394,17 +440,25 @@ fn incoming(mut s: TcpStream, peer: SocketAddr, cfg: &MigrationConfig, sock: &Pa
             return;
         }
     };
+    let mut local = match Local::connect(sock) {
+        Ok(l) => l,
+        Err(e) => {
+            warn!(peer = %peer, error = %e, "migration: the control socket does not answer");
+            let _ = ch.send(ERROR, b"the destination's control socket does not answer");
+            return;
+        }
+    };
     let mut built: Option<String> = None;
-    match receive(&mut ch, sock, dir, &mut built) {
+    match receive(&mut ch, &mut local, dir, &mut built) {
         Ok(vr) => {
             info!(peer = %peer, vr, bytes = ch.bytes, "vr migrated here");
-            announce_rounds(sock, &vr);
+            announce_rounds(&mut local, &vr);
         }
         Err(e) => {
             warn!(peer = %peer, error = %e, "migration failed; nothing kept");
             let _ = ch.send(ERROR, e.to_string().as_bytes());
             if let Some(vr) = built {
-                if let Err(e) = ask(sock, Command::VrRemove { vr: vr.clone() }) {
+                if let Err(e) = local.ask(Command::VrRemove { vr: vr.clone() }) {
                     warn!(vr, error = %e, "migration: removing the half-built VR failed");
                 }
             }
@@ -414,7 +468,7 @@ fn incoming(mut s: TcpStream, peer: SocketAddr, cfg: &MigrationConfig, sock: &Pa
 
 fn receive(
     ch: &mut Channel,
-    sock: &Path,
+    local: &mut Local,
     dir: &Path,
     built: &mut Option<String>,
 ) -> Result<String, ControlError> {
@@ -432,10 +486,11 @@ fn receive(
     let vr = meta.vr.name.clone();
     let file = dir.join(format!(".migrate-{}.snap", std::process::id()));
     snapshot::write_atomic(&file, &SnapshotV1 { meta, routes }.encode())?;
-    let r = ask(
-        sock,
-        Command::Restore { snapshot: file.display().to_string(), name: None, down: true },
-    );
+    let r = local.ask(Command::Restore {
+        snapshot: file.display().to_string(),
+        name: None,
+        down: true,
+    });
     let _ = std::fs::remove_file(&file);
     r?;
     *built = Some(vr.clone());
@@ -445,21 +500,22 @@ fn receive(
     if st.vr != vr {
         return Err(fail(format_args!("state for vr {} while moving {vr}", st.vr)));
     }
-    ask(
-        sock,
-        Command::MigrateCommit { vr: vr.clone(), neighbors: st.neighbors, counters: st.counters },
-    )?;
+    local.ask(Command::MigrateCommit {
+        vr: vr.clone(),
+        neighbors: st.neighbors,
+        counters: st.counters,
+    })?;
     ch.send(COMMITTED, &[])?;
     Ok(vr)
 }
 
 /// The announcement rounds after the first (sent with the commit).
-fn announce_rounds(sock: &Path, vr: &str) {
+fn announce_rounds(local: &mut Local, vr: &str) {
     let t0 = Instant::now();
     for &at in &ANNOUNCE_ROUNDS[1..] {
         let wait = Duration::from_millis(at).saturating_sub(t0.elapsed());
         std::thread::sleep(wait);
-        if let Err(e) = ask(sock, Command::Announce { vr: vr.to_string() }) {
+        if let Err(e) = local.ask(Command::Announce { vr: vr.to_string() }) {
             warn!(vr, error = %e, "migration: an announcement round failed");
             return;
         }
@@ -467,51 +523,54 @@ fn announce_rounds(sock: &Path, vr: &str) {
 }
 
 /// `migrate_commit`: puts the final state into a VR built down by a migration, takes its
-/// interfaces up and sends the first announcement round.
+/// interfaces up and sends the first announcement round, all in one job on its worker (the
+/// VR is down at both ends until this runs).
 pub fn commit(node: &mut Node, st: FinalState) -> Result<Value, ControlError> {
     let (counters, _) =
         dataplane::VrCounters::from_named(st.counters.iter().map(|(k, v)| (k.as_str(), *v)));
     let mut neighbors = Vec::new();
     for n in &st.neighbors {
-        if let Ok(mac) = n.mac.parse() {
-            neighbors.push(dataplane::RestoredNeighbor {
-                iface: n.interface,
-                ip: n.address,
-                mac,
-                reachable: n.reachable,
-            });
-        }
+        let mac = n.mac.parse().map_err(|_| {
+            ControlError::BadRequest(format!("neighbor {}: mac {:?}", n.address, n.mac))
+        })?;
+        neighbors.push(dataplane::RestoredNeighbor {
+            iface: n.interface,
+            ip: n.address,
+            mac,
+            reachable: n.reachable,
+        });
     }
     let state = dataplane::RestoredState {
         counters: Some(counters),
         neighbors,
         now: node.runtime().epoch().elapsed().as_nanos() as u64,
     };
-    let took = match node
-        .runtime()
-        .on_vr(&st.vr, move |c, v| c.change_vr(v, dataplane::VrChange::Restore(Box::new(state))))?
-    {
-        Ok(dataplane::VrAnswer::Restored(n)) => n,
-        Ok(_) => 0,
-        Err(e) => return Err(ControlError::Invalid(e.0)),
-    };
-    set_up(node, &st.vr, true)?;
-    let sent = announce(node, &st.vr)?;
+    let frames = announcements(node, &st.vr)?;
+    let (took, sent) = node.runtime().on_vr(&st.vr, move |c, v| {
+        let took = match c.change_vr(v, dataplane::VrChange::Restore(Box::new(state))) {
+            Ok(dataplane::VrAnswer::Restored(n)) => n,
+            _ => 0,
+        };
+        for i in 0..frames.len() {
+            let _ = c.change_vr(v, dataplane::VrChange::Up(i as u16, true));
+        }
+        (took, send_announcements(c, v, &frames))
+    })?;
     Ok(json!({ "vr": st.vr, "neighbors": took, "announced": sent }))
 }
 
-/// `announce`: one round of gratuitous ARP (per IPv4 address) and unsolicited neighbor
-/// advertisements (per IPv6 address, link-local included; router, override) out of each of
-/// the VR's interfaces. Returns the frames sent.
-pub fn announce(node: &Node, vr: &str) -> Result<usize, ControlError> {
+/// Each interface's name and announcement frames.
+/// Each interface's name and the frames that announce it.
+type Frames = Vec<(String, Vec<Vec<u8>>)>;
+
+fn announcements(node: &Node, vr: &str) -> Result<Frames, ControlError> {
     let cfg = node
         .topology()
         .vrs
         .iter()
         .find(|v| v.name == vr)
-        .ok_or_else(|| ControlError::NoSuchVr(vr.into()))?
-        .clone();
-    let per_iface: Vec<(String, Vec<Vec<u8>>)> = cfg
+        .ok_or_else(|| ControlError::NoSuchVr(vr.into()))?;
+    Ok(cfg
         .interfaces
         .iter()
         .map(|f| {
@@ -527,17 +586,25 @@ pub fn announce(node: &Node, vr: &str) -> Result<usize, ControlError> {
             );
             (f.name.clone(), frames)
         })
-        .collect();
-    let sent = node.runtime().on_vr(vr, move |c, v| {
-        let mut n = 0;
-        for (name, frames) in &per_iface {
-            if let Some(p) = c.iface_port(v, name) {
-                n += c.send_frames(p, frames);
-            }
+        .collect())
+}
+
+fn send_announcements(c: &mut dataplane::Cell, v: usize, frames: &Frames) -> usize {
+    let mut n = 0;
+    for (name, f) in frames {
+        if let Some(p) = c.iface_port(v, name) {
+            n += c.send_frames(p, f);
         }
-        n
-    })?;
-    Ok(sent)
+    }
+    n
+}
+
+/// `announce`: one round of gratuitous ARP (per IPv4 address) and unsolicited neighbor
+/// advertisements (per IPv6 address, link-local included; router, override) out of each of
+/// the VR's interfaces. Returns the frames sent.
+pub fn announce(node: &Node, vr: &str) -> Result<usize, ControlError> {
+    let frames = announcements(node, vr)?;
+    Ok(node.runtime().on_vr(vr, move |c, v| send_announcements(c, v, &frames))?)
 }
 
 fn ether(dst: [u8; 6], src: wire::MacAddr, vlan: Option<u16>, ethertype: u16) -> Vec<u8> {

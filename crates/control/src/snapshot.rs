@@ -566,8 +566,12 @@ fn live_state(
         };
         (rows, *c.vrs()[v].counters())
     })?;
-    let neighbors = rows
-        .into_iter()
+    Ok((learned(rows), counters))
+}
+
+/// The rows worth carrying over (reachable or stale, with a MAC), as a snapshot keeps them.
+pub fn learned(rows: Vec<dataplane::NeighborRow>) -> Vec<SnapNeighbor> {
+    rows.into_iter()
         .filter_map(|r| {
             let reachable = dataplane::restorable(r.state)?;
             Some(SnapNeighbor {
@@ -577,8 +581,7 @@ fn live_state(
                 reachable,
             })
         })
-        .collect();
-    Ok((neighbors, counters))
+        .collect()
 }
 
 /// VR `vr`'s learned neighbors and counters by name: what a migration copies at the stop.
