@@ -303,3 +303,39 @@ fn the_migration_section_is_checked_and_its_secret_never_shown() {
     let e = parse("{ listen: 10.9.0.2:9470 }").unwrap_err().to_string();
     assert!(e.contains("secret"), "{e}");
 }
+
+/// Not a test: the figures of migrating a VR with the full IPv4 table (the project's prefix
+/// list) over loopback between two hosts in this process. Prints JSON; run with
+/// `cargo test -p control --test migrate -- --ignored --nocapture full_table` (the test profile
+/// is optimised).
+#[test]
+#[ignore = "a benchmark: prints the figures of a full-table migration"]
+fn full_table_migration_figures() {
+    let table = std::env::var("ROUTEPLEX_PREFIXES").map(PathBuf::from).unwrap_or_else(|_| {
+        PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/routeplex/prefixes")
+    });
+    let file = table.join("ipv4.txt");
+    if !file.exists() {
+        eprintln!("skipped: no {} (scripts/fetch-prefixes)", file.display());
+        return;
+    }
+    let d = TempDir::new("full");
+    let text = format!(
+        "{}    tables: [{{ file: {}, next_hops: [10.0.1.2] }}]\n",
+        source_text(),
+        file.display()
+    );
+    let mut src = start(&text, &d.0.join("src.yaml"));
+    let dest = Dest::start(&d.0, SECRET, vec![]);
+    let t0 = std::time::Instant::now();
+    let r = src.execute(Command::Migrate { vr: "a".into(), to: dest.addr().to_string() }).unwrap();
+    let wall = t0.elapsed().as_secs_f64() * 1e3;
+    let dst = dest.finish();
+    let (v4, _) = dst.table("a").unwrap().fib_prefixes();
+    println!(
+        "{{\"routes\":{},\"fib_ipv4_at_destination\":{v4},\"wall_ms\":{wall:.1},\"migrate\":{r},\"limits\":\"debug-assertion test profile (opt-level 2), loopback TCP, one process, shared 2-CPU machine\"}}",
+        r["routes"]
+    );
+    dst.stop().unwrap();
+    src.stop().unwrap();
+}
