@@ -123,6 +123,33 @@ pub enum Command {
     TraceStart { vr: String, count: u32 },
     /// Takes the trace's records so far; the trace ends once it has all its packets.
     TraceRead { vr: String },
+    /// Writes VR `vr`'s snapshot (configuration, routes with sources, learned neighbors,
+    /// counters) to the file `out` (a path on the daemon's host).
+    Snapshot { vr: String, out: String },
+    /// Adds the VR of the snapshot file `snapshot` to the running host, as `name` (default:
+    /// its own name).
+    Restore {
+        snapshot: String,
+        #[serde(default)]
+        name: Option<String>,
+        /// The VR's interfaces start down (a migration brings them up at its commit).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        down: bool,
+    },
+    /// Moves VR `vr` live to the routeplex host whose migration listener is at `to`.
+    Migrate { vr: String, to: String },
+    /// The last step of an incoming migration (the destination's listener sends it): the
+    /// VR's learned neighbors and counters, then its interfaces up and an announcement.
+    MigrateCommit {
+        vr: String,
+        #[serde(default)]
+        neighbors: Vec<crate::snapshot::SnapNeighbor>,
+        #[serde(default)]
+        counters: Vec<(String, u64)>,
+    },
+    /// One round of gratuitous ARP and unsolicited neighbor advertisements for the VR's
+    /// addresses, out of each of its interfaces.
+    Announce { vr: String },
     /// Stops the data plane.
     Stop,
 }
@@ -149,6 +176,11 @@ impl Command {
         "capture_stop",
         "trace_start",
         "trace_read",
+        "snapshot",
+        "restore",
+        "migrate",
+        "migrate_commit",
+        "announce",
         "stop",
     ];
 
@@ -174,6 +206,11 @@ impl Command {
             Command::CaptureStop { .. } => "capture_stop",
             Command::TraceStart { .. } => "trace_start",
             Command::TraceRead { .. } => "trace_read",
+            Command::Snapshot { .. } => "snapshot",
+            Command::Restore { .. } => "restore",
+            Command::Migrate { .. } => "migrate",
+            Command::MigrateCommit { .. } => "migrate_commit",
+            Command::Announce { .. } => "announce",
             Command::Stop => "stop",
         }
     }
@@ -324,6 +361,11 @@ mod tests {
             Command::CaptureStop { id: 0 },
             Command::TraceStart { vr: String::new(), count: 1 },
             Command::TraceRead { vr: String::new() },
+            Command::Snapshot { vr: String::new(), out: String::new() },
+            Command::Restore { snapshot: String::new(), name: None, down: false },
+            Command::Migrate { vr: String::new(), to: String::new() },
+            Command::MigrateCommit { vr: String::new(), neighbors: vec![], counters: vec![] },
+            Command::Announce { vr: String::new() },
             Command::Stop,
         ];
         let names: Vec<&str> = all.iter().map(Command::name).collect();

@@ -727,7 +727,10 @@ pub fn down(file: &Path, say: &mut dyn FnMut(String)) -> Result<(), ControlError
 
 /// Removes the service's files and then its directory: exactly what it made, nothing else.
 fn remove_dir(p: &Paths) -> Result<(), ControlError> {
-    for f in [&p.state, &p.sock, &p.log, &p.state.with_extension("tmp")] {
+    let journal =
+        [p.dir.join(crate::journal::FILE), p.dir.join(format!(".{}.tmp", crate::journal::FILE))];
+    for f in [&p.state, &p.sock, &p.log, &p.state.with_extension("tmp")].into_iter().chain(&journal)
+    {
         match std::fs::remove_file(f) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -819,9 +822,27 @@ pub fn run(
             let access = Access::from_env();
             let listener = bind(&dir.join("control.sock"), &access)?;
             info!(socket = %dir.join("control.sock").display(), "control socket listening");
-            let handle = |cmd| {
+            // VRs migrated here arrive through this socket, as its other clients' changes do.
+            let topo = node.borrow().topology().clone();
+            let _migration = match topo.migration.as_ref().filter(|m| m.listen.is_some()) {
+                Some(m) => Some(crate::migrate::Listener::start(
+                    m,
+                    dir.join("control.sock"),
+                    dir.to_path_buf(),
+                )?),
+                None => None,
+            };
+            // Route changes are journaled so a data plane started after a crash has them.
+            let (mut journal, _) = crate::journal::recover(dir, &mut node.borrow_mut())?;
+            let handle = |cmd: Command| {
                 let mut node = node.borrow_mut();
+                let keep = crate::journal::journaled(&cmd).then(|| cmd.clone());
                 let r = node.execute(cmd);
+                if let (Ok(_), Some(c)) = (&r, keep) {
+                    if let Err(e) = journal.record(&c, &node) {
+                        warn!(error = %e, "journal: a change could not be recorded");
+                    }
+                }
                 (r, node.stop_requested())
             };
             serve_ticking(listener, access, stop, handle, tick)

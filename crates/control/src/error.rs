@@ -37,6 +37,8 @@ pub enum ControlError {
     Io { context: String, source: std::io::Error },
     #[error("{0}")]
     State(String),
+    #[error("{0}")]
+    Snapshot(#[from] crate::snapshot::SnapshotError),
 }
 
 impl ControlError {
@@ -56,6 +58,7 @@ impl ControlError {
             ControlError::Busy(_) => "busy",
             ControlError::Io { .. } => "io",
             ControlError::State(_) => "state",
+            ControlError::Snapshot(_) => "snapshot",
         }
     }
 

@@ -15,13 +15,16 @@ pub mod build;
 pub mod capture;
 pub mod daemon;
 mod error;
+pub mod journal;
 pub mod metrics;
+pub mod migrate;
 pub mod model;
 pub mod netns;
 pub mod node;
 pub mod pcapng;
 pub mod rtsync;
 pub mod runtime;
+pub mod snapshot;
 pub mod sys;
 pub mod topology;
 
@@ -29,6 +32,6 @@ pub use error::ControlError;
 pub use node::{Node, Plan};
 
 pub use topology::{
-    Attach, ErrorKind, HostSpec, MemifSpec, PortKind, PortSpec, Topology, TopologyError,
-    VrSchedule, Workers,
+    Attach, ErrorKind, HostSpec, MemifSpec, MigrationConfig, PortKind, PortSpec, Topology,
+    TopologyError, VrSchedule, Workers,
 };

@@ -39,6 +39,8 @@ pub struct TopologyDoc {
     pub idle: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<MetricsDoc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration: Option<MigrationDoc>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<HostDoc>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -62,6 +64,26 @@ pub enum WorkersDoc {
 pub struct MetricsDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listen: Option<String>,
+}
+
+/// `migration:`: `listen` (`IP:PORT`), `secret` (shared by both ends), `peers` (addresses).
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrationDoc {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    pub secret: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<String>,
+}
+
+impl std::fmt::Debug for MigrationDoc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MigrationDoc")
+            .field("listen", &self.listen)
+            .field("secret", &"<hidden>")
+            .field("peers", &self.peers)
+            .finish()
+    }
 }
 
 /// One of `hosts:`.

@@ -40,6 +40,8 @@ pub struct Node {
     source: Option<(String, String)>,
     /// Captures running, by id.
     captures: HashMap<u64, Capture>,
+    /// VRs to be added with their interfaces down (a migration's destination).
+    start_down: Vec<String>,
     next_capture: u64,
 }
 
@@ -141,6 +143,7 @@ impl Node {
             source: None,
             captures: HashMap::new(),
             next_capture: 1,
+            start_down: Vec::new(),
         })
     }
 
@@ -148,6 +151,38 @@ impl Node {
     /// can extend it.
     pub fn set_source(&mut self, text: String, file: String) {
         self.source = Some((text, file));
+    }
+
+    /// The running topology's text, where known.
+    pub fn source_text(&self) -> Option<&str> {
+        self.source.as_ref().map(|(t, _)| t.as_str())
+    }
+
+    /// The next VR called `vr` to be added starts with its interfaces down.
+    pub(crate) fn start_down(&mut self, vr: &str) {
+        self.start_down.push(vr.to_string());
+    }
+
+    /// Takes VR `vr` down from the start if it was asked to be (before it ever forwards).
+    fn down_from_start(&mut self, vr: &mut Vr) {
+        if let Some(i) = self.start_down.iter().position(|n| n == vr.name()) {
+            self.start_down.remove(i);
+            for k in 0..vr.interfaces().len() {
+                let _ = vr.change(VrChange::Up(k as u16, false));
+            }
+        }
+    }
+
+    /// Adds a VR and ports, given as topology documents (JSON), as `vr_add` does.
+    pub(crate) fn add_vr_values(
+        &mut self,
+        vr: Value,
+        ports: Vec<Value>,
+    ) -> Result<Plan, ControlError> {
+        self.edit_source(|doc| {
+            list(doc, "ports").extend(ports);
+            list(doc, "vrs").push(vr);
+        })
     }
 
     /// The topology as last applied.
@@ -619,6 +654,26 @@ impl Node {
                 Ok(json!({ "vr": vr, "count": count }))
             }
             Command::TraceRead { vr } => self.trace_read(vr),
+            Command::Snapshot { vr, out } => {
+                crate::snapshot::snapshot_to_file(self, &vr, Path::new(&out))
+            }
+            Command::Restore { snapshot, name, down } => {
+                let s = crate::snapshot::read(Path::new(&snapshot))?;
+                crate::snapshot::restore(self, s.into_current(), name, down)
+            }
+            Command::Migrate { vr, to } => {
+                let to = to.parse().map_err(|_| {
+                    ControlError::BadRequest(format!("migrate to {to:?}: give IP:PORT"))
+                })?;
+                crate::migrate::migrate(self, &vr, to)
+            }
+            Command::MigrateCommit { vr, neighbors, counters } => {
+                crate::migrate::commit(self, crate::migrate::FinalState { vr, neighbors, counters })
+            }
+            Command::Announce { vr } => {
+                let n = crate::migrate::announce(self, &vr)?;
+                Ok(json!({ "vr": vr, "frames": n }))
+            }
             Command::Stop => {
                 info!("stop requested through the control socket");
                 self.stop_requested = true;
@@ -745,7 +800,16 @@ impl Node {
                 info!(vr, "vr rebuilt");
                 format!("vr {vr}: rebuilt")
             }
-            Step::NewCell { table, cell, worker, outside } => {
+            Step::NewCell { table, mut cell, worker, outside } => {
+                for k in 0..cell.vrs().len() {
+                    let name = cell.vrs()[k].name().to_string();
+                    if let Some(i) = self.start_down.iter().position(|n| *n == name) {
+                        self.start_down.remove(i);
+                        for f in 0..cell.vrs()[k].interfaces().len() {
+                            let _ = cell.change_vr(k, VrChange::Up(f as u16, false));
+                        }
+                    }
+                }
                 self.rt.add_cell(*cell, worker)?;
                 self.outside.extend(outside);
                 let names: Vec<String> = table.iter().map(|(n, _)| n.clone()).collect();
@@ -755,7 +819,8 @@ impl Node {
                 self.tables.extend(table);
                 format!("started {}", names.join(", "))
             }
-            Step::JoinCell { cell, ports, table, vr } => {
+            Step::JoinCell { cell, ports, table, mut vr } => {
+                self.down_from_start(&mut vr);
                 let name = vr.name().to_string();
                 self.rt.add_vr(cell, ports, *vr)?;
                 self.tables.insert(name.clone(), table);
@@ -792,6 +857,9 @@ impl Node {
         }
         if cur.metrics != next.metrics {
             refused.push(format!("metrics changed: {fix}"));
+        }
+        if cur.migration != next.migration {
+            refused.push(format!("migration changed: {fix}"));
         }
         if cur.hosts != next.hosts {
             refused.push(format!("hosts changed: {fix}"));
@@ -832,8 +900,8 @@ impl Node {
             }
             let cell_vrs: Vec<String> = self.rt.cell_vrs(c).to_vec();
             let all_go = cell_vrs.iter().all(|v| removed.contains(&v));
-            let ports_gone =
-                self.rt.cell_ports(c).iter().all(|p| !next_ports.contains_key(p.as_str()));
+            let next_rt: Vec<String> = next.ports.iter().map(|p| rt_port(next, &p.name)).collect();
+            let ports_gone = self.rt.cell_ports(c).iter().all(|p| !next_rt.contains(p));
             if all_go && ports_gone {
                 cells_gone.push(c);
                 plan.steps.push(format!(
@@ -851,7 +919,8 @@ impl Node {
             if next_ports.contains_key(n) {
                 continue;
             }
-            let gone = self.rt.cell_of_port(n).is_some_and(|c| cells_gone.contains(&c));
+            let gone =
+                self.rt.cell_of_port(&rt_port(cur, n)).is_some_and(|c| cells_gone.contains(&c));
             if !gone {
                 refused.push(format!(
                     "port {n}: removed while VRs or switches still use its cell: {fix}"
@@ -982,7 +1051,7 @@ impl Node {
                 continue;
             }
             let cells: Vec<usize> =
-                port_names.iter().filter_map(|p| self.rt.cell_of_port(p)).collect();
+                port_names.iter().filter_map(|p| self.rt.cell_of_port(&rt_port(next, p))).collect();
             let mut uniq = cells.clone();
             uniq.sort_unstable();
             uniq.dedup();
@@ -1094,12 +1163,22 @@ impl Node {
     /// Cell-local port numbers for a VR of `next` joining cell `c`, which gains `fresh` ports.
     fn local_ports(&self, c: usize, next: &Topology, fresh: &[String]) -> impl Fn(u16) -> u16 {
         let mut names: Vec<String> = self.rt.cell_ports(c).to_vec();
-        names.extend(fresh.iter().cloned());
-        let global: Vec<String> = next.ports.iter().map(|p| p.name.clone()).collect();
+        names.extend(fresh.iter().map(|p| rt_port(next, p)));
+        let global: Vec<String> = next.ports.iter().map(|p| rt_port(next, &p.name)).collect();
         move |gp: u16| {
             names.iter().position(|n| *n == global[usize::from(gp)]).unwrap_or(u16::MAX as usize)
                 as u16
         }
+    }
+}
+
+/// The name the runtime knows port `name` of `t` by: what the open port reports, which for a
+/// kernel port is its interface (`rpx-NAME` for a host's veth), not the topology's name.
+fn rt_port(t: &Topology, name: &str) -> String {
+    match t.port_index(name).map(|i| &t.ports[i].kind) {
+        Some(PortKind::AfXdp(a) | PortKind::AfPacket(a)) => a.ifname().to_string(),
+        Some(PortKind::Tap { ifname, .. }) => ifname.clone(),
+        _ => name.to_string(),
     }
 }
 
@@ -1131,7 +1210,7 @@ fn switches_named(t: &Topology) -> Vec<String> {
 }
 
 /// A YAML document as plain JSON data: mappings, lists, and every scalar as text.
-fn plain(n: &marked_yaml::Node) -> Value {
+pub(crate) fn plain(n: &marked_yaml::Node) -> Value {
     match n {
         marked_yaml::Node::Scalar(s) => Value::String(s.as_str().to_string()),
         marked_yaml::Node::Sequence(l) => Value::Array(l.iter().map(plain).collect()),

@@ -18,6 +18,7 @@ fn sections() -> Vec<(&'static str, Vec<String>)> {
     vec![
         ("Top level", vec!["zz: 1\n".into()]),
         ("`metrics`", vec!["metrics: { zz: 1 }\n".into()]),
+        ("`migration`", vec!["migration: { zz: 1 }\n".into()]),
         ("`hosts[]`", vec!["hosts:\n  - { zz: 1 }\n".into()]),
         ("`kind: mem` (in-process pair: tests, benchmarks, the demo)", vec![port("mem")]),
         (

@@ -719,6 +719,11 @@ impl Cell {
         }
     }
 
+    /// Port `p`, to send on from the control path ([`Cell::send_frames`]).
+    pub(crate) fn port_mut(&mut self, p: usize) -> Option<&mut (dyn Port + 'static)> {
+        self.ports.get_mut(p).map(|b| b.as_mut())
+    }
+
     /// Applies a change to VR `v` (see [`VrChange`]); called between two polls.
     pub fn change_vr(&mut self, v: usize, ch: VrChange) -> Result<VrAnswer, BuildError> {
         match self.vrs.get_mut(v) {

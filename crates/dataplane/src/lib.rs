@@ -46,5 +46,8 @@ pub use switch::{
     GroupRow, MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters,
     SwitchDrop, DEFAULT_GROUPS, DEFAULT_GROUP_TIMEOUT_MS,
 };
-pub use vr::{Adj, BuildError, NeighborRow, NeighborState, Vr, VrAnswer, VrChange};
+pub use vr::{
+    interface_link_local, restorable, Adj, BuildError, NeighborRow, NeighborState,
+    RestoredNeighbor, RestoredState, Vr, VrAnswer, VrChange,
+};
 pub use worker::{Clock, Worker};

@@ -179,6 +179,47 @@ enum Cmd {
         #[arg(long)]
         state_dir: Option<PathBuf>,
     },
+    /// Write a running VR's snapshot (configuration, routes with their sources, learned
+    /// neighbors, counters) to a file: a versioned, checksummed format (docs/api.md, snapshot).
+    Snapshot {
+        /// The topology file (YAML) it runs.
+        file: PathBuf,
+        /// The VR's name.
+        vr: String,
+        /// Where to write the snapshot (written whole or not at all, 0600).
+        #[arg(long)]
+        out: PathBuf,
+        /// As for `status`.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Add the VR of a snapshot file to a running host, under its own name or another.
+    Restore {
+        /// The topology file (YAML) the host runs.
+        file: PathBuf,
+        /// The snapshot file.
+        snapshot: PathBuf,
+        /// The name to give the restored VR (default: the one it had).
+        #[arg(long = "as")]
+        as_name: Option<String>,
+        /// As for `status`.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Move a running VR live to another routeplex host (its topology's `migration: listen`
+    /// address; both topologies share `migration: secret`). A failure leaves it running here.
+    Migrate {
+        /// The topology file (YAML) it runs.
+        file: PathBuf,
+        /// The VR's name.
+        vr: String,
+        /// The destination's migration listener, IP:PORT.
+        #[arg(long)]
+        to: String,
+        /// As for `status`.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
     /// A packet generator and sink on memif sockets, as a separate process (netmap's pkt-gen).
     Pktgen(pktgen::Args),
     /// Benchmarks (JSON with --json).
@@ -273,6 +314,14 @@ fn route_cmd(vr: String, op: RouteCmd) -> anyhow::Result<Command> {
     })
 }
 
+/// A path as the data plane must get it: it runs elsewhere (its own working directory).
+fn absolute(p: &std::path::Path) -> PathBuf {
+    if p.is_absolute() {
+        return p.to_path_buf();
+    }
+    std::env::current_dir().map_or_else(|_| p.to_path_buf(), |d| d.join(p))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     logs::init(cli.log_format, matches!(cli.cmd, Cmd::Run { .. }));
@@ -306,6 +355,21 @@ fn main() -> ExitCode {
         },
         Cmd::Reserve { file, vr, spec, state_dir } => {
             service::control(&file, state_dir.as_deref(), Command::Reserve { vr, spec })
+        }
+        Cmd::Snapshot { file, vr, out, state_dir } => {
+            let out = absolute(&out).display().to_string();
+            service::control(&file, state_dir.as_deref(), Command::Snapshot { vr, out })
+        }
+        Cmd::Restore { file, snapshot, as_name, state_dir } => {
+            let snapshot = absolute(&snapshot).display().to_string();
+            service::control(
+                &file,
+                state_dir.as_deref(),
+                Command::Restore { snapshot, name: as_name, down: false },
+            )
+        }
+        Cmd::Migrate { file, vr, to, state_dir } => {
+            service::control(&file, state_dir.as_deref(), Command::Migrate { vr, to })
         }
         Cmd::Bench(BenchCmd::Fib(a)) => bench::fib(a),
         Cmd::Bench(BenchCmd::Pipeline(a)) => bench::pipeline(a),

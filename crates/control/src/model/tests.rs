@@ -159,6 +159,7 @@ fn representative() -> TopologyDoc {
         workers: Some(WorkersDoc::Count(2)),
         idle: None,
         metrics: Some(MetricsDoc { listen: Some(s("127.0.0.1:9469")) }),
+        migration: None,
         hosts: vec![HostDoc {
             name: s("ha"),
             addresses: strings(&["10.9.0.2/24"]),
@@ -352,6 +353,11 @@ fn every_field() -> TopologyDoc {
         workers: Some(WorkersDoc::Count(1)),
         idle: Some(s("poll")),
         metrics: Some(MetricsDoc { listen: Some(s("l")) }),
+        migration: Some(MigrationDoc {
+            listen: Some(s("l")),
+            secret: s("s"),
+            peers: strings(&["p"]),
+        }),
         hosts: vec![HostDoc {
             name: s("h"),
             addresses: strings(&["a"]),
@@ -459,6 +465,7 @@ fn the_model_has_exactly_the_keys_the_parser_accepts() {
     let sections: Vec<(&str, Json, String)> = vec![
         ("top", doc.clone(), s("zz: 1\n")),
         ("metrics", doc["metrics"].clone(), s("metrics: { zz: 1 }\n")),
+        ("migration", doc["migration"].clone(), s("migration: { zz: 1 }\n")),
         ("hosts[]", doc["hosts"][0].clone(), s("hosts:\n  - { zz: 1 }\n")),
         ("ports[] mem", port("mem"), port_probe("mem")),
         ("ports[] memif", port("memif"), port_probe("memif")),

@@ -164,8 +164,8 @@ use wire::MacAddr;
 pub use error::{ErrorKind, TopologyError};
 pub use hosts::{HostSpec, HOST_IFNAME};
 pub use run::{
-    cells, reservation_from_words, CellPlan, MetricsConfig, ReservationWordsError, VrSchedule,
-    Workers, DEFAULT_METRICS_LISTEN, DEFAULT_PERIOD_US,
+    cells, reservation_from_words, CellPlan, MetricsConfig, MigrationConfig, ReservationWordsError,
+    VrSchedule, Workers, DEFAULT_METRICS_LISTEN, DEFAULT_PERIOD_US,
 };
 
 use yaml::{BadKind, Result, Value};
@@ -190,6 +190,8 @@ pub struct Topology {
     pub idle: crate::runtime::Idle,
     /// Where the Prometheus endpoint listens (`metrics:`); `None`: no endpoint (the default).
     pub metrics: Option<MetricsConfig>,
+    /// VR migration (`migration:`); `None`: this host neither sends nor takes VRs.
+    pub migration: Option<run::MigrationConfig>,
     /// How each VR runs (worker, reservation, batch limit): `schedule[i]` is `vrs[i]`'s.
     pub schedule: Vec<VrSchedule>,
 }
@@ -289,7 +291,8 @@ pub enum PortKind {
 }
 
 /// Keys of the top-level mapping.
-const TOP_KEYS: &[&str] = &["workers", "idle", "metrics", "hosts", "ports", "switches", "vrs"];
+const TOP_KEYS: &[&str] =
+    &["workers", "idle", "metrics", "migration", "hosts", "ports", "switches", "vrs"];
 /// Port kinds this build provides.
 const PORT_KINDS: &[&str] = &["mem", "memif", "afxdp", "afpacket", "tap"];
 /// Port kinds the design names but this build lacks: asking for one is `ErrorKind::Unavailable`
@@ -336,6 +339,7 @@ impl Topology {
             let workers = workers.unwrap_or_default();
             let idle = top.get("idle").map(|v| run::idle(&v)).transpose()?.unwrap_or_default();
             let metrics = top.get("metrics").map(|v| run::metrics(&v)).transpose()?;
+            let migration = top.get("migration").map(|v| run::migration(&v)).transpose()?;
             let mut host = Host::default();
             let mut hosts = Vec::new();
             for v in top.list("hosts")? {
@@ -379,6 +383,7 @@ impl Topology {
                 workers,
                 idle,
                 metrics,
+                migration,
                 schedule,
             })
         };

@@ -57,6 +57,31 @@ pub struct MetricsConfig {
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9469";
 const METRICS_KEYS: &[&str] = &["listen"];
 
+/// `migration:`: where this data plane takes VRs migrated to it (`listen`), the secret the
+/// migration channel's two ends prove they share (HMAC-SHA256 over fresh challenges), and the
+/// addresses migrations may come from (`peers`; none: any that knows the secret).
+#[derive(Clone, PartialEq, Eq)]
+pub struct MigrationConfig {
+    pub listen: Option<std::net::SocketAddr>,
+    pub secret: Vec<u8>,
+    pub peers: Vec<std::net::IpAddr>,
+}
+
+impl std::fmt::Debug for MigrationConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The secret stays out of logs and error messages.
+        f.debug_struct("MigrationConfig")
+            .field("listen", &self.listen)
+            .field("secret", &format_args!("<{} bytes>", self.secret.len()))
+            .field("peers", &self.peers)
+            .finish()
+    }
+}
+
+const MIGRATION_KEYS: &[&str] = &["listen", "secret", "peers"];
+/// The shortest secret taken: 16 bytes (128 bits) of text.
+pub const MIN_MIGRATION_SECRET: usize = 16;
+
 /// How one VR runs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VrSchedule {
@@ -140,6 +165,44 @@ pub(super) fn metrics(v: &Value) -> Result<MetricsConfig> {
         return Err(l.bad(t, "listen needs a port (1..=65535) that Prometheus can be pointed at"));
     }
     Ok(MetricsConfig { listen })
+}
+
+/// `migration:`: `secret` (required, at least [`MIN_MIGRATION_SECRET`] bytes), `listen`
+/// (`IP:PORT`, optional: a host that only sends VRs listens nowhere), `peers` (addresses).
+pub(super) fn migration(v: &Value) -> Result<MigrationConfig> {
+    let m = v.map(MIGRATION_KEYS)?;
+    let sv = m.req("secret")?;
+    let secret = sv.text()?;
+    if secret.len() < MIN_MIGRATION_SECRET {
+        return Err(sv.bad(
+            "(hidden)",
+            format_args!(
+                "secret is {} bytes; give at least {MIN_MIGRATION_SECRET} (e.g. 32 random hex digits)",
+                secret.len()
+            ),
+        ));
+    }
+    let listen = match m.get("listen") {
+        None => None,
+        Some(l) => {
+            let t = l.text()?;
+            let a: std::net::SocketAddr = t.parse().map_err(|_| {
+                l.bad(t, format_args!("listen must be IP:PORT (10.0.0.1:9470), not {t:?}"))
+            })?;
+            if a.port() == 0 {
+                return Err(l.bad(t, "listen needs a port (1..=65535)"));
+            }
+            Some(a)
+        }
+    };
+    let mut peers = Vec::new();
+    for pv in m.list("peers")? {
+        let t = pv.text()?;
+        peers.push(
+            t.parse().map_err(|_| pv.bad(t, format_args!("a peer is an IP address, not {t:?}")))?,
+        );
+    }
+    Ok(MigrationConfig { listen, secret: secret.as_bytes().to_vec(), peers })
 }
 
 /// A VR's `worker:`, `reservation:` and `batch:`; also the `worker:` value, for placement

@@ -21,6 +21,7 @@ mod ip4opt;
 mod ip6;
 mod neighbor;
 mod reasm;
+mod snap;
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -36,6 +37,7 @@ use crate::l2;
 use crate::routes::{RouteTable, RouteView};
 use neighbor::{NKey, NeighborTable, Resolve};
 pub use neighbor::{NeighborRow, NeighborState};
+pub use snap::{interface_link_local, restorable, RestoredNeighbor, RestoredState};
 
 /// Where a packet goes when the VR is done with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -314,6 +316,8 @@ pub enum VrChange {
     FlushNeighbors(Option<IfaceId>),
     /// List the neighbor table.
     Neighbors,
+    /// Put back counters and learned neighbors (a restored or migrated VR; see `snap`).
+    Restore(Box<RestoredState>),
 }
 
 /// What a [`VrChange`] answers.
@@ -323,6 +327,8 @@ pub enum VrAnswer {
     /// Entries removed... packets that waited on them and were dropped.
     Flushed(u64),
     Neighbors(Vec<NeighborRow>),
+    /// Neighbors a [`VrChange::Restore`] took.
+    Restored(usize),
 }
 
 /// What pass 1 decided for one packet.
@@ -388,6 +394,7 @@ impl Vr {
                 return Ok(VrAnswer::Flushed(dropped));
             }
             VrChange::Neighbors => return Ok(VrAnswer::Neighbors(c.neigh.rows())),
+            VrChange::Restore(st) => return Ok(VrAnswer::Restored(c.restore(*st))),
         }
         Ok(VrAnswer::Done)
     }

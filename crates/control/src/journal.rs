@@ -1,0 +1,345 @@
+//! Crash recovery: the live route changes a data plane was given, kept in an append-only
+//! journal in its run directory, so that a data plane started again after a crash (SIGKILL,
+//! a panic) comes back with the routes it had, not only the file's.
+//!
+//! What is journaled: every route change made through the API (`route_add`, `route_replace`,
+//! `route_delete`), once it succeeded, as the command itself. Topology changes made live
+//! (`apply`, `vr_add`, `vr_remove`, `restore`, `interface_set`, `reserve`, `move`) are not: a
+//! restart starts from the topology file, then replays the journal, and a journaled change
+//! that no longer fits (its VR is gone from the file, its gateway no longer connected) is
+//! skipped and logged, never fatal.
+//!
+//! File `journal` (0600): a header (magic `RPLXJRNL`, version u32), then records, each
+//! `length u32 | CRC-32 u32 of kind and body | kind u8 | body`:
+//! - kind 1: a command, as the API's JSON;
+//! - kind 2: a base: a VR's journaled routes as they were at compaction, as a snapshot
+//!   ([`crate::snapshot`]) holding only those routes; replaying it sets them.
+//!
+//! A record is written whole with one `write` and the file is not synced per record: what a
+//! crashed process wrote is in the page cache and survives it; a power cut may lose the last
+//! records (compaction syncs). A torn or damaged tail (a short or failing record) ends the
+//! replay there, is logged, and is cut off. The journal is bounded: once it passes
+//! [`COMPACT_AT`] bytes it is rewritten as one base record per VR (written beside it, synced,
+//! renamed into place), and so it is right after every replay.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use dataplane::{RouteOp, RouteSource};
+use tracing::{info, warn};
+
+use crate::api::Command;
+use crate::snapshot::{self, SnapshotError};
+use crate::{ControlError, Node};
+
+/// The journal's file name in the run directory.
+pub const FILE: &str = "journal";
+/// The file's first bytes.
+pub const MAGIC: [u8; 8] = *b"RPLXJRNL";
+/// The record format this build writes.
+pub const VERSION: u32 = 1;
+/// Size past which the journal is compacted.
+pub const COMPACT_AT: u64 = 16 << 20;
+/// The largest record (a route batch as large as the control socket takes, with room).
+pub const MAX_RECORD: usize = 64 << 20;
+/// The most of a journal file a replay reads.
+pub const MAX_FILE: u64 = 1 << 30;
+
+const KIND_COMMAND: u8 = 1;
+const KIND_BASE: u8 = 2;
+const HEADER: usize = 12;
+
+/// The sources whose routes the journal keeps (the file's static and table routes come from
+/// the file).
+pub const JOURNALED: &[RouteSource] = &[RouteSource::Api];
+
+/// Whether a command changes what the journal keeps.
+pub fn journaled(cmd: &Command) -> bool {
+    matches!(
+        cmd,
+        Command::RouteAdd { .. } | Command::RouteReplace { .. } | Command::RouteDelete { .. }
+    )
+}
+
+/// An open journal, appending (the file is made by the first record).
+pub struct Journal {
+    dir: PathBuf,
+    path: PathBuf,
+    file: Option<std::fs::File>,
+    len: u64,
+}
+
+/// What a replay did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Replayed {
+    /// Records read and applied, and those skipped (they no longer fit).
+    pub applied: u64,
+    pub skipped: u64,
+    /// Routes set by base records.
+    pub routes: u64,
+    /// Bytes of a damaged or torn tail that were cut off.
+    pub cut: u64,
+    pub ms: u64,
+}
+
+fn err(path: &Path, e: std::io::Error) -> ControlError {
+    ControlError::io(path.display(), e)
+}
+
+fn open_private(path: &Path, create_new: bool) -> Result<std::fs::File, ControlError> {
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true).write(true).mode(0o600).custom_flags(libc::O_NOFOLLOW);
+    if create_new {
+        o.create_new(true);
+    }
+    o.open(path).map_err(|e| err(path, e))
+}
+
+fn record(kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&[kind]);
+    h.update(body);
+    let mut r = Vec::with_capacity(9 + body.len());
+    r.extend_from_slice(&((body.len() + 1) as u32).to_le_bytes());
+    r.extend_from_slice(&h.finalize().to_le_bytes());
+    r.push(kind);
+    r.extend_from_slice(body);
+    r
+}
+
+fn header() -> Vec<u8> {
+    let mut h = MAGIC.to_vec();
+    h.extend_from_slice(&VERSION.to_le_bytes());
+    h
+}
+
+/// A VR's journaled routes as a base record, or `None` when it has none.
+fn base(node: &Node, vr: &str) -> Result<Option<Vec<u8>>, ControlError> {
+    let mut s = snapshot::take(node, vr)?;
+    let keep: Vec<u8> = s
+        .meta
+        .sources
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| JOURNALED.iter().any(|j| j.name() == n.as_str()))
+        .map(|(i, _)| i as u8)
+        .collect();
+    s.routes.retain(|r| keep.contains(&r.source));
+    if s.routes.is_empty() {
+        return Ok(None);
+    }
+    // Only the routes matter here; counters and neighbors are the live VR's business.
+    s.meta.neighbors.clear();
+    s.meta.counters.clear();
+    Ok(Some(record(KIND_BASE, &s.encode())))
+}
+
+impl Journal {
+    /// Writes a fresh journal in `dir` holding the journaled routes of every VR of `node` as
+    /// base records (atomically: beside it, synced, renamed), and opens it for appending.
+    pub fn compact(dir: &Path, node: &Node) -> Result<Journal, ControlError> {
+        let path = dir.join(FILE);
+        let tmp = dir.join(format!(".{FILE}.tmp"));
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = open_private(&tmp, true)?;
+        let mut bytes = header();
+        for v in &node.topology().vrs {
+            if let Some(r) = base(node, &v.name)? {
+                bytes.extend_from_slice(&r);
+            }
+        }
+        let done = f
+            .write_all(&bytes)
+            .and_then(|_| f.sync_all())
+            .and_then(|_| std::fs::rename(&tmp, &path))
+            .and_then(|_| std::fs::File::open(dir)?.sync_all());
+        if let Err(e) = done {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(err(&path, e));
+        }
+        drop(f);
+        let mut file = open_private(&path, false)?;
+        let len = file.seek_end().map_err(|e| err(&path, e))?;
+        Ok(Journal { dir: dir.to_path_buf(), path, file: Some(file), len })
+    }
+
+    /// The journal of `dir`, not made yet.
+    fn unopened(dir: &Path) -> Journal {
+        Journal { dir: dir.to_path_buf(), path: dir.join(FILE), file: None, len: 0 }
+    }
+
+    /// Appends a command that succeeded; compacts when the journal has grown past
+    /// [`COMPACT_AT`].
+    pub fn record(&mut self, cmd: &Command, node: &Node) -> Result<(), ControlError> {
+        let body = serde_json::to_vec(cmd).expect("commands serialise");
+        let r = record(KIND_COMMAND, &body);
+        let file = match &mut self.file {
+            Some(f) => f,
+            None => {
+                let _ = std::fs::remove_file(&self.path);
+                let mut f = open_private(&self.path, true)?;
+                f.write_all(&header()).map_err(|e| err(&self.path, e))?;
+                self.len = HEADER as u64;
+                self.file.insert(f)
+            }
+        };
+        file.write_all(&r).map_err(|e| err(&self.path, e))?;
+        self.len += r.len() as u64;
+        if self.len > COMPACT_AT {
+            let t0 = Instant::now();
+            let before = self.len;
+            let dir = self.dir.clone();
+            *self = Journal::compact(&dir, node)?;
+            info!(
+                before,
+                after = self.len,
+                ms = t0.elapsed().as_millis() as u64,
+                "journal compacted"
+            );
+        }
+        Ok(())
+    }
+
+    /// Bytes in the journal.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether it holds nothing but its header.
+    pub fn is_empty(&self) -> bool {
+        self.len <= HEADER as u64
+    }
+}
+
+trait SeekEnd {
+    fn seek_end(&mut self) -> std::io::Result<u64>;
+}
+
+impl SeekEnd for std::fs::File {
+    fn seek_end(&mut self) -> std::io::Result<u64> {
+        std::io::Seek::seek(self, std::io::SeekFrom::End(0))
+    }
+}
+
+/// Replays the journal in `dir` (if there is one) into `node`, then compacts it: a data plane
+/// starting where one crashed comes back with the routes it had. Returns the journal, to
+/// append to, and what the replay did.
+pub fn recover(dir: &Path, node: &mut Node) -> Result<(Journal, Replayed), ControlError> {
+    let t0 = Instant::now();
+    let path = dir.join(FILE);
+    let mut rep = Replayed::default();
+    let j = match std::fs::File::open(&path) {
+        Ok(f) => {
+            let mut bytes = Vec::new();
+            f.take(MAX_FILE).read_to_end(&mut bytes).map_err(|e| err(&path, e))?;
+            replay(&path, &bytes, node, &mut rep);
+            Journal::compact(dir, node)?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Journal::unopened(dir),
+        Err(e) => return Err(err(&path, e)),
+    };
+    rep.ms = t0.elapsed().as_millis() as u64;
+    if rep != Replayed::default() {
+        info!(
+            applied = rep.applied,
+            skipped = rep.skipped,
+            routes = rep.routes,
+            cut = rep.cut,
+            ms = rep.ms,
+            "journal replayed"
+        );
+    }
+    Ok((j, rep))
+}
+
+fn replay(path: &Path, bytes: &[u8], node: &mut Node, rep: &mut Replayed) {
+    let name = path.display().to_string();
+    if bytes.len() < HEADER || bytes[..8] != MAGIC {
+        warn!(file = %name, "journal: no journal header; ignored");
+        rep.cut = bytes.len() as u64;
+        return;
+    }
+    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if version != VERSION {
+        warn!(file = %name, version, "journal: a version this build does not read; ignored");
+        rep.cut = bytes.len() as u64;
+        return;
+    }
+    let mut at = HEADER;
+    while at < bytes.len() {
+        let Some(rec) = next(bytes, at) else {
+            warn!(file = %name, offset = at, cut = bytes.len() - at, "journal: torn or damaged tail cut off");
+            rep.cut = (bytes.len() - at) as u64;
+            return;
+        };
+        let (kind, body, end) = rec;
+        at = end;
+        match apply(kind, body, node, &name) {
+            Ok(routes) => {
+                rep.applied += 1;
+                rep.routes += routes;
+            }
+            Err(e) => {
+                warn!(file = %name, offset = at, error = %e, "journal: record skipped");
+                rep.skipped += 1;
+            }
+        }
+    }
+}
+
+/// The record at `at`: kind, body and where the next one starts; `None` if it is short or
+/// its checksum fails.
+fn next(bytes: &[u8], at: usize) -> Option<(u8, &[u8], usize)> {
+    let len = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as usize;
+    let crc = u32::from_le_bytes(bytes.get(at + 4..at + 8)?.try_into().ok()?);
+    if len == 0 || len > MAX_RECORD {
+        return None;
+    }
+    let rec = bytes.get(at + 8..at + 8 + len)?;
+    (crc32fast::hash(rec) == crc).then_some((rec[0], &rec[1..], at + 8 + len))
+}
+
+fn apply(kind: u8, body: &[u8], node: &mut Node, file: &str) -> Result<u64, ControlError> {
+    match kind {
+        KIND_COMMAND => {
+            let cmd: Command = serde_json::from_slice(body)
+                .map_err(|e| ControlError::BadRequest(format!("command: {e}")))?;
+            if !journaled(&cmd) {
+                return Err(ControlError::BadRequest(format!("{} is not journaled", cmd.name())));
+            }
+            node.execute(cmd)?;
+            Ok(0)
+        }
+        KIND_BASE => {
+            let s = snapshot::decode(file, body)?.into_current();
+            let vr = s.meta.vr.name.clone();
+            if node.table(&vr).is_none() {
+                return Err(ControlError::NoSuchVr(vr));
+            }
+            let ops: Vec<RouteOp> = s
+                .route_ops()
+                .map_err(|what| SnapshotError::Payload { file: file.into(), what })?
+                .into_iter()
+                .filter_map(|op| match op {
+                    RouteOp::Add(r) if JOURNALED.contains(&r.source) => Some(RouteOp::Replace(r)),
+                    _ => None,
+                })
+                .collect();
+            match node.route_ops(&vr, &ops) {
+                Ok(_) => Ok(ops.len() as u64),
+                // Some no longer fit (the file changed): keep those that do, one by one.
+                Err(e) => {
+                    let ok = ops
+                        .iter()
+                        .filter(|op| node.route_ops(&vr, std::slice::from_ref(*op)).is_ok())
+                        .count();
+                    warn!(vr, kept = ok, dropped = ops.len() - ok, error = %e, "journal: some routes no longer fit");
+                    Ok(ok as u64)
+                }
+            }
+        }
+        k => Err(ControlError::BadRequest(format!("record kind {k} is unknown"))),
+    }
+}

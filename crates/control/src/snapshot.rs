@@ -1,0 +1,774 @@
+//! VR snapshots: one VR's whole state as a versioned, self-describing, checksummed file, and
+//! putting it back into a running host.
+//!
+//! A snapshot holds the VR's configuration (interfaces, static neighbors, limits, schedule,
+//! and the ports it sits on as the topology wrote them), its RIB with each route's source
+//! (every source routes can be added to: static, API, table and any later one, by name), its
+//! learned neighbors with their states, and its counters. Local and connected routes are not
+//! stored: they follow from the interfaces.
+//!
+//! File layout (little-endian), [`HEADER_LEN`] bytes of header then the payload:
+//!
+//! ```text
+//! magic "RPLXSNAP" (8) | format version u32 | flags u32 (0) | payload length u64 |
+//! CRC-32 (IEEE) u32 over version, flags, length and payload | payload
+//! ```
+//!
+//! Payload of version 1: `meta length u32 | meta (JSON) | routes`, where meta is a
+//! [`MetaV1`] (self-describing: a newer build may add fields, which older ones skip) and
+//! routes are packed records, each `kind u8 (bit 0: IPv6, bits 1..: index into meta.sources)
+//! | prefix length u8 | address (4 or 16 bytes, network order) | next hop u32 (index into
+//! meta.next_hops)`. JSON for half a million routes is tens of megabytes and slow to parse;
+//! the packed form is 7 bytes per IPv4 route.
+//!
+//! Decoding checks everything a file supplies before use (magic, version, declared length
+//! against [`MAX_PAYLOAD`] and the real length, checksum, every index and length), and a
+//! bad file is refused with what was wrong before anything in the host changes. Each format
+//! version is one variant of [`Snapshot`]; a new version adds a variant and keeps the old
+//! decoder. Files are written to a temporary name, synced, renamed into place, and the
+//! directory synced, so a crash leaves the old file or the new one, never half of one.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::IpAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use dataplane::config::{RouteConfig, RouteTarget, VrConfig, VrLimits};
+use dataplane::{Budget, RouteOp, RouteSource, RouteTable, VrCounters};
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use serde::{Deserialize, Serialize};
+
+use crate::model::{IfaceDoc, LimitsDoc, NeighborDoc, ReservationDoc, VrDoc};
+use crate::topology::VrSchedule;
+use crate::Topology;
+
+/// The file's first bytes.
+pub const MAGIC: [u8; 8] = *b"RPLXSNAP";
+/// The format this build writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// Bytes before the payload.
+pub const HEADER_LEN: usize = 28;
+/// The largest payload read (a full table of ~1M routes is ~10 MiB packed).
+pub const MAX_PAYLOAD: u64 = 256 << 20;
+/// The largest meta section (configuration, neighbors, counters; routes are packed apart).
+pub const MAX_META: usize = 16 << 20;
+
+/// Why a snapshot could not be written, read or restored.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error(
+        "{file}: not a routeplex snapshot (its first bytes are {found:02x?}, not \"RPLXSNAP\")"
+    )]
+    Magic { file: String, found: Vec<u8> },
+    #[error("{file}: snapshot format version {found}, which this build cannot read (it reads 1..={FORMAT_VERSION})")]
+    Version { file: String, found: u32 },
+    #[error("{file}: header flags {found:#x} are unknown to this build")]
+    Flags { file: String, found: u32 },
+    #[error("{file}: the payload is said to be {len} bytes, more than the {MAX_PAYLOAD} this build reads")]
+    TooLarge { file: String, len: u64 },
+    #[error("{file}: truncated: {want} bytes expected, {got} present")]
+    Truncated { file: String, want: u64, got: u64 },
+    #[error("{file}: {extra} bytes after the payload")]
+    Trailing { file: String, extra: u64 },
+    #[error("{file}: checksum mismatch (header {want:#010x}, contents {got:#010x}): the file is damaged")]
+    Checksum { file: String, want: u32, got: u32 },
+    #[error("{file}: payload: {what}")]
+    Payload { file: String, what: String },
+    #[error("{context}: {source}")]
+    Io { context: String, source: std::io::Error },
+}
+
+fn io(context: impl std::fmt::Display, source: std::io::Error) -> SnapshotError {
+    SnapshotError::Io { context: context.to_string(), source }
+}
+
+/// A snapshot, as read: one variant per format version.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Snapshot {
+    V1(SnapshotV1),
+}
+
+impl Snapshot {
+    /// The newest form of the snapshot (older versions would be converted here).
+    pub fn into_current(self) -> SnapshotV1 {
+        match self {
+            Snapshot::V1(s) => s,
+        }
+    }
+}
+
+/// Format version 1.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SnapshotV1 {
+    pub meta: MetaV1,
+    pub routes: Vec<SnapRoute>,
+}
+
+/// A route of the snapshot: prefix, index into `meta.sources`, index into `meta.next_hops`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapRoute {
+    pub prefix: IpNet,
+    pub source: u8,
+    pub next_hop: u32,
+}
+
+/// Everything but the routes, as JSON.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MetaV1 {
+    /// The VR as a topology document: interfaces (by port name), static neighbors, limits,
+    /// reservation and batch. Its routes and tables are left out: they are in the packed routes.
+    pub vr: VrDoc,
+    /// The VR's ports as the topology file has them (as JSON), where the host knew its text.
+    #[serde(default)]
+    pub ports: Vec<serde_json::Value>,
+    /// Route source names (`static`, `api`, `table`, ...): packed routes refer to these.
+    pub sources: Vec<String>,
+    /// Route targets: packed routes refer to these.
+    pub next_hops: Vec<SnapTarget>,
+    /// Learned neighbors.
+    #[serde(default)]
+    pub neighbors: Vec<SnapNeighbor>,
+    /// Counters by name.
+    #[serde(default)]
+    pub counters: Vec<(String, u64)>,
+    /// When it was taken (Unix milliseconds) and by which build.
+    #[serde(default)]
+    pub taken_unix_ms: u64,
+    #[serde(default)]
+    pub routeplex: String,
+}
+
+/// A route target: `via` (with an optional interface index), an interface alone, or blackhole.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SnapTarget {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<IpAddr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<u16>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub blackhole: bool,
+}
+
+impl SnapTarget {
+    fn of(t: RouteTarget) -> SnapTarget {
+        match t {
+            RouteTarget::Via { gateway, iface } => {
+                SnapTarget { via: Some(gateway), interface: iface, blackhole: false }
+            }
+            RouteTarget::Iface(i) => SnapTarget { via: None, interface: Some(i), blackhole: false },
+            RouteTarget::Blackhole => SnapTarget { via: None, interface: None, blackhole: true },
+        }
+    }
+
+    fn target(&self) -> Result<RouteTarget, String> {
+        match (self.via, self.interface, self.blackhole) {
+            (Some(gateway), iface, false) => Ok(RouteTarget::Via { gateway, iface }),
+            (None, Some(i), false) => Ok(RouteTarget::Iface(i)),
+            (None, None, true) => Ok(RouteTarget::Blackhole),
+            _ => Err(format!("next hop {self:?}: via, interface, or blackhole")),
+        }
+    }
+}
+
+/// A learned neighbor.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapNeighbor {
+    pub interface: u16,
+    pub address: IpAddr,
+    pub mac: String,
+    /// Reachable (else stale).
+    pub reachable: bool,
+}
+
+/// What a snapshot is taken from: a VR of a running topology.
+pub struct Source<'a> {
+    pub topo: &'a Topology,
+    pub table: &'a RouteTable,
+    /// The running topology's text, for the ports' documents.
+    pub text: Option<&'a str>,
+    pub neighbors: Vec<SnapNeighbor>,
+    pub counters: VrCounters,
+}
+
+impl SnapshotV1 {
+    /// Takes VR `vr` of `src`.
+    pub fn take(vr: &str, src: &Source<'_>) -> Result<SnapshotV1, crate::ControlError> {
+        let i = src.topo.vr_index(vr).ok_or_else(|| crate::ControlError::NoSuchVr(vr.into()))?;
+        let cfg = &src.topo.vrs[i];
+        let doc = vr_doc(src.topo, cfg, &src.topo.schedule[i]);
+        let port_names: Vec<&str> =
+            doc.interfaces.iter().filter_map(|f| f.port.as_deref()).collect();
+        let ports = src.text.map(|t| port_docs(t, &port_names)).unwrap_or_default();
+        let sources: Vec<RouteSource> =
+            RouteSource::ALL.into_iter().filter(|s| s.is_operable()).collect();
+        let mut next_hops: Vec<SnapTarget> = Vec::new();
+        let mut nh_index: HashMap<SnapTarget, u32> = HashMap::new();
+        let mut routes = Vec::new();
+        for r in src.table.routes(None, usize::MAX) {
+            let Some(s) = sources.iter().position(|&s| s == r.source) else { continue };
+            let t = SnapTarget::of(r.target);
+            let n = *nh_index.entry(t).or_insert_with(|| {
+                next_hops.push(t);
+                (next_hops.len() - 1) as u32
+            });
+            routes.push(SnapRoute { prefix: r.prefix, source: s as u8, next_hop: n });
+        }
+        let meta = MetaV1 {
+            vr: doc,
+            ports,
+            sources: sources.iter().map(|s| s.name().to_string()).collect(),
+            next_hops,
+            neighbors: src.neighbors.clone(),
+            counters: src.counters.named().into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            taken_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            routeplex: env!("CARGO_PKG_VERSION").to_string(),
+        };
+        Ok(SnapshotV1 { meta, routes })
+    }
+
+    /// The file's bytes: header and payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let meta = serde_json::to_vec(&self.meta).expect("snapshot meta serialises");
+        let mut payload = Vec::with_capacity(4 + meta.len() + self.routes.len() * 8);
+        payload.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+        payload.extend_from_slice(&meta);
+        encode_routes(&self.routes, &mut payload);
+        let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        let crc = checksum(&out[8..24], &payload);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out.extend_from_slice(&payload);
+        out
+    }
+
+    /// The routes as operations that add them with their own sources (to a VR built from
+    /// `meta.vr`, which has none yet).
+    pub fn route_ops(&self) -> Result<Vec<RouteOp>, String> {
+        let sources: Vec<RouteSource> = self
+            .meta
+            .sources
+            .iter()
+            .map(|n| {
+                RouteSource::ALL
+                    .into_iter()
+                    .find(|s| s.name() == n && s.is_operable())
+                    .ok_or_else(|| format!("route source {n:?} is unknown to this build"))
+            })
+            .collect::<Result<_, _>>()?;
+        let targets: Vec<RouteTarget> =
+            self.meta.next_hops.iter().map(SnapTarget::target).collect::<Result<_, _>>()?;
+        Ok(self
+            .routes
+            .iter()
+            .map(|r| {
+                RouteOp::Add(RouteConfig {
+                    prefix: r.prefix,
+                    target: targets[r.next_hop as usize],
+                    source: sources[usize::from(r.source)],
+                })
+            })
+            .collect())
+    }
+
+    /// The counters as the data plane keeps them, and the names this build does not know.
+    pub fn counters(&self) -> (VrCounters, Vec<String>) {
+        VrCounters::from_named(self.meta.counters.iter().map(|(k, v)| (k.as_str(), *v)))
+    }
+}
+
+fn checksum(header: &[u8], payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(header);
+    h.update(payload);
+    h.finalize()
+}
+
+/// Decodes a whole file's bytes; `file` names it in errors.
+pub fn decode(file: &str, bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
+    let f = || file.to_string();
+    if bytes.len() < HEADER_LEN {
+        if bytes.len() >= 8 && bytes[..8] != MAGIC {
+            return Err(SnapshotError::Magic { file: f(), found: bytes[..8].to_vec() });
+        }
+        return Err(SnapshotError::Truncated {
+            file: f(),
+            want: HEADER_LEN as u64,
+            got: bytes.len() as u64,
+        });
+    }
+    if bytes[..8] != MAGIC {
+        return Err(SnapshotError::Magic { file: f(), found: bytes[..8].to_vec() });
+    }
+    let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().expect("4 bytes"));
+    let version = u32_at(8);
+    if version == 0 || version > FORMAT_VERSION {
+        return Err(SnapshotError::Version { file: f(), found: version });
+    }
+    let flags = u32_at(12);
+    if flags != 0 {
+        return Err(SnapshotError::Flags { file: f(), found: flags });
+    }
+    let len = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
+    if len > MAX_PAYLOAD {
+        return Err(SnapshotError::TooLarge { file: f(), len });
+    }
+    let have = (bytes.len() - HEADER_LEN) as u64;
+    if have < len {
+        return Err(SnapshotError::Truncated {
+            file: f(),
+            want: HEADER_LEN as u64 + len,
+            got: bytes.len() as u64,
+        });
+    }
+    if have > len {
+        return Err(SnapshotError::Trailing { file: f(), extra: have - len });
+    }
+    let payload = &bytes[HEADER_LEN..];
+    let want = u32_at(24);
+    let got = checksum(&bytes[8..24], payload);
+    if want != got {
+        return Err(SnapshotError::Checksum { file: f(), want, got });
+    }
+    match version {
+        1 => decode_v1(payload)
+            .map(Snapshot::V1)
+            .map_err(|what| SnapshotError::Payload { file: f(), what }),
+        _ => unreachable!("checked above"),
+    }
+}
+
+fn decode_v1(p: &[u8]) -> Result<SnapshotV1, String> {
+    if p.len() < 4 {
+        return Err("no meta length".into());
+    }
+    let mlen = u32::from_le_bytes(p[..4].try_into().expect("4 bytes")) as usize;
+    if mlen > MAX_META || 4 + mlen > p.len() {
+        return Err(format!("meta length {mlen} does not fit the payload of {} bytes", p.len()));
+    }
+    let meta: MetaV1 = serde_json::from_slice(&p[4..4 + mlen]).map_err(|e| format!("meta: {e}"))?;
+    let mut routes = Vec::new();
+    decode_routes(&p[4 + mlen..], 4 + mlen, &meta, &mut routes)?;
+    Ok(SnapshotV1 { meta, routes })
+}
+
+/// Appends `routes` as packed records (see the module doc).
+pub fn encode_routes(routes: &[SnapRoute], out: &mut Vec<u8>) {
+    for r in routes {
+        match r.prefix {
+            IpNet::V4(n) => {
+                out.push(r.source << 1);
+                out.push(n.prefix_len());
+                out.extend_from_slice(&n.addr().octets());
+            }
+            IpNet::V6(n) => {
+                out.push((r.source << 1) | 1);
+                out.push(n.prefix_len());
+                out.extend_from_slice(&n.addr().octets());
+            }
+        }
+        out.extend_from_slice(&r.next_hop.to_le_bytes());
+    }
+}
+
+/// Decodes packed route records whose indices refer to `meta`, checking every one; `base`
+/// is the records' offset, for errors.
+pub fn decode_routes(
+    p: &[u8],
+    base: usize,
+    meta: &MetaV1,
+    routes: &mut Vec<SnapRoute>,
+) -> Result<(), String> {
+    let (ns, nn) = (meta.sources.len(), meta.next_hops.len());
+    let mut at = 0;
+    while at < p.len() {
+        let k = base + at;
+        let (kind, len) = match p.get(at..at + 2) {
+            Some(&[kind, len]) => (kind, len),
+            _ => return Err(format!("route at byte {k}: truncated")),
+        };
+        let v6 = kind & 1 == 1;
+        let source = kind >> 1;
+        let alen = if v6 { 16 } else { 4 };
+        let Some(rest) = p.get(at + 2..at + 2 + alen + 4) else {
+            return Err(format!("route at byte {k}: truncated"));
+        };
+        let (addr, nh) = rest.split_at(alen);
+        let next_hop = u32::from_le_bytes(nh.try_into().expect("4 bytes"));
+        if usize::from(source) >= ns {
+            return Err(format!("route at byte {k}: source {source} of {ns}"));
+        }
+        if next_hop as usize >= nn {
+            return Err(format!("route at byte {k}: next hop {next_hop} of {nn}"));
+        }
+        let prefix = if v6 {
+            let a: [u8; 16] = addr.try_into().expect("16 bytes");
+            Ipv6Net::new(a.into(), len).map(IpNet::V6).map_err(|_| len)
+        } else {
+            let a: [u8; 4] = addr.try_into().expect("4 bytes");
+            Ipv4Net::new(a.into(), len).map(IpNet::V4).map_err(|_| len)
+        }
+        .map_err(|l| format!("route at byte {k}: prefix length {l}"))?;
+        if prefix.trunc() != prefix {
+            return Err(format!("route at byte {k}: {prefix} has host bits set"));
+        }
+        routes.push(SnapRoute { prefix, source, next_hop });
+        at += 2 + alen + 4;
+    }
+    Ok(())
+}
+
+/// Reads and decodes a snapshot file, refusing one larger than a snapshot can be.
+pub fn read(path: &Path) -> Result<Snapshot, SnapshotError> {
+    let name = path.display().to_string();
+    let f = std::fs::File::open(path).map_err(|e| io(&name, e))?;
+    let mut bytes = Vec::new();
+    f.take(HEADER_LEN as u64 + MAX_PAYLOAD + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io(&name, e))?;
+    decode(&name, &bytes)
+}
+
+/// Writes `bytes` to `path` atomically, 0600: a temporary file beside it, synced, renamed
+/// into place, then the directory synced.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().ok_or_else(|| {
+        io(path.display(), std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))
+    })?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp{}", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let _ = std::fs::remove_file(&tmp);
+    let res = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .map_err(|e| io(tmp.display(), e))?;
+        f.write_all(bytes).map_err(|e| io(tmp.display(), e))?;
+        f.sync_all().map_err(|e| io(tmp.display(), e))?;
+        std::fs::rename(&tmp, path).map_err(|e| io(path.display(), e))?;
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io(dir.display(), e))
+    })();
+    if res.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    res
+}
+
+/// The VR of the running topology as a document (without routes or tables).
+fn vr_doc(topo: &Topology, cfg: &VrConfig, s: &VrSchedule) -> VrDoc {
+    let mut d = VrDoc::new(cfg.name.clone());
+    for f in &cfg.interfaces {
+        let addrs: Vec<String> = f
+            .ipv4
+            .iter()
+            .map(ToString::to_string)
+            .chain(f.ipv6.iter().map(ToString::to_string))
+            .collect();
+        d.interfaces.push(IfaceDoc {
+            name: f.name.clone(),
+            port: Some(topo.ports[usize::from(f.port)].name.clone()),
+            switch: None,
+            vlan: f.vlan.map(u64::from),
+            mac: f.mac.to_string(),
+            mtu: Some(u64::from(f.mtu)),
+            addresses: addrs,
+        });
+    }
+    for n in &cfg.neighbors {
+        d.neighbors.push(NeighborDoc {
+            address: n.ip.to_string(),
+            mac: n.mac.to_string(),
+            interface: cfg.interfaces[usize::from(n.iface)].name.clone(),
+        });
+    }
+    if cfg.limits != VrLimits::default() {
+        let l = &cfg.limits;
+        d.limits = Some(LimitsDoc {
+            neighbors: Some(l.neighbors.into()),
+            queue_per_neighbor: Some(l.queue_per_neighbor.into()),
+            queue_total: Some(l.queue_total.into()),
+            neighbor_reachable_ms: Some(l.neighbor_reachable_ms.into()),
+            neighbor_retrans_ms: Some(l.neighbor_retrans_ms.into()),
+            neighbor_probes: Some(l.neighbor_probes.into()),
+            neighbor_failed_hold_ms: Some(l.neighbor_failed_hold_ms.into()),
+            incomplete_per_interface: Some(l.incomplete_per_interface.into()),
+            solicitations_per_sec: Some(l.solicitations_per_sec.into()),
+            solicitations_burst: Some(l.solicitations_burst.into()),
+            icmp_errors_per_sec: Some(l.icmp_errors_per_sec.into()),
+            icmp_errors_burst: Some(l.icmp_errors_burst.into()),
+        });
+    }
+    d.batch = s.batch.map(u64::from);
+    d.reservation = s.reservation.map(|r| {
+        let (packets, time_us) = match r.budget {
+            Budget::Packets(n) => (Some(n), None),
+            Budget::Time(ns) => (None, Some(ns / 1000)),
+        };
+        ReservationDoc {
+            packets,
+            time_us,
+            period_us: Some(r.period_ns / 1000),
+            weight: (r.weight != 0).then_some(u64::from(r.weight)),
+        }
+    });
+    d
+}
+
+/// The documents of ports `names` in a topology's text, as plain JSON (scalars as text).
+fn port_docs(text: &str, names: &[&str]) -> Vec<serde_json::Value> {
+    let Ok(node) = yamlpath::parse_document(text, "hosts:, ports:, switches:, vrs:") else {
+        return Vec::new();
+    };
+    let doc = crate::node::plain(&node);
+    let mut out: Vec<serde_json::Value> = Vec::new();
+    for p in doc["ports"].as_array().into_iter().flatten() {
+        let named = p["name"].as_str().is_some_and(|n| names.contains(&n));
+        if named && !out.contains(p) {
+            out.push(p.clone());
+        }
+    }
+    out
+}
+
+/// Takes VR `vr` of the running host: its routes from control's table, its learned neighbors
+/// and counters from the worker that runs it (between two of its polls).
+pub fn take(node: &crate::Node, vr: &str) -> Result<SnapshotV1, crate::ControlError> {
+    let table = node.table(vr).ok_or_else(|| crate::ControlError::NoSuchVr(vr.into()))?;
+    let (neighbors, counters) = live_state(node, vr)?;
+    let src =
+        Source { topo: node.topology(), table, text: node.source_text(), neighbors, counters };
+    SnapshotV1::take(vr, &src)
+}
+
+/// VR `vr`'s learned neighbors (reachable or stale) and counters, from its worker.
+fn live_state(
+    node: &crate::Node,
+    vr: &str,
+) -> Result<(Vec<SnapNeighbor>, VrCounters), crate::ControlError> {
+    let (rows, counters) = node.runtime().on_vr(vr, |c, v| {
+        let rows = match c.change_vr(v, dataplane::VrChange::Neighbors) {
+            Ok(dataplane::VrAnswer::Neighbors(r)) => r,
+            _ => Vec::new(),
+        };
+        (rows, *c.vrs()[v].counters())
+    })?;
+    Ok((learned(rows), counters))
+}
+
+/// The rows worth carrying over (reachable or stale, with a MAC), as a snapshot keeps them.
+pub fn learned(rows: Vec<dataplane::NeighborRow>) -> Vec<SnapNeighbor> {
+    rows.into_iter()
+        .filter_map(|r| {
+            let reachable = dataplane::restorable(r.state)?;
+            Some(SnapNeighbor {
+                interface: r.iface,
+                address: r.ip,
+                mac: r.mac?.to_string(),
+                reachable,
+            })
+        })
+        .collect()
+}
+
+/// VR `vr`'s learned neighbors and counters by name: what a migration copies at the stop.
+#[allow(clippy::type_complexity)]
+pub fn take_state(
+    node: &crate::Node,
+    vr: &str,
+) -> Result<(Vec<SnapNeighbor>, Vec<(String, u64)>), crate::ControlError> {
+    let (n, c) = live_state(node, vr)?;
+    Ok((n, c.named().into_iter().map(|(k, v)| (k.to_string(), v)).collect()))
+}
+
+/// Puts a snapshot's VR into the running host under `name` (default: its own): added as
+/// `vr_add` would (with the ports the host lacks, from the snapshot), its routes added with
+/// their sources in one batch, then its learned neighbors and counters. Refused before any
+/// change when the name is taken or the snapshot names what this build does not know; if the
+/// routes are refused, the VR is removed again, so nothing is left half restored.
+pub fn restore(
+    node: &mut crate::Node,
+    snap: SnapshotV1,
+    name: Option<String>,
+    down: bool,
+) -> Result<serde_json::Value, crate::ControlError> {
+    use crate::ControlError;
+    let t0 = std::time::Instant::now();
+    let name = name.unwrap_or_else(|| snap.meta.vr.name.clone());
+    if node.topology().vr_index(&name).is_some() {
+        return Err(ControlError::Invalid(format!(
+            "vr {name} exists already: remove it first, or restore it under another name"
+        )));
+    }
+    let bad = |what: String| {
+        ControlError::Invalid(format!("snapshot of vr {}: {what}", snap.meta.vr.name))
+    };
+    let ops = snap.route_ops().map_err(bad)?;
+    let (counters, _unknown) = snap.counters();
+    let mut neighbors = Vec::new();
+    for n in &snap.meta.neighbors {
+        let mac =
+            n.mac.parse().map_err(|_| bad(format!("neighbor {}: mac {:?}", n.address, n.mac)))?;
+        neighbors.push(dataplane::RestoredNeighbor {
+            iface: n.interface,
+            ip: n.address,
+            mac,
+            reachable: n.reachable,
+        });
+    }
+    let mut doc = snap.meta.vr.clone();
+    doc.name = name.clone();
+    let have: Vec<&str> = node.topology().ports.iter().map(|p| p.name.as_str()).collect();
+    let mut ports = Vec::new();
+    for f in &doc.interfaces {
+        let Some(p) = f.port.as_deref() else { continue };
+        if have.contains(&p) || ports.iter().any(|d: &serde_json::Value| d["name"] == p) {
+            continue;
+        }
+        match snap.meta.ports.iter().find(|d| d["name"] == p) {
+            Some(d) => ports.push(d.clone()),
+            None => {
+                return Err(bad(format!(
+                    "interface {} is on port {p}, which this host does not have and the snapshot does not describe",
+                    f.name
+                )))
+            }
+        }
+    }
+    let vr = serde_json::to_value(&doc).expect("documents serialise");
+    if down {
+        node.start_down(&name);
+    }
+    let plan = node.add_vr_values(vr, ports)?;
+    let applied = match node.route_ops(&name, &ops) {
+        Ok(a) => a,
+        Err(e) => {
+            let undo = node.execute(crate::api::Command::VrRemove { vr: name.clone() });
+            return Err(ControlError::State(format!(
+                "restoring vr {name}: its routes were refused ({e}); {}",
+                match undo {
+                    Ok(_) => "the VR was removed again, nothing is left of it".to_string(),
+                    Err(u) => format!("removing the VR again failed too ({u}): remove it by hand"),
+                }
+            )));
+        }
+    };
+    let st = dataplane::RestoredState {
+        counters: Some(counters),
+        neighbors,
+        now: node.runtime().epoch().elapsed().as_nanos() as u64,
+    };
+    let took = match node
+        .runtime()
+        .on_vr(&name, move |c, v| c.change_vr(v, dataplane::VrChange::Restore(Box::new(st))))?
+    {
+        Ok(dataplane::VrAnswer::Restored(n)) => n,
+        Ok(_) => 0,
+        Err(e) => return Err(ControlError::Invalid(e.0)),
+    };
+    tracing::info!(vr = %name, routes = applied.added, neighbors = took, "vr restored");
+    Ok(serde_json::json!({
+        "vr": name,
+        "routes": applied.added,
+        "neighbors": took,
+        "plan": plan.steps,
+        "ms": t0.elapsed().as_secs_f64() * 1e3,
+    }))
+}
+
+/// `snapshot`: takes VR `vr` and writes it to `out` (atomically, 0600).
+pub fn snapshot_to_file(
+    node: &crate::Node,
+    vr: &str,
+    out: &Path,
+) -> Result<serde_json::Value, crate::ControlError> {
+    let s = take(node, vr)?;
+    let bytes = s.encode();
+    write_atomic(out, &bytes)?;
+    tracing::info!(vr, file = %out.display(), bytes = bytes.len(), routes = s.routes.len(), "snapshot written");
+    Ok(serde_json::json!({
+        "vr": vr,
+        "file": out.display().to_string(),
+        "bytes": bytes.len(),
+        "format": FORMAT_VERSION,
+        "routes": s.routes.len(),
+        "neighbors": s.meta.neighbors.len(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> SnapshotV1 {
+        let mut vr = VrDoc::new("a");
+        vr.interfaces.push(IfaceDoc::on_port("e0", "p0", "02:00:00:00:00:01", ["10.0.0.1/24"]));
+        SnapshotV1 {
+            meta: MetaV1 {
+                vr,
+                sources: vec!["static".into(), "api".into()],
+                next_hops: vec![
+                    SnapTarget { via: Some("10.0.0.2".parse().unwrap()), ..Default::default() },
+                    SnapTarget { blackhole: true, ..Default::default() },
+                ],
+                ..MetaV1::default()
+            },
+            routes: vec![
+                SnapRoute { prefix: "10.9.0.0/16".parse().unwrap(), source: 1, next_hop: 0 },
+                SnapRoute { prefix: "2001:db8::/32".parse().unwrap(), source: 0, next_hop: 1 },
+            ],
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let s = sample();
+        let bytes = s.encode();
+        assert_eq!(&bytes[..8], b"RPLXSNAP");
+        assert_eq!(decode("f", &bytes).unwrap(), Snapshot::V1(s.clone()));
+        let ops = s.route_ops().unwrap();
+        assert_eq!(ops.len(), 2);
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_what_is_wrong() {
+        let good = sample().encode();
+        let err = |b: &[u8]| decode("x.snap", b).unwrap_err().to_string();
+        let mut b = good.clone();
+        b[0] = b'X';
+        assert!(err(&b).contains("not a routeplex snapshot"), "{}", err(&b));
+        let mut b = good.clone();
+        b[8] = 9;
+        assert!(err(&b).contains("version 9"), "{}", err(&b));
+        let mut b = good.clone();
+        let last = b.len() - 1;
+        b[last] ^= 0xff;
+        assert!(err(&b).contains("checksum mismatch"), "{}", err(&b));
+        assert!(err(&good[..good.len() - 3]).contains("truncated"));
+        assert!(err(&good[..10]).contains("truncated"));
+        let mut b = good.clone();
+        b[16..24].copy_from_slice(&(MAX_PAYLOAD + 1).to_le_bytes());
+        assert!(err(&b).contains("more than"), "{}", err(&b));
+        let mut b = good.clone();
+        b.push(0);
+        assert!(err(&b).contains("after the payload"), "{}", err(&b));
+        // A route pointing past the next hops, with a valid checksum: refused by index.
+        let mut s = sample();
+        s.routes[0].next_hop = 7;
+        let e = err(&s.encode());
+        assert!(e.contains("next hop 7 of 2"), "{e}");
+    }
+}

@@ -1,0 +1,341 @@
+//! Live migration between two running hosts in one process (the destination served on its
+//! own control socket and migration listener, on loopback): the moved VR forwards every prefix
+//! boundary as it did, with its neighbors, counters and interfaces up, and is gone from the
+//! source; a destination with another secret, or one that does not list the source as a
+//! peer, is refused and nothing moves; a destination that dies part way (during the pre-copy,
+//! or after it built the VR, at the stop) leaves the VR running at the source, interfaces up.
+//! The namespaces-and-bridge test under traffic is `routeplex/tests/migration.rs`.
+
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use control::api::{Command, Route};
+use control::daemon::{self, Access};
+use control::migrate::{self, Channel, Listener};
+use control::runtime::{Idle, Options};
+use control::{MigrationConfig, Node, Topology};
+use dataplane::Adj;
+use ipnet::IpNet;
+use serde_json::Value;
+
+const SECRET: &str = "0123456789abcdef0123456789abcdef";
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("rsn-mig-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn source_text() -> String {
+    format!(
+        "\
+workers: 1
+migration: {{ secret: {SECRET} }}
+ports:
+  - {{ name: p0, kind: mem }}
+  - {{ name: p1, kind: mem }}
+vrs:
+  - name: a
+    interfaces:
+      - {{ name: e0, port: p0, mac: 02:00:00:00:0a:00, addresses: [10.0.0.1/24, 2001:db8::1/64] }}
+      - {{ name: e1, port: p1, mac: 02:00:00:00:0a:01, addresses: [10.0.1.1/24] }}
+    routes:
+      - {{ prefix: 198.51.100.0/24, via: 10.0.1.2 }}
+      - {{ prefix: 192.0.2.0/24, blackhole: true }}
+    neighbors:
+      - {{ address: 10.0.1.2, mac: 02:00:00:00:0b:02, interface: e1 }}
+"
+    )
+}
+
+const DEST: &str = "\
+workers: 1
+ports:
+  - { name: q0, kind: mem }
+vrs:
+  - name: z
+    interfaces:
+      - { name: e0, port: q0, mac: 02:00:00:00:0c:00, addresses: [10.7.0.1/24] }
+";
+
+fn start(text: &str, file: &Path) -> Node {
+    let topo = Topology::parse(text, &file.display().to_string(), Path::new("/")).unwrap();
+    let mut o = Options::new(1);
+    o.idle = Idle::Yield;
+    let mut n = Node::start(topo, o, 256).unwrap();
+    n.set_source(text.to_string(), file.display().to_string());
+    n
+}
+
+/// A destination host: its node served on a control socket, and a migration listener.
+struct Dest {
+    stop: Arc<AtomicBool>,
+    serve: Option<JoinHandle<Node>>,
+    listener: Option<Listener>,
+}
+
+impl Dest {
+    fn start(dir: &Path, secret: &str, peers: Vec<IpAddr>) -> Dest {
+        let node = start(DEST, &dir.join("dst.yaml"));
+        let sock = dir.join("control.sock");
+        let access = Access { owner: unsafe_free_euid(), status_gid: None };
+        let l = daemon::bind(&sock, &access).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let serve = std::thread::spawn(move || {
+            let mut node = node;
+            daemon::serve(l, access, &st, |cmd| (node.execute(cmd), false)).unwrap();
+            node
+        });
+        let cfg = MigrationConfig {
+            listen: Some("127.0.0.1:0".parse().unwrap()),
+            secret: secret.as_bytes().to_vec(),
+            peers,
+        };
+        let listener = Listener::start(&cfg, sock, dir.to_path_buf()).unwrap();
+        Dest { stop, serve: Some(serve), listener: Some(listener) }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.listener.as_ref().unwrap().local_addr()
+    }
+
+    /// Stops serving; the node, to look at.
+    fn finish(mut self) -> Node {
+        drop(self.listener.take());
+        self.stop.store(true, Ordering::Relaxed);
+        self.serve.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for Dest {
+    fn drop(&mut self) {
+        drop(self.listener.take());
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.serve.take() {
+            if let Ok(n) = t.join() {
+                let _ = n.stop();
+            }
+        }
+    }
+}
+
+fn unsafe_free_euid() -> u32 {
+    control::sys::euid()
+}
+
+fn add_routes(n: &mut Node) {
+    let mut routes = Vec::new();
+    for i in 0..2000u32 {
+        let p: IpNet =
+            format!("{}.{}.{}.0/24", 20 + i / 65536, (i / 256) % 256, i % 256).parse().unwrap();
+        let via = if i % 2 == 0 { "10.0.0.2" } else { "10.0.1.2" };
+        routes.push(Route {
+            prefix: p,
+            via: Some(via.parse().unwrap()),
+            interface: None,
+            blackhole: false,
+        });
+    }
+    n.execute(Command::RouteAdd { vr: "a".into(), routes }).unwrap();
+}
+
+fn boundaries(node: &Node) -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    for r in node.table("a").unwrap().routes(None, usize::MAX) {
+        if let IpNet::V4(n) = r.prefix {
+            let (a, b) = (u32::from(n.network()), u32::from(n.broadcast()));
+            out.extend([a, b].map(|x| IpAddr::V4(x.into())));
+            out.extend(a.checked_sub(1).map(|x| IpAddr::V4(x.into())));
+            out.extend(b.checked_add(1).map(|x| IpAddr::V4(x.into())));
+        }
+    }
+    out
+}
+
+fn lookups(node: &Node, addrs: &[IpAddr]) -> Vec<Adj> {
+    let v = node.table("a").unwrap().view();
+    addrs.iter().map(|&a| v.lookup(a)).collect()
+}
+
+fn vr(node: &mut Node, name: &str) -> Value {
+    let s = node.execute(Command::Status).unwrap();
+    s["vrs"].as_array().unwrap().iter().find(|v| v["name"] == name).cloned().unwrap_or(Value::Null)
+}
+
+fn all_up(v: &Value) -> bool {
+    v["interfaces"].as_array().unwrap().iter().all(|i| i["up"] == true)
+}
+
+#[test]
+fn a_migrated_vr_forwards_as_it_did_and_leaves_the_source() {
+    let d = TempDir::new("ok");
+    let mut src = start(&source_text(), &d.0.join("src.yaml"));
+    add_routes(&mut src);
+    let addrs = boundaries(&src);
+    let before = lookups(&src, &addrs);
+    let routes_before = src.table("a").unwrap().routes(None, usize::MAX);
+    let dest = Dest::start(&d.0, SECRET, vec!["127.0.0.1".parse().unwrap()]);
+    let r = src.execute(Command::Migrate { vr: "a".into(), to: dest.addr().to_string() }).unwrap();
+    assert_eq!(r["routes"], 2002, "{r}");
+    assert!(r["bytes_moved"].as_u64().unwrap() > 2000 * 7, "{r}");
+    assert!(src.table("a").is_none(), "the source still has the VR");
+    let mut dst = dest.finish();
+    assert_eq!(lookups(&dst, &addrs), before, "forwarding differs after the move");
+    assert_eq!(dst.table("a").unwrap().routes(None, usize::MAX), routes_before);
+    let v = vr(&mut dst, "a");
+    assert!(all_up(&v), "{v}");
+    let n = dst.execute(Command::NeighborList { vr: "a".into() }).unwrap();
+    assert!(n["neighbors"].as_array().unwrap().iter().any(|r| r["address"] == "10.0.1.2"));
+    // The destination's own VR was not touched.
+    assert!(dst.table("z").is_some());
+    // Announcements: two interfaces; e0 has one IPv4 and one IPv6 address plus its
+    // link-local one, e1 one IPv4 address plus its link-local one.
+    let a = dst.execute(Command::Announce { vr: "a".into() }).unwrap();
+    assert_eq!(a["frames"], 5);
+    dst.stop().unwrap();
+    src.stop().unwrap();
+}
+
+#[test]
+fn an_untrusted_peer_is_refused_and_nothing_moves() {
+    let d = TempDir::new("untrusted");
+    let mut src = start(&source_text(), &d.0.join("src.yaml"));
+    add_routes(&mut src);
+    // Another secret.
+    let dest = Dest::start(&d.0, "another secret, 32 bytes long...", vec![]);
+    let e = src
+        .execute(Command::Migrate { vr: "a".into(), to: dest.addr().to_string() })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("refused") || e.contains("not trusted"), "{e}");
+    assert!(src.table("a").is_some());
+    assert!(all_up(&vr(&mut src, "a")));
+    let mut dst = dest.finish();
+    assert!(dst.table("a").is_none(), "state was taken from an untrusted peer");
+    assert_eq!(vr(&mut dst, "a"), Value::Null);
+    dst.stop().unwrap();
+    // The right secret, but the source's address is not a listed peer.
+    let d2 = TempDir::new("notpeer");
+    let dest = Dest::start(&d2.0, SECRET, vec!["192.0.2.9".parse().unwrap()]);
+    let e = src
+        .execute(Command::Migrate { vr: "a".into(), to: dest.addr().to_string() })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("does not take VRs from your address"), "{e}");
+    let dst = dest.finish();
+    assert!(dst.table("a").is_none());
+    dst.stop().unwrap();
+    assert!(src.table("a").is_some());
+    src.stop().unwrap();
+}
+
+/// A destination that knows the secret and dies after `frames` frames (and, with `prepared`,
+/// after saying it built the VR).
+fn dying_destination(frames: usize, prepared: bool) -> (SocketAddr, JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = l.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let mut ch = Channel::accept(s, SECRET.as_bytes()).unwrap();
+        for _ in 0..frames {
+            let (k, _) = ch.recv().unwrap();
+            if k == migrate::END_ROUTES && prepared {
+                ch.send(migrate::PREPARED, &[]).unwrap();
+                let _ = ch.recv(); // the state; then it dies
+                return;
+            }
+        }
+    });
+    (at, t)
+}
+
+#[test]
+fn an_interrupted_migration_leaves_the_vr_running_at_the_source() {
+    let d = TempDir::new("cut");
+    let mut src = start(&source_text(), &d.0.join("src.yaml"));
+    add_routes(&mut src);
+    let addrs = boundaries(&src);
+    let before = lookups(&src, &addrs);
+    // Dies during the pre-copy, and after building the VR (the source had stopped it).
+    for (frames, prepared) in [(1, false), (100, true)] {
+        let (at, t) = dying_destination(frames, prepared);
+        let e = src
+            .execute(Command::Migrate { vr: "a".into(), to: at.to_string() })
+            .unwrap_err()
+            .to_string();
+        t.join().unwrap();
+        assert!(e.contains("went away"), "{e}");
+        assert!(src.table("a").is_some(), "prepared {prepared}");
+        assert_eq!(lookups(&src, &addrs), before);
+        assert!(all_up(&vr(&mut src, "a")), "prepared {prepared}: interfaces left down");
+    }
+    src.stop().unwrap();
+}
+
+#[test]
+fn the_migration_section_is_checked_and_its_secret_never_shown() {
+    let parse = |m: &str| Topology::parse(&format!("migration: {m}\n"), "m.yaml", Path::new("."));
+    let t =
+        parse("{ listen: 10.9.0.2:9470, secret: 0123456789abcdef, peers: [10.9.0.1] }").unwrap();
+    let m = t.migration.unwrap();
+    assert_eq!(m.listen, Some("10.9.0.2:9470".parse().unwrap()));
+    assert_eq!(m.peers, vec!["10.9.0.1".parse::<IpAddr>().unwrap()]);
+    assert!(!format!("{m:?}").contains("0123456789abcdef"));
+    let e = parse("{ secret: too-short }").unwrap_err().to_string();
+    assert!(e.contains("at least 16") && !e.contains("too-short"), "{e}");
+    let e = parse("{ secret: 0123456789abcdef, listen: nowhere }").unwrap_err().to_string();
+    assert!(e.contains("IP:PORT"), "{e}");
+    let e = parse("{ listen: 10.9.0.2:9470 }").unwrap_err().to_string();
+    assert!(e.contains("secret"), "{e}");
+}
+
+/// Not a test: the figures of migrating a VR with the full IPv4 table (the project's prefix
+/// list) over loopback between two hosts in this process. Prints JSON; run with
+/// `cargo test -p control --test migrate -- --ignored --nocapture full_table` (the test profile
+/// is optimised).
+#[test]
+#[ignore = "a benchmark: prints the figures of a full-table migration"]
+fn full_table_migration_figures() {
+    let table = std::env::var("ROUTEPLEX_PREFIXES").map(PathBuf::from).unwrap_or_else(|_| {
+        PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/routeplex/prefixes")
+    });
+    let file = table.join("ipv4.txt");
+    if !file.exists() {
+        eprintln!("skipped: no {} (scripts/fetch-prefixes)", file.display());
+        return;
+    }
+    let d = TempDir::new("full");
+    let text = format!(
+        "{}    tables: [{{ file: {}, next_hops: [10.0.1.2] }}]\n",
+        source_text(),
+        file.display()
+    );
+    let mut src = start(&text, &d.0.join("src.yaml"));
+    let dest = Dest::start(&d.0, SECRET, vec![]);
+    let t0 = std::time::Instant::now();
+    let r = src.execute(Command::Migrate { vr: "a".into(), to: dest.addr().to_string() }).unwrap();
+    let wall = t0.elapsed().as_secs_f64() * 1e3;
+    let dst = dest.finish();
+    let (v4, _) = dst.table("a").unwrap().fib_prefixes();
+    println!(
+        "{{\"routes\":{},\"fib_ipv4_at_destination\":{v4},\"wall_ms\":{wall:.1},\"migrate\":{r},\"limits\":\"debug-assertion test profile (opt-level 2), loopback TCP, one process, shared 2-CPU machine\"}}",
+        r["routes"]
+    );
+    dst.stop().unwrap();
+    src.stop().unwrap();
+}

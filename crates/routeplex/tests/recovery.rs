@@ -1,0 +1,270 @@
+//! Crash recovery and snapshots on a real host: `routeplex up` makes two namespaces joined by
+//! a VR; routes are added and deleted through the API; the data plane is killed with SIGKILL
+//! and `routeplex up` again brings it back with those routes (from its journal), forwarding
+//! pings to them. A torn journal tail (what a crash in the middle of a write leaves) is cut
+//! off without losing what came before. `routeplex snapshot` and `routeplex restore` work
+//! through the running data plane.
+//!
+//! Needs root (CI is root); skipped with a message otherwise. Names start with `rsn`. A
+//! second VR shares the ports, so removing the first leaves them (and the hosts) in place.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn root() -> bool {
+    let ok = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    if !ok {
+        eprintln!("skipped: needs root (network namespaces, veth); CI runs as root");
+    }
+    ok
+}
+
+fn sh(cmd: &str, args: &[&str]) -> Output {
+    Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e}"))
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+struct Service {
+    dir: PathBuf,
+    file: PathBuf,
+    tag: String,
+}
+
+/// One data plane at a time: each busy-polls a CPU.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl Service {
+    fn new(n: u32) -> Service {
+        let tag = format!("{:x}{n}", std::process::id() % 0xffff);
+        let dir = std::env::temp_dir().join(format!("rsn-rec-{tag}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join(format!("rsn{tag}.yaml"));
+        let t = &tag;
+        std::fs::write(
+            &file,
+            format!(
+                r#"hosts:
+  - {{ name: rsna{t}, addresses: [10.61.0.2/24, "2001:db8:61::2/64"], gateways: [10.61.0.1, "2001:db8:61::1"] }}
+  - {{ name: rsnb{t}, addresses: [10.62.0.2/24, "2001:db8:62::2/64"], gateways: [10.62.0.1, "2001:db8:62::1"] }}
+ports:
+  - {{ name: pa, kind: afpacket, host: rsna{t} }}
+  - {{ name: pb, kind: afpacket, host: rsnb{t} }}
+vrs:
+  - name: r
+    interfaces:
+      - {{ name: ea, port: pa, mac: "02:00:00:00:61:01", addresses: [10.61.0.1/24, "2001:db8:61::1/64"] }}
+      - {{ name: eb, port: pb, mac: "02:00:00:00:62:01", addresses: [10.62.0.1/24, "2001:db8:62::1/64"] }}
+  - name: s
+    interfaces:
+      - {{ name: ea, port: pa, mac: "02:00:00:00:61:09", addresses: [10.61.9.1/24] }}
+      - {{ name: eb, port: pb, mac: "02:00:00:00:62:09", addresses: [10.62.9.1/24] }}
+"#
+            ),
+        )
+        .unwrap();
+        Service { dir, file, tag }
+    }
+
+    fn run_dir(&self) -> PathBuf {
+        self.dir.join("run").join(format!("rsn{}", self.tag))
+    }
+
+    /// `routeplex VERB FILE REST...`
+    fn routeplex(&self, verb: &str, rest: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_routeplex"))
+            .arg(verb)
+            .arg(&self.file)
+            .args(rest)
+            .env("ROUTEPLEX_RUN_DIR", self.dir.join("run"))
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, verb: &str, rest: &[&str]) -> String {
+        let o = self.routeplex(verb, rest);
+        assert!(o.status.success(), "routeplex {verb} {rest:?} failed: {}", text(&o));
+        text(&o)
+    }
+
+    fn a(&self) -> String {
+        format!("rsna{}", self.tag)
+    }
+
+    fn b(&self) -> String {
+        format!("rsnb{}", self.tag)
+    }
+
+    fn pid(&self) -> i32 {
+        let st: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(self.run_dir().join("state.json")).unwrap(),
+        )
+        .unwrap();
+        st["pid"].as_i64().unwrap() as i32
+    }
+
+    /// One API request on the control socket; its reply.
+    fn api(&self, req: &str) -> serde_json::Value {
+        use std::io::{BufRead, Write};
+        let sock = self.run_dir().join("control.sock");
+        let mut c = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        c.write_all(format!("{req}\n").as_bytes()).unwrap();
+        let mut reply = String::new();
+        std::io::BufReader::new(c).read_line(&mut reply).unwrap();
+        serde_json::from_str(&reply).unwrap()
+    }
+
+    fn ping(&self, to: &str) -> bool {
+        let v6 = to.contains(':');
+        let a = self.a();
+        let mut args = vec!["netns", "exec", a.as_str(), "ping"];
+        if v6 {
+            args.push("-6");
+        }
+        args.extend(["-c", "1", "-W", "1", to]);
+        sh("ip", &args).status.success()
+    }
+
+    /// Pings until one is answered (neighbors resolve, the host's routes settle) or 10 s pass.
+    fn reaches(&self, to: &str) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            if self.ping(to) {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn api_routes(&self) -> Vec<String> {
+        let out = self.ok("route", &["r", "list", "--source", "api"]);
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        v["routes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["prefix"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    fn kill(&self) {
+        let pid = self.pid();
+        assert_eq!(sh("kill", &["-KILL", &pid.to_string()]).status.code(), Some(0));
+        let t0 = Instant::now();
+        while std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && t0.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!std::path::Path::new(&format!("/proc/{pid}/status")).exists(), "pid {pid} lives");
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.routeplex("down", &[]);
+        for n in [self.a(), self.b()] {
+            let _ = sh("ip", &["netns", "del", &n]);
+            let _ = sh("ip", &["link", "del", &format!("rpx-{n}")]);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn up_after_sigkill_comes_back_with_the_routes_added_through_the_api() {
+    if !root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = Service::new(0);
+    s.ok("up", &[]);
+    let b = s.b();
+    for (fam, addr) in [("-4", "10.99.0.1/32"), ("-6", "2001:db8:99::1/128")] {
+        let o = sh("ip", &["netns", "exec", &b, "ip", fam, "addr", "add", addr, "dev", "lo"]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    assert!(s.reaches("10.62.0.2"), "the VR does not forward to b at all");
+    assert!(!s.ping("10.99.0.1"), "10.99.0.1 answered before it had a route");
+
+    s.ok("route", &["r", "add", "10.99.0.0/24", "via", "10.62.0.2"]);
+    s.ok("route", &["r", "add", "2001:db8:99::/64", "via", "2001:db8:62::2"]);
+    s.ok("route", &["r", "add", "10.98.0.0/24", "blackhole"]);
+    s.ok("route", &["r", "add", "--replace", "10.98.0.0/24", "via", "10.62.0.2"]);
+    s.ok("route", &["r", "del", "10.98.0.0/24"]);
+    assert!(s.reaches("10.99.0.1"));
+    let want = vec!["10.99.0.0/24".to_string(), "2001:db8:99::/64".to_string()];
+    assert_eq!(s.api_routes(), want);
+    let journal = s.run_dir().join("journal");
+    let md = std::fs::metadata(&journal).unwrap();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o777, 0o600);
+
+    // SIGKILL: nothing is flushed or saved on the way out.
+    s.kill();
+    assert!(!s.ping("10.62.0.2"), "forwarding went on without a data plane");
+    let out = s.ok("up", &[]);
+    assert!(out.contains("is gone; starting a new one"), "{out}");
+    assert_eq!(s.api_routes(), want, "the API routes after the restart");
+    assert!(s.reaches("10.99.0.1"));
+    assert!(s.reaches("2001:db8:99::1"));
+    let log = std::fs::read_to_string(s.run_dir().join("log")).unwrap();
+    assert!(log.contains("journal replayed"), "{log}");
+
+    // A crash mid-write leaves a torn record: it is cut off, what came before stays.
+    s.ok("route", &["r", "add", "10.97.0.0/24", "via", "10.62.0.2"]);
+    s.kill();
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(&journal).unwrap();
+        f.write_all(&[200, 0, 0, 0, 1, 2, 3]).unwrap();
+    }
+    s.ok("up", &[]);
+    let mut want = want;
+    want.insert(0, "10.97.0.0/24".to_string());
+    assert_eq!(s.api_routes(), want);
+    let log = std::fs::read_to_string(s.run_dir().join("log")).unwrap();
+    assert!(log.contains("torn or damaged tail cut off"), "{log}");
+    assert!(s.reaches("10.99.0.1"));
+
+    // A clean `down` removes the journal with the rest: the next `up` is the file's.
+    s.ok("down", &[]);
+    assert!(!s.run_dir().exists());
+    s.ok("up", &[]);
+    assert!(s.api_routes().is_empty());
+}
+
+#[test]
+fn snapshot_and_restore_through_the_cli() {
+    if !root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = Service::new(1);
+    s.ok("up", &[]);
+    let b = s.b();
+    let o = sh("ip", &["netns", "exec", &b, "ip", "addr", "add", "10.99.0.1/32", "dev", "lo"]);
+    assert!(o.status.success(), "{}", text(&o));
+    s.ok("route", &["r", "add", "10.99.0.0/24", "via", "10.62.0.2"]);
+    assert!(s.reaches("10.99.0.1"));
+    let snap = s.dir.join("r.snap");
+    let out = s.ok("snapshot", &["r", "--out", snap.to_str().unwrap()]);
+    assert!(out.contains("\"format\":1"), "{out}");
+    // The name is taken: refused, saying so; a file that is no snapshot: refused, saying so.
+    let o = s.routeplex("restore", &[snap.to_str().unwrap()]);
+    assert!(!o.status.success() && text(&o).contains("exists already"), "{}", text(&o));
+    let o = s.routeplex("restore", &[s.file.to_str().unwrap()]);
+    assert!(!o.status.success() && text(&o).contains("not a routeplex snapshot"), "{}", text(&o));
+    // Gone (no forwarding), then back from the snapshot, with its API route.
+    let r = s.api(r#"{"v":1,"id":1,"cmd":"vr_remove","args":{"vr":"r"}}"#);
+    assert!(r["ok"].is_object(), "{r}");
+    assert!(!s.ping("10.99.0.1"));
+    let out = s.ok("restore", &[snap.to_str().unwrap()]);
+    assert!(out.contains("\"routes\":1"), "{out}");
+    assert_eq!(s.api_routes(), vec!["10.99.0.0/24".to_string()]);
+    assert!(s.reaches("10.99.0.1"));
+}
