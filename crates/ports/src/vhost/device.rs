@@ -253,7 +253,7 @@ impl VhostUserBackendReqHandlerMut for Device {
             regions.push(region);
             infos.push(RegionInfo { gpa: r.guest_phys_addr, size, uva: r.user_addr });
         }
-        regions.sort_by_key(|r| vm_memory::GuestMemoryRegion::start_addr(r));
+        regions.sort_by_key(vm_memory::GuestMemoryRegion::start_addr);
         let mem = GuestMemoryMmap::from_regions(regions)
             .map_err(|_| invalid("memory table: regions overlap"))?;
         self.counters.unsealed_regions += unsealed;

@@ -293,6 +293,11 @@ fn write_chain(
     for d in chain {
         descs += 1;
         last_next = d.has_next();
+        if *pos == total {
+            // The frame is in; the rest of the chain is only walked to see that it ends
+            // (a loop runs into the walk's limit and still says NEXT).
+            continue;
+        }
         if !d.is_write_only() {
             return Err(Bad::Chain);
         }
@@ -319,9 +324,6 @@ fn write_chain(
             off += k;
             *pos += k;
             written += k;
-        }
-        if *pos == total {
-            return Ok(written as u32);
         }
     }
     if descs == 0 || last_next {
