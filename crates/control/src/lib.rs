@@ -29,5 +29,5 @@ pub use node::{Node, Plan};
 
 pub use topology::{
     Attach, ErrorKind, HostSpec, MemifSpec, PortKind, PortSpec, Topology, TopologyError,
-    VrSchedule, Workers,
+    VhostUserSpec, VrSchedule, Workers,
 };
