@@ -106,6 +106,9 @@ pub struct VhostStats {
     /// Connections we closed because the frontend broke the protocol (a subset of
     /// `disconnects`): a malformed message, a feature we did not offer, a bad ring address...
     pub protocol_errors: u64,
+    /// Requests dropped because they need a feature the frontend has not negotiated (the
+    /// connection stays; see `handle_messages`).
+    pub refused_messages: u64,
     /// Chains whose head index is not below the queue size (the entry cannot be returned).
     pub bad_index: u64,
     /// Descriptors that reach outside the memory the frontend mapped.
@@ -296,9 +299,16 @@ impl VhostUserPort {
             if !readable(self.conn_fd) {
                 return;
             }
+            let early = self.early_vring_enable();
             let Some(c) = &mut self.conn else { return };
             match c.handle_request() {
                 Ok(()) => {}
+                // A request that needs a feature not (yet) negotiated: dropped, counted, and
+                // the connection kept (the frontend may be waiting for nothing: its problem).
+                Err(VuError::InactiveFeature(_) | VuError::InactiveOperation(_)) if early => {}
+                Err(VuError::InactiveFeature(_) | VuError::InactiveOperation(_)) => {
+                    self.vstats.refused_messages += 1;
+                }
                 Err(
                     VuError::Disconnected
                     | VuError::PartialMessage
@@ -314,6 +324,47 @@ impl VhostUserPort {
                     return;
                 }
             }
+        }
+    }
+}
+
+impl VhostUserPort {
+    /// QEMU 7.2 sends SET_VRING_ENABLE as soon as the guest driver picks its queue pairs,
+    /// before SET_FEATURES, and not again after the device starts; the `vhost` crate refuses
+    /// it there (PROTOCOL_FEATURES is not acked yet) without telling us what it said. So the
+    /// next message is peeked first: if it is such an early SET_VRING_ENABLE, the device takes
+    /// it here (index and value checked as the crate would), and the crate's refusal that
+    /// follows is expected. Returns whether it was one.
+    fn early_vring_enable(&mut self) -> bool {
+        const SET_VRING_ENABLE: u32 = 18;
+        let mut m = [0u8; 20];
+        // SAFETY: peeks at most 20 bytes into our buffer; the fd is the connection's.
+        let n = unsafe {
+            libc::recv(
+                self.conn_fd,
+                m.as_mut_ptr().cast(),
+                m.len(),
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        let word = |i: usize| u32::from_le_bytes([m[i], m[i + 1], m[i + 2], m[i + 3]]);
+        if n != 20 || word(0) != SET_VRING_ENABLE || word(8) != 8 {
+            return false;
+        }
+        let mut d = self.lock();
+        if d.acked & (1 << 30) != 0 {
+            return false;
+        }
+        let (index, num) = (word(12), word(16));
+        if (index as usize) < d.vrings.len() && num <= 1 {
+            vhost::vhost_user::VhostUserBackendReqHandlerMut::set_vring_enable(
+                &mut *d,
+                index,
+                num == 1,
+            )
+            .is_ok()
+        } else {
+            false
         }
     }
 }
