@@ -52,7 +52,9 @@ pub struct PeersArgs {
     /// The DUTs, measured one after another in this order, each in fresh namespaces: linux
     /// (IP forwarding in a namespace, RPS to the DUT's CPU), linux-samecpu (the same without
     /// RPS), macvlan (seed 002's VR), bridge (seed 003's bridge + veth VR), ovs (Open vSwitch,
-    /// userspace datapath), routeplex-afxdp, routeplex-afpacket.
+    /// userspace datapath), routeplex-afxdp, routeplex-afpacket; also vm-linux (not by default:
+    /// a QEMU guest forwarding with Linux between two vhost-user ports of a routeplex switch;
+    /// under TCG, without KVM, it forwards thousands of frames per second, not millions).
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_DUTS)]
     dut: Vec<String>,
     /// How each DUT is measured.

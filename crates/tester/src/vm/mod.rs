@@ -15,7 +15,7 @@
 //! - [`Qemu`] is one guest process; it is killed and reaped when dropped. It uses KVM only
 //!   where `/dev/kvm` exists and the CPU advertises VMX or SVM (a `/dev/kvm` without them, as
 //!   on a PVM host, boots nothing), and TCG otherwise: [`Accel`] says which. QEMU 7.2 under
-//!   TCG crashes on vhost-user with MSI-X, so every NIC is `vectors=0` (INTx).
+//!   TCG crashes on vhost-user with MSI-X, so there every NIC is `vectors=0` (INTx).
 
 use std::hash::{Hash, Hasher};
 use std::io::Read;
@@ -254,6 +254,65 @@ pub struct Nic {
     pub queues: u16,
 }
 
+/// QEMU's arguments (after the program name) for `image` with `nics`, the guest command line
+/// `append` (after the console settings) and `mem_mb` of memory shared through a memfd
+/// (vhost-user needs it shared), run by `accel`: for callers that start QEMU themselves.
+pub fn qemu_args(
+    image: &GuestImage,
+    nics: &[Nic],
+    append: &str,
+    mem_mb: u32,
+    accel: Accel,
+) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "-machine",
+        &format!("q35,accel={}", accel.name()),
+        "-cpu",
+        if accel == Accel::Kvm { "host" } else { "max" },
+        "-smp",
+        "1",
+        "-m",
+        &format!("{mem_mb}M"),
+        "-object",
+        &format!("memory-backend-memfd,id=mem,size={mem_mb}M,share=on"),
+        "-numa",
+        "node,memdev=mem",
+        "-kernel",
+        &image.kernel.to_string_lossy(),
+        "-initrd",
+        &image.initrd.to_string_lossy(),
+        "-append",
+        &format!("console=ttyS0 quiet panic=-1 ipv6.disable=1 {append}"),
+        "-nographic",
+        "-no-reboot",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for (i, n) in nics.iter().enumerate() {
+        let mode = if n.qemu_listens { ",server=on,wait=off" } else { ",reconnect=1" };
+        let m = n.mac;
+        a.push("-chardev".into());
+        a.push(format!("socket,id=c{i},path={}{mode}", n.socket.display()));
+        a.push("-netdev".into());
+        a.push(format!("vhost-user,id=n{i},chardev=c{i},queues={}", n.queues));
+        a.push("-device".into());
+        a.push(format!(
+            "virtio-net-pci,netdev=n{i},mac={:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x},romfile={}{}",
+            m[0],
+            m[1],
+            m[2],
+            m[3],
+            m[4],
+            m[5],
+            if n.queues > 1 { ",mq=on" } else { "" },
+            // QEMU 7.2 segfaults on vhost-user with MSI-X under TCG: INTx there.
+            if accel == Accel::Tcg { ",vectors=0" } else { "" }
+        ));
+    }
+    a
+}
+
 /// A running guest; killed when dropped.
 pub struct Qemu {
     child: Child,
@@ -274,36 +333,7 @@ impl Qemu {
     ) -> Result<Qemu, Error> {
         let accel = Accel::detect();
         let mut cmd = Command::new(QEMU);
-        cmd.args(["-machine", &format!("q35,accel={}", accel.name())])
-            .args(["-cpu", if accel == Accel::Kvm { "host" } else { "max" }])
-            .args(["-smp", "1", "-m", &format!("{mem_mb}M")])
-            .args(["-object", &format!("memory-backend-memfd,id=mem,size={mem_mb}M,share=on")])
-            .args(["-numa", "node,memdev=mem"])
-            .arg("-kernel")
-            .arg(&image.kernel)
-            .arg("-initrd")
-            .arg(&image.initrd)
-            .args(["-append", &format!("console=ttyS0 quiet panic=-1 ipv6.disable=1 {append}")])
-            .args(["-nographic", "-no-reboot"]);
-        for (i, n) in nics.iter().enumerate() {
-            let mode = if n.qemu_listens { ",server=on,wait=off" } else { ",reconnect=1" };
-            let m = n.mac;
-            cmd.arg("-chardev")
-                .arg(format!("socket,id=c{i},path={}{mode}", n.socket.display()))
-                .args(["-netdev", &format!("vhost-user,id=n{i},chardev=c{i},queues={}", n.queues)])
-                .arg("-device")
-                .arg(format!(
-                    "virtio-net-pci,netdev=n{i},mac={:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x},\
-                     vectors=0,romfile={}",
-                    m[0],
-                    m[1],
-                    m[2],
-                    m[3],
-                    m[4],
-                    m[5],
-                    if n.queues > 1 { ",mq=on" } else { "" }
-                ));
-        }
+        cmd.args(qemu_args(image, nics, append, mem_mb, accel));
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
