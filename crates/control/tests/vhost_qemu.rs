@@ -12,9 +12,7 @@ use control::Topology;
 use ports::{Batch, Port, PortStatus};
 use tester::vm::{GuestImage, Nic, Qemu};
 
-const N: u32 = 100;
 const GUEST_MAC: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
-const RESPONDER_MAC: [u8; 6] = [2, 0, 0, 0, 0x0b, 2];
 
 /// A private scratch directory, removed with everything in it on drop.
 struct Scratch(std::path::PathBuf);
@@ -46,22 +44,44 @@ fn echo(f: &mut [u8]) -> Option<Vec<u8>> {
 
 #[test]
 fn a_qemu_guest_pings_the_vr_and_exchanges_udp_through_it() {
+    guest_through_a_vr(false, 100);
+}
+
+/// The other socket mode: QEMU listens (`server=on`), the port connects (`mode: client`).
+#[test]
+fn a_qemu_guest_that_listens_is_reached_by_a_client_port() {
+    guest_through_a_vr(true, 20);
+}
+
+/// The guest runs one at a time: each TCG guest takes a whole CPU for its few seconds.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn guest_through_a_vr(qemu_listens: bool, n: u32) {
     if let Some(why) = tester::vm::qemu_unavailable() {
         eprintln!("skipped: {why}");
         return;
     }
+    let _g = serial();
     let image = GuestImage::ensure().unwrap_or_else(|e| panic!("building the guest image: {e}"));
-    let dir = Scratch(std::env::temp_dir().join(format!("rvh-qemu-{}", std::process::id())));
+    let dir = Scratch(std::env::temp_dir().join(format!(
+        "rvh-qemu-{}-{}",
+        std::process::id(),
+        if qemu_listens { "c" } else { "s" }
+    )));
     std::fs::create_dir_all(&dir.0).unwrap();
     let sock = dir.0.join("vm0.sock");
     let yaml = format!(
-        "ports:\n  - {{ name: vm0, kind: vhost-user, socket: {} }}\n  - {{ name: out, kind: mem }}\n\
+        "ports:\n  - {{ name: vm0, kind: vhost-user, socket: {}, mode: {} }}\n  - {{ name: out, kind: mem }}\n\
          vrs:\n  - name: rvhvr\n    interfaces:\n\
          \x20     - {{ name: e0, port: vm0, mac: 02:00:00:00:0a:01, addresses: [10.0.0.1/24] }}\n\
          \x20     - {{ name: e1, port: out, mac: 02:00:00:00:0b:01, addresses: [10.1.0.1/24] }}\n\
          \x20   neighbors:\n\
          \x20     - {{ address: 10.1.0.2, mac: 02:00:00:00:0b:02, interface: e1 }}\n",
-        sock.display()
+        sock.display(),
+        if qemu_listens { "client" } else { "server" }
     );
     let topo = Topology::parse(&yaml, "vm.yaml", Path::new(".")).unwrap();
     let mut built = build::engine(&topo, None).unwrap();
@@ -69,9 +89,9 @@ fn a_qemu_guest_pings_the_vr_and_exchanges_udp_through_it() {
     let vm0 = topo.port_index("vm0").unwrap();
     assert!(matches!(built.engine.cell().port_status(vm0), PortStatus::Down(_)));
 
-    let nic = Nic { socket: sock.clone(), mac: GUEST_MAC, qemu_listens: false, queues: 1 };
+    let nic = Nic { socket: sock.clone(), mac: GUEST_MAC, qemu_listens, queues: 1 };
     let append =
-        format!("rvh.role=ping rvh.ip0=10.0.0.2/24 rvh.gw=10.0.0.1 rvh.udp=10.1.0.2 rvh.n={N}");
+        format!("rvh.role=ping rvh.ip0=10.0.0.2/24 rvh.gw=10.0.0.1 rvh.udp=10.1.0.2 rvh.n={n}");
     let mut qemu = Qemu::spawn(&image, &[nic], &append, 256).unwrap();
     let t0 = Instant::now();
     let mut seen = std::collections::BTreeSet::new();
@@ -118,15 +138,14 @@ fn a_qemu_guest_pings_the_vr_and_exchanges_udp_through_it() {
     assert!(exit.success(), "qemu exit {exit}\n{log}");
     assert!(up_at.is_some(), "the port never came up\n{log}");
     assert!(lines.iter().any(|l| l == "ping rc=0"), "ping failed\n{log}");
-    let want = format!("rvhx sent={N} echoed={N}");
+    let want = format!("rvhx sent={n} echoed={n}");
     assert!(lines.iter().any(|l| l.starts_with(&want)), "UDP through the VR: {lines:?}\n{log}");
     assert!(lines.iter().any(|l| l == "done"), "{log}");
     // Every datagram came through the VR (retries may repeat some; none is missing).
-    assert_eq!(seen.len(), N as usize, "distinct requests seen by the responder");
-    assert!(echoed >= N as u64);
+    assert_eq!(seen.len(), n as usize, "distinct requests seen by the responder");
+    assert!(echoed >= n as u64);
     let s = built.engine.cell().port_stats(vm0);
     // ARP, 3 pings and N datagrams at least came from the guest; as many went back.
-    assert!(s.rx_packets >= N as u64 + 4 && s.tx_packets >= N as u64 + 4, "{s:?}");
+    assert!(s.rx_packets >= n as u64 + 4 && s.tx_packets >= n as u64 + 4, "{s:?}");
     assert_eq!((s.rx_dropped, s.tx_errors), (0, 0), "{s:?}");
-    let _ = RESPONDER_MAC;
 }

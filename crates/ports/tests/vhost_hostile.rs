@@ -336,3 +336,44 @@ fn a_frontend_that_leaves_is_forgotten_and_the_next_one_starts_clean() {
     assert_eq!(port.vhost_stats().connects, 2);
     assert_eq!(port.vhost_stats().disconnects, 1);
 }
+
+/// QEMU 7.2 sends SET_VRING_ENABLE before SET_FEATURES and never again after the device
+/// starts; the port must remember those early requests (the `vhost` crate refuses them).
+#[test]
+fn a_vring_enable_before_set_features_is_honoured_as_qemu_sends_it() {
+    use std::io::Write;
+    let sock = unique_socket();
+    let mut port = server_port(&sock, 1);
+    let s2 = sock.clone();
+    let (fe, mut g) = with_port(&mut port, move || {
+        let g = Guest::new(1);
+        let s = std::os::unix::net::UnixStream::connect(&s2).unwrap();
+        let mut raw = s.try_clone().unwrap();
+        let mut fe = vhost::vhost_user::Frontend::from_stream(s, 3);
+        fe.set_owner().unwrap();
+        fe.get_features().unwrap();
+        // SET_VRING_ENABLE (18), version 1, 8 bytes: ring r, enabled, before SET_FEATURES.
+        for r in 0u32..2 {
+            let mut m = Vec::new();
+            for w in [18u32, 1, 8, r, 1] {
+                m.extend(w.to_le_bytes());
+            }
+            raw.write_all(&m).unwrap();
+        }
+        fe.set_features(VERSION_1 | MRG_RXBUF | PROTOCOL_FEATURES).unwrap();
+        fe.set_mem_table(&[g.region()]).unwrap();
+        for r in 0..2 {
+            fe.set_vring_num(r, Q).unwrap();
+            fe.set_vring_addr(r, &g.ring_config(r)).unwrap();
+            fe.set_vring_base(r, 0).unwrap();
+            fe.set_vring_call(r, &g.calls[r]).unwrap();
+            fe.set_vring_kick(r, &g.kicks[r]).unwrap();
+        }
+        (fe, g)
+    });
+    assert_eq!(port.status(), PortStatus::Up, "rings enabled by the early requests");
+    assert_eq!(port.vhost_stats().refused_messages, 0);
+    g.tx_one(1, 0, BUFS, &eth(1, 64));
+    assert_eq!(rx_all(&mut port), vec![eth(1, 64)]);
+    drop(fe);
+}
