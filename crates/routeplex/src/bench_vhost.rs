@@ -63,7 +63,7 @@ fn peer_binary() -> Result<PathBuf> {
     (PEER_SRC, &flags).hash(&mut h);
     let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
     let dir = Path::new(&home).join(".cache/routeplex/dpdk");
-    std::fs::create_dir_all(&dir)?;
+    private_dir(&dir)?;
     let bin = dir.join(format!("bench_vhost_peer-{:016x}", h.finish()));
     if bin.exists() {
         return Ok(bin);
@@ -86,6 +86,14 @@ fn peer_binary() -> Result<PathBuf> {
     Ok(bin)
 }
 
+/// Makes `d` (and its parents) with mode 0700.
+fn private_dir(d: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(d)?;
+    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))?;
+    Ok(())
+}
+
 /// The switch in a `routeplex run` child with two ports of `kind`; killed on drop.
 struct Switch {
     child: Child,
@@ -97,7 +105,7 @@ impl Switch {
     fn start(kind: Kind) -> Result<Switch> {
         let tag = format!("rpx-bvh-{}-{}", std::process::id(), kind.name());
         let dir = std::env::temp_dir().join(&tag);
-        std::fs::create_dir_all(&dir)?;
+        private_dir(&dir)?;
         let sockets: Vec<String> = (0..2)
             .map(|i| match kind {
                 Kind::Vhost => dir.join(format!("v{i}.sock")).display().to_string(),

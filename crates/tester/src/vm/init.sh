@@ -50,15 +50,17 @@ case "$ROLE" in
     ip addr add $IP1 dev eth1
     ip link set eth1 up
     echo 1 > /proc/sys/net/ipv4/ip_forward
-    # The tester's neighbors are static: no ARP on the measured path.
+    # The tester's neighbors are static (busybox's ip cannot add neighbors: arp -s does).
     for a in $(cat /proc/cmdline); do
       case "$a" in
         rvh.neigh=*) set -- $(echo ${a#rvh.neigh=} | tr ',' ' ')
-                     ip neigh replace $1 lladdr $2 dev $3 nud permanent;;
+                     arp -i $3 -s $1 $2 || log "arp -s $1 failed";;
         rvh.route=*) set -- $(echo ${a#rvh.route=} | tr ',' ' ')
                      ip route add $1 via $2;;
       esac
     done
+    ip route | while read -r l; do log "route $l"; done
+    arp -an | while read -r l; do log "neigh $l"; done
     log "forwarding"
     while true; do sleep 3600; done
     ;;
