@@ -813,6 +813,12 @@ fn text_report(
             out += &format!("  {}: tester ports: {b}\n", o.dut);
         }
     }
+    // What a reader must know to read a DUT's figure (vm-linux: the guest ran under TCG).
+    for o in outcomes.iter().filter(|o| o.status == "ok") {
+        for n in o.describe["notes"].as_array().into_iter().flatten() {
+            out += &format!("note: {}: {}\n", o.dut, n.as_str().unwrap_or(""));
+        }
+    }
     let invalid: usize = outcomes.iter().map(|o| o.invalid_trials_used).sum();
     if invalid > 0 {
         out += &format!("note: {invalid} trial(s) in the results had the tester stalled on every attempt (valid: false in --json / --csv)\n");
