@@ -349,7 +349,7 @@ fn a_vring_enable_before_set_features_is_honoured_as_qemu_sends_it() {
         let g = Guest::new(1);
         let s = std::os::unix::net::UnixStream::connect(&s2).unwrap();
         let mut raw = s.try_clone().unwrap();
-        let mut fe = vhost::vhost_user::Frontend::from_stream(s, 3);
+        let fe = vhost::vhost_user::Frontend::from_stream(s, 3);
         fe.set_owner().unwrap();
         fe.get_features().unwrap();
         // SET_VRING_ENABLE (18), version 1, 8 bytes: ring r, enabled, before SET_FEATURES.
