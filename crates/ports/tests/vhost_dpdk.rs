@@ -92,12 +92,25 @@ struct Peer {
 impl Peer {
     /// `server`: DPDK listens (`server=1`) and routeplex connects.
     fn spawn(bin: &PathBuf, socket: &std::path::Path, server: bool, mode: &str) -> Peer {
+        Peer::spawn_q(bin, socket, server, mode, 1)
+    }
+
+    /// With `queues` queue pairs offered by virtio_user (more than one needs its control
+    /// queue, `cq=1`); the peer program itself uses pair 0.
+    fn spawn_q(
+        bin: &PathBuf,
+        socket: &std::path::Path,
+        server: bool,
+        mode: &str,
+        queues: u16,
+    ) -> Peer {
         static N: AtomicU32 = AtomicU32::new(0);
         let prefix = format!("rvh-vu-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
         let vdev = format!(
-            "--vdev=net_virtio_user0,path={},queues=1,queue_size=256,server={},mrg_rxbuf=1,\
-             in_order=0,packed_vq=0",
+            "--vdev=net_virtio_user0,path={},queues={queues},cq={},queue_size=256,server={},\
+             mrg_rxbuf=1,in_order=0,packed_vq=0",
             socket.display(),
+            (queues > 1) as u8,
             server as u8
         );
         let mut child = Command::new(bin)
@@ -379,4 +392,21 @@ fn dpdk_frontend_killed_mid_traffic_then_a_new_one_connects() {
     wait_up(&mut c, &peer);
     exchange(&mut c, &mut peer);
     assert_eq!(c.vhost_stats().connects, 2);
+}
+
+#[test]
+fn dpdk_virtio_user_with_two_queue_pairs_negotiates_mq() {
+    let Some(bin) = peer_binary() else { return };
+    let _g = serial();
+    let sock = unique_socket();
+    let mut o = VhostUserOptions::new(&sock, Mode::Server);
+    o.queues = 2;
+    o.reconnect_interval = Duration::from_millis(5);
+    let mut p = VhostUserPort::new(o).unwrap();
+    let mut peer = Peer::spawn_q(&bin, &sock, false, "exchange", 2);
+    wait_up(&mut p, &peer);
+    let acked = p.acked_features();
+    assert!(acked & (1 << 22) != 0, "MQ negotiated: {acked:#x}");
+    exchange(&mut p, &mut peer);
+    assert_eq!(p.vhost_stats().protocol_errors, 0);
 }
