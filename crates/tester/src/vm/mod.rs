@@ -149,6 +149,16 @@ impl GuestImage {
         let _ = std::fs::remove_dir_all(&work);
         let r = build(&dir, &work, &kpkg, &img);
         let _ = std::fs::remove_dir_all(&work);
+        if r.is_ok() {
+            // Images of older contents are not used again: keep the cache to one.
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let n = e.file_name();
+                let n = n.to_string_lossy();
+                if n.starts_with("img-") && e.path() != img {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
         r.map(|()| image)
     }
 }
