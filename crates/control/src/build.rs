@@ -273,6 +273,16 @@ fn open_ports(topo: &Topology) -> Result<(Vec<Box<dyn Port>>, Vec<Option<MemPort
                 ours[i] =
                     Some(Box::new(port.map_err(|e| BuildError(format!("port {}: {e}", p.name)))?));
             }
+            PortKind::VhostUser(v) => {
+                let mode =
+                    if v.server { ports::vhost::Mode::Server } else { ports::vhost::Mode::Client };
+                let mut o = ports::vhost::VhostUserOptions::new(&v.socket, mode);
+                o.queues = v.queues;
+                o.name = p.name.clone();
+                let port = ports::vhost::VhostUserPort::new(o)
+                    .map_err(|e| BuildError(format!("port {}: {e}", p.name)))?;
+                ours[i] = Some(Box::new(port));
+            }
             PortKind::Tap { ifname } => {
                 let p = ports::tap::TapPort::create(ifname)
                     .map_err(|e| BuildError(format!("port {}: {e}", p.name)))?;

@@ -772,7 +772,7 @@ pub fn run(
     let topo = crate::Topology::load(file)?;
     if let Some(p) = topo.ports.iter().find(|p| matches!(p.kind, crate::PortKind::Mem { .. })) {
         return Err(ControlError::Invalid(format!(
-            "port {} is kind mem, an in-process pair for tests and benchmarks: routeplex run serves ports with a peer outside (afxdp, afpacket, tap, memif)",
+            "port {} is kind mem, an in-process pair for tests and benchmarks: routeplex run serves ports with a peer outside (afxdp, afpacket, tap, memif, vhost-user)",
             p.name
         )));
     }

@@ -33,5 +33,5 @@ pub use node::{Node, Plan};
 
 pub use topology::{
     Attach, ErrorKind, HostSpec, MemifSpec, MigrationConfig, PortKind, PortSpec, Topology,
-    TopologyError, VrSchedule, Workers,
+    TopologyError, VhostUserSpec, VrSchedule, Workers,
 };

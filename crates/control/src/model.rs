@@ -123,6 +123,19 @@ pub enum PortKindDoc {
         interface: String,
     },
     Memif(MemifDoc),
+    #[serde(rename = "vhost-user")]
+    VhostUser(VhostUserDoc),
+}
+
+/// A `vhost-user` port's keys.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VhostUserDoc {
+    pub socket: String,
+    /// `server` or `client`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<u64>,
 }
 
 /// Where an `afxdp` or `afpacket` port attaches: `interface` or `host`.

@@ -30,6 +30,10 @@ fn sections() -> Vec<(&'static str, Vec<String>)> {
             vec![port("afxdp"), port("afpacket")],
         ),
         ("`kind: tap` (a tap interface routeplex creates)", vec![port("tap")]),
+        (
+            "`kind: vhost-user` (a virtio-net device for a QEMU guest or a DPDK `virtio_user` app)",
+            vec![port("vhost-user")],
+        ),
         ("`switches[]`", vec!["switches:\n  - { zz: 1 }\n".into()]),
         ("`switches[].members[]`", vec![sw("members: [{ zz: 1 }]")]),
         ("`switches[].static_macs[]`", vec![sw("static_macs: [{ zz: 1 }]")]),

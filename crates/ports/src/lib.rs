@@ -23,6 +23,7 @@ pub mod memif;
 mod ring;
 mod sys;
 pub mod tap;
+pub mod vhost;
 pub mod wait;
 
 pub use buf::{Batch, PktBuf, BUF_SIZE, HEADROOM, MAX_BURST};

@@ -5,6 +5,7 @@ mod bench;
 mod bench_idle;
 mod bench_routes;
 mod bench_switch;
+mod bench_vhost;
 mod demo;
 mod lab;
 mod logs;
@@ -273,6 +274,9 @@ enum BenchCmd {
     Routes(bench_routes::Args),
     /// The learning switch through memif, a separate process (VALE's Figs 6, 8, 9, 10).
     Switch(bench_switch::Args),
+    /// The learning switch between vhost-user ports driven by DPDK virtio_user, beside the
+    /// same switch between memif ports driven by DPDK net_memif (64 B and 1518 B).
+    Vhost(bench_vhost::Args),
     /// An idle host: its worker's CPU without traffic, and first-packet latency after silence,
     /// per idle mode (one VR on memif ports, no root).
     Idle(bench_idle::Args),
@@ -375,6 +379,7 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Pipeline(a)) => bench::pipeline(a),
         Cmd::Bench(BenchCmd::Routes(a)) => bench_routes::run(a),
         Cmd::Bench(BenchCmd::Switch(a)) => bench_switch::run(a),
+        Cmd::Bench(BenchCmd::Vhost(a)) => bench_vhost::run(a),
         Cmd::Bench(BenchCmd::Idle(a)) => bench_idle::run(a),
         Cmd::Test(t) => test_cmd::run(t),
         Cmd::Completions { shell } => {

@@ -37,6 +37,7 @@ pub mod runner;
 pub mod scenario;
 pub mod stats;
 pub mod traffic;
+pub mod vm;
 
 pub use analyzer::Analyzer;
 pub use clock::Clock;

@@ -387,6 +387,15 @@ fn every_field() -> TopologyDoc {
                 kind: PortKindDoc::Tap { interface: s("t") },
                 burst: Some(1),
             },
+            PortDoc {
+                name: s("vhost-user"),
+                kind: PortKindDoc::VhostUser(VhostUserDoc {
+                    socket: s("s"),
+                    mode: Some(s("m")),
+                    queues: Some(1),
+                }),
+                burst: Some(1),
+            },
         ],
         switches: vec![SwitchDoc {
             name: s("sw"),
@@ -472,6 +481,7 @@ fn the_model_has_exactly_the_keys_the_parser_accepts() {
         ("ports[] afxdp", port("afxdp"), port_probe("afxdp")),
         ("ports[] afpacket", port("afpacket"), port_probe("afpacket")),
         ("ports[] tap", port("tap"), port_probe("tap")),
+        ("ports[] vhost-user", port("vhost-user"), port_probe("vhost-user")),
         ("switches[]", sw.clone(), s("switches:\n  - { zz: 1 }\n")),
         ("members[]", sw["members"][0].clone(), sw_probe("members: [{ zz: 1 }]")),
         ("static_macs[]", sw["static_macs"][0].clone(), sw_probe("static_macs: [{ zz: 1 }]")),

@@ -39,6 +39,8 @@
 //!   - { name: pn, kind: afxdp, interface: veth3, netns: blue }  # ... in namespace blue
 //!                             # (/run/netns/blue, e.g. from ip netns add); up never makes it
 //!   - { name: pt, kind: tap, interface: tap9 }          # a tap routeplex creates
+//!   - { name: pv, kind: vhost-user, socket: /run/vm1.sock }  # a QEMU guest's virtio-net NIC
+//!                             # (mode: server (default) or client; queues: pairs, 1..=16)
 //!   - name: p1
 //!     kind: mem
 //!   - { name: h1, kind: mem }
@@ -261,6 +263,18 @@ pub struct MemifSpec {
     pub interrupt: bool,
 }
 
+/// A vhost-user port's settings (see `ports::vhost::VhostUserOptions`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VhostUserSpec {
+    /// Listen (routeplex creates the socket; QEMU's default) or connect (the frontend listens:
+    /// QEMU `server=on`, DPDK `virtio_user` `server=1`).
+    pub server: bool,
+    /// The socket file.
+    pub socket: String,
+    /// Queue pairs offered.
+    pub queues: u16,
+}
+
 /// A port backend and its settings. Deliberately exhaustive: a new backend should make every
 /// `match` on it fail to compile until it is handled.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -283,6 +297,8 @@ pub enum PortKind {
     AfPacket(Attach),
     /// A memif port (shared memory with another process, DPDK/VPP-compatible).
     Memif(MemifSpec),
+    /// A vhost-user port: a virtio-net device for a QEMU guest or a DPDK `virtio_user` app.
+    VhostUser(VhostUserSpec),
     /// A tap interface routeplex creates (in the root namespace) and the Linux stack sees.
     Tap {
         /// The interface name.
@@ -294,10 +310,10 @@ pub enum PortKind {
 const TOP_KEYS: &[&str] =
     &["workers", "idle", "metrics", "migration", "hosts", "ports", "switches", "vrs"];
 /// Port kinds this build provides.
-const PORT_KINDS: &[&str] = &["mem", "memif", "afxdp", "afpacket", "tap"];
+const PORT_KINDS: &[&str] = &["mem", "memif", "afxdp", "afpacket", "tap", "vhost-user"];
 /// Port kinds the design names but this build lacks: asking for one is `ErrorKind::Unavailable`
 /// rather than a typo, so a file written for a later build says so.
-const PLANNED_PORT_KINDS: &[&str] = &["vhost-user"];
+const PLANNED_PORT_KINDS: &[&str] = &[];
 const MEMIF_KEYS: &[&str] = &[
     "name", "kind", "role", "socket", "id", "secret", "queues", "ring", "buffer", "rx_mode",
     "burst",
@@ -305,6 +321,7 @@ const MEMIF_KEYS: &[&str] = &[
 const MEM_KEYS: &[&str] = &["name", "kind", "ring", "burst"];
 const KERNEL_KEYS: &[&str] = &["name", "kind", "interface", "host", "netns", "burst"];
 const TAP_KEYS: &[&str] = &["name", "kind", "interface", "burst"];
+const VHOST_USER_KEYS: &[&str] = &["name", "kind", "socket", "mode", "queues", "burst"];
 /// The root-namespace end of a host's veth is this prefix and the port's name.
 const VETH_PREFIX: &str = "rpx-";
 const DEFAULT_RING: usize = 1024;
@@ -538,6 +555,10 @@ impl Host {
                 }
                 PortKind::Tap { ifname: i.to_string() }
             }
+            "vhost-user" => {
+                m.only(VHOST_USER_KEYS)?;
+                PortKind::VhostUser(vhost_user_spec(&m)?)
+            }
             k if PLANNED_PORT_KINDS.contains(&k) => {
                 return Err(kind_v.bad_kind(
                     ErrorKind::Unavailable,
@@ -703,6 +724,33 @@ fn memif_spec(m: &yaml::Map) -> Result<MemifSpec> {
         buffer,
         interrupt,
     })
+}
+
+/// A vhost-user port's keys.
+fn vhost_user_spec(m: &yaml::Map) -> Result<VhostUserSpec> {
+    let server = match m.get("mode") {
+        None => true,
+        Some(v) => match v.text()? {
+            "server" => true,
+            "client" => false,
+            r => return Err(v.bad(r, format_args!("mode must be server or client, not {r:?}"))),
+        },
+    };
+    let sv = m.req("socket")?;
+    let socket = sv.text()?;
+    // sockaddr_un holds 107 bytes and a NUL.
+    if socket.is_empty() || socket.len() > 107 || socket.contains('\0') || socket.starts_with('@') {
+        return Err(sv.bad(
+            socket,
+            format_args!("invalid vhost-user socket {socket:?}: a file path of 1 to 107 bytes"),
+        ));
+    }
+    let queues = m
+        .get("queues")
+        .map(|v| v.int::<u16>("queue pair count", 1, ports::vhost::MAX_QUEUE_PAIRS.into()))
+        .transpose()?
+        .unwrap_or(1);
+    Ok(VhostUserSpec { server, socket: socket.to_string(), queues })
 }
 
 /// A name: non-empty, without whitespace or control characters (names are printed in one-line

@@ -56,6 +56,15 @@ pub(super) fn summary(t: &Topology) -> String {
                     if m.interrupt { ", interrupt" } else { "" }
                 ),
             ),
+            PortKind::VhostUser(v) => (
+                "vhost-user",
+                format!(
+                    "{} {}, {} queue pair(s)",
+                    if v.server { "server on" } else { "client of" },
+                    v.socket,
+                    v.queues
+                ),
+            ),
             &PortKind::Link { peer } => (
                 "link",
                 format!("to {}", t.ports.get(usize::from(peer)).map_or("?", |p| p.name.as_str())),

@@ -47,6 +47,7 @@ pub const NAMES: &[&str] = &[
     "ovs",
     "routeplex-afxdp",
     "routeplex-afpacket",
+    "vm-linux",
 ];
 
 /// Which DUT.
@@ -66,6 +67,9 @@ pub enum Kind {
     RouteplexAfXdp,
     /// `routeplex run` with AF_PACKET ports.
     RouteplexAfPacket,
+    /// A QEMU guest (stock Debian kernel) forwarding with Linux between two vhost-user ports
+    /// of a `routeplex run` switch (seed 000's monolithic VSR, seed 003's VR in a VM).
+    VmLinux,
 }
 
 impl Kind {
@@ -79,6 +83,7 @@ impl Kind {
             "ovs" => Kind::Ovs,
             "routeplex-afxdp" => Kind::RouteplexAfXdp,
             "routeplex-afpacket" => Kind::RouteplexAfPacket,
+            "vm-linux" => Kind::VmLinux,
             _ => return None,
         })
     }
@@ -93,6 +98,7 @@ impl Kind {
             Kind::Ovs => "ovs",
             Kind::RouteplexAfXdp => "routeplex-afxdp",
             Kind::RouteplexAfPacket => "routeplex-afpacket",
+            Kind::VmLinux => "vm-linux",
         }
     }
 
@@ -108,6 +114,9 @@ impl Kind {
             Kind::Ovs => "Open vSwitch, userspace datapath (netdev), OpenFlow routing rules",
             Kind::RouteplexAfXdp => "routeplex run, one VR, AF_XDP ports",
             Kind::RouteplexAfPacket => "routeplex run, one VR, AF_PACKET ports",
+            Kind::VmLinux => {
+                "Linux IP forwarding in a QEMU guest on two vhost-user ports of a routeplex switch"
+            }
         }
     }
 
@@ -538,6 +547,16 @@ impl KernelDut {
                 self.layout.egress = (d.clone(), "d1".into());
                 self.layout.watch = vec![tester_watch, (d, vec!["d0".into(), "d1".into()])];
             }
+            Kind::VmLinux => {
+                let d = self.ns("dut")?;
+                veth(&t, "tg", TG_MAC, &d, "d0", L0_MAC)?;
+                veth(&t, "ts", TS_MAC, &d, "d1", L1_MAC)?;
+                self.not_steered("d0", "routeplex's AF_PACKET (TPACKET_V3) ring");
+                self.vm_router(&d)?;
+                self.layout.ingress = (d.clone(), "d0".into());
+                self.layout.egress = (d.clone(), "d1".into());
+                self.layout.watch = vec![tester_watch, (d, vec!["d0".into(), "d1".into()])];
+            }
         }
         if !self.kind.is_routeplex() || self.kind == Kind::RouteplexAfPacket {
             self.not_controlled.push(
@@ -630,6 +649,146 @@ impl KernelDut {
             std::thread::sleep(Duration::from_millis(50));
         }
         self.control = Some(sock);
+        Ok(())
+    }
+
+    /// A `routeplex run` switch in namespace `d` (s0: d0 and vhost-user v0; s1: d1 and v1)
+    /// and a QEMU guest whose eth0/eth1 are v0/v1 and which forwards between them with Linux;
+    /// waits until the guest says it forwards and all four ports are up.
+    fn vm_router(&mut self, d: &str) -> Result<()> {
+        use control::model::{MemberDoc, SwitchDoc, VhostUserDoc};
+        use tester::vm::{qemu_args, Accel, GuestImage, Nic};
+        let image = GuestImage::ensure().map_err(|e| anyhow::anyhow!("the guest image: {e}"))?;
+        let socks = [self.dir.join("v0.sock"), self.dir.join("v1.sock")];
+        let vhost = |s: &Path| {
+            PortKindDoc::VhostUser(VhostUserDoc {
+                socket: s.to_string_lossy().to_string(),
+                ..Default::default()
+            })
+        };
+        let member = |p: &str| MemberDoc { port: p.into(), ..Default::default() };
+        let doc = TopologyDoc {
+            ports: vec![
+                PortDoc::new("p0", PortKindDoc::Afpacket(KernelDoc::interface("d0"))),
+                PortDoc::new("p1", PortKindDoc::Afpacket(KernelDoc::interface("d1"))),
+                PortDoc::new("v0", vhost(&socks[0])),
+                PortDoc::new("v1", vhost(&socks[1])),
+            ],
+            switches: vec![
+                SwitchDoc {
+                    name: "s0".into(),
+                    members: vec![member("p0"), member("v0")],
+                    ..Default::default()
+                },
+                SwitchDoc {
+                    name: "s1".into(),
+                    members: vec![member("p1"), member("v1")],
+                    ..Default::default()
+                },
+            ],
+            ..TopologyDoc::default()
+        };
+        let y = format!(
+            "# routeplex test peers --dut vm-linux: d0 and the guest's eth0 on s0, d1 and its eth1 on s1.\n{}",
+            doc.to_yaml()
+        );
+        let file = self.dir.join("peers-vm.yaml");
+        std::fs::write(&file, y).with_context(|| format!("{}", file.display()))?;
+        control::Topology::load(&file).map_err(anyhow::Error::from)?;
+        let exe = std::env::current_exe().context("the routeplex binary")?;
+        let (exe, file_s, dir_s) = (
+            exe.to_string_lossy().to_string(),
+            file.to_string_lossy().to_string(),
+            self.dir.to_string_lossy().to_string(),
+        );
+        let sock = self.dir.join("control.sock");
+        let log = self.dir.join("routeplex.log");
+        let cpus = all_cpus();
+        net::spawn(
+            &self.made,
+            "routeplex run",
+            &cpus,
+            &["ip", "netns", "exec", d, &exe, "run", &file_s, "--state-dir", &dir_s],
+            &[],
+            &log,
+            Stop::Control(sock.clone()),
+        )?;
+        let t0 = Instant::now();
+        while !socks.iter().all(|s| s.exists()) {
+            if let Some(st) = net::exited(&self.made, "routeplex run") {
+                bail!("routeplex run in namespace {d} exited ({st}): {}", net::tail(&log, 5));
+            }
+            if t0.elapsed() > Duration::from_secs(20) {
+                bail!("routeplex run made no vhost-user sockets in 20 s: {}", net::tail(&log, 5));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.control = Some(sock.clone());
+        let mac = |m: &str| -> Result<[u8; 6]> {
+            Ok(m.parse::<MacAddr>().map_err(|e| anyhow::anyhow!("{m}: {e:?}"))?.0)
+        };
+        let nics = [
+            Nic { socket: socks[0].clone(), mac: mac(R0_MAC)?, qemu_listens: false, queues: 1 },
+            Nic { socket: socks[1].clone(), mac: mac(R1_MAC)?, qemu_listens: false, queues: 1 },
+        ];
+        // One covering route: the kernel command line is too short for thousands, and every
+        // test prefix lies in 198.19.128.0/17.
+        let append = format!(
+            "rvh.role=forward rvh.ip0={DUT_IN}/24 rvh.ip1={DUT_OUT}/24 \
+             rvh.neigh={GEN_IP},{TG_MAC},eth0 rvh.neigh={SINK_IP},{TS_MAC},eth1 \
+             rvh.route=198.19.128.0/17,{SINK_IP}"
+        );
+        let accel = Accel::detect();
+        let args = qemu_args(&image, &nics, &append, 256, accel);
+        let mut argv = vec!["qemu-system-x86_64"];
+        argv.extend(args.iter().map(String::as_str));
+        let qlog = self.dir.join("qemu.log");
+        net::spawn(&self.made, "qemu", &cpus, &argv, &[], &qlog, Stop::Term)?;
+        self.versions.insert(
+            "qemu",
+            net::run("qemu-system-x86_64", &["--version"])
+                .unwrap_or_default()
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string(),
+        );
+        self.versions.insert("guest kernel", image.kernel_package.clone());
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = net::exited(&self.made, "qemu") {
+                bail!("QEMU exited ({st}): {}", net::tail(&qlog, 8));
+            }
+            let booted = std::fs::read_to_string(&qlog).is_ok_and(|l| l.contains("RVH forwarding"));
+            let up = net::ask(&sock, control::api::Command::Status).is_ok_and(|v| {
+                let ports = v["ports"].as_array().cloned().unwrap_or_default();
+                ports.len() == 4 && ports.iter().all(|p| p["status"] == "up")
+            });
+            if booted && up {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(240) {
+                bail!(
+                    "the guest did not come up forwarding within 240 s (booted: {booted}, ports up: {up}): {}",
+                    net::tail(&qlog, 8)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let boot = t0.elapsed().as_secs_f64();
+        self.done.push(format!(
+            "routeplex run (CPUs {cpus} allowed) pins its one worker to the last CPU, where it busy-polls d0, d1 and both vhost-user ports; QEMU runs on CPUs {cpus}, not pinned"
+        ));
+        self.not_controlled.push("the guest's vCPU: one QEMU thread, scheduled by Linux on any CPU, sharing it with the generator or with routeplex's worker on a small machine".into());
+        match accel {
+            Accel::Tcg => self.notes.push(format!(
+                "QEMU runs the guest under TCG (no usable KVM here: /dev/kvm missing or the CPU lacks VMX/SVM), so every guest instruction is translated and emulated: the guest's forwarding is tens of times slower than under KVM, and these figures measure QEMU's CPU emulation more than Linux's network stack; booted and forwarding {boot:.1} s after QEMU started"
+            )),
+            Accel::Kvm => self.notes.push(format!(
+                "QEMU runs the guest under KVM; booted and forwarding {boot:.1} s after QEMU started"
+            )),
+        }
+        self.notes.push("the guest routes every test prefix with one covering route (198.19.128.0/17 via 198.19.0.2): its route table does not grow with --routes; neighbors are static in the guest, as in the other DUTs".into());
         Ok(())
     }
 
@@ -981,6 +1140,7 @@ impl Dut for KernelDut {
             Kind::Bridge => "seed 003 (Bozakov) / seed 002 [9]: physical interfaces on Linux bridges, the VR joined by veth pairs",
             Kind::Ovs => "Open vSwitch userspace datapath (anchors §6)",
             Kind::RouteplexAfXdp | Kind::RouteplexAfPacket => "routeplex itself, as `routeplex run` over kernel interfaces",
+            Kind::VmLinux => "seed 000 (a monolithic VSR in a KVM guest) and seed 003 (VRs in VMs): Linux forwarding inside a virtual machine whose NICs are virtio-net over vhost-user",
         };
         json!({
             "name": self.name(),
@@ -1162,6 +1322,7 @@ impl KernelDut {
             Kind::Ovs => "tester:tg ⇄ host:p0 → ovs-vswitchd (netdev datapath, AF_PACKET) → host:p1 ⇄ tester:ts",
             Kind::RouteplexAfXdp => "tester:tg ⇄ dut:d0 → XDP redirect → AF_XDP → routeplex VR → AF_XDP tx → dut:d1 ⇄ tester:ts",
             Kind::RouteplexAfPacket => "tester:tg ⇄ dut:d0 → AF_PACKET (TPACKET_V3) → routeplex VR → AF_PACKET tx → dut:d1 ⇄ tester:ts",
+            Kind::VmLinux => "tester:tg ⇄ dut:d0 → AF_PACKET → routeplex switch s0 → vhost-user v0 → guest eth0 (virtio-net) → IPv4 forwarding in the guest → guest eth1 → vhost-user v1 → routeplex switch s1 → AF_PACKET tx → dut:d1 ⇄ tester:ts",
         }
     }
 }

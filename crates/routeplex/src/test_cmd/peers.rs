@@ -52,7 +52,9 @@ pub struct PeersArgs {
     /// The DUTs, measured one after another in this order, each in fresh namespaces: linux
     /// (IP forwarding in a namespace, RPS to the DUT's CPU), linux-samecpu (the same without
     /// RPS), macvlan (seed 002's VR), bridge (seed 003's bridge + veth VR), ovs (Open vSwitch,
-    /// userspace datapath), routeplex-afxdp, routeplex-afpacket.
+    /// userspace datapath), routeplex-afxdp, routeplex-afpacket; also vm-linux (not by default:
+    /// a QEMU guest forwarding with Linux between two vhost-user ports of a routeplex switch;
+    /// under TCG, without KVM, it forwards thousands of frames per second, not millions).
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_DUTS)]
     dut: Vec<String>,
     /// How each DUT is measured.
@@ -809,6 +811,12 @@ fn text_report(
         }
         if let Some(b) = o.describe["tester_ports"].as_str() {
             out += &format!("  {}: tester ports: {b}\n", o.dut);
+        }
+    }
+    // What a reader must know to read a DUT's figure (vm-linux: the guest ran under TCG).
+    for o in outcomes.iter().filter(|o| o.status == "ok") {
+        for n in o.describe["notes"].as_array().into_iter().flatten() {
+            out += &format!("note: {}: {}\n", o.dut, n.as_str().unwrap_or(""));
         }
     }
     let invalid: usize = outcomes.iter().map(|o| o.invalid_trials_used).sum();
