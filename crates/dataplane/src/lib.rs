@@ -28,8 +28,10 @@ pub mod config;
 pub mod counters;
 mod demux;
 mod engine;
+pub mod flowhash;
 mod l2;
 pub mod observe;
+pub mod replica;
 pub mod routes;
 pub mod switch;
 mod vr;
@@ -45,5 +47,7 @@ pub use routes::{RouteError, RouteOp, RouteSource, RouteTable};
 pub use switch::{
     MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters, SwitchDrop,
 };
-pub use vr::{Adj, BuildError, NeighborRow, NeighborState, Vr, VrAnswer, VrChange};
+pub use vr::{
+    Adj, BuildError, NeighborRow, NeighborShare, NeighborState, Vr, VrAnswer, VrChange,
+};
 pub use worker::{Clock, Worker};
