@@ -49,7 +49,8 @@ fn mix(h: u64, x: u64) -> u64 {
 /// `ports` the two ports (0 where none are hashed).
 #[inline]
 fn pair(a: u128, pa: u16, b: u128, pb: u16, proto: u8) -> u64 {
-    let ((lo, plo), (hi, phi)) = if (a, pa) <= (b, pb) { ((a, pa), (b, pb)) } else { ((b, pb), (a, pa)) };
+    let ((lo, plo), (hi, phi)) =
+        if (a, pa) <= (b, pb) { ((a, pa), (b, pb)) } else { ((b, pb), (a, pa)) };
     let mut h = mix(0, lo as u64);
     h = mix(h, (lo >> 64) as u64);
     h = mix(h, hi as u64);
@@ -152,7 +153,15 @@ mod tests {
     }
 
     /// IPv4 header (no options, checksum left 0: the hash does not read it) + `l4`.
-    fn v4(src: [u8; 4], dst: [u8; 4], proto: u8, frag: u16, id: u16, ttl: u8, l4: &[u8]) -> Vec<u8> {
+    fn v4(
+        src: [u8; 4],
+        dst: [u8; 4],
+        proto: u8,
+        frag: u16,
+        id: u16,
+        ttl: u8,
+        l4: &[u8],
+    ) -> Vec<u8> {
         let len = (20 + l4.len()) as u16;
         let mut v = vec![0x45, 0];
         v.extend_from_slice(&len.to_be_bytes());
@@ -231,7 +240,8 @@ mod tests {
 
     #[test]
     fn fragments_hash_on_addresses_only() {
-        let addr_only = pair(u128::from(u32::from_be_bytes(A)), 0, u128::from(u32::from_be_bytes(B)), 0, 0);
+        let addr_only =
+            pair(u128::from(u32::from_be_bytes(A)), 0, u128::from(u32::from_be_bytes(B)), 0, 0);
         // First fragment (MF, offset 0): has ports, but they are not used.
         let first = flow_hash(&v4(A, B, 17, 0x2000, 5, 64, &udp(4000, 53, &[1; 16])));
         // A later fragment (offset 3 * 8 bytes): its payload is not a UDP header.
@@ -290,7 +300,15 @@ mod tests {
         for n in 1..=16 {
             let mut seen = vec![0u32; n];
             for i in 0..16_000u32 {
-                let f = v4(A, [10, 9, (i >> 8) as u8, i as u8], 17, 0, 0, 64, &udp(1000 + (i % 7) as u16, 80, b""));
+                let f = v4(
+                    A,
+                    [10, 9, (i >> 8) as u8, i as u8],
+                    17,
+                    0,
+                    0,
+                    64,
+                    &udp(1000 + (i % 7) as u16, 80, b""),
+                );
                 let q = pick(flow_hash(&f), n);
                 assert!(q < n);
                 seen[q] += 1;

@@ -47,7 +47,5 @@ pub use routes::{RouteError, RouteOp, RouteSource, RouteTable};
 pub use switch::{
     MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters, SwitchDrop,
 };
-pub use vr::{
-    Adj, BuildError, NeighborRow, NeighborShare, NeighborState, Vr, VrAnswer, VrChange,
-};
+pub use vr::{Adj, BuildError, NeighborRow, NeighborShare, NeighborState, Vr, VrAnswer, VrChange};
 pub use worker::{Clock, Worker};

@@ -43,7 +43,10 @@ pub fn replica_of(name: &str) -> Option<(&str, usize)> {
 /// adjacencies, named by [`replica_name`], their neighbor tables joined.
 pub fn replicas(cfg: &VrConfig, view: &RouteView, n: usize) -> Result<Vec<Vr>, BuildError> {
     if !(1..=MAX_REPLICAS).contains(&n) {
-        return Err(BuildError(format!("vr {}: {n} replicas, allowed 1..={MAX_REPLICAS}", cfg.name)));
+        return Err(BuildError(format!(
+            "vr {}: {n} replicas, allowed 1..={MAX_REPLICAS}",
+            cfg.name
+        )));
     }
     let shares = NeighborShare::group(n);
     let mut out = Vec::with_capacity(n);

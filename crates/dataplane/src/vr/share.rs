@@ -69,7 +69,11 @@ impl NeighborShare {
             lost: AtomicU64::new(0),
         });
         (0..n)
-            .map(|me| NeighborShare { me, group: group.clone(), drained: Vec::with_capacity(MAILBOX) })
+            .map(|me| NeighborShare {
+                me,
+                group: group.clone(),
+                drained: Vec::with_capacity(MAILBOX),
+            })
             .collect()
     }
 
