@@ -470,9 +470,12 @@ impl Runtime {
         self.cell_of(name).ok().map(|(c, _)| self.cells[c].worker)
     }
 
-    /// The cell running VR `name`, and the VR's index in it.
+    /// The cell running VR `name`, and the VR's index in it (for a replicated VR, replica 0's).
     pub fn locate(&self, name: &str) -> Result<(usize, usize), RuntimeError> {
-        self.cell_of(name)
+        self.cell_of(name).or_else(|e| match self.instances(name).first() {
+            Some(first) => self.cell_of(first),
+            None => Err(e),
+        })
     }
 
     /// VR names of cell `c`, in the cell's order.

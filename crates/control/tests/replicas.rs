@@ -201,3 +201,28 @@ fn the_topology_refuses_what_replicas_cannot_do() {
         .unwrap();
     assert_eq!(t.schedule[0].replicas, None);
 }
+
+#[test]
+fn apply_refuses_to_change_a_replicated_vr_and_neighbor_commands_reach_its_replicas() {
+    let topo = Topology::parse(TOPO, "replicas.yaml", Path::new(".")).unwrap();
+    let mut node = Node::start(topo, options(), 64).unwrap();
+    let edited = TOPO.replace("prefix: 198.51.100.0/24", "prefix: 198.51.0.0/16");
+    let next = Topology::parse(&edited, "replicas.yaml", Path::new(".")).unwrap();
+    let e = node.apply(next, true).unwrap_err().to_string();
+    assert!(
+        e.contains("vr pvr: a replicated VR (replicas:) cannot be added, removed or changed live"),
+        "{e}"
+    );
+    // The same file again changes nothing.
+    let same = Topology::parse(TOPO, "replicas.yaml", Path::new(".")).unwrap();
+    assert!(node.apply(same, false).unwrap().is_empty());
+    // Neighbor commands name the logical VR.
+    let cmd = |j: serde_json::Value| serde_json::from_value::<control::api::Command>(j).unwrap();
+    let rows = node
+        .execute(cmd(serde_json::json!({ "cmd": "neighbor_list", "args": { "vr": "pvr" } })))
+        .unwrap();
+    assert_eq!(rows["neighbors"].as_array().unwrap().len(), 2, "{rows}");
+    node.execute(cmd(serde_json::json!({ "cmd": "neighbor_flush", "args": { "vr": "pvr" } })))
+        .unwrap();
+    node.stop().unwrap();
+}
