@@ -161,3 +161,57 @@ impl Port for RssPort {
         self.queues.iter_mut().for_each(|q| q.service());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ports::mem;
+
+    /// A UDP/IPv4 frame from port `sp` (only what the flow hash reads is filled in).
+    fn udp(sp: u16) -> Vec<u8> {
+        let mut f = vec![0u8; 60];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[23] = 17;
+        f[26..30].copy_from_slice(&[10, 0, 0, 1]);
+        f[30..34].copy_from_slice(&[10, 0, 1, 1]);
+        f[34..36].copy_from_slice(&sp.to_be_bytes());
+        f[36..38].copy_from_slice(&53u16.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn rss_sends_by_flow_and_takes_only_a_prefix_when_a_queue_is_full() {
+        let (a0, mut b0) = mem::pair("q0", "peer0", 2);
+        let (a1, mut b1) = mem::pair("q1", "peer1", 64);
+        let mut rss = RssPort::new("p", vec![Box::new(a0), Box::new(a1)]);
+        let frames: Vec<Vec<u8>> = (0..40).map(udp).collect();
+        let q: Vec<usize> = frames.iter().map(|f| rss.queue_of(f)).collect();
+        assert!(q.contains(&0) && q.contains(&1));
+        let mut b = Batch::new(40);
+        frames.iter().for_each(|f| assert!(b.push_copy(f)));
+        let sel: Vec<u16> = (0..40).collect();
+        let took = rss.tx_burst(&mut b, &sel);
+        // Queue 0 holds 2: the third frame for it, and everything after, is refused.
+        let third = q.iter().enumerate().filter(|(_, &x)| x == 0).nth(2).map(|(i, _)| i).unwrap();
+        assert_eq!(took, third);
+        let mut got = Batch::new(64);
+        assert_eq!(b0.rx_burst(&mut got), 2);
+        got.clear();
+        assert_eq!(b1.rx_burst(&mut got), third - 2);
+        // What each queue got is its flows' frames, in order.
+        let sent1: Vec<&Vec<u8>> =
+            frames[..third].iter().zip(&q).filter(|(_, &x)| x == 1).map(|(f, _)| f).collect();
+        for (i, f) in sent1.iter().enumerate() {
+            assert_eq!(got.get(i).frame(), &f[..]);
+        }
+        assert_eq!(rss.stats().tx_packets, third as u64);
+    }
+
+    #[test]
+    fn replica_names_round_trip() {
+        assert_eq!(replica_of(&replica_name("vr1", 3)), Some(("vr1", 3)));
+        assert_eq!(replica_of("vr1"), None);
+        assert_eq!(replica_of("a#b"), None);
+    }
+}
