@@ -34,8 +34,12 @@ impl Built {
 pub struct Host {
     pub cells: Vec<Placed>,
     pub outside: Vec<Option<MemPort>>,
-    /// Each VR's routes, in the topology's VR order: the writers of the FIBs its VR reads.
+    /// Each VR's routes, in the topology's VR order: the writers of the FIBs its VR reads
+    /// (all its replicas read them, for a replicated VR).
     pub tables: Vec<RouteTable>,
+    /// Per port of a replicated VR: the outside end of each queue, queue `r` being replica
+    /// `r`'s (`None` for other ports, whose outside end is in `outside`).
+    pub queues: Vec<Option<Vec<MemPort>>>,
 }
 
 /// A cell and the worker the topology places it on (`None`: anywhere).
@@ -127,8 +131,24 @@ pub fn host(topo: &Topology, vrs: Option<&[VrConfig]>, burst: usize) -> Result<H
     let (ports, outside) = open_ports(topo)?;
     let mut ports: Vec<Option<Box<dyn Port>>> = ports.into_iter().map(Some).collect();
     let mut tables: Vec<Option<RouteTable>> = (0..vr_cfgs.len()).map(|_| None).collect();
+    let mut queues: Vec<Option<Vec<MemPort>>> = (0..topo.ports.len()).map(|_| None).collect();
     let mut cells = Vec::new();
     for plan in topo.cells() {
+        let copies = plan.vrs.first().and_then(|&v| topo.schedule.get(v)).map_or(1, |s| s.copies());
+        if copies > 1 {
+            let v = plan.vrs[0];
+            let (table, replica_cells) = replicated(topo, &plan, &vr_cfgs[v], copies, burst)?;
+            // The single pair opened for each port is replaced by one pair per queue.
+            for (&p, outs) in plan.ports.iter().zip(replica_cells.1) {
+                ports[usize::from(p)] = None;
+                queues[usize::from(p)] = Some(outs);
+            }
+            tables[v] = Some(table);
+            for (r, cell) in replica_cells.0.into_iter().enumerate() {
+                cells.push(Placed { cell, worker: Some(r) });
+            }
+            continue;
+        }
         // Cell-local port numbers: position in the plan.
         let local = |p: u16| plan.ports.iter().position(|&x| x == p).expect("in its cell") as u16;
         let mut cell_ports: Vec<Box<dyn Port>> = Vec::new();
@@ -160,7 +180,60 @@ pub fn host(topo: &Topology, vrs: Option<&[VrConfig]>, burst: usize) -> Result<H
         cells.push(Placed { cell, worker: worker.map(usize::from) });
     }
     let tables = tables.into_iter().map(|t| t.expect("every VR is in a cell")).collect();
-    Ok(Host { cells, outside, tables })
+    let mut outside = outside;
+    for (p, q) in queues.iter().enumerate() {
+        if q.is_some() {
+            outside[p] = None;
+        }
+    }
+    Ok(Host { cells, outside, tables, queues })
+}
+
+/// A replicated VR's cells (replica `r`'s cell owns queue `r` of each of the plan's ports,
+/// each a `mem` pair made here) with the outside ends of the queues per port (in the plan's
+/// port order), and the one route table every replica reads.
+#[allow(clippy::type_complexity)]
+fn replicated(
+    topo: &Topology,
+    plan: &crate::topology::CellPlan,
+    cfg: &VrConfig,
+    copies: usize,
+    burst: usize,
+) -> Result<(RouteTable, (Vec<Cell>, Vec<Vec<MemPort>>)), BuildError> {
+    let local = |p: u16| plan.ports.iter().position(|&x| x == p).expect("in its cell") as u16;
+    let table = RouteTable::new(cfg).map_err(|e| BuildError(e.0))?;
+    let mut cell_cfg = cfg.clone();
+    for i in &mut cell_cfg.interfaces {
+        i.port = local(i.port);
+    }
+    let vrs = dataplane::replica::replicas(&cell_cfg, &table.view(), copies)
+        .map_err(|e| BuildError(e.0))?;
+    let mut outside: Vec<Vec<MemPort>> = plan.ports.iter().map(|_| Vec::new()).collect();
+    let mut cells = Vec::new();
+    for (r, vr) in vrs.into_iter().enumerate() {
+        let mut cell_ports: Vec<Box<dyn Port>> = Vec::new();
+        for (k, &p) in plan.ports.iter().enumerate() {
+            let spec = &topo.ports[usize::from(p)];
+            let PortKind::Mem { ring } = spec.kind else {
+                return Err(BuildError(format!(
+                    "port {}: a replicated VR's ports must be mem",
+                    spec.name
+                )));
+            };
+            let name = dataplane::replica::replica_name(&spec.name, r);
+            let (a, b) = mem::pair(&name, &format!("{name}-outside"), ring);
+            cell_ports.push(Box::new(a));
+            outside[k].push(b);
+        }
+        let mut cell = Cell::new(cell_ports, vec![vr], Vec::new()).map_err(|e| BuildError(e.0))?;
+        for p in 0..cell.port_count() {
+            cell.set_port_burst(p, burst).map_err(|e| BuildError(e.0))?;
+        }
+        let global: Vec<usize> = plan.ports.iter().map(|&p| usize::from(p)).collect();
+        configure(topo, &mut cell, &global, &[cfg.name.as_str()])?;
+        cells.push(cell);
+    }
+    Ok((table, (cells, outside)))
 }
 
 /// A VR's route table (made from its host-wide config) and the VR reading it, its ports

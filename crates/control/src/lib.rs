@@ -23,6 +23,7 @@ pub mod netns;
 pub mod node;
 pub mod pcapng;
 pub mod rtsync;
+pub mod replicas;
 pub mod runtime;
 pub mod snapshot;
 pub mod sys;

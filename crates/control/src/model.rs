@@ -234,6 +234,9 @@ pub struct VrDoc {
     pub batch: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<ReservationDoc>,
+    /// Replicas of the VR, one per worker, behind the flow hash (parallel virtual routers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u64>,
 }
 
 /// One of a VR's `interfaces:`, on a `port` or a `switch`.

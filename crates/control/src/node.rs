@@ -34,6 +34,8 @@ pub struct Node {
     tables: HashMap<String, RouteTable>,
     rt: Runtime,
     outside: HashMap<String, MemPort>,
+    /// The outside ends of a replicated VR's ports, one per queue (replica).
+    queues: HashMap<String, Vec<MemPort>>,
     burst: usize,
     stop_requested: bool,
     /// The running topology's text and file name, where known (for `vr_add`).
@@ -131,6 +133,12 @@ impl Node {
             .zip(host.outside)
             .filter_map(|(p, o)| Some((p.name.clone(), o?)))
             .collect();
+        let queues = topo
+            .ports
+            .iter()
+            .zip(host.queues)
+            .filter_map(|(p, q)| Some((p.name.clone(), q?)))
+            .collect();
         let tables = topo.vrs.iter().map(|v| v.name.clone()).zip(host.tables).collect();
         let rt = Runtime::start(host.cells, opts)?;
         Ok(Node {
@@ -138,6 +146,7 @@ impl Node {
             tables,
             rt,
             outside,
+            queues,
             burst,
             stop_requested: false,
             source: None,
@@ -210,6 +219,13 @@ impl Node {
         self.outside.remove(name)
     }
 
+    /// Takes the outside ends of port `name` of a replicated VR, one per queue (queue `r` is
+    /// replica `r`'s); a peer spreads over them by the flow hash
+    /// (`dataplane::replica::RssPort`).
+    pub fn take_outside_queues(&mut self, name: &str) -> Option<Vec<MemPort>> {
+        self.queues.remove(name)
+    }
+
     /// Whether a `stop` command came in.
     pub fn stop_requested(&self) -> bool {
         self.stop_requested
@@ -233,11 +249,16 @@ impl Node {
         let name = vr.to_string();
         let a = table
             .apply(ops, |new| {
+                // Every replica of a replicated VR, before the FIB that uses them is published.
                 let list = new.to_vec();
-                rt.on_vr(&name, move |cell, v| {
-                    cell.change_vr(v, VrChange::Adjacencies(list)).map(|_| ()).map_err(|e| e.0)
+                rt.on_vr_each(&name, move |cell, v| {
+                    cell.change_vr(v, VrChange::Adjacencies(list.clone()))
+                        .map(|_| ())
+                        .map_err(|e| e.0)
                 })
                 .map_err(|e| e.0)?
+                .into_iter()
+                .collect::<Result<(), String>>()
             })
             .map_err(|source| ControlError::Route { vr: vr.into(), source })?;
         info!(vr, added = a.added, replaced = a.replaced, deleted = a.deleted, "routes applied");
@@ -474,11 +495,14 @@ impl Node {
             }
             Command::NeighborList { vr } => {
                 let cfg = self.vr_config(&vr)?.clone();
-                let rows = match self.rt.on_vr(&vr, |c, v| c.change_vr(v, VrChange::Neighbors))? {
-                    Ok(VrAnswer::Neighbors(rows)) => rows,
-                    Ok(_) => Vec::new(),
-                    Err(e) => return Err(ControlError::Invalid(e.0)),
-                };
+                // A replicated VR's replicas keep one table between them: replica 0's.
+                let first = self.rt.instances(&vr).into_iter().next().unwrap_or_else(|| vr.clone());
+                let rows =
+                    match self.rt.on_vr(&first, |c, v| c.change_vr(v, VrChange::Neighbors))? {
+                        Ok(VrAnswer::Neighbors(rows)) => rows,
+                        Ok(_) => Vec::new(),
+                        Err(e) => return Err(ControlError::Invalid(e.0)),
+                    };
                 let rows: Vec<Value> = rows
                     .into_iter()
                     .map(|r| {
@@ -496,7 +520,18 @@ impl Node {
                     .as_deref()
                     .map(|n| iface_index(self.vr_config(&vr)?, n))
                     .transpose()?;
-                match self.rt.on_vr(&vr, move |c, v| c.change_vr(v, VrChange::FlushNeighbors(i)))? {
+                let all = self
+                    .rt
+                    .on_vr_each(&vr, move |c, v| c.change_vr(v, VrChange::FlushNeighbors(i)))?;
+                let flushed =
+                    all.into_iter().try_fold(VrAnswer::Flushed(0), |acc, a| match (acc, a) {
+                        (VrAnswer::Flushed(s), Ok(VrAnswer::Flushed(n))) => {
+                            Ok(VrAnswer::Flushed(s + n))
+                        }
+                        (_, Ok(a)) => Ok(a),
+                        (_, Err(e)) => Err(e),
+                    });
+                match flushed {
                     Ok(VrAnswer::Flushed(n)) => {
                         info!(vr, interface, dropped_queued = n, "neighbors flushed");
                         Ok(json!({ "vr": vr, "dropped_queued": n }))
@@ -705,7 +740,14 @@ impl Node {
     }
 
     fn vr_change(&self, vr: &str, ch: VrChange) -> Result<VrAnswer, ControlError> {
-        self.rt.on_vr(vr, move |c, v| c.change_vr(v, ch))?.map_err(|e| ControlError::Invalid(e.0))
+        // Every replica of a replicated VR; the first one's answer.
+        let answers = self.rt.on_vr_each(vr, move |c, v| c.change_vr(v, ch.clone()))?;
+        let mut first = None;
+        for a in answers {
+            let a = a.map_err(|e| ControlError::Invalid(e.0))?;
+            first.get_or_insert(a);
+        }
+        first.ok_or_else(|| ControlError::NoSuchVr(vr.into()))
     }
 
     fn topo_vr_mut(&mut self, vr: &str) -> &mut VrConfig {
@@ -728,6 +770,7 @@ impl Node {
                 }
             }
         }
+        j["replicated"] = crate::replicas::status_json(&self.topo, &snap, &self.tables);
         j["state"] = json!("running");
         j["memory"] = json!({ "rss_bytes": rss_bytes() });
         Ok(j)
@@ -867,6 +910,7 @@ impl Node {
         if switches_named(cur) != switches_named(next) {
             refused.push(format!("switches changed: {fix}"));
         }
+        refused.extend(crate::replicas::refuse_changes(cur, next, fix));
         let cur_ports: BTreeMap<&str, &crate::PortSpec> =
             cur.ports.iter().map(|p| (p.name.as_str(), p)).collect();
         let next_ports: BTreeMap<&str, &crate::PortSpec> =

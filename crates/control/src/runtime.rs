@@ -523,9 +523,12 @@ impl Runtime {
         self.cell_of(name).ok().map(|(c, _)| self.cells[c].worker)
     }
 
-    /// The cell running VR `name`, and the VR's index in it.
+    /// The cell running VR `name`, and the VR's index in it (for a replicated VR, replica 0's).
     pub fn locate(&self, name: &str) -> Result<(usize, usize), RuntimeError> {
-        self.cell_of(name)
+        self.cell_of(name).or_else(|e| match self.instances(name).first() {
+            Some(first) => self.cell_of(first),
+            None => Err(e),
+        })
     }
 
     /// VR names of cell `c`, in the cell's order.
@@ -585,6 +588,39 @@ impl Runtime {
     ) -> Result<T, RuntimeError> {
         let (c, v) = self.cell_of(name)?;
         self.on_cell(c, move |cell| f(cell, v))
+    }
+
+    /// The running instances of VR `name`: the VR itself, or its replicas (`name#0`, `name#1`,
+    /// ..., see `dataplane::replica`) in order.
+    pub fn instances(&self, name: &str) -> Vec<String> {
+        if self.cell_of(name).is_ok() {
+            return vec![name.to_string()];
+        }
+        let mut found: Vec<(usize, String)> = self
+            .cells
+            .iter()
+            .flat_map(|c| &c.vrs)
+            .filter_map(|v| match dataplane::replica::replica_of(v) {
+                Some((base, r)) if base == name => Some((r, v.clone())),
+                _ => None,
+            })
+            .collect();
+        found.sort();
+        found.into_iter().map(|(_, v)| v).collect()
+    }
+
+    /// Runs `f` on every instance of VR `name` ([`Runtime::instances`]), each on its worker
+    /// between two polls, one after the other; returns what each returned, in replica order.
+    pub fn on_vr_each<T: Send + 'static>(
+        &self,
+        name: &str,
+        f: impl Fn(&mut Cell, usize) -> T + Clone + Send + 'static,
+    ) -> Result<Vec<T>, RuntimeError> {
+        let names = self.instances(name);
+        if names.is_empty() {
+            return err(format!("no VR named {name:?}"));
+        }
+        names.iter().map(|n| self.on_vr(n, f.clone())).collect()
     }
 
     /// Starts running a new cell on `worker` (default: the one with the fewest VRs); returns

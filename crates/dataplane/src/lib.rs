@@ -28,8 +28,10 @@ pub mod config;
 pub mod counters;
 mod demux;
 mod engine;
+pub mod flowhash;
 mod l2;
 pub mod observe;
+pub mod replica;
 pub mod routes;
 pub mod switch;
 mod vr;
@@ -50,4 +52,5 @@ pub use vr::{
     interface_link_local, restorable, Adj, BuildError, NeighborRow, NeighborState,
     RestoredNeighbor, RestoredState, Vr, VrAnswer, VrChange,
 };
+pub use vr::NeighborShare;
 pub use worker::{Clock, Worker};

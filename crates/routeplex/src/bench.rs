@@ -58,6 +58,13 @@ pub struct PipelineArgs {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// Worker threads, one per replica (with --replicas: the parallel-VR benchmark).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Replicas of the VR, flows spread over them by the flow hash; measured against one
+    /// replica in the same run.
+    #[arg(long)]
+    replicas: Option<usize>,
 }
 
 pub fn fib(a: FibArgs) -> Result<()> {
@@ -120,6 +127,18 @@ pub fn fib(a: FibArgs) -> Result<()> {
 }
 
 pub fn pipeline(a: PipelineArgs) -> Result<()> {
+    if a.workers.is_some() || a.replicas.is_some() {
+        let n = a.replicas.or(a.workers).unwrap_or(1);
+        return crate::bench_pvr::run(crate::bench_pvr::Opts {
+            workers: a.workers.unwrap_or(n),
+            replicas: n,
+            packets: a.packets,
+            batch: a.batch,
+            flows: a.flows,
+            prefixes: a.prefixes,
+            json: a.json,
+        });
+    }
     anyhow::ensure!(
         (1..=ports::MAX_BURST).contains(&a.batch),
         "--batch {} is outside 1..={}",

@@ -1,14 +1,19 @@
 //! `routeplex bench switch`: VALE's measurements (Rizzo & Lettieri, CoNEXT'12, Figs 6, 8, 9
 //! and 10) on routeplex's learning switch, through real memif shared memory between separate
-//! processes: the switch is a `routeplex run` process with memif server ports, pinned to one
-//! CPU; the generator and the sinks are memif clients in this process, on the other CPU.
+//! processes: the switch is a `routeplex run` process with memif server ports and one worker,
+//! pinned to the last CPU (`workers: [N-1]`); the generator and the sinks are memif clients in
+//! this process's main thread, pinned to CPU 0. Where every thread of both processes actually
+//! ran is read back from the OS during each measurement ([`crate::sys::threads`]) and reported
+//! with what limited the run ([`pktgen::limited_by`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use control::model::{MemberDoc, MemifDoc, PortDoc, PortKindDoc, SwitchDoc, TopologyDoc};
+use control::model::{
+    MemberDoc, MemifDoc, PortDoc, PortKindDoc, SwitchDoc, TopologyDoc, WorkersDoc,
+};
 use ports::memif::MemifPort;
 use ports::{Batch, Port};
 use serde_json::json;
@@ -16,6 +21,7 @@ use wire::MacAddr;
 
 use crate::pktgen::{self, connect, Report};
 use crate::sys;
+use crate::sys::threads::{Placement, Sampler, Watch};
 use tester::plot::Series;
 
 /// Options of `routeplex bench switch`.
@@ -62,9 +68,26 @@ struct Point {
     /// All destinations together.
     total_mpps: f64,
     lost: u64,
+    generator_busy: f64,
+    ring_full_share: f64,
+    limited_by: &'static str,
+    /// Where the threads of this process and of the switch's ran during the measurement.
+    placement: Placement,
 }
 
 impl Point {
+    /// CPU time over wall time of the generator's thread, as the OS counted it.
+    fn generator_cpu_busy(&self) -> Option<f64> {
+        let t = self.placement.threads.iter().find(|t| t.role == "generator and sinks")?;
+        Some((t.busy() * 1000.0).round() / 1000.0)
+    }
+
+    /// Says so when the generator did not have its CPU to itself (other load on the host).
+    fn note(&self) -> Option<String> {
+        let b = self.generator_cpu_busy()?;
+        (b < 0.9).then(|| format!("the generator's thread ran only {:.0} % of the time (the OS gave its CPU to other work): figures are lower than this host can do", b * 100.0))
+    }
+
     fn gbps(&self) -> f64 {
         self.mpps * 1e6 * self.size as f64 * 8.0 / 1e9
     }
@@ -75,7 +98,11 @@ impl Point {
             "seconds": self.seconds, "offered_mpps": self.offered_mpps,
             "mpps": self.mpps, "gbps": self.gbps(), "total_mpps": self.total_mpps,
             "ns_per_packet": if self.total_mpps > 0.0 { 1e3 / self.total_mpps } else { f64::INFINITY },
-            "lost": self.lost,
+            "lost": self.lost, "generator_busy": self.generator_busy,
+            "ring_full_share": self.ring_full_share, "limited_by": self.limited_by,
+            "placement": self.placement.to_json(),
+            "generator_cpu_busy": self.generator_cpu_busy(),
+            "note": self.note(),
         })
     }
 }
@@ -88,7 +115,8 @@ struct SwitchProcess {
 }
 
 impl SwitchProcess {
-    fn start(n: usize, batch: usize) -> Result<SwitchProcess> {
+    /// `cpu`: the one CPU of the switch's one worker (`None`: the topology's default).
+    fn start(n: usize, batch: usize, cpu: Option<usize>) -> Result<SwitchProcess> {
         let tag = format!("rpx-bsw-{}", std::process::id());
         let dir = std::env::temp_dir().join(&tag);
         std::fs::create_dir_all(&dir)?;
@@ -97,6 +125,7 @@ impl SwitchProcess {
         let memif =
             |s: &String| PortKindDoc::Memif(MemifDoc { socket: s.clone(), ..Default::default() });
         let doc = TopologyDoc {
+            workers: Some(cpu.map_or(WorkersDoc::Count(1), |c| WorkersDoc::Cpus(vec![c as u64]))),
             ports: sockets
                 .iter()
                 .enumerate()
@@ -192,7 +221,7 @@ fn drain(ports: &mut [MemifPort]) {
 /// switch of `members` ports.
 fn point(size: usize, dests: usize, batch: usize, seconds: f64, members: usize) -> Result<Point> {
     let members = members.max(dests + 1);
-    let sw = SwitchProcess::start(members, batch)?;
+    let sw = SwitchProcess::start(members, batch, switch_cpu())?;
     let mut tx = connect(&sw.sockets[0], 0, "bench-tx")?;
     let mut rx: Vec<MemifPort> = sw.sockets[1..=dests]
         .iter()
@@ -209,8 +238,10 @@ fn point(size: usize, dests: usize, batch: usize, seconds: f64, members: usize) 
     pktgen::measure(&pktgen_args(size, batch, 0.5, dst), Some(&mut tx), &mut rx)?;
     // What the warm-up left in flight must not count against the measurement's sequence.
     drain(&mut rx);
+    let sampler = sample(&sw);
     let r: Report =
         pktgen::measure(&pktgen_args(size, batch, seconds, dst), Some(&mut tx), &mut rx)?;
+    let placement = sampler.finish();
     let s = r.seconds.max(1e-9);
     Ok(Point {
         size,
@@ -222,12 +253,45 @@ fn point(size: usize, dests: usize, batch: usize, seconds: f64, members: usize) 
         mpps: r.rx_packets as f64 / dests as f64 / s / 1e6,
         total_mpps: r.rx_packets as f64 / s / 1e6,
         lost: r.lost,
+        generator_busy: r.generator_busy(),
+        ring_full_share: r.ring_full_share(),
+        limited_by: r.limited_by(),
+        placement,
     })
 }
 
+/// Samples where this process's threads and the switch process's run, every 10 ms.
+fn sample(sw: &SwitchProcess) -> Sampler {
+    let role = |n: &str, r: &str| (n.to_string(), r.to_string());
+    Sampler::start(
+        vec![
+            Watch {
+                pid: std::process::id(),
+                process: "bench".into(),
+                roles: vec![role("main", "generator and sinks")],
+            },
+            Watch {
+                pid: sw.child.id(),
+                process: "switch".into(),
+                roles: vec![role("worker0", "switch worker"), role("main", "switch control")],
+            },
+        ],
+        Duration::from_millis(10),
+    )
+}
+
+/// The switch's worker CPU: the last one, when this process could pin itself to CPU 0.
+fn switch_cpu() -> Option<usize> {
+    let cpus = sys::online_cpus();
+    (cpus > 1 && PINNED.load(std::sync::atomic::Ordering::Relaxed)).then_some(cpus - 1)
+}
+
+/// Whether [`pin_generator`] pinned this process's main thread to CPU 0.
+static PINNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Round trips through the switch: ping on port 0, echoed on port 1.
 fn rtt(size: usize, seconds: f64) -> Result<serde_json::Value> {
-    let sw = SwitchProcess::start(2, 256)?;
+    let sw = SwitchProcess::start(2, 256, switch_cpu())?;
     let mut ping = connect(&sw.sockets[0], 0, "bench-ping")?;
     let mut pong = connect(&sw.sockets[1], 0, "bench-pong")?;
     let ping_mac = MacAddr([2, 0, 0, 0, 0, 1]);
@@ -247,12 +311,19 @@ fn rtt(size: usize, seconds: f64) -> Result<serde_json::Value> {
     )
 }
 
-fn placement() -> String {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+/// Pins the generator (this thread) to CPU 0 and says what was asked for; where the threads
+/// really ran is read back per measurement.
+fn pin_generator() -> String {
+    let cpus = sys::online_cpus();
     if cpus > 1 && sys::pin(0) {
-        format!("generator and sinks on CPU 0; the switch process's worker on CPU {}", cpus - 1)
+        PINNED.store(true, std::sync::atomic::Ordering::Relaxed);
+        format!(
+            "asked for: generator and sinks (this process's main thread) on CPU 0; the switch process's one worker on CPU {} (workers: [{}])",
+            cpus - 1,
+            cpus - 1
+        )
     } else {
-        format!("{cpus} CPU(s): no pinning")
+        format!("{cpus} CPU(s): nothing pinned")
     }
 }
 
@@ -275,21 +346,23 @@ pub fn run(a: Args) -> Result<()> {
         "--members {members} is outside {}..=1024 (destinations + 1 at least)",
         a.destinations + 1
     );
-    let placement = placement();
+    let placement = pin_generator();
     if let Some(dir) = &a.figures {
         return figures(dir, a.seconds, &placement);
     }
     let p = point(a.size, a.destinations, a.batch, a.seconds, members)?;
     let mut j = p.to_json();
-    j["placement"] = json!(placement);
-    j["method"] = json!("memif between separate processes: generator and sinks in this process, the switch in a `routeplex run` child; mpps is per destination, ns_per_packet is the switch's time per delivered copy");
+    j["pinning"] = json!(placement);
+    j["method"] = json!("memif between separate processes: generator and sinks in this process, the switch in a `routeplex run` child; mpps is per destination, ns_per_packet is the switch's time per delivered copy; placement is read back from /proc during the measurement; limited_by: ring if over 1 % of offered frames were lost between the switch and the sinks, generator if the ring into the switch had room >= 90 % of the generator's time (generator_busy), else dut");
     if a.json {
         println!("{j}");
     } else {
         println!(
-            "{} bytes, {} destination(s), batch {}: {:.2} Mpps per destination ({:.2} Gbit/s), {:.2} Mpps in all, {:.1} ns per copy; offered {:.2} Mpps; {placement}",
-            p.size, p.destinations, p.batch, p.mpps, p.gbps(), p.total_mpps, 1e3 / p.total_mpps.max(1e-9), p.offered_mpps
+            "{} bytes, {} destination(s), batch {}: {:.2} Mpps per destination ({:.2} Gbit/s), {:.2} Mpps in all, {:.1} ns per copy; offered {:.2} Mpps; generator busy {:.0} %; limited by {}",
+            p.size, p.destinations, p.batch, p.mpps, p.gbps(), p.total_mpps, 1e3 / p.total_mpps.max(1e-9), p.offered_mpps, p.generator_busy * 100.0, p.limited_by
         );
+        println!("{placement}");
+        println!("{}", p.placement.summary());
     }
     Ok(())
 }
@@ -338,7 +411,7 @@ fn figures(dir: &Path, seconds: f64, placement: &str) -> Result<()> {
         ("fig10_rtt_vs_frame_size", fig10.clone()),
         ("members_rate_vs_member_ports", members.iter().map(Point::to_json).collect()),
     ] {
-        let j = json!({ "placement": placement, "points": v });
+        let j = json!({ "pinning": placement, "points": v });
         std::fs::write(dir.join(format!("{name}.json")), serde_json::to_string_pretty(&j)?)?;
         out.insert(name.to_string(), j);
     }

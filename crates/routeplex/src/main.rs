@@ -3,6 +3,7 @@
 mod alloc_count;
 mod bench;
 mod bench_idle;
+mod bench_pvr;
 mod bench_routes;
 mod bench_switch;
 mod bench_vhost;

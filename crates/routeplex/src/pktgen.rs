@@ -1,7 +1,8 @@
 //! `routeplex pktgen`: netmap's pkt-gen for memif. A process of its own that attaches to memif
 //! sockets as a client: transmit, receive (counting and checking sequence numbers), both in one
 //! thread (so a generator and a sink share one core), or ping-pong round trips. Prints rates and
-//! the average batch once a second; `--json` prints a summary at the end.
+//! the average batch once a second; `--json` prints a summary at the end, with what limited
+//! the run ([`limited_by`]) and how busy the generator was.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
@@ -71,6 +72,68 @@ pub struct Report {
     pub lost: u64,
     pub reordered: u64,
     pub rtt_ns: Vec<u64>,
+    /// Frames per second asked for (`None`: as many as the ports take).
+    pub requested_pps: Option<f64>,
+    /// Time of the loop in rounds where the port refused frames (its ring was full),
+    /// nanoseconds.
+    pub ring_full_ns: u64,
+    /// Time of the loop in rounds where the pacer held the generator back, nanoseconds.
+    pub paced_ns: u64,
+    /// Time of the whole loop, nanoseconds.
+    pub loop_ns: u64,
+}
+
+/// What limited a generator → device under test → sink run, from what the generator saw:
+/// - `ring`: more than 1 % of the offered frames never reached a sink: a ring between the
+///   DUT and the sinks overflowed (the sinks did not drain it in time), whatever the DUT did;
+/// - `none`: the generator offered at least 99 % of a requested rate and it arrived;
+/// - `generator`: the ring into the DUT had room in at least 90 % of the generator's time
+///   (busy fraction >= 0.9): the DUT waited for frames, so its own limit was not reached;
+/// - `dut`: otherwise: the DUT's input ring was full for a tenth of the time or more, it could
+///   not take frames as fast as the generator made them.
+pub fn limited_by(
+    requested_pps: Option<f64>,
+    offered_pps: f64,
+    offered: u64,
+    lost: u64,
+    generator_busy: f64,
+) -> &'static str {
+    if offered > 0 && lost as f64 > 0.01 * offered as f64 {
+        "ring"
+    } else if requested_pps.is_some_and(|r| offered_pps >= 0.99 * r) {
+        "none"
+    } else if generator_busy >= 0.9 {
+        "generator"
+    } else {
+        "dut"
+    }
+}
+
+impl Report {
+    /// Share of the loop's time the generator spent making and handing over frames (not
+    /// waiting for a full ring, not held back by the pacer).
+    pub fn generator_busy(&self) -> f64 {
+        if self.loop_ns == 0 {
+            return 0.0;
+        }
+        1.0 - (self.ring_full_ns + self.paced_ns) as f64 / self.loop_ns as f64
+    }
+
+    /// Share of the loop's time the port into the DUT refused frames.
+    pub fn ring_full_share(&self) -> f64 {
+        self.ring_full_ns as f64 / self.loop_ns.max(1) as f64
+    }
+
+    /// [`limited_by`] for this run.
+    pub fn limited_by(&self) -> &'static str {
+        limited_by(
+            self.requested_pps,
+            self.tx_packets as f64 / self.seconds.max(1e-9),
+            self.tx_packets,
+            self.lost,
+            self.generator_busy(),
+        )
+    }
 }
 
 impl Report {
@@ -93,6 +156,9 @@ impl Report {
             "lost": self.lost, "reordered": self.reordered,
             "rtt_samples": rtt.len(), "rtt_p50_us": pct(0.5), "rtt_p99_us": pct(0.99),
             "rtt_avg_us": (!rtt.is_empty()).then(|| rtt.iter().sum::<u64>() as f64 / rtt.len() as f64 / 1e3),
+            "requested_pps": self.requested_pps, "generator_busy": self.generator_busy(),
+            "ring_full_share": self.ring_full_share(),
+            "limited_by": if self.tx_packets > 0 { Some(self.limited_by()) } else { None },
         })
     }
 }
@@ -178,13 +244,20 @@ pub fn measure(a: &Args, mut tx: Option<&mut MemifPort>, rx: &mut [MemifPort]) -
     };
     anyhow::ensure!(tx.is_some() || !rx.is_empty(), "give --tx, --rx or --ping/--pong");
     let mut gen = Generator::new(frames_for(a)?);
-    let mut r = Report::default();
+    let mut r = Report { requested_pps: rate, ..Default::default() };
+    // One clock read a round (the TSC where it measures time): the round just ended is
+    // charged to waiting (ring full, pacer) or to work.
+    let mut clock = crate::sys::tsc_clock();
+    let mut prev = clock();
+    let loop_start = prev;
     let mut expect = vec![0u64; rx.len()];
     let (mut txb, mut rxb) = (Batch::new(a.batch), Batch::new(ports::MAX_BURST));
     let t0 = Instant::now();
     let mut last = (t0, Report::default());
     let end = Duration::from_secs_f64(a.seconds);
     while t0.elapsed() < end {
+        // What this round waited on: 1 the ring, 2 the pacer, 0 nothing.
+        let mut waited = 0u8;
         if let Some(t) = tx.as_deref_mut() {
             let allowed = match rate {
                 None => a.batch,
@@ -194,11 +267,16 @@ pub fn measure(a: &Args, mut tx: Option<&mut MemifPort>, rx: &mut [MemifPort]) -
             };
             if allowed > 0 {
                 let k = gen.send(t, &mut txb, allowed);
+                if k < allowed {
+                    waited = 1;
+                }
                 if k > 0 {
                     r.tx_bursts += 1;
                     r.tx_packets += k as u64;
                     r.tx_bytes += k as u64 * a.size as u64;
                 }
+            } else {
+                waited = 2;
             }
         }
         for (i, p) in rx.iter_mut().enumerate() {
@@ -221,12 +299,20 @@ pub fn measure(a: &Args, mut tx: Option<&mut MemifPort>, rx: &mut [MemifPort]) -
                 }
             }
         }
+        let now = clock();
+        match waited {
+            1 => r.ring_full_ns += now - prev,
+            2 => r.paced_ns += now - prev,
+            _ => {}
+        }
+        prev = now;
         if !a.json && last.0.elapsed() >= Duration::from_secs(1) {
             print_second(&last, &r);
             last = (Instant::now(), r.clone());
         }
     }
     r.seconds = t0.elapsed().as_secs_f64();
+    r.loop_ns = prev - loop_start;
     Ok(r)
 }
 

@@ -120,6 +120,29 @@ pub fn render(s: &Value) -> String {
     out.push('\n');
     table(&mut out, &rows);
 
+    // Replicated VRs: the logical VR, its counters the sum of its replicas' (listed above).
+    let logical = s["replicated"].as_array().into_iter().flatten();
+    let mut rows = vec![["replicated vr", "replicas", "workers", "rx", "forwarded", "per replica"]
+        .map(String::from)
+        .to_vec()];
+    for v in logical {
+        let inst = v["instances"].as_array().into_iter().flatten();
+        let (workers, per): (Vec<String>, Vec<String>) =
+            inst.map(|i| (i["worker"].to_string(), thousands(num(&i["forwarded"])))).unzip();
+        rows.push(vec![
+            v["name"].as_str().unwrap_or("?").to_string(),
+            num(&v["replicas"]).to_string(),
+            workers.join(","),
+            thousands(num(&v["counters"]["rx_packets"])),
+            thousands(num(&v["counters"]["forwarded"])),
+            per.join(" + "),
+        ]);
+    }
+    if rows.len() > 1 {
+        out.push('\n');
+        table(&mut out, &rows);
+    }
+
     let mut rows =
         vec![["port", "rx", "tx", "rx_dropped", "tx_full", "status"].map(String::from).to_vec()];
     for p in s["ports"].as_array().into_iter().flatten() {
@@ -197,5 +220,26 @@ mod tests {
         assert!(t.contains("4.0 KiB"), "{t}");
         let h2 = t.lines().find(|l| l.starts_with("sw ") && l.contains("h2")).unwrap();
         assert!(h2.contains(" 9 ") && h2.contains("tx_full 7"), "{t}");
+        assert!(!t.contains("replicated vr"), "no replicated VR, no table: {t}");
+    }
+
+    #[test]
+    fn a_replicated_vr_shows_as_its_replicas_and_their_sum() {
+        let s = serde_json::json!({
+            "workers": [], "ports": [],
+            "vrs": [{ "name": "p#0", "worker": 0, "counters": { "rx_packets": 30, "forwarded": 30 } },
+                    { "name": "p#1", "worker": 1, "counters": { "rx_packets": 12, "forwarded": 12 } }],
+            "replicated": [{ "name": "p", "replicas": 2,
+                             "instances": [{ "name": "p#0", "worker": 0, "forwarded": 30 },
+                                           { "name": "p#1", "worker": 1, "forwarded": 12 }],
+                             "counters": { "rx_packets": 42, "forwarded": 42 } }],
+        });
+        let t = render(&s);
+        let p = t.lines().find(|l| l.starts_with("p ")).unwrap_or_else(|| panic!("{t}"));
+        assert!(p.contains("0,1") && p.contains("42") && p.contains("30 + 12"), "{t}");
+        assert!(
+            t.lines().any(|l| l.starts_with("p#0 ")) && t.lines().any(|l| l.starts_with("p#1 ")),
+            "{t}"
+        );
     }
 }

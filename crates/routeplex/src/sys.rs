@@ -1,5 +1,7 @@
 //! The few system calls the command line makes itself.
 
+pub mod threads;
+
 /// Lets the calling thread run on every online CPU again (children inherit the mask, and a
 /// child pinned to one CPU by inheritance cannot spread its own threads).
 pub fn unpin() -> bool {
@@ -55,6 +57,13 @@ pub fn online_cpus() -> usize {
     // SAFETY: sysconf only reads a system constant.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     usize::try_from(n).unwrap_or(1).max(1)
+}
+
+/// Clock ticks per second (`stat`'s CPU times count them).
+pub fn clock_ticks() -> u64 {
+    // SAFETY: sysconf only reads a system constant.
+    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(n).unwrap_or(100).max(1)
 }
 
 /// CPU time this process has used so far, all threads, in nanoseconds.

@@ -675,6 +675,29 @@ mod tests {
     }
 
     #[test]
+    fn a_topology_with_workers_runs_on_the_multi_worker_runtime() {
+        let text = format!("workers: 2\n{}", include_str!("demo.yaml"));
+        let d = small_dut(&text, "demo-2-workers.yaml");
+        assert!(d.describe()["worker"].as_str().unwrap().contains("2 worker threads"));
+        let spec = TrafficSpec { flows: 64, ..TrafficSpec::default() };
+        let opts = RunnerOptions {
+            idle_sleep: Some(Duration::from_micros(20)),
+            ..RunnerOptions::default()
+        };
+        let mut r = Runner::new(Box::new(d), &spec, opts).unwrap();
+        let t =
+            r.trial(&Load::paced(20_000.0, Duration::from_millis(250), Duration::from_millis(20)));
+        assert_eq!((t.offered, t.refused, t.received, t.lost), (5_000, 0, 5_000, 0), "{t:?}");
+        // Counters come from the runtime's snapshot: what entered was forwarded.
+        let dut = t.dut.expect("counters");
+        assert_eq!(dut.received, dut.forwarded);
+        assert_eq!(dut.received, 5_000 + 400);
+        let rep = r.finish().unwrap();
+        assert_eq!(rep.details["workers"].as_array().unwrap().len(), 2, "{}", rep.details);
+        assert_eq!(rep.details["vrs"].as_array().unwrap().len(), 4);
+    }
+
+    #[test]
     fn a_sweep_runs_end_to_end_with_every_output() {
         let dir = std::env::temp_dir().join(format!("routeplex-test-cmd-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -55,7 +55,9 @@ struct Lane {
 ///
 /// Counts are of what a port accepted: a refused frame gives its sequence number and its turn
 /// back, so the sequence numbers a sink sees are exactly `0..sent` per flow when nothing is
-/// lost. Sending neither allocates nor formats. Frames live back to back in one buffer, so a
+/// lost. [`Generator::send`] does not even give them back: the frames a full ring refused stay
+/// built at the front of the caller's batch and go first on the next call (a generator facing
+/// a full ring would otherwise rebuild a whole burst per call to send a few frames). Sending neither allocates nor formats. Frames live back to back in one buffer, so a
 /// million flows cost their bytes and a few words each, not a million allocations.
 pub struct Generator {
     data: Vec<u8>,
@@ -72,8 +74,10 @@ pub struct Generator {
     slots: Vec<u32>,
     /// The next slot.
     next: usize,
-    /// Per local flow: the next sequence number, which is also how many frames were accepted.
+    /// Per local flow: the next sequence number (frames accepted plus those held).
     seq: Vec<u64>,
+    /// Per local flow: stamped frames the port accepted.
+    sent: Vec<u64>,
     /// Per local flow: its flow id.
     flow_ids: Vec<u32>,
     /// The trial tag, already shifted into the top bits of the sequence word.
@@ -83,6 +87,14 @@ pub struct Generator {
     sel: Vec<u16>,
     /// Per position of the burst being built: the frame sent there.
     burst: Vec<u32>,
+    /// Frames [`Generator::send`] built that the port refused: kept, stamped, in slots
+    /// `0..held` of the caller's batch (their sequence numbers and turns still taken).
+    held: usize,
+    /// Frames copied into batches so far (what refused frames cost when they are rebuilt).
+    built: u64,
+    /// Address of the first held frame's buffer: tells whether the batch handed in next is
+    /// still the one holding them.
+    held_at: usize,
 }
 
 impl Generator {
@@ -145,12 +157,16 @@ impl Generator {
             slots,
             next: 0,
             seq: Vec::new(),
+            sent: Vec::new(),
             flow_ids: Vec::new(),
             tag: 0,
             total: 0,
             offered: vec![0; classes],
             sel: (0..ports::MAX_BURST as u16).collect(),
             burst: vec![0; ports::MAX_BURST],
+            held: 0,
+            built: 0,
+            held_at: 0,
         };
         let mut local_of: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
         for lane in lanes {
@@ -174,6 +190,7 @@ impl Generator {
             }
         }
         out.seq = vec![0; out.flow_ids.len()];
+        out.sent = vec![0; out.flow_ids.len()];
         out
     }
 
@@ -185,7 +202,9 @@ impl Generator {
     /// Starts counting afresh: sequence numbers restart at 0 and counts at zero; the rotation
     /// goes on where it was.
     pub fn reset_counts(&mut self) {
+        self.release_held();
         self.seq.fill(0);
+        self.sent.fill(0);
         self.offered.fill(0);
         self.total = 0;
     }
@@ -194,19 +213,47 @@ impl Generator {
     /// (and `tx_ns`, if given), without sending them or consuming sequence numbers. Returns how
     /// many it copied.
     pub fn fill(&mut self, batch: &mut Batch, n: usize, tx_ns: Option<u64>) -> usize {
+        self.release_held();
         let start = batch.len();
-        let k = self.fill_tentative(batch, n.min(self.burst.len()));
+        let k = self.fill_tentative(batch, n.min(self.burst.len()), 0);
         match tx_ns {
-            Some(ts) => self.stamp_time(batch, start, ts),
-            None => self.fix_checksums(batch, start),
+            Some(ts) => self.stamp_time(batch, start, 0, ts),
+            None => self.fix_checksums(batch, start, 0),
         }
         self.give_back(0, k);
         k
     }
 
+    /// Gives back the sequence numbers and turns of the frames [`Generator::send`] holds for
+    /// its next call, and forgets them (the batch that holds them is the caller's to clear).
+    pub fn release_held(&mut self) {
+        if self.held > 0 {
+            self.give_back(0, self.held);
+            self.held = 0;
+        }
+    }
+
+    /// Frames copied into batches since the generator was made.
+    pub fn frames_built(&self) -> u64 {
+        self.built
+    }
+
+    /// Frames built and stamped that the port refused last time, waiting in the batch.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    /// Whether `batch` is the one holding this generator's held frames, unchanged.
+    fn holds(&self, batch: &Batch) -> bool {
+        self.held > 0
+            && batch.len() == self.held
+            && batch.get(0).frame().as_ptr() as usize == self.held_at
+    }
+
     /// Copies frames and stamps sequence numbers, consuming them and their turns;
-    /// [`Self::give_back`] returns those of frames the port refuses. `n <= MAX_BURST`.
-    fn fill_tentative(&mut self, batch: &mut Batch, n: usize) -> usize {
+    /// [`Self::give_back`] returns those of frames the port refuses. `n <= MAX_BURST`; the
+    /// frames are recorded from burst position `at` on (`at + n <= MAX_BURST`).
+    fn fill_tentative(&mut self, batch: &mut Batch, n: usize, at: usize) -> usize {
         let start = batch.len();
         // The spare buffers came back from the DUT's CPU: ask for them, for writing, before
         // copying into the first.
@@ -238,7 +285,7 @@ impl Generator {
                 stamp_seq(buf.frame_mut(), p, word);
             }
             batch.commit();
-            self.burst[k] = i as u32;
+            self.burst[at + k] = i as u32;
             k += 1;
             s += 1;
             if s == slots {
@@ -246,6 +293,7 @@ impl Generator {
             }
         }
         self.next = s;
+        self.built += k as u64;
         debug_assert_eq!(batch.len(), start + k);
         k
     }
@@ -266,12 +314,12 @@ impl Generator {
         }
     }
 
-    /// Writes the TX timestamp into every packet of `batch` from `start` that has room for it
-    /// and brings the UDP checksum up to date for the sequence word and the timestamp
-    /// together.
-    fn stamp_time(&mut self, batch: &mut Batch, start: usize, ts: u64) {
+    /// Writes the TX timestamp into every packet of `batch` from `start` (burst position
+    /// `at`) that has room for it and brings the UDP checksum up to date for the sequence word
+    /// and the timestamp together.
+    fn stamp_time(&mut self, batch: &mut Batch, start: usize, at: usize, ts: u64) {
         for (j, pkt) in batch.packets_mut()[start..].iter_mut().enumerate() {
-            let p = self.place[self.burst[j] as usize];
+            let p = self.place[self.burst[at + j] as usize];
             if p.room == Room::Full {
                 stamp_ts(pkt.frame_mut(), p, ts);
             } else if p.room == Room::Seq {
@@ -280,23 +328,47 @@ impl Generator {
         }
     }
 
-    fn fix_checksums(&mut self, batch: &mut Batch, start: usize) {
+    fn fix_checksums(&mut self, batch: &mut Batch, start: usize, at: usize) {
         for (j, pkt) in batch.packets_mut()[start..].iter_mut().enumerate() {
-            let p = self.place[self.burst[j] as usize];
+            let p = self.place[self.burst[at + j] as usize];
             if p.room != Room::None {
                 fix_seq_checksum(pkt.frame_mut(), p);
             }
         }
     }
 
-    /// Fills `batch` (cleared first) with up to `burst` stamped frames (TX timestamp 0) and
-    /// transmits them; returns how many the port accepted. Frames it refused are offered again
-    /// next time, with the same sequence numbers.
+    /// Offers up to `burst` stamped frames (TX timestamp 0) to `port`; returns how many it
+    /// accepted. The frames it refused stay built in `batch` and go first next time, with the
+    /// same sequence numbers, when the same batch comes back untouched; any other batch is
+    /// cleared first (and the held frames' numbers and turns given back), so a caller that
+    /// uses its batch for something else in between loses nothing but the copies.
     pub fn send(&mut self, port: &mut dyn Port, batch: &mut Batch, burst: usize) -> usize {
-        batch.clear();
-        let n = self.fill_tentative(batch, burst.min(self.sel.len()));
-        self.fix_checksums(batch, 0);
-        self.transmit(port, batch, n)
+        if !self.holds(batch) {
+            self.release_held();
+            batch.clear();
+        }
+        let burst = burst.min(self.sel.len()).min(batch.capacity());
+        let held = batch.len();
+        if held < burst {
+            let k = self.fill_tentative(batch, burst - held, held);
+            self.fix_checksums(batch, held, held);
+            debug_assert_eq!(batch.len(), held + k);
+        }
+        let n = batch.len().min(burst);
+        let k = port.tx_burst(batch, &self.sel[..n]);
+        self.count(k);
+        let left = batch.len() - k;
+        if k > 0 && left > 0 {
+            // The refused frames move to the front (the taken slots' empty buffers behind
+            // them), in order: one rotation of buffer handles, no frame bytes copied.
+            let len = batch.len();
+            batch.slots_mut()[..len].rotate_left(k);
+            self.burst.copy_within(k..len, 0);
+        }
+        batch.set_len(left);
+        self.held = left;
+        self.held_at = if left > 0 { batch.get(0).frame().as_ptr() as usize } else { 0 };
+        k
     }
 
     /// As [`Generator::send`], stamping every frame with the time read from `clock` once the
@@ -308,20 +380,26 @@ impl Generator {
         burst: usize,
         clock: &Clock,
     ) -> usize {
+        self.release_held();
         batch.clear();
-        let n = self.fill_tentative(batch, burst.min(self.sel.len()));
-        self.stamp_time(batch, 0, clock.now_ns());
-        self.transmit(port, batch, n)
-    }
-
-    fn transmit(&mut self, port: &mut dyn Port, batch: &mut Batch, n: usize) -> usize {
+        let n = self.fill_tentative(batch, burst.min(self.sel.len()), 0);
+        self.stamp_time(batch, 0, 0, clock.now_ns());
         let k = port.tx_burst(batch, &self.sel[..n]);
         self.give_back(k, n);
+        self.count(k);
+        k
+    }
+
+    /// Counts burst positions `0..k` as accepted.
+    fn count(&mut self, k: usize) {
         for &i in &self.burst[..k] {
-            self.offered[self.class[i as usize] as usize] += 1;
+            let i = i as usize;
+            self.offered[self.class[i] as usize] += 1;
+            if self.place[i].room != Room::None {
+                self.sent[self.local[i] as usize] += 1;
+            }
         }
         self.total += k as u64;
-        k
     }
 
     /// Frames accepted since the last [`Generator::reset_counts`], per class.
@@ -337,7 +415,7 @@ impl Generator {
     /// Stamped frames accepted since the last [`Generator::reset_counts`], per flow this
     /// generator sends, in the order of [`Generator::flow_ids`].
     pub fn flow_sent(&self) -> &[u64] {
-        &self.seq
+        &self.sent
     }
 
     /// The flow ids this generator sends, in the order of [`Generator::flow_sent`] (the order
@@ -534,6 +612,60 @@ mod tests {
         sink.recv(&mut b, &mut rx);
         let seqs: Vec<u64> = rx.packets().iter().map(|p| seq(p.frame()).unwrap()).collect();
         assert_eq!(seqs, [1, 1, 2, 2]);
+    }
+
+    /// A full ring does not make the generator rebuild: what it refused stays built in the
+    /// batch and goes first next time, numbered as before; a different batch gets fresh frames
+    /// and the held ones' numbers back.
+    #[test]
+    fn refused_frames_wait_in_the_batch_for_the_next_call() {
+        let (mut a, mut b) = ports::mem::pair("gen", "dut", 4);
+        let mut g = Generator::new(vec![(flow("10.0.0.2", 60, None), 0)]);
+        let mut batch = Batch::new(8);
+        assert_eq!(g.send(&mut a, &mut batch, 8), 4);
+        assert_eq!((g.held(), batch.len()), (4, 4));
+        assert_eq!(g.flow_sent(), &[4], "held frames are not counted as sent");
+        assert_eq!(g.frames_built(), 8);
+        // The ring is still full: the burst is topped up once, then nothing more is built.
+        assert_eq!(g.send(&mut a, &mut batch, 8), 0);
+        assert_eq!((g.held(), g.frames_built()), (8, 12));
+        for _ in 0..3 {
+            assert_eq!(g.send(&mut a, &mut batch, 8), 0);
+        }
+        assert_eq!((g.held(), g.frames_built()), (8, 12));
+        let mut rx = Batch::new(8);
+        let mut sink = Sink::default();
+        assert_eq!(sink.recv(&mut b, &mut rx), 4);
+        // Room for 4: the oldest held ones go, numbered 4..8; 8..12 wait; nothing rebuilt.
+        assert_eq!(g.send(&mut a, &mut batch, 8), 4);
+        assert_eq!((g.held(), g.frames_built()), (4, 12));
+        rx.clear();
+        sink.recv(&mut b, &mut rx);
+        let seqs: Vec<u64> = rx.packets().iter().map(|p| seq(p.frame()).unwrap()).collect();
+        assert_eq!(seqs, [4, 5, 6, 7]);
+        for p in rx.packets() {
+            let (want, got) = checksums(p.frame());
+            assert_eq!(want, got);
+        }
+        // Another batch: the 4 held numbers come back and are sent from it.
+        let mut other = Batch::new(8);
+        assert_eq!(g.send(&mut a, &mut other, 2), 2);
+        rx.clear();
+        sink.recv(&mut b, &mut rx);
+        let seqs: Vec<u64> = rx.packets().iter().map(|p| seq(p.frame()).unwrap()).collect();
+        assert_eq!(seqs, [8, 9]);
+        assert_eq!((g.total(), g.flow_sent()[0]), (10, 10));
+        // A smaller burst than what is held sends only the burst's worth.
+        assert_eq!(g.held(), 0);
+        rx.clear();
+        sink.recv(&mut b, &mut rx);
+        assert_eq!(g.send(&mut a, &mut other, 1), 1);
+        g.release_held();
+        assert_eq!(g.send(&mut a, &mut batch, 3), 3);
+        rx.clear();
+        sink.recv(&mut b, &mut rx);
+        let seqs: Vec<u64> = rx.packets().iter().map(|p| seq(p.frame()).unwrap()).collect();
+        assert_eq!(seqs, [10, 11, 12, 13]);
     }
 
     #[test]

@@ -456,6 +456,7 @@ fn every_field() -> TopologyDoc {
                 period_us: Some(1),
                 weight: Some(1),
             }),
+            replicas: Some(1),
         }],
     }
 }

@@ -382,15 +382,18 @@ impl Topology {
                 host.switches.push(s);
             }
             let (mut vrs, mut schedule, mut worker_vs) = (Vec::new(), Vec::new(), Vec::new());
+            let mut replica_vs = Vec::new();
             for v in top.list("vrs")? {
                 vrs.push(vr::vr(&v, &mut host, base_dir)?);
                 let (s, wv) = run::schedule(&v, &workers)?;
                 schedule.push(s);
                 worker_vs.push(wv);
+                replica_vs.push(v.mapping()?.get("replicas"));
             }
             let Host { specs: ports, switches, .. } = host;
             let plans = run::cells(&ports, &vrs, &switches);
             run::check_placement(&plans, &vrs, &schedule, &worker_vs)?;
+            run::check_replicas(&plans, &ports, &vrs, &schedule, &replica_vs)?;
             Ok(Topology {
                 source: source.to_string(),
                 ports,

@@ -91,6 +91,16 @@ pub struct VrSchedule {
     pub reservation: Option<Reservation>,
     /// Packets it may process per burst (1..=256); `None`: a whole burst.
     pub batch: Option<u16>,
+    /// Replicas it runs as, one per worker, flows spread over them by the flow hash
+    /// (`dataplane::replica`); `None`: one, a plain VR.
+    pub replicas: Option<u16>,
+}
+
+impl VrSchedule {
+    /// How many copies of the VR run: its replicas, or 1.
+    pub fn copies(&self) -> usize {
+        usize::from(self.replicas.unwrap_or(1))
+    }
 }
 
 /// One cell of the host: indices into the topology's ports, VRs and switches.
@@ -234,7 +244,66 @@ pub(super) fn schedule<'a>(
     };
     let reservation = m.get("reservation").map(|r| reservation(&r)).transpose()?;
     let batch = m.get("batch").map(|b| b.int("batch", 1, MAX_BATCH)).transpose()?;
-    Ok((VrSchedule { worker, reservation, batch }, worker_v))
+    let replicas = replicas(v, workers, worker)?;
+    Ok((VrSchedule { worker, reservation, batch, replicas }, worker_v))
+}
+
+/// The most replicas a VR may have.
+const MAX_REPLICAS: u64 = dataplane::replica::MAX_REPLICAS as u64;
+
+/// A VR's `replicas:` (1..=64, at most the topology's workers when it fixes them; not with
+/// `worker:`, since replicas are placed one per worker). 1 is a plain VR (`None`).
+fn replicas(v: &Value, workers: &Workers, worker: Option<u16>) -> Result<Option<u16>> {
+    let m = v.mapping()?;
+    let Some(rv) = m.get("replicas") else { return Ok(None) };
+    let n: u16 = rv.int("replicas", 1, MAX_REPLICAS)?;
+    if n == 1 {
+        return Ok(None);
+    }
+    if worker.is_some() {
+        return Err(rv.bad(rv.text()?, format_args!("replicas: {n} with worker: replicas are placed one per worker (replica r on worker r); drop worker")));
+    }
+    if let Some(w) = workers.count() {
+        if usize::from(n) > w {
+            return Err(rv.bad(
+                rv.text()?,
+                format_args!(
+                    "replicas: {n}, but the topology has {w} worker{}: each replica needs its own",
+                    if w == 1 { "" } else { "s" }
+                ),
+            ));
+        }
+    }
+    Ok(Some(n))
+}
+
+/// Refuses what a replicated VR cannot be yet, at its `replicas:`: sharing its cell (ports,
+/// a switch, a link) with another VR or a switch, and ports other than `mem` (each replica owns
+/// one queue of each of its ports; `mem` ports are made with one queue per replica).
+pub(super) fn check_replicas(
+    plans: &[CellPlan],
+    ports: &[PortSpec],
+    vrs: &[VrConfig],
+    schedule: &[VrSchedule],
+    replica_vs: &[Option<Value>],
+) -> Result<()> {
+    for plan in plans {
+        for &v in &plan.vrs {
+            let Some(n) = schedule[v].replicas else { continue };
+            let rv = replica_vs[v].as_ref().expect("a replicated VR has its replicas value");
+            let name = &vrs[v].name;
+            if plan.vrs.len() > 1 || !plan.switches.is_empty() {
+                return Err(rv.bad(rv.text()?, format_args!("vr {name} has replicas: {n} but shares its ports with another VR or a switch: a replicated VR must have its ports to itself")));
+            }
+            for &p in &plan.ports {
+                let spec = &ports[usize::from(p)];
+                if !matches!(spec.kind, PortKind::Mem { .. }) {
+                    return Err(rv.bad(rv.text()?, format_args!("vr {name} has replicas: {n}, but its port {} is not a mem port: only mem ports are made with a queue per replica so far", spec.name)));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A port's `burst:`.

@@ -142,7 +142,7 @@ fn unknown_keys_are_rejected_with_the_allowed_ones() {
         (9, "route"),
         "vrs[0].route",
         Some("route"),
-        "unknown key \"route\" (allowed: name, interfaces, routes, neighbors, tables, limits, worker, reservation, batch)",
+        "unknown key \"route\" (allowed: name, interfaces, routes, neighbors, tables, limits, worker, reservation, batch, replicas)",
     );
 }
 
@@ -1705,6 +1705,7 @@ fn workers_placement_reservations_and_bursts_are_read() {
         VrSchedule {
             worker: Some(1),
             batch: Some(64),
+            replicas: None,
             reservation: Some(Reservation {
                 budget: Budget::Time(300_000),
                 period_ns: 1_000_000,

@@ -22,6 +22,7 @@ mod ip6;
 mod neighbor;
 mod reasm;
 mod snap;
+mod share;
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -38,6 +39,7 @@ use crate::routes::{RouteTable, RouteView};
 use neighbor::{NKey, NeighborTable, Resolve};
 pub use neighbor::{NeighborRow, NeighborState};
 pub use snap::{interface_link_local, restorable, RestoredNeighbor, RestoredState};
+pub use share::NeighborShare;
 
 /// Where a packet goes when the VR is done with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -250,6 +252,9 @@ pub(crate) struct Core {
     /// FIB generations (IPv4, IPv6) the last batch looked up in.
     seen: (u64, u64),
     pub counters: VrCounters,
+    /// A replica's link to its siblings' neighbor tables (see `share.rs`); `None` for a VR
+    /// that is not replicated.
+    share: Option<Box<NeighborShare>>,
 }
 
 /// How many fragments after the first a packet the VR makes may need: enough for an echo
@@ -540,6 +545,7 @@ impl Vr {
     /// Timers: neighbor retransmissions and failures. Cheap when nothing is pending.
     pub(crate) fn tick(&mut self, now: u64, out: &mut OutQueue) {
         self.core.expire_reassembly(now, out);
+        self.learn_shared(now);
         let (transit, generated) = self.core.neigh.tick(now);
         self.core.counters.drops[Drop::NoNeighbor as usize] += transit;
         self.core.counters.generated_dropped += generated;
@@ -710,6 +716,7 @@ impl Core {
             ident: 0,
             seen: (0, 0),
             counters: VrCounters::default(),
+            share: None,
         })
     }
 
@@ -743,6 +750,9 @@ impl Core {
     fn learn(&mut self, key: NKey, mac: MacAddr, how: neighbor::Learn, now: u64) {
         if self.neigh.learn(key, mac, how, now) {
             self.counters.neighbors_learned += 1;
+        }
+        if let Some(s) = &self.share {
+            s.publish(share::Note { key, mac, how });
         }
         self.count_evicted();
     }

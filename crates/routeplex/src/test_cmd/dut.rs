@@ -57,6 +57,10 @@ pub struct RouteplexDut {
     lab: Option<lab::Lab>,
     worker: Option<JoinHandle<Engine>>,
     engine_report: Option<Value>,
+    /// A topology with `workers: N > 1`: its cells, built ahead of `start`, then the
+    /// multi-worker runtime running them (control's, as `routeplex run` does).
+    host: Option<control::build::Host>,
+    runtime: Option<control::runtime::Runtime>,
     /// Topology indices of the ingress ports.
     in_ports: Vec<usize>,
 }
@@ -213,12 +217,21 @@ impl RouteplexDut {
             lab: None,
             worker: None,
             engine_report: None,
+            host: None,
+            runtime: None,
             in_ports,
         })
     }
 
     /// Builds the engine now rather than in `start` (so its memory can be measured).
     pub fn build_now(&mut self) -> Result<()> {
+        if self.workers() > 1 {
+            if self.host.is_none() && self.runtime.is_none() {
+                self.host =
+                    Some(control::build::host(&self.topo, Some(&self.vrs), ports::MAX_BURST)?);
+            }
+            return Ok(());
+        }
         if self.lab.is_none() {
             self.lab = Some(lab::build(&self.topo, &self.vrs)?);
         }
@@ -248,6 +261,74 @@ fn gateways(vr: &VrConfig, ifaces: &[usize]) -> (Vec<Ipv4Addr>, Vec<Ipv6Addr>) {
         }
     }
     (g4, g6)
+}
+
+impl RouteplexDut {
+    /// The topology's workers (1 unless it fixes more).
+    fn workers(&self) -> usize {
+        self.topo.workers.count().unwrap_or(1)
+    }
+
+    /// Names of the ingress ports.
+    fn in_names(&self) -> Vec<String> {
+        self.in_ports.iter().map(|&p| self.topo.ports[p].name.clone()).collect()
+    }
+
+    /// Starts the multi-worker runtime over the host's cells; hands over the outside ports.
+    fn start_runtime(&mut self) -> Result<PortSet, tester::Error> {
+        let err = |e: anyhow::Error| tester::Error::new(format!("{e:#}"));
+        self.build_now().map_err(err)?;
+        let mut host = self.host.take().expect("built");
+        let mut ports: Vec<Box<dyn ports::Port>> = Vec::new();
+        for p in self.ingress_ports.iter().chain(&self.egress_ports) {
+            let end =
+                host.take_outside(&self.topo, p).map_err(|e| tester::Error::new(e.to_string()))?;
+            ports.push(Box::new(end));
+        }
+        let sinks = (self.ingress_ports.len()..ports.len()).collect();
+        let mut o = control::runtime::Options::for_topology(&self.topo);
+        o.pin = Some(sys::pin);
+        let rt = control::runtime::Runtime::start(host.cells, o)
+            .map_err(|e| tester::Error::new(format!("cannot start the DUT's workers: {e}")))?;
+        self.runtime = Some(rt);
+        Ok(PortSet { ports, sinks, refusal: Refusal::Loss })
+    }
+}
+
+/// Counters of a multi-worker DUT, from a runtime snapshot.
+fn snapshot_rt(s: &control::runtime::Snapshot, in_names: &[String]) -> DutSnapshot {
+    let mut dropped = BTreeMap::new();
+    let mut forwarded = 0;
+    let mut classes = BTreeMap::new();
+    for (_, v) in s.vrs() {
+        let c = &v.counters;
+        forwarded += c.forwarded;
+        let mut own = BTreeMap::new();
+        for &r in Drop::ALL {
+            let n = c.dropped(r);
+            if n > 0 {
+                *dropped.entry(r.name().to_string()).or_insert(0) += n;
+                own.insert(r.name().to_string(), n);
+            }
+        }
+        classes.insert(
+            v.name.clone(),
+            DutCounters { received: c.rx_packets, forwarded: c.forwarded, dropped: own },
+        );
+    }
+    let mut received = 0;
+    for p in s.ports() {
+        for &r in PortDrop::ALL {
+            let n = p.counters.dropped(r);
+            if n > 0 {
+                *dropped.entry(format!("port_{}", r.name())).or_insert(0) += n;
+            }
+        }
+        if in_names.contains(&p.name) {
+            received += p.counters.rx_packets;
+        }
+    }
+    DutSnapshot { total: DutCounters { received, forwarded, dropped }, classes }
 }
 
 fn snapshot(e: &Engine, in_ports: &[usize]) -> DutSnapshot {
@@ -334,7 +415,11 @@ impl Dut for RouteplexDut {
             "family": family_name(self.family),
             "table": self.table.label,
             "vrs": routes,
-            "worker": match self.pin { Some(c) => format!("one thread pinned to CPU {c}"), None => "one thread, not pinned".into() },
+            "worker": match (self.workers(), self.pin) {
+                (n, _) if n > 1 => format!("{n} worker threads (the multi-worker runtime), pinned as the topology's workers say"),
+                (_, Some(c)) => format!("one thread pinned to CPU {c}"),
+                (_, None) => "one thread, not pinned".into(),
+            },
         })
     }
 
@@ -398,8 +483,11 @@ impl Dut for RouteplexDut {
     }
 
     fn start_ports(&mut self) -> Result<PortSet, tester::Error> {
-        if self.worker.is_some() {
+        if self.worker.is_some() || self.runtime.is_some() {
             return Err(tester::Error::new("the routeplex DUT is already running"));
+        }
+        if self.workers() > 1 {
+            return self.start_runtime();
         }
         let err = |e: anyhow::Error| tester::Error::new(format!("{e:#}"));
         self.build_now().map_err(err)?;
@@ -444,6 +532,9 @@ impl Dut for RouteplexDut {
     }
 
     fn snapshot(&mut self) -> Option<DutSnapshot> {
+        if let Some(rt) = &self.runtime {
+            return rt.snapshot().ok().map(|s| snapshot_rt(&s, &self.in_names()));
+        }
         self.worker.as_ref()?;
         self.shared.want.store(true, Ordering::Release);
         let deadline = Instant::now() + Duration::from_secs(1);
@@ -457,6 +548,16 @@ impl Dut for RouteplexDut {
     }
 
     fn stop(&mut self) -> Result<DutReport, tester::Error> {
+        if let Some(rt) = self.runtime.take() {
+            let s = rt.snapshot().map_err(|e| tester::Error::new(e.to_string()))?;
+            rt.stop().map_err(|e| tester::Error::new(e.to_string()))?;
+            let details = s.to_json();
+            self.engine_report = Some(details.clone());
+            return Ok(DutReport {
+                counters: Some(snapshot_rt(&s, &self.in_names()).total),
+                details,
+            });
+        }
         self.shared.stop.store(true, Ordering::Relaxed);
         let Some(t) = self.worker.take() else {
             return Ok(DutReport {
