@@ -265,7 +265,9 @@ impl<K: Key> Poptrie<K> {
         assert!((1..=24).contains(&geo.top) && s <= 32 && s <= K::BITS, "bad geometry {geo:?}");
         let entries: Vec<_> = rib.iter().collect();
         let mut top = vec![LEAF | u32::from(NO_ROUTE); 1 << geo.top];
-        let mut b = Builder::new(0, 0, 0);
+        // `leaves[0]` is a placeholder that no run uses: the batched walk reads it instead of
+        // branching when a run is inline.
+        let mut b = Builder::new(0, 1, 0);
         if geo.block == 0 {
             b.slots(&mut top, 0, s, &[], &entries);
         } else {
@@ -281,7 +283,7 @@ impl<K: Key> Poptrie<K> {
             top,
             blocks: b.blocks,
             nodes: b.nodes,
-            leaves: b.leaves,
+            leaves: concat(&[NO_ROUTE], &b.leaves),
             prefixes: rib.len(),
             garbage_nodes: 0,
             garbage_leaves: 0,
@@ -491,11 +493,9 @@ impl<K: Key> Poptrie<K> {
         let n = keys.len().min(L);
         let (s, bb) = (self.s, self.geo.block);
         let mut cur = [0u32; L];
-        // Lanes still walking nodes, and lanes waiting for an outside leaf.
+        // Lanes still walking nodes.
         let mut live = [0u8; L];
         let mut nlive = 0;
-        let mut leafy = [0u8; L];
-        let mut nleafy = 0;
 
         let mut slot = [0usize; L];
         for i in 0..n {
@@ -524,15 +524,17 @@ impl<K: Key> Poptrie<K> {
             }
             nlive = 0;
         }
+        // From here on no lane takes a branch of its own: every live lane is stepped, its
+        // answer written whether or not it is final, and it stays in the live list by adding
+        // 0 or 1 to the list's length. Whether a walk goes on at a level is as good as random,
+        // so a branch on it mispredicts about once per lookup and level.
         for i in 0..n {
             let e = cur[i];
-            if e & LEAF != 0 {
-                out[i] = e as NextHop;
-            } else {
-                prefetch(self.nodes.as_ptr().wrapping_add(e as usize));
-                live[nlive] = i as u8;
-                nlive += 1;
-            }
+            out[i] = e as NextHop;
+            // A leaf's "index" is its next hop: a harmless prefetch inside or near `nodes`.
+            prefetch(self.nodes.as_ptr().wrapping_add((e & !LEAF) as usize));
+            live[nlive & (L - 1)] = i as u8;
+            nlive += usize::from(e & LEAF == 0);
         }
 
         // Nearly every level reads its 6 bits from the key's first 64 bits: keep those in a
@@ -547,32 +549,27 @@ impl<K: Key> Poptrie<K> {
             let narrow = K::BITS <= 64 || off <= 58;
             for j in 0..nlive {
                 let i = live[j & (L - 1)] as usize & (L - 1);
-                let step = if narrow {
-                    self.step_at(((hi[i] << off) >> 58) as u32, cur[i])
-                } else {
-                    self.step(keys[i], cur[i], off)
-                };
-                match step {
-                    Step::Node(next) => {
-                        cur[i] = next;
-                        prefetch(self.nodes.as_ptr().wrapping_add(next as usize));
-                        live[still & (L - 1)] = i as u8;
-                        still += 1;
-                    }
-                    Step::Hop(nh) => out[i] = nh,
-                    Step::Leaf(l) => {
-                        cur[i] = l;
-                        prefetch(self.leaves.as_ptr().wrapping_add(l as usize));
-                        leafy[nleafy & (L - 1)] = i as u8;
-                        nleafy += 1;
-                    }
-                }
+                let c =
+                    if narrow { ((hi[i] << off) >> 58) as u32 } else { keys[i].chunk(off) & 63 };
+                let nd = &self.nodes[cur[i] as usize];
+                let upto = 63 - c;
+                let is_node = (nd.vector >> c) & 1 != 0;
+                let next = nd.node_base.wrapping_add((nd.vector << upto).count_ones());
+                let r = (nd.leafvec << upto).count_ones();
+                let inline = nd.inline[(r as usize).wrapping_sub(1) & (INLINE - 1)];
+                let outside = r as usize > INLINE;
+                // Only read when the run is outside; index 0 otherwise, so no branch is needed
+                // to keep the read in bounds (`leaves` is never empty, see `Builder::new`).
+                let li = if outside { nd.leaf_base.wrapping_add(r) } else { 0 };
+                let leaf = self.leaves[li as usize];
+                out[i] = if outside { leaf } else { inline };
+                cur[i] = next;
+                prefetch(self.nodes.as_ptr().wrapping_add(next as usize));
+                live[still & (L - 1)] = i as u8;
+                still += usize::from(is_node);
             }
             nlive = still;
             off += STRIDE;
-        }
-        for &i in &leafy[..nleafy] {
-            out[i as usize] = self.leaves[cur[i as usize] as usize];
         }
     }
 
