@@ -106,6 +106,13 @@ pub struct BenchReport {
     /// Batched lookups per second in the fastest round: on a shared, noisy machine the
     /// figure least disturbed by other load.
     pub best_round_lookups_per_sec: f64,
+    /// Batched lookups per second of CPU time this thread got (from
+    /// `/proc/thread-self/schedstat`; 0 where unreadable): on a loaded machine the wall-clock
+    /// rate also counts the time other work held the CPU, this one does not (cache pollution
+    /// from that work still counts).
+    pub cpu_lookups_per_sec: f64,
+    /// Share of the timed rounds' wall time this thread was on a CPU (0 where unreadable).
+    pub cpu_share: f64,
     /// Scalar `lookup` loop over the same addresses (up to 3 rounds), lookups per second
     /// (0 when not measured).
     pub scalar_lookups_per_sec: f64,
@@ -151,6 +158,7 @@ impl BenchReport {
             concat!(
                 "{{\"family\":\"{}\",\"prefixes\":{},\"lookups\":{},\"lookups_per_sec\":{:.0},",
                 "\"ns_per_lookup\":{:.3},\"best_round_lookups_per_sec\":{:.0},",
+                "\"cpu_lookups_per_sec\":{:.0},\"cpu_share\":{:.3},",
                 "\"scalar_lookups_per_sec\":{:.0},\"batch\":{},",
                 "\"table_bytes\":{},\"empty_table_bytes\":{},\"build_ms\":{:.3},\"checked\":{},",
                 "\"mismatches\":{},\"hit_ratio\":{:.4},\"address_mode\":\"{}\",",
@@ -163,6 +171,8 @@ impl BenchReport {
             self.lookups_per_sec,
             self.ns_per_lookup,
             self.best_round_lookups_per_sec,
+            self.cpu_lookups_per_sec,
+            self.cpu_share,
             self.scalar_lookups_per_sec,
             self.batch,
             self.table_bytes,
@@ -247,6 +257,7 @@ fn run_keyed<K: Key>(
     lookup_all(&table, &addrs, &mut results, opts.batch);
     let mut secs = 0.0;
     let mut best = f64::MAX;
+    let cpu0 = thread_cpu_ns();
     for _ in 0..opts.rounds.max(1) {
         let start = Instant::now();
         lookup_all(&table, &addrs, &mut results, opts.batch);
@@ -256,6 +267,12 @@ fn run_keyed<K: Key>(
         best = best.min(round);
     }
     let lookups = (addrs.len() * opts.rounds.max(1)) as u64;
+    // schedstat is brought up to date at scheduler ticks: a few ms off, which a run of
+    // seconds does not notice; a very short run could read more CPU time than wall time.
+    let cpu_s = match (cpu0, thread_cpu_ns()) {
+        (Some(a), Some(b)) if b > a => ((b - a) as f64 / 1e9).min(secs),
+        _ => 0.0,
+    };
 
     let mut scalar_lookups_per_sec = 0.0;
     if opts.scalar {
@@ -298,6 +315,8 @@ fn run_keyed<K: Key>(
         lookups,
         lookups_per_sec: lookups as f64 / secs,
         best_round_lookups_per_sec: addrs.len() as f64 / best,
+        cpu_lookups_per_sec: if cpu_s > 0.0 { lookups as f64 / cpu_s } else { 0.0 },
+        cpu_share: cpu_s / secs,
         ns_per_lookup: secs * 1e9 / lookups as f64,
         scalar_lookups_per_sec,
         batch: opts.batch,
@@ -317,6 +336,16 @@ fn run_keyed<K: Key>(
         update_us,
         batch_update_us_per_change,
     }
+}
+
+/// Nanoseconds this thread has run on a CPU (`/proc/thread-self/schedstat`), if readable.
+fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 fn lookup_all<K: Key>(t: &Poptrie<K>, addrs: &[K], out: &mut [NextHop], batch: usize) {

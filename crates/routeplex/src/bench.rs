@@ -13,6 +13,7 @@ use tester::{Generator, Sink};
 
 use crate::alloc_count::allocations;
 use crate::lab::{self, Rng, Table};
+use crate::sys::threads::{Placement, Sampler, Watch};
 use crate::Family;
 
 /// Options of `routeplex bench fib`.
@@ -94,10 +95,14 @@ pub fn fib(a: FibArgs) -> Result<()> {
         batch: a.batch,
         ..BenchOptions::default()
     };
+    let sampler = watch_self("lookups");
     let r = fib::bench::run(routes, &opts);
+    let placement = sampler.finish();
     if a.json {
         let mut v: serde_json::Value = serde_json::from_str(&r.to_json())?;
         v["file"] = json!(path.display().to_string());
+        v["placement"] = placement.to_json();
+        v["note"] = json!(starved(&placement, "lookups"));
         println!("{v}");
     } else {
         println!(
@@ -119,6 +124,10 @@ pub fn fib(a: FibArgs) -> Result<()> {
             "checked {} lookups against the naive reference: {} mismatches; addresses: {}",
             r.checked, r.mismatches, r.address_mode
         );
+        println!("{}", placement.summary());
+        if let Some(n) = starved(&placement, "lookups") {
+            println!("{n}");
+        }
     }
     if r.mismatches > 0 {
         bail!("{} lookups disagreed with the naive reference", r.mismatches);
@@ -167,6 +176,7 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
     let mut gen = Generator::new(frames);
     let (mut tx, mut rx, mut sink) =
         (Batch::new(a.batch), Batch::new(ports::MAX_BURST), Sink::default());
+    let sampler = watch_self("generator, worker and sink");
     let t0 = Instant::now();
     // One round: the generator fills port 0, the worker polls (timed), the sink drains port 1.
     let mut worker_ns = 0u64;
@@ -193,6 +203,7 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
         }
     }
     let wall_s = wall.elapsed().as_secs_f64();
+    let placement = sampler.finish();
     let allocs = allocations() - allocs0;
     let forwarded = sink.packets() - fwd0;
     let received = engine.port_counters(0).rx_packets - rx0;
@@ -211,7 +222,11 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
         "frame_bytes": 60,
         "flows": a.flows,
         "wall_mpps": forwarded as f64 / wall_s / 1e6,
-        "method": "one thread; mpps and ns_per_packet count only the worker's poll (rx burst, demux, VR pipeline, tx burst); wall_mpps also includes the generator and sink on the same thread",
+        "generator_share": 1.0 - worker_ns as f64 / 1e9 / wall_s,
+        "limited_by": "dut",
+        "placement": placement.to_json(),
+        "note": starved(&placement, "generator, worker and sink"),
+        "method": "one thread; mpps and ns_per_packet count only the worker's poll (rx burst, demux, VR pipeline, tx burst), so they are the DUT's own limit (limited_by dut by construction); wall_mpps also includes the generator and sink on the same thread, which took generator_share of the wall time",
     });
     if a.json {
         println!("{out}");
@@ -220,6 +235,33 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
             "one VR, {routes} IPv4 routes ({}), {} 60-byte frames in bursts of {}: {:.2} Mpps ({:.1} ns/packet) in the worker, {:.2} Mpps wall with generator and sink; {} allocations",
             table.label, received, a.batch, 1e3 / ns, ns, forwarded as f64 / wall_s / 1e6, allocs
         );
+        println!("{}", placement.summary());
+        if let Some(n) = starved(&placement, "generator, worker and sink") {
+            println!("{n}");
+        }
     }
     Ok(())
+}
+
+/// Samples where this process's threads run, its main thread under `role`.
+fn watch_self(role: &str) -> Sampler {
+    Sampler::start(
+        vec![Watch {
+            pid: std::process::id(),
+            process: "bench".into(),
+            roles: vec![("main".into(), role.into())],
+        }],
+        std::time::Duration::from_millis(20),
+    )
+}
+
+/// A note when the thread with `role` had its CPU less than 90 % of the time.
+fn starved(p: &Placement, role: &str) -> Option<String> {
+    let t = p.threads.iter().find(|t| t.role == role)?;
+    (t.busy() < 0.9).then(|| {
+        format!(
+            "the measuring thread ran only {:.0} % of the time (the OS gave its CPU to other work): rates are lower than this host can do",
+            t.busy() * 100.0
+        )
+    })
 }

@@ -73,9 +73,23 @@ pub fn run(a: Args) -> Result<()> {
     // The generator and sink: one thread, offering bursts and counting what comes back.
     let stop = Arc::new(AtomicBool::new(false));
     let forwarded = Arc::new(AtomicU64::new(0));
+    let sampler = crate::sys::threads::Sampler::start(
+        vec![crate::sys::threads::Watch {
+            pid: std::process::id(),
+            process: "bench".into(),
+            roles: [
+                ("main", "control (updates)"),
+                ("rpx-traffic", "generator and sink"),
+                ("worker0", "worker (forwarding)"),
+            ]
+            .map(|(n, r)| (n.to_string(), r.to_string()))
+            .to_vec(),
+        }],
+        Duration::from_millis(20),
+    );
     let traffic = {
         let (stop, forwarded) = (stop.clone(), forwarded.clone());
-        std::thread::spawn(move || {
+        std::thread::Builder::new().name("rpx-traffic".into()).spawn(move || {
             let mut gen = Generator::new(frames);
             let (mut tx, mut rx, mut sink) =
                 (Batch::new(256), Batch::new(ports::MAX_BURST), Sink::default());
@@ -84,7 +98,7 @@ pub fn run(a: Args) -> Result<()> {
                 sink.recv(&mut p1, &mut rx);
                 forwarded.store(sink.packets(), Ordering::Relaxed);
             }
-        })
+        })?
     };
     let rate = |secs: f64, work: &mut dyn FnMut()| {
         let (f0, t0) = (forwarded.load(Ordering::Relaxed), Instant::now());
@@ -155,6 +169,7 @@ pub fn run(a: Args) -> Result<()> {
     });
     stop.store(true, Ordering::Relaxed);
     let _ = traffic.join();
+    let placement = sampler.finish();
     if let Some(e) = failure {
         anyhow::bail!("route update failed: {e}");
     }
@@ -207,6 +222,7 @@ pub fn run(a: Args) -> Result<()> {
         "build_ms": build_ms,
         "threads": "worker (forwarding), generator+sink, control (updates): 3 busy threads, none pinned (each may run on any online CPU)",
         "online_cpus": online,
+        "placement": placement.to_json(),
         "limited_by": if online < 3 {
             "cpu: fewer CPUs than busy threads, so churn takes CPU time from forwarding and the generator"
         } else {

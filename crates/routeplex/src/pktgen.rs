@@ -164,6 +164,14 @@ impl Report {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    let sampler = crate::sys::threads::Sampler::start(
+        vec![crate::sys::threads::Watch {
+            pid: std::process::id(),
+            process: "pktgen".into(),
+            roles: vec![("main".into(), "generator and sinks".into())],
+        }],
+        Duration::from_millis(20),
+    );
     let r = if let (Some(p), Some(q)) = (&a.ping, &a.pong) {
         let mut ping = connect(p, a.id, "pktgen-ping")?;
         let mut pong = connect(q, a.id, "pktgen-pong")?;
@@ -177,8 +185,13 @@ pub fn run(a: Args) -> Result<()> {
                 .collect::<Result<_>>()?;
         measure(&a, tx.as_mut(), &mut rx)?
     };
+    let placement = sampler.finish();
     if a.json {
-        println!("{}", r.to_json(&a));
+        let mut j = r.to_json(&a);
+        j["placement"] = placement.to_json();
+        println!("{j}");
+    } else {
+        println!("{}", placement.summary());
     }
     Ok(())
 }

@@ -23,6 +23,7 @@ use tester::traffic::TrafficSpec;
 use tester::{Dut, Runner, RunnerOptions};
 
 use crate::lab::{self, Table};
+use crate::sys::threads::{Sampler, Watch};
 use crate::{sys, Family};
 
 /// The tests.
@@ -208,6 +209,8 @@ struct Setup {
     common: Common,
     placement: Placement,
     parameters: Value,
+    /// Where the threads really run, read back from /proc for the whole test.
+    seen: Sampler,
 }
 
 fn secs(what: &str, v: f64, max: f64) -> Result<Duration> {
@@ -318,7 +321,21 @@ fn setup(a: &CommonArgs) -> Result<Setup> {
         "runner": opts,
         "refusal": runner.refusal(),
     });
-    Ok(Setup { runner, common, placement, parameters })
+    let seen = Sampler::start(
+        vec![Watch {
+            pid: std::process::id(),
+            process: "routeplex test".into(),
+            roles: [
+                ("main", "generator and sink"),
+                ("routeplex-dut", "DUT worker"),
+                ("fake-dut", "fake DUT"),
+            ]
+            .map(|(n, r)| (n.to_string(), r.to_string()))
+            .to_vec(),
+        }],
+        Duration::from_millis(20),
+    );
+    Ok(Setup { runner, common, placement, parameters, seen })
 }
 
 /// Prints or writes the report and the CSV.
@@ -369,13 +386,22 @@ fn finish<R: Serialize>(
     test: &str,
     d: Done,
     runner: Runner,
-    placement: Placement,
+    (placement, seen): (Placement, Sampler),
     parameters: Value,
     results: R,
     mut summary: Value,
 ) -> Result<Report<R>> {
     let dut = runner.dut().describe();
     let dut_report = runner.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
+    summary["placement_read_back"] = seen.finish().to_json();
+    let mut limits = serde_json::Map::new();
+    for t in d.trials.iter().filter(|t| t.used) {
+        let l = trial_limited_by(&t.result);
+        let n = limits.get(l).and_then(Value::as_u64).unwrap_or(0);
+        limits.insert(l.into(), json!(n + 1));
+    }
+    summary["limited_by"] = Value::Object(limits);
+    summary["limited_by_rule"] = json!(TRIAL_LIMIT_RULE);
     let (total, used, invalid) = d.validity;
     summary["trials_run"] = json!(total);
     summary["trials_used"] = json!(used);
@@ -394,6 +420,26 @@ fn finish<R: Serialize>(
     })
 }
 
+/// How [`trial_limited_by`] decides, for the reports.
+const TRIAL_LIMIT_RULE: &str = "per used trial: generator if it put out under 99 % of the target rate (or, at maximum rate, the DUT took and returned everything: it waited for the generator); none if it met the target and nothing was refused or lost; ring if frames were refused at the DUT's input ring (full) but every accepted frame came back; dut if accepted frames were lost";
+
+/// What limited one trial (see [`TRIAL_LIMIT_RULE`]).
+fn trial_limited_by(t: &tester::TrialResult) -> &'static str {
+    let short = t.target_pps.is_some_and(|r| t.attempted_pps < 0.99 * r);
+    let refused = t.refused + t.retried > 0;
+    if short {
+        "generator"
+    } else if t.lost > 0 {
+        "dut"
+    } else if refused {
+        "ring"
+    } else if t.target_pps.is_some() {
+        "none"
+    } else {
+        "generator"
+    }
+}
+
 fn err(e: tester::Error) -> anyhow::Error {
     anyhow::anyhow!("{e}")
 }
@@ -407,7 +453,7 @@ fn sweep_cmd(a: SweepArgs) -> Result<()> {
     } else {
         sweep::Steps::Rates(a.rates.iter().map(|r| rate("rates", r)).collect::<Result<_>>()?)
     };
-    let Setup { mut runner, common, placement, mut parameters } = setup(&a.common)?;
+    let Setup { mut runner, common, placement, mut parameters, seen } = setup(&a.common)?;
     parameters["steps"] = json!(steps);
     let mut s = Session::new(&mut runner, common, Progress::stderr());
     let res = sweep::run(&mut s, &steps);
@@ -450,7 +496,7 @@ fn sweep_cmd(a: SweepArgs) -> Result<()> {
         .map_err(err)?;
     }
     let table = report::sweep_table(&res);
-    let rep = finish("sweep", d, runner, placement, parameters, res, summary)?;
+    let rep = finish("sweep", d, runner, (placement, seen), parameters, res, summary)?;
     output(&a.common, &rep, &table)
 }
 
@@ -472,7 +518,7 @@ fn rfc2544_cmd(a: Rfc2544Args) -> Result<()> {
     if cfg.b2b_max_frames == 0 || cfg.b2b_resolution_frames == 0 {
         bail!("--b2b-max and --b2b-resolution must be positive");
     }
-    let Setup { mut runner, common, placement, mut parameters } = setup(&a.common)?;
+    let Setup { mut runner, common, placement, mut parameters, seen } = setup(&a.common)?;
     parameters["rfc2544"] = json!(cfg);
     let mut s = Session::new(&mut runner, common, Progress::stderr());
     let res = rfc2544::run(&mut s, &cfg);
@@ -516,7 +562,7 @@ fn rfc2544_cmd(a: Rfc2544Args) -> Result<()> {
         }
     }
     let table = report::rfc2544_table(&res);
-    let rep = finish("rfc2544", d, runner, placement, parameters, res, summary)?;
+    let rep = finish("rfc2544", d, runner, (placement, seen), parameters, res, summary)?;
     output(&a.common, &rep, &table)
 }
 
@@ -547,7 +593,7 @@ fn ndrpdr_cmd(a: NdrPdrArgs) -> Result<()> {
     if cfg.initial_duration < Duration::from_millis(1) {
         bail!("--initial-duration {}: at least 0.001 s", a.initial_duration);
     }
-    let Setup { mut runner, common, placement, mut parameters } = setup(&a.common)?;
+    let Setup { mut runner, common, placement, mut parameters, seen } = setup(&a.common)?;
     parameters["ndr_pdr"] = json!(cfg);
     let mut s = Session::new(&mut runner, common, Progress::stderr());
     let res = ndrpdr::run(&mut s, &cfg);
@@ -590,7 +636,7 @@ fn ndrpdr_cmd(a: NdrPdrArgs) -> Result<()> {
         }
     }
     let table = report::ndrpdr_table(&res);
-    let rep = finish("ndr-pdr", d, runner, placement, parameters, res, summary)?;
+    let rep = finish("ndr-pdr", d, runner, (placement, seen), parameters, res, summary)?;
     output(&a.common, &rep, &table)
 }
 

@@ -122,14 +122,18 @@ fn reported_placement_is_where_the_threads_ran() {
         assert!(t["samples"].as_u64().unwrap() > 0, "{t}");
     }
     let online = p["online_cpus"].as_u64().unwrap();
-    if online >= 2 {
+    let pinned = j["pinning"].as_str().is_some_and(|s| s.starts_with("asked for"));
+    if online >= 2 && pinned {
         assert_ne!(generator["cpu"], worker["cpu"], "generator and switch worker share a CPU: {p}");
         // Both were pinned: their affinity is their one CPU.
         for t in [generator, worker] {
             assert_eq!(t["allowed_cpus"].as_str().unwrap(), t["cpu"].to_string(), "{t}");
         }
     } else {
-        eprintln!("one online CPU: only checked that the report matches what was seen");
+        eprintln!(
+            "{online} online CPU(s), pinning: {}: only checked that the report matches what was seen",
+            j["pinning"]
+        );
     }
     let limited = j["limited_by"].as_str().expect("limited_by");
     assert!(["generator", "dut", "ring"].contains(&limited), "{limited}");

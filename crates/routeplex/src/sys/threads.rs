@@ -163,6 +163,8 @@ impl Sampler {
         let handle = std::thread::Builder::new()
             .name(SAMPLER_NAME.into())
             .spawn(move || {
+                // It reads /proc into fresh strings: not the benchmark's allocations.
+                crate::alloc_count::uncount_this_thread();
                 super::unpin();
                 sample_until(&watch, every, &flag)
             })
