@@ -699,13 +699,19 @@ impl Cell {
         for k in 0..n.min(SERVICE_PER_RUN) {
             let p = (*service_at + k) % n;
             let port = &mut ports[p];
-            port.service();
             // A link that went down or came back: its VRs forget the neighbors they learned
             // there (a peer may return with another MAC). Status allocates only while down.
-            let down = port.status() != PortStatus::Up;
-            if down != link_down[p] {
-                link_down[p] = down;
-                vrs.iter_mut().for_each(|vr| vr.link_changed(p as u16));
+            // Looked at before the service too: a burst that hit a vanished interface marks
+            // the port down, and the service may bring it back at once (the interface was
+            // re-created), a down and up that the check after it alone would never see.
+            let before = port.status() != PortStatus::Up;
+            port.service();
+            let after = port.status() != PortStatus::Up;
+            for down in [before, after] {
+                if down != link_down[p] {
+                    link_down[p] = down;
+                    vrs.iter_mut().for_each(|vr| vr.link_changed(p as u16));
+                }
             }
         }
         if n > 0 {
