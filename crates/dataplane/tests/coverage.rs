@@ -12,6 +12,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("forwarding.rs", include_str!("forwarding.rs")),
     ("multi_vr.rs", include_str!("multi_vr.rs")),
     ("reservation.rs", include_str!("reservation.rs")),
+    ("punt.rs", include_str!("punt.rs")),
 ];
 
 /// The test (file, function) that covers each VR drop reason.
@@ -52,6 +53,7 @@ fn vr_test(d: Drop) -> (&'static str, &'static str) {
         Drop::NdpInvalid => ("neighbors.rs", "invalid_neighbor_discovery_is_dropped"),
         Drop::TxFull => ("drops.rs", "tx_full"),
         Drop::InterfaceDown => ("drops.rs", "interface_down"),
+        Drop::PuntRateLimited => ("punt.rs", "punt_rate_limited"),
     }
 }
 

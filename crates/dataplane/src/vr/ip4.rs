@@ -34,7 +34,8 @@ fn bad_destination(a: u32) -> Option<Drop> {
 impl Core {
     /// Pass 1 for IPv4: RFC 1812 §5.2.2 header checks, then martians.
     #[inline]
-    pub(super) fn ingress4(&mut self, buf: &mut PktBuf, l3: usize) -> Ingress {
+    pub(super) fn ingress4(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Ingress {
+        let l3 = m.l3 as usize;
         let f = buf.frame();
         let Some(&b0) = f.get(l3) else { return Ingress::Done(self.drop(Drop::Ip4BadLength)) };
         if b0 >> 4 != 4 {
@@ -57,6 +58,14 @@ impl Core {
             return Ingress::Done(self.drop(Drop::MartianSource));
         }
         if let Some(r) = bad_destination(dst) {
+            // Link-local multicast (224.0.0.0/24: OSPF, VRRP, RIP...) is control traffic.
+            if dst >> 8 == 0xe0_00_00 {
+                buf.set_len(l3 + total);
+                let m = Meta { l3: l3 as u16, ethertype: wire::ethertype::IPV4, ..*m };
+                if let Some(f) = self.punt(buf, &m, now) {
+                    return Ingress::Done(f);
+                }
+            }
             return Ingress::Done(self.drop(r));
         }
         // The IP length is authoritative: Ethernet may have padded the frame.
@@ -150,7 +159,14 @@ impl Core {
         if ip.more_frags() || ip.frag_offset() != 0 {
             return self.drop(Drop::LocalFragment);
         }
-        match ip.protocol() {
+        let proto = ip.protocol();
+        if proto != ip_proto::ICMP {
+            if let Some(f) = self.punt(buf, m, now) {
+                return f;
+            }
+        }
+        let ip = ipv4::Packet::new_unchecked(&buf.frame()[l3..]);
+        match proto {
             ip_proto::ICMP => {
                 let icmp = ip.payload();
                 if icmp.len() < icmpv4::HEADER_LEN || checksum::data(icmp) != 0xffff {
@@ -159,7 +175,7 @@ impl Core {
                 if icmp[0] == icmpv4::ECHO_REQUEST && icmp[1] == 0 {
                     return self.echo4(buf, l3, now);
                 }
-                self.drop(Drop::IcmpNotHandled)
+                self.punt(buf, m, now).unwrap_or_else(|| self.drop(Drop::IcmpNotHandled))
             }
             ip_proto::UDP => {
                 let (t, c) = (icmpv4::DEST_UNREACHABLE, icmpv4::PORT_UNREACHABLE);
