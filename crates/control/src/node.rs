@@ -123,6 +123,10 @@ impl Node {
     /// Builds `topo`'s host and starts its workers.
     pub fn start(topo: Topology, opts: Options, burst: usize) -> Result<Node, ControlError> {
         let host = build::host(&topo, None, burst)?;
+        // The mirror taps exist now (opening the ports made them): dress them as their VR
+        // interfaces.
+        crate::netns::configure_mirrors(&topo)
+            .map_err(|e| ControlError::Invalid(format!("control plane: {e}")))?;
         let outside = topo
             .ports
             .iter()

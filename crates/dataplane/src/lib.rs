@@ -45,5 +45,8 @@ pub use routes::{RouteError, RouteOp, RouteSource, RouteTable};
 pub use switch::{
     MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters, SwitchDrop,
 };
-pub use vr::{Adj, BuildError, NeighborRow, NeighborState, Vr, VrAnswer, VrChange};
+pub use vr::{
+    Adj, BuildError, NeighborRow, NeighborState, Vr, VrAnswer, VrChange, DEFAULT_PUNT_BURST,
+    DEFAULT_PUNT_PER_SEC,
+};
 pub use worker::{Clock, Worker};

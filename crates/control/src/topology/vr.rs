@@ -24,6 +24,7 @@ const VR_KEYS: &[&str] = &[
     "worker",
     "reservation",
     "batch",
+    "control_plane",
 ];
 const IFACE_KEYS: &[&str] = &["name", "port", "switch", "vlan", "mac", "mtu", "addresses"];
 const ROUTE_KEYS: &[&str] = &["prefix", "via", "interface", "blackhole"];
