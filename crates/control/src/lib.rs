@@ -20,6 +20,7 @@ pub mod model;
 pub mod netns;
 pub mod node;
 pub mod pcapng;
+pub mod rtsync;
 pub mod runtime;
 pub mod sys;
 pub mod topology;
