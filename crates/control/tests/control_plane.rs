@@ -220,3 +220,84 @@ fn a_punt_flood_is_bounded_and_forwarding_goes_on() {
     eprintln!("flood: {sent} datagrams sent, {punted} punted, {limited} punt_rate_limited");
     drop(guard);
 }
+
+/// Polls the node's route sync until VR `vr` holds `want` routes of source `kernel` (or 10 s
+/// pass); returns what it holds.
+fn wait_kernel_routes(node: &mut Node, vr: &str, want: usize) -> usize {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        node.sync_control_planes();
+        let n = node
+            .table(vr)
+            .unwrap()
+            .counts()
+            .iter()
+            .find(|(s, _)| *s == dataplane::RouteSource::Kernel)
+            .map_or(0, |c| c.1);
+        if n == want || Instant::now() > end {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn routes_in_the_mirrors_kernel_are_the_vrs() {
+    if control::sys::euid() != 0 {
+        eprintln!("skipped: needs root (network namespaces, veth, taps)");
+        return;
+    }
+    let pid = std::process::id();
+    let (ha, hb, m) = (format!("rcpka{pid}"), format!("rcpkb{pid}"), format!("rcpkm{pid}"));
+    let (la, lb) = (format!("rcp{pid}k"), format!("rcp{pid}l"));
+    let mut guard = Guard { namespaces: vec![ha.clone(), hb.clone()], made: Made::default() };
+    host(&ha, &la, &["10.63.0.2/24", "2001:db8:63::2/64"], &["10.63.0.1", "2001:db8:63::1"]);
+    host(&hb, &lb, &["10.63.1.2/24", "2001:db8:63:1::2/64"], &["10.63.1.1", "2001:db8:63:1::1"]);
+    // Host b also answers for a network behind it, which the VR learns only from its kernel.
+    ok("ip", &["-n", &hb, "address", "add", "10.99.0.1/32", "dev", "lo"]);
+    ok("ip", &["-n", &hb, "address", "add", "2001:db8:99::1/128", "dev", "lo"]);
+    let text = format!(
+        "ports:\n  - {{ name: pa, kind: afpacket, interface: {la} }}\n  - {{ name: pb, kind: afpacket, interface: {lb} }}\n\
+         vrs:\n  - name: r\n    control_plane: {{ kind: linux, netns: {m} }}\n    interfaces:\n      \
+         - {{ name: a, port: pa, mac: 02:00:00:00:63:01, addresses: [10.63.0.1/24, \"2001:db8:63::1/64\"] }}\n      \
+         - {{ name: b, port: pb, mac: 02:00:00:00:63:02, addresses: [10.63.1.1/24, \"2001:db8:63:1::1/64\"] }}\n"
+    );
+    let topo = Topology::parse(&text, "sync.yaml", Path::new(".")).unwrap();
+    control::netns::make(&topo, &mut guard.made).unwrap();
+    let mut node = Node::start(topo, options(), 64).unwrap();
+    let ping = |dst: &str| {
+        let six = if dst.contains(':') { "-6" } else { "-4" };
+        in_ns(&ha, &["ping", six, "-c", "2", "-i", "0.2", "-W", "1", dst]).status.success()
+    };
+    // The kernel's own routes for the taps' addresses are not synced: the VR has them.
+    assert_eq!(wait_kernel_routes(&mut node, "r", 0), 0);
+    assert!(!ping("10.99.0.1"), "no route yet");
+    let c0 = counters(&node);
+    assert!(n(&c0, "no_route") >= 2, "{c0:#}");
+
+    // A static route in the mirror (what a daemon would install), IPv4 and IPv6, and a
+    // blackhole: the VR forwards by them.
+    ok("ip", &["-n", &m, "route", "add", "10.99.0.0/24", "via", "10.63.1.2", "proto", "static"]);
+    ok("ip", &["-n", &m, "-6", "route", "add", "2001:db8:99::/48", "via", "2001:db8:63:1::2"]);
+    ok("ip", &["-n", &m, "route", "add", "blackhole", "10.98.0.0/24"]);
+    assert_eq!(wait_kernel_routes(&mut node, "r", 3), 3);
+    assert!(ping("10.99.0.1"), "via the synced route\n{:#}", counters(&node));
+    assert!(ping("2001:db8:99::1"), "via the synced IPv6 route\n{:#}", counters(&node));
+    let before = counters(&node);
+    assert!(!ping("10.98.0.1"));
+    let after = counters(&node);
+    assert_eq!(n(&after, "blackhole") - n(&before, "blackhole"), 2, "{after:#}");
+    let status = node.status().unwrap();
+    assert_eq!(status["vrs"][0]["routes"]["kernel"], 3, "{status:#}");
+    assert_eq!(status["vrs"][0]["control_plane"]["refused"], 0, "{status:#}");
+
+    // Withdrawn in the kernel: gone from the VR, and traffic to it is no_route again.
+    ok("ip", &["-n", &m, "route", "del", "10.99.0.0/24"]);
+    assert_eq!(wait_kernel_routes(&mut node, "r", 2), 2);
+    let before = counters(&node);
+    assert!(!ping("10.99.0.1"));
+    let after = counters(&node);
+    assert_eq!(n(&after, "no_route") - n(&before, "no_route"), 2, "{after:#}");
+    node.stop().unwrap();
+    drop(guard);
+}
