@@ -250,3 +250,201 @@ fn bird_ospf_between_two_vrs() {
     }
     node.stop().unwrap();
 }
+
+/// Starts FRR's zebra and bgpd in namespace `ns` with `bgpd_conf`, every file (config, vty
+/// sockets, zebra's socket, pid files, logs) under the guard's directory; no vty port.
+fn frr(g: &mut Guard, ns: &str, bgpd_conf: &str) -> PathBuf {
+    // FRR drops to its own user (root is not in its vty group): its directory is its own,
+    // and the test's directory lets it through (but not list).
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&g.dir, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let dir = g.dir.join("frr");
+    std::fs::create_dir(&dir).unwrap();
+    let d = |f: &str| dir.join(f).display().to_string();
+    std::fs::write(dir.join("zebra.conf"), "hostname r\n").unwrap();
+    std::fs::write(dir.join("bgpd.conf"), bgpd_conf).unwrap();
+    ok("chown", &["-R", "frr:frr", &d("")]);
+    for (daemon, extra) in [("zebra", vec![]), ("bgpd", vec!["-p", "179"])] {
+        let conf = d(&format!("{daemon}.conf"));
+        let pid = d(&format!("{daemon}.pid"));
+        let log = format!("file:{}", d(&format!("{daemon}.log")));
+        let (vty, zsock) = (d(""), d("zserv.api"));
+        let bin = format!("/usr/lib/frr/{daemon}");
+        let mut args = vec![
+            "netns",
+            "exec",
+            ns,
+            &bin,
+            "-f",
+            &conf,
+            "-i",
+            &pid,
+            "-z",
+            &zsock,
+            "--vty_socket",
+            &vty,
+            "-u",
+            "frr",
+            "-g",
+            "frr",
+            "-P",
+            "0",
+            "--log",
+            &log,
+        ];
+        args.extend(extra);
+        let child = Command::new("ip")
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        g.daemons.push(child);
+        if daemon == "zebra" {
+            // bgpd connects to zebra's socket: let it appear first.
+            let end = Instant::now() + Duration::from_secs(10);
+            while !dir.join("zserv.api").exists() && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    dir
+}
+
+fn vtysh(ns: &str, dir: &Path, cmd: &str) -> String {
+    let o = in_ns(ns, &["vtysh", "--vty_socket", &dir.display().to_string(), "-c", cmd]);
+    String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr)
+}
+
+/// Routes of `source` VR `vr` holds in the FIB, by family.
+fn kernel_routes(node: &Node, vr: &str) -> (usize, usize) {
+    let rows = node.table(vr).unwrap().routes(Some(RouteSource::Kernel), usize::MAX);
+    let v4 = rows.iter().filter(|r| r.best && matches!(r.prefix, IpNet::V4(_))).count();
+    (v4, rows.iter().filter(|r| r.best).count() - v4)
+}
+
+fn counter(node: &Node, name: &str) -> u64 {
+    node.status().unwrap()["vrs"][0]["counters"][name].as_u64().unwrap_or(0)
+}
+
+/// The speaker's BIRD: `n4` IPv4 /24s from 100.64.0.0 and `n6` IPv6 /48s from 2001:db8:1000::,
+/// announced over eBGP to the VR on IPv4 and IPv6 sessions.
+fn speaker_conf(n4: u32, n6: u32) -> String {
+    let mut s = String::from("router id 10.65.0.2;\nprotocol device { scan time 1; }\n");
+    s += "protocol static s4 {\n  ipv4;\n";
+    for i in 0..n4 {
+        let a = u32::from(std::net::Ipv4Addr::new(100, 64, 0, 0)) + (i << 8);
+        s += &format!("  route {}/24 blackhole;\n", std::net::Ipv4Addr::from(a));
+    }
+    s += "}\nprotocol static s6 {\n  ipv6;\n";
+    for i in 0..n6 {
+        s += &format!("  route 2001:db8:{:x}::/48 blackhole;\n", 0x1000 + i);
+    }
+    s += "}\n";
+    s += "protocol bgp vr4 {\n  local 10.65.0.2 as 65002;\n  neighbor 10.65.0.1 as 65001;\n  \
+          hold time 9;\n  ipv4 { import none; export where source = RTS_STATIC; next hop self; };\n}\n";
+    s += "protocol bgp vr6 {\n  local 2001:db8:65::2 as 65002;\n  neighbor 2001:db8:65::1 as 65001;\n  \
+          hold time 9;\n  ipv6 { import none; export where source = RTS_STATIC; next hop self; };\n}\n";
+    s
+}
+
+const VR_BGPD: &str = "\
+frr defaults traditional
+hostname r
+router bgp 65001
+ bgp router-id 10.65.0.1
+ no bgp ebgp-requires-policy
+ no bgp default ipv4-unicast
+ timers bgp 3 9
+ neighbor 10.65.0.2 remote-as 65002
+ neighbor 2001:db8:65::2 remote-as 65002
+ address-family ipv4 unicast
+  neighbor 10.65.0.2 activate
+ exit-address-family
+ address-family ipv6 unicast
+  neighbor 2001:db8:65::2 activate
+ exit-address-family
+";
+
+#[test]
+fn frr_bgp_learns_ten_thousand_routes_ipv4_and_ipv6_and_withdraws_them() {
+    if control::sys::euid() != 0 {
+        eprintln!("skipped: needs root (network namespaces, veth, taps)");
+        return;
+    }
+    let frr_user = run("id", &["frr"]).status.success();
+    if !have("bird") || !have("birdc") || !Path::new("/usr/lib/frr/bgpd").exists() || !frr_user {
+        eprintln!("skipped: needs BIRD and FRR (scripts/setup installs bird2 and frr)");
+        return;
+    }
+    const N4: u32 = 10_000;
+    const N6: u32 = 100;
+    let pid = std::process::id();
+    let mut g = Guard::new("bgp");
+    let (s, m, l) = (format!("rcpbs{pid}"), format!("rcpbm{pid}"), format!("rcp{pid}b"));
+    host(&mut g, &s, &l, &["10.65.0.2/24", "2001:db8:65::2/64"], &["10.65.0.1", "2001:db8:65::1"]);
+    // The host's end of the link keeps IPv6 (host() turned it off on routeplex's end only).
+    let text = format!(
+        "ports:\n  - {{ name: ps, kind: afpacket, interface: {l} }}\n\
+         vrs:\n  - name: r\n    control_plane: {{ kind: linux, netns: {m} }}\n    interfaces:\n      \
+         - {{ name: e0, port: ps, mac: 02:00:00:00:65:01, addresses: [10.65.0.1/24, \"2001:db8:65::1/64\"] }}\n"
+    );
+    let topo = Topology::parse(&text, "bgp.yaml", Path::new(".")).unwrap();
+    control::netns::make(&topo, &mut g.made).unwrap();
+    let mut node = Node::start(topo, options(), 64).unwrap();
+    let frr_dir = frr(&mut g, &m, VR_BGPD);
+    bird(&mut g, &s, "speaker", &speaker_conf(N4, N6));
+    let diag = |node: &Node, g: &Guard| {
+        format!(
+            "{}\n{}\nspeaker: {}\n{:#}",
+            vtysh(&m, &frr_dir, "show bgp summary"),
+            vtysh(&m, &frr_dir, "show ip route summary"),
+            std::fs::read_to_string(g.dir.join("speaker").join("bird.log"))
+                .unwrap_or_default()
+                .lines()
+                .rev()
+                .take(10)
+                .collect::<Vec<_>>()
+                .join("\n"),
+            node.status().unwrap()["vrs"][0]
+        )
+    };
+    let all = wait(&mut node, 120, |n| kernel_routes(n, "r") == (N4 as usize, N6 as usize));
+    assert!(
+        all,
+        "not every BGP route reached the VR: {:?}\n{}",
+        kernel_routes(&node, "r"),
+        diag(&node, &g)
+    );
+
+    // Traffic to the announced space is forwarded (back to the speaker, its next hop).
+    let ping = |dst: &str| {
+        let six = if dst.contains(':') { "-6" } else { "-4" };
+        let _ = in_ns(&s, &["ping", six, "-c", "3", "-i", "0.2", "-W", "1", dst]);
+    };
+    let f0 = counter(&node, "forwarded");
+    ping("100.64.200.1");
+    ping("2001:db8:1010::1");
+    let f1 = counter(&node, "forwarded");
+    assert!(f1 - f0 >= 6, "forwarded {} of 6\n{}", f1 - f0, diag(&node, &g));
+
+    // The speaker withdraws the IPv4 routes: they leave the VR, and traffic to them is
+    // dropped as no_route.
+    let birdc = |cmd: &str| {
+        let sock = g.dir.join("speaker").join("bird.ctl");
+        let o = in_ns(&s, &["birdc", "-s", &sock.display().to_string(), cmd]);
+        assert!(o.status.success(), "birdc {cmd}: {}", String::from_utf8_lossy(&o.stdout));
+    };
+    birdc("disable s4");
+    let gone = wait(&mut node, 60, |n| kernel_routes(n, "r") == (0, N6 as usize));
+    assert!(gone, "withdrawn routes stayed: {:?}\n{}", kernel_routes(&node, "r"), diag(&node, &g));
+    let nr0 = counter(&node, "no_route");
+    ping("100.64.200.1");
+    assert_eq!(counter(&node, "no_route") - nr0, 3, "{}", diag(&node, &g));
+    birdc("disable s6");
+    let gone = wait(&mut node, 60, |n| kernel_routes(n, "r") == (0, 0));
+    assert!(gone, "withdrawn IPv6 routes stayed\n{}", diag(&node, &g));
+    let st = node.status().unwrap();
+    assert_eq!(st["vrs"][0]["control_plane"]["refused"], 0, "{st:#}");
+    node.stop().unwrap();
+}
