@@ -2,6 +2,7 @@
 
 mod alloc_count;
 mod bench;
+mod bench_cp;
 mod bench_idle;
 mod bench_routes;
 mod bench_switch;
@@ -230,6 +231,10 @@ enum BenchCmd {
     Pipeline(bench::PipelineArgs),
     /// Route updates applied through control while a VR with a full table forwards.
     Routes(bench_routes::Args),
+    /// A full BGP table into a VR through BIRD in its Linux control plane, while it forwards,
+    /// against the same table into a plain Linux namespace (root).
+    #[command(name = "control-plane")]
+    ControlPlane(bench_cp::Args),
     /// The learning switch through memif, a separate process (VALE's Figs 6, 8, 9, 10).
     Switch(bench_switch::Args),
     /// An idle host: its worker's CPU without traffic, and first-packet latency after silence,
@@ -310,6 +315,7 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Fib(a)) => bench::fib(a),
         Cmd::Bench(BenchCmd::Pipeline(a)) => bench::pipeline(a),
         Cmd::Bench(BenchCmd::Routes(a)) => bench_routes::run(a),
+        Cmd::Bench(BenchCmd::ControlPlane(a)) => bench_cp::run(a),
         Cmd::Bench(BenchCmd::Switch(a)) => bench_switch::run(a),
         Cmd::Bench(BenchCmd::Idle(a)) => bench_idle::run(a),
         Cmd::Test(t) => test_cmd::run(t),
