@@ -790,6 +790,8 @@ impl Cell {
         if v >= self.vrs.len() {
             return Err(BuildError(format!("no VR {v} (there are {})", self.vrs.len())));
         }
+        let mut new = new;
+        new.carry_mirrors(&self.vrs[v]);
         let mut old = std::mem::replace(&mut self.vrs[v], new);
         match demux_of(&self.ports, &self.vrs) {
             Ok(d) => self.demux = d,

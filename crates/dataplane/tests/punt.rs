@@ -254,3 +254,19 @@ fn punt_rate_limited() {
     lab.c(0).drops[Drop::PuntRateLimited as usize] += 3;
     lab.check("refilled to the burst");
 }
+
+#[test]
+fn a_rebuilt_vr_keeps_its_mirrors() {
+    let mut lab = lab(false);
+    let mut cfg = base_vr();
+    cfg.routes.clear();
+    let new = dataplane::Vr::new(&cfg).unwrap();
+    lab.e.cell_mut().replace_vr(0, new).unwrap();
+    let f = to_vr(M0, H0, None, &tcp_syn("10.0.0.10", "10.0.0.1"));
+    punted(&mut lab, 0, LAN_MIRROR, &f, &f, "punted after the rebuild");
+    lab.send(LAN_MIRROR, &[to_vr(H0, M0, None, &tcp_syn("10.0.0.1", "10.0.0.10"))]);
+    lab.run();
+    lab.expect(0, &[to_vr(H0, M0, None, &tcp_syn("10.0.0.1", "10.0.0.10"))]);
+    lab.c(0).injected += 1;
+    lab.check("injected after the rebuild");
+}

@@ -402,8 +402,20 @@ impl Vr {
             std::mem::swap(&mut n.neigh, &mut o.neigh);
             for (a, b) in n.ifaces.iter_mut().zip(&o.ifaces) {
                 a.up = b.up;
-                a.mirror = a.mirror.or(b.mirror);
             }
+        }
+    }
+
+    /// Keeps `old`'s Linux mirrors (and punt limit) for the interfaces it has by the same
+    /// name on the same port: a VR rebuilt with a new config goes on punting to them.
+    pub(crate) fn carry_mirrors(&mut self, old: &Vr) {
+        let (n, o) = (&mut self.core, &old.core);
+        for f in &mut n.ifaces {
+            if let Some(m) = o.ifaces.iter().find(|g| g.name == f.name && g.port == f.port) {
+                f.mirror = f.mirror.or(m.mirror);
+            }
+        }
+        if o.ifaces.iter().any(|f| f.mirror.is_some()) {
             n.punt_bucket.rate = o.punt_bucket.rate;
             n.punt_bucket.cap = o.punt_bucket.cap;
         }
