@@ -1,8 +1,8 @@
 //! Route sync: follows one network namespace's kernel routing tables over netlink.
 //!
 //! Contract: [`RouteSync::open`] makes its sockets inside the namespace (on a short-lived thread,
-//! so the caller never changes namespace), subscribes to link, IPv4-address and IPv4/IPv6 route
-//! notifications, and only then dumps links and routes, so no change falls between the dump and
+//! so the caller never changes namespace), subscribes to link, IPv4-address, IPv4/IPv6 route
+//! and nexthop-object notifications, and only then dumps links and routes, so no change falls between the dump and
 //! the stream. [`RouteSync::poll`] never blocks on the event socket: the first call returns
 //! [`SyncEvent::Replace`] with the dumped table, later calls the changes as [`SyncEvent::Add`]
 //! (set the route for a prefix and table) and [`SyncEvent::Del`]. The published state is, per
@@ -13,19 +13,21 @@
 //! messages, at their place in the stream: IPv4 flushes the routes of a link that goes down or
 //! away, multipath hops on a down link turn dead and come back on up, and routes preferring a
 //! removed IPv4 source address go. (A fresh dump on such a message would race the kernel: it
-//! sends the link message before it flushes.) When the event socket overruns (ENOBUFS: the kernel
+//! sends the link message before it flushes.) A nexthop object that routes use changing or
+//! going also changes routes silently, but its message comes after the change, so there the
+//! table is dumped again and the difference published. When the event socket overruns (ENOBUFS: the kernel
 //! dropped notifications), the queue is discarded, everything is dumped again, and the whole
 //! table is returned as one `Replace`: reconcile rather than trust a stream with holes.
 //! NETLINK_NO_ENOBUFS is never set, because it would hide exactly that loss.
 //!
 //! Routes of other kinds (local, broadcast, multicast, anycast, throw, nat), IPv4 routes with a
-//! TOS, IPv6 source-specific routes, cached clones and routes whose only next hop is a nexthop
-//! object without compat expansion are not published (a VR's FIB has nothing that matches
+//! TOS, IPv6 source-specific routes, cached clones and routes that name a nexthop object
+//! without the kernel's compat expansion of its hops (on by default) are not published (a VR's FIB has nothing that matches
 //! them). Every length a netlink message carries is checked before use; a malformed message is
 //! an error naming what was wrong, and the next poll re-dumps so nothing stays lost.
 #![allow(unsafe_code)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, RawFd};
@@ -59,6 +61,11 @@ const RTNLGRP_LINK: u32 = 1;
 const RTNLGRP_IPV4_IFADDR: u32 = 5;
 const RTNLGRP_IPV4_ROUTE: u32 = 7;
 const RTNLGRP_IPV6_ROUTE: u32 = 11;
+const RTNLGRP_NEXTHOP: u32 = 32;
+const RTM_NEWNEXTHOP: u16 = 104;
+const RTM_DELNEXTHOP: u16 = 105;
+const NHMSG_LEN: usize = 8;
+const NHA_ID: u16 = 1;
 const IFLA_IFNAME: u16 = 3;
 const IFF_UP: u32 = 0x1;
 const IFINFOMSG_LEN: usize = 16;
@@ -173,6 +180,8 @@ struct Parsed {
     key: Key,
     variant: Variant,
     v6: bool,
+    /// RTA_NH_ID: the route uses a nexthop object (its hops come expanded beside it).
+    nhid: Option<u32>,
 }
 
 /// What one kernel message asks of the model.
@@ -182,6 +191,8 @@ enum Msg {
     DelRoute(Parsed),
     NewLink(u32, Link),
     DelLink(u32),
+    /// A nexthop object changed or went (RTM_NEWNEXTHOP / RTM_DELNEXTHOP).
+    Nexthop(u32),
     /// An IPv4 address went: the kernel flushes routes preferring it as source (Linux 6.18
     /// also sends RTM_DELROUTE for them; replaying the flush is harmless either way).
     DelAddr4(IpAddr),
@@ -201,6 +212,11 @@ pub struct RouteSync {
     /// An overrun or a malformed message: the next poll re-dumps before anything else.
     redump_pending: bool,
     overruns: u64,
+    /// Nexthop object ids routes have named: a change to one re-reads the table.
+    nh_refs: HashSet<u32>,
+    /// A nexthop object that routes use changed: the kernel changed those routes without a
+    /// route message, and its nexthop message comes after, so a fresh dump is exact.
+    resync_wanted: bool,
     buf: Vec<u8>,
 }
 
@@ -252,12 +268,19 @@ impl RouteSync {
             replace_pending: true,
             redump_pending: false,
             overruns: 0,
+            nh_refs: HashSet::new(),
+            resync_wanted: false,
             buf: vec![0; RECV_BUF],
         };
         let (links, table) = rs.dump_all()?;
         rs.links = links;
         rs.table = table;
         Ok(rs)
+    }
+
+    /// The namespace followed.
+    pub fn netns(&self) -> &str {
+        &self.netns
     }
 
     /// The event socket: readable when notifications wait.
@@ -327,6 +350,29 @@ impl RouteSync {
                 return Err(e);
             }
         }
+        if self.resync_wanted {
+            self.resync(out)?;
+        }
+        Ok(())
+    }
+
+    /// Re-reads links and routes and publishes the difference from what was published.
+    /// Notifications still queued are older or newer than the dump; either way applying them
+    /// after it ends in the kernel's state, since each sets what it names.
+    fn resync(&mut self, out: &mut Vec<SyncEvent>) -> Result<(), RtSyncError> {
+        let (links, table) = self.dump_all()?;
+        let old_links = std::mem::replace(&mut self.links, links);
+        let old_table = std::mem::replace(&mut self.table, table);
+        self.resync_wanted = false;
+        let name_old = |i: u32| old_links.get(&i).map(|l| l.name.as_str());
+        let name_new = |i: u32| self.links.get(&i).map(|l| l.name.as_str());
+        let keys: std::collections::BTreeSet<&Key> =
+            old_table.keys().chain(self.table.keys()).collect();
+        for key in keys {
+            let before = old_table.get(key).and_then(|v| publish(key, v, &name_old));
+            let after = self.table.get(key).and_then(|v| publish(key, v, &name_new));
+            push_change(out, key, before, after);
+        }
         Ok(())
     }
 
@@ -347,6 +393,7 @@ impl RouteSync {
                     self.links = links;
                     self.table = table;
                     self.redump_pending = false;
+                    self.resync_wanted = false;
                     self.replace_pending = true;
                     return Ok(true);
                 }
@@ -394,6 +441,11 @@ impl RouteSync {
     fn apply(&mut self, msg: Msg, flags: u16, out: &mut Vec<SyncEvent>) {
         match msg {
             Msg::Skip => {}
+            Msg::Nexthop(id) => {
+                if self.nh_refs.contains(&id) {
+                    self.resync_wanted = true;
+                }
+            }
             Msg::DelAddr4(addr) => {
                 let keys: Vec<Key> = self
                     .table
@@ -426,6 +478,9 @@ impl RouteSync {
                 }
             }
             Msg::NewRoute(p) => {
+                if let Some(id) = p.nhid {
+                    self.nh_refs.insert(id);
+                }
                 let before = self.published(&p.key);
                 let variants = self.table.entry(p.key).or_default();
                 match variants.iter_mut().find(|v| v.metric == p.variant.metric) {
@@ -567,9 +622,13 @@ impl RouteSync {
             }
         })?;
         let mut table = Table::new();
+        let mut nh_refs = HashSet::new();
         for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
             self.dump(RTM_GETROUTE, family, "route", |msg| {
                 if let Msg::NewRoute(p) = msg {
+                    if let Some(id) = p.nhid {
+                        nh_refs.insert(id);
+                    }
                     let variants = table.entry(p.key).or_default();
                     match variants.iter_mut().find(|v| v.metric == p.variant.metric) {
                         Some(v) if p.v6 => merge(v, p.variant),
@@ -582,6 +641,7 @@ impl RouteSync {
                 }
             })?;
         }
+        self.nh_refs.extend(nh_refs);
         Ok((links, table))
     }
 
@@ -634,6 +694,16 @@ impl RouteSync {
                     }
                     match hdr.msg_type {
                         NLMSG_DONE => {
+                            // DONE carries the dump's status; a negative one is an error.
+                            let status = payload
+                                .get(0..4)
+                                .map_or(0, |b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+                            if status < 0 {
+                                return Err(self.io(
+                                    &format!("{what} dump"),
+                                    io::Error::from_raw_os_error(status.saturating_neg()),
+                                ));
+                            }
                             if interrupted {
                                 tracing::debug!(netns = %self.netns, what, "dump interrupted; again");
                                 // Read nothing more of this dump: it is finished.
@@ -655,6 +725,9 @@ impl RouteSync {
                                         format!("error message of {} bytes", payload.len()),
                                     )
                                 })?;
+                            if errno == 0 {
+                                continue; // an acknowledgement, not an error
+                            }
                             return Err(self.io(
                                 &format!("{what} dump"),
                                 io::Error::from_raw_os_error(errno.saturating_neg()),
@@ -813,8 +886,30 @@ fn parse_event(msg_type: u16, payload: &[u8]) -> Result<Msg, String> {
             })
         }
         RTM_DELADDR => parse_deladdr(payload),
+        RTM_NEWNEXTHOP | RTM_DELNEXTHOP => parse_nexthop(payload),
         _ => Ok(Msg::Skip),
     }
+}
+
+/// nhmsg: family u8, scope u8, protocol u8, pad u8, flags u32; then NHA_ID (1).
+fn parse_nexthop(payload: &[u8]) -> Result<Msg, String> {
+    if payload.len() < NHMSG_LEN {
+        return Err(format!(
+            "nexthop message of {} bytes, header needs {NHMSG_LEN}",
+            payload.len()
+        ));
+    }
+    for nla in NlasIterator::new(&payload[NHMSG_LEN..]) {
+        let nla: NlaBuffer<&[u8]> = nla.map_err(|e| format!("nexthop attribute: {e}"))?;
+        if nla.kind() == NHA_ID {
+            let v: [u8; 4] = nla
+                .value()
+                .try_into()
+                .map_err(|_| format!("NHA_ID of {} bytes, want 4", nla.value().len()))?;
+            return Ok(Msg::Nexthop(u32::from_ne_bytes(v)));
+        }
+    }
+    Err("nexthop message without NHA_ID".into())
 }
 
 /// ifaddrmsg: family u8, prefixlen u8, flags u8, scope u8, index u32; then IFA_LOCAL (2).
@@ -913,6 +1008,7 @@ fn parse_route(payload: &[u8]) -> Result<Option<Parsed>, String> {
     let mut oif: Option<u32> = None;
     let mut metric = 0u32;
     let mut prefsrc = None;
+    let mut nhid = None;
     let mut multipath = None;
     for a in &m.attributes {
         match a {
@@ -923,6 +1019,7 @@ fn parse_route(payload: &[u8]) -> Result<Option<Parsed>, String> {
             RouteAttribute::PrefSource(a) => prefsrc = Some(route_ip(a, "RTA_PREFSRC")?),
             RouteAttribute::Priority(p) => metric = *p,
             RouteAttribute::Table(t) => table = *t,
+            RouteAttribute::NhId(id) => nhid = Some(*id),
             RouteAttribute::MultiPath(hops) => multipath = Some(hops),
             _ => {}
         }
@@ -978,6 +1075,7 @@ fn parse_route(payload: &[u8]) -> Result<Option<Parsed>, String> {
         key: (table, prefix),
         variant: Variant { metric, protocol: u8::from(h.protocol), kind, prefsrc },
         v6,
+        nhid,
     }))
 }
 
@@ -1017,7 +1115,9 @@ fn make_sockets(netns: &str, rcvbuf: usize) -> Result<(Socket, Socket), SockErr>
         return Err((format!("SO_RCVBUFFORCE {rcvbuf}"), io::Error::last_os_error()));
     }
     events.bind_auto().map_err(ctx("binding the event socket"))?;
-    for g in [RTNLGRP_LINK, RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE] {
+    for g in
+        [RTNLGRP_LINK, RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE, RTNLGRP_NEXTHOP]
+    {
         events.add_membership(g).map_err(ctx("joining a route group"))?;
     }
     events.set_non_blocking(true).map_err(ctx("non-blocking event socket"))?;
@@ -1097,6 +1197,23 @@ mod tests {
     }
 
     #[test]
+    fn route_sync_can_move_to_another_thread() {
+        fn send<T: Send>() {}
+        send::<RouteSync>();
+    }
+
+    #[test]
+    fn bad_namespace_names_are_refused() {
+        for bad in ["", ".", "..", "a/b", "../x", "x\0y"] {
+            let e = RouteSync::open(bad, 1 << 20).unwrap_err();
+            assert!(matches!(e, RtSyncError::BadNamespace(_)), "{bad:?}: {e}");
+        }
+        let e = RouteSync::open("rnl-no-such-namespace", 1 << 20).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("/run/netns/rnl-no-such-namespace"), "{text}");
+    }
+
+    #[test]
     fn parses_a_route_fixture() {
         let msgs = parse_all(&good()).unwrap();
         let [Msg::NewRoute(p)] = &msgs[..] else { panic!("{msgs:?}") };
@@ -1112,6 +1229,37 @@ mod tests {
                 dead: false
             }])
         );
+    }
+
+    /// rtnexthop: len u16, flags u8, hops u8, ifindex u32; then RTA_GATEWAY.
+    fn rtnh(hops: u8, ifindex: u32, gw: [u8; 4]) -> Vec<u8> {
+        let mut v = 16u16.to_ne_bytes().to_vec();
+        v.extend_from_slice(&[0, hops]);
+        v.extend_from_slice(&ifindex.to_ne_bytes());
+        v.extend_from_slice(&8u16.to_ne_bytes());
+        v.extend_from_slice(&5u16.to_ne_bytes());
+        v.extend_from_slice(&gw);
+        v
+    }
+
+    #[test]
+    fn parses_weighted_multipath_and_refuses_a_hop_past_its_attribute() {
+        let mut mp = rtnh(1, 3, [10, 0, 0, 2]);
+        mp.extend(rtnh(0, 4, [10, 0, 0, 3]));
+        let m =
+            route_msg(RTM_NEWROUTE, libc::AF_INET as u8, 8, 1, &[(1, &[10, 0, 0, 0]), (9, &mp)]);
+        let msgs = parse_all(&m).unwrap();
+        let [Msg::NewRoute(p)] = &msgs[..] else { panic!("{msgs:?}") };
+        let Kind::Unicast(hops) = &p.variant.kind else { panic!("{p:?}") };
+        let got: Vec<(u32, u8)> = hops.iter().map(|h| (h.ifindex, h.weight)).collect();
+        assert_eq!(got, [(3, 2), (4, 1)]);
+        // The second hop claims 40 bytes inside a 32-byte RTA_MULTIPATH.
+        let mut bad = mp.clone();
+        bad[16..18].copy_from_slice(&40u16.to_ne_bytes());
+        let m =
+            route_msg(RTM_NEWROUTE, libc::AF_INET as u8, 8, 1, &[(1, &[10, 0, 0, 0]), (9, &bad)]);
+        let err = parse_all(&m).unwrap_err();
+        assert!(err.contains("route message"), "{err}");
     }
 
     #[test]
@@ -1157,6 +1305,15 @@ mod tests {
                 (1, &[0x20, 1, 0xd, 0xb8, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
                 (4, &2u32.to_ne_bytes()),
             ],
+        ));
+        let mut mp = rtnh(1, 3, [10, 0, 0, 2]);
+        mp.extend(rtnh(0, 4, [10, 0, 0, 3]));
+        two.extend(route_msg(
+            RTM_NEWROUTE,
+            libc::AF_INET as u8,
+            8,
+            1,
+            &[(1, &[10, 0, 0, 0]), (9, &mp)],
         ));
         for cut in 0..two.len() {
             let _ = parse_all(&two[..cut]);
