@@ -88,6 +88,9 @@
 //!       icmp_errors_per_sec: 1000
 //!     worker: 1               # optional: the worker (0-based) it runs on; default: placed
 //!                             # automatically, balancing VRs across workers
+//!     control_plane: linux    # optional: a Linux namespace mirroring the VR, for routing
+//!                             # daemons (or { kind: linux, netns, punt_per_sec, punt_burst };
+//!                             # see cp.rs and docs/control-plane.md)
 //!     batch: 64               # optional 1..=256: packets it processes per burst; the rest of
 //!                             # its share of a burst is dropped (batch_limit)
 //!     reservation:            # optional: a budget per period (seed 000 §3.4); once spent, its
