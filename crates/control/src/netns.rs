@@ -192,6 +192,11 @@ pub fn configure_mirrors(topo: &Topology) -> Result<(), NetError> {
     Ok(())
 }
 
+/// Sets mirror tap `dev`'s MTU in namespace `ns` (its VR interface's changed).
+pub fn set_mirror_mtu(ns: &str, dev: &str, mtu: u16) -> Result<(), NetError> {
+    run("ip", &["-n", ns, "link", "set", "dev", dev, "mtu", &mtu.to_string()])
+}
+
 /// Takes mirror tap `dev` in namespace `ns` up or down (its VR interface went up or down).
 pub fn set_mirror_up(ns: &str, dev: &str, up: bool) -> Result<(), NetError> {
     run("ip", &["-n", ns, "link", "set", "dev", dev, if up { "up" } else { "down" }])

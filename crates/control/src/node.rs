@@ -590,6 +590,12 @@ impl Node {
                     self.vr_change(&vr, VrChange::Mtu(i, m))?;
                     self.topo_vr_mut(&vr).interfaces[i as usize].mtu = m;
                     info!(vr, interface, mtu = m, "interface mtu set");
+                    let cp = self.topo.vr_index(&vr).and_then(|v| self.topo.control_plane(v));
+                    if let Some(cp) = cp {
+                        crate::netns::set_mirror_mtu(&cp.netns, &interface, m).map_err(|e| {
+                            ControlError::State(format!("vr {vr}: mirror of {interface}: {e}"))
+                        })?;
+                    }
                 }
                 if let Some(u) = up {
                     self.vr_change(&vr, VrChange::Up(i, u))?;

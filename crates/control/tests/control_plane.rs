@@ -139,6 +139,19 @@ fn the_mirror_namespace_pings_through_the_vr_and_takes_tcp_to_its_address() {
     let client = "import socket,time\nfor i in range(50):\n  try:\n    c=socket.create_connection(('10.61.0.1',7179),timeout=3)\n    break\n  except OSError:\n    time.sleep(0.1)\nc.sendall(b'hello')\nprint(c.recv(100).decode())\n";
     let tcp = in_ns(&h, &[&py, "-c", client]);
     let _ = listener.wait();
+    // The mirror follows the interface's MTU and state.
+    let mut node = node;
+    node.execute(control::api::Command::InterfaceSet {
+        vr: "r".into(),
+        interface: "e0".into(),
+        mtu: Some(1400),
+        up: Some(false),
+        addresses: None,
+    })
+    .unwrap();
+    let link =
+        String::from_utf8_lossy(&in_ns(&m, &["ip", "link", "show", "e0"]).stdout).to_string();
+    assert!(link.contains("mtu 1400") && link.contains("state DOWN"), "{link}");
     let c = counters(&node);
     node.stop().unwrap();
     assert!(ping4.status.success(), "ping 4: {}", String::from_utf8_lossy(&ping4.stdout));
