@@ -280,6 +280,15 @@ fn configure(
             cell.set_port_burst(i, usize::from(b)).map_err(err)?;
         }
     }
+    // Mirror ports: joined to their VR interfaces, with the VR's punt limit.
+    for (i, &p) in ports.iter().enumerate() {
+        let PortKind::Mirror { vr, iface, .. } = topo.ports[p].kind else { continue };
+        let Some(cp) = topo.control_plane(vr) else { continue };
+        let name = topo.vrs[vr].name.as_str();
+        let Some(v) = names.iter().position(|n| *n == name) else { continue };
+        cell.attach_mirror(v, iface, i as u16).map_err(err)?;
+        cell.set_punt_limit(v, cp.punt_per_sec, cp.punt_burst).map_err(err)?;
+    }
     for (v, name) in names.iter().enumerate() {
         let s = topo.vr_index(name).and_then(|i| topo.schedule.get(i));
         let Some(VrSchedule { reservation, batch, .. }) = s else { continue };
@@ -360,6 +369,17 @@ fn open_ports(topo: &Topology) -> Result<(Vec<Box<dyn Port>>, Vec<Option<MemPort
                 let p = ports::tap::TapPort::create(ifname)
                     .map_err(|e| BuildError(format!("port {}: {e}", p.name)))?;
                 ours[i] = Some(Box::new(p));
+            }
+            PortKind::Mirror { netns, vr, iface } => {
+                let ifname = &topo.vrs[*vr].interfaces[usize::from(*iface)].name;
+                let opts = ports::tap::TapOptions {
+                    mode: ports::tap::TapMode::Create,
+                    netns: Some(std::path::Path::new("/run/netns").join(netns)),
+                };
+                let t = ports::tap::TapPort::open(ifname, &opts).map_err(|e| {
+                    BuildError(format!("port {}: tap {ifname} in namespace {netns}: {e}", p.name))
+                })?;
+                ours[i] = Some(Box::new(t));
             }
         }
     }

@@ -811,6 +811,8 @@ pub fn run(
     let node = std::cell::RefCell::new(node);
     let mut watch = PortWatch::default();
     let tick = || {
+        // Routes the VRs' control planes put in their kernels since the last tick.
+        node.borrow_mut().sync_control_planes();
         let node = node.borrow();
         if let Some(m) = &metrics {
             m.refresh(&node);

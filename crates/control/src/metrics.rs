@@ -87,6 +87,8 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     ("routeplex_vr_queued_total", "counter", "vr"),
     ("routeplex_vr_fragments_sent_total", "counter", "vr"),
     ("routeplex_vr_generated_dropped_total", "counter", "vr"),
+    ("routeplex_vr_punted_total", "counter", "vr"),
+    ("routeplex_vr_injected_total", "counter", "vr"),
     ("routeplex_vr_worker", "gauge", "vr"),
     ("routeplex_vr_batch", "gauge", "vr"),
     ("routeplex_vr_reservation_packets", "gauge", "vr"),
@@ -300,7 +302,7 @@ impl Collector for Collect {
         let vrs = || snap.vrs();
         let vl = |v: &crate::runtime::VrStatus| l1("vr", &v.name);
         type Pick = fn(&dataplane::VrCounters) -> u64;
-        let vr_counters: [(&str, &str, Pick); 15] = [
+        let vr_counters: [(&str, &str, Pick); 17] = [
             ("routeplex_vr_received_total", "Packets demuxed to the VR", |c| c.rx_packets),
             ("routeplex_vr_received_bytes_total", "Bytes of those packets", |c| c.rx_bytes),
             ("routeplex_vr_forwarded_total", "Transit packets sent out of an egress port", |c| c.forwarded),
@@ -316,6 +318,8 @@ impl Collector for Collect {
             ("routeplex_vr_queued_total", "Packets held while their next hop was resolved", |c| c.queued),
             ("routeplex_vr_fragments_sent_total", "IPv4 fragments made", |c| c.fragments_sent),
             ("routeplex_vr_generated_dropped_total", "Packets the VR made that could not be sent", |c| c.generated_dropped),
+            ("routeplex_vr_punted_total", "Packets for the VR handed to its Linux control plane", |c| c.punted),
+            ("routeplex_vr_injected_total", "Frames its Linux control plane sent out of its ports", |c| c.injected),
         ];
         for (name, help, pick) in vr_counters {
             counter(e, name, help, vrs().map(|(_, v)| (vl(v), pick(&v.counters))))?;

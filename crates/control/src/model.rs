@@ -237,6 +237,8 @@ pub struct VrDoc {
     /// Replicas of the VR, one per worker, behind the flow hash (parallel virtual routers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<ControlPlaneDoc>,
 }
 
 /// One of a VR's `interfaces:`, on a `port` or a `switch`.
@@ -336,6 +338,18 @@ pub struct ReservationDoc {
     pub period_us: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u64>,
+}
+
+/// A VR's `control_plane:` (mapping form; `kind` is `linux`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlPlaneDoc {
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub punt_per_sec: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub punt_burst: Option<u64>,
 }
 
 impl TopologyDoc {

@@ -1,5 +1,6 @@
-//! Network namespaces and veth pairs for a topology's hosts: made with iproute2 and ethtool,
-//! recorded as they are made, and removed exactly as recorded.
+//! Network namespaces and veth pairs for a topology's hosts, and the namespaces of VRs'
+//! Linux control planes: made with iproute2 and ethtool, recorded as they are made, and
+//! removed exactly as recorded.
 //!
 //! Contract: [`make`] refuses to touch a namespace or interface that exists already (routeplex
 //! did not make it, so it is not routeplex's to configure or delete), records every object
@@ -138,7 +139,67 @@ pub fn make(topo: &Topology, made: &mut Made) -> Result<(), NetError> {
         inside.extend(offloads);
         run("ip", &inside)?;
     }
+    control_planes(topo, made)
+}
+
+/// Makes the namespace of every VR control plane of `topo` .
+/// Called by [`make`] after the hosts.
+fn control_planes(topo: &Topology, made: &mut Made) -> Result<(), NetError> {
+    for cp in topo.control_planes.iter().flatten() {
+        let ns = cp.netns.as_str();
+        if namespace_exists(ns) {
+            return Err(NetError(format!(
+                "namespace {ns} exists and routeplex did not make it: remove it or give the VR's control_plane another netns"
+            )));
+        }
+        run("ip", &["netns", "add", ns])?;
+        made.namespaces.push(ns.to_string());
+        run("ip", &["-n", ns, "link", "set", "lo", "up"])?;
+        // Addresses are usable at once (no duplicate address detection: the data plane owns
+        // the addresses on the wire), and the namespace is a router's control plane, which
+        // takes no router advertisements. It does not forward: the data plane does.
+        let knobs = [
+            "net.ipv6.conf.all.accept_dad=0",
+            "net.ipv6.conf.default.accept_dad=0",
+            "net.ipv6.conf.all.accept_ra=0",
+            "net.ipv6.conf.default.accept_ra=0",
+            "net.ipv4.ip_forward=0",
+        ];
+        let mut args = vec!["netns", "exec", ns, "sysctl", "-qw"];
+        args.extend(knobs);
+        run("ip", &args)?;
+    }
     Ok(())
+}
+
+/// Gives each mirror tap of `topo` (made by the data plane when it opened its ports, down and
+/// bare) its VR interface's MAC, MTU and addresses, and takes it up when the interface is.
+pub fn configure_mirrors(topo: &Topology) -> Result<(), NetError> {
+    for p in &topo.ports {
+        let PortKind::Mirror { netns, vr, iface } = &p.kind else { continue };
+        let f = &topo.vrs[*vr].interfaces[usize::from(*iface)];
+        let (ns, dev) = (netns.as_str(), f.name.as_str());
+        let (mac, mtu) = (f.mac.to_string(), f.mtu.to_string());
+        run("ip", &["-n", ns, "link", "set", "dev", dev, "address", &mac, "mtu", &mtu])?;
+        for a in &f.ipv4 {
+            run("ip", &["-n", ns, "address", "add", &a.to_string(), "dev", dev])?;
+        }
+        for a in &f.ipv6 {
+            run("ip", &["-n", ns, "address", "add", &a.to_string(), "dev", dev, "nodad"])?;
+        }
+        set_mirror_up(ns, dev, true)?;
+    }
+    Ok(())
+}
+
+/// Sets mirror tap `dev`'s MTU in namespace `ns` (its VR interface's changed).
+pub fn set_mirror_mtu(ns: &str, dev: &str, mtu: u16) -> Result<(), NetError> {
+    run("ip", &["-n", ns, "link", "set", "dev", dev, "mtu", &mtu.to_string()])
+}
+
+/// Takes mirror tap `dev` in namespace `ns` up or down (its VR interface went up or down).
+pub fn set_mirror_up(ns: &str, dev: &str, up: bool) -> Result<(), NetError> {
+    run("ip", &["-n", ns, "link", "set", "dev", dev, if up { "up" } else { "down" }])
 }
 
 /// Removes what `made` records, newest first; returns what could not be removed (an object

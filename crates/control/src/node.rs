@@ -16,11 +16,11 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use dataplane::config::{IfaceConfig, RouteConfig, RouteTarget, VrConfig};
-use dataplane::{RouteOp, RouteSource, RouteTable, Vr, VrAnswer, VrChange};
+use dataplane::{RouteError, RouteOp, RouteSource, RouteTable, Vr, VrAnswer, VrChange};
 use ipnet::IpNet;
 use ports::mem::MemPort;
 use serde_json::{json, Value};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::api::{Command, Route, API_VERSION};
 use crate::build::{self, open_port, vr_in_cell};
@@ -45,6 +45,8 @@ pub struct Node {
     /// VRs to be added with their interfaces down (a migration's destination).
     start_down: Vec<String>,
     next_capture: u64,
+    /// Route sync of each VR with a Linux control plane.
+    syncs: Vec<crate::cpsync::CpSync>,
 }
 
 /// A capture's consumer side.
@@ -127,6 +129,10 @@ impl Node {
     /// Builds `topo`'s host and starts its workers.
     pub fn start(topo: Topology, opts: Options, burst: usize) -> Result<Node, ControlError> {
         let host = build::host(&topo, None, burst)?;
+        // The mirror taps exist now (opening the ports made them): dress them as their VR
+        // interfaces.
+        crate::netns::configure_mirrors(&topo)
+            .map_err(|e| ControlError::Invalid(format!("control plane: {e}")))?;
         let outside = topo
             .ports
             .iter()
@@ -141,6 +147,14 @@ impl Node {
             .collect();
         let tables = topo.vrs.iter().map(|v| v.name.clone()).zip(host.tables).collect();
         let rt = Runtime::start(host.cells, opts)?;
+        let mut syncs = Vec::new();
+        for (v, cfg) in topo.vrs.iter().enumerate() {
+            if let Some(cp) = topo.control_plane(v) {
+                let s = crate::cpsync::CpSync::start(cfg, &cp.netns)
+                    .map_err(|e| ControlError::io("route sync thread", e))?;
+                syncs.push(s);
+            }
+        }
         Ok(Node {
             topo,
             tables,
@@ -153,6 +167,7 @@ impl Node {
             captures: HashMap::new(),
             next_capture: 1,
             start_down: Vec::new(),
+            syncs,
         })
     }
 
@@ -231,8 +246,83 @@ impl Node {
         self.stop_requested
     }
 
+    /// Applies what the VRs' control planes changed in their kernels since the last call
+    /// (see [`crate::cpsync`]), as one batch of route operations per VR, through
+    /// [`Node::route_ops`]. Operations a VR refuses are left out and counted (the rest
+    /// applies). Returns the operations applied. Called by the daemon's control loop.
+    pub fn sync_control_planes(&mut self) -> usize {
+        let mut applied = 0;
+        for i in 0..self.syncs.len() {
+            let mut ops: Vec<RouteOp> = Vec::new();
+            while let Ok(b) = self.syncs[i].rx.try_recv() {
+                if ops.is_empty() {
+                    ops = b;
+                } else {
+                    ops.extend(b);
+                }
+            }
+            if ops.is_empty() {
+                continue;
+            }
+            let vr = self.syncs[i].vr.clone();
+            // A refused operation names its index: leave it out and try the rest again.
+            let mut refused = 0u64;
+            loop {
+                match self.route_ops(&vr, &ops) {
+                    Ok(_) => {
+                        applied += ops.len();
+                        break;
+                    }
+                    Err(ControlError::Route { source, .. }) => {
+                        let index = match source {
+                            RouteError::NotOperable { index, .. }
+                            | RouteError::Exists { index, .. }
+                            | RouteError::Missing { index, .. }
+                            | RouteError::BadTarget { index, .. } => index,
+                            e => {
+                                warn!(vr, error = %e, ops = ops.len(), "control-plane routes not applied");
+                                refused += ops.len() as u64;
+                                break;
+                            }
+                        };
+                        debug!(vr, op = ?ops[index], error = %source, "control-plane route refused");
+                        ops.remove(index);
+                        refused += 1;
+                    }
+                    Err(e) => {
+                        warn!(vr, error = %e, "control-plane routes not applied");
+                        refused += ops.len() as u64;
+                        break;
+                    }
+                }
+            }
+            if refused > 0 {
+                self.syncs[i]
+                    .stats
+                    .refused
+                    .fetch_add(refused, std::sync::atomic::Ordering::Relaxed);
+                warn!(vr, refused, "control-plane routes the VR refused (see debug log)");
+            }
+        }
+        applied
+    }
+
+    /// Route sync counters of VR `vr`, if it has a control plane: operations made, routes
+    /// skipped, listener overruns, operations refused.
+    pub fn sync_stats(&self, vr: &str) -> Option<[u64; 4]> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = &self.syncs.iter().find(|s| s.vr == vr)?.stats;
+        Some([
+            s.ops.load(Relaxed),
+            s.skipped.load(Relaxed),
+            s.overruns.load(Relaxed),
+            s.refused.load(Relaxed),
+        ])
+    }
+
     /// Stops the workers.
-    pub fn stop(self) -> Result<(), ControlError> {
+    pub fn stop(mut self) -> Result<(), ControlError> {
+        self.syncs.clear();
         self.rt.stop()?;
         Ok(())
     }
@@ -466,7 +556,7 @@ impl Node {
                     Some(s) => Some(
                         RouteSource::ALL.into_iter().find(|x| x.name() == s).ok_or_else(|| {
                             ControlError::BadRequest(format!(
-                                "source {s:?}: one of local, connected, static, api, table"
+                                "source {s:?}: one of local, connected, static, api, kernel, table"
                             ))
                         })?,
                     ),
@@ -570,10 +660,23 @@ impl Node {
                     self.vr_change(&vr, VrChange::Mtu(i, m))?;
                     self.topo_vr_mut(&vr).interfaces[i as usize].mtu = m;
                     info!(vr, interface, mtu = m, "interface mtu set");
+                    let cp = self.topo.vr_index(&vr).and_then(|v| self.topo.control_plane(v));
+                    if let Some(cp) = cp {
+                        crate::netns::set_mirror_mtu(&cp.netns, &interface, m).map_err(|e| {
+                            ControlError::State(format!("vr {vr}: mirror of {interface}: {e}"))
+                        })?;
+                    }
                 }
                 if let Some(u) = up {
                     self.vr_change(&vr, VrChange::Up(i, u))?;
                     info!(vr, interface, up = u, "interface set up/down");
+                    // Its mirror follows, so the control plane's daemons see the link change.
+                    let cp = self.topo.vr_index(&vr).and_then(|v| self.topo.control_plane(v));
+                    if let Some(cp) = cp {
+                        crate::netns::set_mirror_up(&cp.netns, &interface, u).map_err(|e| {
+                            ControlError::State(format!("vr {vr}: mirror of {interface}: {e}"))
+                        })?;
+                    }
                 }
                 let addresses = self.vr_config(&vr)?.interfaces[i as usize]
                     .ipv4
@@ -767,6 +870,18 @@ impl Node {
                     let (p4, p6) = t.fib_prefixes();
                     v["routes"] = Value::Object(routes);
                     v["fib"] = json!({ "ipv4": p4, "ipv6": p6, "bytes": t.fib_bytes(), "next_hops": t.next_hops() });
+                }
+                if let (Some([ops, skipped, overruns, refused]), Some(i)) =
+                    (self.sync_stats(&name), self.topo.vr_index(&name))
+                {
+                    let netns = self.topo.control_plane(i).map(|c| c.netns.clone());
+                    v["control_plane"] = json!({
+                        "netns": netns,
+                        "route_ops": ops,
+                        "skipped": skipped,
+                        "overruns": overruns,
+                        "refused": refused,
+                    });
                 }
             }
         }

@@ -48,6 +48,7 @@ fn sections() -> Vec<(&'static str, Vec<String>)> {
         ),
         ("`vrs[].limits`", vec![vr("limits: { zz: 1 }")]),
         ("`vrs[].reservation`", vec![vr("reservation: { zz: 1 }")]),
+        ("`vrs[].control_plane`", vec![vr("control_plane: { kind: linux, zz: 1 }")]),
     ]
 }
 

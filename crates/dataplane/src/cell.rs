@@ -414,6 +414,10 @@ impl Cell {
             self.pcs[p].rx_packets += n as u64;
             self.stages.rx_bursts += 1;
             self.stages.rx_packets += n as u64;
+            if let Some(t) = self.demux.mirror_of(p) {
+                self.inject(w, t, base, n);
+                continue;
+            }
             if let Some((s, m)) = self.member_of[p] {
                 let sw = &mut self.switches[s as usize];
                 sw.forward(m, &mut w.batch, base, n, &mut self.ports, &mut self.pcs, now);
@@ -445,6 +449,34 @@ impl Cell {
             }
         }
         total
+    }
+
+    /// Frames from a Linux mirror interface (`base..base + n` of the worker's batch): out of
+    /// its VR interface's port, counted on that VR (`injected`; a port's refusal as
+    /// `generated_dropped`). They bypass demux and admission: the VR's own control plane
+    /// speaks, and its punts are already bounded.
+    #[cold]
+    fn inject(&mut self, w: &mut Worker, t: Target, base: usize, n: usize) {
+        let v = t.vr as usize;
+        let vr = &mut self.vrs[v];
+        for i in base..base + n {
+            w.meta[i].fate = Fate::Done;
+            if let Some(port) = vr.core.inject(w.batch.get_mut(i), t.iface) {
+                w.info[i] = TxInfo { vr: t.vr, len: w.batch.get(i).len() as u16, transit: false };
+                self.egress.add(port, i as u16);
+            }
+        }
+        let tallies = &mut self.tallies;
+        let tap = tap_of(&mut self.obs);
+        self.egress.flush(
+            &mut self.ports,
+            &mut self.pcs,
+            &mut w.batch,
+            &w.info[..],
+            tap,
+            |t, sent| tallies[t.vr as usize].count(t.transit, t.len, sent),
+        );
+        self.vrs[v].core.counters.add(&std::mem::take(&mut self.tallies[v]));
     }
 
     /// Observed burst, before classification: copies what port `p` received, and marks every
@@ -738,6 +770,43 @@ impl Cell {
         }
     }
 
+    /// Makes port `mirror` (one of this cell's, carrying nothing else) the Linux mirror of VR
+    /// `v`'s interface `iface`: what the VR does not answer itself is punted there, and what
+    /// the mirror sends leaves by the interface. On error nothing changes.
+    pub fn attach_mirror(&mut self, v: usize, iface: u16, mirror: u16) -> Result<(), BuildError> {
+        let Some(vr) = self.vrs.get_mut(v) else {
+            return Err(BuildError(format!("no VR {v} (there are {})", self.vrs.len())));
+        };
+        let Some(f) = vr.core.ifaces.get_mut(iface as usize) else {
+            return Err(BuildError(format!("vr {}: no interface {iface}", vr.name())));
+        };
+        let old = f.mirror.replace(mirror);
+        let checked = demux_of(&self.ports, &self.vrs)
+            .and_then(|d| members_of(&self.ports, &d, &self.switches).map(|m| (d, m)));
+        match checked {
+            Ok((d, m)) => {
+                self.demux = d;
+                self.member_of = m;
+                Ok(())
+            }
+            Err(e) => {
+                self.vrs[v].core.ifaces[iface as usize].mirror = old;
+                Err(e)
+            }
+        }
+    }
+
+    /// Bounds what VR `v` punts to its mirror (see [`Vr::set_punt_limit`]).
+    pub fn set_punt_limit(&mut self, v: usize, per_sec: u32, burst: u32) -> Result<(), BuildError> {
+        match self.vrs.get_mut(v) {
+            Some(vr) => {
+                vr.set_punt_limit(per_sec, burst);
+                Ok(())
+            }
+            None => Err(BuildError(format!("no VR {v} (there are {})", self.vrs.len()))),
+        }
+    }
+
     /// Puts `new` in VR `v`'s place (a new config: interfaces, addresses), keeping the old
     /// one's counters, and its neighbors where the interfaces are the same ([`Vr::inherit`]).
     /// Returns the old VR, or, leaving everything as it was, why the new one does not fit
@@ -746,6 +815,8 @@ impl Cell {
         if v >= self.vrs.len() {
             return Err(BuildError(format!("no VR {v} (there are {})", self.vrs.len())));
         }
+        let mut new = new;
+        new.carry_mirrors(&self.vrs[v]);
         let mut old = std::mem::replace(&mut self.vrs[v], new);
         match demux_of(&self.ports, &self.vrs) {
             Ok(d) => self.demux = d,
@@ -912,6 +983,19 @@ fn demux_of(ports: &[Box<dyn Port>], vrs: &[Vr]) -> Result<Demux, BuildError> {
             let v6: Vec<_> = f.v6.iter().map(|n| n.addr()).chain([f.ll]).collect();
             let t = Target { vr: v as u16, iface: i as u16 };
             let (port, vlan) = (f.port as usize, f.vlan.unwrap_or(0));
+            if let Some(m) = f.mirror {
+                if m as usize >= ports.len() {
+                    return Err(BuildError(format!(
+                        "vr {} interface {}: mirror port {m}, but there are {} ports",
+                        vr.name(),
+                        f.name,
+                        ports.len()
+                    )));
+                }
+                demux.add_mirror(m as usize, port, vlan, t).map_err(
+                    |e| BuildError(format!("vr {} interface {}: {e}", vr.name(), f.name)),
+                )?;
+            }
             if let Err(c) = demux.add(port, vlan, f.mac, &v4, &v6, t) {
                 let (old, what) = match c {
                     Conflict::Mac(old) => (old, format!("MAC {}", f.mac)),

@@ -120,7 +120,8 @@ reasons! {
         /// UDP to one of the VR's own addresses (ICMP port unreachable sent).
         LocalPortUnreachable = "local_port_unreachable",
         /// Other traffic to the VR's own addresses that it does not serve (TCP, unknown
-        /// protocols): a later issue punts it to a Linux control-plane shadow.
+        /// protocols), on an interface without a Linux control-plane mirror (with one, it is
+        /// punted there).
         LocalUnsupported = "local_unsupported",
         /// A malformed fragment addressed to the VR: not the last, yet its data is empty or
         /// not a multiple of 8 bytes (RFC 791, RFC 8200 §4.5); or, IPv6, reaching past 65535
@@ -153,6 +154,9 @@ reasons! {
         /// waited for a neighbor on an interface taken down, or on one whose port's link went
         /// down or came back).
         InterfaceDown = "interface_down",
+        /// Would have been punted to the VR's Linux control-plane mirror, but the VR had spent
+        /// its punt budget (`punt_per_sec`): a flood aimed at the VR cannot starve forwarding.
+        PuntRateLimited = "punt_rate_limited",
     }
 }
 
@@ -208,6 +212,13 @@ pub struct VrCounters {
     /// no route back, neighbor failure or a full ring. Not in `drops`, which count received
     /// packets only.
     pub generated_dropped: u64,
+    /// Of `local_in`: packets for the VR itself handed to its Linux control-plane mirror (TCP/UDP to its
+    /// addresses, OSPF and other protocols, link-local multicast, ICMP it does not answer,
+    /// ARP replies and neighbor advertisements, which the mirror's kernel learns from).
+    pub punted: u64,
+    /// Frames the mirror's kernel sent out of a mirror interface, sent out of the VR
+    /// interface's port.
+    pub injected: u64,
     /// Drops by [`Drop`] reason.
     pub drops: [u64; Drop::COUNT],
 }
@@ -255,6 +266,8 @@ impl Default for VrCounters {
             queued: 0,
             fragments_sent: 0,
             generated_dropped: 0,
+            punted: 0,
+            injected: 0,
             drops: [0; Drop::COUNT],
         }
     }
@@ -305,6 +318,8 @@ impl VrCounters {
             ("queued", self.queued),
             ("fragments_sent", self.fragments_sent),
             ("generated_dropped", self.generated_dropped),
+            ("punted", self.punted),
+            ("injected", self.injected),
         ];
         v.extend(Drop::ALL.iter().map(|&r| (r.name(), self.drops[r as usize])));
         v

@@ -53,6 +53,11 @@ struct PortTable {
     /// (VLAN, network, mask, interface) of every interface's subnets, for announcements.
     nets4: Vec<(u16, u32, u32, Target)>,
     nets6: Vec<(u16, u128, u128, Target)>,
+    /// Per VLAN: the interface with a Linux mirror that link-local multicast (224.0.0.0/24,
+    /// ff02::/16) on this segment goes to.
+    mcast: FxHashMap<u16, Target>,
+    /// This port is the Linux mirror of that interface: what arrives on it is injected.
+    mirror_of: Option<Target>,
 }
 
 /// fe80::/64, the link-local subnet every interface has.
@@ -132,9 +137,34 @@ impl Demux {
         p.nets6.push((vlan, LINK_LOCAL.0, LINK_LOCAL.1, t));
     }
 
-    /// Whether any VR interface sits on `port`.
+    /// Whether any VR interface, or a mirror, sits on `port`.
     pub fn has_port(&self, port: usize) -> bool {
-        self.ports.get(port).is_some_and(|p| !p.unicast.is_empty())
+        self.ports.get(port).is_some_and(|p| !p.unicast.is_empty() || p.mirror_of.is_some())
+    }
+
+    /// Registers `mirror` as the Linux mirror port of interface `t`, which is on `port` in
+    /// VLAN `vlan`: link-local multicast on that segment goes to `t` (the first interface
+    /// registered for a segment: frames are never duplicated). Refuses a mirror port that
+    /// carries anything else.
+    pub fn add_mirror(
+        &mut self,
+        mirror: usize,
+        port: usize,
+        vlan: u16,
+        t: Target,
+    ) -> Result<(), String> {
+        if mirror == port || self.has_port(mirror) {
+            return Err(format!("mirror port {mirror} already carries an interface or a mirror"));
+        }
+        self.ports[mirror].mirror_of = Some(t);
+        self.ports[port].mcast.entry(vlan).or_insert(t);
+        Ok(())
+    }
+
+    /// The interface whose mirror `port` is, if it is one.
+    #[inline]
+    pub fn mirror_of(&self, port: usize) -> Option<Target> {
+        self.ports[port].mirror_of
     }
 
     /// Classifies one frame received on `port`. `last` remembers the previous unicast hit:
@@ -171,14 +201,28 @@ impl Demux {
         } else if h.dst.0[..3] == [0x33, 0x33, 0xff] && h.ethertype == ethertype::IPV6 {
             ns_target(f, h.l3).and_then(|a| p.nd.get(&(h.vlan, a)).copied())
         } else if h.dst.0 == ALL_NODES_MAC && h.ethertype == ethertype::IPV6 {
+            // An announcement goes to the interface whose subnet holds its target (the VR
+            // learns from it, then copies it to its mirror); anything else to all nodes is
+            // link-local control traffic for a mirror.
             let a = na_target(f, h.l3);
             a.and_then(|a| p.nets6.iter().find(|n| n.0 == h.vlan && a & n.2 == n.1).map(|n| n.3))
+                .or_else(|| p.mcast.get(&h.vlan).copied())
+        } else if link_local_group(h.dst) {
+            p.mcast.get(&h.vlan).copied()
         } else {
             None
         };
         let target = target.ok_or(PortDrop::NotForUs)?;
         Ok(Class { target, l3: h.l3 as u16, ethertype: h.ethertype })
     }
+}
+
+/// Whether `mac` is the group of 224.0.0.0/24 (01:00:5e:00:00:xx) or of an IPv6 multicast
+/// address (33:33:...): link-local control traffic a Linux mirror may want.
+#[inline]
+fn link_local_group(mac: MacAddr) -> bool {
+    let m = mac.0;
+    m[..5] == [0x01, 0x00, 0x5e, 0x00, 0x00] || m[..2] == [0x33, 0x33]
 }
 
 /// The target protocol address of an Ethernet/IPv4 ARP packet.

@@ -50,7 +50,8 @@ pub use switch::{
 };
 pub use vr::{
     interface_link_local, restorable, Adj, BuildError, NeighborRow, NeighborState,
-    RestoredNeighbor, RestoredState, Vr, VrAnswer, VrChange,
+    RestoredNeighbor, RestoredState, Vr, VrAnswer, VrChange, DEFAULT_PUNT_BURST,
+    DEFAULT_PUNT_PER_SEC,
 };
 pub use vr::NeighborShare;
 pub use worker::{Clock, Worker};

@@ -36,17 +36,21 @@ pub enum RouteSource {
     Static,
     /// Routes added through the control API.
     Api,
+    /// Routes the kernel of the VR's Linux control-plane mirror holds (put there by its
+    /// routing daemons), synced from netlink.
+    Kernel,
     /// Bulk tables of the topology file (`tables:`).
     Table,
 }
 
 impl RouteSource {
     /// Every source, best first.
-    pub const ALL: [RouteSource; 5] = [
+    pub const ALL: [RouteSource; 6] = [
         RouteSource::Local,
         RouteSource::Connected,
         RouteSource::Static,
         RouteSource::Api,
+        RouteSource::Kernel,
         RouteSource::Table,
     ];
 
@@ -57,6 +61,7 @@ impl RouteSource {
             RouteSource::Connected => "connected",
             RouteSource::Static => "static",
             RouteSource::Api => "api",
+            RouteSource::Kernel => "kernel",
             RouteSource::Table => "table",
         }
     }

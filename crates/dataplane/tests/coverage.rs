@@ -13,6 +13,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("multi_vr.rs", include_str!("multi_vr.rs")),
     ("reservation.rs", include_str!("reservation.rs")),
     ("rfc.rs", include_str!("rfc.rs")),
+    ("punt.rs", include_str!("punt.rs")),
 ];
 
 /// The test (file, function) that covers each VR drop reason.
@@ -60,6 +61,7 @@ fn vr_test(d: Drop) -> (&'static str, &'static str) {
         Drop::NdpInvalid => ("neighbors.rs", "invalid_neighbor_discovery_is_dropped"),
         Drop::TxFull => ("drops.rs", "tx_full"),
         Drop::InterfaceDown => ("drops.rs", "interface_down"),
+        Drop::PuntRateLimited => ("punt.rs", "punt_rate_limited"),
     }
 }
 

@@ -544,10 +544,15 @@ fn no_panic_on_garbage() {
         invariant(v.counters(), 0).unwrap();
     }
     // The garbage reached every stage: most reasons were hit. Reservations and batch limits
-    // (none set here) and interfaces taken down are about configuration, not packet contents.
+    // (none set here), interfaces taken down and punt limits (no mirror here) are about
+    // configuration, not packet contents.
     let total = |r: Drop| lab.e.vrs().iter().map(|v| v.counters().dropped(r)).sum::<u64>();
-    let content =
-        |r: &&Drop| !matches!(r, Drop::OverBudget | Drop::BatchLimit | Drop::InterfaceDown);
+    let content = |r: &&Drop| {
+        !matches!(
+            r,
+            Drop::OverBudget | Drop::BatchLimit | Drop::InterfaceDown | Drop::PuntRateLimited
+        )
+    };
     let hit: Vec<&str> =
         Drop::ALL.iter().filter(content).filter(|&&r| total(r) > 0).map(|r| r.name()).collect();
     let missed: Vec<&str> =
@@ -557,7 +562,7 @@ fn no_panic_on_garbage() {
         .filter(|&&r| (0..2).any(|p| lab.e.port_counters(p).dropped(r) > 0))
         .count();
     assert!(work.len() >= 100_000);
-    assert!(hit.len() >= Drop::COUNT - 5, "only {} drop reasons hit; missed {missed:?}", hit.len());
+    assert!(missed.len() <= 2, "only {} drop reasons hit; missed {missed:?}", hit.len());
     assert_eq!(port_hit, PortDrop::COUNT);
     eprintln!("{} frames ({truncations} truncations) in {polls} bursts; {} out; drop reasons missed: {missed:?}", work.len(), out[0] + out[1]);
 }

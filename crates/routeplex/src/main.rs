@@ -2,6 +2,7 @@
 
 mod alloc_count;
 mod bench;
+mod bench_cp;
 mod bench_idle;
 mod bench_pvr;
 mod bench_routes;
@@ -273,6 +274,10 @@ enum BenchCmd {
     Pipeline(bench::PipelineArgs),
     /// Route updates applied through control while a VR with a full table forwards.
     Routes(bench_routes::Args),
+    /// A full BGP table into a VR through BIRD in its Linux control plane, while it forwards,
+    /// against the same table into a plain Linux namespace (root).
+    #[command(name = "control-plane")]
+    ControlPlane(bench_cp::Args),
     /// The learning switch through memif, a separate process (VALE's Figs 6, 8, 9, 10).
     Switch(bench_switch::Args),
     /// The learning switch between vhost-user ports driven by DPDK virtio_user, beside the
@@ -379,6 +384,7 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Fib(a)) => bench::fib(a),
         Cmd::Bench(BenchCmd::Pipeline(a)) => bench::pipeline(a),
         Cmd::Bench(BenchCmd::Routes(a)) => bench_routes::run(a),
+        Cmd::Bench(BenchCmd::ControlPlane(a)) => bench_cp::run(a),
         Cmd::Bench(BenchCmd::Switch(a)) => bench_switch::run(a),
         Cmd::Bench(BenchCmd::Vhost(a)) => bench_vhost::run(a),
         Cmd::Bench(BenchCmd::Idle(a)) => bench_idle::run(a),

@@ -111,7 +111,11 @@ pub fn render(s: &Value) -> String {
             thousands(num(&c["rx_packets"])),
             thousands(num(&c["forwarded"])),
             thousands(dropped),
-            thousands(routes),
+            // Routes a control plane's daemons made, apart: the rest follow the topology.
+            match num(&v["routes"]["kernel"]) {
+                0 => thousands(routes),
+                k => format!("{} (kernel {})", thousands(routes), thousands(k)),
+            },
             if fib.is_null() { "-".into() } else { bytes(num(&fib["bytes"])) },
             format!("{}/{}", num(&n["used"]), num(&n["size"])),
             top.map(|(k, n)| format!("{k} {}", thousands(n))).unwrap_or_else(|| "-".into()),
@@ -221,6 +225,11 @@ mod tests {
         let h2 = t.lines().find(|l| l.starts_with("sw ") && l.contains("h2")).unwrap();
         assert!(h2.contains(" 9 ") && h2.contains("tx_full 7"), "{t}");
         assert!(!t.contains("replicated vr"), "no replicated VR, no table: {t}");
+        assert!(a.contains(" 3 "), "{t}");
+        let mut s = s;
+        s["vrs"][0]["routes"]["kernel"] = serde_json::json!(1200);
+        let t = render(&s);
+        assert!(t.contains("1,203 (kernel 1,200)"), "{t}");
     }
 
     #[test]

@@ -457,6 +457,12 @@ fn every_field() -> TopologyDoc {
                 weight: Some(1),
             }),
             replicas: Some(1),
+            control_plane: Some(ControlPlaneDoc {
+                kind: s("linux"),
+                netns: Some(s("n")),
+                punt_per_sec: Some(1),
+                punt_burst: Some(1),
+            }),
         }],
     }
 }
@@ -498,6 +504,11 @@ fn the_model_has_exactly_the_keys_the_parser_accepts() {
         ),
         ("limits", vr["limits"].clone(), vr_probe("limits: { zz: 1 }")),
         ("reservation", vr["reservation"].clone(), vr_probe("reservation: { zz: 1 }")),
+        (
+            "control_plane",
+            vr["control_plane"].clone(),
+            vr_probe("control_plane: { kind: linux, zz: 1 }"),
+        ),
     ];
     for (section, model, probe) in sections {
         assert_eq!(

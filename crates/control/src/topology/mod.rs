@@ -93,6 +93,9 @@
 //!       icmp_errors_per_sec: 1000
 //!     worker: 1               # optional: the worker (0-based) it runs on; default: placed
 //!                             # automatically, balancing VRs across workers
+//!     control_plane: linux    # optional: a Linux namespace mirroring the VR, for routing
+//!                             # daemons (or { kind: linux, netns, punt_per_sec, punt_burst };
+//!                             # see cp.rs and docs/control-plane.md)
 //!     batch: 64               # optional 1..=256: packets it processes per burst; the rest of
 //!                             # its share of a burst is dropped (batch_limit)
 //!     reservation:            # optional: a budget per period (seed 000 §3.4); once spent, its
@@ -143,6 +146,7 @@
 //! `Host::port` plus a [`PortKind`] variant, which the compiler then asks every user of
 //! `PortKind` to handle. Whatever must be unique across the host lives in `Host`.
 
+mod cp;
 mod error;
 mod hosts;
 mod run;
@@ -163,6 +167,7 @@ use dataplane::config::{PortId, VrConfig};
 use dataplane::SwitchConfig;
 use wire::MacAddr;
 
+pub use cp::ControlPlaneSpec;
 pub use error::{ErrorKind, TopologyError};
 pub use hosts::{HostSpec, HOST_IFNAME};
 pub use run::{
@@ -196,6 +201,9 @@ pub struct Topology {
     pub migration: Option<run::MigrationConfig>,
     /// How each VR runs (worker, reservation, batch limit): `schedule[i]` is `vrs[i]`'s.
     pub schedule: Vec<VrSchedule>,
+    /// Each VR's Linux control-plane mirror (`control_plane:`), if it has one:
+    /// `control_planes[i]` is `vrs[i]`'s (empty when no VR has one).
+    pub control_planes: Vec<Option<ControlPlaneSpec>>,
 }
 
 /// One port of the host.
@@ -304,6 +312,16 @@ pub enum PortKind {
         /// The interface name.
         ifname: String,
     },
+    /// The tap in a VR's control-plane namespace that mirrors one of its interfaces (made for
+    /// `control_plane:`, named after the interface): what the VR punts arrives there, what the
+    /// namespace sends there leaves by the interface.
+    Mirror {
+        /// The namespace.
+        netns: String,
+        /// The VR (index into [`Topology::vrs`]) and its interface.
+        vr: usize,
+        iface: u16,
+    },
 }
 
 /// Keys of the top-level mapping.
@@ -383,12 +401,52 @@ impl Topology {
             }
             let (mut vrs, mut schedule, mut worker_vs) = (Vec::new(), Vec::new(), Vec::new());
             let mut replica_vs = Vec::new();
+            let mut control_planes = Vec::new();
+            let mut cp_netns: HashMap<String, usize> = HashMap::new();
             for v in top.list("vrs")? {
-                vrs.push(vr::vr(&v, &mut host, base_dir)?);
+                let cfg = vr::vr(&v, &mut host, base_dir)?;
+                let cp = match v.mapping()?.get("control_plane") {
+                    Some(cv) => {
+                        let spec = cp::control_plane(&cv, &cfg, &v)?;
+                        if host.host_ids.contains_key(&spec.netns) {
+                            return Err(cv.bad(
+                                &spec.netns,
+                                format_args!("namespace {:?} is a host's", spec.netns),
+                            ));
+                        }
+                        if let Some(line) = cp_netns.insert(spec.netns.clone(), cv.line()) {
+                            return Err(cv.bad(
+                                &spec.netns,
+                                format_args!(
+                                    "namespace {:?} is another VR's control plane (line {line})",
+                                    spec.netns
+                                ),
+                            ));
+                        }
+                        Some(spec)
+                    }
+                    None => None,
+                };
+                control_planes.push(cp);
+                vrs.push(cfg);
                 let (s, wv) = run::schedule(&v, &workers)?;
                 schedule.push(s);
                 worker_vs.push(wv);
                 replica_vs.push(v.mapping()?.get("replicas"));
+            }
+            // One mirror port per interface of a VR with a control plane, after every other.
+            for (v, cp) in control_planes.iter().enumerate() {
+                let Some(cp) = cp else { continue };
+                for (i, f) in vrs[v].interfaces.iter().enumerate() {
+                    host.specs.push(PortSpec {
+                        name: format!("{}/{}/{}", cp.netns, vrs[v].name, f.name),
+                        kind: PortKind::Mirror { netns: cp.netns.clone(), vr: v, iface: i as u16 },
+                        burst: None,
+                    });
+                }
+            }
+            if control_planes.iter().all(Option::is_none) {
+                control_planes.clear();
             }
             let Host { specs: ports, switches, .. } = host;
             let plans = run::cells(&ports, &vrs, &switches);
@@ -405,6 +463,7 @@ impl Topology {
                 metrics,
                 migration,
                 schedule,
+                control_planes,
             })
         };
         build().map_err(|e| e.in_file(source))
@@ -418,6 +477,11 @@ impl Topology {
     /// The cells: what must run on one worker together (see `run.rs`).
     pub fn cells(&self) -> Vec<CellPlan> {
         run::cells(&self.ports, &self.vrs, &self.switches)
+    }
+
+    /// VR `v`'s control plane, if it has one.
+    pub fn control_plane(&self, v: usize) -> Option<&ControlPlaneSpec> {
+        self.control_planes.get(v).and_then(Option::as_ref)
     }
 
     /// Index of the VR called `name`.

@@ -426,6 +426,11 @@ pub fn cells(ports: &[PortSpec], vrs: &[VrConfig], switches: &[SwitchConfig]) ->
             join(&mut uf, usize::from(w[0].port), usize::from(w[1].port));
         }
     }
+    for (i, p) in ports.iter().enumerate() {
+        if let PortKind::Mirror { vr, iface, .. } = p.kind {
+            join(&mut uf, i, usize::from(vrs[vr].interfaces[usize::from(iface)].port));
+        }
+    }
     for sw in switches {
         for w in sw.members.windows(2) {
             join(&mut uf, usize::from(w[0].port), usize::from(w[1].port));

@@ -65,6 +65,16 @@ pub(super) fn summary(t: &Topology) -> String {
                     v.queues
                 ),
             ),
+            PortKind::Mirror { netns, vr, iface } => (
+                "mirror",
+                format!(
+                    "tap {} in namespace {netns}",
+                    t.vrs
+                        .get(*vr)
+                        .and_then(|v| v.interfaces.get(usize::from(*iface)))
+                        .map_or("?", |f| f.name.as_str())
+                ),
+            ),
             &PortKind::Link { peer } => (
                 "link",
                 format!("to {}", t.ports.get(usize::from(peer)).map_or("?", |p| p.name.as_str())),

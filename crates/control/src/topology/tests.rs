@@ -142,7 +142,7 @@ fn unknown_keys_are_rejected_with_the_allowed_ones() {
         (9, "route"),
         "vrs[0].route",
         Some("route"),
-        "unknown key \"route\" (allowed: name, interfaces, routes, neighbors, tables, limits, worker, reservation, batch, replicas)",
+        "unknown key \"route\" (allowed: name, interfaces, routes, neighbors, tables, limits, worker, reservation, batch, replicas, control_plane)",
     );
 }
 

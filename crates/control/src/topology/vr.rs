@@ -25,6 +25,7 @@ const VR_KEYS: &[&str] = &[
     "reservation",
     "batch",
     "replicas",
+    "control_plane",
 ];
 const IFACE_KEYS: &[&str] = &["name", "port", "switch", "vlan", "mac", "mtu", "addresses"];
 const ROUTE_KEYS: &[&str] = &["prefix", "via", "interface", "blackhole"];

@@ -48,10 +48,15 @@ impl Core {
             }
             return self.drop(Drop::ArpNotForUs);
         }
-        self.counters.local_in += 1;
         if op == arp::OP_REPLY {
+            // The mirror's kernel learns its neighbors from the replies its own requests drew.
+            if let Some(f) = self.punt(buf, m, now) {
+                return f;
+            }
+            self.counters.local_in += 1;
             return Fate::Done;
         }
+        self.counters.local_in += 1;
         let l3 = l2::write(buf, l3, vlan, sha, mac, ARP_ETH);
         let mut r = arp::Packet::new_unchecked(&mut buf.frame_mut()[l3..l3 + arp::LEN]);
         r.set_operation(arp::OP_REPLY);

@@ -64,6 +64,14 @@ impl Core {
         let flagged = FIRST_OCTET[(src >> 24) as usize] | FIRST_OCTET[(dst >> 24) as usize];
         if flagged != FIRST_OCTET_OK || self.own.contains(NKey::v4(0, src).ip) {
             if let Some(r) = self.martian4(src, dst) {
+                // Link-local multicast (224.0.0.0/24: OSPF, VRRP, RIP...) is control traffic.
+                if r == Drop::IpMulticast && dst >> 8 == 0xe0_00_00 {
+                    buf.set_len(l3 + total);
+                    let m = Meta { l3: l3 as u16, ethertype: wire::ethertype::IPV4, ..*m };
+                    if let Some(f) = self.punt(buf, &m, now) {
+                        return Ingress::Done(f);
+                    }
+                }
                 return Ingress::Done(self.drop(r));
             }
         }
@@ -216,7 +224,14 @@ impl Core {
         if ip.more_frags() || ip.frag_offset() != 0 {
             return self.reassemble4(buf, m, now);
         }
-        match ip.protocol() {
+        let proto = ip.protocol();
+        if proto != ip_proto::ICMP {
+            if let Some(f) = self.punt(buf, m, now) {
+                return f;
+            }
+        }
+        let ip = ipv4::Packet::new_unchecked(&buf.frame()[l3..]);
+        match proto {
             ip_proto::ICMP => {
                 let icmp = ip.payload();
                 if icmp.len() < icmpv4::HEADER_LEN || checksum::data(icmp) != 0xffff {
@@ -225,7 +240,7 @@ impl Core {
                 if icmp[0] == icmpv4::ECHO_REQUEST && icmp[1] == 0 {
                     return self.echo4(buf, l3, now);
                 }
-                self.drop(Drop::IcmpNotHandled)
+                self.punt(buf, m, now).unwrap_or_else(|| self.drop(Drop::IcmpNotHandled))
             }
             ip_proto::UDP => {
                 let (t, c) = (icmpv4::DEST_UNREACHABLE, icmpv4::PORT_UNREACHABLE);

@@ -66,6 +66,13 @@ impl Core {
             if our_group(dst) && nh == ip_proto::ICMPV6 {
                 return Ingress::Done(self.local6(buf, m, now));
             }
+            // Link-local multicast (ff02::/16: OSPFv3, MLD, router discovery...) is control
+            // traffic.
+            if dst >> 112 == 0xff02 {
+                if let Some(f) = self.punt(buf, m, now) {
+                    return Ingress::Done(f);
+                }
+            }
             return Ingress::Done(self.drop(Drop::IpMulticast));
         }
         if is_multicast(src) || never_routed(src) || self.own.contains(src) {
@@ -155,6 +162,11 @@ impl Core {
         }
         let (src, dst, hl) = (ip.src_addr(), ip.dst_addr(), ip.hop_limit());
         let multicast = is_multicast(dst.into());
+        if ul.protocol != ip_proto::ICMPV6 {
+            if let Some(f) = self.punt(buf, m, now) {
+                return f;
+            }
+        }
         match ul.protocol {
             ip_proto::ICMPV6 => {
                 let body = &buf.frame()[l3 + ul.offset..];
@@ -168,7 +180,7 @@ impl Core {
                     }
                     (icmpv6::NEIGHBOR_SOLICIT, _) => self.solicit(buf, m, ul.offset, hl, now),
                     (icmpv6::NEIGHBOR_ADVERT, _) => self.advert(buf, m, ul.offset, hl, now),
-                    _ => self.drop(Drop::IcmpNotHandled),
+                    _ => self.punt(buf, m, now).unwrap_or_else(|| self.drop(Drop::IcmpNotHandled)),
                 }
             }
             ip_proto::UDP if !multicast => {
@@ -425,6 +437,11 @@ impl Core {
             let create = solicited && self.neigh.probed_recently(key, now);
             let how = Learn { create, replace: na.override_flag(), confirmed: solicited };
             self.learn(key, ll, how, now);
+        }
+        // The mirror's kernel learns its neighbors from the advertisements its own
+        // solicitations drew.
+        if let Some(f) = self.punt(buf, m, now) {
+            return f;
         }
         self.counters.local_in += 1;
         Fate::Done

@@ -129,6 +129,9 @@ pub(crate) struct Iface {
     /// Administratively up: when down, what arrives on it or would leave by it is dropped
     /// (`interface_down`).
     pub up: bool,
+    /// The port of its Linux control-plane mirror interface, if the VR has one: packets for
+    /// the VR that the data plane does not answer go there (see [`Core::punt`]).
+    pub mirror: Option<PortId>,
 }
 
 impl Iface {
@@ -201,6 +204,13 @@ struct Bucket {
 
 const TOKEN: u64 = 1_000_000_000;
 
+/// Packets per second a VR may punt to its Linux mirror by default: a full BGP table in
+/// 1448-byte TCP segments is a few tens of thousands of segments, so a session converges in
+/// seconds, while a flood at the VR costs the worker no more than this many tap writes.
+pub const DEFAULT_PUNT_PER_SEC: u32 = 20_000;
+/// Burst of that token bucket.
+pub const DEFAULT_PUNT_BURST: u32 = 2_000;
+
 impl Bucket {
     fn new(rate: u32, burst: u32) -> Bucket {
         let cap = burst as u64 * TOKEN;
@@ -248,6 +258,8 @@ pub(crate) struct Core {
     spill: Vec<PktBuf>,
     spill_port: [PortId; SPILL],
     spill_n: usize,
+    /// Packets punted to the Linux mirror ([`Vr::set_punt_limit`]).
+    punt_bucket: Bucket,
     ident: u16,
     /// FIB generations (IPv4, IPv6) the last batch looked up in.
     seen: (u64, u64),
@@ -421,6 +433,21 @@ impl Vr {
         }
     }
 
+    /// Keeps `old`'s Linux mirrors (and punt limit) for the interfaces it has by the same
+    /// name on the same port: a VR rebuilt with a new config goes on punting to them.
+    pub(crate) fn carry_mirrors(&mut self, old: &Vr) {
+        let (n, o) = (&mut self.core, &old.core);
+        for f in &mut n.ifaces {
+            if let Some(m) = o.ifaces.iter().find(|g| g.name == f.name && g.port == f.port) {
+                f.mirror = f.mirror.or(m.mirror);
+            }
+        }
+        if o.ifaces.iter().any(|f| f.mirror.is_some()) {
+            n.punt_bucket.rate = o.punt_bucket.rate;
+            n.punt_bucket.cap = o.punt_bucket.cap;
+        }
+    }
+
     /// The link of `port` went down or came back (the cell saw its status change): neighbors
     /// learned on the VR's interfaces there may be gone or have new MACs (a peer re-created),
     /// and entries that failed meanwhile would hold resolution back. They are forgotten, and
@@ -432,6 +459,18 @@ impl Vr {
                 c.flush_neighbors(Some(i as IfaceId), Drop::InterfaceDown);
             }
         }
+    }
+
+    /// Bounds what the VR punts to its Linux mirror: `per_sec` packets a second (token bucket
+    /// rate; 0 punts nothing), `burst` deep. Beyond it, punts are dropped
+    /// (`punt_rate_limited`).
+    pub fn set_punt_limit(&mut self, per_sec: u32, burst: u32) {
+        self.core.punt_bucket = Bucket::new(per_sec, burst);
+    }
+
+    /// Interface `iface`'s mirror port, if it has one.
+    pub fn mirror(&self, iface: IfaceId) -> Option<PortId> {
+        self.core.ifaces.get(iface as usize).and_then(|f| f.mirror)
     }
 
     /// Its interfaces' names, MTUs and whether they are up, in configuration order.
@@ -655,6 +694,7 @@ impl Core {
                 v6: i.ipv6.clone(),
                 ll: link_local(i.mac),
                 up: true,
+                mirror: None,
             })
             .collect();
         for f in &ifaces {
@@ -713,6 +753,7 @@ impl Core {
             spill: (0..SPILL).map(|_| PktBuf::new()).collect(),
             spill_port: [0; SPILL],
             spill_n: 0,
+            punt_bucket: Bucket::new(DEFAULT_PUNT_PER_SEC, DEFAULT_PUNT_BURST),
             ident: 0,
             seen: (0, 0),
             counters: VrCounters::default(),
@@ -985,6 +1026,46 @@ impl Core {
             self.counters.icmp_errors_suppressed += 1;
             false
         }
+    }
+
+    /// Hands a packet for the VR itself to the receiving interface's Linux mirror, unchanged
+    /// but for its VLAN tag (the mirror interface is untagged), within the punt budget.
+    /// `None` when the interface has no mirror: the caller then does what a VR without a
+    /// control plane does.
+    pub(super) fn punt(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Option<Fate> {
+        let port = self.ifaces[m.iface as usize].mirror?;
+        if !self.punt_bucket.take(now) {
+            return Some(self.drop(Drop::PuntRateLimited));
+        }
+        let l3 = m.l3 as usize;
+        if l3 != l2::ETH_LEN {
+            let f = buf.frame();
+            let (dst, src) = (MacAddr::from_bytes(f), MacAddr::from_bytes(&f[6..12]));
+            l2::write(buf, l3, None, dst, src, m.ethertype);
+        }
+        // Punted packets are delivered to the VR: they count in `local_in` too.
+        self.counters.local_in += 1;
+        self.counters.punted += 1;
+        Some(Fate::Tx { port, transit: false })
+    }
+
+    /// A frame the mirror's kernel sent out of interface `iface`'s mirror: given the
+    /// interface's VLAN tag and MAC as source, it leaves by the interface's port. `None` (and
+    /// counted) when the interface is down or the frame is shorter than an Ethernet header.
+    pub(crate) fn inject(&mut self, buf: &mut PktBuf, iface: IfaceId) -> Option<PortId> {
+        let Some(h) = l2::parse(buf.frame()) else {
+            self.counters.generated_dropped += 1;
+            return None;
+        };
+        let f = &self.ifaces[iface as usize];
+        if !f.up {
+            self.counters.generated_dropped += 1;
+            return None;
+        }
+        let (port, vlan, mac) = (f.port, f.vlan, f.mac);
+        l2::write(buf, h.l3, vlan, h.dst, mac, h.ethertype);
+        self.counters.injected += 1;
+        Some(port)
     }
 
     fn next_ident(&mut self) -> u16 {

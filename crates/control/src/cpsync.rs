@@ -1,0 +1,335 @@
+//! Route sync from a VR's Linux control-plane mirror into the VR: one thread per VR with a
+//! `control_plane`, off the workers, follows the mirror namespace's kernel routes
+//! ([`crate::rtsync::RouteSync`]) and turns them into route operations of source `kernel`,
+//! which the [`crate::Node`] applies through the same path as the API's (`route_ops`).
+//!
+//! Contract: only table main (254) routes that the kernel did not make for an address
+//! (protocol other than `kernel`, 2) are synced — the VR has its connected and local routes
+//! from its own interfaces. A next hop's interface must be one of the VR's (the mirror taps
+//! carry their names); a route through anything else (`lo`, a dummy) is left out, and so is
+//! one the VR refuses (a gateway of the wrong family, off-link): both are counted. Blackhole,
+//! unreachable and prohibit routes become blackholes. Of an ECMP route the data plane uses the
+//! first next hop (it has no multipath adjacency yet). After an overrun the listener re-dumps
+//! and the thread replaces the source's routes wholesale (mark and sweep), so the VR never
+//! silently diverges from the namespace.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use dataplane::config::{IfaceId, RouteConfig, RouteTarget, VrConfig};
+use dataplane::{RouteOp, RouteSource};
+use ipnet::IpNet;
+use tracing::{info, warn};
+
+use crate::rtsync::{KernelRoute, KernelRouteKind, RouteSync, SyncEvent};
+
+/// Table main.
+const RT_TABLE_MAIN: u32 = 254;
+/// Routes the kernel makes for addresses (connected, local).
+const RTPROT_KERNEL: u8 = 2;
+/// Receive buffer of the listener's socket: a full BGP table arrives in bursts.
+const RCVBUF: usize = 64 << 20;
+/// Batches of operations waiting for the node; the listener blocks when they are not taken
+/// (and the kernel socket then overruns, which a re-dump repairs).
+const QUEUE: usize = 256;
+/// How long the thread naps when nothing waits.
+const NAP: Duration = Duration::from_millis(5);
+
+/// Maps kernel routes to route operations, remembering which prefixes the VR holds from this
+/// source.
+pub struct Mapper {
+    ifaces: HashMap<String, IfaceId>,
+    known: HashSet<IpNet>,
+    /// Routes left out: through an interface that is not the VR's.
+    pub skipped: u64,
+}
+
+impl Mapper {
+    /// A mapper for VR `cfg`, holding nothing yet.
+    pub fn new(cfg: &VrConfig) -> Mapper {
+        let ifaces = cfg
+            .interfaces
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.name.clone(), i as IfaceId))
+            .collect();
+        Mapper { ifaces, known: HashSet::new(), skipped: 0 }
+    }
+
+    /// The VR's route for kernel route `r`, if it has one (see the module doc).
+    fn route(&mut self, r: &KernelRoute) -> Option<RouteConfig> {
+        if r.table != RT_TABLE_MAIN || r.protocol == RTPROT_KERNEL {
+            return None;
+        }
+        let target = match &r.kind {
+            KernelRouteKind::Unicast(hops) => {
+                let h = hops.first()?;
+                let Some(&iface) = self.ifaces.get(&h.ifname) else {
+                    self.skipped += 1;
+                    return None;
+                };
+                match h.gateway {
+                    Some(gateway) => RouteTarget::Via { gateway, iface: Some(iface) },
+                    None => RouteTarget::Iface(iface),
+                }
+            }
+            KernelRouteKind::Blackhole
+            | KernelRouteKind::Unreachable
+            | KernelRouteKind::Prohibit => RouteTarget::Blackhole,
+        };
+        Some(RouteConfig { prefix: r.prefix.trunc(), target, source: RouteSource::Kernel })
+    }
+
+    /// The operations that bring the VR from what it holds to what `events` say, one per
+    /// prefix touched (a prefix added then deleted in one batch is one delete, or nothing).
+    pub fn ops(&mut self, events: Vec<SyncEvent>) -> Vec<RouteOp> {
+        let mut want: BTreeMap<IpNet, Option<RouteConfig>> = BTreeMap::new();
+        for ev in events {
+            match ev {
+                SyncEvent::Add(r) if r.table == RT_TABLE_MAIN => {
+                    let p = r.prefix.trunc();
+                    want.insert(p, self.route(&r));
+                }
+                SyncEvent::Add(_) => {}
+                SyncEvent::Del(p, RT_TABLE_MAIN) => {
+                    want.insert(p.trunc(), None);
+                }
+                SyncEvent::Del(..) => {}
+                SyncEvent::Replace(all) => {
+                    want.clear();
+                    for p in &self.known {
+                        want.insert(*p, None);
+                    }
+                    for r in all.iter().filter(|r| r.table == RT_TABLE_MAIN) {
+                        if let Some(rc) = self.route(r) {
+                            want.insert(rc.prefix, Some(rc));
+                        }
+                    }
+                }
+            }
+        }
+        let mut ops = Vec::with_capacity(want.len());
+        for (p, w) in want {
+            match w {
+                Some(rc) => {
+                    self.known.insert(p);
+                    ops.push(RouteOp::Replace(rc));
+                }
+                None => {
+                    if self.known.remove(&p) {
+                        ops.push(RouteOp::Delete { prefix: p, source: RouteSource::Kernel });
+                    }
+                }
+            }
+        }
+        ops
+    }
+}
+
+/// Counters of one VR's sync, shared with its thread.
+#[derive(Debug, Default)]
+pub struct SyncStats {
+    /// Route operations the listener produced.
+    pub ops: AtomicU64,
+    /// Routes left out (an interface that is not the VR's).
+    pub skipped: AtomicU64,
+    /// Listener overruns (each followed by a re-dump).
+    pub overruns: AtomicU64,
+    /// Operations the VR refused (counted by the node).
+    pub refused: AtomicU64,
+}
+
+/// One VR's sync thread and what it sends.
+pub struct CpSync {
+    pub vr: String,
+    pub rx: Receiver<Vec<RouteOp>>,
+    pub stats: Arc<SyncStats>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl CpSync {
+    /// Starts following namespace `netns` for VR `cfg`.
+    pub fn start(cfg: &VrConfig, netns: &str) -> std::io::Result<CpSync> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(SyncStats::default());
+        let mapper = Mapper::new(cfg);
+        let (vr, ns) = (cfg.name.clone(), netns.to_string());
+        let (st, ss) = (stop.clone(), stats.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("rtsync-{}", cfg.name))
+            .spawn(move || follow(&vr, &ns, mapper, &tx, &st, &ss))?;
+        Ok(CpSync { vr: cfg.name.clone(), rx, stats, stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for CpSync {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Unblock a send waiting for room.
+        while self.rx.try_recv().is_ok() {}
+        if let Some(t) = self.thread.take() {
+            while !t.is_finished() {
+                while self.rx.try_recv().is_ok() {}
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let _ = t.join();
+        }
+    }
+}
+
+/// The thread: open the listener (retrying while the namespace is not ready), then forward
+/// what it reports until told to stop.
+fn follow(
+    vr: &str,
+    netns: &str,
+    mut mapper: Mapper,
+    tx: &SyncSender<Vec<RouteOp>>,
+    stop: &AtomicBool,
+    stats: &SyncStats,
+) {
+    let mut events = Vec::new();
+    'open: while !stop.load(Ordering::Relaxed) {
+        let mut rs = match RouteSync::open(netns, RCVBUF) {
+            Ok(rs) => rs,
+            Err(e) => {
+                warn!(vr, netns, error = %e, "route sync cannot start; retrying");
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+        };
+        info!(vr, netns, "route sync following the control plane's kernel routes");
+        while !stop.load(Ordering::Relaxed) {
+            events.clear();
+            if let Err(e) = rs.poll(&mut events) {
+                warn!(vr, netns, error = %e, "route sync failed; reopening (a full re-dump follows)");
+                std::thread::sleep(Duration::from_millis(100));
+                continue 'open;
+            }
+            stats.overruns.store(rs.overruns(), Ordering::Relaxed);
+            if events.is_empty() {
+                std::thread::sleep(NAP);
+                continue;
+            }
+            let ops = mapper.ops(std::mem::take(&mut events));
+            stats.skipped.store(mapper.skipped, Ordering::Relaxed);
+            if ops.is_empty() {
+                continue;
+            }
+            stats.ops.fetch_add(ops.len() as u64, Ordering::Relaxed);
+            let mut batch = ops;
+            loop {
+                match tx.try_send(batch) {
+                    Ok(()) => break,
+                    Err(std::sync::mpsc::TrySendError::Full(b)) => {
+                        if stop.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        batch = b;
+                        std::thread::sleep(NAP);
+                    }
+                    Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rtsync::KernelNextHop;
+    use dataplane::config::IfaceConfig;
+
+    fn cfg() -> VrConfig {
+        let iface = |name: &str| IfaceConfig {
+            name: name.into(),
+            port: 0,
+            vlan: None,
+            mac: "02:00:00:00:00:01".parse().unwrap(),
+            mtu: 1500,
+            ipv4: vec![],
+            ipv6: vec![],
+        };
+        VrConfig {
+            name: "r".into(),
+            interfaces: vec![iface("e0"), iface("e1")],
+            routes: vec![],
+            neighbors: vec![],
+            limits: Default::default(),
+        }
+    }
+
+    fn kr(p: &str, gw: Option<&str>, dev: &str, proto: u8) -> KernelRoute {
+        KernelRoute {
+            prefix: p.parse().unwrap(),
+            table: 254,
+            kind: KernelRouteKind::Unicast(vec![KernelNextHop {
+                gateway: gw.map(|g| g.parse().unwrap()),
+                ifname: dev.into(),
+                weight: 1,
+            }]),
+            protocol: proto,
+        }
+    }
+
+    fn replace(p: &str, gw: &str, iface: u16) -> RouteOp {
+        RouteOp::Replace(RouteConfig {
+            prefix: p.parse().unwrap(),
+            target: RouteTarget::Via { gateway: gw.parse().unwrap(), iface: Some(iface) },
+            source: RouteSource::Kernel,
+        })
+    }
+
+    fn delete(p: &str) -> RouteOp {
+        RouteOp::Delete { prefix: p.parse().unwrap(), source: RouteSource::Kernel }
+    }
+
+    #[test]
+    fn events_become_one_operation_per_prefix() {
+        let mut m = Mapper::new(&cfg());
+        let ops = m.ops(vec![SyncEvent::Replace(vec![
+            kr("10.1.0.0/16", Some("10.0.0.2"), "e0", 12),
+            kr("10.0.0.0/24", None, "e0", RTPROT_KERNEL),
+            kr("10.2.0.0/16", Some("10.0.0.3"), "lo", 12),
+            KernelRoute { table: 255, ..kr("10.3.0.0/16", Some("10.0.0.2"), "e0", 12) },
+            KernelRoute { kind: KernelRouteKind::Unreachable, ..kr("192.0.2.0/24", None, "e0", 4) },
+        ])]);
+        let bh = RouteOp::Replace(RouteConfig {
+            prefix: "192.0.2.0/24".parse().unwrap(),
+            target: RouteTarget::Blackhole,
+            source: RouteSource::Kernel,
+        });
+        assert_eq!(ops, vec![replace("10.1.0.0/16", "10.0.0.2", 0), bh]);
+        assert_eq!(m.skipped, 1);
+        // Added and withdrawn in one batch: nothing; a known one withdrawn: a delete.
+        let ops = m.ops(vec![
+            SyncEvent::Add(kr("10.9.0.0/16", Some("10.0.1.2"), "e1", 186)),
+            SyncEvent::Del("10.9.0.0/16".parse().unwrap(), 254),
+            SyncEvent::Del("10.1.0.0/16".parse().unwrap(), 254),
+            SyncEvent::Del("10.7.0.0/16".parse().unwrap(), 254),
+        ]);
+        assert_eq!(ops, vec![delete("10.1.0.0/16")]);
+        // A replace after an overrun: what is gone is swept, what is there is (re)set.
+        m.ops(vec![SyncEvent::Add(kr("10.5.0.0/16", Some("10.0.1.2"), "e1", 186))]);
+        let ops = m.ops(vec![SyncEvent::Replace(vec![kr(
+            "2001:db8:9::/48",
+            Some("fe80::1"),
+            "e1",
+            186,
+        )])]);
+        assert_eq!(
+            ops,
+            vec![
+                delete("10.5.0.0/16"),
+                delete("192.0.2.0/24"),
+                replace("2001:db8:9::/48", "fe80::1", 1)
+            ]
+        );
+    }
+}
