@@ -992,9 +992,9 @@ fn demux_of(ports: &[Box<dyn Port>], vrs: &[Vr]) -> Result<Demux, BuildError> {
                         ports.len()
                     )));
                 }
-                demux.add_mirror(m as usize, port, vlan, t).map_err(
-                    |e| BuildError(format!("vr {} interface {}: {e}", vr.name(), f.name)),
-                )?;
+                demux.add_mirror(m as usize, port, vlan, t).map_err(|e| {
+                    BuildError(format!("vr {} interface {}: {e}", vr.name(), f.name))
+                })?;
             }
             if let Err(c) = demux.add(port, vlan, f.mac, &v4, &v6, t) {
                 let (old, what) = match c {

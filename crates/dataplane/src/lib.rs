@@ -48,10 +48,10 @@ pub use switch::{
     GroupRow, MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters,
     SwitchDrop, DEFAULT_GROUPS, DEFAULT_GROUP_TIMEOUT_MS,
 };
+pub use vr::NeighborShare;
 pub use vr::{
     interface_link_local, restorable, Adj, BuildError, NeighborRow, NeighborState,
     RestoredNeighbor, RestoredState, Vr, VrAnswer, VrChange, DEFAULT_PUNT_BURST,
     DEFAULT_PUNT_PER_SEC,
 };
-pub use vr::NeighborShare;
 pub use worker::{Clock, Worker};

@@ -21,8 +21,8 @@ mod ip4opt;
 mod ip6;
 mod neighbor;
 mod reasm;
-mod snap;
 mod share;
+mod snap;
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -38,8 +38,8 @@ use crate::l2;
 use crate::routes::{RouteTable, RouteView};
 use neighbor::{NKey, NeighborTable, Resolve};
 pub use neighbor::{NeighborRow, NeighborState};
-pub use snap::{interface_link_local, restorable, RestoredNeighbor, RestoredState};
 pub use share::NeighborShare;
+pub use snap::{interface_link_local, restorable, RestoredNeighbor, RestoredState};
 
 /// Where a packet goes when the VR is done with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
