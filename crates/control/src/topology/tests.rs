@@ -1360,11 +1360,13 @@ fn the_documented_format_is_valid() {
     dir.write("prefixes/ipv4.txt", "203.0.113.0/24 0\n2001:db8:b::/48 7\n");
     let t = Topology::parse(&yaml, "doc.yaml", &dir.0).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     let vr = &t.vrs[0];
-    // Ten ports, plus the two ends of the link that joins lan10 to the switch.
+    // Ten ports, the two ends of the link that joins lan10 to the switch, and the VR's three
+    // Linux mirror taps (`control_plane: linux`).
     assert_eq!(
         (t.ports.len(), vr.interfaces.len(), vr.routes.len(), vr.neighbors.len()),
-        (12, 3, 7, 1)
+        (15, 3, 7, 1)
     );
+    assert_eq!(t.ports.iter().filter(|p| matches!(p.kind, PortKind::Mirror { .. })).count(), 3);
     assert_eq!(t.idle, crate::runtime::Idle::Adaptive);
     assert_eq!((t.hosts.len(), t.hosts[0].gateways.len()), (1, 2));
     assert_eq!((t.switches.len(), t.switches[0].members.len()), (1, 4));
