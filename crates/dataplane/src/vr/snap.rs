@@ -93,6 +93,8 @@ impl VrCounters {
                 "queued" => c.queued = v,
                 "fragments_sent" => c.fragments_sent = v,
                 "generated_dropped" => c.generated_dropped = v,
+                "punted" => c.punted = v,
+                "injected" => c.injected = v,
                 _ => match crate::Drop::ALL.iter().find(|d| d.name() == k) {
                     Some(&d) => c.drops[d as usize] = v,
                     None => unknown.push(k.to_string()),
