@@ -10,68 +10,18 @@
 
 mod memif_common;
 
-use std::hash::{Hash, Hasher};
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use memif_common::*;
 use ports::memif::{MemifOptions, MemifPort, RxMode};
 use ports::{Batch, Port, PortStatus};
 
-const SOURCE: &[u8] = include_bytes!("dpdk/memif_peer.c");
 const N: u32 = 2000;
 const DONE_SEQ: u32 = u32::MAX;
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The built peer, or `None` (with the reason printed) when libdpdk-dev is missing.
-fn peer_binary() -> Option<PathBuf> {
-    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let r = BIN.get_or_init(|| {
-        let pc = Command::new("pkg-config").args(["--cflags", "--libs", "libdpdk"]).output();
-        let flags = match pc {
-            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
-            _ => return Err("libdpdk-dev not installed (scripts/setup installs it)".into()),
-        };
-        let mut h = std::hash::DefaultHasher::new();
-        (SOURCE, &flags).hash(&mut h);
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let bin = dir.join(format!("memif_peer-{:016x}", h.finish()));
-        if bin.exists() {
-            return Ok(bin);
-        }
-        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dpdk/memif_peer.c");
-        let tmp = dir.join(format!("memif_peer.tmp{}", std::process::id()));
-        let out = Command::new("cc")
-            .args(["-O2", "-Wall", "-o"])
-            .arg(&tmp)
-            .arg(src)
-            .args(flags.split_whitespace())
-            .output()
-            .map_err(|e| format!("cc: {e}"))?;
-        if !out.status.success() {
-            panic!("building memif_peer.c failed:\n{}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::fs::rename(&tmp, &bin).map_err(|e| format!("rename: {e}"))?;
-        Ok(bin)
-    });
-    match r {
-        Ok(b) => Some(b.clone()),
-        Err(why) => {
-            if std::env::var_os("ROUTEPLEX_REQUIRE_DPDK").is_some_and(|v| v == "1") {
-                panic!("ROUTEPLEX_REQUIRE_DPDK=1 but {why}");
-            }
-            eprintln!("skipped: {why}");
-            None
-        }
-    }
-}
 
 /// A running DPDK peer; killed (SIGKILL) and reaped on drop, its EAL runtime dir removed.
 struct Peer {

@@ -1,9 +1,14 @@
 //! Helpers shared by the memif integration tests: unique socket names, the frame pattern both
 //! routeplex and the DPDK peer (tests/dpdk/memif_peer.c) write and check, and a pump that drives
-//! ports' `service()` until a condition holds.
+//! ports' `service()` until a condition holds; the DPDK peer program, built once and shared by
+//! the memif and vhost-user interop tests.
 #![allow(dead_code)]
 
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use ports::memif::{MemifOptions, MemifPort};
@@ -167,4 +172,56 @@ pub fn pair(socket: &str, tweak: impl Fn(&mut MemifOptions)) -> (MemifPort, Memi
     let mut c = MemifPort::client(co).expect("client opens");
     connect(&mut s, &mut c);
     (s, c)
+}
+
+/// The DPDK peer's source; both the memif and the vhost-user (virtio_user) tests run it.
+pub const SOURCE: &[u8] = include_bytes!("../dpdk/memif_peer.c");
+
+/// One DPDK peer at a time: each busy-polls, and the machine may have two cores.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The built peer, or `None` (with the reason printed) when libdpdk-dev is missing.
+pub fn peer_binary() -> Option<PathBuf> {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let r = BIN.get_or_init(|| {
+        let pc = Command::new("pkg-config").args(["--cflags", "--libs", "libdpdk"]).output();
+        let flags = match pc {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+            _ => return Err("libdpdk-dev not installed (scripts/setup installs it)".into()),
+        };
+        let mut h = std::hash::DefaultHasher::new();
+        (SOURCE, &flags).hash(&mut h);
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let bin = dir.join(format!("memif_peer-{:016x}", h.finish()));
+        if bin.exists() {
+            return Ok(bin);
+        }
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dpdk/memif_peer.c");
+        let tmp = dir.join(format!("memif_peer.tmp{}", std::process::id()));
+        let out = Command::new("cc")
+            .args(["-O2", "-Wall", "-o"])
+            .arg(&tmp)
+            .arg(src)
+            .args(flags.split_whitespace())
+            .output()
+            .map_err(|e| format!("cc: {e}"))?;
+        if !out.status.success() {
+            panic!("building memif_peer.c failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::fs::rename(&tmp, &bin).map_err(|e| format!("rename: {e}"))?;
+        Ok(bin)
+    });
+    match r {
+        Ok(b) => Some(b.clone()),
+        Err(why) => {
+            if std::env::var_os("ROUTEPLEX_REQUIRE_DPDK").is_some_and(|v| v == "1") {
+                panic!("ROUTEPLEX_REQUIRE_DPDK=1 but {why}");
+            }
+            eprintln!("skipped: {why}");
+            None
+        }
+    }
 }
