@@ -6,8 +6,10 @@
 //! skips otherwise. Every daemon runs with its config, socket and pid file in a private
 //! temporary directory and is killed when the test ends, pass or fail.
 
+mod hosts;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use control::api::Command as Api;
@@ -15,6 +17,7 @@ use control::netns::Made;
 use control::runtime::{Idle, Options};
 use control::{Node, Topology};
 use dataplane::RouteSource;
+use hosts::{in_ns, ok, run};
 use ipnet::IpNet;
 
 /// What the test made: namespaces, daemons, a directory; all removed when dropped.
@@ -56,45 +59,10 @@ impl Drop for Guard {
     }
 }
 
-fn run(cmd: &str, args: &[&str]) -> Output {
-    Command::new(cmd).args(args).output().unwrap()
-}
-
-#[track_caller]
-fn ok(cmd: &str, args: &[&str]) {
-    let o = run(cmd, args);
-    assert!(o.status.success(), "{cmd} {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-}
-
-fn in_ns(ns: &str, args: &[&str]) -> Output {
-    let mut a = vec!["netns", "exec", ns];
-    a.extend(args);
-    run("ip", &a)
-}
-
-/// A host namespace `ns` behind `link` (left here for an afpacket port), as in
-/// control_plane.rs.
+/// A host namespace `ns` behind `link`, recorded in the guard for removal.
 fn host(g: &mut Guard, ns: &str, link: &str, addrs: &[&str], gws: &[&str]) {
-    ok("ip", &["netns", "add", ns]);
     g.namespaces.push(ns.to_string());
-    ok("ip", &["link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", ns]);
-    for a in addrs {
-        ok("ip", &["-n", ns, "address", "add", a, "dev", "eth0", "nodad"]);
-    }
-    ok("ip", &["-n", ns, "link", "set", "eth0", "up"]);
-    ok("ip", &["-n", ns, "link", "set", "lo", "up"]);
-    for g in gws {
-        ok("ip", &["-n", ns, "route", "add", "default", "via", g]);
-    }
-    let off = ["tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"];
-    let mut a = vec!["-K", link];
-    a.extend(off);
-    ok("ethtool", &a);
-    let mut a = vec!["netns", "exec", ns, "ethtool", "-K", "eth0"];
-    a.extend(off);
-    ok("ip", &a);
-    let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{link}/disable_ipv6"), "1");
-    ok("ip", &["link", "set", link, "up"]);
+    hosts::host(ns, link, addrs, gws);
 }
 
 fn have(cmd: &str) -> bool {
