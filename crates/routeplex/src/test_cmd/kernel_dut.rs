@@ -594,30 +594,11 @@ impl KernelDut {
             vrs: vec![vr],
             ..TopologyDoc::default()
         };
-        let y = format!(
-            "# routeplex test peers: one VR between d0 (generator side) and d1 (sink side).\n{}",
-            doc.to_yaml()
-        );
-        let file = self.dir.join("peers-vr.yaml");
-        std::fs::write(&file, y).with_context(|| format!("{}", file.display()))?;
-        control::Topology::load(&file).map_err(anyhow::Error::from)?;
-        let exe = std::env::current_exe().context("the routeplex binary")?;
-        let (exe, file_s, dir_s) = (
-            exe.to_string_lossy().to_string(),
-            file.to_string_lossy().to_string(),
-            self.dir.to_string_lossy().to_string(),
-        );
-        let sock = self.dir.join("control.sock");
-        let log = self.dir.join("routeplex.log");
-        let cpus = all_cpus();
-        net::spawn(
-            &self.made,
-            "routeplex run",
-            &cpus,
-            &["ip", "netns", "exec", d, &exe, "run", &file_s, "--state-dir", &dir_s],
-            &[],
-            &log,
-            Stop::Control(sock.clone()),
+        let (sock, log, cpus) = self.spawn_routeplex(
+            d,
+            "peers-vr.yaml",
+            "# routeplex test peers: one VR between d0 (generator side) and d1 (sink side).",
+            &doc,
         )?;
         let ncpu = crate::sys::online_cpus();
         match self.opts.dut_cpu {
@@ -650,6 +631,41 @@ impl KernelDut {
         }
         self.control = Some(sock);
         Ok(())
+    }
+
+    /// Writes `doc` (with a `# header` line) to `file` in the run directory, checks it with the
+    /// topology parser and starts `routeplex run` on it in namespace `d`, stopped through its
+    /// control socket. Returns the socket, the log and the CPUs it may use.
+    fn spawn_routeplex(
+        &mut self,
+        d: &str,
+        file: &str,
+        header: &str,
+        doc: &TopologyDoc,
+    ) -> Result<(PathBuf, PathBuf, String)> {
+        let y = format!("{header}\n{}", doc.to_yaml());
+        let file = self.dir.join(file);
+        std::fs::write(&file, y).with_context(|| format!("{}", file.display()))?;
+        control::Topology::load(&file).map_err(anyhow::Error::from)?;
+        let exe = std::env::current_exe().context("the routeplex binary")?;
+        let (exe, file_s, dir_s) = (
+            exe.to_string_lossy().to_string(),
+            file.to_string_lossy().to_string(),
+            self.dir.to_string_lossy().to_string(),
+        );
+        let sock = self.dir.join("control.sock");
+        let log = self.dir.join("routeplex.log");
+        let cpus = all_cpus();
+        net::spawn(
+            &self.made,
+            "routeplex run",
+            &cpus,
+            &["ip", "netns", "exec", d, &exe, "run", &file_s, "--state-dir", &dir_s],
+            &[],
+            &log,
+            Stop::Control(sock.clone()),
+        )?;
+        Ok((sock, log, cpus))
     }
 
     /// A `routeplex run` switch in namespace `d` (s0: d0 and vhost-user v0; s1: d1 and v1)
@@ -688,31 +704,7 @@ impl KernelDut {
             ],
             ..TopologyDoc::default()
         };
-        let y = format!(
-            "# routeplex test peers --dut vm-linux: d0 and the guest's eth0 on s0, d1 and its eth1 on s1.\n{}",
-            doc.to_yaml()
-        );
-        let file = self.dir.join("peers-vm.yaml");
-        std::fs::write(&file, y).with_context(|| format!("{}", file.display()))?;
-        control::Topology::load(&file).map_err(anyhow::Error::from)?;
-        let exe = std::env::current_exe().context("the routeplex binary")?;
-        let (exe, file_s, dir_s) = (
-            exe.to_string_lossy().to_string(),
-            file.to_string_lossy().to_string(),
-            self.dir.to_string_lossy().to_string(),
-        );
-        let sock = self.dir.join("control.sock");
-        let log = self.dir.join("routeplex.log");
-        let cpus = all_cpus();
-        net::spawn(
-            &self.made,
-            "routeplex run",
-            &cpus,
-            &["ip", "netns", "exec", d, &exe, "run", &file_s, "--state-dir", &dir_s],
-            &[],
-            &log,
-            Stop::Control(sock.clone()),
-        )?;
+        let (sock, log, cpus) = self.spawn_routeplex(d, "peers-vm.yaml", "# routeplex test peers --dut vm-linux: d0 and the guest's eth0 on s0, d1 and its eth1 on s1.", &doc)?;
         let t0 = Instant::now();
         while !socks.iter().all(|s| s.exists()) {
             if let Some(st) = net::exited(&self.made, "routeplex run") {
