@@ -105,9 +105,44 @@ impl Peer {
                 std::thread::sleep(Duration::from_millis(50));
                 return st.code().unwrap_or(-1);
             }
-            assert!(Instant::now() < deadline, "the DPDK peer never exited:\n{}", self.output());
+            if Instant::now() >= deadline {
+                // Ask the peer where it stands (it prints a state line on SIGUSR1).
+                // SAFETY: kill(2) on our own child's pid, which we have not reaped.
+                unsafe { libc::kill(self.child.id() as i32, libc::SIGUSR1) };
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the DPDK peer never exited; port {:?} {:?}\n{}peer threads:\n{}\npeer output:\n{}",
+                port.status(),
+                port.vhost_stats(),
+                port.rings_state(),
+                self.threads(),
+                self.output()
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// Where each of the peer's threads is blocked (name, wait channel, system call, kernel
+    /// stack): a peer that never exits says which call it is stuck in.
+    fn threads(&self) -> String {
+        let dir = format!("/proc/{}/task", self.child.id());
+        let Ok(tasks) = std::fs::read_dir(&dir) else { return format!("{dir} unreadable") };
+        let mut out = String::new();
+        for t in tasks.flatten() {
+            let p = t.path();
+            let read = |f: &str| std::fs::read_to_string(p.join(f)).unwrap_or_default();
+            out.push_str(&format!(
+                "{} {} wchan={} syscall={}\n{}",
+                t.file_name().to_string_lossy(),
+                read("comm").trim(),
+                read("wchan").trim(),
+                read("syscall").trim(),
+                read("stack")
+            ));
+        }
+        out
     }
 
     fn kill(&mut self) {
@@ -137,9 +172,13 @@ fn port(socket: &std::path::Path, mode: Mode) -> VhostUserPort {
     VhostUserPort::new(o).expect("port opens")
 }
 
+/// Waits until the port is up and the peer says its link is: DPDK's `virtio_dev_start`
+/// flushes its receive ring after the rings are set up, so frames sent between the port coming
+/// up and the peer's start returning are discarded by the driver (seen: exactly the first 256,
+/// one ring, lost under load).
 fn wait_up(port: &mut VhostUserPort, peer: &Peer) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while port.status() != PortStatus::Up {
+    while port.status() != PortStatus::Up || !peer.output().contains("memif_peer: link up") {
         port.service();
         assert!(
             Instant::now() < deadline,

@@ -47,6 +47,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -218,6 +219,33 @@ impl VhostUserPort {
     /// The features the frontend acknowledged (0 while none is connected).
     pub fn acked_features(&self) -> u64 {
         self.lock().acked
+    }
+
+    /// One line per ring for diagnostics: whether it runs, where we are in its avail and used
+    /// rings, and the indexes the frontend's memory holds now.
+    pub fn rings_state(&self) -> String {
+        let d = self.lock();
+        let mut out = String::new();
+        for (i, v) in d.vrings.iter().enumerate().take(2 * d.pairs as usize) {
+            let (avail, used) = match &d.mem {
+                Some(m) if v.q.ready() => (
+                    v.q.avail_idx(m, Ordering::Acquire).map(|w| w.0).ok(),
+                    v.q.used_idx(m, Ordering::Acquire).map(|w| w.0).ok(),
+                ),
+                _ => (None, None),
+            };
+            out.push_str(&format!(
+                "ring {i}: started={} enabled={} broken={} ready={} next_avail={} next_used={} \
+                 avail_idx={avail:?} used_idx={used:?}\n",
+                v.started,
+                v.enabled,
+                v.broken,
+                v.q.ready(),
+                v.q.next_avail(),
+                v.q.next_used(),
+            ));
+        }
+        out
     }
 
     /// The socket file.

@@ -20,6 +20,7 @@
  *   memif_peer: sent=N received=M bad=B out_of_order=O done=D
  */
 #include <getopt.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,8 +81,18 @@ static int check_frame(const uint8_t *f, size_t len, uint32_t magic, uint32_t *s
 	return 0;
 }
 
+/* Set by SIGUSR1: the test asks a peer that has not finished where it stands. */
+static volatile sig_atomic_t dump_state;
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	dump_state = 1;
+}
+
 int main(int argc, char **argv)
 {
+	signal(SIGUSR1, on_usr1);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	int ret = rte_eal_init(argc, argv);
 	if (ret < 0) {
@@ -199,6 +210,20 @@ int main(int argc, char **argv)
 				received++;
 			}
 			rte_pktmbuf_free(rx[i]);
+		}
+		if (dump_state) {
+			struct rte_eth_stats es;
+			memset(&es, 0, sizeof(es));
+			rte_eth_stats_get(port, &es);
+			printf("memif_peer: state sent=%u received=%u bad=%u out_of_order=%u done=%d "
+			       "ipackets=%lu opackets=%lu imissed=%lu ierrors=%lu rx_nombuf=%lu "
+			       "elapsed_s=%.1f of %u (timer hz %lu)\n",
+			       next_tx, received, bad, ooo, done, es.ipackets, es.opackets, es.imissed,
+			       es.ierrors, es.rx_nombuf,
+			       (double)(rte_get_timer_cycles() + (uint64_t)timeout_s * hz - deadline) /
+				       (double)hz,
+			       timeout_s, hz);
+			dump_state = 0;
 		}
 		if (!flood && next_tx >= count && received >= count && done)
 			break;
