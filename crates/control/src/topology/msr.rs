@@ -134,6 +134,24 @@ fn policy(v: &Value, active: usize) -> Result<Policy> {
     Ok(Policy { on_above_pps: on, off_below_pps: off, hold_ns: hold_ms * 1_000_000, min_active })
 }
 
+/// `routeplex show`'s lines for one MSR.
+pub(super) fn summary(t: &super::Topology, m: &MsrSpec) -> String {
+    let p = &m.policy;
+    format!(
+        "MSR {}: {} back-ends ({} active at start), flow table {} per balancer, flows unpinned after {} ms idle, a back-end failed after {} ms\n  policy: one more above {} pps per active back-end, one fewer below {} pps per remaining one, {} ms between changes, at least {} active\n",
+        t.vrs[m.vr].name,
+        m.backends,
+        m.active,
+        m.lb.flow_slots,
+        m.lb.idle_ns / 1_000_000,
+        m.lb.fail_ns / 1_000_000,
+        p.on_above_pps,
+        p.off_below_pps,
+        p.hold_ns / 1_000_000,
+        p.min_active
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -168,6 +186,7 @@ vrs:
         let t = parse("  - { vr: r1 }\n").unwrap();
         let m = &t.msrs[0];
         assert_eq!((m.vr, m.backends, m.active), (0, 2, 1));
+        assert!(t.summary().contains("MSR r1: 2 back-ends (1 active at start)"), "{}", t.summary());
         assert_eq!(m.lb, dataplane::msr::LbConfig::default());
         let t = parse(
             "  - vr: r1\n    active: 2\n    flows: 1024\n    idle_ms: 5\n    fail_ms: 7\n    policy: { on_above_pps: 100, off_below_pps: 10, hold_ms: 3, min_active: 2 }\n",
