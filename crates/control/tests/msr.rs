@@ -30,7 +30,7 @@ vrs:
 msrs:
   - vr: r1
     active: 2
-    idle_ms: 20
+    idle_ms: 2000
     fail_ms: 10000
     policy: { on_above_pps: 1000000000, off_below_pps: 1, hold_ms: 3600000, min_active: 1 }
 ";
