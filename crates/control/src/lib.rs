@@ -20,6 +20,7 @@ pub mod journal;
 pub mod metrics;
 pub mod migrate;
 pub mod model;
+pub mod msr;
 pub mod netns;
 pub mod node;
 pub mod pcapng;

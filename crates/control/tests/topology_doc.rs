@@ -8,6 +8,8 @@ use std::path::Path;
 use control::Topology;
 
 const DOC: &str = include_str!("../../../docs/topology.md");
+/// A replicated VR, for probes of `msrs[]` sections that read it first.
+const MSR_BASE: &str = "workers: 2\nports: [{ name: p, kind: mem }]\nvrs:\n  - { name: r, replicas: 2, interfaces: [{ name: a, port: p, mac: 02:00:00:00:01:00 }] }\n";
 
 /// Each of the doc's headings that has a key table, with its sections' probes: files with an
 /// unknown key `zz` in that section.
@@ -49,6 +51,11 @@ fn sections() -> Vec<(&'static str, Vec<String>)> {
         ("`vrs[].limits`", vec![vr("limits: { zz: 1 }")]),
         ("`vrs[].reservation`", vec![vr("reservation: { zz: 1 }")]),
         ("`vrs[].control_plane`", vec![vr("control_plane: { kind: linux, zz: 1 }")]),
+        ("`msrs[]` (multistage software routers)", vec!["msrs:\n  - { zz: 1 }\n".into()]),
+        (
+            "`msrs[].policy`",
+            vec![format!("{MSR_BASE}msrs:\n  - {{ vr: r, policy: {{ zz: 1 }} }}\n")],
+        ),
     ]
 }
 

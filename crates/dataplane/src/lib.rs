@@ -30,6 +30,7 @@ mod demux;
 mod engine;
 pub mod flowhash;
 mod l2;
+pub mod msr;
 pub mod observe;
 pub mod replica;
 pub mod routes;

@@ -105,6 +105,9 @@
 //!                             # share of spare capacity once the budget is spent (0: hard cap)
 //! ```
 //!
+//! `msrs:` (multistage software routers: a replicated VR's replicas as back-ends behind load
+//! balancers, switched on and off by load) is annotated in `msr.rs`.
+//!
 //! VRs that share a port, a switch or an internal link form one *cell* and run on one worker;
 //! placing two of them on different workers is an error. A running VR can be moved to another
 //! worker, and its reservation changed (`control::runtime`).
@@ -149,6 +152,7 @@
 mod cp;
 mod error;
 mod hosts;
+mod msr;
 mod run;
 mod summary;
 mod switch;
@@ -170,6 +174,7 @@ use wire::MacAddr;
 pub use cp::ControlPlaneSpec;
 pub use error::{ErrorKind, TopologyError};
 pub use hosts::{HostSpec, HOST_IFNAME};
+pub use msr::MsrSpec;
 pub use run::{
     cells, reservation_from_words, CellPlan, MetricsConfig, MigrationConfig, ReservationWordsError,
     VrSchedule, Workers, DEFAULT_METRICS_LISTEN, DEFAULT_PERIOD_US,
@@ -204,6 +209,8 @@ pub struct Topology {
     /// Each VR's Linux control-plane mirror (`control_plane:`), if it has one:
     /// `control_planes[i]` is `vrs[i]`'s (empty when no VR has one).
     pub control_planes: Vec<Option<ControlPlaneSpec>>,
+    /// Multistage software routers (`msrs:`), each over a replicated VR.
+    pub msrs: Vec<MsrSpec>,
 }
 
 /// One port of the host.
@@ -326,7 +333,7 @@ pub enum PortKind {
 
 /// Keys of the top-level mapping.
 const TOP_KEYS: &[&str] =
-    &["workers", "idle", "metrics", "migration", "hosts", "ports", "switches", "vrs"];
+    &["workers", "idle", "metrics", "migration", "hosts", "ports", "switches", "vrs", "msrs"];
 /// Port kinds this build provides.
 const PORT_KINDS: &[&str] = &["mem", "memif", "afxdp", "afpacket", "tap", "vhost-user"];
 /// Port kinds the design names but this build lacks: asking for one is `ErrorKind::Unavailable`
@@ -452,6 +459,12 @@ impl Topology {
             let plans = run::cells(&ports, &vrs, &switches);
             run::check_placement(&plans, &vrs, &schedule, &worker_vs)?;
             run::check_replicas(&plans, &ports, &vrs, &schedule, &replica_vs)?;
+            let mut claimed = HashMap::new();
+            let msrs = top
+                .list("msrs")?
+                .iter()
+                .map(|v| msr::msr(v, &vrs, &schedule, &mut claimed))
+                .collect::<Result<Vec<_>>>()?;
             Ok(Topology {
                 source: source.to_string(),
                 ports,
@@ -464,6 +477,7 @@ impl Topology {
                 migration,
                 schedule,
                 control_planes,
+                msrs,
             })
         };
         build().map_err(|e| e.in_file(source))

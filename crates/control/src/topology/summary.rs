@@ -99,6 +99,10 @@ pub(super) fn summary(t: &Topology) -> String {
             let _ = writeln!(out, "  runs: {}", schedule(s));
         }
     }
+    for m in &t.msrs {
+        out.push('\n');
+        out.push_str(&super::msr::summary(t, m));
+    }
     out
 }
 
