@@ -861,7 +861,20 @@ impl Node {
         edit(&mut doc);
         let text = crate::model::to_yaml(&doc);
         let base = Path::new(&file).parent().unwrap_or(Path::new(".")).to_path_buf();
-        let next = Topology::parse(&text, &file, &base)?;
+        let mut next = Topology::parse(&text, &file, &base)?;
+        // The edit adds or removes VRs: those it keeps stay up or down as they run, even where
+        // `interface_set` changed that after the text was read.
+        let running: Vec<(usize, Vec<u16>)> = (next.vrs.iter().enumerate())
+            .filter_map(|(i, v)| {
+                let j = self.topo.vr_index(&v.name)?;
+                Some((i, self.topo.iface_down.get(j).cloned().unwrap_or_default()))
+            })
+            .collect();
+        for (i, down) in running {
+            for k in 0..next.vrs[i].interfaces.len() as u16 {
+                next.set_iface_down(i, k, down.contains(&k));
+            }
+        }
         let plan = self.apply(next, false)?;
         self.source = Some((text, file));
         Ok(plan)
