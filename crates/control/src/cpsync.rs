@@ -7,9 +7,10 @@
 //! (protocol other than `kernel`, 2) are synced — the VR has its connected and local routes
 //! from its own interfaces. A next hop's interface must be one of the VR's (the mirror taps
 //! carry their names); a route through anything else (`lo`, a dummy) is left out, and so is
-//! one the VR refuses (a gateway of the wrong family, off-link): both are counted. Blackhole,
-//! unreachable and prohibit routes become blackholes. Of an ECMP route the data plane uses the
-//! first next hop (it has no multipath adjacency yet). After an overrun the listener re-dumps
+//! one the VR refuses (a gateway of the wrong family, off-link): both are counted. Blackhole
+//! routes become blackholes, unreachable and prohibit routes reject routes (the VR answers
+//! with ICMP destination unreachable). An ECMP route becomes a multipath route with every
+//! next hop and its weight (each flow on one of them). After an overrun the listener re-dumps
 //! and the thread replaces the source's routes wholesale (mark and sweep), so the VR never
 //! silently diverges from the namespace.
 
@@ -21,7 +22,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use dataplane::config::{IfaceId, RouteConfig, RouteTarget, VrConfig};
-use dataplane::{RouteOp, RouteSource};
+use dataplane::{Forward, RouteOp, RouteSource};
 use ipnet::IpNet;
 use tracing::{info, warn};
 
@@ -60,34 +61,46 @@ impl Mapper {
         Mapper { ifaces, known: HashSet::new(), skipped: 0 }
     }
 
-    /// The VR's route for kernel route `r`, if it has one (see the module doc).
-    fn route(&mut self, r: &KernelRoute) -> Option<RouteConfig> {
+    /// The operation that sets the VR's route for kernel route `r`, if it has one (see the
+    /// module doc).
+    fn route(&mut self, r: &KernelRoute) -> Option<RouteOp> {
         if r.table != RT_TABLE_MAIN || r.protocol == RTPROT_KERNEL {
             return None;
         }
-        let target = match &r.kind {
+        let (prefix, source) = (r.prefix.trunc(), RouteSource::Kernel);
+        let forward = match &r.kind {
             KernelRouteKind::Unicast(hops) => {
-                let h = hops.first()?;
-                let Some(&iface) = self.ifaces.get(&h.ifname) else {
-                    self.skipped += 1;
-                    return None;
-                };
-                match h.gateway {
-                    Some(gateway) => RouteTarget::Via { gateway, iface: Some(iface) },
-                    None => RouteTarget::Iface(iface),
+                let mut paths = Vec::with_capacity(hops.len());
+                for h in hops {
+                    let Some(&iface) = self.ifaces.get(&h.ifname) else {
+                        self.skipped += 1;
+                        return None;
+                    };
+                    let target = match h.gateway {
+                        Some(gateway) => RouteTarget::Via { gateway, iface: Some(iface) },
+                        None => RouteTarget::Iface(iface),
+                    };
+                    paths.push((target, h.weight.max(1)));
                 }
+                if let [(target, _)] = paths[..] {
+                    return Some(RouteOp::Replace(RouteConfig { prefix, target, source }));
+                }
+                Forward::Paths(paths)
             }
-            KernelRouteKind::Blackhole
-            | KernelRouteKind::Unreachable
-            | KernelRouteKind::Prohibit => RouteTarget::Blackhole,
+            KernelRouteKind::Blackhole => {
+                let target = RouteTarget::Blackhole;
+                return Some(RouteOp::Replace(RouteConfig { prefix, target, source }));
+            }
+            KernelRouteKind::Unreachable => Forward::Unreachable,
+            KernelRouteKind::Prohibit => Forward::Prohibit,
         };
-        Some(RouteConfig { prefix: r.prefix.trunc(), target, source: RouteSource::Kernel })
+        Some(RouteOp::Set { prefix, source, forward })
     }
 
     /// The operations that bring the VR from what it holds to what `events` say, one per
     /// prefix touched (a prefix added then deleted in one batch is one delete, or nothing).
     pub fn ops(&mut self, events: Vec<SyncEvent>) -> Vec<RouteOp> {
-        let mut want: BTreeMap<IpNet, Option<RouteConfig>> = BTreeMap::new();
+        let mut want: BTreeMap<IpNet, Option<RouteOp>> = BTreeMap::new();
         for ev in events {
             match ev {
                 SyncEvent::Add(r) if r.table == RT_TABLE_MAIN => {
@@ -105,8 +118,8 @@ impl Mapper {
                         want.insert(*p, None);
                     }
                     for r in all.iter().filter(|r| r.table == RT_TABLE_MAIN) {
-                        if let Some(rc) = self.route(r) {
-                            want.insert(rc.prefix, Some(rc));
+                        if let Some(op) = self.route(r) {
+                            want.insert(r.prefix.trunc(), Some(op));
                         }
                     }
                 }
@@ -115,9 +128,9 @@ impl Mapper {
         let mut ops = Vec::with_capacity(want.len());
         for (p, w) in want {
             match w {
-                Some(rc) => {
+                Some(op) => {
                     self.known.insert(p);
-                    ops.push(RouteOp::Replace(rc));
+                    ops.push(op);
                 }
                 None => {
                     if self.known.remove(&p) {
@@ -300,12 +313,12 @@ mod tests {
             KernelRoute { table: 255, ..kr("10.3.0.0/16", Some("10.0.0.2"), "e0", 12) },
             KernelRoute { kind: KernelRouteKind::Unreachable, ..kr("192.0.2.0/24", None, "e0", 4) },
         ])]);
-        let bh = RouteOp::Replace(RouteConfig {
+        let unreachable = RouteOp::Set {
             prefix: "192.0.2.0/24".parse().unwrap(),
-            target: RouteTarget::Blackhole,
             source: RouteSource::Kernel,
-        });
-        assert_eq!(ops, vec![replace("10.1.0.0/16", "10.0.0.2", 0), bh]);
+            forward: Forward::Unreachable,
+        };
+        assert_eq!(ops, vec![replace("10.1.0.0/16", "10.0.0.2", 0), unreachable]);
         assert_eq!(m.skipped, 1);
         // Added and withdrawn in one batch: nothing; a known one withdrawn: a delete.
         let ops = m.ops(vec![
@@ -315,6 +328,27 @@ mod tests {
             SyncEvent::Del("10.7.0.0/16".parse().unwrap(), 254),
         ]);
         assert_eq!(ops, vec![delete("10.1.0.0/16")]);
+        // ECMP: every next hop with its weight, on the VR's interfaces.
+        let mut ecmp = kr("10.6.0.0/16", Some("10.0.0.2"), "e0", 186);
+        let KernelRouteKind::Unicast(hops) = &mut ecmp.kind else { unreachable!() };
+        hops.push(KernelNextHop {
+            gateway: Some("10.0.1.2".parse().unwrap()),
+            ifname: "e1".into(),
+            weight: 3,
+        });
+        let via = |g: &str, i| RouteTarget::Via { gateway: g.parse().unwrap(), iface: Some(i) };
+        let paths = Forward::Paths(vec![(via("10.0.0.2", 0), 1), (via("10.0.1.2", 1), 3)]);
+        let ops = m.ops(vec![SyncEvent::Add(ecmp.clone())]);
+        let p: IpNet = "10.6.0.0/16".parse().unwrap();
+        assert_eq!(
+            ops,
+            vec![RouteOp::Set { prefix: p, source: RouteSource::Kernel, forward: paths }]
+        );
+        // One next hop off the VR: the route is left out (and counted).
+        let KernelRouteKind::Unicast(hops) = &mut ecmp.kind else { unreachable!() };
+        hops[1].ifname = "lo".into();
+        assert_eq!(m.ops(vec![SyncEvent::Add(ecmp)]), vec![delete("10.6.0.0/16")]);
+        assert_eq!(m.skipped, 2);
         // A replace after an overrun: what is gone is swept, what is there is (re)set.
         m.ops(vec![SyncEvent::Add(kr("10.5.0.0/16", Some("10.0.1.2"), "e1", 186))]);
         let ops = m.ops(vec![SyncEvent::Replace(vec![kr(

@@ -256,6 +256,8 @@ pub struct IfaceDoc {
     pub mtu: Option<u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub up: Option<bool>,
 }
 
 /// One of a VR's `routes:`.

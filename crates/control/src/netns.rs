@@ -187,7 +187,60 @@ pub fn configure_mirrors(topo: &Topology) -> Result<(), NetError> {
         for a in &f.ipv6 {
             run("ip", &["-n", ns, "address", "add", &a.to_string(), "dev", dev, "nodad"])?;
         }
-        set_mirror_up(ns, dev, true)?;
+        set_mirror_up(ns, dev, !topo.iface_down(*vr, *iface))?;
+    }
+    Ok(())
+}
+
+/// What a changed VR interface's mirror tap must follow (see [`follow_mirror`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MirrorChange {
+    pub mac: Option<wire::MacAddr>,
+    pub mtu: Option<u16>,
+    /// Addresses to remove, then to add.
+    pub del: Vec<ipnet::IpNet>,
+    pub add: Vec<ipnet::IpNet>,
+}
+
+impl MirrorChange {
+    /// What turns interface `a`'s mirror into `b`'s; `None` when nothing differs.
+    pub fn between(
+        a: &dataplane::config::IfaceConfig,
+        b: &dataplane::config::IfaceConfig,
+    ) -> Option<MirrorChange> {
+        let nets = |f: &dataplane::config::IfaceConfig| -> Vec<ipnet::IpNet> {
+            f.ipv4.iter().map(|&n| n.into()).chain(f.ipv6.iter().map(|&n| n.into())).collect()
+        };
+        let (old, new) = (nets(a), nets(b));
+        let c = MirrorChange {
+            mac: (a.mac != b.mac).then_some(b.mac),
+            mtu: (a.mtu != b.mtu).then_some(b.mtu),
+            del: old.iter().filter(|n| !new.contains(n)).copied().collect(),
+            add: new.iter().filter(|n| !old.contains(n)).copied().collect(),
+        };
+        (c != MirrorChange::default()).then_some(c)
+    }
+}
+
+/// Carries a VR interface's change to its mirror tap `dev` in namespace `ns`, so the daemons
+/// there see the interface as it now is.
+pub fn follow_mirror(ns: &str, dev: &str, c: &MirrorChange) -> Result<(), NetError> {
+    if let Some(mac) = c.mac {
+        run("ip", &["-n", ns, "link", "set", "dev", dev, "address", &mac.to_string()])?;
+    }
+    if let Some(mtu) = c.mtu {
+        set_mirror_mtu(ns, dev, mtu)?;
+    }
+    for a in &c.del {
+        run("ip", &["-n", ns, "address", "del", &a.to_string(), "dev", dev])?;
+    }
+    for a in &c.add {
+        let a = a.to_string();
+        let mut args = vec!["-n", ns, "address", "add", &a, "dev", dev];
+        if a.contains(':') {
+            args.push("nodad");
+        }
+        run("ip", &args)?;
     }
     Ok(())
 }

@@ -102,6 +102,19 @@ enum Step {
         iface: u16,
         mtu: u16,
     },
+    /// An interface set up or down (`up:`), with its mirror tap if the VR has a control plane.
+    Up {
+        vr: String,
+        iface: u16,
+        up: bool,
+        mirror: Option<(String, String)>,
+    },
+    /// A control-plane VR's interface changed: its mirror tap `dev` in `netns` follows.
+    Mirror {
+        netns: String,
+        dev: String,
+        change: crate::netns::MirrorChange,
+    },
     Replace {
         vr: String,
         table: RouteTable,
@@ -147,6 +160,16 @@ impl Node {
             .collect();
         let tables = topo.vrs.iter().map(|v| v.name.clone()).zip(host.tables).collect();
         let rt = Runtime::start(host.cells, opts)?;
+        // Interfaces set `up: false` start down (their mirrors were left down).
+        for (v, down) in topo.iface_down.iter().enumerate() {
+            for &i in down {
+                let name = topo.vrs[v].name.clone();
+                rt.on_vr_each(&name, move |c, k| c.change_vr(k, VrChange::Up(i, false)))?
+                    .into_iter()
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| ControlError::Invalid(e.0))?;
+            }
+        }
         let mut syncs = Vec::new();
         for (v, cfg) in topo.vrs.iter().enumerate() {
             if let Some(cp) = topo.control_plane(v) {
@@ -669,6 +692,8 @@ impl Node {
                 }
                 if let Some(u) = up {
                     self.vr_change(&vr, VrChange::Up(i, u))?;
+                    let v = self.topo.vr_index(&vr).expect("checked");
+                    self.topo.set_iface_down(v, i, !u);
                     info!(vr, interface, up = u, "interface set up/down");
                     // Its mirror follows, so the control plane's daemons see the link change.
                     let cp = self.topo.vr_index(&vr).and_then(|v| self.topo.control_plane(v));
@@ -836,7 +861,20 @@ impl Node {
         edit(&mut doc);
         let text = crate::model::to_yaml(&doc);
         let base = Path::new(&file).parent().unwrap_or(Path::new(".")).to_path_buf();
-        let next = Topology::parse(&text, &file, &base)?;
+        let mut next = Topology::parse(&text, &file, &base)?;
+        // The edit adds or removes VRs: those it keeps stay up or down as they run, even where
+        // `interface_set` changed that after the text was read.
+        let running: Vec<(usize, Vec<u16>)> = (next.vrs.iter().enumerate())
+            .filter_map(|(i, v)| {
+                let j = self.topo.vr_index(&v.name)?;
+                Some((i, self.topo.iface_down.get(j).cloned().unwrap_or_default()))
+            })
+            .collect();
+        for (i, down) in running {
+            for k in 0..next.vrs[i].interfaces.len() as u16 {
+                next.set_iface_down(i, k, down.contains(&k));
+            }
+        }
         let plan = self.apply(next, false)?;
         self.source = Some((text, file));
         Ok(plan)
@@ -948,6 +986,23 @@ impl Node {
                 self.vr_change(&vr, VrChange::Mtu(iface, mtu))?;
                 info!(vr, interface = iface, mtu, "interface mtu set");
                 format!("vr {vr}: interface {iface} mtu {mtu}")
+            }
+            Step::Up { vr, iface, up, mirror } => {
+                self.vr_change(&vr, VrChange::Up(iface, up))?;
+                if let Some((ns, dev)) = mirror {
+                    crate::netns::set_mirror_up(&ns, &dev, up).map_err(|e| {
+                        ControlError::State(format!("vr {vr}: mirror of {dev}: {e}"))
+                    })?;
+                }
+                info!(vr, interface = iface, up, "interface set up/down");
+                format!("vr {vr}: interface {iface} {}", if up { "up" } else { "down" })
+            }
+            Step::Mirror { netns, dev, change } => {
+                crate::netns::follow_mirror(&netns, &dev, &change).map_err(|e| {
+                    ControlError::State(format!("control plane {netns}: mirror {dev}: {e}"))
+                })?;
+                info!(netns, dev, ?change, "mirror follows its interface");
+                format!("mirror {netns}/{dev}")
             }
             Step::Replace { vr, table, new } => {
                 let r = self
@@ -1110,37 +1165,43 @@ impl Node {
                 let local = self.local_ports(c, next, &[]);
                 let mut cfg = v.clone();
                 let mut table = RouteTable::new(&cfg).map_err(|e| ControlError::Invalid(e.0))?;
-                let ops: Vec<RouteOp> = self.tables[&v.name]
-                    .routes(Some(RouteSource::Api), usize::MAX)
-                    .into_iter()
-                    .map(|r| {
-                        RouteOp::Add(RouteConfig {
-                            prefix: r.prefix,
-                            target: r.target,
-                            source: RouteSource::Api,
-                        })
-                    })
-                    .collect();
+                // API routes, and a control plane's kernel routes: its sync sent them once and
+                // will not again unless they change.
+                let old_table = &self.tables[&v.name];
+                let mut ops = old_table.ops_of(RouteSource::Api);
+                let kernel = old_table.ops_of(RouteSource::Kernel);
+                let api = ops.len();
+                ops.extend(kernel);
                 // One batch when every API route still fits; otherwise those whose gateway is
                 // no longer connected are dropped with the old VR, one by one.
-                let keep = match table.apply(&ops, |_| Ok(())) {
-                    Ok(_) => ops.len(),
+                let fits: Vec<bool> = match table.apply(&ops, |_| Ok(())) {
+                    Ok(_) => vec![true; ops.len()],
                     Err(_) => ops
                         .iter()
-                        .filter(|op| table.apply(std::slice::from_ref(*op), |_| Ok(())).is_ok())
-                        .count(),
+                        .map(|op| table.apply(std::slice::from_ref(op), |_| Ok(())).is_ok())
+                        .collect(),
                 };
+                let keep = fits[..api].iter().filter(|&&k| k).count();
+                let kept_kernel = fits[api..].iter().filter(|&&k| k).count();
                 cfg.interfaces.iter_mut().for_each(|f| f.port = local(f.port));
                 let vr =
                     Vr::with_routes(&cfg, table.view()).map_err(|e| ControlError::Invalid(e.0))?;
                 plan.steps.push(format!(
-                    "~ vr {}: rebuilt in place ({}), keeping counters{} and {} API route(s)",
+                    "~ vr {}: rebuilt in place ({}), keeping counters{} and {} API route(s){}",
                     v.name,
                     what_changed(old, v),
                     if same_ifaces(old, v) { ", neighbors" } else { "" },
-                    keep
+                    keep,
+                    if kept_kernel > 0 {
+                        format!(", {kept_kernel} kernel route(s)")
+                    } else {
+                        String::new()
+                    }
                 ));
                 steps.push(Step::Replace { vr: v.name.clone(), table, new: Box::new(vr) });
+                // The new VR's interfaces are up, or as the old one's were: set each as `next`
+                // says, and let the mirror taps follow the interfaces.
+                steps.extend(self.follow_steps(next, i, j, true, &mut plan));
                 changed = true;
             } else {
                 for (k, (a, b)) in old.interfaces.iter().zip(&v.interfaces).enumerate() {
@@ -1153,6 +1214,9 @@ impl Node {
                         changed = true;
                     }
                 }
+                let follow = self.follow_steps(next, i, j, false, &mut plan);
+                changed |= !follow.is_empty();
+                steps.extend(follow);
                 let ops = route_diff(&old.routes, &v.routes);
                 if !ops.is_empty() {
                     let (add, del) = ops.iter().fold((0, 0), |(a, d), op| match op {
@@ -1242,6 +1306,7 @@ impl Node {
                         }
                     ));
                     steps.push(Step::JoinCell { cell: *c, ports: opened, table, vr: Box::new(vr) });
+                    steps.extend(down_steps(next, i));
                     if next.schedule[i] != VrSchedule::default() {
                         steps.push(Step::Schedule {
                             vr: v.name.clone(),
@@ -1307,6 +1372,9 @@ impl Node {
             ));
             // The outside ends of new mem ports are kept for whoever asks (tests, benchmarks).
             steps.push(Step::NewCell { table: tables, cell: Box::new(cell), worker, outside });
+            for &i in &vrs {
+                steps.extend(down_steps(next, i));
+            }
         }
         if !refused.is_empty() {
             let mut msg =
@@ -1317,6 +1385,43 @@ impl Node {
             return Err(ControlError::NotLive(msg.trim_end().to_string()));
         }
         Ok((plan, steps))
+    }
+
+    /// The steps that set VR `next.vrs[i]` (the running `vrs[j]`) up or down per interface
+    /// as `next` says (every interface when `all`, else those whose `up:` changed), and that
+    /// carry its interfaces' MAC, MTU and address changes to its mirror taps.
+    fn follow_steps(
+        &self,
+        next: &Topology,
+        i: usize,
+        j: usize,
+        all: bool,
+        plan: &mut Plan,
+    ) -> Vec<Step> {
+        let (cur, v) = (&self.topo, &next.vrs[i]);
+        let netns = next.control_plane(i).map(|c| c.netns.clone());
+        let mut steps = Vec::new();
+        for (k, b) in v.interfaces.iter().enumerate() {
+            let id = k as u16;
+            let down = next.iface_down(i, id);
+            if cur.iface_down(j, id) != down {
+                plan.steps.push(format!(
+                    "~ vr {}: interface {} {}",
+                    v.name,
+                    b.name,
+                    if down { "down" } else { "up" }
+                ));
+            }
+            if all || cur.iface_down(j, id) != down {
+                let mirror = netns.clone().map(|n| (n, b.name.clone()));
+                steps.push(Step::Up { vr: v.name.clone(), iface: id, up: !down, mirror });
+            }
+            let (Some(ns), Some(a)) = (&netns, cur.vrs[j].interfaces.get(k)) else { continue };
+            if let Some(change) = crate::netns::MirrorChange::between(a, b) {
+                steps.push(Step::Mirror { netns: ns.clone(), dev: b.name.clone(), change });
+            }
+        }
+        steps
     }
 
     /// Cell-local port numbers for a VR of `next` joining cell `c`, which gains `fresh` ports.
@@ -1422,6 +1527,13 @@ fn merge_cells(mut groups: Vec<(Vec<String>, Vec<usize>)>) -> Vec<(Vec<String>, 
     out
 }
 
+/// A new VR's interfaces set `up: false`, taken down once it runs.
+fn down_steps(next: &Topology, i: usize) -> Vec<Step> {
+    let name = &next.vrs[i].name;
+    let down = next.iface_down.get(i).map(Vec::as_slice).unwrap_or_default();
+    down.iter().map(|&k| Step::Up { vr: name.clone(), iface: k, up: false, mirror: None }).collect()
+}
+
 /// Whether the interfaces sit on the same segments (their ports, compared by name by the
 /// caller, and VLANs) with the same MACs.
 fn same_ifaces(a: &VrConfig, b: &VrConfig) -> bool {
@@ -1495,6 +1607,9 @@ fn adj_text(adj: dataplane::Adj, ifname: &dyn Fn(u16) -> String) -> String {
         Adj::Blackhole => "blackhole".into(),
         Adj::Broadcast => "broadcast".into(),
         Adj::Glean(i) => format!("connected on {}", ifname(i)),
+        Adj::Unreachable => "unreachable".into(),
+        Adj::Prohibit => "prohibit".into(),
+        Adj::Multi(p) => format!("multipath over {} buckets", p.buckets().len()),
         Adj::Via { iface, gw } => {
             let a = std::net::Ipv6Addr::from(gw);
             match a.to_ipv4_mapped() {

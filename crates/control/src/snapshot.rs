@@ -486,6 +486,7 @@ fn vr_doc(topo: &Topology, cfg: &VrConfig, s: &VrSchedule) -> VrDoc {
             mac: f.mac.to_string(),
             mtu: Some(u64::from(f.mtu)),
             addresses: addrs,
+            up: None,
         });
     }
     for n in &cfg.neighbors {

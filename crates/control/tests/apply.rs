@@ -397,6 +397,16 @@ fn vr_add_and_remove_through_the_api_extend_the_running_topology() {
     .replace("  - { name: o0, kind: mem }\n", "  - { name: o0, kind: mem }\n  - { name: n0, kind: mem }\n");
     n.execute(Command::Apply { topology: applied, file: "apply.yaml".into(), dry_run: false })
         .unwrap();
+    // An interface taken down through the API stays down across an edit of the text (the
+    // plan has no step for it).
+    n.execute(Command::InterfaceSet {
+        vr: "old".into(),
+        interface: "a".into(),
+        mtu: None,
+        up: Some(false),
+        addresses: None,
+    })
+    .unwrap();
     let mut w = VrDoc::new("more");
     w.interfaces.push(IfaceDoc::on_port("a", "m0", "02:00:00:00:0a:00", ["10.9.10.1/24"]));
     let r = n

@@ -1,8 +1,8 @@
 //! Real routing daemons in VRs' Linux control planes. Two VRs joined by a routeplex switch run
 //! BIRD with OSPF in their mirror namespaces: each learns the other's stub network (BIRD puts
 //! it in the namespace's kernel, route sync puts it in the VR), hosts behind them ping end to
-//! end, and when one VR's link is taken down (the API's `interface_set`, which its mirror
-//! follows) the route goes and comes back with the link. Needs root and BIRD; says why it
+//! end, and when one VR's link is taken down in the topology (`up: false`, put in through
+//! `apply`, which its mirror follows) the route goes and comes back with the link. Needs root and BIRD; says why it
 //! skips otherwise. Every daemon runs with its config, socket and pid file in a private
 //! temporary directory and is killed when the test ends, pass or fail.
 
@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use control::api::Command as Api;
 use control::netns::Made;
 use control::runtime::{Idle, Options};
 use control::{Node, Topology};
-use dataplane::RouteSource;
+use dataplane::config::RouteTarget;
+use dataplane::{Forward, RouteOp, RouteSource};
 use hosts::{in_ns, ok, run};
 use ipnet::IpNet;
 
@@ -158,17 +158,21 @@ fn bird_ospf_between_two_vrs() {
     let (la, lb) = (format!("rcp{pid}oa"), format!("rcp{pid}ob"));
     host(&mut g, &ha, &la, &["10.64.1.2/24"], &["10.64.1.1"]);
     host(&mut g, &hb, &lb, &["10.64.2.2/24"], &["10.64.2.1"]);
-    let text = format!(
-        "ports:\n  - {{ name: pa, kind: afpacket, interface: {la} }}\n  - {{ name: pb, kind: afpacket, interface: {lb} }}\n\
-         switches:\n  - name: core\n\
-         vrs:\n  - name: r1\n    control_plane: {{ kind: linux, netns: {m1} }}\n    interfaces:\n      \
-         - {{ name: h, port: pa, mac: 02:00:00:00:64:01, addresses: [10.64.1.1/24] }}\n      \
-         - {{ name: c, switch: core, mac: 02:00:00:00:64:11, addresses: [10.64.0.1/24] }}\n  \
-         - name: r2\n    control_plane: {{ kind: linux, netns: {m2} }}\n    interfaces:\n      \
-         - {{ name: h, port: pb, mac: 02:00:00:00:64:02, addresses: [10.64.2.1/24] }}\n      \
-         - {{ name: c, switch: core, mac: 02:00:00:00:64:12, addresses: [10.64.0.2/24] }}\n"
-    );
-    let topo = Topology::parse(&text, "ospf.yaml", Path::new(".")).unwrap();
+    // r1's link to the core switch is up, or taken down with `up: false`.
+    let text = |c_up: bool| {
+        format!(
+            "ports:\n  - {{ name: pa, kind: afpacket, interface: {la} }}\n  - {{ name: pb, kind: afpacket, interface: {lb} }}\n\
+             switches:\n  - name: core\n\
+             vrs:\n  - name: r1\n    control_plane: {{ kind: linux, netns: {m1} }}\n    interfaces:\n      \
+             - {{ name: h, port: pa, mac: 02:00:00:00:64:01, addresses: [10.64.1.1/24] }}\n      \
+             - {{ name: c, switch: core, mac: 02:00:00:00:64:11, addresses: [10.64.0.1/24], up: {c_up} }}\n  \
+             - name: r2\n    control_plane: {{ kind: linux, netns: {m2} }}\n    interfaces:\n      \
+             - {{ name: h, port: pb, mac: 02:00:00:00:64:02, addresses: [10.64.2.1/24] }}\n      \
+             - {{ name: c, switch: core, mac: 02:00:00:00:64:12, addresses: [10.64.0.2/24] }}\n"
+        )
+    };
+    let parse = |up: bool| Topology::parse(&text(up), "ospf.yaml", Path::new(".")).unwrap();
+    let topo = parse(true);
     control::netns::make(&topo, &mut g.made).unwrap();
     let mut node = Node::start(topo, options(), 64).unwrap();
     bird(&mut g, &m1, "r1", &ospf_conf("10.64.0.1"));
@@ -188,28 +192,86 @@ fn bird_ospf_between_two_vrs() {
         |dst: &str| in_ns(&ha, &["ping", "-c", "3", "-i", "0.2", "-W", "1", dst]).status.success();
     assert!(ping("10.64.2.2"), "end to end through both VRs\n{:#}", node.status().unwrap());
 
-    // r1's link goes down: its mirror follows, BIRD drops the adjacency, the route goes.
-    let set = |node: &mut Node, up: bool| {
-        node.execute(Api::InterfaceSet {
-            vr: "r1".into(),
-            interface: "c".into(),
-            mtu: None,
-            up: Some(up),
-            addresses: None,
-        })
-        .unwrap();
+    // r1's link is taken down in the topology (`apply`): its mirror follows, BIRD drops the
+    // adjacency, the route goes.
+    let plan = node.apply(parse(false), false).unwrap();
+    assert!(plan.steps.iter().any(|s| s == "~ vr r1: interface c down"), "{plan:?}");
+    let mirror_up = |up: &str| {
+        let out = in_ns(&m1, &["ip", "-o", "link", "show", "dev", "c"]);
+        String::from_utf8_lossy(&out.stdout).contains(up)
     };
-    set(&mut node, false);
+    assert!(!mirror_up(",UP"), "the mirror tap is still up");
     let gone = wait(&mut node, 30, |n| !has_kernel_route(n, "r1", "10.64.2.0/24"));
     assert!(gone, "the route outlived the link\n{}", logs(&g));
     assert!(!ping("10.64.2.2"));
-    // And back: OSPF reconverges.
-    set(&mut node, true);
+    // And back (`apply` again): OSPF reconverges.
+    node.apply(parse(true), false).unwrap();
+    assert!(mirror_up(",UP"), "the mirror tap is not up again");
     let back = wait(&mut node, 60, |n| {
         has_kernel_route(n, "r1", "10.64.2.0/24") && has_kernel_route(n, "r2", "10.64.1.0/24")
     });
     assert!(back, "OSPF did not reconverge\n{}", logs(&g));
     assert!(ping("10.64.2.2"), "end to end again\n{:#}", node.status().unwrap());
+    // An address added to r1's `h` in the topology reaches its mirror tap, and BIRD, which
+    // exports `h` as a stub, gives r2 a route to it.
+    let more = text(true).replace("[10.64.1.1/24]", "[10.64.1.1/24, 10.64.9.1/24]");
+    node.apply(Topology::parse(&more, "ospf.yaml", Path::new(".")).unwrap(), false).unwrap();
+    let addrs = in_ns(&m1, &["ip", "-o", "address", "show", "dev", "h"]);
+    assert!(String::from_utf8_lossy(&addrs.stdout).contains("10.64.9.1/24"), "{addrs:?}");
+    let stub = wait(&mut node, 60, |n| has_kernel_route(n, "r2", "10.64.9.0/24"));
+    assert!(stub, "the new address's subnet did not reach r2\n{}", logs(&g));
+    assert!(ping("10.64.2.2"), "end to end after the rebuild\n{:#}", node.status().unwrap());
+
+    // Routes put in r1's kernel by hand: ECMP over both interfaces reaches the VR with both
+    // next hops; unreachable and prohibit routes make the VR answer with ICMP errors.
+    let ip_route = |args: &[&str]| {
+        let mut a = vec!["-n", m1.as_str(), "route", "add"];
+        a.extend(args);
+        ok("ip", &a);
+    };
+    ip_route(&[
+        "10.99.0.0/16",
+        "nexthop",
+        "via",
+        "10.64.1.2",
+        "dev",
+        "h",
+        "nexthop",
+        "via",
+        "10.64.0.2",
+        "dev",
+        "c",
+        "weight",
+        "2",
+    ]);
+    ip_route(&["unreachable", "10.98.0.0/16"]);
+    ip_route(&["prohibit", "10.97.0.0/16"]);
+    let h = RouteTarget::Via { gateway: "10.64.1.2".parse().unwrap(), iface: Some(0) };
+    let c = RouteTarget::Via { gateway: "10.64.0.2".parse().unwrap(), iface: Some(1) };
+    let set = |p: &str, forward| RouteOp::Set {
+        prefix: p.parse().unwrap(),
+        source: RouteSource::Kernel,
+        forward,
+    };
+    let want = [
+        // The listener sorts next hops (by gateway).
+        set("10.99.0.0/16", Forward::Paths(vec![(c, 9), (h, 5)])),
+        set("10.98.0.0/16", Forward::Unreachable),
+        set("10.97.0.0/16", Forward::Prohibit),
+    ];
+    let synced = wait(&mut node, 10, |n| {
+        let have = n.table("r1").unwrap().ops_of(RouteSource::Kernel);
+        want.iter().all(|w| have.contains(w))
+    });
+    assert!(synced, "{:?}", node.table("r1").unwrap().ops_of(RouteSource::Kernel));
+    let answer = |dst: &str| {
+        let out = in_ns(&ha, &["ping", "-c", "1", "-W", "1", dst]);
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let a = answer("10.98.0.1");
+    assert!(a.contains("From 10.64.1.1") && a.contains("Destination Net Unreachable"), "{a}");
+    let a = answer("10.97.0.1");
+    assert!(a.contains("From 10.64.1.1") && a.contains("Packet filtered"), "{a}");
     let st = node.status().unwrap();
     for v in st["vrs"].as_array().unwrap() {
         assert_eq!(v["control_plane"]["refused"], 0, "{v:#}");

@@ -157,6 +157,10 @@ reasons! {
         /// Would have been punted to the VR's Linux control-plane mirror, but the VR had spent
         /// its punt budget (`punt_per_sec`): a flood aimed at the VR cannot starve forwarding.
         PuntRateLimited = "punt_rate_limited",
+        /// The route is a reject route of kind prohibit (a control plane's `ip route add
+        /// prohibit`): ICMP destination unreachable, administratively prohibited, sent (RFC
+        /// 1812 §5.2.7.1; ICMPv6 code 1). An unreachable route counts as `no_route`.
+        Prohibited = "prohibited",
     }
 }
 

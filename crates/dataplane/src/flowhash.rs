@@ -76,7 +76,9 @@ pub fn flow_hash(f: &[u8]) -> u64 {
     }
 }
 
-fn hash4(f: &[u8], l3: usize) -> u64 {
+/// The flow hash of the IPv4 packet at `l3` of frame `f` (see the module doc).
+#[inline]
+pub(crate) fn hash4(f: &[u8], l3: usize) -> u64 {
     let Some(ip) = f.get(l3..l3 + 20) else { return 0 };
     if ip[0] >> 4 != 4 {
         return 0;
@@ -101,7 +103,9 @@ fn hash4(f: &[u8], l3: usize) -> u64 {
     pair(src, 0, dst, 0, proto)
 }
 
-fn hash6(f: &[u8], l3: usize) -> u64 {
+/// The flow hash of the IPv6 packet at `l3` of frame `f` (see the module doc).
+#[inline]
+pub(crate) fn hash6(f: &[u8], l3: usize) -> u64 {
     let Some(ip) = f.get(l3..l3 + 40) else { return 0 };
     if ip[0] >> 4 != 6 {
         return 0;

@@ -44,7 +44,7 @@ pub use config::{Budget, Reservation};
 pub use counters::{Drop, PortCounters, PortDrop, StageCounters, VrCounters};
 pub use engine::Engine;
 pub use observe::{CaptureRing, Captured, Dir, Reason, Tap, TraceRecord};
-pub use routes::{RouteError, RouteOp, RouteSource, RouteTable};
+pub use routes::{Forward, RouteError, RouteOp, RouteSource, RouteTable};
 pub use switch::{
     GroupRow, MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters,
     SwitchDrop, DEFAULT_GROUPS, DEFAULT_GROUP_TIMEOUT_MS,

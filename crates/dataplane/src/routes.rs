@@ -84,6 +84,102 @@ pub enum RouteOp {
     Replace(RouteConfig),
     /// Remove the source's route for the prefix; refused if there is none.
     Delete { prefix: IpNet, source: RouteSource },
+    /// Add a route, or replace its source's route for the prefix, with forwarding a
+    /// [`RouteTarget`] cannot say: several weighted next hops, or a reject.
+    Set { prefix: IpNet, source: RouteSource, forward: Forward },
+}
+
+/// What a [`RouteOp::Set`] route does with a packet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Forward {
+    /// Equal-cost multipath: each flow (by its hash) takes one of these next hops (gateways
+    /// or interfaces, not blackholes), a share of flows as large as its weight (1..=255).
+    /// At most [`MAX_PATHS`] distinct next hops; one is a plain route.
+    Paths(Vec<(RouteTarget, u8)>),
+    /// Dropped with ICMP destination unreachable, net unreachable (ICMPv6: no route).
+    Unreachable,
+    /// Dropped with ICMP destination unreachable, communication administratively prohibited
+    /// (ICMPv6: administratively prohibited).
+    Prohibit,
+}
+
+/// Buckets of a multipath adjacency, and so the most next hops one route may have: the
+/// adjacency stays as small as a gateway's (one cache line holds two).
+pub const MAX_PATHS: usize = 14;
+
+/// A multipath adjacency: `len` buckets, each a plain adjacency's slot, the next hops
+/// repeated in proportion to their weights. A flow's hash picks the bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Paths {
+    len: u8,
+    bucket: [NextHop; MAX_PATHS],
+}
+
+impl Paths {
+    /// Spreads `hops` (slot, weight) over the buckets: with equal weights each hop gets the
+    /// same number; otherwise each its share of 14 by largest remainder (at least one), and
+    /// the buckets are filled hop by hop, always with the hop furthest behind its share, so
+    /// they interleave.
+    fn new(hops: &[(NextHop, u8)]) -> Paths {
+        let k = hops.len().clamp(1, MAX_PATHS);
+        let hops = &hops[..k];
+        let equal = hops.iter().all(|h| h.1 == hops[0].1);
+        let len = if equal { k * (MAX_PATHS / k) } else { MAX_PATHS };
+        let total: usize = hops.iter().map(|h| usize::from(h.1.max(1))).sum();
+        let mut count = [0usize; MAX_PATHS];
+        let mut rest = [0usize; MAX_PATHS];
+        for (i, h) in hops.iter().enumerate() {
+            let exact = len * usize::from(h.1.max(1));
+            (count[i], rest[i]) = ((exact / total).max(1), exact % total);
+        }
+        while count[..k].iter().sum::<usize>() < len {
+            let i = (0..k).max_by_key(|&i| (rest[i], std::cmp::Reverse(i))).expect("a hop");
+            count[i] += 1;
+            rest[i] = 0;
+        }
+        while count[..k].iter().sum::<usize>() > len {
+            let i = (0..k).max_by_key(|&i| (count[i], std::cmp::Reverse(i))).expect("a hop");
+            count[i] -= 1;
+        }
+        let mut got = [0usize; MAX_PATHS];
+        let mut bucket = [NO_ROUTE; MAX_PATHS];
+        for (b, slot) in bucket.iter_mut().enumerate().take(len) {
+            let behind = |i: usize| (count[i] * (b + 1)) as i64 - (got[i] * len) as i64;
+            let i = (0..k)
+                .filter(|&i| got[i] < count[i])
+                .max_by_key(|&i| (behind(i), std::cmp::Reverse(i)))
+                .expect("buckets left for some hop");
+            got[i] += 1;
+            *slot = hops[i].0;
+        }
+        Paths { len: len as u8, bucket }
+    }
+
+    /// The bucket flow hash `h` picks: its low 32 bits scaled to the bucket count (the high
+    /// ones pick a replica, `flowhash::pick`, so the two choices stay independent).
+    #[inline(always)]
+    pub(crate) fn pick(&self, h: u64) -> NextHop {
+        let i = ((h & 0xffff_ffff) * u64::from(self.len)) >> 32;
+        self.bucket[i as usize % MAX_PATHS]
+    }
+
+    /// The buckets, in order.
+    pub fn buckets(&self) -> &[NextHop] {
+        &self.bucket[..usize::from(self.len)]
+    }
+
+    /// Each next hop once, in first-bucket order.
+    fn members(&self) -> impl Iterator<Item = NextHop> + '_ {
+        let b = self.buckets();
+        b.iter().enumerate().filter(move |(i, n)| !b[..*i].contains(n)).map(|(_, &n)| n)
+    }
+}
+
+/// What a validated operation asks for, before slots are allocated.
+enum Want {
+    Delete,
+    One(Adj),
+    Multi(Vec<(Adj, u8)>),
 }
 
 /// Why a batch of route operations was refused (nothing of it was applied).
@@ -333,17 +429,16 @@ impl RouteTable {
         ops: &[RouteOp],
         install: impl FnOnce(&[(NextHop, Adj)]) -> Result<(), String>,
     ) -> Result<Applied, RouteError> {
-        let adjs = self.validate(ops)?;
+        let wants = self.validate(ops)?;
         // Allocate what the batch needs that nobody has yet; undone if `install` fails.
         let mut new = Vec::new();
-        for a in adjs.iter().flatten() {
-            if !self.index.contains_key(a) {
-                match self.alloc(*a) {
-                    Some(n) => new.push((n, *a)),
-                    None => {
-                        self.undo(&new);
-                        return Err(RouteError::TooManyNextHops);
-                    }
+        let mut adjs = Vec::with_capacity(wants.len());
+        for w in &wants {
+            match self.resolve(w, &mut new) {
+                Some(a) => adjs.push(a),
+                None => {
+                    self.undo(&new);
+                    return Err(RouteError::TooManyNextHops);
                 }
             }
         }
@@ -353,13 +448,16 @@ impl RouteTable {
                 return Err(RouteError::Install(e));
             }
         }
+        // A new multipath adjacency holds its next hops for as long as it lives.
+        for &(_, a) in &new {
+            if let Adj::Multi(p) = a {
+                p.members().for_each(|m| self.retain(m));
+            }
+        }
         let mut out = Applied { new_next_hops: new.len(), ..Applied::default() };
         let (mut c4, mut c6) = (Vec::new(), Vec::new());
         for (op, adj) in ops.iter().zip(&adjs) {
-            let (prefix, source) = match op {
-                RouteOp::Add(r) | RouteOp::Replace(r) => (r.prefix.trunc(), r.source),
-                RouteOp::Delete { prefix, source } => (prefix.trunc(), *source),
-            };
+            let (prefix, source) = op_key(op);
             let nh = adj.map_or(NO_ROUTE, |a| self.index[&a]);
             let before = self.best(prefix);
             let old = self.set(prefix, source, nh);
@@ -391,19 +489,43 @@ impl RouteTable {
         Ok(out)
     }
 
+    /// The slot-backed adjacency of `w`, allocating (and listing in `new`) what is missing;
+    /// `None` when the VR would need more than 65535 slots.
+    fn resolve(&mut self, w: &Want, new: &mut Vec<(NextHop, Adj)>) -> Option<Option<Adj>> {
+        let mut get = |t: &mut RouteTable, a: Adj| -> Option<NextHop> {
+            if let Some(&n) = t.index.get(&a) {
+                return Some(n);
+            }
+            let n = t.alloc(a)?;
+            new.push((n, a));
+            Some(n)
+        };
+        Some(match w {
+            Want::Delete => None,
+            Want::One(a) => {
+                get(self, *a)?;
+                Some(*a)
+            }
+            Want::Multi(hops) => {
+                let mut slots = Vec::with_capacity(hops.len());
+                for &(a, wt) in hops {
+                    slots.push((get(self, a)?, wt));
+                }
+                let a = Adj::Multi(Paths::new(&slots));
+                get(self, a)?;
+                Some(a)
+            }
+        })
+    }
+
     /// Checks every operation against the table as the ones before it would leave it, and
-    /// resolves each added route's adjacency.
-    fn validate(&self, ops: &[RouteOp]) -> Result<Vec<Option<Adj>>, RouteError> {
+    /// resolves what each added route needs.
+    fn validate(&self, ops: &[RouteOp]) -> Result<Vec<Want>, RouteError> {
         // Presence of (prefix, source) after the operations so far, where the batch touched it.
         let mut seen: FxHashMap<(IpNet, RouteSource), bool> = FxHashMap::default();
-        let mut adjs = Vec::with_capacity(ops.len());
+        let mut wants = Vec::with_capacity(ops.len());
         for (index, op) in ops.iter().enumerate() {
-            let (prefix, source, target) = match op {
-                RouteOp::Add(r) | RouteOp::Replace(r) => {
-                    (r.prefix.trunc(), r.source, Some(r.target))
-                }
-                RouteOp::Delete { prefix, source } => (prefix.trunc(), *source, None),
-            };
+            let (prefix, source) = op_key(op);
             let name = source.name();
             if !source.is_operable() {
                 return Err(RouteError::NotOperable { index, prefix, kind: name });
@@ -420,18 +542,84 @@ impl RouteTable {
                 }
                 _ => {}
             }
-            seen.insert((prefix, source), target.is_some());
-            let adj = match target {
-                Some(t) => Some(self.adj_of(prefix, t).map_err(|why| RouteError::BadTarget {
-                    index,
-                    prefix,
-                    why,
-                })?),
-                None => None,
+            seen.insert((prefix, source), !matches!(op, RouteOp::Delete { .. }));
+            let bad = |why: String| RouteError::BadTarget { index, prefix, why };
+            let want = match op {
+                RouteOp::Add(r) | RouteOp::Replace(r) => {
+                    Want::One(self.adj_of(prefix, r.target).map_err(bad)?)
+                }
+                RouteOp::Delete { .. } => Want::Delete,
+                RouteOp::Set { forward: Forward::Unreachable, .. } => Want::One(Adj::Unreachable),
+                RouteOp::Set { forward: Forward::Prohibit, .. } => Want::One(Adj::Prohibit),
+                RouteOp::Set { forward: Forward::Paths(hops), .. } => {
+                    self.paths_of(prefix, hops).map_err(bad)?
+                }
             };
-            adjs.push(adj);
+            wants.push(want);
         }
-        Ok(adjs)
+        Ok(wants)
+    }
+
+    /// The adjacencies of a multipath route, each next hop once (weights of repeats added).
+    fn paths_of(&self, prefix: IpNet, hops: &[(RouteTarget, u8)]) -> Result<Want, String> {
+        let mut out: Vec<(Adj, u8)> = Vec::with_capacity(hops.len());
+        for &(t, w) in hops {
+            if t == RouteTarget::Blackhole {
+                return Err("a multipath next hop cannot be a blackhole".into());
+            }
+            if w == 0 {
+                return Err("a multipath next hop's weight is 1..=255, not 0".into());
+            }
+            let a = self.adj_of(prefix, t)?;
+            match out.iter_mut().find(|(b, _)| *b == a) {
+                Some((_, x)) => *x = x.saturating_add(w),
+                None => out.push((a, w)),
+            }
+        }
+        match out.len() {
+            0 => Err("a multipath route needs a next hop".into()),
+            1 => Ok(Want::One(out[0].0)),
+            n if n > MAX_PATHS => Err(format!("{n} next hops: at most {MAX_PATHS}")),
+            _ => Ok(Want::Multi(out)),
+        }
+    }
+
+    /// Operations that would give a table the routes of `source` this one has (to carry
+    /// them into a rebuilt VR), multipath and reject routes included.
+    pub fn ops_of(&self, source: RouteSource) -> Vec<RouteOp> {
+        let mut out = Vec::new();
+        let mut push = |prefix: IpNet, e: &Entry| {
+            let nh = e.nh[source as usize];
+            if nh == NO_ROUTE {
+                return;
+            }
+            let adj = self.slots[nh as usize].adj;
+            let forward = match adj {
+                Adj::Unreachable => Forward::Unreachable,
+                Adj::Prohibit => Forward::Prohibit,
+                Adj::Multi(p) => {
+                    let b = p.buckets();
+                    let weight = |m: NextHop| b.iter().filter(|&&x| x == m).count() as u8;
+                    let hops = p
+                        .members()
+                        .map(|m| (self.target_of(prefix, self.slots[m as usize].adj), weight(m)));
+                    Forward::Paths(hops.collect())
+                }
+                _ => {
+                    let target = self.target_of(prefix, adj);
+                    out.push(RouteOp::Add(RouteConfig { prefix, target, source }));
+                    return;
+                }
+            };
+            out.push(RouteOp::Set { prefix, source, forward });
+        };
+        for (&(a, l), e) in &self.v4 {
+            push(IpNet::V4(Ipv4Net::new(a.into(), l).expect("valid length")), e);
+        }
+        for (&(a, l), e) in &self.v6 {
+            push(IpNet::V6(Ipv6Net::new(a.into(), l).expect("valid length")), e);
+        }
+        out
     }
 
     /// The adjacency a route to `prefix` via `target` uses.
@@ -473,6 +661,8 @@ impl RouteTable {
                 };
                 RouteTarget::Via { gateway, iface: Some(iface) }
             }
+            // Listed by its first next hop (`ops_of` has them all).
+            Adj::Multi(p) => self.target_of(prefix, self.slots[p.buckets()[0] as usize].adj),
             _ => RouteTarget::Blackhole,
         }
     }
@@ -526,6 +716,17 @@ impl RouteTable {
 
     /// Frees slots no route holds, after the FIBs that used them were replaced.
     fn collect_free(&mut self) {
+        // Multipath adjacencies first: freeing one releases its next hops.
+        for n in 1..self.slots.len() {
+            let s = &self.slots[n];
+            if let (0, Adj::Multi(p)) = (s.refs, s.adj) {
+                if self.index.get(&s.adj) == Some(&(n as NextHop)) {
+                    self.index.remove(&s.adj);
+                    self.free.push(n as NextHop);
+                    p.members().for_each(|m| self.release(m));
+                }
+            }
+        }
         for n in 1..self.slots.len() {
             let s = &self.slots[n];
             if s.refs == 0 && self.index.get(&s.adj) == Some(&(n as NextHop)) {
@@ -605,6 +806,16 @@ fn change<K>(a: K, l: u8, nh: NextHop) -> Change<K> {
         Change::Remove(a, l)
     } else {
         Change::Insert(a, l, nh)
+    }
+}
+
+/// The (prefix, source) an operation is about.
+fn op_key(op: &RouteOp) -> (IpNet, RouteSource) {
+    match op {
+        RouteOp::Add(r) | RouteOp::Replace(r) => (r.prefix.trunc(), r.source),
+        RouteOp::Delete { prefix, source } | RouteOp::Set { prefix, source, .. } => {
+            (prefix.trunc(), *source)
+        }
     }
 }
 

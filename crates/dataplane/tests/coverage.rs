@@ -14,6 +14,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("reservation.rs", include_str!("reservation.rs")),
     ("rfc.rs", include_str!("rfc.rs")),
     ("punt.rs", include_str!("punt.rs")),
+    ("multipath.rs", include_str!("multipath.rs")),
 ];
 
 /// The test (file, function) that covers each VR drop reason.
@@ -62,6 +63,7 @@ fn vr_test(d: Drop) -> (&'static str, &'static str) {
         Drop::TxFull => ("drops.rs", "tx_full"),
         Drop::InterfaceDown => ("drops.rs", "interface_down"),
         Drop::PuntRateLimited => ("punt.rs", "punt_rate_limited"),
+        Drop::Prohibited => ("multipath.rs", "unreachable_and_prohibit_routes_answer_with_icmp"),
     }
 }
 

@@ -544,13 +544,17 @@ fn no_panic_on_garbage() {
         invariant(v.counters(), 0).unwrap();
     }
     // The garbage reached every stage: most reasons were hit. Reservations and batch limits
-    // (none set here), interfaces taken down and punt limits (no mirror here) are about
-    // configuration, not packet contents.
+    // (none set here), interfaces taken down, punt limits (no mirror here) and prohibit
+    // routes (none here) are about configuration, not packet contents.
     let total = |r: Drop| lab.e.vrs().iter().map(|v| v.counters().dropped(r)).sum::<u64>();
     let content = |r: &&Drop| {
         !matches!(
             r,
-            Drop::OverBudget | Drop::BatchLimit | Drop::InterfaceDown | Drop::PuntRateLimited
+            Drop::OverBudget
+                | Drop::BatchLimit
+                | Drop::InterfaceDown
+                | Drop::PuntRateLimited
+                | Drop::Prohibited
         )
     };
     let hit: Vec<&str> =

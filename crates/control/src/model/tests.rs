@@ -422,6 +422,7 @@ fn every_field() -> TopologyDoc {
                 mac: s("m"),
                 mtu: Some(1),
                 addresses: strings(&["a"]),
+                up: Some(true),
             }],
             routes: vec![RouteDoc {
                 prefix: s("p"),

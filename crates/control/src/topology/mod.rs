@@ -167,7 +167,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::Path;
 
-use dataplane::config::{PortId, VrConfig};
+use dataplane::config::{IfaceId, PortId, VrConfig};
 use dataplane::SwitchConfig;
 use wire::MacAddr;
 
@@ -211,6 +211,9 @@ pub struct Topology {
     pub control_planes: Vec<Option<ControlPlaneSpec>>,
     /// Multistage software routers (`msrs:`), each over a replicated VR.
     pub msrs: Vec<MsrSpec>,
+    /// Interfaces given `up: false` (administratively down), per VR: `iface_down[i]` is
+    /// `vrs[i]`'s, in interface order (empty when no interface is down).
+    pub iface_down: Vec<Vec<IfaceId>>,
 }
 
 /// One port of the host.
@@ -409,9 +412,11 @@ impl Topology {
             let (mut vrs, mut schedule, mut worker_vs) = (Vec::new(), Vec::new(), Vec::new());
             let mut replica_vs = Vec::new();
             let mut control_planes = Vec::new();
+            let mut iface_down = Vec::new();
             let mut cp_netns: HashMap<String, usize> = HashMap::new();
             for v in top.list("vrs")? {
-                let cfg = vr::vr(&v, &mut host, base_dir)?;
+                let (cfg, down) = vr::vr(&v, &mut host, base_dir)?;
+                iface_down.push(down);
                 let cp = match v.mapping()?.get("control_plane") {
                     Some(cv) => {
                         let spec = cp::control_plane(&cv, &cfg, &v)?;
@@ -455,6 +460,9 @@ impl Topology {
             if control_planes.iter().all(Option::is_none) {
                 control_planes.clear();
             }
+            if iface_down.iter().all(Vec::is_empty) {
+                iface_down.clear();
+            }
             let Host { specs: ports, switches, .. } = host;
             let plans = run::cells(&ports, &vrs, &switches);
             run::check_placement(&plans, &vrs, &schedule, &worker_vs)?;
@@ -478,6 +486,7 @@ impl Topology {
                 schedule,
                 control_planes,
                 msrs,
+                iface_down,
             })
         };
         build().map_err(|e| e.in_file(source))
@@ -496,6 +505,24 @@ impl Topology {
     /// VR `v`'s control plane, if it has one.
     pub fn control_plane(&self, v: usize) -> Option<&ControlPlaneSpec> {
         self.control_planes.get(v).and_then(Option::as_ref)
+    }
+
+    /// Whether interface `i` of VR `v` is set `up: false` (administratively down).
+    pub fn iface_down(&self, v: usize, i: IfaceId) -> bool {
+        self.iface_down.get(v).is_some_and(|d| d.contains(&i))
+    }
+
+    /// Records interface `i` of VR `v` as administratively down or up.
+    pub fn set_iface_down(&mut self, v: usize, i: IfaceId, down: bool) {
+        if self.iface_down.len() < self.vrs.len() {
+            self.iface_down.resize(self.vrs.len(), Vec::new());
+        }
+        let d = &mut self.iface_down[v];
+        d.retain(|&k| k != i);
+        if down {
+            d.push(i);
+            d.sort_unstable();
+        }
     }
 
     /// Index of the VR called `name`.

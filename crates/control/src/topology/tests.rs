@@ -135,7 +135,7 @@ fn unknown_keys_are_rejected_with_the_allowed_ones() {
         (9, "adresses"),
         "vrs[0].interfaces[2].adresses",
         Some("adresses"),
-        "unknown key \"adresses\" (allowed: name, port, switch, vlan, mac, mtu, addresses)",
+        "unknown key \"adresses\" (allowed: name, port, switch, vlan, mac, mtu, addresses, up)",
     );
     rejects(
         &vr1("    route: []\n"),

@@ -27,7 +27,7 @@ const VR_KEYS: &[&str] = &[
     "replicas",
     "control_plane",
 ];
-const IFACE_KEYS: &[&str] = &["name", "port", "switch", "vlan", "mac", "mtu", "addresses"];
+const IFACE_KEYS: &[&str] = &["name", "port", "switch", "vlan", "mac", "mtu", "addresses", "up"];
 const ROUTE_KEYS: &[&str] = &["prefix", "via", "interface", "blackhole"];
 const NEIGHBOR_KEYS: &[&str] = &["address", "mac", "interface"];
 const DEFAULT_MTU: u16 = 1500;
@@ -50,8 +50,9 @@ const LIMITS: &[(&str, u64, u64, SetLimit)] = &[
     ("icmp_errors_burst", 0, 1_000_000, |l, n| l.icmp_errors_burst = n as u32),
 ];
 
-/// Reads one VR; `host` holds what must be unique across VRs.
-pub(super) fn vr(v: &Value, host: &mut Host, base_dir: &Path) -> Result<VrConfig> {
+/// Reads one VR; `host` holds what must be unique across VRs. Also returns the interfaces
+/// given `up: false` (administratively down).
+pub(super) fn vr(v: &Value, host: &mut Host, base_dir: &Path) -> Result<(VrConfig, Vec<IfaceId>)> {
     let m = v.map(VR_KEYS)?;
     let name_v = m.req("name")?;
     let name = name(&name_v)?;
@@ -100,7 +101,8 @@ pub(super) fn vr(v: &Value, host: &mut Host, base_dir: &Path) -> Result<VrConfig
         Some(lv) => limits(&lv)?,
         None => VrLimits::default(),
     };
-    Ok(VrConfig { name: vr.name, interfaces: vr.ifaces, routes, neighbors, limits })
+    let down = vr.down;
+    Ok((VrConfig { name: vr.name, interfaces: vr.ifaces, routes, neighbors, limits }, down))
 }
 
 /// A VR while it is being read: what later fields are checked against.
@@ -115,6 +117,8 @@ pub(super) struct Vr {
     pub(super) subnets: HashMap<IpNet, (IfaceId, usize)>,
     /// Explicit IPv6 link-local addresses, per interface: line.
     link_locals: HashMap<(IfaceId, IpAddr), usize>,
+    /// Interfaces given `up: false`.
+    down: Vec<IfaceId>,
 }
 
 impl Vr {
@@ -213,6 +217,9 @@ impl Vr {
             }
         };
 
+        if !m.get("up").map(|v| v.bool()).transpose()?.unwrap_or(true) {
+            self.down.push(id);
+        }
         host.demux.insert((segment, mac), (self.name.clone(), name.clone(), mac_v.line()));
         self.iface_ids.insert(name.clone(), (id, name_v.line()));
         self.ifaces.push(IfaceConfig { name, port, vlan, mac, mtu, ipv4, ipv6 });

@@ -164,6 +164,11 @@ impl Core {
             }
             Adj::Blackhole => return self.drop(Drop::Blackhole),
             Adj::Broadcast => return self.drop(Drop::DirectedBroadcast),
+            Adj::Multi(p) => {
+                let nh = p.pick(crate::flowhash::hash4(buf.frame(), l3));
+                return self.forward4(buf, m, nh, now, out, flush);
+            }
+            Adj::Unreachable | Adj::Prohibit => return self.reject4(buf, m, nh, now),
         };
         let ip = &buf.frame()[l3..];
         if ip[8] <= 1 {
@@ -185,6 +190,18 @@ impl Core {
             return self.fragment4(buf, l3, nh, key, mtu as usize, now, out, flush);
         }
         self.output(buf, l3, nh, key, true, now)
+    }
+
+    /// A reject route: destination unreachable, net unreachable or administratively
+    /// prohibited (RFC 1812 §5.2.7.1), rate-limited as every ICMP error.
+    #[cold]
+    #[inline(never)]
+    fn reject4(&mut self, buf: &mut PktBuf, m: &Meta, nh: NextHop, now: u64) -> Fate {
+        let (c, why) = match self.adj[nh as usize] {
+            Adj::Prohibit => (icmpv4::ADMIN_PROHIBITED, Drop::Prohibited),
+            _ => (icmpv4::NET_UNREACHABLE, Drop::NoRoute),
+        };
+        self.icmp4_error(buf, m, icmpv4::DEST_UNREACHABLE, c, 0, why, now)
     }
 
     /// A header option failed [`ip4opt::check`]: Parameter Problem pointing at octet `at`
@@ -376,7 +393,10 @@ impl Core {
 
     /// Routes a packet the VR made itself (reply or error) towards `dst`.
     fn send_local4(&mut self, buf: &mut PktBuf, l3: usize, dst: u32, now: u64) -> Fate {
-        let nh = self.r4.load().lookup(dst);
+        let mut nh = self.r4.load().lookup(dst);
+        if let Adj::Multi(p) = self.adj[nh as usize] {
+            nh = p.pick(crate::flowhash::hash4(buf.frame(), l3));
+        }
         let (iface, key) = match self.adj[nh as usize] {
             Adj::Glean(i) => (i, NKey::v4(i, dst)),
             Adj::Via { iface, gw } => (iface, NKey { ip: gw, iface }),

@@ -127,7 +127,15 @@ impl Core {
             Adj::Glean(i) => (i, None),
             Adj::Via { iface, gw } => (iface, Some(gw)),
             Adj::Blackhole => return self.drop(Drop::Blackhole),
-            Adj::None | Adj::Broadcast | Adj::Local => {
+            Adj::Multi(p) => {
+                let nh = p.pick(crate::flowhash::hash6(buf.frame(), l3));
+                return self.forward6(buf, m, nh, now);
+            }
+            Adj::Prohibit => {
+                let (t, c) = (icmpv6::DEST_UNREACHABLE, icmpv6::ADMIN_PROHIBITED);
+                return self.icmp6_error(buf, m, t, c, 0, Drop::Prohibited, now);
+            }
+            Adj::None | Adj::Broadcast | Adj::Local | Adj::Unreachable => {
                 let (t, c) = (icmpv6::DEST_UNREACHABLE, icmpv6::NO_ROUTE);
                 return self.icmp6_error(buf, m, t, c, 0, Drop::NoRoute, now);
             }
@@ -351,6 +359,10 @@ impl Core {
             self.glean[in_if as usize]
         } else {
             self.r6.load().lookup(dst)
+        };
+        let nh = match self.adj[nh as usize] {
+            Adj::Multi(p) => p.pick(crate::flowhash::hash6(buf.frame(), l3)),
+            _ => nh,
         };
         let (iface, key) = match self.adj[nh as usize] {
             Adj::Glean(i) => (i, NKey::v6(i, dst)),

@@ -83,7 +83,16 @@ pub enum Adj {
         iface: IfaceId,
         gw: u128,
     },
+    /// Several next hops (each a `Via` or `Glean` slot), one per flow by its hash.
+    Multi(crate::routes::Paths),
+    /// A reject route: ICMP destination unreachable, net unreachable (ICMPv6 no route).
+    Unreachable,
+    /// A reject route: ICMP destination unreachable, administratively prohibited.
+    Prohibit,
 }
+
+// A multipath adjacency is sized to keep every adjacency as small as a gateway's.
+const _: () = assert!(std::mem::size_of::<Adj>() == 32);
 
 /// A gateway address as adjacencies and the neighbor table key it (IPv4-mapped for IPv4).
 pub(crate) fn nkey_ip(a: IpAddr) -> u128 {
@@ -1003,6 +1012,7 @@ impl Core {
     fn adj_iface(&self, nh: NextHop) -> Option<IfaceId> {
         match self.adj.get(nh as usize) {
             Some(Adj::Glean(i)) | Some(Adj::Via { iface: i, .. }) => Some(*i),
+            Some(Adj::Multi(p)) => self.adj_iface(p.buckets()[0]),
             _ => None,
         }
     }
