@@ -3,7 +3,16 @@
 
 use std::process::Command;
 
+/// The runs take turns: each pins busy-polling threads to the same CPUs (and `--compare
+/// dpdk` adds two DPDK processes), so two at once would starve each other's switch of its CPU.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn bench(args: &[&str]) -> std::process::Output {
+    let _turn = turn();
     Command::new(env!("CARGO_BIN_EXE_routeplex"))
         .args(["bench", "switch", "--seconds", "0.2", "--json"])
         .args(args)
@@ -77,6 +86,7 @@ fn threads_of(pid: u32) -> Vec<(u32, String, usize)> {
 #[test]
 fn reported_placement_is_where_the_threads_ran() {
     use std::collections::{BTreeMap, HashMap};
+    let _turn = turn();
     let mut child = Command::new(env!("CARGO_BIN_EXE_routeplex"))
         .args(["bench", "switch", "--seconds", "0.5", "--json"])
         .stdout(std::process::Stdio::piped())

@@ -19,6 +19,10 @@ use crate::sys::threads::{Placement, Sampler, Watch};
 
 const PAIR_SRC: &str = include_str!("../bench_switch_pair.c");
 
+/// The roles of the two DPDK lcores in the placement.
+const SERVER: &str = "dpdk server (receives)";
+const CLIENT: &str = "dpdk client (sends)";
+
 /// The pair's program, built once per source and DPDK flags.
 pub fn binary() -> Result<std::path::PathBuf> {
     crate::bench_vhost::dpdk_binary("bench_switch_pair", PAIR_SRC)
@@ -47,8 +51,20 @@ impl PairPoint {
         self.mpps * 1e6 * self.size as f64 * 8.0 / 1e9
     }
 
+    /// Says so when either DPDK lcore did not have its CPU to itself (other load on the host).
+    fn note(&self) -> Option<String> {
+        let busy =
+            |role: &str| self.placement.threads.iter().find(|t| t.role == role).map(|t| t.busy());
+        let low: Vec<String> = [CLIENT, SERVER]
+            .into_iter()
+            .filter_map(|r| busy(r).filter(|b| *b < 0.9).map(|b| format!("{r} {:.0} %", b * 100.0)))
+            .collect();
+        (!low.is_empty()).then(|| format!("the DPDK lcores ran only part of the time ({}; the OS gave their CPUs to other work): figures are lower than this host can do", low.join(", ")))
+    }
+
     pub fn to_json(&self) -> serde_json::Value {
         json!({
+            "note": self.note(),
             "size": self.size, "seconds": self.seconds, "mpps": self.mpps, "gbps": self.gbps(),
             "offered_mpps": self.offered_mpps, "generator_busy": self.generator_busy,
             "server_idle_polls": self.server_idle, "limited_by": self.limited_by,
@@ -163,10 +179,7 @@ pub fn measure(
             up[i] = true;
             if up.iter().all(|u| *u) {
                 sampler = Some(Sampler::start(
-                    vec![
-                        watch(0, "dpdk server", "dpdk server (receives)"),
-                        watch(1, "dpdk client", "dpdk client (sends)"),
-                    ],
+                    vec![watch(0, "dpdk server", SERVER), watch(1, "dpdk client", CLIENT)],
                     Duration::from_millis(10),
                 ));
             }
