@@ -19,6 +19,8 @@ use ports::{Batch, Port};
 use serde_json::json;
 use wire::MacAddr;
 
+mod dpdk_pair;
+
 use crate::pktgen::{self, connect, Report};
 use crate::sys;
 use crate::sys::threads::{Placement, Sampler, Watch};
@@ -49,6 +51,10 @@ pub struct Args {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// `dpdk`: also run DPDK 22.11's own memif client→server pair (no switch) on the same
+    /// CPUs, at 60 and 1514 B, and print each size's `ratio_to_dpdk_pair`.
+    #[arg(long, value_parser = ["dpdk"])]
+    compare: Option<String>,
 }
 
 /// The MAC the unicast sink announces so the switch learns it.
@@ -350,6 +356,9 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(dir) = &a.figures {
         return figures(dir, a.seconds, &placement);
     }
+    if a.compare.is_some() {
+        return compare_dpdk(&a, &placement);
+    }
     let p = point(a.size, a.destinations, a.batch, a.seconds, members)?;
     let mut j = p.to_json();
     j["pinning"] = json!(placement);
@@ -363,6 +372,51 @@ pub fn run(a: Args) -> Result<()> {
         );
         println!("{placement}");
         println!("{}", p.placement.summary());
+    }
+    Ok(())
+}
+
+/// The switched path (generator → memif → switch → memif → sink) against DPDK's direct memif
+/// pair (client → memif → server), both at 60 and 1514 B, one after the other on the same
+/// CPUs.
+fn compare_dpdk(a: &Args, pinning: &str) -> Result<()> {
+    let bin = dpdk_pair::binary()?;
+    let load = || {
+        let l = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    };
+    let load_before = load();
+    let (tx_cpu, rx_cpu) = (0, switch_cpu().unwrap_or(0));
+    let mut rows = Vec::new();
+    for size in [60, 1514] {
+        let p = point(size, 1, a.batch, a.seconds, 0)?;
+        let d = dpdk_pair::measure(&bin, size, 0.5, a.seconds, tx_cpu, rx_cpu)?;
+        let ratio = if d.mpps > 0.0 { p.mpps / d.mpps } else { f64::NAN };
+        if !a.json {
+            println!(
+                "{size} B ({} B on the wire): routeplex switch {:.2} Mpps ({:.2} Gbit/s, limited by {}), DPDK memif pair {:.2} Mpps ({:.2} Gbit/s, limited by {}): ratio_to_dpdk_pair {ratio:.2}",
+                size + 4, p.mpps, p.gbps(), p.limited_by, d.mpps, d.gbps(), d.limited_by
+            );
+            println!("  routeplex: {}", p.placement.summary());
+            println!("  dpdk pair: {}", d.placement.summary());
+        }
+        rows.push((p, d, ratio));
+    }
+    let j = json!({
+        "pinning": pinning,
+        "method": "the same sizes, one after the other: routeplex's learning switch in a `routeplex run` child between two memif ports (this process's generator and sink are the memif clients; two memif hops), then DPDK 22.11's net_memif client -> server pair (two processes of bench_switch_pair.c, copy mode, one memif hop, no switch), its client on the generator's CPU and its server on the switch worker's; mpps is what reached the sink; ratio_to_dpdk_pair = routeplex mpps / DPDK pair mpps; limited_by: generator if the sender's ring took its bursts whole >= 90 % of the time (the receiver kept up), else dut (the switch, or the DPDK server), ring if frames were lost",
+        "load_average_before": load_before,
+        "load_average_after": load(),
+        "routeplex": rows.iter().map(|(p, _, _)| p.to_json()).collect::<Vec<_>>(),
+        "dpdk_pair": rows.iter().map(|(_, d, _)| d.to_json()).collect::<Vec<_>>(),
+        "ratio_to_dpdk_pair": rows.iter().map(|(p, d, r)| json!({
+            "size": p.size, "wire_size": p.size + 4, "ratio": r,
+            "routeplex_mpps": p.mpps, "routeplex_gbps": p.gbps(), "routeplex_limited_by": p.limited_by,
+            "dpdk_pair_mpps": d.mpps, "dpdk_pair_gbps": d.gbps(), "dpdk_pair_limited_by": d.limited_by,
+        })).collect::<Vec<_>>(),
+    });
+    if a.json {
+        println!("{j}");
     }
     Ok(())
 }

@@ -51,6 +51,12 @@ impl Kind {
 
 /// The DPDK program, built once per source and flags.
 fn peer_binary() -> Result<PathBuf> {
+    dpdk_binary("bench_vhost_peer", PEER_SRC)
+}
+
+/// A DPDK program built from `src` with `cc` and `pkg-config libdpdk` into
+/// `~/.cache/routeplex/dpdk`, once per source and flags; `name` names the binary.
+pub(crate) fn dpdk_binary(name: &str, src_text: &str) -> Result<PathBuf> {
     let pc = Command::new("pkg-config")
         .args(["--cflags", "--libs", "libdpdk"])
         .output()
@@ -60,17 +66,17 @@ fn peer_binary() -> Result<PathBuf> {
     }
     let flags = String::from_utf8_lossy(&pc.stdout).trim().to_string();
     let mut h = std::hash::DefaultHasher::new();
-    (PEER_SRC, &flags).hash(&mut h);
+    (src_text, &flags).hash(&mut h);
     let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
     let dir = Path::new(&home).join(".cache/routeplex/dpdk");
     private_dir(&dir)?;
-    let bin = dir.join(format!("bench_vhost_peer-{:016x}", h.finish()));
+    let bin = dir.join(format!("{name}-{:016x}", h.finish()));
     if bin.exists() {
         return Ok(bin);
     }
-    let src = dir.join(format!("bench_vhost_peer-{}.c", std::process::id()));
-    std::fs::write(&src, PEER_SRC)?;
-    let tmp = dir.join(format!("bench_vhost_peer.tmp{}", std::process::id()));
+    let src = dir.join(format!("{name}-{}.c", std::process::id()));
+    std::fs::write(&src, src_text)?;
+    let tmp = dir.join(format!("{name}.tmp{}", std::process::id()));
     let out = Command::new("cc")
         .args(["-O2", "-Wall", "-o"])
         .arg(&tmp)
@@ -80,7 +86,7 @@ fn peer_binary() -> Result<PathBuf> {
         .context("cc")?;
     let _ = std::fs::remove_file(&src);
     if !out.status.success() {
-        bail!("building the DPDK peer failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        bail!("building the DPDK program {name} failed:\n{}", String::from_utf8_lossy(&out.stderr));
     }
     std::fs::rename(&tmp, &bin)?;
     Ok(bin)

@@ -3,7 +3,16 @@
 
 use std::process::Command;
 
+/// The runs take turns: each pins busy-polling threads to the same CPUs (and `--compare
+/// dpdk` adds two DPDK processes), so two at once would starve each other's switch of its CPU.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn bench(args: &[&str]) -> std::process::Output {
+    let _turn = turn();
     Command::new(env!("CARGO_BIN_EXE_routeplex"))
         .args(["bench", "switch", "--seconds", "0.2", "--json"])
         .args(args)
@@ -77,6 +86,7 @@ fn threads_of(pid: u32) -> Vec<(u32, String, usize)> {
 #[test]
 fn reported_placement_is_where_the_threads_ran() {
     use std::collections::{BTreeMap, HashMap};
+    let _turn = turn();
     let mut child = Command::new(env!("CARGO_BIN_EXE_routeplex"))
         .args(["bench", "switch", "--seconds", "0.5", "--json"])
         .stdout(std::process::Stdio::piped())
@@ -139,4 +149,37 @@ fn reported_placement_is_where_the_threads_ran() {
     assert!(["generator", "dut", "ring"].contains(&limited), "{limited}");
     let busy = j["generator_busy"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&busy), "{busy}");
+}
+
+/// `--compare dpdk`: the switch and DPDK's own memif pair at 60 and 1514 B in one run, each
+/// side's placement read back, and the ratio of the two rates. Skipped without libdpdk-dev.
+#[test]
+fn compare_dpdk_reports_both_sides_and_their_ratio() {
+    let dpdk = Command::new("pkg-config").args(["--exists", "libdpdk"]).status();
+    if !dpdk.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: libdpdk-dev is not installed (scripts/setup installs it)");
+        return;
+    }
+    let j = json(&["--compare", "dpdk"]);
+    let ratios = j["ratio_to_dpdk_pair"].as_array().expect("ratio_to_dpdk_pair");
+    let sizes: Vec<u64> = ratios.iter().map(|r| r["size"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, [60, 1514], "{j}");
+    for (i, r) in ratios.iter().enumerate() {
+        let (rpx, pair) = (&j["routeplex"][i], &j["dpdk_pair"][i]);
+        let (a, b) = (rpx["mpps"].as_f64().unwrap(), pair["mpps"].as_f64().unwrap());
+        assert!(a > 0.0 && b > 0.0, "a side delivered nothing: {r}");
+        let ratio = r["ratio"].as_f64().unwrap();
+        assert!((ratio - a / b).abs() <= 1e-9 * ratio.max(1.0), "{r}");
+        for side in [rpx, pair] {
+            let l = side["limited_by"].as_str().expect("limited_by");
+            assert!(["generator", "dut", "ring"].contains(&l), "{side}");
+        }
+        // The DPDK processes' placement is read back, not assumed: both lcores were seen.
+        let threads = pair["placement"]["threads"].as_array().expect("pair placement");
+        for role in ["dpdk server (receives)", "dpdk client (sends)"] {
+            let t = threads.iter().find(|t| t["role"] == role);
+            let t = t.unwrap_or_else(|| panic!("no {role:?} thread in {pair}"));
+            assert!(t["samples"].as_u64().unwrap() > 0 && t["cpu"].is_u64(), "{t}");
+        }
+    }
 }

@@ -261,3 +261,27 @@ fn bad_files_are_refused_with_file_line_field_and_value() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 16's latency scenario: at each load, the latency percentiles through the VR and the
+/// 99 % CI of each (two repetitions in a quick run), in the order percentiles must have.
+#[test]
+fn latency_reports_percentiles_with_their_cis_at_each_load() {
+    let (v, out) = run(&examples().join("seed002-fig9-latency.yaml"));
+    common(&v, &out);
+    let pts = points(&v);
+    assert_eq!(pts.len(), 2, "the quick loads, 10 % and 90 %: {pts:?}");
+    for p in pts {
+        let label = &p["label"];
+        let get = |m: &str| metric(p, m).unwrap_or_else(|| panic!("{label}: no {m}: {p}"));
+        let (p50, p99, p999) = (get("p50_us"), get("p99_us"), get("p999_us"));
+        assert!(0.0 < p50 && p50 <= p99 && p99 <= p999, "{label}: {p50} {p99} {p999}");
+        for ci in ["p50_ci99_us", "p99_ci99_us", "p999_ci99_us"] {
+            let c = get(ci);
+            assert!(c.is_finite() && c >= 0.0, "{label}: {ci} {c}");
+        }
+        assert!(get("target_pps") > 0.0 && get("forwarded_pps") > 0.0, "{label}");
+    }
+    let (lo, hi) = (metric(&pts[0], "target_pps").unwrap(), metric(&pts[1], "target_pps").unwrap());
+    assert!(lo < hi, "10 % of the capacity is below 90 % of it: {lo} {hi}");
+    let _ = std::fs::remove_dir_all(out);
+}

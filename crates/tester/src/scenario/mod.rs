@@ -78,7 +78,9 @@
 //! `frame_size`, `flows`, `active_vrs`, `rate`, and `rate.<vr>` (one VR's rate) on an axis.
 //!
 //! Metrics (columns, plot): `forwarded_pps`, `forwarded_ci99_pps`, `offered_pps`,
-//! `attempted_pps`, `target_pps`, `loss_ratio`, `p50_us`, `p99_us`, `max_us`,
+//! `attempted_pps`, `target_pps`, `loss_ratio`, `p50_us`, `p99_us`, `p999_us` (latency
+//! percentiles from generator to sink through the DUT, means over the trials) and
+//! `p50_ci99_us`, `p99_ci99_us`, `p999_ci99_us` (their 99 % CIs), `max_us`,
 //! `capacity_pps`, `peak_forwarded_pps` and `overload_vs_peak` (sweep: the last step's
 //! forwarded rate over the peak), `ndr_pps`, `pdr_pps`, `vs_first`,
 //! `drop_vs_first`, `dut_received`, `dut_forwarded`, `dut_<fact>` (what the DUT reports about
@@ -662,6 +664,10 @@ pub const METRICS: &[&str] = &[
     "loss_ratio",
     "p50_us",
     "p99_us",
+    "p999_us",
+    "p50_ci99_us",
+    "p99_ci99_us",
+    "p999_ci99_us",
     "max_us",
     "peak_forwarded_pps",
     "overload_vs_peak",

@@ -594,9 +594,15 @@ fn summarise(pr: &mut PointResult, s: &Session, idx: &[usize]) {
     m.insert("loss_ratio".into(), mean(&|t| t.loss_ratio));
     let lat: Vec<_> = ts.iter().filter_map(|t| t.latency).collect();
     if !lat.is_empty() {
-        let k = lat.len() as f64;
-        m.insert("p50_us".into(), lat.iter().map(|l| l.p50_us).sum::<f64>() / k);
-        m.insert("p99_us".into(), lat.iter().map(|l| l.p99_us).sum::<f64>() / k);
+        // Each percentile is the mean over the trials, with the 99 % CI of that mean.
+        let pct = |l: &crate::runner::Latency| [l.p50_us, l.p99_us, l.p999_us];
+        for (k, name) in ["p50", "p99", "p999"].into_iter().enumerate() {
+            let s = Summary::of(&lat.iter().map(|l| pct(l)[k]).collect::<Vec<_>>());
+            m.insert(format!("{name}_us"), s.mean);
+            if let Some(ci) = s.ci99 {
+                m.insert(format!("{name}_ci99_us"), ci);
+            }
+        }
         m.insert("max_us".into(), lat.iter().map(|l| l.max_us).fold(0.0, f64::max));
     }
     if ts.iter().all(|t| t.dut.is_some()) {
