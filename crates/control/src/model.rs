@@ -165,6 +165,8 @@ pub struct XdpDoc {
     /// `auto`, `on` or `off`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zero_copy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threaded_napi: Option<bool>,
 }
 
 /// A `memif` port's keys.

@@ -357,7 +357,8 @@ fn afxdp_threaded_napi_is_pinned_to_the_worker_cpu() {
     std::thread::spawn(move || {
         let last = ncpu - 1;
         pin_this_thread(last);
-        let mut a = open(&dev);
+        let o = AfXdpOptions { threaded_napi: true, ..Default::default() };
+        let mut a = AfXdpPort::open(&dev, &o).unwrap();
         assert_eq!(a.mode(), Some(XdpMode::Driver));
         assert_eq!(threaded(&dev), "1", "threaded NAPI on while the port is open");
         a.service();

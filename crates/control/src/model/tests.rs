@@ -359,6 +359,7 @@ fn every_field() -> TopologyDoc {
         frame_size: Some(1),
         xdp_mode: Some(s("m")),
         zero_copy: Some(s("z")),
+        threaded_napi: Some(true),
     };
     TopologyDoc {
         workers: Some(WorkersDoc::Count(1)),

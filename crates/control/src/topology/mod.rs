@@ -41,7 +41,9 @@
 //!   - { name: px, kind: afxdp, interface: veth4, ring: 2048, frame_size: 2048 }  # afxdp
 //!                             # only: ring (power of two 8..=32768, default 2048; UMEM of
 //!                             # 2 x ring frames), frame_size (2048 or 4096), xdp_mode (auto,
-//!                             # driver, skb), zero_copy (auto, on, off; default auto)
+//!                             # driver, skb), zero_copy (auto, on, off; default auto),
+//!                             # threaded_napi (false; true: the interface's NAPI runs as a
+//!                             # kernel thread pinned to the port's worker's CPUs, driver mode)
 //!   - { name: pt, kind: tap, interface: tap9 }          # a tap routeplex creates
 //!   - { name: pv, kind: vhost-user, socket: /run/vm1.sock }  # a QEMU guest's virtio-net NIC
 //!                             # (mode: server (default) or client; queues: pairs, 1..=16)
@@ -287,6 +289,8 @@ pub struct XdpSpec {
     pub mode: ports::afxdp::XdpMode,
     /// Copy or zero-copy.
     pub bind: ports::afxdp::BindMode,
+    /// Threaded NAPI pinned to the port's worker (`ports::afxdp::AfXdpOptions::threaded_napi`).
+    pub threaded_napi: bool,
 }
 
 impl Default for XdpSpec {
@@ -296,6 +300,7 @@ impl Default for XdpSpec {
             frame_size: 2048,
             mode: ports::afxdp::XdpMode::Auto,
             bind: ports::afxdp::BindMode::Auto,
+            threaded_napi: false,
         }
     }
 }
@@ -308,6 +313,7 @@ impl XdpSpec {
             frame_size: self.frame_size,
             mode: self.mode,
             bind: self.bind,
+            threaded_napi: self.threaded_napi,
             netns,
             ..Default::default()
         }
@@ -392,6 +398,7 @@ const AFXDP_KEYS: &[&str] = &[
     "frame_size",
     "xdp_mode",
     "zero_copy",
+    "threaded_napi",
 ];
 const TAP_KEYS: &[&str] = &["name", "kind", "interface", "burst"];
 const VHOST_USER_KEYS: &[&str] = &["name", "kind", "socket", "mode", "queues", "burst"];
@@ -897,7 +904,8 @@ fn list_or_none<T: std::fmt::Display>(items: &[T]) -> String {
 }
 
 /// The AF_XDP keys: `ring` (power of two 8..=32768, default 2048), `frame_size` (2048 or
-/// 4096), `xdp_mode` (auto, driver, skb), `zero_copy` (auto, on, off).
+/// 4096), `xdp_mode` (auto, driver, skb), `zero_copy` (auto, on, off), `threaded_napi` (true,
+/// false).
 fn xdp_spec(m: &yaml::Map) -> Result<XdpSpec> {
     use ports::afxdp::{BindMode, XdpMode};
     let mut x = XdpSpec::default();
@@ -936,6 +944,15 @@ fn xdp_spec(m: &yaml::Map) -> Result<XdpSpec> {
             "on" => BindMode::ZeroCopy,
             "off" => BindMode::Copy,
             r => return Err(v.bad(r, format_args!("zero_copy must be auto, on or off, not {r:?}"))),
+        };
+    }
+    if let Some(v) = m.get("threaded_napi") {
+        x.threaded_napi = match v.text()? {
+            "true" => true,
+            "false" => false,
+            r => {
+                return Err(v.bad(r, format_args!("threaded_napi must be true or false, not {r:?}")))
+            }
         };
     }
     Ok(x)

@@ -1517,9 +1517,15 @@ fn afxdp_ring_frame_size_mode_and_zero_copy() {
     use ports::afxdp::{BindMode, XdpMode};
     let t = accepts(&hosted(
         HOST_A,
-        "  - { name: pa, kind: afxdp, host: ha, ring: 512, frame_size: 4096, xdp_mode: skb, zero_copy: off }\n",
+        "  - { name: pa, kind: afxdp, host: ha, ring: 512, frame_size: 4096, xdp_mode: skb, zero_copy: off, threaded_napi: true }\n",
     ));
-    let want = XdpSpec { ring: 512, frame_size: 4096, mode: XdpMode::Skb, bind: BindMode::Copy };
+    let want = XdpSpec {
+        ring: 512,
+        frame_size: 4096,
+        mode: XdpMode::Skb,
+        bind: BindMode::Copy,
+        threaded_napi: true,
+    };
     assert_eq!(
         t.ports[0].kind,
         PortKind::AfXdp(Attach::Host { host: 0, ifname: "rpx-pa".into() }, want)
@@ -1529,6 +1535,7 @@ fn afxdp_ring_frame_size_mode_and_zero_copy() {
         (o.frames, o.frame_size, o.mode, o.bind),
         (1024, 4096, XdpMode::Skb, BindMode::Copy)
     );
+    assert!(o.threaded_napi);
     assert!(t.summary().contains("ring 512, frame 4096"), "{}", t.summary());
     let on = accepts(&hosted(
         HOST_A,
@@ -1550,6 +1557,12 @@ fn afxdp_ring_frame_size_mode_and_zero_copy() {
             "xdp_mode must be auto, driver or skb, not \"native\"",
         ),
         ("zero_copy: yes", "zero_copy", "yes", "zero_copy must be auto, on or off, not \"yes\""),
+        (
+            "threaded_napi: 1",
+            "threaded_napi",
+            "1",
+            "threaded_napi must be true or false, not \"1\"",
+        ),
     ] {
         rejects(
             &hosted(HOST_A, &format!("  - {{ name: pa, kind: afxdp, host: ha, {kv} }}\n")),

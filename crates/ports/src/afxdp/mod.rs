@@ -144,6 +144,9 @@ pub struct AfXdpOptions {
     /// CPUs of the worker that drives the port (see `napi.rs`: on veth this moves the XDP
     /// redirect and the copy into the UMEM off the sender's CPU onto the router's). Only where
     /// the interface is visible in this process's sysfs; the old setting comes back on close.
+    /// Off by default: veth hands frames to its NAPI through a 256-frame ring, and a sender's
+    /// burst that outruns the NAPI thread overflows it (veth counts those drops, the port
+    /// cannot see them), where softirq NAPI on the sender's CPU would have kept up.
     pub threaded_napi: bool,
     /// Take frames longer than one UMEM frame as several descriptors (`XDP_USE_SG`, Linux
     /// 6.6+) and join them; needed for jumbo frames. Where the kernel refuses the flag, the
@@ -161,7 +164,7 @@ impl Default for AfXdpOptions {
             queue: 0,
             mode: XdpMode::Auto,
             bind: BindMode::Auto,
-            threaded_napi: true,
+            threaded_napi: false,
             multi_buffer: true,
             netns: None,
         }
