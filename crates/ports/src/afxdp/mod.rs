@@ -25,6 +25,9 @@
 //!   busy queue for up to a second (a port re-opened right after another closed, or after its
 //!   process was killed); re-opens from `service()` never wait.
 //! - While open, the port's sockets keep its network namespace alive, as any socket does.
+//! - With [`AfXdpOptions::threaded_napi`] (off by default), driver mode also turns on the
+//!   interface's threaded NAPI and pins its kernel thread to the CPUs of the thread that calls
+//!   [`Port::service`] (the port's worker), see `napi.rs`.
 //!
 //! Contract and checks:
 //! - rx: a frame longer than a UMEM frame arrives as several descriptors, all but the last
