@@ -2,7 +2,8 @@
 //! - shared memory, no root needed: 9000-byte IPv4 packets enter on a `mem` port and leave on a
 //!   `memif` port (whose 2048-byte buffers chain five per frame) and the other way, every byte
 //!   checked, TTL and checksum as forwarding leaves them; a 9001-byte packet with DF set is
-//!   refused with ICMP "fragmentation needed" naming MTU 9000;
+//!   refused with ICMP "fragmentation needed" naming MTU 9000; a 9000-byte packet without DF
+//!   leaves a 1500-byte link as seven fragments that put back together are the packet;
 //! - kernel ports (root; skipped with the reason otherwise): a host behind an AF_XDP port pings
 //!   a host behind an AF_PACKET port through the VR with 9000-byte packets and DF set, and a host
 //!   whose own MTU is larger learns MTU 9000 from the VR.
@@ -312,4 +313,57 @@ vrs:
     for p in status["ports"].as_array().unwrap() {
         assert_eq!(p["rx_dropped"].as_u64(), Some(0), "{p:#}");
     }
+}
+
+#[test]
+fn a_jumbo_packet_is_fragmented_for_a_1500_byte_link() {
+    let text = "\
+workers: 1
+idle: poll
+ports:
+  - { name: p0, kind: mem }
+  - { name: p1, kind: mem }
+vrs:
+  - name: vr
+    interfaces:
+      - { name: a, port: p0, mac: 02:00:00:00:01:00, mtu: 9000, addresses: [10.0.0.1/24] }
+      - { name: b, port: p1, mac: 02:00:00:00:01:01, mtu: 1500, addresses: [10.0.1.1/24] }
+    routes: [{ prefix: 0.0.0.0/0, via: 10.0.1.2 }]
+    neighbors: [{ address: 10.0.1.2, mac: 02:00:00:00:0b:01, interface: b }]
+";
+    let topo = Topology::parse(text, "jumbo-frag.yaml", Path::new(".")).unwrap();
+    let mut node = Node::start(topo.clone(), Options::for_topology(&topo), 256).unwrap();
+    let (mut p0, mut p1) = (node.take_outside("p0").unwrap(), node.take_outside("p1").unwrap());
+    let sent = udp(VR_A, HOST_A, [10, 0, 0, 10], [198, 51, 100, 7], 9000, false, 42);
+    let mut out = Batch::new(1);
+    assert!(out.push_copy(&sent));
+    assert_eq!(p0.tx_burst(&mut out, &[0]), 1);
+    // 8980 bytes of IP payload in 1480-byte pieces: seven fragments.
+    let (mut pieces, mut inb) = (Vec::new(), Batch::new(256));
+    let t0 = Instant::now();
+    while pieces.len() < 7 {
+        assert!(t0.elapsed() < DEADLINE, "{} of 7 fragments came: {:?}", pieces.len(), p1.stats());
+        inb.clear();
+        p1.rx_burst(&mut inb);
+        pieces.extend(inb.packets().iter().map(|p| p.frame().to_vec()));
+        thread::sleep(Duration::from_micros(200));
+    }
+    let status = node.status().unwrap();
+    node.stop().unwrap();
+    assert_eq!(pieces.len(), 7, "{status:#}");
+    let mut payload = vec![0u8; 8980];
+    let mut covered = 0;
+    for f in &pieces {
+        assert!(f.len() <= 1514, "a fragment of {} bytes", f.len());
+        assert_eq!(&f[..6], &HOST_B);
+        let total = usize::from(u16::from_be_bytes([f[16], f[17]]));
+        let flags_off = u16::from_be_bytes([f[20], f[21]]);
+        let off = usize::from(flags_off & 0x1fff) * 8;
+        let data = &f[34..14 + total];
+        assert_eq!(flags_off & 0x2000 != 0, off + data.len() < 8980, "MF set on all but the last");
+        payload[off..off + data.len()].copy_from_slice(data);
+        covered += data.len();
+    }
+    assert_eq!(covered, 8980);
+    assert!(payload == sent[34..], "the fragments put back together are the packet sent");
 }
