@@ -320,9 +320,8 @@ fn open_ports(topo: &Topology) -> Result<(Vec<Box<dyn Port>>, Vec<Option<MemPort
                 ours[usize::from(peer)] = Some(Box::new(b));
             }
             PortKind::Link { .. } => {}
-            PortKind::AfXdp(a) => {
-                let opts =
-                    ports::afxdp::AfXdpOptions { netns: a.netns_path(), ..Default::default() };
+            PortKind::AfXdp(a, x) => {
+                let opts = x.options(a.netns_path());
                 let p = ports::afxdp::AfXdpPort::open(a.ifname(), &opts)
                     .map_err(|e| BuildError(format!("port {}: {e}", p.name)))?;
                 ours[i] = Some(Box::new(p));

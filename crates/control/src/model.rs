@@ -147,6 +147,26 @@ pub struct KernelDoc {
     pub host: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netns: Option<String>,
+    /// AF_XDP's own keys: give them for `afxdp` only (the parser refuses them on `afpacket`).
+    #[serde(flatten)]
+    pub xdp: XdpDoc,
+}
+
+/// An `afxdp` port's ring, frame and mode keys (see docs/topology.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XdpDoc {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame_size: Option<u64>,
+    /// `auto`, `driver` or `skb`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xdp_mode: Option<String>,
+    /// `auto`, `on` or `off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zero_copy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threaded_napi: Option<bool>,
 }
 
 /// A `memif` port's keys.

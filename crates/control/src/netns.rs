@@ -63,7 +63,7 @@ pub fn link_exists(name: &str) -> bool {
 /// routeplex end, which needs no address and should not chatter, and on hosts without IPv6.
 pub fn make(topo: &Topology, made: &mut Made) -> Result<(), NetError> {
     for p in &topo.ports {
-        let (PortKind::AfXdp(Attach::Host { host, ifname })
+        let (PortKind::AfXdp(Attach::Host { host, ifname }, _)
         | PortKind::AfPacket(Attach::Host { host, ifname })) = &p.kind
         else {
             continue;

@@ -1440,7 +1440,7 @@ impl Node {
 /// kernel port is its interface (`rpx-NAME` for a host's veth), not the topology's name.
 fn rt_port(t: &Topology, name: &str) -> String {
     match t.port_index(name).map(|i| &t.ports[i].kind) {
-        Some(PortKind::AfXdp(a) | PortKind::AfPacket(a)) => a.ifname().to_string(),
+        Some(PortKind::AfXdp(a, _) | PortKind::AfPacket(a)) => a.ifname().to_string(),
         Some(PortKind::Tap { ifname, .. }) => ifname.clone(),
         _ => name.to_string(),
     }

@@ -278,6 +278,8 @@ pub struct PortRow {
     pub stats: PortStats,
     pub status: PortStatus,
     pub burst: usize,
+    /// How the port runs, where it says (AF_XDP: `xdp driver, copy, multi-buffer`...).
+    pub mode: Option<&'static str>,
 }
 
 /// One cell as a snapshot saw it.
@@ -442,7 +444,7 @@ impl Snapshot {
                 json!({
                     "name": p.name, "rx": p.stats.rx_packets, "tx": p.stats.tx_packets,
                     "rx_dropped": p.stats.rx_dropped, "tx_full": p.stats.tx_full,
-                    "drops": drops, "status": status, "burst": p.burst,
+                    "drops": drops, "status": status, "burst": p.burst, "mode": p.mode,
                 })
             })
             .collect();
@@ -1075,6 +1077,7 @@ fn status(id: usize, c: &Cell) -> CellStatus {
             stats: c.port_stats(p),
             status: c.port_status(p),
             burst: c.port_burst(p),
+            mode: c.port_mode(p),
         })
         .collect();
     let switches = c

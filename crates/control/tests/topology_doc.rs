@@ -27,10 +27,8 @@ fn sections() -> Vec<(&'static str, Vec<String>)> {
             "`kind: memif` (shared memory with another process; interoperates with DPDK)",
             vec![port("memif")],
         ),
-        (
-            "`kind: afxdp` and `kind: afpacket` (a Linux interface)",
-            vec![port("afxdp"), port("afpacket")],
-        ),
+        ("`kind: afxdp` and `kind: afpacket` (a Linux interface)", vec![port("afpacket")]),
+        ("`kind: afxdp` (its own keys, and those above)", vec![port("afxdp")]),
         ("`kind: tap` (a tap interface routeplex creates)", vec![port("tap")]),
         (
             "`kind: vhost-user` (a virtio-net device for a QEMU guest or a DPDK `virtio_user` app)",

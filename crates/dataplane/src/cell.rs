@@ -911,6 +911,11 @@ impl Cell {
         self.ports[p].status()
     }
 
+    /// How port `p` runs, where it has a mode to report ([`ports::Port::mode_name`]).
+    pub fn port_mode(&self, p: usize) -> Option<&'static str> {
+        self.ports[p].mode_name()
+    }
+
     /// Number of ports.
     pub fn port_count(&self) -> usize {
         self.ports.len()

@@ -135,7 +135,7 @@ reasons! {
         /// or disagreed on its end: the whole datagram, as RFC 5722 requires.
         ReassemblyOverlap = "reassembly_overlap",
         /// Fragments of a datagram addressed to the VR larger than one packet buffer holds:
-        /// more than 1904 bytes after the IP header (`reasm::MAX_PAYLOAD`).
+        /// more than 9152 bytes after the IP header (`reasm::MAX_PAYLOAD`).
         ReassemblyTooBig = "reassembly_too_big",
         /// A fragment of a new datagram addressed to the VR while all its reassembly contexts
         /// are busy.

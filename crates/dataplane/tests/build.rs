@@ -69,10 +69,10 @@ fn inconsistent_configurations_are_refused() {
 
     let mut c = base_vr();
     c.interfaces[0].mtu = 1279;
-    refused_because(&[c], 3, "MTU 1279, outside 1280..=1966");
+    refused_because(&[c], 3, "MTU 1279, outside 1280..=9216");
     let mut c = base_vr();
     c.interfaces[0].mtu = dataplane::config::MAX_MTU + 1;
-    refused_because(&[c], 3, "MTU 1967, outside 1280..=1966");
+    refused_because(&[c], 3, "MTU 9217, outside 1280..=9216");
 
     for burst in [0, 257, 10_000] {
         let r = Engine::with_burst(ports(3), vec![Vr::new(&base_vr()).unwrap()], burst);

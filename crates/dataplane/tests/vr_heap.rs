@@ -1,7 +1,9 @@
 //! The heap one empty VR holds (issue 17, item 3): a VR with one interface, an IPv4 and an
 //! IPv6 address and default limits, measured with a global allocator that tracks live bytes.
 //! Its neighbor table and hold queues start empty and grow on demand (they held ~480 KiB when
-//! they were made whole at start).
+//! they were made whole at start). What it does hold whole are nine packet buffers (the
+//! fragmentation copy, four spill buffers, four reassembly contexts), which jumbo frames made
+//! ports::BUF_SIZE (9.1 KiB) each: 64 KiB for the rest, plus those.
 
 mod common;
 
@@ -47,7 +49,7 @@ unsafe impl GlobalAlloc for Live {
 static GLOBAL: Live = Live;
 
 #[test]
-fn an_empty_vr_holds_at_most_64_kib() {
+fn an_empty_vr_holds_at_most_64_kib_besides_its_packet_buffers() {
     let mut cfg = base_vr();
     cfg.interfaces.truncate(1);
     cfg.routes.clear();
@@ -60,5 +62,6 @@ fn an_empty_vr_holds_at_most_64_kib() {
     let bytes = LIVE.load(Ordering::Relaxed) - before;
     println!("{{\"empty_vr_heap_bytes\": {bytes}}}");
     drop(vr);
-    assert!(bytes <= 64 * 1024, "an empty VR holds {bytes} bytes of heap");
+    let bound = 64 * 1024 + 9 * (ports::BUF_SIZE as i64 - 2048);
+    assert!(bytes <= bound, "an empty VR holds {bytes} bytes of heap (bound {bound})");
 }

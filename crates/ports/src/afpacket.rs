@@ -11,7 +11,8 @@
 //!   then `PACKET_VERSION = TPACKET_V3`, `PACKET_IGNORE_OUTGOING` (the port never reads its own
 //!   or the host's transmissions), `PACKET_LOSS` (a frame the kernel refuses is skipped instead
 //!   of jamming the tx ring), `PACKET_QDISC_BYPASS` where allowed, an rx ring of blocks
-//!   (`tpacket_req3`, retire timeout 1 ms by default) and a tx ring of fixed 2048-byte frames,
+//!   (`tpacket_req3`, retire timeout 1 ms by default) and a tx ring of fixed
+//!   10 KiB slots (a jumbo frame each),
 //!   both in one mapping; `bind` to the ifindex with `ETH_P_ALL`; promiscuous mode through
 //!   `PACKET_ADD_MEMBERSHIP` (VR interfaces have their own MACs), dropped by the kernel when the
 //!   socket closes.
@@ -79,7 +80,11 @@ const FRAME_HDR: usize = 48;
 const BLOCK_STATUS: usize = 8;
 const FRAME_STATUS: usize = 20;
 
-const TX_FRAME: usize = 2048;
+/// A tx slot: its header and a jumbo frame (the largest a packet buffer holds), rounded to 2 KiB.
+const TX_FRAME: usize = (FRAME_HDR + crate::MAX_FRAME).next_multiple_of(2048);
+/// The frame size the rx ring is declared with. TPACKET_V3 packs frames of any length into
+/// its blocks, so this only sets `frame_nr`; it limits nothing.
+const RX_REQ_FRAME: usize = 2048;
 const TX_FRAMES_PER_BLOCK: u32 = 8;
 
 /// How to open an AF_PACKET port.
@@ -91,7 +96,7 @@ pub struct AfPacketOptions {
     pub blocks: u32,
     /// Milliseconds after which the kernel hands over a block that is not full. Default 1.
     pub block_timeout_ms: u32,
-    /// Tx ring slots of 2048 bytes, rounded up to a multiple of 8. Default 512.
+    /// Tx ring slots of 10 KiB (a jumbo frame each), rounded up to a multiple of 8. Default 512.
     pub tx_frames: u32,
     /// Put the interface in promiscuous mode while the port is open. Default true.
     pub promisc: bool,
@@ -356,8 +361,8 @@ impl Live {
         let rx_req = TpacketReq3 {
             block_size: o.block_size,
             block_nr: o.blocks,
-            frame_size: TX_FRAME as u32,
-            frame_nr: o.block_size / TX_FRAME as u32 * o.blocks,
+            frame_size: RX_REQ_FRAME as u32,
+            frame_nr: o.block_size / RX_REQ_FRAME as u32 * o.blocks,
             retire_blk_tov: o.block_timeout_ms,
             sizeof_priv: 0,
             feature_req_word: 0,

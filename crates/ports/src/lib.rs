@@ -26,7 +26,7 @@ pub mod tap;
 pub mod vhost;
 pub mod wait;
 
-pub use buf::{Batch, PktBuf, BUF_SIZE, HEADROOM, MAX_BURST};
+pub use buf::{Batch, PktBuf, BUF_SIZE, HEADROOM, MAX_BURST, MAX_FRAME};
 
 use std::os::fd::RawFd;
 
@@ -85,6 +85,12 @@ pub trait Port: Send {
         PortStatus::Up
     }
 
+    /// How the port runs where the kernel or a peer chose at open (AF_XDP: attach mode, copy or
+    /// zero-copy, multi-buffer), for `status`. Ports with nothing to say need not say.
+    fn mode_name(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Control-path work that must not sit in the burst loop: accepting a peer, a handshake,
     /// noticing that an interface went away. The worker calls it about once a millisecond; it
     /// must not block. Ports without such work need not say.
@@ -128,6 +134,9 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn status(&self) -> PortStatus {
         (**self).status()
+    }
+    fn mode_name(&self) -> Option<&'static str> {
+        (**self).mode_name()
     }
     fn service(&mut self) {
         (**self).service()

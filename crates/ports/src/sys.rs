@@ -109,6 +109,32 @@ pub(crate) fn check_ifname(backend: &str, name: &str) -> io::Result<[u8; 16]> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// CPU affinity
+
+/// A CPU affinity mask, laid out as the kernel's `cpu_set_t` (1024 CPUs).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CpuMask([u64; 16]);
+
+/// The CPUs the calling thread may run on.
+pub(crate) fn thread_affinity() -> io::Result<CpuMask> {
+    let mut m = CpuMask([0; 16]);
+    // SAFETY: `m` is a writable buffer of exactly the size passed; pid 0 is the calling thread.
+    let r = unsafe {
+        libc::sched_getaffinity(0, size_of::<CpuMask>(), (&mut m as *mut CpuMask).cast())
+    };
+    cvt(r as libc::c_long).map(|_| m)
+}
+
+/// Restricts task `tid` (a thread, or a kernel thread) to the CPUs of `m`.
+pub(crate) fn set_affinity(tid: i32, m: &CpuMask) -> io::Result<()> {
+    // SAFETY: `m` is a readable buffer of exactly the size passed; the kernel only reads it.
+    let r =
+        unsafe { libc::sched_setaffinity(tid, size_of::<CpuMask>(), (m as *const CpuMask).cast()) };
+    cvt(r as libc::c_long).map(drop)
+}
+
+// ---------------------------------------------------------------------------------------------
 // Sockets and file descriptors
 
 /// `socket(2)` with `SOCK_CLOEXEC`.

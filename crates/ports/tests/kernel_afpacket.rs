@@ -5,7 +5,8 @@
 //! come out with their tag, which the kernel had moved to metadata) both ways; the sender never
 //! reads its own frames; promiscuous mode on while open and off after; a tx ring much smaller
 //! than a burst (wrap-around, full ring, retries); errors for a missing interface and bad
-//! options; the interface disappearing under an open port and coming back.
+//! options; the interface disappearing under an open port and coming back; jumbo frames (MTU
+//! 9000, up to 9018 bytes tagged) both ways.
 
 mod common_kernel;
 
@@ -73,4 +74,18 @@ fn afpacket_interface_removed_and_back() {
     removed_and_back(&v, &mut a, &mut b, AfPacketPort::ifindex, |a| {
         assert_eq!(a.qdisc_bypass(), None);
     });
+}
+
+#[test]
+fn afpacket_jumbo_frames_both_ways() {
+    if !root_or_skip("afpacket_jumbo_frames_both_ways") {
+        return;
+    }
+    let v = Veth::new();
+    set_mtu(&v.a, None, 9000);
+    set_mtu(&v.b, None, 9000);
+    let mut a = open(&v.a);
+    let mut b = open(&v.b);
+    jumbo_workout(&mut a, &mut b);
+    assert_eq!(a.stats().rx_dropped + b.stats().rx_dropped, 0);
 }

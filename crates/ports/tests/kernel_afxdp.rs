@@ -5,7 +5,9 @@
 //! `xdpgeneric`; no XDP program left after drop, after SIGKILL of the owning process, and a new
 //! port on the same interface working afterwards; a second port on a busy interface failing
 //! with a clear error; the interface disappearing under an open port and coming back; a port
-//! opened inside another network namespace.
+//! opened inside another network namespace; jumbo frames (MTU 9000) over several descriptors
+//! both ways in driver and SKB mode, and a frame longer than a packet buffer dropped whole and
+//! counted; copy mode reported on veth, and zero-copy refused there with a clear error.
 
 mod common_kernel;
 
@@ -16,8 +18,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common_kernel::*;
-use ports::afxdp::{AfXdpOptions, AfXdpPort, XdpMode};
-use ports::{Port, PortStatus};
+use ports::afxdp::{AfXdpOptions, AfXdpPort, BindMode, RxDrops, XdpMode};
+use ports::{Batch, Port, PortStatus, MAX_BURST, MAX_FRAME};
 
 fn open(dev: &str) -> AfXdpPort {
     AfXdpPort::open(dev, &AfXdpOptions::default()).unwrap_or_else(|e| panic!("{e}"))
@@ -198,4 +200,186 @@ fn afxdp_port_inside_a_namespace() {
     workout(&mut a, &mut b);
     drop(b);
     assert_detached(&v.b, Some(&ns.name));
+}
+
+/// Jumbo frames need multi-buffer AF_XDP (`XDP_USE_SG`, Linux 6.6+): prints why and returns
+/// false where the kernel refused it.
+fn multi_buffer_or_skip(test: &str, p: &AfXdpPort) -> bool {
+    if p.multi_buffer() == Some(true) {
+        return true;
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    eprintln!(
+        "skipping {test}: kernel {} refused XDP_USE_SG (multi-buffer AF_XDP needs Linux 6.6+), \
+         so AF_XDP ports carry frames of one UMEM frame at most",
+        release.trim()
+    );
+    false
+}
+
+#[test]
+fn afxdp_jumbo_frames_span_descriptors_both_ways() {
+    let test = "afxdp_jumbo_frames_span_descriptors_both_ways";
+    if !root_or_skip(test) {
+        return;
+    }
+    for (mode, frame_size) in [(XdpMode::Driver, 2048), (XdpMode::Skb, 4096)] {
+        let v = Veth::new();
+        set_mtu(&v.a, None, 9000);
+        set_mtu(&v.b, None, 9000);
+        let o = AfXdpOptions { mode, frame_size, ..Default::default() };
+        // Driver mode on veth refuses a peer MTU over ~3.5 KB unless the program is frags-aware.
+        let mut a = AfXdpPort::open(&v.a, &o).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        let mut b = AfXdpPort::open(&v.b, &o).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        if !multi_buffer_or_skip(test, &a) {
+            return;
+        }
+        assert_eq!((a.mode(), b.mode()), (Some(mode), Some(mode)));
+        // veth has no zero-copy: Auto binds in copy mode and says so.
+        assert_eq!((a.zero_copy(), b.zero_copy()), (Some(false), Some(false)));
+        jumbo_workout(&mut a, &mut b);
+        assert_eq!((a.rx_drops(), b.rx_drops()), (RxDrops::default(), RxDrops::default()));
+        assert_eq!(a.kernel_anomalies() + b.kernel_anomalies(), 0);
+    }
+}
+
+#[test]
+fn afxdp_frame_longer_than_a_buffer_is_dropped_whole_and_counted() {
+    let test = "afxdp_frame_longer_than_a_buffer_is_dropped_whole_and_counted";
+    if !root_or_skip(test) {
+        return;
+    }
+    let ns = Netns::new();
+    let v = Veth::new_in(&ns);
+    set_mtu(&v.a, None, 9600);
+    set_mtu(&v.b, Some(&ns.name), 9600);
+    let mut a = open(&v.a);
+    if !multi_buffer_or_skip(test, &a) {
+        return;
+    }
+    // The peer's stack sends ICMP echoes to a neighbour that is only a static entry.
+    ip(&["-n", &ns.name, "addr", "add", "10.254.0.1/24", "dev", &v.b]);
+    ip(&["-n", &ns.name, "neigh", "add", "10.254.0.2", "lladdr", "02:52:50:58:00:09", "dev", &v.b]);
+    let ping = |payload: usize| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns.name, "ping", "-c", "1", "-W", "0.1", "-M", "do", "-s"])
+            .args([payload.to_string(), "10.254.0.2".into()])
+            .output()
+            .expect("run ping");
+        // No answer comes (nobody is there); the kernel must still have sent the request.
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("1 packets transmitted"), "ping -s {payload}: {text}");
+    };
+    let mut batch = Batch::new(MAX_BURST);
+    // Ethernet 14 + IPv4 20 + ICMP 8: one byte over a packet buffer, then exactly one.
+    ping(MAX_FRAME - 42 + 1);
+    let deadline = Instant::now() + PATIENCE;
+    while a.rx_drops().too_long == 0 {
+        assert!(Instant::now() < deadline, "no too_long drop: {:?} {:?}", a.rx_drops(), a.stats());
+        batch.clear();
+        a.rx_burst(&mut batch);
+        assert!(batch.packets().iter().all(|p| p.len() <= MAX_FRAME));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(a.rx_drops(), RxDrops { too_long: 1, ..Default::default() });
+    ping(MAX_FRAME - 42);
+    let got = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the {MAX_FRAME}-byte frame never came: {:?}",
+            a.stats()
+        );
+        batch.clear();
+        a.rx_burst(&mut batch);
+        if let Some(p) = batch.packets().iter().find(|p| p.frame().get(12..14) == Some(&[8, 0])) {
+            break p.frame().to_vec();
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert_eq!(got.len(), MAX_FRAME);
+    assert_eq!(
+        u16::from_be_bytes([got[16], got[17]]) as usize,
+        MAX_FRAME - 14,
+        "IPv4 total length"
+    );
+    assert_eq!(a.rx_drops().too_long, 1);
+    assert_eq!(a.stats().rx_dropped, 1);
+}
+
+#[test]
+fn afxdp_zero_copy_on_veth_fails_clearly_and_copy_mode_is_reported() {
+    if !root_or_skip("afxdp_zero_copy_on_veth_fails_clearly_and_copy_mode_is_reported") {
+        return;
+    }
+    let v = Veth::new();
+    let zc = AfXdpOptions { bind: BindMode::ZeroCopy, ..Default::default() };
+    let e = AfXdpPort::open(&v.a, &zc).err().expect("veth has no zero-copy AF_XDP");
+    assert!(e.to_string().contains("bind(queue 0, ZeroCopy)"), "{e}");
+    assert!(e.to_string().contains("no zero-copy"), "{e}");
+    assert_detached(&v.a, None);
+    let copy = AfXdpOptions { bind: BindMode::Copy, ..Default::default() };
+    let a = AfXdpPort::open(&v.a, &copy).unwrap();
+    assert_eq!(a.zero_copy(), Some(false));
+}
+
+/// Restricts the calling thread to `cpu` (through taskset: tests keep `unsafe` out).
+fn pin_this_thread(cpu: usize) {
+    let me = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+    let tid = me.file_name().unwrap().to_str().unwrap().to_string();
+    let out = Command::new("taskset").args(["-p", "-c", &cpu.to_string(), &tid]).output();
+    assert!(out.as_ref().is_ok_and(|o| o.status.success()), "taskset: {out:?}");
+}
+
+fn cpus_allowed(tid: i32) -> String {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default()
+}
+
+#[test]
+fn afxdp_threaded_napi_is_pinned_to_the_worker_cpu() {
+    if !root_or_skip("afxdp_threaded_napi_is_pinned_to_the_worker_cpu") {
+        return;
+    }
+    let v = Veth::new();
+    let threaded = |dev: &str| {
+        std::fs::read_to_string(format!("/sys/class/net/{dev}/threaded"))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    assert_eq!(threaded(&v.a), "0");
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let dev = v.a.clone();
+    // A thread of its own, as a worker: its affinity changes and must not leak into others.
+    std::thread::spawn(move || {
+        let last = ncpu - 1;
+        pin_this_thread(last);
+        let o = AfXdpOptions { threaded_napi: true, ..Default::default() };
+        let mut a = AfXdpPort::open(&dev, &o).unwrap();
+        assert_eq!(a.mode(), Some(XdpMode::Driver));
+        assert_eq!(threaded(&dev), "1", "threaded NAPI on while the port is open");
+        a.service();
+        let tids = a.napi_threads().to_vec();
+        assert!(!tids.is_empty(), "no napi/{dev}-* kernel thread found and pinned");
+        for &t in &tids {
+            let comm = std::fs::read_to_string(format!("/proc/{t}/comm")).unwrap();
+            assert!(comm.starts_with(&format!("napi/{dev}-")), "{comm}");
+            assert_eq!(cpus_allowed(t), last.to_string(), "napi thread {t} on the worker's CPU");
+        }
+        if ncpu > 1 {
+            // The worker moves (a VR moved to another worker): the NAPI thread follows.
+            pin_this_thread(0);
+            a.service();
+            for &t in a.napi_threads() {
+                assert_eq!(cpus_allowed(t), "0", "napi thread {t} followed the worker");
+            }
+        }
+        drop(a);
+        assert_eq!(threaded(&dev), "0", "the old setting is back after close");
+    })
+    .join()
+    .unwrap();
 }

@@ -6,7 +6,7 @@
 //! attached tap; a created tap vanishing with its port and an attached one staying; clear
 //! errors (name taken, no such tap, not a tap); writes to a down tap counted as errors; the
 //! interface deleted under an open port (down, no panic) and, for an attached port, re-attached
-//! when the tap comes back.
+//! when the tap comes back; jumbo frames (MTU 9000) both ways.
 
 mod common_kernel;
 
@@ -161,4 +161,18 @@ fn wakes(tx: &mut dyn Port, rx: &mut dyn Port) {
             break;
         }
     }
+}
+
+#[test]
+fn tap_jumbo_frames_both_ways() {
+    if !root_or_skip("tap_jumbo_frames_both_ways") {
+        return;
+    }
+    let tap = PersistentTap::new();
+    set_mtu(&tap.name, None, 9000);
+    up(&tap.name, None);
+    let mut t = TapPort::attach(&tap.name).unwrap();
+    let mut p = AfPacketPort::open(&tap.name, &AfPacketOptions::default()).unwrap();
+    jumbo_workout(&mut t, &mut p);
+    assert_eq!(t.stats().rx_dropped + p.stats().rx_dropped, 0);
 }

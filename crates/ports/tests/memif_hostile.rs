@@ -216,15 +216,17 @@ fn bad_descriptors_from_a_client_are_dropped_and_counted() {
     assert_eq!(raw.tail(C2S), 9 + SLOTS);
     assert_eq!(s.memif_stats().bad_chain, 1);
     assert_eq!(s.stats().rx_dropped, 8);
-    // A chain longer than a batch buffer (3 x 1000 bytes), then a bad region inside a chain.
+    // A chain longer than a batch buffer (n x 1000 bytes, over ports::MAX_FRAME), then a bad
+    // region inside a chain.
     let h = 9 + SLOTS;
-    for k in 0..3 {
-        raw.desc(C2S, h + k, if k < 2 { DESC_FLAG_NEXT } else { 0 }, 0, 1000, BUF0 as u32);
+    let n = (ports::MAX_FRAME / 1000 + 1) as u16;
+    for k in 0..n {
+        raw.desc(C2S, h + k, if k + 1 < n { DESC_FLAG_NEXT } else { 0 }, 0, 1000, BUF0 as u32);
     }
-    raw.desc(C2S, h + 3, DESC_FLAG_NEXT, 0, 10, BUF0 as u32);
-    raw.desc(C2S, h + 4, 0, 9, 10, BUF0 as u32);
-    let good = raw.good(h + 5, 3);
-    raw.head(C2S, h + 6);
+    raw.desc(C2S, h + n, DESC_FLAG_NEXT, 0, 10, BUF0 as u32);
+    raw.desc(C2S, h + n + 1, 0, 9, 10, BUF0 as u32);
+    let good = raw.good(h + n + 2, 3);
+    raw.head(C2S, h + n + 3);
     assert_eq!(rx_all(&mut s), vec![good]);
     let m = s.memif_stats();
     assert_eq!((m.too_long, m.bad_desc), (2, 7));

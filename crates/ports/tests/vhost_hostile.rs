@@ -140,7 +140,7 @@ fn hostile_transmit_descriptors_are_refused_and_counted() {
     want.bad_chain += 1;
     // Longer than a packet buffer.
     g.write(BUFS, &[0u8; 12]);
-    g.desc(t, 12, BUFS, 12 + 4000, 0, 0);
+    g.desc(t, 12, BUFS, 12 + ports::MAX_FRAME as u32 + 1, 0, 0);
     g.post(t, 12);
     want.too_long += 1;
     // And a good one after all that.

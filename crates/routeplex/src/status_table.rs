@@ -156,7 +156,10 @@ pub fn render(s: &Value) -> String {
             thousands(num(&p["tx"])),
             thousands(num(&p["rx_dropped"])),
             thousands(num(&p["tx_full"])),
-            p["status"].as_str().unwrap_or("?").to_string(),
+            match p["mode"].as_str() {
+                Some(mode) => format!("{} ({mode})", p["status"].as_str().unwrap_or("?")),
+                None => p["status"].as_str().unwrap_or("?").to_string(),
+            },
         ]);
     }
     out.push('\n');

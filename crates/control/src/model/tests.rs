@@ -348,7 +348,19 @@ fn keys(v: &Json) -> BTreeSet<String> {
 /// A doc with every field of the model set (not a valid topology: it only has to serialize).
 /// Struct literals without `..`, so a new field must be given a value here.
 fn every_field() -> TopologyDoc {
-    let kernel = KernelDoc { interface: Some(s("i")), host: Some(s("h")), netns: Some(s("n")) };
+    let kernel = KernelDoc {
+        interface: Some(s("i")),
+        host: Some(s("h")),
+        netns: Some(s("n")),
+        xdp: XdpDoc::default(),
+    };
+    let xdp = XdpDoc {
+        ring: Some(1),
+        frame_size: Some(1),
+        xdp_mode: Some(s("m")),
+        zero_copy: Some(s("z")),
+        threaded_napi: Some(true),
+    };
     TopologyDoc {
         workers: Some(WorkersDoc::Count(1)),
         idle: Some(s("poll")),
@@ -380,7 +392,11 @@ fn every_field() -> TopologyDoc {
                 }),
                 burst: Some(1),
             },
-            PortDoc { name: s("afxdp"), kind: PortKindDoc::Afxdp(kernel.clone()), burst: Some(1) },
+            PortDoc {
+                name: s("afxdp"),
+                kind: PortKindDoc::Afxdp(KernelDoc { xdp, ..kernel.clone() }),
+                burst: Some(1),
+            },
             PortDoc { name: s("afpacket"), kind: PortKindDoc::Afpacket(kernel), burst: Some(1) },
             PortDoc {
                 name: s("tap"),

@@ -38,6 +38,12 @@
 //!   - { name: pk, kind: afpacket, interface: veth9 }   # an interface that exists already
 //!   - { name: pn, kind: afxdp, interface: veth3, netns: blue }  # ... in namespace blue
 //!                             # (/run/netns/blue, e.g. from ip netns add); up never makes it
+//!   - { name: px, kind: afxdp, interface: veth4, ring: 2048, frame_size: 2048 }  # afxdp
+//!                             # only: ring (power of two 8..=32768, default 2048; UMEM of
+//!                             # 2 x ring frames), frame_size (2048 or 4096), xdp_mode (auto,
+//!                             # driver, skb), zero_copy (auto, on, off; default auto),
+//!                             # threaded_napi (false; true: the interface's NAPI runs as a
+//!                             # kernel thread pinned to the port's worker's CPUs, driver mode)
 //!   - { name: pt, kind: tap, interface: tap9 }          # a tap routeplex creates
 //!   - { name: pv, kind: vhost-user, socket: /run/vm1.sock }  # a QEMU guest's virtio-net NIC
 //!                             # (mode: server (default) or client; queues: pairs, 1..=16)
@@ -66,7 +72,7 @@
 //!         port: p0            # a port above
 //!         vlan: 10            # optional 802.1Q id 1..=4094; untagged if absent
 //!         mac: 02:00:00:00:01:00   # unicast; frames to it reach this interface
-//!         mtu: 1500           # optional, 68..=1966 (>= 1280 with IPv6), default 1500
+//!         mtu: 1500           # optional, 68..=9216 (>= 1280 with IPv6), default 1500
 //!         addresses: [10.0.0.1/24, "2001:db8:0:1::1/64"]   # address/subnet length
 //!       - name: eth1
 //!         port: p1
@@ -281,6 +287,49 @@ pub struct MemifSpec {
     pub interrupt: bool,
 }
 
+/// An AF_XDP port's settings (see `ports::afxdp::AfXdpOptions`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XdpSpec {
+    /// Entries of each of the socket's four rings (rx, tx, fill, completion), a power of two;
+    /// the UMEM holds twice as many frames, half for each direction.
+    pub ring: u32,
+    /// Bytes per UMEM frame: 2048 or 4096 (a jumbo frame spans several either way).
+    pub frame_size: u32,
+    /// XDP attach mode.
+    pub mode: ports::afxdp::XdpMode,
+    /// Copy or zero-copy.
+    pub bind: ports::afxdp::BindMode,
+    /// Threaded NAPI pinned to the port's worker (`ports::afxdp::AfXdpOptions::threaded_napi`).
+    pub threaded_napi: bool,
+}
+
+impl Default for XdpSpec {
+    fn default() -> Self {
+        XdpSpec {
+            ring: 2048,
+            frame_size: 2048,
+            mode: ports::afxdp::XdpMode::Auto,
+            bind: ports::afxdp::BindMode::Auto,
+            threaded_napi: false,
+        }
+    }
+}
+
+impl XdpSpec {
+    /// The port options these settings make, for an interface in namespace `netns`.
+    pub fn options(&self, netns: Option<std::path::PathBuf>) -> ports::afxdp::AfXdpOptions {
+        ports::afxdp::AfXdpOptions {
+            frames: self.ring * 2,
+            frame_size: self.frame_size,
+            mode: self.mode,
+            bind: self.bind,
+            threaded_napi: self.threaded_napi,
+            netns,
+            ..Default::default()
+        }
+    }
+}
+
 /// A vhost-user port's settings (see `ports::vhost::VhostUserOptions`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VhostUserSpec {
@@ -310,7 +359,7 @@ pub enum PortKind {
         peer: PortId,
     },
     /// AF_XDP on a Linux interface (an XDP program redirects its frames to routeplex).
-    AfXdp(Attach),
+    AfXdp(Attach, XdpSpec),
     /// AF_PACKET (TPACKET_V3) on a Linux interface.
     AfPacket(Attach),
     /// A memif port (shared memory with another process, DPDK/VPP-compatible).
@@ -348,6 +397,19 @@ const MEMIF_KEYS: &[&str] = &[
 ];
 const MEM_KEYS: &[&str] = &["name", "kind", "ring", "burst"];
 const KERNEL_KEYS: &[&str] = &["name", "kind", "interface", "host", "netns", "burst"];
+const AFXDP_KEYS: &[&str] = &[
+    "name",
+    "kind",
+    "interface",
+    "host",
+    "netns",
+    "burst",
+    "ring",
+    "frame_size",
+    "xdp_mode",
+    "zero_copy",
+    "threaded_napi",
+];
 const TAP_KEYS: &[&str] = &["name", "kind", "interface", "burst"];
 const VHOST_USER_KEYS: &[&str] = &["name", "kind", "socket", "mode", "queues", "burst"];
 /// The root-namespace end of a host's veth is this prefix and the port's name.
@@ -598,7 +660,7 @@ impl Host {
                 PortKind::Mem { ring }
             }
             kind @ ("afxdp" | "afpacket") => {
-                m.only(KERNEL_KEYS)?;
+                m.only(if kind == "afxdp" { AFXDP_KEYS } else { KERNEL_KEYS })?;
                 let attach = match (m.get("interface"), m.get("host")) {
                     (Some(iv), None) => {
                         let i = iv.text()?;
@@ -640,7 +702,7 @@ impl Host {
                     (None, None) => return Err(v.error("missing \"interface\" (an existing interface) or \"host\" (a host up creates)")),
                 };
                 if kind == "afxdp" {
-                    PortKind::AfXdp(attach)
+                    PortKind::AfXdp(attach, xdp_spec(&m)?)
                 } else {
                     PortKind::AfPacket(attach)
                 }
@@ -880,4 +942,59 @@ fn list_or_none<T: std::fmt::Display>(items: &[T]) -> String {
         return "none".to_string();
     }
     items.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// The AF_XDP keys: `ring` (power of two 8..=32768, default 2048), `frame_size` (2048 or
+/// 4096), `xdp_mode` (auto, driver, skb), `zero_copy` (auto, on, off), `threaded_napi` (true,
+/// false).
+fn xdp_spec(m: &yaml::Map) -> Result<XdpSpec> {
+    use ports::afxdp::{BindMode, XdpMode};
+    let mut x = XdpSpec::default();
+    if let Some(v) = m.get("ring") {
+        let n: u32 = v.int("ring size", 8, 32768)?;
+        if !n.is_power_of_two() {
+            return Err(v.bad(v.text()?, format_args!("ring size {n} is not a power of two")));
+        }
+        x.ring = n;
+    }
+    if let Some(v) = m.get("frame_size") {
+        x.frame_size = match v.int::<u32>("frame size", 2048, 4096)? {
+            n @ (2048 | 4096) => n,
+            n => {
+                return Err(
+                    v.bad(v.text()?, format_args!("frame_size must be 2048 or 4096, not {n}"))
+                )
+            }
+        };
+    }
+    if let Some(v) = m.get("xdp_mode") {
+        x.mode = match v.text()? {
+            "auto" => XdpMode::Auto,
+            "driver" => XdpMode::Driver,
+            "skb" => XdpMode::Skb,
+            r => {
+                return Err(
+                    v.bad(r, format_args!("xdp_mode must be auto, driver or skb, not {r:?}"))
+                )
+            }
+        };
+    }
+    if let Some(v) = m.get("zero_copy") {
+        x.bind = match v.text()? {
+            "auto" => BindMode::Auto,
+            "on" => BindMode::ZeroCopy,
+            "off" => BindMode::Copy,
+            r => return Err(v.bad(r, format_args!("zero_copy must be auto, on or off, not {r:?}"))),
+        };
+    }
+    if let Some(v) = m.get("threaded_napi") {
+        x.threaded_napi = match v.text()? {
+            "true" => true,
+            "false" => false,
+            r => {
+                return Err(v.bad(r, format_args!("threaded_napi must be true or false, not {r:?}")))
+            }
+        };
+    }
+    Ok(x)
 }

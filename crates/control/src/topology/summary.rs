@@ -41,7 +41,9 @@ pub(super) fn summary(t: &Topology) -> String {
         };
         let (kind, settings) = match &p.kind {
             PortKind::Mem { ring } => ("mem", format!("ring {ring}")),
-            PortKind::AfXdp(a) => ("afxdp", attach(a)),
+            PortKind::AfXdp(a, x) => {
+                ("afxdp", format!("{}, ring {}, frame {}", attach(a), x.ring, x.frame_size))
+            }
             PortKind::AfPacket(a) => ("afpacket", attach(a)),
             PortKind::Tap { ifname } => ("tap", format!("interface {ifname}")),
             PortKind::Memif(m) => (

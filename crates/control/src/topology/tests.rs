@@ -361,8 +361,8 @@ fn vlan_ids_are_1_to_4094() {
 }
 
 #[test]
-fn mtu_is_68_to_1966_and_1280_with_ipv6() {
-    for mtu in ["67", "1967"] {
+fn mtu_is_68_to_9216_and_1280_with_ipv6() {
+    for mtu in ["67", "9217"] {
         rejects(
             &vr1(&format!(
                 "      - {{ name: eth2, port: p1, mtu: {mtu}, mac: 02:00:00:00:01:02 }}\n"
@@ -370,7 +370,7 @@ fn mtu_is_68_to_1966_and_1280_with_ipv6() {
             (9, mtu),
             "vrs[0].interfaces[2].mtu",
             Some(mtu),
-            &format!("MTU {mtu} is out of range 68..=1966"),
+            &format!("MTU {mtu} is out of range 68..=9216"),
         );
     }
     rejects(
@@ -1360,11 +1360,11 @@ fn the_documented_format_is_valid() {
     dir.write("prefixes/ipv4.txt", "203.0.113.0/24 0\n2001:db8:b::/48 7\n");
     let t = Topology::parse(&yaml, "doc.yaml", &dir.0).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     let vr = &t.vrs[0];
-    // Ten ports, the two ends of the link that joins lan10 to the switch, and the VR's three
+    // Eleven ports, the two ends of the link that joins lan10 to the switch, and the VR's three
     // Linux mirror taps (`control_plane: linux`).
     assert_eq!(
         (t.ports.len(), vr.interfaces.len(), vr.routes.len(), vr.neighbors.len()),
-        (15, 3, 7, 1)
+        (16, 3, 7, 1)
     );
     assert_eq!(t.ports.iter().filter(|p| matches!(p.kind, PortKind::Mirror { .. })).count(), 3);
     assert_eq!(t.idle, crate::runtime::Idle::Adaptive);
@@ -1502,11 +1502,83 @@ fn hosts_and_kernel_ports() {
     let h = &t.hosts[0];
     assert_eq!((h.name.as_str(), h.mtu), ("ha", 1500));
     assert_eq!(h.gateways, vec![ip("10.9.0.1"), ip("2001:db8:9::1")]);
-    assert_eq!(t.ports[0].kind, PortKind::AfXdp(Attach::Host { host: 0, ifname: "rpx-pa".into() }));
+    assert_eq!(
+        t.ports[0].kind,
+        PortKind::AfXdp(Attach::Host { host: 0, ifname: "rpx-pa".into() }, XdpSpec::default())
+    );
     assert_eq!(t.ports[1].kind, PortKind::AfPacket(Attach::Interface("veth7".into())));
     assert_eq!(t.ports[2].kind, PortKind::Tap { ifname: "tap0".into() });
     let s = t.summary();
     assert!(s.contains("rpx-pa to host ha") && s.contains("interface veth7"), "{s}");
+}
+
+#[test]
+fn afxdp_ring_frame_size_mode_and_zero_copy() {
+    use ports::afxdp::{BindMode, XdpMode};
+    let t = accepts(&hosted(
+        HOST_A,
+        "  - { name: pa, kind: afxdp, host: ha, ring: 512, frame_size: 4096, xdp_mode: skb, zero_copy: off, threaded_napi: true }\n",
+    ));
+    let want = XdpSpec {
+        ring: 512,
+        frame_size: 4096,
+        mode: XdpMode::Skb,
+        bind: BindMode::Copy,
+        threaded_napi: true,
+    };
+    assert_eq!(
+        t.ports[0].kind,
+        PortKind::AfXdp(Attach::Host { host: 0, ifname: "rpx-pa".into() }, want)
+    );
+    let o = want.options(None);
+    assert_eq!(
+        (o.frames, o.frame_size, o.mode, o.bind),
+        (1024, 4096, XdpMode::Skb, BindMode::Copy)
+    );
+    assert!(o.threaded_napi);
+    assert!(t.summary().contains("ring 512, frame 4096"), "{}", t.summary());
+    let on = accepts(&hosted(
+        HOST_A,
+        "  - { name: pa, kind: afxdp, host: ha, zero_copy: on, xdp_mode: driver }\n",
+    ));
+    let PortKind::AfXdp(_, x) = &on.ports[0].kind else { panic!() };
+    assert_eq!(
+        (x.bind, x.mode, x.ring, x.frame_size),
+        (BindMode::ZeroCopy, XdpMode::Driver, 2048, 2048)
+    );
+    for (kv, field, value, msg) in [
+        ("ring: 1000", "ring", "1000", "ring size 1000 is not a power of two"),
+        ("ring: 65536", "ring", "65536", "ring size 65536 is out of range 8..=32768"),
+        ("frame_size: 3000", "frame_size", "3000", "frame_size must be 2048 or 4096, not 3000"),
+        (
+            "xdp_mode: native",
+            "xdp_mode",
+            "native",
+            "xdp_mode must be auto, driver or skb, not \"native\"",
+        ),
+        ("zero_copy: yes", "zero_copy", "yes", "zero_copy must be auto, on or off, not \"yes\""),
+        (
+            "threaded_napi: 1",
+            "threaded_napi",
+            "1",
+            "threaded_napi must be true or false, not \"1\"",
+        ),
+    ] {
+        rejects(
+            &hosted(HOST_A, &format!("  - {{ name: pa, kind: afxdp, host: ha, {kv} }}\n")),
+            (4, value),
+            &format!("ports[0].{field}"),
+            Some(value),
+            msg,
+        );
+    }
+    rejects(
+        &hosted(HOST_A, "  - { name: pa, kind: afpacket, host: ha, frame_size: 4096 }\n"),
+        (4, "frame_size"),
+        "ports[0].frame_size",
+        Some("frame_size"),
+        "unknown key \"frame_size\" (allowed: name, kind, interface, host, netns, burst)",
+    );
 }
 
 #[test]

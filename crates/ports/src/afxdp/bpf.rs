@@ -27,6 +27,10 @@ const BPF_XDP: u32 = 37;
 const BPF_PSEUDO_MAP_FD: u8 = 1;
 const BPF_FUNC_REDIRECT_MAP: i32 = 51;
 const XDP_PASS: i32 = 2;
+/// `BPF_F_XDP_HAS_FRAGS`: the program copes with frames in several buffers. Without it, veth
+/// refuses driver mode once its peer's MTU passes about 3.5 KB, and multi-buffer frames never
+/// reach the socket.
+const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
 
 pub(super) const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
 pub(super) const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
@@ -169,9 +173,10 @@ pub(super) fn map_set(map: &OwnedFd, queue: u32, xsk: &OwnedFd) -> io::Result<()
     unsafe { sys::bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }.map(drop)
 }
 
-/// Loads the redirect program bound to `map`. On failure, loads again with the verifier log on
-/// and puts its tail in the error, because "Permission denied" alone explains nothing.
-pub(super) fn load_program(map: &OwnedFd) -> io::Result<OwnedFd> {
+/// Loads the redirect program bound to `map`, marked frags-aware when `frags` (the socket was
+/// bound with `XDP_USE_SG`). On failure, loads again with the verifier log on and puts its tail
+/// in the error, because "Permission denied" alone explains nothing.
+pub(super) fn load_program(map: &OwnedFd, frags: bool) -> io::Result<OwnedFd> {
     let insns = program(map.as_raw_fd());
     let license = b"GPL\0";
     let mut attr = ProgLoadAttr {
@@ -180,6 +185,7 @@ pub(super) fn load_program(map: &OwnedFd) -> io::Result<OwnedFd> {
         insns: insns.as_ptr() as u64,
         license: license.as_ptr() as u64,
         prog_name: name16(PROG_NAME),
+        prog_flags: if frags { BPF_F_XDP_HAS_FRAGS } else { 0 },
         expected_attach_type: BPF_XDP,
         ..Default::default()
     };

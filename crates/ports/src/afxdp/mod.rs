@@ -8,11 +8,16 @@
 //! - one anonymous mapping is the UMEM, cut into frames (4096 × 2048 bytes by default): the
 //!   first half only ever circulates through the fill and rx rings, the second half only through
 //!   tx and completion, so a frame's address says which side owns it;
-//! - the socket is bound in copy mode (`XDP_COPY`, with `XDP_USE_NEED_WAKEUP`): veth has no
-//!   zero-copy, and the port copies frames into batch buffers anyway;
+//! - the socket is bound with `XDP_USE_NEED_WAKEUP` and, by default, `XDP_USE_SG` (multi-buffer,
+//!   Linux 6.6+; dropped where the kernel refuses it, and [`AfXdpPort::multi_buffer`] says so),
+//!   in the mode [`BindMode`] asks: by default the kernel picks zero-copy where the driver has
+//!   it and copy mode otherwise (veth: always copy); [`AfXdpPort::zero_copy`] says which. The
+//!   port copies frames into batch buffers either way; zero-copy saves the kernel's copy;
 //! - an `XSKMAP` holds the socket at the queue's index, and a five-instruction XDP program
 //!   (`bpf_redirect_map(xsks, rx_queue_index, XDP_PASS)`) attached through a **BPF link**
-//!   redirects the queue's frames into it. Driver mode is tried first, SKB (generic) mode only
+//!   redirects the queue's frames into it; with multi-buffer it is loaded frags-aware
+//!   (`BPF_F_XDP_HAS_FRAGS`), without which veth refuses driver mode once its peer's MTU passes
+//!   about 3.5 KB. Driver mode is tried first, SKB (generic) mode only
 //!   if driver mode is refused; [`AfXdpPort::mode`] says which is active. The link dies with its
 //!   last descriptor: dropping the port, exiting and being SIGKILLed all detach the program.
 //!   One XDP program per interface: if another is attached, open fails and says so.
@@ -20,14 +25,24 @@
 //!   busy queue for up to a second (a port re-opened right after another closed, or after its
 //!   process was killed); re-opens from `service()` never wait.
 //! - While open, the port's sockets keep its network namespace alive, as any socket does.
+//! - With [`AfXdpOptions::threaded_napi`] (off by default), driver mode also turns on the
+//!   interface's threaded NAPI and pins its kernel thread to the CPUs of the thread that calls
+//!   [`Port::service`] (the port's worker), see `napi.rs`.
 //!
 //! Contract and checks:
-//! - rx: each descriptor's address must lie in the rx frames and its length inside its frame and
-//!   a packet buffer; a bad one is dropped and counted in `rx_dropped` (its frame, when it is one
-//!   of ours, goes back to the fill ring). Frames are copied to the batch at [`crate::HEADROOM`]
-//!   and their UMEM frames refilled in the same pass; the kernel's own drop counters
-//!   (`XDP_STATISTICS`: ring full, no fill frame, invalid descriptors) are added to `rx_dropped`.
-//! - tx: completions must name one of our tx frames that is in flight, else they are ignored and
+//! - rx: a frame longer than a UMEM frame arrives as several descriptors, all but the last
+//!   with `XDP_PKT_CONTD`; the port joins them into one packet buffer (the kernel publishes a
+//!   frame's descriptors together; a chain that fills the whole ring unfinished is dropped). Each
+//!   descriptor's address must lie in the rx frames and its length inside its frame; a frame
+//!   with a bad descriptor, or longer than a packet buffer ([`crate::MAX_FRAME`]), is dropped
+//!   whole, never split, and counted in `rx_dropped` and by reason in [`AfXdpPort::rx_drops`]
+//!   (its frames, when ours, go back to the fill ring). Frames are copied to the batch at
+//!   [`crate::HEADROOM`] and their UMEM frames refilled in the same pass; the kernel's own drop
+//!   counters (`XDP_STATISTICS`: ring full, no fill frame, invalid descriptors) are added to
+//!   `rx_dropped`.
+//! - tx: a frame longer than a UMEM frame goes out as several descriptors chained the same way
+//!   (with multi-buffer; without it such a frame is a `tx_errors`).
+//!   Completions must name one of our tx frames that is in flight, else they are ignored and
 //!   counted ([`AfXdpPort::kernel_anomalies`]). Frames shorter than an Ethernet header or longer
 //!   than the MTU allows (or than a UMEM frame) are taken and counted in `tx_errors`, because
 //!   veth would drop them silently. In copy mode the kernel transmits only inside `sendto`, at
@@ -43,6 +58,7 @@
 //! peer (`ethtool -K peer tx off`) where kernel-originated traffic feeds an AF_XDP port.
 
 mod bpf;
+mod napi;
 mod ring;
 
 use std::io;
@@ -51,7 +67,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::sys::{self, at, Mmap, Pod, Seen, Watch};
-use crate::{Batch, Port, PortStats, PortStatus, BUF_SIZE, HEADROOM};
+use crate::{Batch, Port, PortStats, PortStatus, HEADROOM, MAX_FRAME};
 
 use ring::{RingOffsets, RxDesc, UmemLayout, XdpDesc, XskRing};
 
@@ -64,10 +80,16 @@ const XDP_UMEM_REG: i32 = 4;
 const XDP_UMEM_FILL_RING: i32 = 5;
 const XDP_UMEM_COMPLETION_RING: i32 = 6;
 const XDP_STATISTICS: i32 = 7;
+const XDP_OPTIONS: i32 = 8;
 const XDP_MAX_TX_SKB_BUDGET: i32 = 9;
 
 const XDP_COPY: u16 = 1 << 1;
+const XDP_ZEROCOPY: u16 = 1 << 2;
 const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
+const XDP_USE_SG: u16 = 1 << 4;
+const XDP_OPTIONS_ZEROCOPY: u32 = 1;
+/// In a descriptor's `options`: the frame goes on in the next descriptor.
+const XDP_PKT_CONTD: u32 = 1;
 
 const XDP_PGOFF_RX_RING: u64 = 0;
 const XDP_PGOFF_TX_RING: u64 = 0x8000_0000;
@@ -93,6 +115,20 @@ pub enum XdpMode {
     Skb,
 }
 
+/// How the socket shares frames with the driver.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BindMode {
+    /// Zero-copy where the driver supports it (and multi-buffer in zero-copy, when that is
+    /// asked for), copy mode otherwise: the kernel decides at bind time. Only a request:
+    /// [`AfXdpPort::zero_copy`] says what the port got.
+    #[default]
+    Auto,
+    /// Copy mode only (`XDP_COPY`).
+    Copy,
+    /// Zero-copy only (`XDP_ZEROCOPY`): open fails where the driver cannot (veth never can).
+    ZeroCopy,
+}
+
 /// How to open an AF_XDP port.
 #[derive(Clone, Debug)]
 pub struct AfXdpOptions {
@@ -105,13 +141,36 @@ pub struct AfXdpOptions {
     pub queue: u32,
     /// XDP attach mode.
     pub mode: XdpMode,
+    /// Copy or zero-copy.
+    pub bind: BindMode,
+    /// In driver mode, turn on threaded NAPI for the interface and pin its kernel thread to the
+    /// CPUs of the worker that drives the port (see `napi.rs`: on veth this moves the XDP
+    /// redirect and the copy into the UMEM off the sender's CPU onto the router's). Only where
+    /// the interface is visible in this process's sysfs; the old setting comes back on close.
+    /// Off by default: veth hands frames to its NAPI through a 256-frame ring, and a sender's
+    /// burst that outruns the NAPI thread overflows it (veth counts those drops, the port
+    /// cannot see them), where softirq NAPI on the sender's CPU would have kept up.
+    pub threaded_napi: bool,
+    /// Take frames longer than one UMEM frame as several descriptors (`XDP_USE_SG`, Linux
+    /// 6.6+) and join them; needed for jumbo frames. Where the kernel refuses the flag, the
+    /// port opens without it and says so in [`AfXdpPort::multi_buffer`].
+    pub multi_buffer: bool,
     /// Open the port in this network namespace (`/run/netns/NAME`) instead of the caller's.
     pub netns: Option<PathBuf>,
 }
 
 impl Default for AfXdpOptions {
     fn default() -> Self {
-        AfXdpOptions { frames: 4096, frame_size: 2048, queue: 0, mode: XdpMode::Auto, netns: None }
+        AfXdpOptions {
+            frames: 4096,
+            frame_size: 2048,
+            queue: 0,
+            mode: XdpMode::Auto,
+            bind: BindMode::Auto,
+            threaded_napi: false,
+            multi_buffer: true,
+            netns: None,
+        }
     }
 }
 
@@ -147,12 +206,32 @@ struct KernelCounts {
     tx_invalid: u64,
 }
 
+/// Frames the port itself dropped on the way in, by reason (all are in `rx_dropped` too).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxDrops {
+    /// Frames longer than a packet buffer ([`crate::MAX_FRAME`]): dropped whole, never split.
+    pub too_long: u64,
+    /// Descriptors with an address outside the rx frames or a length outside their frame.
+    pub bad_desc: u64,
+    /// Multi-buffer chains that could never end (the ring full of one unfinished frame).
+    pub bad_chain: u64,
+}
+
+/// Why a received frame was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lost {
+    TooLong,
+    BadDesc,
+    BadChain,
+}
+
 /// An AF_XDP port. See the module documentation.
 pub struct AfXdpPort {
     watch: Watch,
     opts: AfXdpOptions,
     live: Option<Live>,
     stats: PortStats,
+    drops: RxDrops,
     /// Kernel counts of sockets already closed (before a re-open).
     kernel_base: KernelCounts,
     anomalies: u64,
@@ -161,6 +240,8 @@ pub struct AfXdpPort {
 /// Everything that exists while the port is open on a live interface. Fields drop in order:
 /// the link first, so the program stops redirecting before the socket goes.
 struct Live {
+    /// First, so the old `threaded` setting is back while the interface still has its NAPI.
+    napi: Option<napi::ThreadedNapi>,
     /// Held only to keep the program attached: closing it detaches.
     _link: OwnedFd,
     _prog: OwnedFd,
@@ -176,6 +257,9 @@ struct Live {
     tx_free: Vec<u32>,
     tx_busy: Vec<bool>,
     mode: XdpMode,
+    zero_copy: bool,
+    /// Bound with `XDP_USE_SG`: frames may span descriptors.
+    sg: bool,
     prog_id: u32,
     max_tx_len: usize,
     /// `sendto` calls one kick may make before giving up until the next burst.
@@ -194,6 +278,7 @@ impl AfXdpPort {
             opts: opts.clone(),
             live: Some(live),
             stats: PortStats::default(),
+            drops: RxDrops::default(),
             kernel_base: KernelCounts::default(),
             anomalies: 0,
         })
@@ -202,6 +287,29 @@ impl AfXdpPort {
     /// The XDP mode in use (`Driver` or `Skb`), `None` while the port is down.
     pub fn mode(&self) -> Option<XdpMode> {
         self.live.as_ref().map(|l| l.mode)
+    }
+
+    /// True if the socket is bound zero-copy, false in copy mode, `None` while down.
+    pub fn zero_copy(&self) -> Option<bool> {
+        self.live.as_ref().map(|l| l.zero_copy)
+    }
+
+    /// True if the socket takes frames over several descriptors (`XDP_USE_SG`), so frames up to
+    /// [`crate::MAX_FRAME`] pass; `None` while down.
+    pub fn multi_buffer(&self) -> Option<bool> {
+        self.live.as_ref().map(|l| l.sg)
+    }
+
+    /// The threaded-NAPI kernel threads of the interface, once pinned to the CPUs of the thread
+    /// that calls [`Port::service`]; empty where threaded NAPI is off (see
+    /// [`AfXdpOptions::threaded_napi`]).
+    pub fn napi_threads(&self) -> &[i32] {
+        self.live.as_ref().and_then(|l| l.napi.as_ref()).map_or(&[], |n| n.pinned_threads())
+    }
+
+    /// What the port dropped on the way in, by reason.
+    pub fn rx_drops(&self) -> RxDrops {
+        self.drops
     }
 
     /// The kernel id of the attached XDP program (as `ip link` shows it), `None` while down.
@@ -256,7 +364,7 @@ impl Port for AfXdpPort {
 
     fn rx_burst(&mut self, batch: &mut Batch) -> usize {
         match self.live.as_mut() {
-            Some(live) => live.rx(batch, &mut self.stats),
+            Some(live) => live.rx(batch, &mut self.stats, &mut self.drops),
             None => 0,
         }
     }
@@ -285,6 +393,20 @@ impl Port for AfXdpPort {
         self.watch.status().clone()
     }
 
+    fn mode_name(&self) -> Option<&'static str> {
+        let l = self.live.as_ref()?;
+        Some(match (l.mode == XdpMode::Driver, l.zero_copy, l.sg) {
+            (true, false, true) => "xdp driver, copy, multi-buffer",
+            (true, false, false) => "xdp driver, copy",
+            (true, true, true) => "xdp driver, zero-copy, multi-buffer",
+            (true, true, false) => "xdp driver, zero-copy",
+            (false, false, true) => "xdp skb, copy, multi-buffer",
+            (false, false, false) => "xdp skb, copy",
+            (false, true, true) => "xdp skb, zero-copy, multi-buffer",
+            (false, true, false) => "xdp skb, zero-copy",
+        })
+    }
+
     /// The socket: readable while the rx ring holds frames (poll(2) also wakes the driver
     /// where the fill ring asked for it).
     fn wakeup_fds(&self, out: &mut Vec<RawFd>) -> bool {
@@ -304,6 +426,9 @@ impl Port for AfXdpPort {
             }
             Seen::Nothing => {}
         }
+        if let Some(napi) = self.live.as_mut().and_then(|l| l.napi.as_mut()) {
+            napi.follow();
+        }
         if let Some(live) = self.live.as_mut() {
             // Descriptors a previous kick left behind (budget or EAGAIN) go out now.
             if live.kick().is_err_and(|e| sys::is_link_error(&e)) && self.watch.check_gone_now() {
@@ -313,10 +438,73 @@ impl Port for AfXdpPort {
     }
 }
 
-fn max_tx_len(frame_size: usize, mtu: Option<usize>) -> usize {
-    // MTU + Ethernet header + one VLAN tag: what veth (and most drivers) forward.
+/// The longest frame the port sends: MTU + Ethernet header + one VLAN tag (what veth and most
+/// drivers forward), and one UMEM frame unless frames may span several.
+fn max_tx_len(frame_size: usize, sg: bool, mtu: Option<usize>) -> usize {
     let by_mtu = mtu.map_or(usize::MAX, |m| m + 14 + 4);
-    frame_size.min(BUF_SIZE - HEADROOM).min(by_mtu)
+    let by_umem = if sg { MAX_FRAME } else { frame_size };
+    by_umem.min(MAX_FRAME).min(by_mtu)
+}
+
+/// Binds `xsk` to its queue: with `XDP_USE_SG` when asked, dropping it where the kernel does not
+/// know it (before 6.6: EINVAL), and in the mode asked for. Returns (multi-buffer, zero-copy).
+fn bind_queue(
+    xsk: &OwnedFd,
+    name: &str,
+    ifindex: u32,
+    o: &AfXdpOptions,
+    bind_wait: Duration,
+) -> io::Result<(bool, bool)> {
+    let mode = match o.bind {
+        BindMode::Auto => 0,
+        BindMode::Copy => XDP_COPY,
+        BindMode::ZeroCopy => XDP_ZEROCOPY,
+    };
+    let mut sg = o.multi_buffer;
+    // The kernel releases a closed socket's hold on the queue from a workqueue, so a port
+    // re-opened right after another closed (or was killed) can briefly see EBUSY.
+    let deadline = Instant::now() + bind_wait;
+    loop {
+        let flags = mode | XDP_USE_NEED_WAKEUP | if sg { XDP_USE_SG } else { 0 };
+        let addr = SockaddrXdp {
+            family: libc::AF_XDP as u16,
+            flags,
+            ifindex,
+            queue_id: o.queue,
+            shared_umem_fd: 0,
+        };
+        match sys::bind(xsk, &addr) {
+            Ok(()) => break,
+            Err(e) if sys::errno(&e) == libc::EBUSY && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) if sys::errno(&e) == libc::EINVAL && sg => sg = false,
+            Err(e) => {
+                let e = match sys::errno(&e) {
+                    libc::EBUSY => io::Error::new(
+                        e.kind(),
+                        format!("{e} (another AF_XDP socket on this queue?)"),
+                    ),
+                    libc::EOPNOTSUPP if o.bind == BindMode::ZeroCopy => io::Error::new(
+                        e.kind(),
+                        format!(
+                            "{e} (the driver has no zero-copy AF_XDP{})",
+                            if sg { " with multi-buffer" } else { "" }
+                        ),
+                    ),
+                    _ => e,
+                };
+                let step = format!("bind(queue {}, {:?})", o.queue, o.bind);
+                return Err(sys::step_err(BACKEND, name, &step, e));
+            }
+        }
+    }
+    let (opts, _) = sys::getsockopt::<u32>(xsk, libc::SOL_XDP, XDP_OPTIONS).map_err(at(
+        BACKEND,
+        name,
+        "getsockopt(XDP_OPTIONS)",
+    ))?;
+    Ok((sg, opts & XDP_OPTIONS_ZEROCOPY != 0))
 }
 
 impl Live {
@@ -404,36 +592,7 @@ impl Live {
         let comp = XskRing::map(&xsk, XDP_UMEM_PGOFF_COMPLETION_RING, &offs(3), ring_size, 8)
             .map_err(at(BACKEND, name, "mmap(completion ring)"))?;
 
-        let addr = SockaddrXdp {
-            family: libc::AF_XDP as u16,
-            flags: XDP_COPY | XDP_USE_NEED_WAKEUP,
-            ifindex,
-            queue_id: o.queue,
-            shared_umem_fd: 0,
-        };
-        // The kernel releases a closed socket's hold on the queue from a workqueue, so a port
-        // re-opened right after another closed (or was killed) can briefly see EBUSY.
-        let deadline = Instant::now() + bind_wait;
-        loop {
-            match sys::bind(&xsk, &addr) {
-                Ok(()) => break,
-                Err(e) if sys::errno(&e) == libc::EBUSY && Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                Err(e) => {
-                    let e = if sys::errno(&e) == libc::EBUSY {
-                        io::Error::new(
-                            e.kind(),
-                            format!("{e} (another AF_XDP socket on this queue?)"),
-                        )
-                    } else {
-                        e
-                    };
-                    let step = format!("bind(queue {}, XDP_COPY)", o.queue);
-                    return Err(sys::step_err(BACKEND, name, &step, e));
-                }
-            }
-        }
+        let (sg, zero_copy) = bind_queue(&xsk, name, ifindex, o, bind_wait)?;
         // Let one sendto move the whole ring (6.17+); older kernels stop at 32 per call.
         let budget_raised = ring_size >= KERNEL_TX_BATCH
             && sys::setsockopt(&xsk, libc::SOL_XDP, XDP_MAX_TX_SKB_BUDGET, &ring_size).is_ok();
@@ -450,15 +609,24 @@ impl Live {
             "bpf(BPF_MAP_CREATE, XSKMAP)",
         ))?;
         bpf::map_set(&map, o.queue, &xsk).map_err(at(BACKEND, name, "bpf(BPF_MAP_UPDATE_ELEM)"))?;
-        let prog = bpf::load_program(&map).map_err(at(BACKEND, name, "bpf(BPF_PROG_LOAD)"))?;
+        let prog = bpf::load_program(&map, sg).map_err(at(BACKEND, name, "bpf(BPF_PROG_LOAD)"))?;
         let (link, mode) = bpf::attach(&prog, ifindex, o.mode).map_err(at(
             BACKEND,
             name,
             "bpf(BPF_LINK_CREATE)",
         ))?;
         let prog_id = bpf::prog_id(&prog).unwrap_or(0);
+        // The same interface in sysfs: same name and ifindex (sysfs shows the namespace it was
+        // mounted for, which need not be the port's).
+        let in_sysfs = o.netns.is_none()
+            && std::fs::read_to_string(format!("/sys/class/net/{name}/ifindex"))
+                .is_ok_and(|i| i.trim() == ifindex.to_string());
+        let napi = (o.threaded_napi && mode == XdpMode::Driver && in_sysfs)
+            .then(|| napi::ThreadedNapi::enable(name))
+            .flatten();
 
         Ok(Live {
+            napi,
             _link: link,
             _prog: prog,
             _map: map,
@@ -472,15 +640,17 @@ impl Live {
             tx_free: (0..layout.tx_frames).rev().collect(),
             tx_busy: vec![false; layout.tx_frames as usize],
             mode,
+            zero_copy,
+            sg,
             prog_id,
-            max_tx_len: max_tx_len(o.frame_size as usize, mtu),
+            max_tx_len: max_tx_len(o.frame_size as usize, sg, mtu),
             max_kicks: ring_size / per_kick + 2,
         })
     }
 
     fn set_mtu(&mut self, mtu: Option<usize>) {
         if mtu.is_some() {
-            self.max_tx_len = max_tx_len(self.layout.frame_size as usize, mtu);
+            self.max_tx_len = max_tx_len(self.layout.frame_size as usize, self.sg, mtu);
         }
     }
 
@@ -491,61 +661,110 @@ impl Live {
         Some(KernelCounts { rx_dropped: s[0] + s[1] + s[3], tx_invalid: s[2] })
     }
 
-    fn rx(&mut self, batch: &mut Batch, stats: &mut PortStats) -> usize {
-        let n = self.rx.available().min(batch.room() as u32);
-        if n == 0 {
-            if self.fill.needs_wakeup() {
-                let _ = sys::kick_rx(&self.xsk);
-            }
-            return 0;
-        }
+    fn rx(&mut self, batch: &mut Batch, stats: &mut PortStats, drops: &mut RxDrops) -> usize {
+        let avail = self.rx.available();
         let fill_room = self.fill.free();
-        let mut refill = 0u32;
-        let mut got = 0usize;
-        for k in 0..n {
-            let d: XdpDesc = self.rx.read(k);
-            let frame = match self.layout.check_rx(d.addr, d.len) {
-                RxDesc::Frame { frame, off, len } => {
-                    if let Some(buf) = batch.spare_mut() {
-                        // SAFETY: the descriptor is in [consumer, producer) of the rx ring, so
-                        // the kernel is done with this frame; it gets it back only through the
-                        // fill ring, below, after the copy.
-                        let data = unsafe { self.umem.slice(off, len) };
-                        if buf.fill(data) {
-                            batch.commit();
-                            got += 1;
-                            stats.rx_bytes += len as u64;
-                        } else {
-                            stats.rx_dropped += 1;
-                        }
-                    }
-                    Some(frame)
-                }
-                RxDesc::BadLen { frame } => {
-                    stats.rx_dropped += 1;
-                    Some(frame)
-                }
-                RxDesc::BadAddr => {
-                    stats.rx_dropped += 1;
-                    None
-                }
+        let (mut done, mut refill, mut got) = (0u32, 0u32, 0usize);
+        while done < avail && batch.room() > 0 {
+            let (n, cut) = match self.chain_len(done, avail) {
+                Some(n) => (n, false),
+                // The kernel publishes a frame's descriptors together, so the rest of this one
+                // comes with a later update, unless the ring is already full of it.
+                None if avail < self.rx.size() => break,
+                None => (avail - done, true),
             };
-            // The fill ring holds every rx frame, so it has room unless the kernel handed us a
-            // frame twice; then the duplicate is simply not returned.
-            if let Some(f) = frame {
-                if refill < fill_room {
-                    self.fill.write::<u64>(refill, f);
-                    refill += 1;
+            let res = self.join(done, n, batch, &mut refill, fill_room);
+            match if cut { Err(Lost::BadChain) } else { res } {
+                Ok(len) => {
+                    batch.commit();
+                    got += 1;
+                    stats.rx_bytes += len as u64;
+                }
+                Err(why) => {
+                    stats.rx_dropped += 1;
+                    match why {
+                        Lost::TooLong => drops.too_long += 1,
+                        Lost::BadDesc => drops.bad_desc += 1,
+                        Lost::BadChain => drops.bad_chain += 1,
+                    }
                 }
             }
+            done += n;
         }
-        self.rx.release(n);
-        self.fill.submit(refill);
+        if done > 0 {
+            self.rx.release(done);
+            self.fill.submit(refill);
+        }
         if self.fill.needs_wakeup() {
             let _ = sys::kick_rx(&self.xsk);
         }
         stats.rx_packets += got as u64;
         got
+    }
+
+    /// Descriptors in the frame that starts at unconsumed rx entry `first` (all but its last
+    /// carry `XDP_PKT_CONTD`), or `None` if it goes on past entry `avail`.
+    #[inline]
+    fn chain_len(&self, first: u32, avail: u32) -> Option<u32> {
+        (first..avail)
+            .position(|j| self.rx.read::<XdpDesc>(j).options & XDP_PKT_CONTD == 0)
+            .map(|p| p as u32 + 1)
+    }
+
+    /// Copies the frame in rx entries `[first, first + n)` into `batch`'s next spare buffer
+    /// (the caller checked there is one) and puts their UMEM frames on the fill ring. Returns
+    /// the frame's length, or why it was dropped; a dropped frame leaves the buffer spare.
+    fn join(
+        &mut self,
+        first: u32,
+        n: u32,
+        batch: &mut Batch,
+        refill: &mut u32,
+        fill_room: u32,
+    ) -> Result<usize, Lost> {
+        let Some(buf) = batch.spare_mut() else { return Err(Lost::BadChain) };
+        let (store, _) = buf.storage_mut();
+        let room = &mut store[HEADROOM..];
+        let (mut len, mut lost) = (0usize, None);
+        for j in first..first + n {
+            let d: XdpDesc = self.rx.read(j);
+            let frame = match self.layout.check_rx(d.addr, d.len) {
+                RxDesc::Frame { frame, off, len: l } => {
+                    match room.get_mut(len..len + l) {
+                        Some(dst) if lost.is_none() => {
+                            // SAFETY: the descriptor is in [consumer, producer) of the rx ring,
+                            // so the kernel is done with this frame; it gets it back only
+                            // through the fill ring, below, after the copy.
+                            dst.copy_from_slice(unsafe { self.umem.slice(off, l) });
+                            len += l;
+                        }
+                        _ => _ = lost.get_or_insert(Lost::TooLong),
+                    }
+                    Some(frame)
+                }
+                RxDesc::BadLen { frame } => {
+                    lost.get_or_insert(Lost::BadDesc);
+                    Some(frame)
+                }
+                RxDesc::BadAddr => {
+                    lost.get_or_insert(Lost::BadDesc);
+                    None
+                }
+            };
+            // The fill ring holds every rx frame, so it has room unless the kernel handed us a
+            // frame twice; then the duplicate is simply not returned.
+            if let Some(f) = frame.filter(|_| *refill < fill_room) {
+                self.fill.write::<u64>(*refill, f);
+                *refill += 1;
+            }
+        }
+        match lost {
+            None => {
+                buf.set_window(HEADROOM, len);
+                Ok(len)
+            }
+            Some(why) => Err(why),
+        }
     }
 
     /// Takes completed tx frames back.
@@ -577,6 +796,7 @@ impl Live {
         let mut queued = 0u32;
         let mut taken = 0usize;
         let pkts = batch.packets();
+        let fs = self.layout.frame_size as usize;
         for &i in sel {
             let frame = pkts[i as usize].frame();
             if frame.len() < 14 || frame.len() > self.max_tx_len {
@@ -584,17 +804,24 @@ impl Live {
                 taken += 1;
                 continue;
             }
-            if queued == room {
+            // A frame longer than a UMEM frame (only with XDP_USE_SG, see max_tx_len) goes out
+            // as several descriptors, all but the last marked XDP_PKT_CONTD.
+            let nd = frame.len().div_ceil(fs) as u32;
+            if queued + nd > room {
                 break;
             }
-            let Some(slot) = self.tx_free.pop() else { break };
-            self.tx_busy[slot as usize] = true;
-            let addr = self.layout.tx_frame(slot);
-            // SAFETY: tx frame `slot` was free (not on the tx ring nor awaiting completion), so
-            // the kernel does not read it until the descriptor below is submitted.
-            unsafe { self.umem.copy_in(addr as usize, frame) };
-            self.tx.write(queued, XdpDesc { addr, len: frame.len() as u32, options: 0 });
-            queued += 1;
+            for (c, chunk) in frame.chunks(fs).enumerate() {
+                // `room` counted free tx frames, so one is there.
+                let Some(slot) = self.tx_free.pop() else { break };
+                self.tx_busy[slot as usize] = true;
+                let addr = self.layout.tx_frame(slot);
+                // SAFETY: tx frame `slot` was free (not on the tx ring nor awaiting completion),
+                // so the kernel does not read it until the descriptor below is submitted.
+                unsafe { self.umem.copy_in(addr as usize, chunk) };
+                let options = if c as u32 + 1 < nd { XDP_PKT_CONTD } else { 0 };
+                self.tx.write(queued, XdpDesc { addr, len: chunk.len() as u32, options });
+                queued += 1;
+            }
             taken += 1;
             stats.tx_packets += 1;
             stats.tx_bytes += frame.len() as u64;

@@ -14,7 +14,7 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{fence, Ordering};
 
 use crate::sys::{Mmap, Pod};
-use crate::{BUF_SIZE, HEADROOM};
+use crate::MAX_FRAME;
 
 pub(super) const XDP_RING_NEED_WAKEUP: u32 = 1;
 
@@ -166,6 +166,12 @@ impl XskRing {
         self.map.atomic_u32(self.producer).store(self.local, Ordering::Release);
     }
 
+    /// Entries the ring holds.
+    #[inline]
+    pub(super) fn size(&self) -> u32 {
+        self.size
+    }
+
     /// True if the kernel asks for a syscall to look at this ring.
     #[inline]
     pub(super) fn needs_wakeup(&self) -> bool {
@@ -212,15 +218,14 @@ impl UmemLayout {
     }
 
     /// Validates an rx descriptor: the address must lie in the rx part of the UMEM, and the
-    /// frame must be non-empty, fit a packet buffer and not run past its UMEM frame.
+    /// frame must be non-empty and not run past its UMEM frame.
     pub(super) fn check_rx(&self, addr: u64, len: u32) -> RxDesc {
         if addr >= self.rx_frames as u64 * self.frame_size {
             return RxDesc::BadAddr;
         }
         let frame = addr & !(self.frame_size - 1);
         let in_frame = addr - frame;
-        if len == 0 || len as usize > BUF_SIZE - HEADROOM || in_frame + len as u64 > self.frame_size
-        {
+        if len == 0 || len as usize > MAX_FRAME || in_frame + len as u64 > self.frame_size {
             return RxDesc::BadLen { frame };
         }
         RxDesc::Frame { frame, off: addr as usize, len: len as usize }
@@ -264,9 +269,9 @@ mod tests {
         // runs past its frame into the next one
         assert_eq!(L.check_rx(256, 2048 - 255), RxDesc::BadLen { frame: 0 });
         assert_eq!(L.check_rx(256, 2048 - 256), RxDesc::Frame { frame: 0, off: 256, len: 1792 });
-        // fits the frame but not a packet buffer
+        // runs past a 4096-byte frame
         let big = UmemLayout { frame_size: 4096, rx_frames: 1, tx_frames: 1 };
-        assert_eq!(big.check_rx(0, (BUF_SIZE - HEADROOM + 1) as u32), RxDesc::BadLen { frame: 0 });
+        assert_eq!(big.check_rx(0, 4097), RxDesc::BadLen { frame: 0 });
     }
 
     #[test]

@@ -495,3 +495,31 @@ pub fn removed_and_back<P: Port>(
     assert_ne!(ifindex(a), old);
     workout(a, b);
 }
+
+/// Sets `dev`'s MTU (in `ns`).
+pub fn set_mtu(dev: &str, ns: Option<&str>, mtu: u32) {
+    ip(&in_ns(ns, &["link", "set", "dev", dev, "mtu", &mtu.to_string()]));
+}
+
+/// Frames for a link of MTU 9000: up to 9014 bytes untagged and 9018 tagged (the most a
+/// kernel sends or takes at that MTU), between sizes that end just past a 2048- or 4096-byte
+/// buffer and small ones.
+pub fn jumbo_frames(run: u32, count: usize) -> Vec<Vec<u8>> {
+    let sizes = [9014, 60, 2049, 9018, 4097, 1514, 6000, 9018, 8999];
+    (0..count)
+        .map(|i| {
+            let len = sizes[i % sizes.len()];
+            frame(run, i as u32, len, (len == 9018).then_some(7))
+        })
+        .collect()
+}
+
+/// [`transfer`] of jumbo frames both ways, in bursts of 1 and 64, over a link of MTU 9000.
+pub fn jumbo_workout(a: &mut dyn Port, b: &mut dyn Port) {
+    for (burst, count) in [(1, 12), (64, 64 * 3 + 7)] {
+        let run = run_id();
+        transfer(a, b, run, &jumbo_frames(run, count), burst);
+        let run = run_id();
+        transfer(b, a, run, &jumbo_frames(run, count), burst);
+    }
+}
