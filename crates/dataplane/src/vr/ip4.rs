@@ -432,6 +432,9 @@ impl Core {
             return self.drop_out(Drop::MtuExceeded, false);
         }
         let whole = l3 + ihl + payload;
+        if self.frag_copy.is_empty() {
+            self.fragment_buffers();
+        }
         self.frag_copy[..whole].copy_from_slice(&buf.frame()[..whole]);
         set_fragment(&mut buf.frame_mut()[l3..], ihl + step, 0, true);
         buf.set_len(l3 + ihl + step);
@@ -495,6 +498,9 @@ impl Core {
         // The first fragment (the transit packet) goes first, so it is the first to queue if
         // the next hop is unresolved; the rest are cut from a copy of the original.
         let whole = l3 + ihl + payload;
+        if self.frag_copy.is_empty() {
+            self.fragment_buffers();
+        }
         self.frag_copy[..whole].copy_from_slice(&buf.frame()[..whole]);
         set_fragment(&mut buf.frame_mut()[l3..], ihl + first, base, true);
         buf.set_len(l3 + ihl + first);

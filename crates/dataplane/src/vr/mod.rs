@@ -251,8 +251,9 @@ pub(crate) struct Core {
     glean: Vec<NextHop>,
     /// The VR's own addresses (IPv4-mapped for IPv4): a packet arriving from one is spoofed.
     own: AddrSet,
-    /// Scratch for the original of a packet being fragmented.
-    frag_copy: Box<[u8; ports::BUF_SIZE]>,
+    /// Scratch for the original of a packet being fragmented: empty until the VR first
+    /// fragments, then one buffer for good ([`Vr::fragment_buffers`]).
+    frag_copy: Vec<u8>,
     /// Per adjacency: its cached L2 header (gateway adjacencies only).
     rewrite: Vec<Rewrite>,
     r4: FibReader<u32>,
@@ -263,7 +264,7 @@ pub(crate) struct Core {
     reasm: reasm::Reassembler,
     /// Fragments after the first of a packet the VR made itself (an echo reply to a
     /// reassembled request can exceed the MTU), waiting for the next drain into `out`: the
-    /// first `spill_n`, with their egress ports. Buffers made at build.
+    /// first `spill_n`, with their egress ports. Made with `frag_copy`, on first need.
     spill: Vec<PktBuf>,
     spill_port: [PortId; SPILL],
     spill_n: usize,
@@ -752,14 +753,14 @@ impl Core {
                     })
                     .collect(),
             ),
-            frag_copy: Box::new([0; ports::BUF_SIZE]),
+            frag_copy: Vec::new(),
             rewrite: vec![Rewrite::default(); adj.len()],
             adj,
             ifaces,
             neigh,
             bucket: Bucket::new(icmp_errors_per_sec, icmp_errors_burst),
             reasm: reasm::Reassembler::new(),
-            spill: (0..SPILL).map(|_| PktBuf::new()).collect(),
+            spill: Vec::new(),
             spill_port: [0; SPILL],
             spill_n: 0,
             punt_bucket: Bucket::new(DEFAULT_PUNT_PER_SEC, DEFAULT_PUNT_BURST),
@@ -808,6 +809,14 @@ impl Core {
     }
 
     #[inline]
+    /// Sizes the fragmentation scratch and spill buffers the first time the VR fragments:
+    /// once per VR, not per packet, so an empty VR stays small (most never fragment).
+    #[cold]
+    fn fragment_buffers(&mut self) {
+        self.frag_copy.resize(ports::BUF_SIZE, 0);
+        self.spill.resize_with(SPILL, PktBuf::new);
+    }
+
     fn drop(&mut self, r: Drop) -> Fate {
         self.counters.drops[r as usize] += 1;
         Fate::Done

@@ -85,7 +85,9 @@ struct Ctx {
     report: bool,
     /// 8-byte blocks received.
     have: [u64; WORDS],
-    data: Box<[u8; MAX_PAYLOAD]>,
+    /// The datagram's data: empty until the context first holds one, then `MAX_PAYLOAD`
+    /// bytes for good, so a VR that never reassembles holds no buffer for it.
+    data: Vec<u8>,
 }
 
 impl Ctx {
@@ -103,7 +105,7 @@ impl Ctx {
             first_len: 0,
             report: false,
             have: [0; WORDS],
-            data: Box::new([0; MAX_PAYLOAD]),
+            data: Vec::new(),
         }
     }
 
@@ -211,6 +213,9 @@ impl Reassembler {
                 c.end = None;
                 c.unfrag_len = 0;
                 c.have = [0; WORDS];
+                if c.data.is_empty() {
+                    c.data.resize(MAX_PAYLOAD, 0);
+                }
                 self.live += 1;
                 i
             }
