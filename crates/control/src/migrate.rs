@@ -548,11 +548,23 @@ fn incoming(mut s: TcpStream, peer: SocketAddr, cfg: &MigrationConfig, sock: &Pa
             return;
         }
     };
-    let mut built: Option<String> = None;
-    match receive(&mut ch, &mut local, dir, &mut built) {
+    let (mut built, mut counts) = (None, None);
+    match receive(&mut ch, &mut local, dir, &mut built, &mut counts) {
         Ok(vr) => {
             info!(peer = %peer, vr, bytes = ch.bytes, "vr migrated here");
             announce_rounds(&mut local, &vr);
+            if let Some(c) = counts {
+                let g = |a: &std::sync::atomic::AtomicU64| tunnel::TunnelCounts::get(a);
+                info!(
+                    vr,
+                    frames = g(&c.frames),
+                    refused = g(&c.failed),
+                    stale = g(&c.stale),
+                    lost = g(&c.lost),
+                    caught_up_us = g(&c.caught_up_us),
+                    "migration: handoff tunnel (so far)"
+                );
+            }
         }
         Err(e) => {
             warn!(peer = %peer, error = %e, "migration failed; nothing kept");
@@ -574,6 +586,7 @@ fn receive(
     local: &mut Local,
     dir: &Path,
     built: &mut Option<String>,
+    counts: &mut Option<Arc<tunnel::TunnelCounts>>,
 ) -> Result<String, ControlError> {
     let head = ch.expect(BEGIN)?;
     let meta: MetaV1 = snapshot::decode("migration", &head)?.into_current().meta;
@@ -608,6 +621,7 @@ fn receive(
         let from = port_of(&body)?.ok_or_else(|| fail("an empty tunnel port"))?;
         rx.connect(SocketAddr::new(ch.peer_addr()?.ip(), from))
             .map_err(|e| ControlError::io("migration: the handoff tunnel", e))?;
+        *counts = Some(rx.counts.clone());
         tunnel::park(&vr, rx);
         (k, body) = ch.recv()?;
     }

@@ -41,6 +41,9 @@ pub struct TunnelCounts {
     pub stale: AtomicU64,
     /// Destination: sequence numbers skipped (datagrams lost on the way).
     pub lost: AtomicU64,
+    /// Destination: microseconds from its first poll until its announcements had all come
+    /// back (the ports' hold); 0 while they have not.
+    pub caught_up_us: AtomicU64,
 }
 
 impl TunnelCounts {
@@ -220,7 +223,15 @@ impl dataplane::Feed for TunnelRx {
             let src = &self.buf[HEAD + 6..HEAD + 12];
             if self.own.iter().any(|m| m == src) {
                 // Our own announcement, back: not for the VR.
+                let was = self.pending.len();
                 self.pending.retain(|m| m != src);
+                if was > 0 && self.pending.is_empty() {
+                    let held = self.hold_until.map_or(0, |t| {
+                        (HOLD_MAX.saturating_sub(t.saturating_duration_since(Instant::now())))
+                            .as_micros() as u64
+                    });
+                    self.counts.caught_up_us.store(held.max(1), Ordering::Relaxed);
+                }
                 self.last = seq;
                 continue;
             }

@@ -485,6 +485,8 @@ pub struct Rep {
     pub migrate: Value,
     pub rtt: Vec<f64>,
     pub pings_lost: u64,
+    /// The destination's last report of its handoff tunnel (`key=value` of its log line).
+    pub tunnel: Value,
 }
 
 fn now_epoch() -> f64 {
@@ -584,7 +586,20 @@ pub fn rep(lab: &Lab, plan: &Plan, from: usize) -> Result<Rep> {
     let drops = udp_errors(lab).saturating_sub(drops0);
     streams.iter_mut().for_each(|s| s.sink_drops = drops);
     let (rtt, pings_lost) = pings(&out, e_start, e_end);
-    Ok(Rep { streams, migrate, rtt, pings_lost })
+    Ok(Rep { streams, migrate, rtt, pings_lost, tunnel: Value::Null })
+}
+
+/// The numbers of the last "handoff tunnel" line of a data plane's log.
+fn tunnel_line(log: &str) -> Value {
+    let Some(l) = log.lines().rev().find(|l| l.contains("handoff tunnel")) else {
+        return Value::Null;
+    };
+    let m: serde_json::Map<String, Value> = l
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .filter_map(|(k, v)| Some((k.to_string(), json!(v.parse::<u64>().ok()?))))
+        .collect();
+    Value::Object(m)
 }
 
 struct KillOnDrop(Child);
@@ -727,9 +742,11 @@ fn case(plan: &Plan, routes: Routes, quiet: bool) -> Result<Vec<Rep>> {
                 s.join("; ")
             );
         }
-        reps.push(r);
         // Let the announcements' rounds and the source's drain end before the next move.
         std::thread::sleep(Duration::from_millis(300));
+        let mut r = r;
+        r.tunnel = tunnel_line(&lab.log(PLANES[1 - from]));
+        reps.push(r);
     }
     Ok(reps)
 }
@@ -764,6 +781,8 @@ fn point(routes: Routes, n_routes: u64, frame: usize, k: usize, reps: &[Rep]) ->
         "duplicates": stat(&s(&|r| r.streams[k].duplicates as f64)),
         "sink_drops": stat(&s(&|r| r.streams[k].sink_drops as f64)),
         "pings_lost": stat(&s(&|r| r.pings_lost as f64)),
+        "tunnel_frames_in": stat(&s(&|r| r.tunnel["frames"].as_f64().unwrap_or(f64::NAN))),
+        "hold_us": stat(&s(&|r| r.tunnel["caught_up_us"].as_f64().unwrap_or(f64::NAN))),
         "sent": stat(&s(&|r| r.streams[k].sent as f64)),
         "received": stat(&s(&|r| r.streams[k].received as f64)),
         "metrics": {
