@@ -28,13 +28,17 @@
 //!
 //! So no packet is lost at the handoff: those that reach the source between its stop and the
 //! commit wait in the destination's tunnel socket (sized for it) and go first; those that
-//! reach it after, until the switches learn, cross the tunnel (a few tens of microseconds on
-//! the link) while newer ones reach the destination directly. Order holds as long as the
-//! tunnel is quicker than the gap between two packets of a flow at the switch's learning
-//! instant; a flow faster than that can see the packets of that instant reordered, never
-//! lost (the reports count `reordered`). A destination that does not offer a tunnel (an older
-//! one) gets none, and the source drops what reaches it meanwhile (`interface_down`). The
-//! stop-and-copy round trip is reported as `stop_ms`, frames sent on as `forwarded`.
+//! reach it after, until the switches learn, cross the tunnel. Order: the destination holds
+//! the ports of the VR's interfaces (what reaches them directly waits in their rings) until
+//! its own announcements come back through the tunnel. A switch floods an announcement to the
+//! source's port behind every frame it sent there before it learned from it, and the source
+//! sends on in arrival order, so everything the source got before the switch learned has come
+//! by then. The hold lasts at most `tunnel::HOLD_MAX` (a source that never sends the
+//! announcements back, or several segments learning at different times): past it, a frame the
+//! source sends on late can arrive after a newer one that came directly, reordered but not
+//! lost. A destination that does not offer a tunnel (an older one) gets none, and the source
+//! drops what reaches it meanwhile (`interface_down`). The stop-and-copy round trip is
+//! reported as `stop_ms`, frames sent on as `forwarded`.
 //!
 //! Channel: frames `type u8 | length u32 | body | tag (32 bytes)`. The handshake: the
 //! destination sends a random 32-byte challenge; the source answers with its own and
@@ -45,6 +49,9 @@
 //! | both challenges), so nothing can be injected, replayed or reordered after the handshake.
 //! Bodies are bounded ([`MAX_FRAME`]). The destination refuses peers not in
 //! `migration.peers` (when given) before the handshake, and state from a peer that fails it.
+//! `PREPARED` carries the destination's tunnel port (u16 LE; empty: no tunnel), and a source
+//! that takes it answers `FORWARD` with its own before `STATE`; the tunnel's key is derived
+//! from the session key.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
