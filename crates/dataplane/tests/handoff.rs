@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use common::*;
 use dataplane::{Feed, Redirect};
 
-type Frames = Arc<Mutex<Vec<(u16, Vec<u8>)>>>;
+/// Frames, each with the VR interface it is for.
+type Tagged = Vec<(u16, Vec<u8>)>;
+type Frames = Arc<Mutex<Tagged>>;
 
 struct Recorder(Frames);
 
@@ -22,9 +24,11 @@ impl Redirect for Recorder {
     }
 }
 
+type Queue = VecDeque<(u16, Vec<u8>)>;
+
 #[derive(Clone, Default)]
 struct Shared {
-    queue: Arc<Mutex<VecDeque<(u16, Vec<u8>)>>>,
+    queue: Arc<Mutex<Queue>>,
     hold: Arc<AtomicBool>,
     end: Arc<AtomicBool>,
     refused: Arc<AtomicU64>,
