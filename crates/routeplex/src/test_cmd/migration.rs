@@ -338,8 +338,8 @@ vrs:
             .context("routeplex")
     }
 
-    /// The VRs data plane `k` runs.
-    pub fn vrs(&self, k: usize) -> Result<Vec<String>> {
+    /// The status of data plane `k`.
+    fn status(&self, k: usize) -> Result<Value> {
         let (f, s) = &self.planes[k];
         let o = self.routeplex(
             PLANES[k],
@@ -351,8 +351,28 @@ vrs:
                 &s.display().to_string(),
             ],
         )?;
-        let v: Value = serde_json::from_slice(&o.stdout)
-            .with_context(|| format!("status: {}", String::from_utf8_lossy(&o.stderr)))?;
+        serde_json::from_slice(&o.stdout)
+            .with_context(|| format!("status: {}", String::from_utf8_lossy(&o.stderr)))
+    }
+
+    /// Frames both data planes' ports lost or refused so far (a full receive ring, the
+    /// kernel's drops, demux's), all ports together.
+    pub fn port_drops(&self) -> Result<u64> {
+        let mut n = 0;
+        for k in 0..PLANES.len() {
+            for p in self.status(k)?["ports"].as_array().into_iter().flatten() {
+                n += p["rx_dropped"].as_u64().unwrap_or(0) + p["tx_full"].as_u64().unwrap_or(0);
+                n += p["drops"]
+                    .as_object()
+                    .map_or(0, |d| d.values().filter_map(Value::as_u64).sum::<u64>());
+            }
+        }
+        Ok(n)
+    }
+
+    /// The VRs data plane `k` runs.
+    pub fn vrs(&self, k: usize) -> Result<Vec<String>> {
+        let v = self.status(k)?;
         Ok(v["vrs"]
             .as_array()
             .map(|a| a.iter().filter_map(|v| v["name"].as_str().map(String::from)).collect())
@@ -473,6 +493,9 @@ pub struct StreamResult {
     pub downtime_ms: f64,
     /// The generator's longest pause between two sends (ms).
     pub gen_gap_ms: f64,
+    /// When the first and last lost packets were due to be sent, in ms from the start of the
+    /// move (negative: before it), if any was lost.
+    pub lost_window_ms: Option<(f64, f64)>,
     /// Datagrams host b's kernel dropped because a sink fell behind (all streams together):
     /// counted in `lost` too.
     pub sink_drops: u64,
@@ -485,6 +508,8 @@ pub struct Rep {
     pub migrate: Value,
     pub rtt: Vec<f64>,
     pub pings_lost: u64,
+    /// Frames the data planes' ports dropped during the repetition.
+    pub port_drops: u64,
     /// The destination's last report of its handoff tunnel (`key=value` of its log line).
     pub tunnel: Value,
 }
@@ -516,10 +541,13 @@ pub fn rep(lab: &Lab, plan: &Plan, from: usize) -> Result<Rep> {
             // Room for a second and more of the stream: a loaded host can stall the sink
             // that long, and what its kernel drops then is not the VR's loss.
             control::sys::set_rcvbuf(&s, 32 << 20)?;
-            s.set_read_timeout(Some(Duration::from_millis(800)))?;
+            // The first datagram may be late (a loaded host starts the generator late); after
+            // it, a pause this long ends the stream.
+            s.set_read_timeout(Some(Duration::from_secs(10)))?;
             let mut got: Vec<(u64, Instant)> = Vec::with_capacity(1 << 16);
             let mut buf = vec![0u8; 2048];
             while let Ok(n) = s.recv(&mut buf) {
+                s.set_read_timeout(Some(Duration::from_millis(800)))?;
                 if n >= 8 {
                     got.push((u64::from_le_bytes(buf[..8].try_into()?), Instant::now()));
                 }
@@ -557,7 +585,7 @@ pub fn rep(lab: &Lab, plan: &Plan, from: usize) -> Result<Rep> {
             }
             seq += 1;
         }
-        Ok((seq, gap))
+        Ok((seq, gap, t0))
     });
     let ping = Command::new("ip")
         .args(["netns", "exec", &lab.ns("a"), "ping", "-n", "-D", "-i", "0.005", "10.70.2.2"])
@@ -571,7 +599,8 @@ pub fn rep(lab: &Lab, plan: &Plan, from: usize) -> Result<Rep> {
     let (t_end, e_end) = (Instant::now(), now_epoch());
     std::thread::sleep(TAIL);
     stop.store(true, Ordering::Relaxed);
-    let (sent, gen_gap) = gen.join().map_err(|_| anyhow::anyhow!("generator panicked"))??;
+    let (sent, gen_gap, gen_t0) =
+        gen.join().map_err(|_| anyhow::anyhow!("generator panicked"))??;
     let mut ping = ping;
     // SIGINT: ping flushes its lines (a pipe is block-buffered) and exits.
     crate::sys::kill(ping.0.id(), libc::SIGINT);
@@ -580,13 +609,15 @@ pub fn rep(lab: &Lab, plan: &Plan, from: usize) -> Result<Rep> {
     let mut streams = Vec::new();
     for s in sinks {
         let (frame, got) = s.join().map_err(|_| anyhow::anyhow!("sink panicked"))??;
-        streams.push(judge(frame, sent, &got, t_start, t_end, gen_gap));
+        let mut r = judge(frame, sent, &got, t_start, t_end, gen_gap);
+        r.lost_window_ms = lost_window(&got, sent, gen_t0, interval, t_start);
+        streams.push(r);
     }
     // Host b's kernel counts them for all its sockets together.
     let drops = udp_errors(lab).saturating_sub(drops0);
     streams.iter_mut().for_each(|s| s.sink_drops = drops);
     let (rtt, pings_lost) = pings(&out, e_start, e_end);
-    Ok(Rep { streams, migrate, rtt, pings_lost, tunnel: Value::Null })
+    Ok(Rep { streams, migrate, rtt, pings_lost, port_drops: 0, tunnel: Value::Null })
 }
 
 /// The numbers of the last "handoff tunnel" line of a data plane's log.
@@ -662,8 +693,33 @@ pub fn judge(
         duplicates: dup,
         downtime_ms: gap.as_secs_f64() * 1e3,
         gen_gap_ms: gen_gap.as_secs_f64() * 1e3,
+        lost_window_ms: None,
         sink_drops: 0,
     }
+}
+
+/// See [`StreamResult::lost_window_ms`].
+fn lost_window(
+    got: &[(u64, Instant)],
+    sent: u64,
+    t0: Instant,
+    interval: Duration,
+    start: Instant,
+) -> Option<(f64, f64)> {
+    let mut seen = vec![false; sent as usize];
+    got.iter().for_each(|&(s, _)| {
+        if let Some(x) = seen.get_mut(s as usize) {
+            *x = true;
+        }
+    });
+    let first = seen.iter().position(|x| !x)? as u32;
+    let last = seen.iter().rposition(|x| !x)? as u32;
+    let at = |k: u32| {
+        let due = t0 + interval * k;
+        due.saturating_duration_since(start).as_secs_f64() * 1e3
+            - start.saturating_duration_since(due).as_secs_f64() * 1e3
+    };
+    Some((at(first), at(last)))
 }
 
 /// RTTs (ms) of the pings answered between `from` and `to` (epoch seconds), and how many
@@ -715,7 +771,9 @@ fn case(plan: &Plan, routes: Routes, quiet: bool) -> Result<Vec<Rep>> {
     let mut reps = Vec::new();
     for k in 0..plan.reps {
         let from = k % 2;
-        let r = rep(&lab, plan, from)?;
+        let drops0 = lab.port_drops()?;
+        let mut r = rep(&lab, plan, from)?;
+        r.port_drops = lab.port_drops()?.saturating_sub(drops0);
         let (at_from, at_to) = (lab.vrs(from)?, lab.vrs(1 - from)?);
         if at_from.iter().any(|v| v == "r") || !at_to.iter().any(|v| v == "r") {
             bail!(
@@ -744,7 +802,6 @@ fn case(plan: &Plan, routes: Routes, quiet: bool) -> Result<Vec<Rep>> {
         }
         // Let the announcements' rounds and the source's drain end before the next move.
         std::thread::sleep(Duration::from_millis(300));
-        let mut r = r;
         r.tunnel = tunnel_line(&lab.log(PLANES[1 - from]));
         reps.push(r);
     }
@@ -783,6 +840,8 @@ fn point(routes: Routes, n_routes: u64, frame: usize, k: usize, reps: &[Rep]) ->
         "pings_lost": stat(&s(&|r| r.pings_lost as f64)),
         "tunnel_frames_in": stat(&s(&|r| r.tunnel["frames"].as_f64().unwrap_or(f64::NAN))),
         "hold_us": stat(&s(&|r| r.tunnel["caught_up_us"].as_f64().unwrap_or(f64::NAN))),
+        "port_drops": stat(&s(&|r| r.port_drops as f64)),
+        "lost_window_ms": reps.iter().map(|r| r.streams[k].lost_window_ms).collect::<Vec<_>>(),
         "sent": stat(&s(&|r| r.streams[k].sent as f64)),
         "received": stat(&s(&|r| r.streams[k].received as f64)),
         "metrics": {
