@@ -15,16 +15,30 @@
 //!    (gratuitous ARP per IPv4 address, unsolicited NA with O=1 per IPv6 address, the
 //!    link-local one too, per interface) and answers; then sends [`ANNOUNCE_ROUNDS`] - 1 more
 //!    rounds at QEMU's announce intervals, so switches and caches that missed one learn;
-//! 5. the source removes its VR.
+//! 5. handoff: from its stop the source sends every frame that reaches its VR on to the
+//!    destination through the handoff tunnel on the migration link (see [`tunnel`]), and the
+//!    destination receives them into the VR from its commit on, ahead of what reaches it
+//!    directly; the source keeps doing so until the switches have learned the move (no frame
+//!    for [`DRAIN_QUIET`], and at least [`DRAIN_MIN`] after the commit, the first three
+//!    announcement rounds; at most [`DRAIN_MAX`]), then removes its VR and ends the tunnel.
 //!
 //! Any failure before the destination's answer to the stop (refused, timed out, cut) leaves
 //! the VR running at the source: its interfaces come back up if they went down, and the
 //! destination removes what it built when the connection ends before the commit.
 //!
-//! Packets that reach the source between its stop and the switches learning the new port are
-//! dropped there (counted `interface_down`); they are not sent on to the destination (that
-//! needs a tunnel on the migration link, not built yet). The window is the stop-and-copy
-//! round trip, reported as `stop_ms`.
+//! So no packet is lost at the handoff: those that reach the source between its stop and the
+//! commit wait in the destination's tunnel socket (sized for it) and go first; those that
+//! reach it after, until the switches learn, cross the tunnel. Order: the destination holds
+//! the ports of the VR's interfaces (what reaches them directly waits in their rings) until
+//! its own announcements come back through the tunnel. A switch floods an announcement to the
+//! source's port behind every frame it sent there before it learned from it, and the source
+//! sends on in arrival order, so everything the source got before the switch learned has come
+//! by then. The hold lasts at most `tunnel::HOLD_MAX` (a source that never sends the
+//! announcements back, or several segments learning at different times): past it, a frame the
+//! source sends on late can arrive after a newer one that came directly, reordered but not
+//! lost. A destination that does not offer a tunnel (an older one) gets none, and the source
+//! drops what reaches it meanwhile (`interface_down`). The stop-and-copy round trip is
+//! reported as `stop_ms`, frames sent on as `forwarded`.
 //!
 //! Channel: frames `type u8 | length u32 | body | tag (32 bytes)`. The handshake: the
 //! destination sends a random 32-byte challenge; the source answers with its own and
@@ -35,6 +49,9 @@
 //! | both challenges), so nothing can be injected, replayed or reordered after the handshake.
 //! Bodies are bounded ([`MAX_FRAME`]). The destination refuses peers not in
 //! `migration.peers` (when given) before the handshake, and state from a peer that fails it.
+//! `PREPARED` carries the destination's tunnel port (u16 LE; empty: no tunnel), and a source
+//! that takes it answers `FORWARD` with its own before `STATE`; the tunnel's key is derived
+//! from the session key.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -53,6 +70,8 @@ use crate::api::Command;
 use crate::snapshot::{self, MetaV1, SnapNeighbor, SnapRoute, SnapshotV1};
 use crate::{ControlError, MigrationConfig, Node};
 
+pub mod tunnel;
+
 /// Routes per pre-copy chunk.
 pub const CHUNK: usize = 65_536;
 /// The largest frame body.
@@ -62,6 +81,12 @@ pub const MAX_FRAME: usize = 32 << 20;
 pub const ANNOUNCE_ROUNDS: [u64; 5] = [0, 50, 200, 450, 800];
 /// How long either end waits for the other.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(30);
+/// The source sends on what reaches it for at least this long after the commit...
+pub const DRAIN_MIN: Duration = Duration::from_millis(250);
+/// ...and until none came for this long...
+pub const DRAIN_QUIET: Duration = Duration::from_millis(100);
+/// ...but no longer than this (after the last announcement round).
+pub const DRAIN_MAX: Duration = Duration::from_millis(1000);
 
 /// Frame types.
 pub const HELLO: u8 = 1;
@@ -73,6 +98,8 @@ pub const END_ROUTES: u8 = 12;
 pub const PREPARED: u8 = 13;
 pub const STATE: u8 = 14;
 pub const COMMITTED: u8 = 15;
+/// The source's handoff tunnel port (u16 LE), after `PREPARED` offered the destination's.
+pub const FORWARD: u8 = 16;
 pub const ERROR: u8 = 99;
 const LABEL: &[u8] = b"routeplex-migrate-1";
 
@@ -231,6 +258,28 @@ impl Channel {
     fn set_timeout(&self, t: Duration) {
         let _ = self.s.set_read_timeout(Some(t));
     }
+
+    /// A key for `purpose`, derived from the session key.
+    fn derive(&self, purpose: &[u8]) -> [u8; 32] {
+        hmac(&self.key, &[LABEL, purpose])
+    }
+
+    fn local_addr(&self) -> Result<SocketAddr, ControlError> {
+        self.s.local_addr().map_err(|e| ControlError::io("migration socket", e))
+    }
+
+    fn peer_addr(&self) -> Result<SocketAddr, ControlError> {
+        self.s.peer_addr().map_err(|e| ControlError::io("migration socket", e))
+    }
+}
+
+/// A port number in a `PREPARED` or `FORWARD` body; `None` for an empty body.
+fn port_of(body: &[u8]) -> Result<Option<u16>, ControlError> {
+    match body.len() {
+        0 => Ok(None),
+        2 => Ok(Some(u16::from_le_bytes([body[0], body[1]]))),
+        n => Err(fail(format_args!("a {n}-byte tunnel port (2 bytes)"))),
+    }
 }
 
 /// The learned neighbors and counters sent at the stop.
@@ -282,8 +331,23 @@ pub fn migrate(node: &mut Node, vr: &str, to: SocketAddr) -> Result<Value, Contr
     }
     ch.send(END_ROUTES, &[])?;
     ch.set_timeout(Duration::from_secs(120));
-    ch.expect(PREPARED)?;
+    let offered = port_of(&ch.expect(PREPARED)?)?;
     ch.set_timeout(PEER_TIMEOUT);
+    let key = ch.derive(b" forward");
+    let tx = match offered {
+        Some(port) => {
+            let sock = tunnel::bind(ch.local_addr()?)
+                .map_err(|e| ControlError::io("migration: the handoff tunnel", e))?;
+            let end = sock.try_clone().map_err(|e| ControlError::io("migration tunnel", e))?;
+            let mine = sock.local_addr().map_err(|e| ControlError::io("migration tunnel", e))?;
+            let to = SocketAddr::new(ch.peer_addr()?.ip(), port);
+            let tx = tunnel::TunnelTx::new(sock, to, &key)
+                .map_err(|e| ControlError::io(format!("migration: the tunnel to {to}"), e))?;
+            ch.send(FORWARD, &mine.port().to_le_bytes())?;
+            Some((tx, end))
+        }
+        None => None,
+    };
     let precopy_ms = t0.elapsed().as_secs_f64() * 1e3;
     if node.table(vr).map(|t| t.generations()) != gens {
         return Err(fail(format_args!("vr {vr}'s routes changed during the pre-copy; try again")));
@@ -292,7 +356,15 @@ pub fn migrate(node: &mut Node, vr: &str, to: SocketAddr) -> Result<Value, Contr
     let stop = Instant::now();
     // One job on the worker: interfaces down, then what they learned and counted.
     let n = node.topology().vrs.iter().find(|v| v.name == vr).map_or(0, |v| v.interfaces.len());
+    let (redirect, end) = match tx {
+        Some((tx, end)) => (Some(tx), Some(end)),
+        None => (None, None),
+    };
+    let counts = redirect.as_ref().map(|t| t.counts.clone());
     let (rows, counters) = node.runtime().on_vr(vr, move |c, v| {
+        if let Some(t) = redirect {
+            let _ = c.set_redirect(v, Some(Box::new(t)));
+        }
         for i in 0..n {
             let _ = c.change_vr(v, dataplane::VrChange::Up(i as u16, false));
         }
@@ -312,14 +384,30 @@ pub fn migrate(node: &mut Node, vr: &str, to: SocketAddr) -> Result<Value, Contr
         ch.expect(COMMITTED)
     })();
     if let Err(e) = done {
+        node.runtime().on_vr(vr, |c, v| {
+            let _ = c.set_redirect(v, None);
+        })?;
         set_up(node, vr, true)?;
         warn!(vr, to = %to, error = %e, "migration failed at the stop; the VR runs here again");
         return Err(e);
     }
     let stop_ms = stop.elapsed().as_secs_f64() * 1e3;
-    node.execute(Command::VrRemove { vr: vr.to_string() })?;
     let total_ms = t0.elapsed().as_secs_f64() * 1e3;
-    info!(vr, to = %to, routes = snap.routes.len(), bytes = ch.bytes, total_ms, stop_ms, "vr migrated");
+    let drain = Instant::now();
+    if let Some(c) = &counts {
+        wait_quiet(c);
+    }
+    node.execute(Command::VrRemove { vr: vr.to_string() })?;
+    if let Some(s) = end {
+        // Lost, the destination's tunnel ends at its own deadline instead.
+        let _ = s.send(&tunnel::end_marker(&key));
+    }
+    let drain_ms = drain.elapsed().as_secs_f64() * 1e3;
+    let get = |f: fn(&tunnel::TunnelCounts) -> &std::sync::atomic::AtomicU64| {
+        counts.as_ref().map(|c| tunnel::TunnelCounts::get(f(c)))
+    };
+    let (forwarded, forward_failed) = (get(|c| &c.frames), get(|c| &c.failed));
+    info!(vr, to = %to, routes = snap.routes.len(), bytes = ch.bytes, total_ms, stop_ms, forwarded, "vr migrated");
     Ok(json!({
         "vr": vr,
         "to": to.to_string(),
@@ -329,7 +417,26 @@ pub fn migrate(node: &mut Node, vr: &str, to: SocketAddr) -> Result<Value, Contr
         "precopy_ms": precopy_ms,
         "stop_ms": stop_ms,
         "total_ms": total_ms,
+        "drain_ms": drain_ms,
+        "forwarded": forwarded,
+        "forward_failed": forward_failed,
     }))
+}
+
+/// The source's drain (see the module doc): returns once the switches have stopped sending
+/// it the VR's frames, or at [`DRAIN_MAX`].
+fn wait_quiet(c: &tunnel::TunnelCounts) {
+    let t0 = Instant::now();
+    let (mut seen, mut since) = (tunnel::TunnelCounts::get(&c.frames), Instant::now());
+    while t0.elapsed() < DRAIN_MAX {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = tunnel::TunnelCounts::get(&c.frames);
+        if now != seen {
+            (seen, since) = (now, Instant::now());
+        } else if t0.elapsed() >= DRAIN_MIN && since.elapsed() >= DRAIN_QUIET {
+            return;
+        }
+    }
 }
 
 /// The destination's listener: a thread serving one migration at a time, applying what it
@@ -448,14 +555,29 @@ fn incoming(mut s: TcpStream, peer: SocketAddr, cfg: &MigrationConfig, sock: &Pa
             return;
         }
     };
-    let mut built: Option<String> = None;
-    match receive(&mut ch, &mut local, dir, &mut built) {
+    let (mut built, mut counts) = (None, None);
+    match receive(&mut ch, &mut local, dir, &mut built, &mut counts) {
         Ok(vr) => {
             info!(peer = %peer, vr, bytes = ch.bytes, "vr migrated here");
             announce_rounds(&mut local, &vr);
+            if let Some(c) = counts {
+                let g = |a: &std::sync::atomic::AtomicU64| tunnel::TunnelCounts::get(a);
+                info!(
+                    vr,
+                    frames = g(&c.frames),
+                    refused = g(&c.failed),
+                    stale = g(&c.stale),
+                    lost = g(&c.lost),
+                    caught_up_us = g(&c.caught_up_us),
+                    "migration: handoff tunnel (so far)"
+                );
+            }
         }
         Err(e) => {
             warn!(peer = %peer, error = %e, "migration failed; nothing kept");
+            if let Some(vr) = &built {
+                drop(tunnel::take(vr));
+            }
             let _ = ch.send(ERROR, e.to_string().as_bytes());
             if let Some(vr) = built {
                 if let Err(e) = local.ask(Command::VrRemove { vr: vr.clone() }) {
@@ -471,6 +593,7 @@ fn receive(
     local: &mut Local,
     dir: &Path,
     built: &mut Option<String>,
+    counts: &mut Option<Arc<tunnel::TunnelCounts>>,
 ) -> Result<String, ControlError> {
     let head = ch.expect(BEGIN)?;
     let meta: MetaV1 = snapshot::decode("migration", &head)?.into_current().meta;
@@ -494,9 +617,26 @@ fn receive(
     let _ = std::fs::remove_file(&file);
     r?;
     *built = Some(vr.clone());
-    ch.send(PREPARED, &[])?;
+    // The handoff tunnel: offered with PREPARED, taken by a source that answers FORWARD.
+    let sock = tunnel::bind(ch.local_addr()?)
+        .map_err(|e| ControlError::io("migration: the handoff tunnel", e))?;
+    let port = sock.local_addr().map_err(|e| ControlError::io("migration tunnel", e))?.port();
+    let rx = tunnel::TunnelRx::new(sock, &ch.derive(b" forward"));
+    ch.send(PREPARED, &port.to_le_bytes())?;
+    let (mut k, mut body) = ch.recv()?;
+    if k == FORWARD {
+        let from = port_of(&body)?.ok_or_else(|| fail("an empty tunnel port"))?;
+        rx.connect(SocketAddr::new(ch.peer_addr()?.ip(), from))
+            .map_err(|e| ControlError::io("migration: the handoff tunnel", e))?;
+        *counts = Some(rx.counts.clone());
+        tunnel::park(&vr, rx);
+        (k, body) = ch.recv()?;
+    }
+    if k != STATE {
+        return Err(fail(format_args!("frame {k} where {STATE} was due")));
+    }
     let st: FinalState =
-        serde_json::from_slice(&ch.expect(STATE)?).map_err(|e| fail(format_args!("state: {e}")))?;
+        serde_json::from_slice(&body).map_err(|e| fail(format_args!("state: {e}")))?;
     if st.vr != vr {
         return Err(fail(format_args!("state for vr {} while moving {vr}", st.vr)));
     }
@@ -546,6 +686,12 @@ pub fn commit(node: &mut Node, st: FinalState) -> Result<Value, ControlError> {
         now: node.runtime().epoch().elapsed().as_nanos() as u64,
     };
     let frames = announcements(node, &st.vr)?;
+    let mut feed = tunnel::take(&st.vr);
+    if let Some(f) = &mut feed {
+        let cfg = node.topology().vrs.iter().find(|v| v.name == st.vr);
+        f.hold_for(cfg.map(|v| v.interfaces.iter().map(|i| i.mac.0).collect()).unwrap_or_default());
+    }
+    let tunnel = feed.is_some();
     let (took, sent) = node.runtime().on_vr(&st.vr, move |c, v| {
         let took = match c.change_vr(v, dataplane::VrChange::Restore(Box::new(state))) {
             Ok(dataplane::VrAnswer::Restored(n)) => n,
@@ -554,9 +700,14 @@ pub fn commit(node: &mut Node, st: FinalState) -> Result<Value, ControlError> {
         for i in 0..frames.len() {
             let _ = c.change_vr(v, dataplane::VrChange::Up(i as u16, true));
         }
+        // Up first: what the source sent on since its stop goes through the VR at the next
+        // poll, ahead of the ports.
+        if let Some(f) = feed {
+            let _ = c.set_feed(v, Some(Box::new(f)));
+        }
         (took, send_announcements(c, v, &frames))
     })?;
-    Ok(json!({ "vr": st.vr, "neighbors": took, "announced": sent }))
+    Ok(json!({ "vr": st.vr, "neighbors": took, "announced": sent, "tunnel": tunnel }))
 }
 
 /// Each interface's name and announcement frames.

@@ -63,3 +63,21 @@ pub fn start_time(pid: u32) -> Option<u64> {
     }
     rest.nth(18)?.parse().ok()
 }
+
+/// Sets socket `s`'s receive buffer to `bytes`: past `net.core.rmem_max` where allowed
+/// (`SO_RCVBUFFORCE`, root), else as far as it goes.
+pub fn set_rcvbuf(s: &impl AsRawFd, bytes: usize) -> std::io::Result<()> {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+        // SAFETY: setsockopt on a descriptor the caller holds open, with a pointer to an int
+        // that outlives the call and its size.
+        let r = unsafe {
+            libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, opt, (&v as *const i32).cast(), len)
+        };
+        if r == 0 {
+            return Ok(());
+        }
+    }
+    Err(std::io::Error::last_os_error())
+}

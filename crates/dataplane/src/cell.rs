@@ -26,6 +26,9 @@ use crate::switch::Switch;
 use crate::vr::{BuildError, Fate, Lookup, Meta, OutQueue, Vr, VrAnswer, VrChange};
 use crate::worker::Worker;
 
+mod handoff;
+pub use handoff::{Feed, Redirect};
+
 pub(crate) const NONE: u16 = u16::MAX;
 /// How often VR timers run, in nanoseconds.
 const HOUSEKEEPING_NS: u64 = 1_000_000;
@@ -269,6 +272,8 @@ pub struct Cell {
     obs: Option<Box<Observe>>,
     /// Receive and VR stage counters (transmit's are the egress's).
     stages: StageCounters,
+    /// A live migration's redirects and feeds: `None` (the fast path) unless one runs.
+    handoff: Option<Box<handoff::Handoff>>,
 }
 
 /// The tap of a cell's observation, if any.
@@ -315,6 +320,7 @@ impl Cell {
             link_down: vec![false; n],
             obs: None,
             stages: StageCounters::default(),
+            handoff: None,
         })
     }
 
@@ -399,7 +405,13 @@ impl Cell {
     pub(crate) fn poll(&mut self, w: &mut Worker, now: u64) -> usize {
         let timed = w.has_clock();
         let mut total = 0;
+        if self.handoff.is_some() {
+            total += self.poll_feeds(w, now, timed);
+        }
         for p in 0..self.ports.len() {
+            if self.handoff.as_deref().is_some_and(|h| h.holds(p, &self.vrs)) {
+                continue;
+            }
             let t0 = w.read_clock();
             // Port `p` may fill only its burst: the batch's first slots are set aside, so the
             // frames land in `[base, base + n)` and every index below is a slot index.
@@ -431,6 +443,9 @@ impl Cell {
                 self.observe_rx(w, p, base, n, now);
             }
             self.classify(w, p, base, n);
+            if self.handoff.is_some() {
+                self.redirect(w);
+            }
             if observed {
                 self.observe_port_drops(w, p, base, n);
             }
@@ -872,6 +887,10 @@ impl Cell {
         self.tallies.remove(v);
         self.vr_head.remove(v);
         self.vr_tail.remove(v);
+        if let Some(h) = self.handoff.as_deref_mut() {
+            h.vr_removed(v);
+        }
+        self.tidy_handoff();
         self.demux = demux_of(&self.ports, &self.vrs).expect("fewer interfaces cannot conflict");
         Ok(vr)
     }
@@ -933,6 +952,9 @@ impl Cell {
         let mut all = true;
         for p in &self.ports {
             all &= p.wakeup_fds(out);
+        }
+        if let Some(h) = &self.handoff {
+            h.wakeup_fds(out);
         }
         all
     }

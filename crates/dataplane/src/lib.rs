@@ -39,7 +39,7 @@ mod vr;
 mod worker;
 
 pub use budget::SPARE_WINDOW_NS;
-pub use cell::Cell;
+pub use cell::{Cell, Feed, Redirect};
 pub use config::{Budget, Reservation};
 pub use counters::{Drop, PortCounters, PortDrop, StageCounters, VrCounters};
 pub use engine::Engine;

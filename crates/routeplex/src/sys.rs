@@ -187,6 +187,16 @@ mod tsc {
     }
 }
 
+/// Moves the calling thread (only it) into the network namespace open as `fd`.
+pub fn setns_net(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    // SAFETY: setns on a descriptor the caller holds open; it changes only this thread's
+    // network namespace.
+    match unsafe { libc::setns(fd, libc::CLONE_NEWNET) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// The clock never goes back (what budgets rely on); its rate is not asserted, the machine

@@ -3,6 +3,7 @@
 mod dut;
 mod kernel_dut;
 mod kernel_net;
+pub mod migration;
 mod peers;
 mod scenario;
 
@@ -45,6 +46,10 @@ pub enum TestCmd {
     /// One experiment from a scenario file (examples/scenarios/): DUTs built from its
     /// parameters, its table, JSON, CSV and plots.
     Scenario(Box<scenario::ScenarioArgs>),
+    /// Seed 003's live migration (root): a VR moved between two data planes in namespaces
+    /// under 64 B and 1500 B streams and pings, with 0, 10k and the real table's routes;
+    /// downtime, loss, reordering, total time, bytes moved and RTT, with 99 % CIs.
+    Migration(Box<migration::MigrationArgs>),
 }
 
 /// Options every test takes.
@@ -200,6 +205,7 @@ pub fn run(cmd: TestCmd) -> Result<()> {
         TestCmd::NdrPdr(a) => ndrpdr_cmd(*a),
         TestCmd::Peers(a) => peers::run(*a),
         TestCmd::Scenario(a) => scenario::run(*a),
+        TestCmd::Migration(a) => migration::run(*a),
     }
 }
 

@@ -349,6 +349,10 @@ pub fn topology(p: &DutParams) -> Generated {
 
 /// Runs the scenario of `a`.
 pub fn run(a: ScenarioArgs) -> Result<()> {
+    if let Some(m) = super::migration::scenario_file(&a.file)? {
+        let out = a.out.clone().unwrap_or_else(|| default_results_dir().join(&m.about.name));
+        return super::migration::run_scenario(m, a.quick, a.json, &out, a.quiet);
+    }
     let sc = Scenario::load(&a.file).map_err(|e| anyhow::anyhow!("{e}"))?;
     let idle = a.idle_sleep_us.map(|us| Duration::from_secs_f64(us.clamp(0.0, 1e5) / 1e6));
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
