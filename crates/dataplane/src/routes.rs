@@ -204,6 +204,11 @@ impl RouteTable {
             fib4: Fib::new(),
             fib6: Fib::new(),
         };
+        // Sized once: growing to a full table's half million entries rehashes it ~20 times,
+        // a good part of a VR's start.
+        let v4 = cfg.routes.iter().filter(|r| matches!(r.prefix, IpNet::V4(_))).count();
+        t.v4.reserve(v4 + 3 * cfg.interfaces.len());
+        t.v6.reserve(cfg.routes.len() - v4 + 3 * cfg.interfaces.len());
         t.index.insert(Adj::None, NO_ROUTE);
         let pin = |t: &mut RouteTable, a: Adj| -> Result<NextHop, BuildError> {
             let n = t.alloc(a).ok_or_else(|| err("more than 65535 next hops".into()))?;
@@ -395,7 +400,9 @@ impl RouteTable {
     /// resolves each added route's adjacency.
     fn validate(&self, ops: &[RouteOp]) -> Result<Vec<Option<Adj>>, RouteError> {
         // Presence of (prefix, source) after the operations so far, where the batch touched it.
-        let mut seen: FxHashMap<(IpNet, RouteSource), bool> = FxHashMap::default();
+        // Sized once (a journal's replay or a table's sync is half a million operations).
+        let mut seen: FxHashMap<(IpNet, RouteSource), bool> =
+            FxHashMap::with_capacity_and_hasher(ops.len(), Default::default());
         let mut adjs = Vec::with_capacity(ops.len());
         for (index, op) in ops.iter().enumerate() {
             let (prefix, source, target) = match op {
