@@ -399,10 +399,14 @@ impl RouteTable {
     /// Checks every operation against the table as the ones before it would leave it, and
     /// resolves each added route's adjacency.
     fn validate(&self, ops: &[RouteOp]) -> Result<Vec<Option<Adj>>, RouteError> {
-        // Presence of (prefix, source) after the operations so far, where the batch touched it.
-        // Sized once (a journal's replay or a table's sync is half a million operations).
-        let mut seen: FxHashMap<(IpNet, RouteSource), bool> =
-            FxHashMap::with_capacity_and_hasher(ops.len(), Default::default());
+        // Presence of (prefix, source) after the operations so far, where the batch touched it:
+        // only adds and deletes depend on it, so a batch of replaces alone (a journal's replay,
+        // half a million of them) keeps none. Sized once otherwise.
+        let checked = ops.iter().any(|op| !matches!(op, RouteOp::Replace(_)));
+        let mut seen: FxHashMap<(IpNet, RouteSource), bool> = FxHashMap::with_capacity_and_hasher(
+            if checked { ops.len() } else { 0 },
+            Default::default(),
+        );
         let mut adjs = Vec::with_capacity(ops.len());
         for (index, op) in ops.iter().enumerate() {
             let (prefix, source, target) = match op {
@@ -415,19 +419,21 @@ impl RouteTable {
             if !source.is_operable() {
                 return Err(RouteError::NotOperable { index, prefix, kind: name });
             }
-            let present = *seen
-                .entry((prefix, source))
-                .or_insert_with(|| self.get(prefix, source) != NO_ROUTE);
-            match op {
-                RouteOp::Add(_) if present => {
-                    return Err(RouteError::Exists { index, prefix, kind: name })
+            if checked {
+                let present = *seen
+                    .entry((prefix, source))
+                    .or_insert_with(|| self.get(prefix, source) != NO_ROUTE);
+                match op {
+                    RouteOp::Add(_) if present => {
+                        return Err(RouteError::Exists { index, prefix, kind: name })
+                    }
+                    RouteOp::Delete { .. } if !present => {
+                        return Err(RouteError::Missing { index, prefix, kind: name })
+                    }
+                    _ => {}
                 }
-                RouteOp::Delete { .. } if !present => {
-                    return Err(RouteError::Missing { index, prefix, kind: name })
-                }
-                _ => {}
+                seen.insert((prefix, source), target.is_some());
             }
-            seen.insert((prefix, source), target.is_some());
             let adj = match target {
                 Some(t) => Some(self.adj_of(prefix, t).map_err(|why| RouteError::BadTarget {
                     index,
@@ -744,6 +750,13 @@ mod tests {
             source: RouteSource::Connected,
         };
         assert!(matches!(t.apply(&[conn], |_| Ok(())), Err(RouteError::NotOperable { .. })));
+        // A batch of replaces alone (validated without the presence set): refused the same.
+        let replaces = [
+            RouteOp::Replace(via("8.0.0.0/8", "10.0.1.2", RouteSource::Api)),
+            RouteOp::Replace(via("9.0.0.0/8", "192.0.2.1", RouteSource::Api)),
+        ];
+        let e = t.apply(&replaces, |_| panic!("not reached")).unwrap_err();
+        assert!(matches!(e, RouteError::BadTarget { index: 1, .. }), "{e}");
         let e = t.apply(&ops[..1], |_| Err("worker gone".into())).unwrap_err();
         assert_eq!(e, RouteError::Install("worker gone".into()));
         assert_eq!(t.generations(), gen);
