@@ -759,17 +759,18 @@ fn leftovers(errors: Vec<crate::netns::NetError>) -> Result<(), ControlError> {
     Err(ControlError::State(format!("could not remove everything: {}", msgs.join("; "))))
 }
 
-/// The data plane in the foreground: builds the host, starts its workers and serves the
-/// control socket in `state_dir` (when given) until `stop` is set or a `stop` command comes.
-/// What happens is logged as events (see the module's documentation).
+/// The data plane in the foreground: builds the host of `topo` (loaded from `file` by the
+/// caller, which needed it for `opts`: a full table's file is not read twice), starts its
+/// workers and serves the control socket in `state_dir` (when given) until `stop` is set or a
+/// `stop` command comes. What happens is logged as events (see the module's documentation).
 pub fn run(
     file: &Path,
+    topo: crate::Topology,
     state_dir: Option<&Path>,
     burst: usize,
     opts: crate::runtime::Options,
     stop: &AtomicBool,
 ) -> Result<(), ControlError> {
-    let topo = crate::Topology::load(file)?;
     if let Some(p) = topo.ports.iter().find(|p| matches!(p.kind, crate::PortKind::Mem { .. })) {
         return Err(ControlError::Invalid(format!(
             "port {} is kind mem, an in-process pair for tests and benchmarks: routeplex run serves ports with a peer outside (afxdp, afpacket, tap, memif, vhost-user)",

@@ -2,25 +2,36 @@
 //! journal in its run directory, so that a data plane started again after a crash (SIGKILL,
 //! a panic) comes back with the routes it had, not only the file's.
 //!
-//! What is journaled: every route change made through the API (`route_add`, `route_replace`,
-//! `route_delete`), once it succeeded, as the command itself. Topology changes made live
-//! (`apply`, `vr_add`, `vr_remove`, `restore`, `interface_set`, `reserve`, `move`) are not: a
-//! restart starts from the topology file, then replays the journal, and a journaled change
-//! that no longer fits (its VR is gone from the file, its gateway no longer connected) is
-//! skipped and logged, never fatal.
+//! What is journaled, once it succeeded:
+//! - every route change made through the API (`route_add`, `route_replace`, `route_delete`),
+//!   as the command itself;
+//! - every live change of the topology's text (`apply`, `vr_add`, `vr_remove`), as the whole
+//!   text that runs after it, with a fingerprint of the text the data plane started from.
+//!
+//! A restart starts from the topology file, then replays the journal: a topology record is
+//! applied (as `apply` would) when the file is still the one the journaled data plane started
+//! from, and skipped with a warning when the file was edited since (the edited file wins: it
+//! is what the operator gave `up`). A journaled change that no longer fits (its VR is gone,
+//! its gateway no longer connected) is skipped and logged, never fatal. Changes that leave the
+//! text as it was (`restore`, `interface_set`, `reserve`, `move`) are not journaled.
 //!
 //! File `journal` (0600): a header (magic `RPLXJRNL`, version u32), then records, each
 //! `length u32 | CRC-32 u32 of kind and body | kind u8 | body`:
 //! - kind 1: a command, as the API's JSON;
 //! - kind 2: a base: a VR's journaled routes as they were at compaction, as a snapshot
-//!   ([`crate::snapshot`]) holding only those routes; replaying it sets them.
+//!   ([`crate::snapshot`]) holding only those routes; replaying it sets them;
+//! - kind 3: a topology: JSON [`TopologyRecord`]. Compaction writes one first when the running
+//!   text is not the one the data plane started from, so the bases after it find their VRs.
 //!
 //! A record is written whole with one `write` and the file is not synced per record: what a
 //! crashed process wrote is in the page cache and survives it; a power cut may lose the last
 //! records (compaction syncs). A torn or damaged tail (a short or failing record) ends the
-//! replay there, is logged, and is cut off. The journal is bounded: once it passes
-//! [`COMPACT_AT`] bytes it is rewritten as one base record per VR (written beside it, synced,
-//! renamed into place), and so it is right after every replay.
+//! replay there, is logged, and is cut off (the file is truncated to the last good record and
+//! synced). The journal is bounded: once it passes [`COMPACT_AT`] bytes it is rewritten as one
+//! base record per VR (written beside it, synced, renamed into place), when it is replayed at
+//! that size, and when a replay skipped records. A replay otherwise leaves the file as it is
+//! and appends to it: rewriting a full table's routes there would delay the `up` that waits
+//! for the replay by the rewrite and its sync.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -49,6 +60,7 @@ pub const MAX_FILE: u64 = 1 << 30;
 
 const KIND_COMMAND: u8 = 1;
 const KIND_BASE: u8 = 2;
+const KIND_TOPOLOGY: u8 = 3;
 const HEADER: usize = 12;
 
 /// The sources whose routes the journal keeps (the file's static and table routes come from
@@ -57,10 +69,38 @@ pub const JOURNALED: &[RouteSource] = &[RouteSource::Api];
 
 /// Whether a command changes what the journal keeps.
 pub fn journaled(cmd: &Command) -> bool {
+    is_route_change(cmd) || changes_text(cmd)
+}
+
+fn is_route_change(cmd: &Command) -> bool {
     matches!(
         cmd,
         Command::RouteAdd { .. } | Command::RouteReplace { .. } | Command::RouteDelete { .. }
     )
+}
+
+/// Commands that change the running topology's text ([`crate::Node::source_text`]).
+fn changes_text(cmd: &Command) -> bool {
+    matches!(
+        cmd,
+        Command::Apply { dry_run: false, .. } | Command::VrAdd { .. } | Command::VrRemove { .. }
+    )
+}
+
+/// A live topology change as journaled: the text that ran after it, and which text the data
+/// plane had started from (its CRC-32 and length), so a replay can tell whether the file given
+/// to `up` is still that one.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TopologyRecord {
+    pub from_crc: u32,
+    pub from_len: u64,
+    pub file: String,
+    pub text: String,
+}
+
+/// The fingerprint of a topology text: CRC-32 and length.
+fn fingerprint(text: &str) -> (u32, u64) {
+    (crc32fast::hash(text.as_bytes()), text.len() as u64)
 }
 
 /// An open journal, appending (the file is made by the first record).
@@ -69,6 +109,8 @@ pub struct Journal {
     path: PathBuf,
     file: Option<std::fs::File>,
     len: u64,
+    /// The fingerprint of the text this data plane started from (`None`: started without it).
+    origin: Option<(u32, u64)>,
 }
 
 /// What a replay did.
@@ -136,15 +178,32 @@ fn base(node: &Node, vr: &str) -> Result<Option<Vec<u8>>, ControlError> {
     Ok(Some(record(KIND_BASE, &s.encode())))
 }
 
+/// The running text as a topology record relative to `origin` (`None` without either).
+fn topology(node: &Node, origin: Option<(u32, u64)>) -> Option<Vec<u8>> {
+    let (from_crc, from_len) = origin?;
+    let (text, file) = node.source()?;
+    let t = TopologyRecord { from_crc, from_len, file: file.into(), text: text.into() };
+    Some(record(KIND_TOPOLOGY, &serde_json::to_vec(&t).expect("records serialise")))
+}
+
 impl Journal {
-    /// Writes a fresh journal in `dir` holding the journaled routes of every VR of `node` as
-    /// base records (atomically: beside it, synced, renamed), and opens it for appending.
-    pub fn compact(dir: &Path, node: &Node) -> Result<Journal, ControlError> {
+    /// Writes a fresh journal in `dir` holding the running topology's text (when it changed
+    /// since the start, `origin`) and the journaled routes of every VR of `node` as base
+    /// records (atomically: beside it, synced, renamed), and opens it for appending.
+    pub fn compact(
+        dir: &Path,
+        node: &Node,
+        origin: Option<(u32, u64)>,
+    ) -> Result<Journal, ControlError> {
         let path = dir.join(FILE);
         let tmp = dir.join(format!(".{FILE}.tmp"));
         let _ = std::fs::remove_file(&tmp);
         let mut f = open_private(&tmp, true)?;
         let mut bytes = header();
+        // Only when it differs: a journal of routes alone stays valid for an edited file.
+        if node.source().map(|(t, _)| fingerprint(t)) != origin {
+            bytes.extend(topology(node, origin).unwrap_or_default());
+        }
         for v in &node.topology().vrs {
             if let Some(r) = base(node, &v.name)? {
                 bytes.extend_from_slice(&r);
@@ -160,21 +219,36 @@ impl Journal {
             return Err(err(&path, e));
         }
         drop(f);
+        Journal::append_to(dir, len_of(&path)?, origin)
+    }
+
+    /// Opens the journal file of `dir`, `len` bytes of good records, for appending.
+    fn append_to(
+        dir: &Path,
+        len: u64,
+        origin: Option<(u32, u64)>,
+    ) -> Result<Journal, ControlError> {
+        let path = dir.join(FILE);
         let mut file = open_private(&path, false)?;
-        let len = file.seek_end().map_err(|e| err(&path, e))?;
-        Ok(Journal { dir: dir.to_path_buf(), path, file: Some(file), len })
+        file.seek_end().map_err(|e| err(&path, e))?;
+        Ok(Journal { dir: dir.to_path_buf(), path, file: Some(file), len, origin })
     }
 
     /// The journal of `dir`, not made yet.
-    fn unopened(dir: &Path) -> Journal {
-        Journal { dir: dir.to_path_buf(), path: dir.join(FILE), file: None, len: 0 }
+    fn unopened(dir: &Path, origin: Option<(u32, u64)>) -> Journal {
+        Journal { dir: dir.to_path_buf(), path: dir.join(FILE), file: None, len: 0, origin }
     }
 
-    /// Appends a command that succeeded; compacts when the journal has grown past
-    /// [`COMPACT_AT`].
+    /// Appends a command that succeeded (a route change as itself, a topology change as the
+    /// text that runs now); compacts when the journal has grown past [`COMPACT_AT`].
     pub fn record(&mut self, cmd: &Command, node: &Node) -> Result<(), ControlError> {
-        let body = serde_json::to_vec(cmd).expect("commands serialise");
-        let r = record(KIND_COMMAND, &body);
+        let r = if changes_text(cmd) {
+            // Started without its text (tests): there is no file to replay it against.
+            let Some(r) = topology(node, self.origin) else { return Ok(()) };
+            r
+        } else {
+            record(KIND_COMMAND, &serde_json::to_vec(cmd).expect("commands serialise"))
+        };
         let file = match &mut self.file {
             Some(f) => f,
             None => {
@@ -191,7 +265,7 @@ impl Journal {
             let t0 = Instant::now();
             let before = self.len;
             let dir = self.dir.clone();
-            *self = Journal::compact(&dir, node)?;
+            *self = Journal::compact(&dir, node, self.origin)?;
             info!(
                 before,
                 after = self.len,
@@ -223,21 +297,43 @@ impl SeekEnd for std::fs::File {
     }
 }
 
-/// Replays the journal in `dir` (if there is one) into `node`, then compacts it: a data plane
-/// starting where one crashed comes back with the routes it had. Returns the journal, to
-/// append to, and what the replay did.
+fn len_of(path: &Path) -> Result<u64, ControlError> {
+    std::fs::metadata(path).map(|m| m.len()).map_err(|e| err(path, e))
+}
+
+/// Replays the journal in `dir` (if there is one) into `node`: a data plane starting where
+/// one crashed comes back with the routes and topology changes it had. A damaged tail is cut
+/// off; the journal is compacted when it is large or a record was skipped (see the module
+/// doc). Returns the journal, to append to, and what the replay did.
 pub fn recover(dir: &Path, node: &mut Node) -> Result<(Journal, Replayed), ControlError> {
     let t0 = Instant::now();
     let path = dir.join(FILE);
+    let origin = node.source().map(|(t, _)| fingerprint(t));
     let mut rep = Replayed::default();
     let j = match std::fs::File::open(&path) {
         Ok(f) => {
             let mut bytes = Vec::new();
             f.take(MAX_FILE).read_to_end(&mut bytes).map_err(|e| err(&path, e))?;
-            replay(&path, &bytes, node, &mut rep);
-            Journal::compact(dir, node)?
+            let good = replay(&path, &bytes, node, origin, &mut rep);
+            // The file now holds the text this start came from: later records and
+            // compactions are relative to it.
+            let changed = origin != node.source().map(|(t, _)| fingerprint(t));
+            if good < HEADER as u64
+                || rep.skipped > 0
+                || changed
+                || good > COMPACT_AT
+                || bytes.len() as u64 >= MAX_FILE
+            {
+                Journal::compact(dir, node, origin)?
+            } else {
+                if rep.cut > 0 {
+                    let f = open_private(&path, false)?;
+                    f.set_len(good).and_then(|_| f.sync_all()).map_err(|e| err(&path, e))?;
+                }
+                Journal::append_to(dir, good, origin)?
+            }
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Journal::unopened(dir),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Journal::unopened(dir, origin),
         Err(e) => return Err(err(&path, e)),
     };
     rep.ms = t0.elapsed().as_millis() as u64;
@@ -254,29 +350,37 @@ pub fn recover(dir: &Path, node: &mut Node) -> Result<(Journal, Replayed), Contr
     Ok((j, rep))
 }
 
-fn replay(path: &Path, bytes: &[u8], node: &mut Node, rep: &mut Replayed) {
+/// Applies the records of `bytes`; returns how many bytes of it are good records (0 when the
+/// header is not this build's).
+fn replay(
+    path: &Path,
+    bytes: &[u8],
+    node: &mut Node,
+    origin: Option<(u32, u64)>,
+    rep: &mut Replayed,
+) -> u64 {
     let name = path.display().to_string();
     if bytes.len() < HEADER || bytes[..8] != MAGIC {
         warn!(file = %name, "journal: no journal header; ignored");
         rep.cut = bytes.len() as u64;
-        return;
+        return 0;
     }
     let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
     if version != VERSION {
         warn!(file = %name, version, "journal: a version this build does not read; ignored");
         rep.cut = bytes.len() as u64;
-        return;
+        return 0;
     }
     let mut at = HEADER;
     while at < bytes.len() {
         let Some(rec) = next(bytes, at) else {
             warn!(file = %name, offset = at, cut = bytes.len() - at, "journal: torn or damaged tail cut off");
             rep.cut = (bytes.len() - at) as u64;
-            return;
+            return at as u64;
         };
         let (kind, body, end) = rec;
         at = end;
-        match apply(kind, body, node, &name) {
+        match apply(kind, body, node, origin, &name) {
             Ok(routes) => {
                 rep.applied += 1;
                 rep.routes += routes;
@@ -287,6 +391,7 @@ fn replay(path: &Path, bytes: &[u8], node: &mut Node, rep: &mut Replayed) {
             }
         }
     }
+    at as u64
 }
 
 /// The record at `at`: kind, body and where the next one starts; `None` if it is short or
@@ -301,15 +406,37 @@ fn next(bytes: &[u8], at: usize) -> Option<(u8, &[u8], usize)> {
     (crc32fast::hash(rec) == crc).then_some((rec[0], &rec[1..], at + 8 + len))
 }
 
-fn apply(kind: u8, body: &[u8], node: &mut Node, file: &str) -> Result<u64, ControlError> {
+fn apply(
+    kind: u8,
+    body: &[u8],
+    node: &mut Node,
+    origin: Option<(u32, u64)>,
+    file: &str,
+) -> Result<u64, ControlError> {
     match kind {
         KIND_COMMAND => {
             let cmd: Command = serde_json::from_slice(body)
                 .map_err(|e| ControlError::BadRequest(format!("command: {e}")))?;
-            if !journaled(&cmd) {
+            if !is_route_change(&cmd) {
                 return Err(ControlError::BadRequest(format!("{} is not journaled", cmd.name())));
             }
             node.execute(cmd)?;
+            Ok(0)
+        }
+        KIND_TOPOLOGY => {
+            let t: TopologyRecord = serde_json::from_slice(body)
+                .map_err(|e| ControlError::BadRequest(format!("topology: {e}")))?;
+            // `origin`: the file's text this start came from, before any record was applied.
+            if origin != Some((t.from_crc, t.from_len)) {
+                return Err(ControlError::State(format!(
+                    "{} changed since the journaled data plane started from it: the file's topology is kept, not the live change made then",
+                    t.file
+                )));
+            }
+            if node.source().is_some_and(|(text, _)| text == t.text) {
+                return Ok(0);
+            }
+            node.execute(Command::Apply { topology: t.text, file: t.file, dry_run: false })?;
             Ok(0)
         }
         KIND_BASE => {

@@ -205,6 +205,11 @@ impl Node {
         self.source.as_ref().map(|(t, _)| t.as_str())
     }
 
+    /// The running topology's text and the file it names, where known.
+    pub fn source(&self) -> Option<(&str, &str)> {
+        self.source.as_ref().map(|(t, f)| (t.as_str(), f.as_str()))
+    }
+
     /// The next VR called `vr` to be added starts with its interfaces down.
     pub(crate) fn start_down(&mut self, vr: &str) {
         self.start_down.push(vr.to_string());

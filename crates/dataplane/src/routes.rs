@@ -300,6 +300,11 @@ impl RouteTable {
             fib4: Fib::new(),
             fib6: Fib::new(),
         };
+        // Sized once: growing to a full table's half million entries rehashes it ~20 times,
+        // a good part of a VR's start.
+        let v4 = cfg.routes.iter().filter(|r| matches!(r.prefix, IpNet::V4(_))).count();
+        t.v4.reserve(v4 + 3 * cfg.interfaces.len());
+        t.v6.reserve(cfg.routes.len() - v4 + 3 * cfg.interfaces.len());
         t.index.insert(Adj::None, NO_ROUTE);
         let pin = |t: &mut RouteTable, a: Adj| -> Result<NextHop, BuildError> {
             let n = t.alloc(a).ok_or_else(|| err("more than 65535 next hops".into()))?;
@@ -521,8 +526,14 @@ impl RouteTable {
     /// Checks every operation against the table as the ones before it would leave it, and
     /// resolves what each added route needs.
     fn validate(&self, ops: &[RouteOp]) -> Result<Vec<Want>, RouteError> {
-        // Presence of (prefix, source) after the operations so far, where the batch touched it.
-        let mut seen: FxHashMap<(IpNet, RouteSource), bool> = FxHashMap::default();
+        // Presence of (prefix, source) after the operations so far, where the batch touched it:
+        // only adds and deletes depend on it, so a batch of replaces alone (a journal's replay,
+        // half a million of them) keeps none. Sized once otherwise.
+        let checked = ops.iter().any(|op| !matches!(op, RouteOp::Replace(_)));
+        let mut seen: FxHashMap<(IpNet, RouteSource), bool> = FxHashMap::with_capacity_and_hasher(
+            if checked { ops.len() } else { 0 },
+            Default::default(),
+        );
         let mut wants = Vec::with_capacity(ops.len());
         for (index, op) in ops.iter().enumerate() {
             let (prefix, source) = op_key(op);
@@ -530,19 +541,21 @@ impl RouteTable {
             if !source.is_operable() {
                 return Err(RouteError::NotOperable { index, prefix, kind: name });
             }
-            let present = *seen
-                .entry((prefix, source))
-                .or_insert_with(|| self.get(prefix, source) != NO_ROUTE);
-            match op {
-                RouteOp::Add(_) if present => {
-                    return Err(RouteError::Exists { index, prefix, kind: name })
+            if checked {
+                let present = *seen
+                    .entry((prefix, source))
+                    .or_insert_with(|| self.get(prefix, source) != NO_ROUTE);
+                match op {
+                    RouteOp::Add(_) if present => {
+                        return Err(RouteError::Exists { index, prefix, kind: name })
+                    }
+                    RouteOp::Delete { .. } if !present => {
+                        return Err(RouteError::Missing { index, prefix, kind: name })
+                    }
+                    _ => {}
                 }
-                RouteOp::Delete { .. } if !present => {
-                    return Err(RouteError::Missing { index, prefix, kind: name })
-                }
-                _ => {}
+                seen.insert((prefix, source), !matches!(op, RouteOp::Delete { .. }));
             }
-            seen.insert((prefix, source), !matches!(op, RouteOp::Delete { .. }));
             let bad = |why: String| RouteError::BadTarget { index, prefix, why };
             let want = match op {
                 RouteOp::Add(r) | RouteOp::Replace(r) => {
@@ -948,6 +961,13 @@ mod tests {
             source: RouteSource::Connected,
         };
         assert!(matches!(t.apply(&[conn], |_| Ok(())), Err(RouteError::NotOperable { .. })));
+        // A batch of replaces alone (validated without the presence set): refused the same.
+        let replaces = [
+            RouteOp::Replace(via("8.0.0.0/8", "10.0.1.2", RouteSource::Api)),
+            RouteOp::Replace(via("9.0.0.0/8", "192.0.2.1", RouteSource::Api)),
+        ];
+        let e = t.apply(&replaces, |_| panic!("not reached")).unwrap_err();
+        assert!(matches!(e, RouteError::BadTarget { index: 1, .. }), "{e}");
         let e = t.apply(&ops[..1], |_| Err("worker gone".into())).unwrap_err();
         assert_eq!(e, RouteError::Install("worker gone".into()));
         assert_eq!(t.generations(), gen);

@@ -216,7 +216,102 @@ pub fn load(path: &Path) -> Result<PrefixList, PrefixFileError> {
 }
 
 /// Parses prefix-file text; `source` names it in errors.
+///
+/// Duplicates are found without a hash set while the prefixes come in strictly increasing
+/// order (family, address, length), as `scripts/fetch-prefixes` writes them: then a repeat
+/// can only be the line before. The first line out of order sends the whole text to the
+/// general parser, which keeps a set; both report the same first error.
 pub fn parse(text: &str, source: &str) -> Result<PrefixList, PrefixFileError> {
+    let mut list = PrefixList::default();
+    let mut last: Option<(bool, u128, u8)> = None;
+    for (i, raw) in text.lines().enumerate() {
+        let (net, nh) = match fast_line(raw.as_bytes()) {
+            Some((n, nh)) => (Net::V4(n), nh),
+            None => match general_line(raw, source, i + 1)? {
+                Some(r) => r,
+                None => continue,
+            },
+        };
+        let key = match net {
+            Net::V4(n) => (false, u128::from(u32::from(n.addr())), n.prefix_len()),
+            Net::V6(n) => (true, u128::from(n.addr()), n.prefix_len()),
+        };
+        if last.is_some_and(|l| l >= key) {
+            return parse_unordered(text, source);
+        }
+        last = Some(key);
+        match net {
+            Net::V4(n) => list.v4.push((n, nh)),
+            Net::V6(n) => list.v6.push((n, nh)),
+        }
+    }
+    Ok(list)
+}
+
+/// One line, any form: its route, `None` for a blank or comment line, or its error.
+fn general_line(
+    raw: &str,
+    source: &str,
+    line: usize,
+) -> Result<Option<(Net, u32)>, PrefixFileError> {
+    let err = |kind| PrefixFileError { source: source.to_string(), line, kind };
+    let content = raw.split_once('#').map_or(raw, |(c, _)| c);
+    let mut fields = content.split_ascii_whitespace();
+    let Some(prefix) = fields.next() else { return Ok(None) };
+    let (net, _) = parse_prefix(prefix).map_err(err)?;
+    let value = fields
+        .next()
+        .ok_or_else(|| err(PrefixFileErrorKind::MissingNextHop { prefix: prefix.into() }))?;
+    let nh = parse_next_hop(value).map_err(err)?;
+    if let Some(extra) = fields.next() {
+        return Err(err(PrefixFileErrorKind::ExtraField { value: extra.into() }));
+    }
+    Ok(Some((net, nh)))
+}
+
+/// The common line, `a.b.c.d/len next-hop` with nothing after it but blanks or a comment,
+/// read byte by byte (a full table is half a million of them); `None` for anything else,
+/// which [`general_line`] then reads, errors and all.
+fn fast_line(b: &[u8]) -> Option<(Ipv4Net, u32)> {
+    let mut at = 0;
+    let mut octets = [0u8; 4];
+    for (k, o) in octets.iter_mut().enumerate() {
+        let (v, next) = digits(b, at, 3)?;
+        *o = u8::try_from(v).ok()?;
+        at = next;
+        let sep = if k == 3 { b'/' } else { b'.' };
+        (b.get(at) == Some(&sep)).then_some(())?;
+        at += 1;
+    }
+    let (len, next) = digits(b, at, 2)?;
+    at = next;
+    let n = Ipv4Net::new(octets.into(), u8::try_from(len).ok()?).ok()?;
+    (n.trunc() == n).then_some(())?;
+    let blanks = b[at..].iter().take_while(|c| matches!(c, b' ' | b'\t')).count();
+    (blanks > 0).then_some(())?;
+    at += blanks;
+    let end = at + b[at..].iter().take_while(|c| c.is_ascii_digit()).count();
+    if end == at || end - at > 10 {
+        return None;
+    }
+    let nh =
+        u32::try_from(b[at..end].iter().fold(0u64, |n, &c| n * 10 + u64::from(c - b'0'))).ok()?;
+    let rest = b[end..].iter().position(|c| !c.is_ascii_whitespace()).map(|p| b[end + p]);
+    matches!(rest, None | Some(b'#')).then_some((n, nh))
+}
+
+/// A decimal of 1..=`max` digits at `b[at..]` without a leading zero (as `Ipv4Addr`'s parser
+/// wants), and where it ends.
+fn digits(b: &[u8], at: usize, max: usize) -> Option<(u32, usize)> {
+    let n = b.get(at..)?.iter().take(max + 1).take_while(|c| c.is_ascii_digit()).count();
+    if n == 0 || n > max || (n > 1 && b[at] == b'0') {
+        return None;
+    }
+    Some((b[at..at + n].iter().fold(0, |v, &c| v * 10 + u32::from(c - b'0')), at + n))
+}
+
+/// [`parse`] for text in any order: duplicates are found with a set.
+fn parse_unordered(text: &str, source: &str) -> Result<PrefixList, PrefixFileError> {
     let mut list = PrefixList::default();
     // (address, length, is IPv6) → line, to report duplicates.
     let mut seen: FxHashMap<(u128, u8, bool), usize> = FxHashMap::default();
@@ -335,31 +430,86 @@ mod tests {
         assert!(parse("", "x").unwrap().is_empty());
     }
 
+    const CASES: &[(&str, &str)] = &[
+        (
+            "1.2.3.0/24 1\n1.2.3.4/33 1\n",
+            "ipv4.txt:2: prefix \"1.2.3.4/33\": invalid prefix length",
+        ),
+        ("1.2.3.0/x 1", "ipv4.txt:1: prefix \"1.2.3.0/x\": invalid prefix length"),
+        ("1.2.3.0/ 1", "ipv4.txt:1: prefix \"1.2.3.0/\": invalid prefix length"),
+        ("::/129 1", "ipv4.txt:1: prefix \"::/129\": invalid prefix length"),
+        ("1.2.3.0/+8 1", "ipv4.txt:1: prefix \"1.2.3.0/+8\": invalid prefix length"),
+        ("1.2.3/24 1", "ipv4.txt:1: prefix \"1.2.3/24\": invalid address"),
+        ("2001:db8::g/32 1", "ipv4.txt:1: prefix \"2001:db8::g/32\": invalid address"),
+        ("1.2.3.0 1", "ipv4.txt:1: prefix \"1.2.3.0\": missing \"/length\""),
+        (
+            "1.2.3.4/24 1",
+            "ipv4.txt:1: prefix \"1.2.3.4/24\": host bits set (did you mean 1.2.3.0/24?)",
+        ),
+        (
+            "2001:db8::1/32 1",
+            "ipv4.txt:1: prefix \"2001:db8::1/32\": host bits set (did you mean 2001:db8::/32?)",
+        ),
+        ("\n\n1.2.3.0/24", "ipv4.txt:3: prefix \"1.2.3.0/24\": missing next-hop"),
+        ("1.2.3.0/24 x", "ipv4.txt:1: next-hop \"x\": not a number"),
+        ("1.2.3.0/24 -1", "ipv4.txt:1: next-hop \"-1\": not a number"),
+        (
+            "1.2.3.0/24 4294967296",
+            "ipv4.txt:1: next-hop \"4294967296\": out of range (at most 4294967295)",
+        ),
+        ("1.2.3.0/24 1 2", "ipv4.txt:1: unexpected field \"2\" after the next-hop"),
+        (
+            "1.2.3.0/24 1\n# c\n1.2.3.0/24 2",
+            "ipv4.txt:3: prefix \"1.2.3.0/24\": listed twice (first on line 1)",
+        ),
+    ];
+
     #[test]
     fn every_error_names_file_line_field_and_value() {
-        let cases = [
-            ("1.2.3.0/24 1\n1.2.3.4/33 1\n", "ipv4.txt:2: prefix \"1.2.3.4/33\": invalid prefix length"),
-            ("1.2.3.0/x 1", "ipv4.txt:1: prefix \"1.2.3.0/x\": invalid prefix length"),
-            ("1.2.3.0/ 1", "ipv4.txt:1: prefix \"1.2.3.0/\": invalid prefix length"),
-            ("::/129 1", "ipv4.txt:1: prefix \"::/129\": invalid prefix length"),
-            ("1.2.3.0/+8 1", "ipv4.txt:1: prefix \"1.2.3.0/+8\": invalid prefix length"),
-            ("1.2.3/24 1", "ipv4.txt:1: prefix \"1.2.3/24\": invalid address"),
-            ("2001:db8::g/32 1", "ipv4.txt:1: prefix \"2001:db8::g/32\": invalid address"),
-            ("1.2.3.0 1", "ipv4.txt:1: prefix \"1.2.3.0\": missing \"/length\""),
-            ("1.2.3.4/24 1", "ipv4.txt:1: prefix \"1.2.3.4/24\": host bits set (did you mean 1.2.3.0/24?)"),
-            ("2001:db8::1/32 1", "ipv4.txt:1: prefix \"2001:db8::1/32\": host bits set (did you mean 2001:db8::/32?)"),
-            ("\n\n1.2.3.0/24", "ipv4.txt:3: prefix \"1.2.3.0/24\": missing next-hop"),
-            ("1.2.3.0/24 x", "ipv4.txt:1: next-hop \"x\": not a number"),
-            ("1.2.3.0/24 -1", "ipv4.txt:1: next-hop \"-1\": not a number"),
-            ("1.2.3.0/24 4294967296", "ipv4.txt:1: next-hop \"4294967296\": out of range (at most 4294967295)"),
-            ("1.2.3.0/24 1 2", "ipv4.txt:1: unexpected field \"2\" after the next-hop"),
-            ("1.2.3.0/24 1\n# c\n1.2.3.0/24 2", "ipv4.txt:3: prefix \"1.2.3.0/24\": listed twice (first on line 1)"),
-        ];
-        for (text, want) in cases {
+        for &(text, want) in CASES {
             assert_eq!(err(text), want, "input {text:?}");
         }
         // The same address in the two families is not a duplicate.
         assert!(parse("0.0.0.0/0 1\n::/0 1\n", "x").is_ok());
+    }
+
+    #[test]
+    fn the_ordered_fast_path_agrees_with_the_general_parser() {
+        // Sorted input (the fast path's case), unsorted input and every error case: the same
+        // list or the same first error.
+        let mut sorted = String::from("# header\n");
+        for i in 0..2000u32 {
+            sorted.push_str(&format!("{}/24 {}\n", std::net::Ipv4Addr::from(i << 8), i % 7));
+        }
+        sorted.push_str("2001:db8::/32 1\n2001:db8::/48 2\n");
+        let mut texts = vec![
+            sorted.clone(),
+            format!("{sorted}1.0.0.0/8 1\n"),
+            format!("{sorted}0.0.7.0/24 1\n"),
+            "10.0.0.0/8 1\n9.0.0.0/8 1\n10.0.0.0/8 2\n".into(),
+            "1.2.3.0/24 1\n1.2.3.0/24 1\n".into(),
+            "1.2.3.0/08 1\n1.2.3.0/8 1\n".into(),
+            "001.2.3.0/24 1\n".into(),
+            "1.2.3.256/32 1\n".into(),
+            "1.2.3.0/24 1 # c\n1.2.4.0/24\t2\r\n".into(),
+            "1.2.3.0/24 1#c\n".into(),
+            "1.2.3.0/24#c 1\n".into(),
+            " 1.2.3.0/24 1\n".into(),
+            "1.2.3.0/24 007\n1.2.4.0/24 00000000001\n".into(),
+            "1.2.3.0/24 4294967295\n1.2.4.0/24 4294967296\n".into(),
+            "1.2.3.0/24\x0c1\n".into(),
+            "1.2.3.0/24 1 2\n".into(),
+            "1.2.3.0/24 1\t\n1.2.3.0/24. 1\n".into(),
+            "1.2.3.0./24 1\n".into(),
+            "1.2.3.0/33 1\n".into(),
+        ];
+        texts.extend(CASES.iter().map(|(t, _)| t.to_string()));
+        for t in &texts {
+            let fast = parse(t, "f").map_err(|e| e.to_string());
+            let general = parse_unordered(t, "f").map_err(|e| e.to_string());
+            assert_eq!(fast, general, "input {t:?}");
+        }
+        assert_eq!(parse(&sorted, "f").unwrap().len(), 2002);
     }
 
     #[test]

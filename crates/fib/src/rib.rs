@@ -100,12 +100,20 @@ impl<K: Key> Rib<K> {
 }
 
 impl<K: Key> FromIterator<(K, u8, NextHop)> for Rib<K> {
+    /// The same as inserting each in turn (a later entry for a prefix wins), but built in one
+    /// go: `BTreeMap::from_iter` sorts (stably, linear on sorted input) and bulk-loads, several
+    /// times faster than half a million inserts in arbitrary order, which is what a VR's start
+    /// pays for a full table.
     fn from_iter<I: IntoIterator<Item = (K, u8, NextHop)>>(iter: I) -> Self {
-        let mut rib = Rib::new();
-        for (a, l, nh) in iter {
-            rib.insert(a, l, nh);
-        }
-        rib
+        let map = iter
+            .into_iter()
+            .map(|(a, l, nh)| {
+                check_len::<K>(l);
+                assert!(nh != NO_ROUTE, "next hop 0 (NO_ROUTE) cannot be stored in the RIB");
+                ((a.mask(l), l), nh)
+            })
+            .collect();
+        Rib { map }
     }
 }
 
@@ -141,6 +149,33 @@ mod tests {
         let inside: Vec<_> = rib.range(0x0A00_0000, Some(0x0B00_0000)).collect();
         assert_eq!(inside, vec![(0x0A00_0000, 8, 2), (0x0A00_0000, 16, 1)]);
         assert_eq!(rib.range(0x0A00_0001, None).count(), 0);
+    }
+
+    #[test]
+    fn collecting_is_inserting_in_turn() {
+        // Unsorted, host bits set, and one prefix three times: the last one wins.
+        let input = [
+            (0x0A01_0203, 8, 1),
+            (0x0900_0000, 24, 2),
+            (0x0A00_0000, 8, 3),
+            (0, 0, 4),
+            (0x0AFF_0000, 8, 5),
+            (0x0900_00FF, 24, 6),
+        ];
+        let mut one_by_one = Rib::<u32>::new();
+        for (a, l, nh) in input {
+            one_by_one.insert(a, l, nh);
+        }
+        let collected: Rib<u32> = input.into_iter().collect();
+        assert_eq!(collected, one_by_one);
+        assert_eq!(collected.get(0x0A00_0000, 8), Some(5));
+        assert_eq!(collected.len(), 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "NO_ROUTE")]
+    fn collecting_no_route_is_rejected() {
+        let _: Rib<u32> = [(0, 8, NO_ROUTE)].into_iter().collect();
     }
 
     #[test]

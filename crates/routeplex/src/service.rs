@@ -41,7 +41,7 @@ pub fn run(file: &Path, state_dir: Option<&Path>, burst: usize) -> Result<()> {
     // opts.idle is the topology's `idle:` (default adaptive: spin while there is traffic,
     // sleep on the ports' descriptors once there is none).
     // What it does is logged (stderr, the service log under `up`): see `crate::logs` and `control::daemon`.
-    Ok(daemon::run(file, state_dir, burst, opts, &STOP)?)
+    Ok(daemon::run(file, topo, state_dir, burst, opts, &STOP)?)
 }
 
 /// The control socket of the service running `file` (or kept in `state_dir`).

@@ -2,8 +2,9 @@
 //! a VR; routes are added and deleted through the API; the data plane is killed with SIGKILL
 //! and `routeplex up` again brings it back with those routes (from its journal), forwarding
 //! pings to them. A torn journal tail (what a crash in the middle of a write leaves) is cut
-//! off without losing what came before. `routeplex snapshot` and `routeplex restore` work
-//! through the running data plane.
+//! off without losing what came before. Live topology changes (`apply`, `vr_remove`) come back
+//! the same way, unless the topology file was edited since. `routeplex snapshot` and
+//! `routeplex restore` work through the running data plane.
 //!
 //! Needs root (CI is root); skipped with a message otherwise. Names start with `rsn`. A
 //! second VR shares the ports, so removing the first leaves them (and the hosts) in place.
@@ -236,6 +237,69 @@ fn up_after_sigkill_comes_back_with_the_routes_added_through_the_api() {
     assert!(!s.run_dir().exists());
     s.ok("up", &[]);
     assert!(s.api_routes().is_empty());
+}
+
+/// The log's text from where `from` bytes of it ended.
+fn log_since(s: &Service, from: usize) -> String {
+    let log = std::fs::read_to_string(s.run_dir().join("log")).unwrap();
+    log.get(from..).unwrap_or_default().to_string()
+}
+
+#[test]
+fn up_after_sigkill_comes_back_with_live_topology_changes_unless_the_file_was_edited() {
+    if !root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = Service::new(2);
+    s.ok("up", &[]);
+    let b = s.b();
+    let o = sh("ip", &["netns", "exec", &b, "ip", "addr", "add", "10.96.0.1/32", "dev", "lo"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(s.reaches("10.62.0.2"), "the VR does not forward to b at all");
+    assert!(!s.ping("10.96.0.1"), "10.96.0.1 answered before it had a route");
+
+    // Live, the file untouched: `apply` of a text giving r a static route, then `vr_remove`.
+    let file_text = std::fs::read_to_string(&s.file).unwrap();
+    let applied = file_text.replacen(
+        "  - name: s\n",
+        "    routes: [{ prefix: 10.96.0.0/24, via: 10.62.0.2 }]\n  - name: s\n",
+        1,
+    );
+    assert_ne!(applied, file_text);
+    let req = serde_json::json!({"v": 1, "id": 1, "cmd": "apply", "args": {
+        "topology": applied, "file": s.file.canonicalize().unwrap().display().to_string()}});
+    let r = s.api(&req.to_string());
+    assert!(r["ok"].is_object(), "{r}");
+    let r = s.api(r#"{"v":1,"id":2,"cmd":"vr_remove","args":{"vr":"s"}}"#);
+    assert!(r["ok"].is_object(), "{r}");
+    assert!(s.reaches("10.96.0.1"));
+    assert!(!s.routeplex("route", &["s", "list"]).status.success(), "vr s is still there");
+
+    // SIGKILL, `up` with the same file: the live changes are back.
+    s.kill();
+    let mark = std::fs::read_to_string(s.run_dir().join("log")).unwrap().len();
+    s.ok("up", &[]);
+    assert!(s.reaches("10.96.0.1"), "the applied static route is gone: {}", log_since(&s, mark));
+    assert!(!s.routeplex("route", &["s", "list"]).status.success(), "vr s came back");
+    let statics = s.ok("route", &["r", "list", "--source", "static"]);
+    assert!(statics.contains("10.96.0.0/24"), "{statics}");
+
+    // Once more: the replayed topology is journaled again (its compaction), so a second crash
+    // keeps it too.
+    s.kill();
+    s.ok("up", &[]);
+    assert!(s.reaches("10.96.0.1"), "lost after a second crash");
+
+    // The file edited since: it wins, and the log says the journaled topology was left out.
+    s.kill();
+    std::fs::write(&s.file, format!("{file_text}# edited\n")).unwrap();
+    let mark = std::fs::read_to_string(s.run_dir().join("log")).unwrap().len();
+    s.ok("up", &[]);
+    let log = log_since(&s, mark);
+    assert!(log.contains("changed since the journaled data plane started"), "{log}");
+    assert!(s.routeplex("route", &["s", "list"]).status.success(), "vr s of the file is missing");
+    assert!(!s.ping("10.96.0.1"), "the journaled static route outlived the edited file");
 }
 
 #[test]
