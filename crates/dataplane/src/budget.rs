@@ -362,4 +362,43 @@ mod tests {
         a.charge(x, 200, &mut s);
         assert_eq!(a.admit(1_000, 1_001, &mut s, true).excess, 0, "allowance spent");
     }
+
+    /// The accounting's own per-step costs on this machine, next to what a VR's packets cost:
+    /// a read of the clock the runtime injects (`Instant`-based), and one admit plus one charge
+    /// (a VR's burst: three 128-bit divisions). A measurement, not a check: timings are never
+    /// asserted. `cargo test -p dataplane --release --lib per_step -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement, not a check: prints the per-step costs"]
+    fn per_step_costs() {
+        use std::hint::black_box;
+        use std::time::Instant;
+        const N: u64 = 2_000_000;
+        let origin = Instant::now();
+        let clock = move || origin.elapsed().as_nanos() as u64;
+        let s = Instant::now();
+        let mut x = 0u64;
+        for _ in 0..N {
+            x = x.wrapping_add(black_box(clock()));
+        }
+        let read_ns = s.elapsed().as_nanos() as f64 / N as f64;
+        black_box(x);
+        let mut sp = Spare::new(SPARE_WINDOW_NS);
+        let mut a = Account::default();
+        a.set(time(500_000, 1_000_000, 0));
+        let s = Instant::now();
+        for i in 0..N {
+            let ad = a.admit(black_box(32), i * 50, &mut sp, true);
+            a.charge(ad, black_box(1_600), &mut sp);
+        }
+        let step_ns = s.elapsed().as_nanos() as f64 / N as f64;
+        // A burst on one VR reads the clock 4 times (start, before the VRs, after it, end).
+        let per_burst = 4.0 * read_ns + step_ns;
+        eprintln!(
+            "clock read {read_ns:.1} ns; admit + charge {step_ns:.1} ns; per VR burst {per_burst:.1} ns: \
+             {:.2} ns a packet at 256-packet bursts, {:.2} at 32, {:.2} at 4",
+            per_burst / 256.0,
+            per_burst / 32.0,
+            per_burst / 4.0
+        );
+    }
 }

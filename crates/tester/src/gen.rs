@@ -709,7 +709,6 @@ mod tests {
             assert!(400 * offer > 2 * g.total(), "burst {burst}: the ring refused most offers");
             assert_eq!(g.frames_built(), g.total() + g.held() as u64, "burst {burst}: no rebuild");
             assert!(g.held() <= offer as usize);
-            drop(take);
             assert_eq!(g.flow_sent(), &next[..], "burst {burst}");
             assert_eq!(received, g.total(), "burst {burst}");
         }

@@ -86,11 +86,13 @@
 //!
 //! Metrics (columns, plot): `forwarded_pps`, `forwarded_ci99_pps`, `offered_pps`,
 //! `attempted_pps`, `target_pps`, `loss_ratio`, `p50_us`, `p99_us`, `max_us`,
-//! `capacity_pps`, `peak_forwarded_pps` and `overload_vs_peak` (sweep: the last step's
-//! forwarded rate over the peak), `ndr_pps`, `pdr_pps`, `vs_first`,
+//! `capacity_pps`, `peak_forwarded_pps`, `overload_vs_peak` and `overload_vs_capacity` (sweep:
+//! the last step's forwarded rate over the curve's peak, and over the capacity), `ndr_pps`, `pdr_pps`, `vs_first`,
 //! `drop_vs_first`, `dut_received`, `dut_forwarded`, `dut_<fact>` (what the DUT reports about
 //! itself, e.g. `dut_rss_bytes_per_vr`), `trials`, `invalid_trials`; per class (VR):
 //! `<vr>.share`, `<vr>.offered_pps`, `<vr>.forwarded_pps`, `<vr>.loss_ratio`,
+//! `<vr>.attempted_pps` (its share of what the generator put out, refused frames included),
+//! `<vr>.forwarded_ratio` (forwarded over that),
 //! `<vr>.dut_received`, `<vr>.dut_forwarded`, and `*.<metric>` for every class.
 
 mod output;
@@ -765,6 +767,7 @@ pub const METRICS: &[&str] = &[
     "max_us",
     "peak_forwarded_pps",
     "overload_vs_peak",
+    "overload_vs_capacity",
     "ndr_pps",
     "pdr_pps",
     "vs_first",
@@ -782,6 +785,8 @@ pub const CLASS_METRICS: &[&str] = &[
     "offered_pps",
     "forwarded_pps",
     "loss_ratio",
+    "attempted_pps",
+    "forwarded_ratio",
     "dut_received",
     "dut_forwarded",
     "offered",

@@ -44,7 +44,7 @@ fn format_metric(name: &str, v: f64) -> String {
         report::group(v)
     } else if m.ends_with("_bytes") || m.contains("bytes_per_") {
         report::bytes(v)
-    } else if matches!(m, "loss_ratio" | "drop_vs_first" | "share") {
+    } else if matches!(m, "loss_ratio" | "drop_vs_first" | "share" | "forwarded_ratio") {
         format!("{:.3}%", v * 100.0)
     } else if m == "vs_first" {
         format!("{v:.3}")
@@ -73,6 +73,8 @@ pub(crate) fn point_value(p: &PointResult, col: &str) -> Option<f64> {
                 "offered_pps" => Some(c.offered_pps),
                 "forwarded_pps" => Some(c.forwarded_pps),
                 "loss_ratio" => Some(c.loss_ratio),
+                "attempted_pps" => Some(c.attempted_pps),
+                "forwarded_ratio" => Some(c.forwarded_ratio),
                 "dut_received" => c.dut_received.map(|v| v as f64),
                 "dut_forwarded" => c.dut_forwarded.map(|v| v as f64),
                 "offered" => Some(c.offered as f64),
