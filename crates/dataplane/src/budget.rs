@@ -362,4 +362,56 @@ mod tests {
         a.charge(x, 200, &mut s);
         assert_eq!(a.admit(1_000, 1_001, &mut s, true).excess, 0, "allowance spent");
     }
+
+    /// The accounting's own per-step costs on this machine, next to what a VR's packets cost:
+    /// a read of the clock the runtime injects (`Instant`-based), and one admit plus one charge
+    /// (a VR's burst: three 128-bit divisions). Each figure is the fastest of many short runs,
+    /// so that a shared host's descheduling does not count. A measurement, not a check: timings
+    /// are never asserted.
+    /// `cargo test -p dataplane --release --lib per_step -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement, not a check: prints the per-step costs"]
+    fn per_step_costs() {
+        use std::hint::black_box;
+        use std::time::Instant;
+        const RUNS: u32 = 2_000;
+        const N: u64 = 1_000;
+        fn fastest(mut f: impl FnMut()) -> f64 {
+            (0..RUNS)
+                .map(|_| {
+                    let s = Instant::now();
+                    f();
+                    s.elapsed().as_nanos() as f64 / N as f64
+                })
+                .fold(f64::INFINITY, f64::min)
+        }
+        let origin = Instant::now();
+        let clock = move || origin.elapsed().as_nanos() as u64;
+        let read_ns = fastest(|| {
+            for _ in 0..N {
+                black_box(clock());
+            }
+        });
+        let mut sp = Spare::new(SPARE_WINDOW_NS);
+        let mut a = Account::default();
+        // A budget that never runs out: every burst takes the dividing path.
+        a.set(time(1_000_000, 1_000_000, 0));
+        let mut now = 0;
+        let step_ns = fastest(|| {
+            for _ in 0..N {
+                now += 50;
+                let ad = black_box(&mut a).admit(black_box(32), black_box(now), &mut sp, true);
+                a.charge(ad, black_box(1), &mut sp);
+            }
+        });
+        // A burst on one VR reads the clock 4 times (start, before the VRs, after it, end).
+        let per_burst = 4.0 * read_ns + step_ns;
+        eprintln!(
+            "clock read {read_ns:.1} ns; admit + charge {step_ns:.1} ns; per VR burst {per_burst:.1} ns: \
+             {:.2} ns a packet at 256-packet bursts, {:.2} at 32, {:.2} at 4",
+            per_burst / 256.0,
+            per_burst / 32.0,
+            per_burst / 4.0
+        );
+    }
 }

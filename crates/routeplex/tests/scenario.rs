@@ -78,6 +78,15 @@ fn common(v: &Value, out: &Path) {
         assert!(y.is_finite() && y >= 0.0, "{name}: {}: {y}", p["label"]);
         assert!(metric(p, "trials").unwrap() >= 1.0);
     }
+    // Every goal of the file is judged: met, not met, or not measured (no point had it).
+    let goals = v["scenario"]["report"]["goals"].as_array().map_or(0, Vec::len);
+    let judged = v["derived"]["goals"].as_array().expect("derived goals");
+    assert_eq!(judged.len(), goals, "{name}");
+    for g in judged {
+        assert!(g["met"].is_boolean() || g["met"].is_null(), "{name}: {g}");
+        let txt = std::fs::read_to_string(out.join(format!("{name}.txt"))).unwrap();
+        assert!(txt.contains(&format!("goal {}", g["goal"].as_str().unwrap())), "{name}");
+    }
     for f in ["json", "csv", "txt", "png"] {
         assert!(out.join(format!("{name}.{f}")).is_file(), "{name}.{f}");
     }

@@ -102,6 +102,11 @@ pub struct ClassSummary {
     pub offered_pps: f64,
     pub forwarded_pps: f64,
     pub loss_ratio: f64,
+    /// The class's share of what the generator put out per second (accepted or refused: on a
+    /// shared ingress ring, frames refused because another class filled it count here).
+    pub attempted_pps: f64,
+    /// `forwarded_pps / attempted_pps`: what came back of what was meant for the class.
+    pub forwarded_ratio: f64,
     /// The DUT's own count (warm-up included), when it counts per class.
     pub dut_received: Option<u64>,
     pub dut_forwarded: Option<u64>,
@@ -307,6 +312,7 @@ pub fn run(
                 .set_traffic(&spec, &shape)
                 .map_err(|e| Error::new(format!("{}: {label}: {e}", sc.file)))?;
         }
+        c.runner.set_replay(p.traffic.replay);
         let progress = || if o.progress { Progress::stderr() } else { Progress::silent() };
         // The capacity, if a rate refers to it.
         let relative = steps.iter().any(|r| r.relative() && m.kind == MethodKind::Sweep)
@@ -389,6 +395,11 @@ pub fn run(
                     if peak > 0.0 {
                         pr.metrics.insert("overload_vs_peak".into(), last.forwarded_pps / peak);
                     }
+                    // A curve whose peak fell short of the capacity (the DUT or the tester
+                    // was slowed during the steps) says so here.
+                    if let Some(cap) = capacity.filter(|&c| c > 0.0) {
+                        pr.metrics.insert("overload_vs_capacity".into(), last.forwarded_pps / cap);
+                    }
                 }
                 let best = res
                     .steps
@@ -426,7 +437,8 @@ pub fn run(
         out.push(pr);
     }
     stop(cur.take(), &mut out)?;
-    let derived = derive(sc, &mut out);
+    let mut derived = derive(sc, &mut out);
+    derived["goals"] = goals(sc, &out, &derived);
     let used = trials.iter().filter(|t| t.record.used).count();
     let invalid = trials.iter().filter(|t| t.record.used && !t.record.result.valid).count();
     let summary = json!({
@@ -622,6 +634,9 @@ fn summarise(pr: &mut PointResult, s: &Session, idx: &[usize]) {
             let rx: u64 = cs.iter().map(|c| c.received).sum();
             let all_dut = cs.iter().all(|c| c.dut.is_some());
             let k = cs.len().max(1) as f64;
+            let share = cs.first().map_or(0.0, |c| c.share);
+            let forwarded_pps = cs.iter().map(|c| c.forwarded_pps).sum::<f64>() / k;
+            let attempted_pps = share * ts.iter().map(|t| t.attempted_pps).sum::<f64>() / k;
             ClassSummary {
                 name: name.to_string(),
                 share: cs.first().map_or(0.0, |c| c.share),
@@ -629,7 +644,13 @@ fn summarise(pr: &mut PointResult, s: &Session, idx: &[usize]) {
                 warmup_offered: cs.iter().map(|c| c.warmup_offered).sum(),
                 received: rx,
                 offered_pps: cs.iter().map(|c| c.offered_pps).sum::<f64>() / k,
-                forwarded_pps: cs.iter().map(|c| c.forwarded_pps).sum::<f64>() / k,
+                forwarded_pps,
+                attempted_pps,
+                forwarded_ratio: if attempted_pps > 0.0 {
+                    forwarded_pps / attempted_pps
+                } else {
+                    0.0
+                },
                 loss_ratio: if off == 0 { 0.0 } else { off.saturating_sub(rx) as f64 / off as f64 },
                 dut_received: all_dut
                     .then(|| cs.iter().filter_map(|c| c.dut.as_ref()).map(|d| d.received).sum()),
@@ -679,6 +700,56 @@ fn derive(sc: &Scenario, points: &mut [PointResult]) -> Value {
         }
     }
     json!({ "primary": y, "linear_fits": fits })
+}
+
+/// Each goal of the report, met or not: its value at every point it applies to (the linear
+/// fits for `r_squared`), and why a point could not tell (skipped, or a sweep step the
+/// generator did not reach).
+fn goals(sc: &Scenario, points: &[PointResult], derived: &Value) -> Value {
+    let mut out = Vec::new();
+    for g in &sc.report.goals {
+        let mut at = Vec::new();
+        let mut why = Vec::new();
+        if g.metric == "r_squared" {
+            for f in derived["linear_fits"].as_array().into_iter().flatten() {
+                if let Some(r2) = f["fit"]["r_squared"].as_f64() {
+                    let name =
+                        f["series"].as_str().map_or("fit".to_string(), |s| format!("fit ({s})"));
+                    at.push(json!({"point": name, "value": r2, "met": g.met_by(r2)}));
+                }
+            }
+        } else {
+            for p in points.iter().filter(|p| g.applies(&p.params)) {
+                if let Some(s) = &p.skipped {
+                    why.push(format!("{}: skipped: {s}", p.label));
+                    continue;
+                }
+                let Some(v) = super::output::point_value(p, &g.metric) else { continue };
+                let met = g.met_by(v);
+                at.push(json!({"point": p.label, "value": v, "met": met}));
+                let short =
+                    p.curve.iter().filter(|c| c.attempted_pps < 0.99 * c.target_pps).count();
+                let stalled = p.metrics.get("invalid_trials").copied().unwrap_or(0.0);
+                if !met && stalled > 0.0 {
+                    why.push(format!(
+                        "{}: {stalled} of {} trials had the tester's thread descheduled past the stall limit (the host's other load): its rates are the host's, not the DUT's",
+                        p.label,
+                        p.metrics.get("trials").copied().unwrap_or(0.0)
+                    ));
+                }
+                if !met && short > 0 {
+                    why.push(format!(
+                        "{}: the generator put out under 99 % of the target at {short} step(s) (marked *): the tester, not the DUT, limited them",
+                        p.label
+                    ));
+                }
+            }
+        }
+        let met =
+            if at.is_empty() { Value::Null } else { json!(at.iter().all(|x| x["met"] == true)) };
+        out.push(json!({"goal": g.text, "met": met, "points": at, "why": why}));
+    }
+    Value::Array(out)
 }
 
 /// Per point of `ids` (one series) with a time reservation: the peak (the point without a
