@@ -204,21 +204,25 @@ impl Analyzer {
         if !st.see(word & SEQ_MASK) {
             return;
         }
+        let c = &mut self.classes[self.class_of[flow] as usize];
+        c.received += 1;
+        c.bytes += f.len() as u64;
+        self.received += 1;
+        self.bytes += f.len() as u64;
         let tx = u64::from_be_bytes(s[TS_OFFSET..TS_OFFSET + 8].try_into().expect("8 bytes"));
+        if tx == 0 {
+            // Sent without a time (replay): counted, no latency.
+            return;
+        }
         let lat = now.saturating_sub(tx);
         st.latency_sum_ns += lat;
         st.latency_max_ns = st.latency_max_ns.max(lat);
         st.latency_min_ns = if st.received == 1 { lat } else { st.latency_min_ns.min(lat) };
-        let c = &mut self.classes[self.class_of[flow] as usize];
-        c.received += 1;
-        c.bytes += f.len() as u64;
         let v = lat.max(1);
-        if let Some(h) = &mut c.latency {
+        if let Some(h) = &mut self.classes[self.class_of[flow] as usize].latency {
             h.saturating_record(v);
         }
         self.latency.saturating_record(v);
-        self.received += 1;
-        self.bytes += f.len() as u64;
     }
 
     /// Distinct frames of the current tag received.

@@ -668,6 +668,53 @@ mod tests {
         assert_eq!(seqs, [10, 11, 12, 13]);
     }
 
+    /// Replay (what the runner's `replay` option drives): at every burst size, including one
+    /// past the largest burst, against a ring that refuses most of what is offered, each frame
+    /// is built once however often it is refused, the sink sees every flow's numbers exactly
+    /// in order, and the checksums stay right.
+    #[test]
+    fn replay_builds_each_frame_once_at_every_burst_size() {
+        for burst in [1usize, 2, 257] {
+            let (mut a, mut b) = ports::mem::pair("gen", "dut", 64);
+            let mut g = Generator::with_flows(vec![
+                GenFrame { frame: flow("10.0.0.2", 60, None), flow: 0, class: 0 },
+                GenFrame { frame: flow("10.0.0.3", 60, None), flow: 1, class: 1 },
+                GenFrame { frame: flow("2001:db8::2", 80, None), flow: 2, class: 1 },
+            ]);
+            let mut batch = Batch::new(burst);
+            let mut next = [0u64; 3];
+            let mut received = 0u64;
+            // The DUT takes a burst's worth every fourth offer: most offers are refused.
+            let mut take = |b: &mut ports::mem::MemPort, room: usize| {
+                let mut rx = Batch::new(room);
+                let n = b.rx_burst(&mut rx);
+                for p in rx.packets() {
+                    let st = read_stamp(p.frame()).expect("a full stamp");
+                    assert_eq!(st.seq, next[st.flow as usize], "burst {burst}: in order");
+                    next[st.flow as usize] += 1;
+                    let (want, got) = checksums(p.frame());
+                    assert_eq!(want, got, "burst {burst}");
+                }
+                received += n as u64;
+                n
+            };
+            let offer = burst.min(ports::MAX_BURST) as u64;
+            for round in 0..400 {
+                g.send(&mut a, &mut batch, burst);
+                if round % 4 == 3 {
+                    take(&mut b, offer as usize);
+                }
+            }
+            while take(&mut b, ports::MAX_BURST) > 0 {}
+            assert!(400 * offer > 2 * g.total(), "burst {burst}: the ring refused most offers");
+            assert_eq!(g.frames_built(), g.total() + g.held() as u64, "burst {burst}: no rebuild");
+            assert!(g.held() <= offer as usize);
+            drop(take);
+            assert_eq!(g.flow_sent(), &next[..], "burst {burst}");
+            assert_eq!(received, g.total(), "burst {burst}");
+        }
+    }
+
     #[test]
     fn timed_stamps_keep_udp_checksums_valid() {
         // IPv4 and IPv6, tagged and untagged, 64 bytes (full stamp over untagged IPv4, sequence

@@ -89,6 +89,13 @@ pub struct RunnerOptions {
     /// A trial whose loop went this long without running is invalid.
     #[serde(serialize_with = "ms")]
     pub stall_limit: Duration,
+    /// Replay: offer the prepared frames without a TX timestamp, and keep the ones the port
+    /// refused built for the next release instead of building them again (see
+    /// [`Generator::send`]). A frame then costs the generator one copy and its sequence word
+    /// when the port takes it, and nothing when the port refuses it, so the generator can
+    /// offer a multiple of what it and the sink can carry: the overload an in-memory DUT
+    /// must be shown. No latency is measured.
+    pub replay: bool,
 }
 
 fn opt_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
@@ -109,6 +116,7 @@ impl Default for RunnerOptions {
             max_drain: Duration::from_secs(2),
             idle_sleep: None,
             stall_limit: Duration::from_millis(2),
+            replay: false,
         }
     }
 }
@@ -287,6 +295,9 @@ struct StreamGen {
     port: usize,
     share: f64,
     gen: Generator,
+    /// Replay: this stream's own batch, holding what the port refused until the next release
+    /// (the streams cannot share one).
+    batch: Batch,
 }
 
 /// Drives a DUT: owns it, its ports, the generators and the analyzer.
@@ -431,6 +442,7 @@ impl Runner {
                 port: s.port,
                 share: s.share,
                 gen: Generator::with_lanes(s.lanes, s.slots),
+                batch: Batch::new(MAX_BURST),
             })
             .collect();
         self.pacers = Vec::with_capacity(self.streams.len());
@@ -499,6 +511,11 @@ impl Runner {
     /// The runner's options.
     pub fn options(&self) -> RunnerOptions {
         self.opts
+    }
+
+    /// Switches replay (see [`RunnerOptions::replay`]) on or off for the next trials.
+    pub fn set_replay(&mut self, on: bool) {
+        self.opts.replay = on;
     }
 
     /// Latencies of the last trial, nanoseconds.
@@ -611,7 +628,11 @@ impl Runner {
                 let n = pacer.poll(now);
                 if n > 0 {
                     let port = &mut *self.ports[st.port];
-                    let k = st.gen.send_timed(port, &mut self.tx_b, n, &self.clock);
+                    let k = if self.opts.replay {
+                        st.gen.send(port, &mut st.batch, n)
+                    } else {
+                        st.gen.send_timed(port, &mut self.tx_b, n, &self.clock)
+                    };
                     if retry {
                         pacer.released(k);
                         retried += (n - k) as u64;

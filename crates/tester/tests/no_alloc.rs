@@ -79,3 +79,20 @@ fn offering_a_load_on_several_ports_with_shares_allocates_nothing() {
     assert_eq!(allocs, 0, "allocations while offering {} frames on two ports", a.accepted);
     r.finish().unwrap();
 }
+
+#[test]
+fn replaying_a_load_on_several_ports_allocates_nothing() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let spec = TrafficSpec { flows: 64, ..TrafficSpec::default() };
+    let mix = Mix { weights: vec![("c0".into(), 3.0)], others: 1.0, first: None };
+    let opts = RunnerOptions { replay: true, ..RunnerOptions::default() };
+    let mut r = Runner::with_mix(Box::new(MultiWire::new(4, 2, 1024)), &spec, &mix, opts).unwrap();
+    let paced = Load::paced(200_000.0, Duration::from_millis(100), Duration::from_millis(10));
+    r.offer(&paced);
+    let before = ALLOCS.load(Ordering::Relaxed);
+    let a = r.offer(&paced);
+    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+    assert_eq!(a.accepted + a.refused, 20_000);
+    assert_eq!(allocs, 0, "allocations while replaying {} frames on two ports", a.accepted);
+    r.finish().unwrap();
+}

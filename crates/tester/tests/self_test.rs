@@ -297,3 +297,24 @@ fn shares_split_the_load_across_ports_and_classes_exactly() {
     assert_eq!(t.classes[1].offered, 1_000, "port 1: a third of 3,001, rounded");
     r.finish().unwrap();
 }
+
+/// Replay counts as exactly as timed sending (every tenth frame dropped: exactly a tenth
+/// lost) and measures no latency: its frames carry no TX time.
+#[test]
+fn replay_counts_exactly_and_measures_no_latency() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut r = runner(Behaviour::DropEvery(10), 64);
+    r.set_replay(true);
+    let t = r.trial(&Load::paced(20_000.0, Duration::from_millis(500), Duration::ZERO));
+    assert_eq!((t.attempted, t.offered, t.refused), (10_000, 10_000, 0), "{t:?}");
+    assert_eq!((t.received, t.lost), (9_000, 1_000));
+    assert_eq!((t.duplicates, t.reordered, t.foreign), (0, 0, 0));
+    assert_eq!(t.latency, None, "replayed frames carry no TX time");
+    assert!(t.classes.iter().all(|c| c.latency.is_none()));
+    // Back to timed sending: latency again.
+    r.set_replay(false);
+    let t = r.trial(&Load::paced(20_000.0, Duration::from_millis(100), Duration::ZERO));
+    assert_eq!(t.received, 1_800);
+    assert!(t.latency.is_some());
+    r.finish().unwrap();
+}

@@ -33,6 +33,8 @@
 //!   active_vrs: 1                 # only the first N VRs get traffic (default: all)
 //!   rates: { vr1: 143%, vr2: 43% }   # per-VR offered rate: pps (300k) or % of the capacity
 //!   rate: 1M                      # total offered rate for `method: rate` without `rates`
+//!   generator: timed              # or replay: no TX timestamps (no latency), refused frames
+//!                                 # not rebuilt, so the tester can offer 3x what it carries
 //! method:
 //!   kind: max                     # max | rate | sweep | ndr
 //!   duration: 1                   # seconds per trial
@@ -58,11 +60,15 @@
 //!   plot: { y: [forwarded_pps], y_label: forwarded (pps) }
 //!   derived: [drop_vs_first, linear_fit]   # and vs_reservation: each point against
 //!                                           # reservation × peak (the unreserved point)
+//!   goals:                        # met or not, in the table and the JSON
+//!     - "overload_vs_peak >= 0.97"
+//!     - "vr2.loss_ratio <= 1% at reservation=50%, kind=routeplex"
+//!     - "r_squared >= 0.99"         # the linear fits
 //! ```
 //!
 //! DUT parameters: `kind` (`routeplex`, `macvlan`: Linux VRs on macvlan devices, root; or a
 //! fake DUT: `wire`, `loopback`, `drop-every:K`,
-//! `delay:US`, `capacity:PPS`, `multi-wire`), `vrs` (1..=4096), `ports` (`shared`: every
+//! `delay:US`, `capacity:PPS`, `multi-wire`), `vrs` (1..=16384), `ports` (`shared`: every
 //! VR's interfaces on the same generator and sink ports, demultiplexed by MAC, as macvlan and
 //! SR-IOV do; `per-vr`: each VR on its own ports), `ingress_ports` and `egress_ports`
 //! (1..=64, per VR with `per-vr`), `bidirectional` (traffic also enters on the egress ports
@@ -75,7 +81,8 @@
 //! `reserved_vrs` (only the first N VRs get the reservation; default all), `workers` (data
 //! plane threads; per-vr VRs are spread over them, shared ports are one cell on one worker),
 //! `batch` (packets a VR processes per burst; the rest is dropped). Traffic parameters:
-//! `frame_size`, `flows`, `active_vrs`, `rate`, and `rate.<vr>` (one VR's rate) on an axis.
+//! `frame_size`, `flows`, `active_vrs`, `rate`, `generator`, and `rate.<vr>` (one VR's rate)
+//! on an axis.
 //!
 //! Metrics (columns, plot): `forwarded_pps`, `forwarded_ci99_pps`, `offered_pps`,
 //! `attempted_pps`, `target_pps`, `loss_ratio`, `p50_us`, `p99_us`, `max_us`,
@@ -319,6 +326,10 @@ pub struct TrafficParams {
     pub rate: Option<RateSpec>,
     /// Per-class offered rates; when given, only these classes send.
     pub rates: Vec<(String, RateSpec)>,
+    /// `replay`: frames offered without a TX timestamp, refused ones kept built for the next
+    /// release (see [`crate::RunnerOptions::replay`]); `timed` (false): every frame stamped
+    /// with its TX time, latency measured.
+    pub replay: bool,
 }
 
 impl Default for TrafficParams {
@@ -329,6 +340,7 @@ impl Default for TrafficParams {
             active_vrs: None,
             rate: None,
             rates: Vec::new(),
+            replay: false,
         }
     }
 }
@@ -339,6 +351,10 @@ pub struct Params {
     pub dut: DutParams,
     pub traffic: TrafficParams,
 }
+
+/// The most VRs a point builds: 10,000 small VRs on one host (issue 17) and some room; the
+/// generated topology gives each interface a /30 of 198.18.0.0/15 (32,768 of them).
+pub const MAX_VRS: usize = 16_384;
 
 /// Keys of `dut:`.
 const DUT_KEYS: &[&str] = &[
@@ -364,7 +380,7 @@ const DUT_KEYS: &[&str] = &[
 /// on macvlan devices (seed 002's baseline; root).
 pub const REAL_KINDS: &[&str] = &["routeplex", "macvlan"];
 /// Keys of `traffic:`.
-const TRAFFIC_KEYS: &[&str] = &["frame_size", "flows", "active_vrs", "rate", "rates"];
+const TRAFFIC_KEYS: &[&str] = &["frame_size", "flows", "active_vrs", "rate", "rates", "generator"];
 /// Topology keys a scenario does not take: named so a file using them gets a clear answer.
 const LATER_KEYS: &[&str] = &["reservations", "worker", "placement"];
 
@@ -401,6 +417,7 @@ impl Params {
             "flows" => t.flows.to_string(),
             "active_vrs" => t.active_vrs.map_or("all".into(), |n| n.to_string()),
             "rate" => t.rate.map_or(String::new(), |r| r.to_string()),
+            "generator" => if t.replay { "replay" } else { "timed" }.into(),
             _ => key
                 .strip_prefix("rate.")
                 .and_then(|c| t.rates.iter().find(|(n, _)| n == c))
@@ -431,7 +448,7 @@ impl Params {
                 }
                 d.kind = text.to_string();
             }
-            "vrs" => d.vrs = int(1, 4096)?,
+            "vrs" => d.vrs = int(1, MAX_VRS as u64)?,
             "ports" => {
                 d.ports = match text {
                     "shared" => Layout::Shared,
@@ -472,8 +489,17 @@ impl Params {
             }
             "frame_size" => t.frame_size = FrameSize::parse(text)?,
             "flows" => t.flows = int(1, MAX_FLOWS as u64)?,
-            "active_vrs" => t.active_vrs = if text == "all" { None } else { Some(int(1, 4096)?) },
+            "active_vrs" => {
+                t.active_vrs = if text == "all" { None } else { Some(int(1, MAX_VRS as u64)?) }
+            }
             "rate" => t.rate = Some(RateSpec::parse(text)?),
+            "generator" => {
+                t.replay = match text {
+                    "replay" => true,
+                    "timed" => false,
+                    _ => return Err(format!("generator must be timed or replay, not {text:?}")),
+                }
+            }
             _ if key.starts_with("rate.") && key.len() > 5 => {
                 let class = &key[5..];
                 let r = RateSpec::parse(text)?;
@@ -485,7 +511,7 @@ impl Params {
             "reservation" => d.reservation = ReservationSpec::parse(text)?,
             "period_us" => d.period_us = int(10, 10_000_000)? as u64,
             "weight" => d.weight = int(0, 1000)? as u64,
-            "reserved_vrs" => d.reserved_vrs = Some(int(1, 4096)?),
+            "reserved_vrs" => d.reserved_vrs = Some(int(1, MAX_VRS as u64)?),
             "workers" => d.workers = int(1, 64)?,
             "batch" => d.batch = int(1, 256)?,
             _ if LATER_KEYS.contains(&key) => {
@@ -498,7 +524,7 @@ impl Params {
             }
             _ => {
                 return Err(format!(
-                    "unknown parameter {key:?} (DUT: {}; traffic: {}, rate.<vr>)",
+                    "unknown parameter {key:?} (DUT: {}; traffic: {}, generator, rate.<vr>)",
                     DUT_KEYS.join(", "),
                     TRAFFIC_KEYS[..4].join(", ")
                 ))
@@ -649,6 +675,80 @@ pub struct ReportDef {
     pub plot_y: Vec<String>,
     pub y_label: String,
     pub derived: Vec<Derived>,
+    /// Goals the table says met or not.
+    pub goals: Vec<Goal>,
+}
+
+/// A goal on a metric, checked at every point that has it (or only at the points whose
+/// parameters match `at`): `"overload_vs_peak >= 0.97"`, `"vr2.loss_ratio <= 1% at
+/// reservation=50%, kind=routeplex"`, `"r_squared >= 0.99"` (the linear fits).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Goal {
+    /// As written.
+    pub text: String,
+    pub metric: String,
+    /// True: `>=`; false: `<=`.
+    pub at_least: bool,
+    pub value: f64,
+    /// Parameter values a point must have (`Params::get`), `key=value`.
+    pub at: Vec<(String, String)>,
+}
+
+impl Goal {
+    /// Parses `METRIC >= N` or `METRIC <= N` (N a number, or a percentage: `1%` is 0.01),
+    /// optionally followed by `at KEY=VALUE[, KEY=VALUE]`.
+    pub fn parse(text: &str) -> std::result::Result<Goal, String> {
+        let (cond, at) = match text.split_once(" at ") {
+            Some((c, a)) => (c, Some(a)),
+            None => (text, None),
+        };
+        let (metric, at_least, num) = if let Some((m, n)) = cond.split_once(">=") {
+            (m, true, n)
+        } else if let Some((m, n)) = cond.split_once("<=") {
+            (m, false, n)
+        } else {
+            return Err("a goal is METRIC >= N or METRIC <= N [at KEY=VALUE, ...]".into());
+        };
+        let n = num.trim();
+        let value = match n.strip_suffix('%') {
+            Some(p) => p.trim().parse::<f64>().map(|v| v / 100.0),
+            None => n.parse::<f64>(),
+        }
+        .ok()
+        .filter(|v| v.is_finite())
+        .ok_or_else(|| format!("goal value {n:?} is not a number"))?;
+        let at = match at {
+            None => Vec::new(),
+            Some(a) => a
+                .split(',')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, v)) if !k.trim().is_empty() => {
+                        Ok((k.trim().to_string(), v.trim().to_string()))
+                    }
+                    _ => Err(format!("goal condition {:?} is not KEY=VALUE", kv.trim())),
+                })
+                .collect::<std::result::Result<_, _>>()?,
+        };
+        Ok(Goal { text: text.to_string(), metric: metric.trim().to_string(), at_least, value, at })
+    }
+
+    /// Whether `v` meets the goal.
+    pub fn met_by(&self, v: f64) -> bool {
+        if self.at_least {
+            v >= self.value
+        } else {
+            v <= self.value
+        }
+    }
+
+    /// Whether the goal applies to a point with parameters `p`.
+    pub fn applies(&self, p: &Params) -> bool {
+        // Through `set` and `get`, so `1000k` matches `1M` and `50%` matches `50.0%`.
+        self.at.iter().all(|(k, v)| {
+            let mut q = p.clone();
+            q.set(k, v).is_ok() && q.get(k) == p.get(k)
+        })
+    }
 }
 
 /// Point metrics a report may name.
@@ -827,6 +927,7 @@ fn parse(text: &str, file: &str) -> Result<Scenario> {
             plot_y: Vec::new(),
             y_label: String::new(),
             derived: Vec::new(),
+            goals: Vec::new(),
         },
         method,
         quick,
@@ -1087,6 +1188,7 @@ fn report(v: Option<Value>, sc: &Scenario) -> Result<ReportDef> {
         plot_y: vec![primary.to_string()],
         y_label: String::new(),
         derived: Vec::new(),
+        goals: Vec::new(),
     };
     let check = |cv: &Value, c: &str, allow_labels: bool| -> Result<()> {
         let ok = (allow_labels && labels.iter().any(|l| l == c))
@@ -1109,7 +1211,22 @@ fn report(v: Option<Value>, sc: &Scenario) -> Result<ReportDef> {
         r.columns = default_columns(sc);
         return Ok(r);
     };
-    let m = v.map(&["columns", "plot", "derived"])?;
+    let m = v.map(&["columns", "plot", "derived", "goals"])?;
+    if let Some(gv) = m.get("goals") {
+        for g in gv.list_or_one()? {
+            let s = g.text()?;
+            let goal = Goal::parse(s).map_err(|e| g.bad(s, e))?;
+            if goal.metric != "r_squared" {
+                check(&g, &goal.metric, false)?;
+            }
+            for (k, _) in &goal.at {
+                if base_keys(sc).iter().all(|l| l != k) {
+                    return Err(g.bad(s, format!("goal condition on unknown parameter {k:?}")));
+                }
+            }
+            r.goals.push(goal);
+        }
+    }
     match m.get("columns") {
         Some(cv) => {
             for c in cv.list_or_one()? {
@@ -1164,6 +1281,13 @@ fn report(v: Option<Value>, sc: &Scenario) -> Result<ReportDef> {
         }
     }
     Ok(r)
+}
+
+/// Parameters a goal's `at` may name: the DUT's and the traffic's keys, and `rate.<vr>`.
+fn base_keys(sc: &Scenario) -> Vec<String> {
+    let mut k: Vec<String> = DUT_KEYS.iter().chain(TRAFFIC_KEYS).map(|s| s.to_string()).collect();
+    k.extend(sc.base.traffic.rates.iter().map(|(c, _)| format!("rate.{c}")));
+    k
 }
 
 fn default_columns(sc: &Scenario) -> Vec<String> {

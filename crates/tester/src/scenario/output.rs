@@ -59,6 +59,12 @@ fn format_metric(name: &str, v: f64) -> String {
 
 /// A point's value for column `col`, if it has one.
 pub(crate) fn value(r: &ScenarioReport, p: &PointResult, col: &str) -> Option<f64> {
+    let _ = r;
+    point_value(p, col)
+}
+
+/// A point's value of metric or `<class>.<metric>` `col`, if it has one.
+pub(crate) fn point_value(p: &PointResult, col: &str) -> Option<f64> {
     if let Some((class, m)) = col.split_once('.') {
         if CLASS_METRICS.contains(&m) {
             let c = p.classes.iter().find(|c| c.name == class)?;
@@ -76,7 +82,6 @@ pub(crate) fn value(r: &ScenarioReport, p: &PointResult, col: &str) -> Option<f6
             };
         }
     }
-    let _ = r;
     p.metrics.get(col).copied()
 }
 
@@ -189,6 +194,9 @@ pub fn table(r: &ScenarioReport) -> String {
                 fit["n"],
             );
         }
+    }
+    for g in r.derived["goals"].as_array().into_iter().flatten() {
+        out += &goal_line(g);
     }
     let invalid = r.summary["invalid_trials_used"].as_u64().unwrap_or(0);
     if invalid > 0 {
@@ -375,4 +383,36 @@ pub fn curves_plot(r: &ScenarioReport, path: &Path) -> Result<bool, Error> {
         format!("{}: offered vs forwarded{}", sc.title, if r.quick { " (--quick)" } else { "" });
     plot::throughput_series(path, &title, &series)?;
     Ok(true)
+}
+
+/// One goal's line: met or not, and the value at each point it applies to.
+fn goal_line(g: &serde_json::Value) -> String {
+    let verdict = match g["met"].as_bool() {
+        Some(true) => "met",
+        Some(false) => "NOT met",
+        None => "not measured",
+    };
+    let mut out = format!("goal {}: {verdict}", g["goal"].as_str().unwrap_or("?"));
+    let at: Vec<String> = g["points"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let v = p["value"].as_f64().unwrap_or(f64::NAN);
+            format!(
+                "{} {}{}",
+                p["point"].as_str().unwrap_or("?"),
+                if v.is_finite() { format!("{v:.4}") } else { "-".into() },
+                if p["met"] == true { "" } else { " (no)" }
+            )
+        })
+        .collect();
+    if !at.is_empty() {
+        out += &format!(" [{}]", at.join("; "));
+    }
+    for why in g["why"].as_array().into_iter().flatten().filter_map(|w| w.as_str()) {
+        out += &format!("\n  why: {why}");
+    }
+    out.push('\n');
+    out
 }

@@ -307,6 +307,7 @@ pub fn run(
                 .set_traffic(&spec, &shape)
                 .map_err(|e| Error::new(format!("{}: {label}: {e}", sc.file)))?;
         }
+        c.runner.set_replay(p.traffic.replay);
         let progress = || if o.progress { Progress::stderr() } else { Progress::silent() };
         // The capacity, if a rate refers to it.
         let relative = steps.iter().any(|r| r.relative() && m.kind == MethodKind::Sweep)
@@ -426,7 +427,8 @@ pub fn run(
         out.push(pr);
     }
     stop(cur.take(), &mut out)?;
-    let derived = derive(sc, &mut out);
+    let mut derived = derive(sc, &mut out);
+    derived["goals"] = goals(sc, &out, &derived);
     let used = trials.iter().filter(|t| t.record.used).count();
     let invalid = trials.iter().filter(|t| t.record.used && !t.record.result.valid).count();
     let summary = json!({
@@ -673,6 +675,48 @@ fn derive(sc: &Scenario, points: &mut [PointResult]) -> Value {
         }
     }
     json!({ "primary": y, "linear_fits": fits })
+}
+
+/// Each goal of the report, met or not: its value at every point it applies to (the linear
+/// fits for `r_squared`), and why a point could not tell (skipped, or a sweep step the
+/// generator did not reach).
+fn goals(sc: &Scenario, points: &[PointResult], derived: &Value) -> Value {
+    let mut out = Vec::new();
+    for g in &sc.report.goals {
+        let mut at = Vec::new();
+        let mut why = Vec::new();
+        if g.metric == "r_squared" {
+            for f in derived["linear_fits"].as_array().into_iter().flatten() {
+                if let Some(r2) = f["fit"]["r_squared"].as_f64() {
+                    let name =
+                        f["series"].as_str().map_or("fit".to_string(), |s| format!("fit ({s})"));
+                    at.push(json!({"point": name, "value": r2, "met": g.met_by(r2)}));
+                }
+            }
+        } else {
+            for p in points.iter().filter(|p| g.applies(&p.params)) {
+                if let Some(s) = &p.skipped {
+                    why.push(format!("{}: skipped: {s}", p.label));
+                    continue;
+                }
+                let Some(v) = super::output::point_value(p, &g.metric) else { continue };
+                let met = g.met_by(v);
+                at.push(json!({"point": p.label, "value": v, "met": met}));
+                let short =
+                    p.curve.iter().filter(|c| c.attempted_pps < 0.99 * c.target_pps).count();
+                if !met && short > 0 {
+                    why.push(format!(
+                        "{}: the generator put out under 99 % of the target at {short} step(s) (marked *): the tester, not the DUT, limited them",
+                        p.label
+                    ));
+                }
+            }
+        }
+        let met =
+            if at.is_empty() { Value::Null } else { json!(at.iter().all(|x| x["met"] == true)) };
+        out.push(json!({"goal": g.text, "met": met, "points": at, "why": why}));
+    }
+    Value::Array(out)
 }
 
 /// Per point of `ids` (one series) with a time reservation: the peak (the point without a

@@ -313,3 +313,36 @@ fn points_are_compared_with_reservation_times_peak() {
     assert_eq!(fit["n"], 2, "the fit leaves the unreserved point out: {fit}");
     assert!(fit["r_squared"].as_f64().is_some());
 }
+
+#[test]
+fn goals_parse_and_are_reported_met_or_not_per_point() {
+    let g = Goal::parse("c1.loss_ratio <= 1% at rate.c0=20000, kind=multi-wire").unwrap();
+    assert_eq!((g.metric.as_str(), g.at_least, g.value), ("c1.loss_ratio", false, 0.01));
+    assert_eq!(g.at.len(), 2);
+    for bad in ["loss_ratio < 1", "loss_ratio >= fast", "loss_ratio >= 1 at kind"] {
+        assert!(Goal::parse(bad).is_err(), "{bad}");
+    }
+    let text = with(
+        "  derived: [drop_vs_first, linear_fit]\n",
+        "  derived: [drop_vs_first, linear_fit]\n  goals: [\"c1.loss_ratio <= 1% at rate.c0=20k\", \"vs_first >= 1.5\", \"r_squared >= 0\"]\n",
+    )
+    .replace("  rates: { c0: 5k, c1: 5k }\n", "  rates: { c0: 5k, c1: 5k }\n  generator: replay\n");
+    assert!(err(&text.replace("vs_first >= 1.5", "nonsense >= 1"))
+        .to_string()
+        .contains("nonsense"));
+    let sc = Scenario::parse(&text, "goals.yaml").unwrap();
+    assert!(sc.base.traffic.replay);
+    let r = run_on_fakes(&sc, true);
+    let goals = r.derived["goals"].as_array().unwrap();
+    // The wire loses nothing: met at the one point it applies to (c0 at 20k, written 20000
+    // after parsing); vs_first is 1 at the first point, so not met there.
+    assert_eq!(goals[0]["met"], true, "{goals:?}");
+    assert_eq!(goals[0]["points"].as_array().unwrap().len(), 1);
+    assert_eq!(goals[1]["met"], false);
+    assert_eq!(goals[2]["met"], true);
+    // Replayed frames carry no TX time: no latency figures.
+    assert!(r.points.iter().all(|p| !p.metrics.contains_key("p50_us")));
+    let t = table(&r);
+    assert!(t.contains("goal vs_first >= 1.5: NOT met"), "{t}");
+    assert!(t.contains("goal c1.loss_ratio <= 1% at rate.c0=20k: met"), "{t}");
+}
