@@ -370,7 +370,7 @@ impl MsrFront {
 
     fn maybe_tick(&mut self) {
         self.calls = self.calls.wrapping_add(1);
-        if self.calls % Self::TICK_EVERY == 0 {
+        if self.calls.is_multiple_of(Self::TICK_EVERY) {
             let now = self.t0.elapsed().as_nanos() as u64;
             self.lb.tick(now);
             self.changes.clear();
