@@ -659,7 +659,11 @@ impl Dut for RouteplexDut {
         if let Some(rt) = self.runtime.take() {
             let s = rt.snapshot().map_err(|e| tester::Error::new(e.to_string()))?;
             rt.stop().map_err(|e| tester::Error::new(e.to_string()))?;
-            let details = s.to_json();
+            let mut details = s.to_json();
+            if let (Some(m), Some(o)) = (&self.msr, details.as_object_mut()) {
+                // Which back-ends the policy left on, and what each refused: the MSR's state.
+                o.insert("msr".into(), json!(m.dump()));
+            }
             self.engine_report = Some(details.clone());
             return Ok(DutReport {
                 counters: Some(snapshot_rt(&s, &self.in_names()).total),
