@@ -383,7 +383,7 @@ fn replicas_pinning_and_msr_parse_vary_and_are_checked() {
     // Across fields: more replicas than workers, an MSR without back-ends, shared ports.
     let e = err(&text.replace("param: [replicas, workers]", "param: replicas"));
     assert!(e.message.contains("replicas 2 needs workers 2 or more"), "{e}");
-    assert!(e.message.contains("at replicas = 2"), "{e}");
+    assert!(e.message.contains("at c0 offered = 2: replicas 2"), "{e}");
     let e = err(&text.replace("  pin: false", "  msr: true"));
     assert!(e.message.contains("msr true needs replicas 2 or more"), "{e}");
     let e = err(&text.replace("vrs: 1", "vrs: 2"));
