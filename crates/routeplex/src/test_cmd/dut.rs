@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use control::Topology;
 use dataplane::config::VrConfig;
+use dataplane::msr::{Change, LbPort, MsrControl, MsrShared};
+use dataplane::replica::RssPort;
 use dataplane::{Drop, Engine, PortDrop};
 use serde_json::{json, Value};
 use tester::{Dut, DutCounters, DutPorts, DutReport, DutSnapshot, PortSet, Refusal, Target};
@@ -63,6 +65,11 @@ pub struct RouteplexDut {
     runtime: Option<control::runtime::Runtime>,
     /// Topology indices of the ingress ports.
     in_ports: Vec<usize>,
+    /// Whether the multi-worker runtime pins its workers (false: the OS places them).
+    pin_workers: bool,
+    /// An MSR's load balancer on the ingress port, once started: its shared state, read for
+    /// the report.
+    msr: Option<Arc<MsrShared>>,
 }
 
 impl RouteplexDut {
@@ -220,6 +227,8 @@ impl RouteplexDut {
             host: None,
             runtime: None,
             in_ports,
+            pin_workers: true,
+            msr: None,
         })
     }
 
@@ -241,6 +250,12 @@ impl RouteplexDut {
     /// The VRs, as configured (routes included).
     pub fn vrs(&self) -> &[VrConfig] {
         &self.vrs
+    }
+
+    /// Whether a multi-worker DUT pins its workers to the topology's CPUs (the default) or
+    /// leaves their placement to the OS.
+    pub fn set_pin_workers(&mut self, pin: bool) {
+        self.pin_workers = pin;
     }
 }
 
@@ -280,18 +295,107 @@ impl RouteplexDut {
         self.build_now().map_err(err)?;
         let mut host = self.host.take().expect("built");
         let mut ports: Vec<Box<dyn ports::Port>> = Vec::new();
-        for p in self.ingress_ports.iter().chain(&self.egress_ports) {
-            let end =
-                host.take_outside(&self.topo, p).map_err(|e| tester::Error::new(e.to_string()))?;
-            ports.push(Box::new(end));
+        let n_in = self.ingress_ports.len();
+        let names: Vec<String> =
+            self.ingress_ports.iter().chain(&self.egress_ports).cloned().collect();
+        for (k, p) in names.iter().enumerate() {
+            ports.push(self.outside(&mut host, p, k < n_in)?);
         }
         let sinks = (self.ingress_ports.len()..ports.len()).collect();
         let mut o = control::runtime::Options::for_topology(&self.topo);
-        o.pin = Some(sys::pin);
+        o.pin = self.pin_workers.then_some(sys::pin as fn(usize) -> bool);
         let rt = control::runtime::Runtime::start(host.cells, o)
             .map_err(|e| tester::Error::new(format!("cannot start the DUT's workers: {e}")))?;
         self.runtime = Some(rt);
         Ok(PortSet { ports, sinks, refusal: Refusal::Loss })
+    }
+}
+
+impl RouteplexDut {
+    /// The generator's or the sink's end of port `name`: the outside end of a plain `mem`
+    /// port; for a replicated VR's port, its queues behind the flow hash a NIC's RSS applies
+    /// or, on an MSR's ingress port, behind the MSR's load balancer.
+    fn outside(
+        &mut self,
+        host: &mut control::build::Host,
+        name: &str,
+        ingress: bool,
+    ) -> Result<Box<dyn ports::Port>, tester::Error> {
+        let i = self.topo.port_index(name).ok_or_else(|| tester::Error::new(name))?;
+        if host.outside.get(i).is_some_and(Option::is_some) {
+            let end = host
+                .take_outside(&self.topo, name)
+                .map_err(|e| tester::Error::new(e.to_string()))?;
+            return Ok(Box::new(end));
+        }
+        let queues = host.queues.get_mut(i).and_then(Option::take).ok_or_else(|| {
+            tester::Error::new(format!("port {name}: neither its outside end nor its queues"))
+        })?;
+        let queues: Vec<Box<dyn ports::Port>> =
+            queues.into_iter().map(|q| Box::new(q) as Box<dyn ports::Port>).collect();
+        match self.topo.msrs.first() {
+            Some(spec) if ingress => {
+                let shared = MsrShared::new(spec.backends, spec.active);
+                let lb = LbPort::new(name, spec.lb, shared.clone(), queues);
+                let control = MsrControl::new(shared.clone(), spec.policy, spec.lb.idle_ns);
+                self.msr = Some(shared);
+                Ok(Box::new(MsrFront {
+                    lb,
+                    control,
+                    t0: Instant::now(),
+                    calls: 0,
+                    changes: Vec::new(),
+                }))
+            }
+            _ => Ok(Box::new(RssPort::new(name, queues))),
+        }
+    }
+}
+
+/// An MSR's front end as the generator's port: the load balancer, ticked with the control
+/// processor's policy every [`MsrFront::TICK_EVERY`] bursts (the generator's thread is where
+/// the balancer runs, as `docs/topology.md` says of `mem` ports).
+struct MsrFront {
+    lb: LbPort,
+    control: MsrControl,
+    t0: Instant,
+    calls: u32,
+    changes: Vec<Change>,
+}
+
+impl MsrFront {
+    /// Bursts between ticks: often enough for the policy's window (milliseconds), rarely
+    /// enough that reading the clock costs nothing per frame.
+    const TICK_EVERY: u32 = 64;
+
+    fn maybe_tick(&mut self) {
+        self.calls = self.calls.wrapping_add(1);
+        if self.calls.is_multiple_of(Self::TICK_EVERY) {
+            let now = self.t0.elapsed().as_nanos() as u64;
+            self.lb.tick(now);
+            self.changes.clear();
+            self.control.tick(now, &mut self.changes);
+        }
+    }
+}
+
+impl ports::Port for MsrFront {
+    fn name(&self) -> &str {
+        self.lb.name()
+    }
+    fn rx_burst(&mut self, batch: &mut ports::Batch) -> usize {
+        self.lb.rx_burst(batch)
+    }
+    fn tx_burst(&mut self, batch: &mut ports::Batch, sel: &[u16]) -> usize {
+        self.maybe_tick();
+        self.lb.tx_burst(batch, sel)
+    }
+    fn stats(&self) -> ports::PortStats {
+        self.lb.stats()
+    }
+    fn service(&mut self) {
+        self.maybe_tick();
+        self.lb.service();
     }
 }
 
@@ -414,8 +518,12 @@ impl Dut for RouteplexDut {
             "ports": {"generator": self.ingress_ports, "sink": self.egress_ports, "backend": "mem"},
             "family": family_name(self.family),
             "table": self.table.label,
+            "replicas": self.topo.vrs.iter().zip(&self.topo.schedule).filter(|(_, s)| s.copies() > 1).map(|(v, s)| json!({"vr": v.name, "replicas": s.copies()})).collect::<Vec<_>>(),
+            "msr": self.topo.msrs.first().map(|m| format!("load balancer on the generator's port (in the tester's thread), {} back-ends, {} active at start, policy: on above {} pps per active back-end, off below {} pps, hold {} ms", m.backends, m.active, m.policy.on_above_pps, m.policy.off_below_pps, m.policy.hold_ns / 1_000_000)),
+            "msr_state": self.msr.as_ref().map(|m| m.dump()),
             "vrs": routes,
             "worker": match (self.workers(), self.pin) {
+                (n, _) if n > 1 && !self.pin_workers => format!("{n} worker threads (the multi-worker runtime), not pinned: the OS places them"),
                 (n, _) if n > 1 => format!("{n} worker threads (the multi-worker runtime), pinned as the topology's workers say"),
                 (_, Some(c)) => format!("one thread pinned to CPU {c}"),
                 (_, None) => "one thread, not pinned".into(),
@@ -551,7 +659,11 @@ impl Dut for RouteplexDut {
         if let Some(rt) = self.runtime.take() {
             let s = rt.snapshot().map_err(|e| tester::Error::new(e.to_string()))?;
             rt.stop().map_err(|e| tester::Error::new(e.to_string()))?;
-            let details = s.to_json();
+            let mut details = s.to_json();
+            if let (Some(m), Some(o)) = (&self.msr, details.as_object_mut()) {
+                // Which back-ends the policy left on, and what each refused: the MSR's state.
+                o.insert("msr".into(), json!(m.dump()));
+            }
             self.engine_report = Some(details.clone());
             return Ok(DutReport {
                 counters: Some(snapshot_rt(&s, &self.in_names()).total),

@@ -80,7 +80,11 @@
 //! `period_us` (default 1000), `weight` (share of spare capacity, 0: a hard cap),
 //! `reserved_vrs` (only the first N VRs get the reservation; default all), `workers` (data
 //! plane threads; per-vr VRs are spread over them, shared ports are one cell on one worker),
-//! `batch` (packets a VR processes per burst; the rest is dropped). Traffic parameters:
+//! `batch` (packets a VR processes per burst; the rest is dropped), `replicas` (each VR
+//! runs as N replicas, one per worker, flows spread by their hash: parallel virtual routers;
+//! needs `workers` >= N), `pin` (true: the DUT's threads pinned; false: the OS places them),
+//! `msr` (true: the replicated VR is a multistage software router, load balancers on its
+//! ports pinning flows to the back-ends the load policy keeps on). Traffic parameters:
 //! `frame_size`, `flows`, `active_vrs`, `rate`, `generator`, and `rate.<vr>` (one VR's rate)
 //! on an axis.
 //!
@@ -189,6 +193,14 @@ pub struct DutParams {
     pub workers: usize,
     /// Packets a VR processes per burst (1..=256); 0: a whole burst.
     pub batch: usize,
+    /// Copies of each VR, one per worker, flows spread over them by a flow hash (parallel
+    /// virtual routers, 1..=64; at most `workers`).
+    pub replicas: usize,
+    /// Whether the DUT's threads are pinned (each worker to its CPU); false: the OS places them.
+    pub pin: bool,
+    /// The replicated VR as a multistage software router: load balancers on its ports pin
+    /// flows to back-ends (its replicas), switched on and off by the load policy.
+    pub msr: bool,
 }
 
 /// A VR's reservation, as a scenario gives it.
@@ -266,6 +278,9 @@ impl Default for DutParams {
             reserved_vrs: None,
             workers: 1,
             batch: 0,
+            replicas: 1,
+            pin: true,
+            msr: false,
         }
     }
 }
@@ -380,6 +395,9 @@ const DUT_KEYS: &[&str] = &[
     "reserved_vrs",
     "workers",
     "batch",
+    "replicas",
+    "pin",
+    "msr",
 ];
 /// DUT kinds a [`DutBuilder`] other than [`FakeBuilder`] builds: routeplex VRs, and Linux VRs
 /// on macvlan devices (seed 002's baseline; root).
@@ -418,6 +436,9 @@ impl Params {
             "reserved_vrs" => d.reserved_vrs.map_or("all".into(), |n| n.to_string()),
             "workers" => d.workers.to_string(),
             "batch" => d.batch.to_string(),
+            "replicas" => d.replicas.to_string(),
+            "pin" => d.pin.to_string(),
+            "msr" => d.msr.to_string(),
             "frame_size" => t.frame_size.to_string(),
             "flows" => t.flows.to_string(),
             "active_vrs" => t.active_vrs.map_or("all".into(), |n| n.to_string()),
@@ -519,6 +540,19 @@ impl Params {
             "reserved_vrs" => d.reserved_vrs = Some(int(1, MAX_VRS as u64)?),
             "workers" => d.workers = int(1, 64)?,
             "batch" => d.batch = int(1, 256)?,
+            "replicas" => d.replicas = int(1, MAX_REPLICAS as u64)?,
+            "pin" | "msr" => {
+                let b = match text {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(format!("{key} must be true or false, not {text:?}")),
+                };
+                if key == "pin" {
+                    d.pin = b;
+                } else {
+                    d.msr = b;
+                }
+            }
             _ if LATER_KEYS.contains(&key) => {
                 return Err(format!(
                     "{key}: the generated topology places VRs itself (workers: N spreads per-vr \
@@ -561,8 +595,51 @@ impl Params {
                 return Err(format!("active_vrs {n} is more than the {} VRs", d.vrs));
             }
         }
-        Ok(())
+        check_replicas(d)
     }
+}
+
+/// The most replicas of a VR (the data plane's limit, one bit per back-end in an MSR).
+pub const MAX_REPLICAS: usize = 64;
+
+/// Replicas run one per worker on ports of their own (a queue each), and an MSR's back-ends
+/// are the replicas of a routeplex VR.
+fn check_replicas(d: &DutParams) -> std::result::Result<(), String> {
+    if d.replicas > d.workers {
+        return Err(format!(
+            "replicas {} needs workers {0} or more (one replica per worker), not {}",
+            d.replicas, d.workers
+        ));
+    }
+    if d.replicas > 1 {
+        if d.kind != "routeplex" {
+            return Err(format!("replicas {}: only routeplex VRs have replicas", d.replicas));
+        }
+        if d.ports == Layout::Shared && d.vrs > 1 {
+            return Err(format!(
+                "replicas {}: a replicated VR needs its ports to itself (vrs 1, or ports per-vr), \
+                 not {} VRs on shared ports",
+                d.replicas, d.vrs
+            ));
+        }
+    }
+    if d.msr {
+        if d.replicas < 2 {
+            return Err(format!(
+                "msr true needs replicas 2 or more (its back-ends), not {}",
+                d.replicas
+            ));
+        }
+        if d.vrs > 1 {
+            return Err(format!("msr true: one MSR, over vrs 1, not {} VRs", d.vrs));
+        }
+        if d.bidirectional {
+            return Err(
+                "msr true: traffic enters on the ingress port only (bidirectional false)".into()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// A parameter varied over points.

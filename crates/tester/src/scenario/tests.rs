@@ -346,3 +346,54 @@ fn goals_parse_and_are_reported_met_or_not_per_point() {
     assert!(t.contains("goal vs_first >= 1.5: NOT met"), "{t}");
     assert!(t.contains("goal c1.loss_ratio <= 1% at rate.c0=20k: met"), "{t}");
 }
+
+#[test]
+fn replicas_pinning_and_msr_parse_vary_and_are_checked() {
+    let text = GOOD
+        .replace("kind: multi-wire", "kind: routeplex")
+        .replace("vrs: 2", "vrs: 1")
+        .replace("  ring: 1024", "  ring: 1024\n  workers: 1\n  pin: false")
+        .replace("param: rate.c0", "param: [replicas, workers]")
+        .replace("values: [5k, 20k]", "values: [1, 2, 4]")
+        .replace("  rates: { c0: 5k, c1: 5k }", "  rate: 10k")
+        .replace("derived: [drop_vs_first, linear_fit]", "derived: [drop_vs_first]");
+    let sc = Scenario::parse(&text, "pvr.yaml").unwrap();
+    let pts = sc.points(false);
+    assert_eq!(pts.len(), 3);
+    assert_eq!((pts[2].2.dut.replicas, pts[2].2.dut.workers), (4, 4));
+    assert!(!pts[2].2.dut.pin && !pts[2].2.dut.msr);
+    assert_eq!(pts[1].2.get("replicas"), "2");
+    assert_eq!(pts[1].2.get("pin"), "false");
+    assert_eq!(DutParams::default().replicas, 1);
+    assert!(DutParams::default().pin, "pinned unless a file says otherwise");
+
+    // Bad values name file, line, field and value.
+    let e = Scenario::parse(&text.replace("  pin: false", "  pin: maybe"), "pvr.yaml").unwrap_err();
+    assert_eq!(
+        (e.file.as_str(), e.line, e.field.as_str(), e.value.as_deref()),
+        ("pvr.yaml", 12, "dut.pin", Some("maybe"))
+    );
+    assert!(e.message.contains("pin must be true or false"), "{e}");
+    let e =
+        Scenario::parse(&text.replace("  pin: false", "  replicas: 65"), "pvr.yaml").unwrap_err();
+    assert_eq!((e.line, e.field.as_str(), e.value.as_deref()), (12, "dut.replicas", Some("65")));
+    assert!(e.message.contains("out of range 1..=64"), "{e}");
+    let e = Scenario::parse(&text.replace("  pin: false", "  msr: yes"), "pvr.yaml").unwrap_err();
+    assert_eq!((e.field.as_str(), e.value.as_deref()), ("dut.msr", Some("yes")));
+    // Across fields: more replicas than workers, an MSR without back-ends, shared ports.
+    let e = err(&text.replace("param: [replicas, workers]", "param: replicas"));
+    assert!(e.message.contains("replicas 2 needs workers 2 or more"), "{e}");
+    assert!(e.message.contains("at c0 offered = 2: replicas 2"), "{e}");
+    let e = err(&text.replace("  pin: false", "  msr: true"));
+    assert!(e.message.contains("msr true needs replicas 2 or more"), "{e}");
+    let e = err(&text.replace("vrs: 1", "vrs: 2"));
+    assert!(e.message.contains("needs its ports to itself"), "{e}");
+    let msr = text
+        .replace("  pin: false", "  msr: true\n  replicas: 2\n  workers: 2")
+        .replace("  workers: 1\n", "")
+        .replace("param: [replicas, workers]", "param: pin")
+        .replace("values: [1, 2, 4]", "values: [true, false]");
+    let sc = Scenario::parse(&msr, "msr.yaml").unwrap();
+    assert!(sc.points(false).iter().all(|(_, _, p)| p.dut.msr && p.dut.replicas == 2));
+    assert!(!sc.points(false)[1].2.dut.pin);
+}
