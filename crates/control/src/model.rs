@@ -49,6 +49,37 @@ pub struct TopologyDoc {
     pub switches: Vec<SwitchDoc>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vrs: Vec<VrDoc>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub msrs: Vec<MsrDoc>,
+}
+
+/// One `msrs[]` entry: a multistage router over replicated VR `vr`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MsrDoc {
+    pub vr: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flows: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<MsrPolicyDoc>,
+}
+
+/// An MSR's `policy:`: when back-ends are switched on and off.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MsrPolicyDoc {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_above_pps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off_below_pps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_active: Option<u64>,
 }
 
 /// `workers:`: a count, or a list of CPUs.

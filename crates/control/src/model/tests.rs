@@ -210,6 +210,7 @@ fn representative() -> TopologyDoc {
             group_timeout_s: Some(30),
         }],
         vrs: vec![vr1, vr2],
+        msrs: vec![],
     }
 }
 
@@ -481,6 +482,19 @@ fn every_field() -> TopologyDoc {
                 punt_burst: Some(1),
             }),
         }],
+        msrs: vec![MsrDoc {
+            vr: s("v"),
+            active: Some(1),
+            flows: Some(1),
+            idle_ms: Some(1),
+            fail_ms: Some(1),
+            policy: Some(MsrPolicyDoc {
+                on_above_pps: Some(1),
+                off_below_pps: Some(1),
+                hold_ms: Some(1),
+                min_active: Some(1),
+            }),
+        }],
     }
 }
 
@@ -525,6 +539,12 @@ fn the_model_has_exactly_the_keys_the_parser_accepts() {
             "control_plane",
             vr["control_plane"].clone(),
             vr_probe("control_plane: { kind: linux, zz: 1 }"),
+        ),
+        ("msrs[]", doc["msrs"][0].clone(), s("msrs:\n  - { zz: 1 }\n")),
+        (
+            "msrs[].policy",
+            doc["msrs"][0]["policy"].clone(),
+            s("vrs:\n  - { name: v, replicas: 2 }\nmsrs:\n  - { vr: v, policy: { zz: 1 } }\n"),
         ),
     ];
     for (section, model, probe) in sections {
