@@ -855,6 +855,40 @@ fn point(routes: Routes, n_routes: u64, frame: usize, k: usize, reps: &[Rep]) ->
     })
 }
 
+/// Issue 12's goals for a move: each judged over every measured point it applies to (`routes`
+/// `None`: all of them), on the repetitions' worst value, not their mean.
+const GOALS: [(&str, &str, Option<&str>, f64); 3] = [
+    ("lost == 0", "lost", None, 0.0),
+    ("downtime_ms < 1", "downtime_ms", None, 1.0),
+    ("total_ms < 2000 with the real table", "total_ms", Some("real"), 2000.0),
+];
+
+fn judge_goals(points: &[Value]) -> Vec<Value> {
+    GOALS
+        .iter()
+        .map(|&(goal, key, routes, limit)| {
+            let worst: Vec<(String, f64)> = points
+                .iter()
+                .filter(|p| p["skipped"].is_null())
+                .filter(|p| routes.is_none_or(|r| p["routes_label"] == r))
+                .filter_map(|p| Some((p["label"].as_str()?.to_string(), p[key]["max"].as_f64()?)))
+                .collect();
+            let met = (!worst.is_empty()).then(|| {
+                worst.iter().all(|&(_, x)| if key == "lost" { x <= limit } else { x < limit })
+            });
+            let verdict = match met {
+                None => "not measured (no point had it)".to_string(),
+                Some(m) => format!(
+                    "{} (worst repetition per point: {})",
+                    if m { "met" } else { "NOT met" },
+                    worst.iter().map(|(l, x)| format!("{l} {x:.2}")).collect::<Vec<_>>().join(", ")
+                ),
+            };
+            json!({ "goal": goal, "met": met, "verdict": verdict })
+        })
+        .collect()
+}
+
 fn seed() -> Value {
     json!({
         "kvm_downtime_ms": SEED_KVM_DOWNTIME_MS,
@@ -1014,7 +1048,12 @@ pub fn measure(
     std::fs::create_dir_all(out).with_context(|| format!("--out {}", out.display()))?;
     let name = &about.name;
     let mut files = Vec::new();
-    let text = table(&points);
+    let goals = judge_goals(&points);
+    let mut text = table(&points);
+    for g in &goals {
+        let (goal, verdict) = (g["goal"].as_str(), g["verdict"].as_str());
+        text += &format!("goal {}: {}\n", goal.unwrap_or_default(), verdict.unwrap_or_default());
+    }
     for (f, body) in [(format!("{name}.txt"), text.clone()), (format!("{name}.csv"), csv(&points))]
     {
         let p = out.join(f);
@@ -1028,10 +1067,11 @@ pub fn measure(
     files.push(json_path.display().to_string());
     let primary = "downtime_ms";
     let v = json!({
-        "scenario": { "name": name, "title": about.title, "about": about.about, "reproduces": about.reproduces },
+        "scenario": { "name": name, "title": about.title, "about": about.about, "reproduces": about.reproduces,
+                      "report": { "goals": GOALS.iter().map(|g| g.0).collect::<Vec<_>>() } },
         "quick": about.quick,
         "parameters": { "reps": plan.reps, "routes": plan.routes.iter().map(|r| r.label()).collect::<Vec<_>>(), "frames": plan.frames, "rate_pps": plan.rate },
-        "derived": { "primary": primary },
+        "derived": { "primary": primary, "goals": goals },
         "points": points,
         "seed": seed(),
         "table": text,
