@@ -454,16 +454,7 @@ impl Port for LbPort {
     }
 
     fn rx_burst(&mut self, batch: &mut Batch) -> usize {
-        let n = self.queues.len();
-        let mut got = 0;
-        for k in 0..n {
-            if batch.room() == 0 {
-                break;
-            }
-            got += self.queues[(self.next_rx + k) % n].rx_burst(batch);
-        }
-        self.next_rx = (self.next_rx + 1) % n;
-        got
+        crate::replica::rx_rotating(&mut self.queues, &mut self.next_rx, batch)
     }
 
     /// Takes every frame of `sel`: each goes to its flow's back-end, in order per back-end;

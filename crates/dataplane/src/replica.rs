@@ -102,22 +102,32 @@ impl RssPort {
     }
 }
 
+/// Receives from every queue into `batch`, starting one queue later on each call so that no
+/// queue is always served last when the batch fills (RssPort's and the MSR balancer's receive).
+pub(crate) fn rx_rotating(
+    queues: &mut [Box<dyn Port>],
+    next: &mut usize,
+    batch: &mut Batch,
+) -> usize {
+    let n = queues.len();
+    let mut got = 0;
+    for k in 0..n {
+        if batch.room() == 0 {
+            break;
+        }
+        got += queues[(*next + k) % n].rx_burst(batch);
+    }
+    *next = (*next + 1) % n;
+    got
+}
+
 impl Port for RssPort {
     fn name(&self) -> &str {
         &self.name
     }
 
     fn rx_burst(&mut self, batch: &mut Batch) -> usize {
-        let n = self.queues.len();
-        let mut got = 0;
-        for k in 0..n {
-            if batch.room() == 0 {
-                break;
-            }
-            got += self.queues[(self.next_rx + k) % n].rx_burst(batch);
-        }
-        self.next_rx = (self.next_rx + 1) % n;
-        got
+        rx_rotating(&mut self.queues, &mut self.next_rx, batch)
     }
 
     fn tx_burst(&mut self, batch: &mut Batch, sel: &[u16]) -> usize {
