@@ -29,7 +29,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use dataplane::{Budget, Drop as VrDrop, PortDrop};
+use dataplane::{Budget, PortDrop, VrDrop};
 use ports::PortStatus;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
@@ -640,7 +640,7 @@ impl MetricsServer {
     }
 }
 
-impl std::ops::Drop for MetricsServer {
+impl Drop for MetricsServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         // Wake the blocking accept with a connection of our own; join only if that worked.

@@ -421,7 +421,7 @@ impl Snapshot {
                     .collect();
                 json!({
                     "name": v.name, "worker": w, "counters": c,
-                    "over_budget": v.counters.dropped(dataplane::Drop::OverBudget),
+                    "over_budget": v.counters.dropped(dataplane::VrDrop::OverBudget),
                     "reservation": v.reservation.map(reservation_json),
                     "pending_reservation": v.pending.map(|p| p.map(reservation_json)),
                     "batch": v.batch,

@@ -18,7 +18,7 @@ use common::{frame, generate, seq_of, sink, DEADLINE, MOVES};
 use control::build;
 use control::runtime::{Idle, Options, Runtime};
 use control::Topology;
-use dataplane::{Budget, Drop, Reservation};
+use dataplane::{Budget, Reservation, VrDrop};
 use ports::mem::MemPort;
 use ports::{Batch, Port};
 
@@ -187,7 +187,7 @@ fn reservations_change_at_run_time() {
         thread::sleep(Duration::from_millis(1));
     };
     assert_eq!(counters.forwarded, 10);
-    assert_eq!(counters.dropped(Drop::OverBudget), 90);
+    assert_eq!(counters.dropped(VrDrop::OverBudget), 90);
     let mut out = Batch::new(256);
     assert_eq!(rx.rx_burst(&mut out), 10);
     let seqs: Vec<u64> = out.packets().iter().filter_map(|p| seq_of(p.frame())).collect();
@@ -270,15 +270,15 @@ vrs:
     send(&mut tx, [2, 0, 0, 0, 1, 0], 0..50);
     drain(e, 0);
     let c = *e.vr("capped").unwrap().counters();
-    assert_eq!((c.forwarded, c.dropped(Drop::OverBudget)), (10, 40));
+    assert_eq!((c.forwarded, c.dropped(VrDrop::OverBudget)), (10, 40));
     send(&mut tx, [2, 0, 0, 0, 1, 0], 50..70);
     drain(e, 10_000_000_000);
     let c = *e.vr("capped").unwrap().counters();
-    assert_eq!((c.forwarded, c.dropped(Drop::OverBudget)), (20, 50));
+    assert_eq!((c.forwarded, c.dropped(VrDrop::OverBudget)), (20, 50));
 
     // 20 frames on a burst-8 port: polls of 8, 8, 4, each cut to the VR's batch of 4.
     send(&mut tx2, [2, 0, 0, 0, 2, 0], 0..20);
     drain(e, 0);
     let c = *e.vr("batched").unwrap().counters();
-    assert_eq!((c.forwarded, c.dropped(Drop::BatchLimit), c.dropped_total()), (12, 8, 8));
+    assert_eq!((c.forwarded, c.dropped(VrDrop::BatchLimit), c.dropped_total()), (12, 8, 8));
 }

@@ -19,7 +19,7 @@ use ports::{Batch, Port, PortStats, PortStatus, MAX_BURST};
 
 use crate::budget::{Account, Admit};
 use crate::config::Reservation;
-use crate::counters::{Drop, PortCounters, StageCounters, TxTally};
+use crate::counters::{PortCounters, StageCounters, TxTally, VrDrop};
 use crate::demux::{Conflict, Demux, Target, NO_KEY};
 use crate::observe::{Dir, Observe, Reason, Tap, Trace, TraceRecord};
 use crate::switch::Switch;
@@ -141,7 +141,7 @@ fn transmit_out(
 }
 
 /// Counts packets `sel` of `batch` as demuxed to `vr` and dropped for `r` before it saw them.
-fn refuse(vr: &mut Vr, batch: &Batch, sel: &[u16], r: Drop) {
+fn refuse(vr: &mut Vr, batch: &Batch, sel: &[u16], r: VrDrop) {
     if sel.is_empty() {
         return;
     }
@@ -159,7 +159,7 @@ fn refused(
     batch: &Batch,
     meta: &[Meta],
     sel: &[u16],
-    r: Drop,
+    r: VrDrop,
     now: u64,
 ) {
     for &i in sel {
@@ -196,7 +196,7 @@ fn observe_after(
 ) {
     let Some(o) = obs.as_deref_mut() else { return };
     let after = &vr.core.counters.drops;
-    let drop = Drop::ALL.iter().copied().find(|&r| after[r as usize] != o.before[r as usize]);
+    let drop = VrDrop::ALL.iter().copied().find(|&r| after[r as usize] != o.before[r as usize]);
     let found = lookup.single().map(|(a, nh)| (a, nh, vr.adj(nh)));
     let i = i as usize;
     observed_fate(o, v, p, batch.get(i), &meta[i], found, drop, now);
@@ -212,7 +212,7 @@ fn observed_fate(
     pkt: &ports::PktBuf,
     m: &Meta,
     lookup: Option<(std::net::IpAddr, fib::NextHop, crate::vr::Adj)>,
-    drop: Option<Drop>,
+    drop: Option<VrDrop>,
     now: u64,
 ) {
     if let (Some(t), Some(r)) = (o.tap.as_mut(), drop) {
@@ -646,12 +646,12 @@ impl Cell {
             let lim = n.min(limits[v] as usize);
             let admit = accounts[v].admit(lim, now, spare, timed);
             let k = admit.total();
-            refuse(&mut vrs[v], batch, &sel[k..lim], Drop::OverBudget);
-            refuse(&mut vrs[v], batch, &sel[lim..n], Drop::BatchLimit);
+            refuse(&mut vrs[v], batch, &sel[k..lim], VrDrop::OverBudget);
+            refuse(&mut vrs[v], batch, &sel[lim..n], VrDrop::BatchLimit);
             let slow = match (observed, obs.as_deref_mut()) {
                 (Some(p), Some(o)) if o.wants(v, p) => {
-                    refused(o, v, p, batch, &meta[..], &sel[k..lim], Drop::OverBudget, now);
-                    refused(o, v, p, batch, &meta[..], &sel[lim..n], Drop::BatchLimit, now);
+                    refused(o, v, p, batch, &meta[..], &sel[k..lim], VrDrop::OverBudget, now);
+                    refused(o, v, p, batch, &meta[..], &sel[lim..n], VrDrop::BatchLimit, now);
                     true
                 }
                 _ => false,

@@ -46,7 +46,7 @@ reasons! {
 
 reasons! {
     /// Why a VR dropped a packet.
-    Drop {
+    VrDrop {
         /// The VR had spent its reservation for the period: dropped by the engine right after
         /// demux, before the VR saw it (see `Reservation`).
         OverBudget = "over_budget",
@@ -223,8 +223,8 @@ pub struct VrCounters {
     /// Frames the mirror's kernel sent out of a mirror interface, sent out of the VR
     /// interface's port.
     pub injected: u64,
-    /// Drops by [`Drop`] reason.
-    pub drops: [u64; Drop::COUNT],
+    /// Drops by [`VrDrop`] reason.
+    pub drops: [u64; VrDrop::COUNT],
 }
 
 /// What became of the packets one transmit offered: counted on the VR that made them.
@@ -272,7 +272,7 @@ impl Default for VrCounters {
             generated_dropped: 0,
             punted: 0,
             injected: 0,
-            drops: [0; Drop::COUNT],
+            drops: [0; VrDrop::COUNT],
         }
     }
 }
@@ -283,20 +283,20 @@ impl VrCounters {
     pub(crate) fn add(&mut self, t: &TxTally) {
         self.forwarded += t.forwarded;
         self.forwarded_bytes += t.forwarded_bytes;
-        self.drops[Drop::TxFull as usize] += t.tx_full;
+        self.drops[VrDrop::TxFull as usize] += t.tx_full;
         self.generated_dropped += t.generated_dropped;
     }
 
     /// Counts packets demuxed to the VR but refused before it saw them (budget, batch limit).
     #[inline]
-    pub(crate) fn refuse(&mut self, r: Drop, packets: u64, bytes: u64) {
+    pub(crate) fn refuse(&mut self, r: VrDrop, packets: u64, bytes: u64) {
         self.rx_packets += packets;
         self.rx_bytes += bytes;
         self.drops[r as usize] += packets;
     }
 
     /// Drops for one reason.
-    pub fn dropped(&self, r: Drop) -> u64 {
+    pub fn dropped(&self, r: VrDrop) -> u64 {
         self.drops[r as usize]
     }
 
@@ -325,7 +325,7 @@ impl VrCounters {
             ("punted", self.punted),
             ("injected", self.injected),
         ];
-        v.extend(Drop::ALL.iter().map(|&r| (r.name(), self.drops[r as usize])));
+        v.extend(VrDrop::ALL.iter().map(|&r| (r.name(), self.drops[r as usize])));
         v
     }
 }

@@ -13,11 +13,11 @@
 //!   reservation periods), and the time charged to VRs with time budgets comes from a [`Clock`]
 //!   the caller injects, so every behaviour is reproducible in tests with a fake clock.
 //! - Reservations: a VR over its budget (packets or clock time per period) loses its packets
-//!   right after demux, before any VR work, counted as [`Drop::OverBudget`] (see `budget.rs`).
+//!   right after demux, before any VR work, counted as [`VrDrop::OverBudget`] (see `budget.rs`).
 //! - Batches: a burst is classified, routed (one batched lookup per family), rewritten and
 //!   grouped by egress port in one pass, with no queue between stages.
 //! - Verdicts, not errors: a bad or unroutable packet is dropped and counted by reason at the
-//!   stage that decided it ([`PortDrop`] before demux, [`Drop`] in a VR); nothing panics on
+//!   stage that decided it ([`PortDrop`] before demux, [`VrDrop`] in a VR); nothing panics on
 //!   packet contents.
 //! - No allocation per packet: every buffer, queue and table is sized when the engine is built.
 //!   `tests/no_alloc.rs` holds this to zero allocations over a million forwarded packets.
@@ -41,7 +41,7 @@ mod worker;
 pub use budget::SPARE_WINDOW_NS;
 pub use cell::{Cell, Feed, Redirect};
 pub use config::{Budget, Reservation};
-pub use counters::{Drop, PortCounters, PortDrop, StageCounters, VrCounters};
+pub use counters::{PortCounters, PortDrop, StageCounters, VrCounters, VrDrop};
 pub use engine::Engine;
 pub use observe::{CaptureRing, Captured, Dir, Reason, Tap, TraceRecord};
 pub use routes::{Forward, RouteError, RouteOp, RouteSource, RouteTable};

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use ports::PktBuf;
 
-use crate::counters::{Drop, PortDrop};
+use crate::counters::{PortDrop, VrDrop};
 use crate::vr::Adj;
 
 /// Bytes of a frame a capture keeps (a frame buffer's size: whole frames).
@@ -47,7 +47,7 @@ impl Dir {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
     Port(PortDrop),
-    Vr(Drop),
+    Vr(VrDrop),
 }
 
 impl Reason {
@@ -299,7 +299,7 @@ pub struct TraceRecord {
     /// Egress: the port it was sent out of.
     pub egress: Option<u16>,
     /// The drop reason, if it was dropped.
-    pub drop: Option<Drop>,
+    pub drop: Option<VrDrop>,
 }
 
 /// A per-VR trace budget and its records.
@@ -314,12 +314,12 @@ pub(crate) struct Observe {
     pub tap: Option<Tap>,
     pub trace: Option<Trace>,
     /// A VR's drop counters before one packet's run.
-    pub before: [u64; Drop::COUNT],
+    pub before: [u64; VrDrop::COUNT],
 }
 
 impl Default for Observe {
     fn default() -> Self {
-        Observe { tap: None, trace: None, before: [0; Drop::COUNT] }
+        Observe { tap: None, trace: None, before: [0; VrDrop::COUNT] }
     }
 }
 

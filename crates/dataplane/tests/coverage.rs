@@ -1,9 +1,9 @@
-//! Meta-test: every drop reason (`Drop::ALL`, `PortDrop::ALL`) has a test that triggers it with
+//! Meta-test: every drop reason (`VrDrop::ALL`, `PortDrop::ALL`) has a test that triggers it with
 //! a crafted packet and asserts the whole counter set. The table is an exhaustive `match`, so a
 //! new reason does not compile until it is given a test; the test below checks that each named
 //! test exists in its file and that the file asserts that reason.
 
-use dataplane::{Drop, PortDrop};
+use dataplane::{PortDrop, VrDrop};
 
 const SOURCES: &[(&str, &str)] = &[
     ("drops.rs", include_str!("drops.rs")),
@@ -18,52 +18,54 @@ const SOURCES: &[(&str, &str)] = &[
 ];
 
 /// The test (file, function) that covers each VR drop reason.
-fn vr_test(d: Drop) -> (&'static str, &'static str) {
+fn vr_test(d: VrDrop) -> (&'static str, &'static str) {
     match d {
-        Drop::OverBudget => ("reservation.rs", "packet_budget_forwards_exactly_k_per_period"),
-        Drop::BatchLimit => ("reservation.rs", "batch_limit_drops_a_vrs_excess_per_burst"),
-        Drop::UnknownEthertype => ("drops.rs", "unknown_ethertype"),
-        Drop::ArpMalformed => ("drops.rs", "arp_malformed"),
-        Drop::ArpNotForUs => ("drops.rs", "arp_not_for_us"),
-        Drop::Ip4BadLength => ("drops.rs", "ip4_bad_length"),
-        Drop::Ip4BadOption => ("rfc.rs", "ip4_bad_option"),
-        Drop::Ip4BadVersion => ("drops.rs", "ip4_bad_version"),
-        Drop::Ip4BadChecksum => ("drops.rs", "ip4_bad_checksum"),
-        Drop::Ip6BadLength => ("drops.rs", "ip6_bad_length"),
-        Drop::Ip6BadVersion => ("drops.rs", "ip6_bad_version"),
-        Drop::Ip6BadExtHeader => ("drops.rs", "ip6_bad_ext_header"),
-        Drop::Ip6RoutingHeader => ("rfc.rs", "ip6_routing_header"),
-        Drop::SourceBeyondScope => ("rfc.rs", "source_beyond_scope"),
-        Drop::MartianSource => ("drops.rs", "martian_source"),
-        Drop::MartianDestination => ("drops.rs", "martian_destination"),
-        Drop::IpMulticast => ("drops.rs", "ip_multicast"),
-        Drop::TtlExpired => ("icmp.rs", "time_exceeded_v4"),
-        Drop::NoRoute => ("icmp.rs", "net_unreachable_v4_leaves_by_another_interface"),
-        Drop::Blackhole => ("drops.rs", "blackhole"),
-        Drop::DirectedBroadcast => ("drops.rs", "directed_broadcast"),
-        Drop::NoNeighbor => {
+        VrDrop::OverBudget => ("reservation.rs", "packet_budget_forwards_exactly_k_per_period"),
+        VrDrop::BatchLimit => ("reservation.rs", "batch_limit_drops_a_vrs_excess_per_burst"),
+        VrDrop::UnknownEthertype => ("drops.rs", "unknown_ethertype"),
+        VrDrop::ArpMalformed => ("drops.rs", "arp_malformed"),
+        VrDrop::ArpNotForUs => ("drops.rs", "arp_not_for_us"),
+        VrDrop::Ip4BadLength => ("drops.rs", "ip4_bad_length"),
+        VrDrop::Ip4BadOption => ("rfc.rs", "ip4_bad_option"),
+        VrDrop::Ip4BadVersion => ("drops.rs", "ip4_bad_version"),
+        VrDrop::Ip4BadChecksum => ("drops.rs", "ip4_bad_checksum"),
+        VrDrop::Ip6BadLength => ("drops.rs", "ip6_bad_length"),
+        VrDrop::Ip6BadVersion => ("drops.rs", "ip6_bad_version"),
+        VrDrop::Ip6BadExtHeader => ("drops.rs", "ip6_bad_ext_header"),
+        VrDrop::Ip6RoutingHeader => ("rfc.rs", "ip6_routing_header"),
+        VrDrop::SourceBeyondScope => ("rfc.rs", "source_beyond_scope"),
+        VrDrop::MartianSource => ("drops.rs", "martian_source"),
+        VrDrop::MartianDestination => ("drops.rs", "martian_destination"),
+        VrDrop::IpMulticast => ("drops.rs", "ip_multicast"),
+        VrDrop::TtlExpired => ("icmp.rs", "time_exceeded_v4"),
+        VrDrop::NoRoute => ("icmp.rs", "net_unreachable_v4_leaves_by_another_interface"),
+        VrDrop::Blackhole => ("drops.rs", "blackhole"),
+        VrDrop::DirectedBroadcast => ("drops.rs", "directed_broadcast"),
+        VrDrop::NoNeighbor => {
             ("neighbors.rs", "unresolved_next_hop_retransmits_fails_holds_and_retries")
         }
-        Drop::NeighborTableFull => ("neighbors.rs", "neighbor_table_full"),
-        Drop::NeighborRateLimited => ("neighbors.rs", "solicitations_are_rate_limited"),
-        Drop::NeighborQueueFull => ("neighbors.rs", "neighbor_queue_limits_per_next_hop_and_total"),
-        Drop::MtuExceeded => ("icmp.rs", "frag_needed_v4_carries_next_hop_mtu"),
-        Drop::LocalPortUnreachable => {
+        VrDrop::NeighborTableFull => ("neighbors.rs", "neighbor_table_full"),
+        VrDrop::NeighborRateLimited => ("neighbors.rs", "solicitations_are_rate_limited"),
+        VrDrop::NeighborQueueFull => {
+            ("neighbors.rs", "neighbor_queue_limits_per_next_hop_and_total")
+        }
+        VrDrop::MtuExceeded => ("icmp.rs", "frag_needed_v4_carries_next_hop_mtu"),
+        VrDrop::LocalPortUnreachable => {
             ("icmp.rs", "port_unreachable_v4_from_receiving_interface_address")
         }
-        Drop::LocalUnsupported => ("drops.rs", "local_unsupported"),
-        Drop::LocalFragment => ("drops.rs", "local_fragment"),
-        Drop::ReassemblyTimeout => ("rfc.rs", "reassembly_timeout"),
-        Drop::ReassemblyOverlap => ("rfc.rs", "reassembly_overlap"),
-        Drop::ReassemblyTooBig => ("rfc.rs", "reassembly_too_big_and_no_context"),
-        Drop::ReassemblyNoContext => ("rfc.rs", "reassembly_too_big_and_no_context"),
-        Drop::IcmpMalformed => ("drops.rs", "icmp_malformed"),
-        Drop::IcmpNotHandled => ("drops.rs", "icmp_not_handled"),
-        Drop::NdpInvalid => ("neighbors.rs", "invalid_neighbor_discovery_is_dropped"),
-        Drop::TxFull => ("drops.rs", "tx_full"),
-        Drop::InterfaceDown => ("drops.rs", "interface_down"),
-        Drop::PuntRateLimited => ("punt.rs", "punt_rate_limited"),
-        Drop::Prohibited => ("multipath.rs", "unreachable_and_prohibit_routes_answer_with_icmp"),
+        VrDrop::LocalUnsupported => ("drops.rs", "local_unsupported"),
+        VrDrop::LocalFragment => ("drops.rs", "local_fragment"),
+        VrDrop::ReassemblyTimeout => ("rfc.rs", "reassembly_timeout"),
+        VrDrop::ReassemblyOverlap => ("rfc.rs", "reassembly_overlap"),
+        VrDrop::ReassemblyTooBig => ("rfc.rs", "reassembly_too_big_and_no_context"),
+        VrDrop::ReassemblyNoContext => ("rfc.rs", "reassembly_too_big_and_no_context"),
+        VrDrop::IcmpMalformed => ("drops.rs", "icmp_malformed"),
+        VrDrop::IcmpNotHandled => ("drops.rs", "icmp_not_handled"),
+        VrDrop::NdpInvalid => ("neighbors.rs", "invalid_neighbor_discovery_is_dropped"),
+        VrDrop::TxFull => ("drops.rs", "tx_full"),
+        VrDrop::InterfaceDown => ("drops.rs", "interface_down"),
+        VrDrop::PuntRateLimited => ("punt.rs", "punt_rate_limited"),
+        VrDrop::Prohibited => ("multipath.rs", "unreachable_and_prohibit_routes_answer_with_icmp"),
     }
 }
 
@@ -96,10 +98,10 @@ fn asserts_counters(body: &str) -> bool {
 
 #[test]
 fn every_drop_reason_has_a_test() {
-    for &d in Drop::ALL {
+    for &d in VrDrop::ALL {
         let (file, name) = vr_test(d);
         let b = body(file, name);
-        let variant = format!("Drop::{d:?}");
+        let variant = format!("VrDrop::{d:?}");
         assert!(b.contains(&variant), "{file}::{name} never mentions {variant}");
         assert!(asserts_counters(b), "{file}::{name} ({}) does not assert the counters", d.name());
     }
@@ -110,6 +112,6 @@ fn every_drop_reason_has_a_test() {
         assert!(b.contains(&variant), "{file}::{name} never mentions {variant}");
         assert!(asserts_counters(b), "{file}::{name} ({}) does not assert the counters", d.name());
     }
-    assert_eq!(Drop::ALL.len(), Drop::COUNT);
+    assert_eq!(VrDrop::ALL.len(), VrDrop::COUNT);
     assert_eq!(PortDrop::ALL.len(), PortDrop::COUNT);
 }

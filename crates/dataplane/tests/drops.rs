@@ -1,4 +1,4 @@
-//! One crafted packet (or a few) per drop reason, classification (`PortDrop`) and VR (`Drop`),
+//! One crafted packet (or a few) per drop reason, classification (`PortDrop`) and VR (`VrDrop`),
 //! with every counter asserted and nothing sent. Reasons whose main test lives elsewhere
 //! (ICMP errors, neighbors) are listed in `coverage.rs`.
 
@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use dataplane::config::VrConfig;
-use dataplane::{Drop, PortDrop};
+use dataplane::{PortDrop, VrDrop};
 use etherparse::{Icmpv4Type, Icmpv6Type};
 
 const RINGS: [usize; 3] = [64, 64, 64];
@@ -17,7 +17,7 @@ fn lab() -> Lab {
 
 /// Sends each frame on `port`; each must be dropped by the VR for `reason`, silently.
 #[track_caller]
-fn vr_drops(lab: &mut Lab, port: usize, reason: Drop, frames: &[(&str, Vec<u8>)]) {
+fn vr_drops(lab: &mut Lab, port: usize, reason: VrDrop, frames: &[(&str, Vec<u8>)]) {
     for (what, f) in frames {
         lab.send(port, std::slice::from_ref(f));
         lab.run();
@@ -76,8 +76,8 @@ fn runt() {
     lab.run();
     lab.rx(0, &f);
     lab.rx(0, &g);
-    lab.drop(0, Drop::Ip4BadLength);
-    lab.drop(0, Drop::Ip4BadLength);
+    lab.drop(0, VrDrop::Ip4BadLength);
+    lab.drop(0, VrDrop::Ip4BadLength);
     lab.check("shortest non-runts");
 }
 
@@ -187,7 +187,7 @@ fn unknown_ethertype() {
     vr_drops(
         &mut lab,
         0,
-        Drop::UnknownEthertype,
+        VrDrop::UnknownEthertype,
         &[
             ("LLDP", pad60(eth(M0, H0, None, 0x88cc, b"lldp"))),
             ("802.1ad outer tag", eth(M0, H0, None, 0x88a8, &[0, 5, 8, 0, 0x45])),
@@ -209,7 +209,7 @@ fn arp_malformed() {
     vr_drops(
         &mut lab,
         0,
-        Drop::ArpMalformed,
+        VrDrop::ArpMalformed,
         &[
             ("truncated (27 bytes)", eth(M0, H0, None, ET_ARP, &good[..27])),
             ("hardware type 6", patched(0, &[0, 6])),
@@ -228,7 +228,7 @@ fn arp_not_for_us() {
     vr_drops(
         &mut lab,
         0,
-        Drop::ArpNotForUs,
+        VrDrop::ArpNotForUs,
         &[
             (
                 "unicast request for another host",
@@ -262,7 +262,7 @@ fn ip4_bad_length() {
     vr_drops(
         &mut lab,
         0,
-        Drop::Ip4BadLength,
+        VrDrop::Ip4BadLength,
         &[
             ("19 bytes", eth(M0, H0, None, ET_IP4, &b[..19])),
             ("nothing after the Ethernet header", eth(M0, H0, None, ET_IP4, &[])),
@@ -313,7 +313,7 @@ fn ip4_bad_version() {
     vr_drops(
         &mut lab,
         0,
-        Drop::Ip4BadVersion,
+        VrDrop::Ip4BadVersion,
         &[
             ("version 6", v(6)),
             ("version 0", v(0)),
@@ -336,7 +336,7 @@ fn ip4_bad_checksum() {
     vr_drops(
         &mut lab,
         0,
-        Drop::Ip4BadChecksum,
+        VrDrop::Ip4BadChecksum,
         &[
             ("checksum bit flipped", eth(M0, H0, None, ET_IP4, &flipped)),
             ("TTL changed", eth(M0, H0, None, ET_IP4, &ttl)),
@@ -357,7 +357,7 @@ fn ip6_bad_length() {
     vr_drops(
         &mut lab,
         0,
-        Drop::Ip6BadLength,
+        VrDrop::Ip6BadLength,
         &[
             ("39 bytes", eth(M0, H0, None, ET_IP6, &b[..39])),
             ("nothing after the Ethernet header", eth(M0, H0, None, ET_IP6, &[])),
@@ -375,7 +375,7 @@ fn ip6_bad_version() {
     vr_drops(
         &mut lab,
         0,
-        Drop::Ip6BadVersion,
+        VrDrop::Ip6BadVersion,
         &[
             ("version 4", eth(M0, H0, None, ET_IP6, &b)),
             ("IPv4 packet under ethertype IPv6", eth(M0, H0, None, ET_IP6, &v4)),
@@ -402,7 +402,7 @@ fn ip6_bad_ext_header() {
     vr_drops(
         &mut lab,
         0,
-        Drop::Ip6BadExtHeader,
+        VrDrop::Ip6BadExtHeader,
         &[
             ("hop-by-hop past the end", ip6_frame(&Ip6::new(h, r, 64, 0, hbh))),
             ("hop-by-hop not first", ip6_frame(&Ip6::new(h, r, 64, 60, late))),
@@ -435,9 +435,9 @@ fn martian_source() {
     let mut lab2 = Lab::new(&[c], &RINGS);
     let frames: Vec<(&str, Vec<u8>)> =
         frames.iter().map(|(s, f)| (s.as_str(), f.clone())).collect();
-    vr_drops(&mut lab2, 0, Drop::MartianSource, &frames);
+    vr_drops(&mut lab2, 0, VrDrop::MartianSource, &frames);
     // Without a default route too (the source check comes before the lookup).
-    vr_drops(&mut lab, 0, Drop::MartianSource, &frames);
+    vr_drops(&mut lab, 0, VrDrop::MartianSource, &frames);
 }
 
 /// A packet arriving with one of the router's own addresses as its source is spoofed: Linux
@@ -449,7 +449,7 @@ fn martian_source_own_address() {
     vr_drops(
         &mut lab,
         0,
-        Drop::MartianSource,
+        VrDrop::MartianSource,
         &[
             (
                 "wan's address as source, from lan",
@@ -479,7 +479,7 @@ fn martian_destination() {
     }
     let frames: Vec<(&str, Vec<u8>)> =
         frames.iter().map(|(s, f)| (s.as_str(), f.clone())).collect();
-    vr_drops(&mut lab, 0, Drop::MartianDestination, &frames);
+    vr_drops(&mut lab, 0, VrDrop::MartianDestination, &frames);
 }
 
 #[test]
@@ -488,7 +488,7 @@ fn martian_destination_link_local_without_default_route() {
     // destination is not "unreachable", it is not forwardable at all).
     let mut lab = lab();
     let f = ip6_frame(&udp6_pkt("2001:db8::10", "fe80::99", 64, b"x"));
-    vr_drops(&mut lab, 0, Drop::MartianDestination, &[("fe80::99, no default route", f)]);
+    vr_drops(&mut lab, 0, VrDrop::MartianDestination, &[("fe80::99, no default route", f)]);
 }
 
 #[test]
@@ -498,7 +498,7 @@ fn ip_multicast() {
     vr_drops(
         &mut lab,
         0,
-        Drop::IpMulticast,
+        VrDrop::IpMulticast,
         &[
             ("224.0.0.5", ip4_frame(&udp4_pkt("10.0.0.10", "224.0.0.5", 1, b"ospf"))),
             ("239.1.1.1", ip4_frame(&udp4_pkt("10.0.0.10", "239.1.1.1", 64, b"x"))),
@@ -525,7 +525,7 @@ fn blackhole() {
     vr_drops(
         &mut lab,
         0,
-        Drop::Blackhole,
+        VrDrop::Blackhole,
         &[
             ("192.0.2.1", ip4_frame(&udp4_pkt("10.0.0.10", "192.0.2.1", 64, b"x"))),
             (
@@ -549,7 +549,7 @@ fn directed_broadcast() {
     vr_drops(
         &mut lab,
         0,
-        Drop::DirectedBroadcast,
+        VrDrop::DirectedBroadcast,
         &[
             ("wan's broadcast from lan", ip4_frame(&udp4_pkt("10.0.0.10", "10.0.1.255", 64, b"x"))),
             ("lan's own broadcast", ip4_frame(&udp4_pkt("10.0.0.10", "10.0.0.255", 64, b"x"))),
@@ -581,7 +581,7 @@ fn local_unsupported() {
     vr_drops(
         &mut lab,
         0,
-        Drop::LocalUnsupported,
+        VrDrop::LocalUnsupported,
         &[
             ("TCP SYN", ip4_frame(&syn)),
             ("GRE", ip4_frame(&Ip4::new("10.0.0.10", "10.0.1.1", 64, 47, vec![0; 8]))),
@@ -615,7 +615,7 @@ fn local_fragment() {
     vr_drops(
         &mut lab,
         0,
-        Drop::LocalFragment,
+        VrDrop::LocalFragment,
         &[
             ("IPv4 first fragment, 12 bytes", ip4_frame(&first)),
             ("IPv4 middle fragment, 5 bytes", ip4_frame(&later)),
@@ -637,7 +637,7 @@ fn icmp_malformed() {
     vr_drops(
         &mut lab,
         0,
-        Drop::IcmpMalformed,
+        VrDrop::IcmpMalformed,
         &[
             ("bad checksum", ip4_frame(&Ip4::new("10.0.0.10", "10.0.0.1", 64, 1, bad))),
             (
@@ -663,7 +663,7 @@ fn icmp_not_handled() {
     vr_drops(
         &mut lab,
         0,
-        Drop::IcmpNotHandled,
+        VrDrop::IcmpNotHandled,
         &[
             (
                 "echo reply",
@@ -754,7 +754,7 @@ fn tx_full() {
         if i < 2 {
             lab.fwd(0, &outs[i]);
         } else {
-            lab.drop(0, Drop::TxFull);
+            lab.drop(0, VrDrop::TxFull);
         }
     }
     lab.check("transit: tx_full");
@@ -809,7 +809,7 @@ fn interface_down() {
     vr_drops(
         &mut lab,
         0,
-        Drop::InterfaceDown,
+        VrDrop::InterfaceDown,
         &[
             ("8.8.8.8 via a down wan", ip4_frame(&udp4_pkt("10.0.0.10", "8.8.8.8", 64, b"x"))),
             (
@@ -823,7 +823,7 @@ fn interface_down() {
     vr_drops(
         &mut lab,
         0,
-        Drop::InterfaceDown,
+        VrDrop::InterfaceDown,
         &[("anything on a down lan", ip4_frame(&udp4_pkt("10.0.0.10", "10.0.1.5", 64, b"x")))],
     );
     // Both up again: forwarded.

@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use dataplane::config::VrConfig;
-use dataplane::{Drop, PortDrop};
+use dataplane::{PortDrop, VrDrop};
 use etherparse::defrag::IpDefragPool;
 use etherparse::SlicedPacket;
 
@@ -341,7 +341,7 @@ fn longest_prefix_match_and_route_kinds() {
                 lab.fwd(0, &o);
                 want[*port].push(o);
             }
-            None => lab.drop(0, Drop::Blackhole),
+            None => lab.drop(0, VrDrop::Blackhole),
         }
         sent.push(f);
     }
@@ -585,9 +585,9 @@ fn mixed_burst() {
     lab.fwd(0, &o_good4);
     lab.fwd(0, &o_good6);
     lab.fwd(0, &o_vlan);
-    lab.drop(0, Drop::Ip4BadChecksum);
-    lab.drop(0, Drop::TtlExpired);
-    lab.drop(0, Drop::UnknownEthertype);
+    lab.drop(0, VrDrop::Ip4BadChecksum);
+    lab.drop(0, VrDrop::TtlExpired);
+    lab.drop(0, VrDrop::UnknownEthertype);
     let c = lab.c(0);
     c.local_in += 3; // two pings and the ARP request
     c.echo_replies += 2;
@@ -754,12 +754,12 @@ fn warm_adjacencies_still_check_everything() {
     lab.fwd(0, &frags[0]);
     lab.c(0).fragments_sent += 2;
     lab.c(0).icmp_errors += 5;
-    lab.drop(0, Drop::TtlExpired);
-    lab.drop(0, Drop::TtlExpired);
-    lab.drop(0, Drop::MtuExceeded);
-    lab.drop(0, Drop::MtuExceeded);
-    lab.drop(0, Drop::SourceBeyondScope);
-    lab.drop(0, Drop::MartianDestination);
+    lab.drop(0, VrDrop::TtlExpired);
+    lab.drop(0, VrDrop::TtlExpired);
+    lab.drop(0, VrDrop::MtuExceeded);
+    lab.drop(0, VrDrop::MtuExceeded);
+    lab.drop(0, VrDrop::SourceBeyondScope);
+    lab.drop(0, VrDrop::MartianDestination);
     lab.check("exceptions on warm adjacencies");
 }
 

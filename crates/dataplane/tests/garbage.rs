@@ -11,7 +11,7 @@ use std::collections::HashSet;
 
 use common::*;
 use dataplane::config::{VrConfig, VrLimits};
-use dataplane::{Drop, PortDrop};
+use dataplane::{PortDrop, VrDrop};
 use ports::{Batch, Port};
 
 const MA0: [u8; 6] = [0x02, 0xa0, 0, 0, 0, 0];
@@ -546,21 +546,21 @@ fn no_panic_on_garbage() {
     // The garbage reached every stage: most reasons were hit. Reservations and batch limits
     // (none set here), interfaces taken down, punt limits (no mirror here) and prohibit
     // routes (none here) are about configuration, not packet contents.
-    let total = |r: Drop| lab.e.vrs().iter().map(|v| v.counters().dropped(r)).sum::<u64>();
-    let content = |r: &&Drop| {
+    let total = |r: VrDrop| lab.e.vrs().iter().map(|v| v.counters().dropped(r)).sum::<u64>();
+    let content = |r: &&VrDrop| {
         !matches!(
             r,
-            Drop::OverBudget
-                | Drop::BatchLimit
-                | Drop::InterfaceDown
-                | Drop::PuntRateLimited
-                | Drop::Prohibited
+            VrDrop::OverBudget
+                | VrDrop::BatchLimit
+                | VrDrop::InterfaceDown
+                | VrDrop::PuntRateLimited
+                | VrDrop::Prohibited
         )
     };
     let hit: Vec<&str> =
-        Drop::ALL.iter().filter(content).filter(|&&r| total(r) > 0).map(|r| r.name()).collect();
+        VrDrop::ALL.iter().filter(content).filter(|&&r| total(r) > 0).map(|r| r.name()).collect();
     let missed: Vec<&str> =
-        Drop::ALL.iter().filter(content).filter(|&&r| total(r) == 0).map(|r| r.name()).collect();
+        VrDrop::ALL.iter().filter(content).filter(|&&r| total(r) == 0).map(|r| r.name()).collect();
     let port_hit = PortDrop::ALL
         .iter()
         .filter(|&&r| (0..2).any(|p| lab.e.port_counters(p).dropped(r) > 0))

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use dataplane::config::{VrConfig, VrLimits};
-use dataplane::Drop;
+use dataplane::VrDrop;
 use etherparse::{icmpv4, Icmpv4Type, Icmpv6Type};
 
 const RINGS: [usize; 3] = [512, 512, 512];
@@ -38,7 +38,7 @@ fn time_exceeded_v4() {
             &icmp4_error("10.0.0.1", a4("10.0.0.10"), id, ttl_exceeded4(), &p.bytes()),
         );
         one(&mut lab, 0, &f, 0, &want);
-        lab.drop(0, Drop::TtlExpired);
+        lab.drop(0, VrDrop::TtlExpired);
         lab.c(0).icmp_errors += 1;
         lab.check(&format!("ttl {ttl}"));
     }
@@ -62,7 +62,7 @@ fn time_exceeded_quotes_548_bytes_with_options_as_received() {
     );
     assert_eq!(want.len(), 14 + 20 + 8 + 548);
     one(&mut lab, 0, &f, 0, &want);
-    lab.drop(0, Drop::TtlExpired);
+    lab.drop(0, VrDrop::TtlExpired);
     lab.c(0).icmp_errors += 1;
     lab.check("quote");
 }
@@ -82,7 +82,7 @@ fn net_unreachable_v4_leaves_by_another_interface() {
         &icmp4_error("10.0.1.1", a4("10.0.0.10"), 1, net_unreach4(), &p.bytes()),
     );
     one(&mut lab, 1, &f, 0, &want);
-    lab.drop(0, Drop::NoRoute);
+    lab.drop(0, VrDrop::NoRoute);
     lab.c(0).icmp_errors += 1;
     lab.check("net unreachable");
 }
@@ -104,7 +104,7 @@ fn frag_needed_v4_carries_next_hop_mtu() {
     // bytes 6-7 of the ICMP header hold the MTU
     assert_eq!(&want[14 + 20 + 4..14 + 20 + 8], &[0, 0, 0x05, 0x78]);
     one(&mut lab, 0, &f, 0, &want);
-    lab.drop(0, Drop::MtuExceeded);
+    lab.drop(0, VrDrop::MtuExceeded);
     lab.c(0).icmp_errors += 1;
     lab.check("frag needed");
 }
@@ -123,7 +123,7 @@ fn port_unreachable_v4_from_receiving_interface_address() {
         &icmp4_error("10.0.0.1", a4("10.0.0.10"), 1, port_unreach4(), &p.bytes()),
     );
     one(&mut lab, 0, &f, 0, &want);
-    lab.drop(0, Drop::LocalPortUnreachable);
+    lab.drop(0, VrDrop::LocalPortUnreachable);
     lab.c(0).icmp_errors += 1;
     lab.check("port unreachable");
 }
@@ -141,7 +141,7 @@ fn icmp_error_on_vlan_interface() {
         &icmp4_error("10.0.2.1", a4("10.0.2.2"), 1, ttl_exceeded4(), &p.bytes()),
     );
     one(&mut lab, 2, &f, 2, &want);
-    lab.drop(0, Drop::TtlExpired);
+    lab.drop(0, VrDrop::TtlExpired);
     lab.c(0).icmp_errors += 1;
     lab.check("vlan ttl");
 
@@ -155,7 +155,7 @@ fn icmp_error_on_vlan_interface() {
         &icmp6_error("2001:db8:2::1", q.src, hop_exceeded6(), &q.bytes()),
     );
     one(&mut lab, 2, &g, 2, &want);
-    lab.drop(0, Drop::TtlExpired);
+    lab.drop(0, VrDrop::TtlExpired);
     lab.c(0).icmp_errors += 1;
     lab.check("vlan hop limit");
 }
@@ -176,7 +176,7 @@ fn icmp_error_source_when_receiving_interface_has_no_ipv4() {
         &icmp4_error("10.0.0.1", a4("10.0.0.10"), 1, ttl_exceeded4(), &p.bytes()),
     );
     one(&mut lab, 3, &f, 0, &want);
-    lab.drop(0, Drop::TtlExpired);
+    lab.drop(0, VrDrop::TtlExpired);
     lab.c(0).icmp_errors += 1;
     lab.check("bare interface");
 }
@@ -212,7 +212,7 @@ fn ip_identification_counts_every_originated_ipv4_packet() {
     for f in &frames {
         lab.rx(0, f);
     }
-    lab.drop(0, Drop::TtlExpired);
+    lab.drop(0, VrDrop::TtlExpired);
     let c = lab.c(0);
     c.icmp_errors += 1;
     c.local_in += 2;
@@ -336,7 +336,7 @@ fn link_local_to_link_local_answers_leave_by_the_receiving_interface() {
     let want =
         eth(H0, M0, None, ET_IP6, &icmp6_error("2001:db8::1", hl, port_unreach6(), &p.bytes()));
     one(&mut lab, 0, &f, 0, &want);
-    lab.drop(0, Drop::LocalPortUnreachable);
+    lab.drop(0, VrDrop::LocalPortUnreachable);
     lab.c(0).icmp_errors += 1;
     lab.check("port unreachable to a link-local source");
 }
@@ -345,14 +345,14 @@ fn link_local_to_link_local_answers_leave_by_the_receiving_interface() {
 fn time_exceeded_no_route_and_port_unreachable_v6() {
     let mut lab = lab();
     let h = a6("2001:db8::10");
-    let cases: Vec<(Ip6, Icmpv6Type, Drop)> = vec![
-        (udp6_pkt("2001:db8::10", "2001:4860::1", 1, b"hop"), hop_exceeded6(), Drop::TtlExpired),
-        (udp6_pkt("2001:db8::10", "2001:4860::2", 0, b"hop0"), hop_exceeded6(), Drop::TtlExpired),
-        (udp6_pkt("2001:db8::10", "2a00::1", 64, b"nowhere"), no_route6(), Drop::NoRoute),
+    let cases: Vec<(Ip6, Icmpv6Type, VrDrop)> = vec![
+        (udp6_pkt("2001:db8::10", "2001:4860::1", 1, b"hop"), hop_exceeded6(), VrDrop::TtlExpired),
+        (udp6_pkt("2001:db8::10", "2001:4860::2", 0, b"hop0"), hop_exceeded6(), VrDrop::TtlExpired),
+        (udp6_pkt("2001:db8::10", "2a00::1", 64, b"nowhere"), no_route6(), VrDrop::NoRoute),
         (
             udp6_pkt("2001:db8::10", "2001:db8:1::1", 64, b"closed"),
             port_unreach6(),
-            Drop::LocalPortUnreachable,
+            VrDrop::LocalPortUnreachable,
         ),
     ];
     for (p, t, d) in cases {
@@ -380,7 +380,7 @@ fn packet_too_big_v6_quotes_1232_bytes() {
     );
     assert_eq!(want.len(), 14 + 1280);
     one(&mut lab, 0, &f, 0, &want);
-    lab.drop(0, Drop::MtuExceeded);
+    lab.drop(0, VrDrop::MtuExceeded);
     lab.c(0).icmp_errors += 1;
     lab.check("packet too big");
 }
@@ -393,7 +393,7 @@ fn icmpv6_error_leaves_by_another_interface() {
     let want =
         eth(H0, M0, None, ET_IP6, &icmp6_error("2001:db8:1::1", p.src, no_route6(), &p.bytes()));
     one(&mut lab, 1, &f, 0, &want);
-    lab.drop(0, Drop::NoRoute);
+    lab.drop(0, VrDrop::NoRoute);
     lab.c(0).icmp_errors += 1;
     lab.check("v6 asymmetric");
 }
@@ -410,7 +410,7 @@ fn icmpv6_error_source_selection() {
     let want =
         eth(H0, M0, None, ET_IP6, &icmp6_error("2001:db8::1", p.src, hop_exceeded6(), &p.bytes()));
     one(&mut lab, 3, &f, 0, &want);
-    lab.drop(0, Drop::TtlExpired);
+    lab.drop(0, VrDrop::TtlExpired);
     lab.c(0).icmp_errors += 1;
     lab.check("first global address of any interface");
 
@@ -431,7 +431,7 @@ fn icmpv6_error_source_selection() {
     let src = std::net::Ipv6Addr::from(eui64_ll(M1)).to_string();
     let want = eth(GW, M0, None, ET_IP6, &icmp6_error(&src, p.src, hop_exceeded6(), &p.bytes()));
     one(&mut lab, 1, &f, 0, &want);
-    lab.drop(0, Drop::TtlExpired);
+    lab.drop(0, VrDrop::TtlExpired);
     lab.c(0).icmp_errors += 1;
     lab.check("link-local source");
 }
@@ -457,7 +457,7 @@ fn no_icmp_error_about_icmp_errors_v4() {
         lab.run();
         lab.expect_silence();
         lab.rx(0, &f);
-        lab.drop(0, Drop::TtlExpired);
+        lab.drop(0, VrDrop::TtlExpired);
         lab.c(0).icmp_errors_suppressed += 1;
         lab.check(&format!("about {t:?}"));
     }
@@ -472,7 +472,7 @@ fn no_icmp_error_about_icmp_errors_v4() {
         &icmp4_error("10.0.0.1", a4("10.0.0.10"), 1, ttl_exceeded4(), &p.bytes()),
     );
     one(&mut lab, 0, &f, 0, &want);
-    lab.drop(0, Drop::TtlExpired);
+    lab.drop(0, VrDrop::TtlExpired);
     lab.c(0).icmp_errors += 1;
     lab.check("about an echo request");
 }
@@ -487,7 +487,7 @@ fn no_icmp_error_about_non_first_fragment() {
     lab.run();
     lab.expect_silence();
     lab.rx(0, &f);
-    lab.drop(0, Drop::TtlExpired);
+    lab.drop(0, VrDrop::TtlExpired);
     lab.c(0).icmp_errors_suppressed += 1;
     lab.check("non-first fragment");
 
@@ -503,7 +503,7 @@ fn no_icmp_error_about_non_first_fragment() {
         &icmp4_error("10.0.0.1", a4("10.0.0.10"), 1, ttl_exceeded4(), &p.bytes()),
     );
     one(&mut lab, 0, &f, 0, &want);
-    lab.drop(0, Drop::TtlExpired);
+    lab.drop(0, VrDrop::TtlExpired);
     lab.c(0).icmp_errors += 1;
     lab.check("first fragment");
 }
@@ -525,7 +525,7 @@ fn no_icmpv6_error_about_icmpv6_errors_or_unwalkable_headers() {
         lab.run();
         lab.expect_silence();
         lab.rx(0, &f);
-        lab.drop(0, Drop::TtlExpired);
+        lab.drop(0, VrDrop::TtlExpired);
         lab.c(0).icmp_errors_suppressed += 1;
         lab.check(&format!("about icmpv6 type {t}"));
     }
@@ -538,7 +538,7 @@ fn no_icmpv6_error_about_icmpv6_errors_or_unwalkable_headers() {
     lab.run();
     lab.expect_silence();
     lab.rx(0, &f);
-    lab.drop(0, Drop::TtlExpired);
+    lab.drop(0, VrDrop::TtlExpired);
     lab.c(0).icmp_errors_suppressed += 1;
     lab.check("unwalkable");
 
@@ -550,7 +550,7 @@ fn no_icmpv6_error_about_icmpv6_errors_or_unwalkable_headers() {
     let want =
         eth(H0, M0, None, ET_IP6, &icmp6_error("2001:db8::1", h, hop_exceeded6(), &p.bytes()));
     one(&mut lab, 0, &f, 0, &want);
-    lab.drop(0, Drop::TtlExpired);
+    lab.drop(0, VrDrop::TtlExpired);
     lab.c(0).icmp_errors += 1;
     lab.check("about an echo request");
 }
@@ -571,7 +571,7 @@ fn expiring(lab: &mut Lab, n: usize, sent: usize, first_id: u16, tag: u8) -> Vec
         let p = udp4_pkt("10.0.0.10", "8.8.8.8", 1, &[tag, i as u8]);
         let f = to_vr(M0, H0, None, &p);
         lab.rx(0, &f);
-        lab.drop(0, Drop::TtlExpired);
+        lab.drop(0, VrDrop::TtlExpired);
         if i < sent {
             let e = icmp4_error(
                 "10.0.0.1",
@@ -628,7 +628,7 @@ fn icmp_errors_are_rate_limited() {
         let f = to_vr6(M0, H0, None, &p);
         lab.send(0, &[&f]);
         lab.rx(0, &f);
-        lab.drop(0, Drop::TtlExpired);
+        lab.drop(0, VrDrop::TtlExpired);
         if i < 3 {
             want.push(eth(
                 H0,
@@ -658,7 +658,7 @@ fn icmp_errors_disabled_with_rate_zero() {
     lab.send(0, &[&f]);
     lab.run();
     lab.rx(0, &f);
-    lab.drop(0, Drop::NoRoute);
+    lab.drop(0, VrDrop::NoRoute);
     lab.c(0).icmp_errors_suppressed += 1;
     lab.expect_silence();
     lab.check("disabled");
@@ -687,7 +687,7 @@ fn icmp_error_crossing_vlan_boundaries() {
         &icmp4_error("10.0.2.1", a4("10.0.0.10"), 1, ttl_exceeded4(), &p.bytes()),
     );
     one(&mut lab, 2, &f, 0, &want);
-    lab.drop(0, Drop::TtlExpired);
+    lab.drop(0, VrDrop::TtlExpired);
     lab.c(0).icmp_errors += 1;
     lab.check("tagged in, untagged out");
 
@@ -702,7 +702,7 @@ fn icmp_error_crossing_vlan_boundaries() {
         &icmp4_error("10.0.0.1", a4("10.0.2.2"), 2, net_unreach4(), &p.bytes()),
     );
     one(&mut lab, 0, &f, 2, &want);
-    lab.drop(0, Drop::NoRoute);
+    lab.drop(0, VrDrop::NoRoute);
     lab.c(0).icmp_errors += 1;
     lab.check("untagged in, tagged out");
 
@@ -716,7 +716,7 @@ fn icmp_error_crossing_vlan_boundaries() {
         &icmp6_error("2001:db8::1", q.src, no_route6(), &q.bytes()),
     );
     one(&mut lab, 0, &g, 2, &want);
-    lab.drop(0, Drop::NoRoute);
+    lab.drop(0, VrDrop::NoRoute);
     lab.c(0).icmp_errors += 1;
     lab.check("v6 untagged in, tagged out");
 }

@@ -15,7 +15,7 @@ mod common;
 
 use common::*;
 use dataplane::config::{VrConfig, VrLimits};
-use dataplane::{Drop, NeighborState, PortDrop};
+use dataplane::{NeighborState, PortDrop, VrDrop};
 
 const RA: [u8; 6] = [0x02, 0xaa, 0, 0, 0, 1];
 const RB: [u8; 6] = [0x02, 0xaa, 0, 0, 0, 2];
@@ -193,10 +193,10 @@ fn three_vrs_share_ports_and_stay_isolated() {
     lab.c(BLUE).neighbor_requests += 1;
     lab.expect_silence();
     lab.rx(GREEN, &frames[0]);
-    lab.drop(GREEN, Drop::TtlExpired);
+    lab.drop(GREEN, VrDrop::TtlExpired);
     lab.c(GREEN).icmp_errors += 1;
     lab.rx(BLUE, &frames[1]);
-    lab.drop(BLUE, Drop::NoRoute);
+    lab.drop(BLUE, VrDrop::NoRoute);
     lab.c(BLUE).icmp_errors += 1;
     for (v, f) in [(RED, &frames[2]), (BLUE, &frames[3])] {
         lab.rx(v, f);
@@ -219,7 +219,7 @@ fn three_vrs_share_ports_and_stay_isolated() {
         if i < 2 {
             lab.fwd(GREEN, &outs[i]);
         } else {
-            lab.drop(GREEN, Drop::TxFull);
+            lab.drop(GREEN, VrDrop::TxFull);
         }
     }
     lab.check("4: full ring");
@@ -289,7 +289,7 @@ fn three_vrs_share_ports_and_stay_isolated() {
         }
         lab.expect_silence();
     }
-    lab.drop(RED, Drop::NoNeighbor);
+    lab.drop(RED, VrDrop::NoNeighbor);
     lab.transit_queued[RED] = 0;
     lab.queued[RED] = 0;
     lab.check("7: red's neighbor failed");

@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use dataplane::config::RouteTarget;
-use dataplane::{Drop, Forward, RouteOp, RouteSource, RouteTable, Vr, VrChange};
+use dataplane::{Forward, RouteOp, RouteSource, RouteTable, Vr, VrChange, VrDrop};
 use etherparse::{icmpv4, icmpv6, Icmpv4Type, Icmpv6Type};
 
 const RINGS: [usize; 3] = [1024, 1024, 1024];
@@ -148,8 +148,10 @@ fn unreachable_and_prohibit_routes_answer_with_icmp() {
         set("2a00::/16", Forward::Prohibit),
         set("2a01::/16", Forward::Unreachable),
     ]);
-    let cases =
-        [("9.9.1.1", net_unreach4(), Drop::NoRoute), ("9.8.1.1", prohibited4(), Drop::Prohibited)];
+    let cases = [
+        ("9.9.1.1", net_unreach4(), VrDrop::NoRoute),
+        ("9.8.1.1", prohibited4(), VrDrop::Prohibited),
+    ];
     for (id, (dst, t, why)) in cases.into_iter().enumerate() {
         let p = udp4_pkt("10.0.0.10", dst, 64, b"rejected");
         let f = to_vr(M0, H0, None, &p);
@@ -164,8 +166,8 @@ fn unreachable_and_prohibit_routes_answer_with_icmp() {
         lab.check(dst);
     }
     let v6 = [
-        ("2a00::1", icmpv6::DestUnreachableCode::Prohibited, Drop::Prohibited),
-        ("2a01::1", icmpv6::DestUnreachableCode::NoRoute, Drop::NoRoute),
+        ("2a00::1", icmpv6::DestUnreachableCode::Prohibited, VrDrop::Prohibited),
+        ("2a01::1", icmpv6::DestUnreachableCode::NoRoute, VrDrop::NoRoute),
     ];
     for (dst, code, why) in v6 {
         let p = udp6_pkt("2001:db8::10", dst, 64, b"rejected");
@@ -193,7 +195,7 @@ fn unreachable_and_prohibit_routes_answer_with_icmp() {
     assert!(sent > 0 && sent < burst, "{sent} errors for {burst} packets");
     for f in &frames {
         lab.rx(0, f);
-        lab.drop(0, Drop::Prohibited);
+        lab.drop(0, VrDrop::Prohibited);
     }
     lab.c(0).icmp_errors += sent as u64;
     lab.c(0).icmp_errors_suppressed += (burst - sent) as u64;

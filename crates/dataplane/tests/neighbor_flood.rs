@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use common::*;
 use dataplane::config::VrConfig;
-use dataplane::{Drop, Engine, NeighborState, PortCounters, VrCounters};
+use dataplane::{Engine, NeighborState, PortCounters, VrCounters, VrDrop};
 use ports::mem::{self, MemPort};
 use ports::{Batch, Port, PortStats, PortStatus};
 
@@ -277,12 +277,12 @@ fn flood_spares_the_real_neighbor(v6: bool, flush_at: Option<u64>) {
     let vr = &lab.e.vrs()[0];
     let c = *vr.counters();
     let dump = lab.e.dump();
-    let d = |r: Drop| c.dropped(r) - before.dropped(r);
+    let d = |r: VrDrop| c.dropped(r) - before.dropped(r);
     let flood_drops = [
-        Drop::NoNeighbor,
-        Drop::NeighborTableFull,
-        Drop::NeighborRateLimited,
-        Drop::NeighborQueueFull,
+        VrDrop::NoNeighbor,
+        VrDrop::NeighborTableFull,
+        VrDrop::NeighborRateLimited,
+        VrDrop::NeighborQueueFull,
     ];
     let breakdown: Vec<(&str, u64)> = flood_drops.iter().map(|&r| (r.name(), d(r))).collect();
     eprintln!(
@@ -311,8 +311,8 @@ fn flood_spares_the_real_neighbor(v6: bool, flush_at: Option<u64>) {
     assert_eq!(flood_drops.iter().map(|&r| d(r)).sum::<u64>(), all, "{breakdown:?}\n{dump}");
     assert_eq!(c.dropped_total() - before.dropped_total(), all, "{dump}");
     assert_eq!(c.generated_dropped, 0, "{dump}");
-    assert_eq!(d(Drop::NeighborTableFull), 0, "incomplete entries are capped\n{dump}");
-    assert!(d(Drop::NeighborRateLimited) > flood_sent / 2, "{breakdown:?}\n{dump}");
+    assert_eq!(d(VrDrop::NeighborTableFull), 0, "incomplete entries are capped\n{dump}");
+    assert!(d(VrDrop::NeighborRateLimited) > flood_sent / 2, "{breakdown:?}\n{dump}");
     invariant(&c, 0).unwrap();
     // The budget held: broadcast/multicast probes at most its rate over the time, plus a burst.
     let budget = u64::from(limits.solicitations_per_sec) * (elapsed + 8_000 * MS) / 1_000_000_000
@@ -504,7 +504,7 @@ fn link_down_flushes_its_neighbors_and_the_new_mac_is_resolved() {
     // Down: housekeeping (once a millisecond) sees it.
     down.store(true, Ordering::Relaxed);
     lab.run_at(lab.now + 2 * MS);
-    lab.drop(0, Drop::InterfaceDown);
+    lab.drop(0, VrDrop::InterfaceDown);
     lab.transit_queued[0] = 0;
     lab.queued[0] = 0;
     lab.check("link down");
@@ -544,7 +544,7 @@ fn flushing_an_interface_forgets_its_neighbors_and_the_new_mac_is_resolved() {
     lab.check("waiting");
     let a = lab.e.cell_mut().change_vr(0, dataplane::VrChange::FlushNeighbors(Some(0))).unwrap();
     assert_eq!(a, dataplane::VrAnswer::Flushed(1));
-    lab.drop(0, Drop::NoNeighbor);
+    lab.drop(0, VrDrop::NoNeighbor);
     lab.transit_queued[0] = 0;
     lab.queued[0] = 0;
     lab.check("flushed");

@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use dataplane::config::VrConfig;
-use dataplane::{Drop, NeighborState, PortDrop};
+use dataplane::{NeighborState, PortDrop, VrDrop};
 use etherparse::{Icmpv4Type, Icmpv6Type};
 
 const RINGS: [usize; 3] = [64, 64, 64];
@@ -203,7 +203,7 @@ fn arp_resolution_queues_then_flushes_in_order() {
     let c = lab.c(0);
     c.queued += 2;
     c.neighbor_requests += 1;
-    lab.drop(0, Drop::NeighborQueueFull); // queue_per_neighbor = 2
+    lab.drop(0, VrDrop::NeighborQueueFull); // queue_per_neighbor = 2
     lab.transit_queued[0] = 2;
     lab.queued[0] = 2;
     lab.check("queued");
@@ -292,7 +292,7 @@ fn arp_not_for_us_only_refreshes_known_entries() {
     lab.expect_silence();
     for f in [&moved, &stranger, &stranger_reply] {
         lab.rx(0, f);
-        lab.drop(0, Drop::ArpNotForUs);
+        lab.drop(0, VrDrop::ArpNotForUs);
     }
     lab.c(0).neighbors_learned += 1; // the merge updated an entry
     lab.check("not for us");
@@ -474,7 +474,7 @@ fn unresolved_next_hop_retransmits_fails_holds_and_retries() {
     lab.run_at(T + 30 * MS);
     lab.expect(1, &[host_unreach(&p1, 2)]);
     lab.expect_silence();
-    lab.drop(0, Drop::NoNeighbor);
+    lab.drop(0, VrDrop::NoNeighbor);
     lab.c(0).icmp_errors += 1;
     lab.c(0).generated_dropped += 1;
     lab.transit_queued[0] = 0;
@@ -491,7 +491,7 @@ fn unresolved_next_hop_retransmits_fails_holds_and_retries() {
     lab.expect_silence();
     lab.rx(0, &f2);
     lab.c(0).icmp_errors += 1;
-    lab.drop(0, Drop::NoNeighbor);
+    lab.drop(0, VrDrop::NoNeighbor);
     lab.check("held");
 
     // After the hold (3 × 10 ms + 30 ms), resolution starts again.
@@ -545,8 +545,8 @@ fn neighbor_queue_limits_per_next_hop_and_total() {
     let c = lab.c(0);
     c.queued += 3;
     c.neighbor_requests += 2;
-    lab.drop(0, Drop::NeighborQueueFull);
-    lab.drop(0, Drop::NeighborQueueFull);
+    lab.drop(0, VrDrop::NeighborQueueFull);
+    lab.drop(0, VrDrop::NeighborQueueFull);
     lab.transit_queued[0] = 3;
     lab.queued[0] = 3;
     lab.check("queue limits");
@@ -603,7 +603,7 @@ fn stale_entry_is_used_and_probed_by_unicast_then_fails() {
         lab.expect_silence();
         lab.rx(0, &f);
         lab.c(0).icmp_errors += 1;
-        lab.drop(0, Drop::NoNeighbor);
+        lab.drop(0, VrDrop::NoNeighbor);
         lab.check(&format!("T+{ms}ms: failed"));
         assert_eq!(state(&lab, "10.0.0.20").0, Some(NeighborState::Failed));
     }
@@ -696,7 +696,7 @@ fn neighbor_table_full() {
     lab.rx(0, &f2);
     lab.c(0).queued += 1;
     lab.c(0).neighbor_requests += 1;
-    lab.drop(0, Drop::NoNeighbor);
+    lab.drop(0, VrDrop::NoNeighbor);
     lab.check(".20 made way for .21");
     assert_eq!(state(&lab, "10.0.0.20"), (None, None));
     assert_eq!(state(&lab, "10.0.0.21").0, Some(NeighborState::Incomplete));
@@ -719,7 +719,7 @@ fn neighbor_table_full() {
     lab.run();
     lab.expect_silence();
     lab.rx(0, &f3);
-    lab.drop(0, Drop::NeighborTableFull);
+    lab.drop(0, VrDrop::NeighborTableFull);
     lab.check("table full");
     assert_eq!(state(&lab, "10.0.0.21"), (Some(NeighborState::Reachable), Some(H3)));
 
@@ -735,7 +735,7 @@ fn neighbor_table_full() {
         lab.run();
         lab.expect_silence();
         lab.rx(0, &f);
-        lab.drop(0, Drop::NeighborTableFull);
+        lab.drop(0, VrDrop::NeighborTableFull);
         lab.check("only static entries");
     }
     assert_eq!(lab.neighbors(0).len(), 6);
@@ -762,7 +762,7 @@ fn failed_entry_is_evicted_for_a_new_next_hop() {
     lab.port[0].tx_packets += 2;
     lab.c(0).neighbor_requests += 2;
     lab.c(0).icmp_errors += 1;
-    lab.drop(0, Drop::NoNeighbor);
+    lab.drop(0, VrDrop::NoNeighbor);
     lab.check(".20 failed");
 
     lab.now = T + 31 * MS;
@@ -873,7 +873,7 @@ fn solicitations_are_rate_limited() {
     }
     lab.c(0).queued += 2;
     lab.c(0).neighbor_requests += 2;
-    lab.drop(0, Drop::NeighborRateLimited);
+    lab.drop(0, VrDrop::NeighborRateLimited);
     lab.transit_queued[0] = 2;
     lab.queued[0] = 2;
     lab.check("two tokens");
@@ -889,7 +889,7 @@ fn solicitations_are_rate_limited() {
         lab.run();
         lab.expect_silence();
         lab.rx(0, &f3);
-        lab.drop(0, Drop::NeighborRateLimited);
+        lab.drop(0, VrDrop::NeighborRateLimited);
         lab.check(&format!("retransmission {k}"));
     }
     // Skipped retransmissions count: both fail on time (3 probes, 10 ms apart), and the token
@@ -897,8 +897,8 @@ fn solicitations_are_rate_limited() {
     lab.run_at(T + 30 * MS);
     lab.expect(1, &[host_unreach(&p1, 1), host_unreach(&p2, 2)]);
     lab.expect_silence();
-    lab.drop(0, Drop::NoNeighbor);
-    lab.drop(0, Drop::NoNeighbor);
+    lab.drop(0, VrDrop::NoNeighbor);
+    lab.drop(0, VrDrop::NoNeighbor);
     lab.c(0).icmp_errors += 2;
     lab.transit_queued[0] = 0;
     lab.queued[0] = 0;
@@ -938,7 +938,7 @@ fn answer_to_a_recent_probe_makes_the_entry_its_evicted_one_would_have() {
     lab.rx(0, &g);
     lab.c(0).queued += 2;
     lab.c(0).neighbor_requests += 2;
-    lab.drop(0, Drop::NoNeighbor); // ::20's packet, when ::21 took its place
+    lab.drop(0, VrDrop::NoNeighbor); // ::20's packet, when ::21 took its place
     lab.transit_queued[0] = 1;
     lab.queued[0] = 1;
     lab.check("::20 evicted");
@@ -989,7 +989,7 @@ fn answer_to_a_recent_probe_makes_the_entry_its_evicted_one_would_have() {
     lab.check("::23 resolving");
     // Forgotten (as a flood would evict it), then answered once the window is over.
     lab.e.cell_mut().change_vr(0, dataplane::VrChange::FlushNeighbors(Some(0))).unwrap();
-    lab.drop(0, Drop::NoNeighbor);
+    lab.drop(0, VrDrop::NoNeighbor);
     lab.transit_queued[0] = 0;
     lab.queued[0] = 0;
     lab.now = T + 31 * MS + 30 * MS;
@@ -1404,7 +1404,7 @@ fn invalid_neighbor_discovery_is_dropped() {
         lab.run();
         lab.expect_silence();
         lab.rx(0, &f);
-        lab.drop(0, Drop::NdpInvalid);
+        lab.drop(0, VrDrop::NdpInvalid);
         lab.check(what);
     }
     // From :: to a unicast address: the source check (:: is never a source to route or
@@ -1414,7 +1414,7 @@ fn invalid_neighbor_discovery_is_dropped() {
     lab.run();
     lab.expect_silence();
     lab.rx(0, &f);
-    lab.drop(0, Drop::MartianSource);
+    lab.drop(0, VrDrop::MartianSource);
     lab.check("unspecified source to unicast");
     assert_eq!(lab.neighbors(0).len(), 6, "nothing learned");
 }
@@ -1586,7 +1586,7 @@ fn icmp_error_to_an_unresolved_source_waits_for_arp() {
     lab.run();
     lab.expect(0, &[arp_req_out(M0, None, "10.0.0.1", "10.0.0.50")]);
     lab.rx(0, &f);
-    lab.drop(0, Drop::TtlExpired);
+    lab.drop(0, VrDrop::TtlExpired);
     let c = lab.c(0);
     c.icmp_errors += 1;
     c.queued += 1;
@@ -1711,8 +1711,8 @@ fn gateway_entry_goes_stale_behind_the_fast_path() {
     lab.expect_silence();
     lab.rx(0, &f);
     lab.rx(0, &f);
-    lab.drop(0, Drop::NoNeighbor);
-    lab.drop(0, Drop::NoNeighbor);
+    lab.drop(0, VrDrop::NoNeighbor);
+    lab.drop(0, VrDrop::NoNeighbor);
     lab.c(0).icmp_errors += 2;
     lab.check("gateway failed");
 }

@@ -514,13 +514,13 @@ fn slow_paths_allocate_nothing() {
     assert!(d(|c| c.queued) > 500, "packets queued while resolving\n{dump}");
     assert!(d(|c| c.forwarded) > 10_000, "forwarded\n{dump}");
     assert!(
-        d(|c| c.drops[dataplane::Drop::NoNeighbor as usize]) > 0,
+        d(|c| c.drops[dataplane::VrDrop::NoNeighbor as usize]) > 0,
         "some hosts never answer\n{dump}"
     );
     for r in [
-        dataplane::Drop::Ip4BadOption,
-        dataplane::Drop::Ip6RoutingHeader,
-        dataplane::Drop::SourceBeyondScope,
+        dataplane::VrDrop::Ip4BadOption,
+        dataplane::VrDrop::Ip6RoutingHeader,
+        dataplane::VrDrop::SourceBeyondScope,
     ] {
         assert!(after.dropped(r) > before.dropped(r), "{r} hit\n{dump}");
     }
@@ -572,7 +572,7 @@ fn forwarding_under_reservations_allocates_nothing() {
     let d = |f: fn(&VrCounters) -> u64| f(&after) - f(&before);
     let dump = rig.e.dump();
     assert!(d(|c| c.forwarded) > 0, "some forwarded\n{dump}");
-    assert!(d(|c| c.drops[dataplane::Drop::OverBudget as usize]) > 0, "some refused\n{dump}");
+    assert!(d(|c| c.drops[dataplane::VrDrop::OverBudget as usize]) > 0, "some refused\n{dump}");
     assert_eq!(allocs, 0, "{allocs} allocations ({bytes} bytes) under reservations\n{dump}");
 }
 
@@ -681,9 +681,9 @@ fn neighbor_flood_allocates_nothing() {
     let after = *e.vrs()[0].counters();
     let d = |f: fn(&VrCounters) -> u64| f(&after) - f(&before);
     let dump = e.dump();
-    let drop = |r: dataplane::Drop| after.dropped(r) - before.dropped(r);
-    assert!(drop(dataplane::Drop::NeighborRateLimited) > 100_000, "rate limited\n{dump}");
-    assert!(drop(dataplane::Drop::NoNeighbor) > 1_000, "evicted or failed\n{dump}");
+    let drop = |r: dataplane::VrDrop| after.dropped(r) - before.dropped(r);
+    assert!(drop(dataplane::VrDrop::NeighborRateLimited) > 100_000, "rate limited\n{dump}");
+    assert!(drop(dataplane::VrDrop::NoNeighbor) > 1_000, "evicted or failed\n{dump}");
     assert!(d(|c| c.forwarded) >= 2 * 2_000 * 256 / 50 - 10, "the real host's traffic\n{dump}");
     assert!(d(|c| c.neighbors_learned) > 20, "the real host re-confirmed\n{dump}");
     assert_eq!(allocs, 0, "{allocs} allocations ({bytes} bytes) under a neighbor flood\n{dump}");

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use dataplane::{Adj, CaptureRing, Dir, Drop, PortDrop, Reason, Tap};
+use dataplane::{Adj, CaptureRing, Dir, PortDrop, Reason, Tap, VrDrop};
 
 const RINGS: [usize; 3] = [64, 64, 64];
 
@@ -36,7 +36,7 @@ fn capture_rx_tx_and_drops_with_reasons() {
             (Dir::Rx, None),
             (Dir::Rx, None),
             (Dir::Drop, Some(Reason::Port(PortDrop::Runt))),
-            (Dir::Drop, Some(Reason::Vr(Drop::Blackhole))),
+            (Dir::Drop, Some(Reason::Vr(VrDrop::Blackhole))),
         ]
     );
     assert_eq!(got[0].data, fwd_frame());
@@ -107,6 +107,6 @@ fn trace_names_each_stage() {
     assert_eq!((f.egress, f.drop), (Some(1), None));
     let d = &recs[1];
     assert_eq!(d.lookup.map(|l| (l.0, l.2)), Some((ip("192.0.2.1"), Adj::Blackhole)));
-    assert_eq!((d.egress, d.drop), (None, Some(Drop::Blackhole)));
+    assert_eq!((d.egress, d.drop), (None, Some(VrDrop::Blackhole)));
     lab.e.cell_mut().set_trace(0, 0).unwrap();
 }

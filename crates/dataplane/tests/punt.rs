@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use dataplane::Drop;
+use dataplane::VrDrop;
 use etherparse::Icmpv6Type;
 
 /// Ports 0..=2 as in `base_vr`; 3 mirrors `lan` (port 0), 4 mirrors `v100` (port 2, VLAN 100).
@@ -167,7 +167,7 @@ fn what_the_data_plane_answers_stays_there() {
     lab.run();
     lab.expect_silence();
     lab.rx(0, &f);
-    lab.drop(0, Drop::LocalUnsupported);
+    lab.drop(0, VrDrop::LocalUnsupported);
     lab.check("no mirror on v100");
     // Link-local multicast on a segment without a mirror is not for us.
     let f = eth(
@@ -239,7 +239,7 @@ fn punt_rate_limited() {
     }
     lab.c(0).local_in += 5;
     lab.c(0).punted += 5;
-    lab.c(0).drops[Drop::PuntRateLimited as usize] += 35;
+    lab.c(0).drops[VrDrop::PuntRateLimited as usize] += 35;
     lab.check("punt_rate_limited");
     // 10 ms later the bucket has 10 tokens again (capped at 5).
     lab.send(0, &vec![syn.clone(); 8]);
@@ -251,7 +251,7 @@ fn punt_rate_limited() {
     }
     lab.c(0).local_in += 5;
     lab.c(0).punted += 5;
-    lab.c(0).drops[Drop::PuntRateLimited as usize] += 3;
+    lab.c(0).drops[VrDrop::PuntRateLimited as usize] += 3;
     lab.check("refilled to the burst");
 }
 

@@ -238,7 +238,11 @@ fn a_route_change_reaches_every_replica_and_a_neighbor_one_resolves_serves_all()
     send_all(&mut p0, &flows);
     poll_all(&mut ws, &mut cells, MS);
     for c in &cells {
-        assert!(c.vrs()[0].counters().drops[dataplane::Drop::NoRoute as usize] > 0, "{}", c.dump());
+        assert!(
+            c.vrs()[0].counters().drops[dataplane::VrDrop::NoRoute as usize] > 0,
+            "{}",
+            c.dump()
+        );
     }
     assert!(drain(&mut p1).is_empty());
     // One route change on the one table; its new adjacency installed on every replica.

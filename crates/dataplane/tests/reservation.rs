@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use common::*;
 use dataplane::config::{VrConfig, VrLimits};
-use dataplane::{Budget, Cell, Drop, Engine, Reservation, Vr, Worker};
+use dataplane::{Budget, Cell, Engine, Reservation, Vr, VrDrop, Worker};
 use ports::mem;
 use ports::{Batch, Port};
 
@@ -93,7 +93,7 @@ fn step_clock() -> dataplane::Clock {
 /// Sends packets `range` of VR `v` at the lab's time and polls until idle; expects the
 /// first `ok` of them forwarded (in order) and the rest dropped for `why`.
 #[track_caller]
-fn offer(lab: &mut Lab, v: usize, range: std::ops::Range<usize>, ok: usize, why: Drop) {
+fn offer(lab: &mut Lab, v: usize, range: std::ops::Range<usize>, ok: usize, why: VrDrop) {
     let (sent, outs): (Vec<_>, Vec<_>) = range.map(|i| pkt(v, i)).unzip();
     lab.send(0, &sent);
     lab.run();
@@ -120,8 +120,8 @@ fn packet_budget_forwards_exactly_k_per_period() {
                 lab.e.set_reservation(A, packets(k, T)).unwrap();
                 let step = format!("burst {burst}, {n} packets, budget {k}");
                 let ok = n.min(k as usize);
-                offer(&mut lab, A, 0..n, ok, Drop::OverBudget);
-                offer(&mut lab, B, 0..n, n, Drop::OverBudget);
+                offer(&mut lab, A, 0..n, ok, VrDrop::OverBudget);
+                offer(&mut lab, B, 0..n, n, VrDrop::OverBudget);
                 lab.check(&format!("{step}: first period"));
                 // Later in the same period: nothing left, or what is left.
                 lab.run_at(T - 1);
@@ -130,18 +130,18 @@ fn packet_budget_forwards_exactly_k_per_period() {
                     A,
                     n..n + 3,
                     (k as usize).saturating_sub(ok).min(3),
-                    Drop::OverBudget,
+                    VrDrop::OverBudget,
                 );
                 lab.check(&format!("{step}: same period"));
                 // The next period has the whole budget again, however much was refused.
                 lab.run_at(T);
-                offer(&mut lab, A, 0..n, ok, Drop::OverBudget);
+                offer(&mut lab, A, 0..n, ok, VrDrop::OverBudget);
                 lab.check(&format!("{step}: second period"));
                 // Idle periods save nothing up.
                 lab.run_at(10 * T + 5);
-                offer(&mut lab, A, 0..n, ok, Drop::OverBudget);
+                offer(&mut lab, A, 0..n, ok, VrDrop::OverBudget);
                 lab.check(&format!("{step}: after idle periods"));
-                assert_eq!(lab.e.vrs()[B].counters().dropped(Drop::OverBudget), 0);
+                assert_eq!(lab.e.vrs()[B].counters().dropped(VrDrop::OverBudget), 0);
             }
         }
     }
@@ -152,27 +152,27 @@ fn a_change_at_run_time_takes_effect_from_the_next_period() {
     const T: u64 = 1_000_000;
     let mut lab = lab(256);
     lab.e.set_reservation(A, packets(5, T)).unwrap();
-    offer(&mut lab, A, 0..3, 3, Drop::OverBudget);
+    offer(&mut lab, A, 0..3, 3, VrDrop::OverBudget);
     lab.e.set_reservation(A, packets(2, T)).unwrap();
     assert_eq!(lab.e.cell().reservation(A), packets(5, T), "in force until the boundary");
     assert_eq!(lab.e.cell().pending_reservation(A), Some(packets(2, T)));
     lab.run_at(T / 2);
-    offer(&mut lab, A, 3..8, 2, Drop::OverBudget);
+    offer(&mut lab, A, 3..8, 2, VrDrop::OverBudget);
     lab.check("old budget for the rest of the period");
     lab.run_at(T);
-    offer(&mut lab, A, 0..5, 2, Drop::OverBudget);
+    offer(&mut lab, A, 0..5, 2, VrDrop::OverBudget);
     assert_eq!(lab.e.cell().reservation(A), packets(2, T));
     lab.check("new budget from the next period");
     lab.e.set_reservation(A, None).unwrap();
     lab.run_at(T + T / 2);
-    offer(&mut lab, A, 0..5, 0, Drop::OverBudget);
+    offer(&mut lab, A, 0..5, 0, VrDrop::OverBudget);
     lab.run_at(2 * T);
-    offer(&mut lab, A, 0..300, 300, Drop::OverBudget);
+    offer(&mut lab, A, 0..300, 300, VrDrop::OverBudget);
     assert_eq!(lab.e.cell().reservation(A), None);
     lab.check("unreserved from the boundary after");
     // A VR without a reservation gets one at once.
     lab.e.set_reservation(B, packets(1, T)).unwrap();
-    offer(&mut lab, B, 0..4, 1, Drop::OverBudget);
+    offer(&mut lab, B, 0..4, 1, VrDrop::OverBudget);
     lab.check("b reserved at once");
 }
 
@@ -184,17 +184,17 @@ fn time_budget_is_charged_from_the_clock() {
     lab.e.set_clock(step_clock());
     lab.e.set_reservation(A, time(750, T, 0)).unwrap();
     // Bursts of 10: each costs 3 STEP = 300 ns when all are admitted (30 ns a packet).
-    offer(&mut lab, A, 0..10, 10, Drop::OverBudget); // cost unknown: all in; spent 300
-    offer(&mut lab, A, 10..20, 10, Drop::OverBudget); // 450 left ≥ 15 × 30: all in; 600
-    offer(&mut lab, A, 20..30, 5, Drop::OverBudget); // 150 left: 5; charged 100 + 200 × 5/10
-    offer(&mut lab, A, 30..40, 0, Drop::OverBudget); // 800 spent: none
-    offer(&mut lab, B, 0..40, 40, Drop::OverBudget);
+    offer(&mut lab, A, 0..10, 10, VrDrop::OverBudget); // cost unknown: all in; spent 300
+    offer(&mut lab, A, 10..20, 10, VrDrop::OverBudget); // 450 left ≥ 15 × 30: all in; 600
+    offer(&mut lab, A, 20..30, 5, VrDrop::OverBudget); // 150 left: 5; charged 100 + 200 × 5/10
+    offer(&mut lab, A, 30..40, 0, VrDrop::OverBudget); // 800 spent: none
+    offer(&mut lab, B, 0..40, 40, VrDrop::OverBudget);
     lab.check("first period: 25 in");
     // 50 ns overrun carried: 700 left. The estimate is now 31.25 ns (EWMA of 30 and 40).
     lab.run_at(T);
-    offer(&mut lab, A, 40..50, 10, Drop::OverBudget); // 350 spent
-    offer(&mut lab, A, 50..60, 10, Drop::OverBudget); // 400 left at ~31.1: 13 ≥ 10; 650
-    offer(&mut lab, A, 60..70, 4, Drop::OverBudget); // 100 left at ~31.0: ceil = 4
+    offer(&mut lab, A, 40..50, 10, VrDrop::OverBudget); // 350 spent
+    offer(&mut lab, A, 50..60, 10, VrDrop::OverBudget); // 400 left at ~31.1: 13 ≥ 10; 650
+    offer(&mut lab, A, 60..70, 4, VrDrop::OverBudget); // 100 left at ~31.0: ceil = 4
     lab.check("second period: the overrun paid back");
 }
 
@@ -230,8 +230,8 @@ fn weights_share_spare_capacity_among_those_that_ran_out() {
     }
     lab.check("within budget");
     // Both out of budget, and the first window has no spare: all refused.
-    offer(&mut lab, A, 10..20, 0, Drop::OverBudget);
-    offer(&mut lab, B, 10..20, 0, Drop::OverBudget);
+    offer(&mut lab, A, 10..20, 0, VrDrop::OverBudget);
+    offer(&mut lab, B, 10..20, 0, VrDrop::OverBudget);
     lab.check("no spare in the first window");
     // Window 1: spare = 1000 - 400 = 600 ns, a gets 1/4 (150 ns), b 3/4 (450 ns); at 20 ns a
     // packet that is ceil(150/20) = 8 for a and ceil(450/20) = 23 for b.
@@ -257,7 +257,7 @@ fn weights_share_spare_capacity_among_those_that_ran_out() {
         if j < if v == A { 8 } else { 23 } {
             lab.fwd(v, &outs[j]);
         } else {
-            lab.drop(v, Drop::OverBudget);
+            lab.drop(v, VrDrop::OverBudget);
         }
     }
     lab.check("spare split 1:3");
@@ -267,8 +267,8 @@ fn weights_share_spare_capacity_among_those_that_ran_out() {
 fn batch_limit_drops_a_vrs_excess_per_burst() {
     let mut lab = lab(256);
     lab.e.cell_mut().set_vr_batch(A, 3).unwrap();
-    offer(&mut lab, A, 0..10, 3, Drop::BatchLimit);
-    offer(&mut lab, B, 0..10, 10, Drop::BatchLimit);
+    offer(&mut lab, A, 0..10, 3, VrDrop::BatchLimit);
+    offer(&mut lab, B, 0..10, 10, VrDrop::BatchLimit);
     lab.check("three a burst for a, b unlimited");
     // With a budget too: the batch limit first, then the budget.
     lab.e.set_reservation(A, packets(2, 1_000_000)).unwrap();
@@ -280,8 +280,8 @@ fn batch_limit_drops_a_vrs_excess_per_burst() {
         lab.rx(A, f);
         match k {
             0 | 1 => lab.fwd(A, &outs[k]),
-            2 => lab.drop(A, Drop::OverBudget),
-            _ => lab.drop(A, Drop::BatchLimit),
+            2 => lab.drop(A, VrDrop::OverBudget),
+            _ => lab.drop(A, VrDrop::BatchLimit),
         }
     }
     lab.check("batch limit, then budget");

@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use dataplane::Drop;
+use dataplane::VrDrop;
 use etherparse::{icmpv4, icmpv6, Icmpv4Type, Icmpv6Type};
 
 const RINGS: [usize; 3] = [1024, 1024, 1024];
@@ -166,7 +166,7 @@ fn ip4_bad_option() {
         lab.expect(0, &[eth(H0, M0, None, ET_IP4, &err)]);
         lab.expect_silence();
         lab.rx(0, &f);
-        lab.drop(0, Drop::Ip4BadOption);
+        lab.drop(0, VrDrop::Ip4BadOption);
         lab.c(0).icmp_errors += 1;
         lab.check(what);
     }
@@ -181,7 +181,7 @@ fn ip4_bad_option() {
     lab.run();
     lab.expect_silence();
     lab.rx(0, &f);
-    lab.drop(0, Drop::Ip4BadOption);
+    lab.drop(0, VrDrop::Ip4BadOption);
     lab.c(0).icmp_errors_suppressed += 1;
     lab.check("about an error");
 }
@@ -224,7 +224,7 @@ fn bad_options_in_bursts_are_rate_limited() {
         lab.expect_silence();
         for f in &frames {
             lab.rx(0, f);
-            lab.drop(0, Drop::Ip4BadOption);
+            lab.drop(0, VrDrop::Ip4BadOption);
         }
         lab.c(0).icmp_errors += answered as u64;
         lab.c(0).icmp_errors_suppressed += (n - answered) as u64;
@@ -246,15 +246,20 @@ fn ipv4_link_local_is_never_forwarded() {
     c.neighbors.push(neigh(0, "169.254.7.7", H0));
     let mut lab = Lab::new(&[c], &RINGS);
     let cases = [
-        ("link-local source", "169.254.7.7", "8.8.8.8", Drop::MartianSource),
+        ("link-local source", "169.254.7.7", "8.8.8.8", VrDrop::MartianSource),
         (
             "link-local source, connected destination",
             "169.254.7.7",
             "10.0.2.2",
-            Drop::MartianSource,
+            VrDrop::MartianSource,
         ),
-        ("link-local destination", "10.0.0.10", "169.254.9.9", Drop::MartianDestination),
-        ("our own link-local address as source", "169.254.7.1", "169.254.7.1", Drop::MartianSource),
+        ("link-local destination", "10.0.0.10", "169.254.9.9", VrDrop::MartianDestination),
+        (
+            "our own link-local address as source",
+            "169.254.7.1",
+            "169.254.7.1",
+            VrDrop::MartianSource,
+        ),
     ];
     for (what, src, dst, reason) in cases {
         let f = to_vr(M0, H0, None, &udp4_pkt(src, dst, 64, b"ll"));
@@ -314,7 +319,7 @@ fn source_beyond_scope() {
         lab.expect(0, &[eth(H0, M0, None, ET_IP6, &err)]);
         lab.expect_silence();
         lab.rx(0, &f);
-        lab.drop(0, Drop::SourceBeyondScope);
+        lab.drop(0, VrDrop::SourceBeyondScope);
         lab.c(0).icmp_errors += 1;
         lab.check(what);
     }
@@ -355,7 +360,7 @@ fn source_beyond_scope() {
         lab.expect_silence();
         for f in &frames {
             lab.rx(0, f);
-            lab.drop(0, Drop::SourceBeyondScope);
+            lab.drop(0, VrDrop::SourceBeyondScope);
         }
         lab.c(0).icmp_errors += answered as u64;
         lab.c(0).icmp_errors_suppressed += (n - answered) as u64;
@@ -419,7 +424,7 @@ fn ip6_routing_header() {
         lab.expect(0, &[eth(H0, M0, None, ET_IP6, &err)]);
         lab.expect_silence();
         lab.rx(0, &f);
-        lab.drop(0, Drop::Ip6RoutingHeader);
+        lab.drop(0, VrDrop::Ip6RoutingHeader);
         lab.c(0).icmp_errors += 1;
         lab.check(what);
     }
@@ -552,7 +557,7 @@ fn host_unreachable_when_resolution_fails() {
             lab.expect(1, &want);
             lab.expect_silence();
             for _ in 0..n {
-                lab.drop(0, Drop::NoNeighbor);
+                lab.drop(0, VrDrop::NoNeighbor);
             }
             lab.c(0).icmp_errors += answered as u64;
             lab.c(0).icmp_errors_suppressed += (n - answered) as u64;
@@ -571,7 +576,7 @@ fn host_unreachable_when_resolution_fails() {
             lab.send(1, &[&f]);
             lab.run();
             lab.rx(0, &f);
-            lab.drop(0, Drop::NoNeighbor);
+            lab.drop(0, VrDrop::NoNeighbor);
             if answered < burst {
                 let err = if v6 {
                     let e = icmp6_error("2001:db8:1::1", a6("2001:4860::1"), addr_unreach6(), &q);
@@ -747,7 +752,7 @@ fn fragmented_echo_v6_is_reassembled_and_answered() {
     lab.rx(0, &f2);
     lab.c(0).local_in += 1;
     lab.c(0).icmp_errors += 1;
-    lab.drop(0, Drop::LocalPortUnreachable);
+    lab.drop(0, VrDrop::LocalPortUnreachable);
     lab.check("UDP reassembled, port unreachable");
 
     // Atomic fragment (RFC 6946): answered at once.
@@ -777,8 +782,8 @@ fn reassembly_overlap() {
     lab.expect_silence();
     lab.rx(0, &a);
     lab.rx(0, &b);
-    lab.drop(0, Drop::ReassemblyOverlap);
-    lab.drop(0, Drop::ReassemblyOverlap);
+    lab.drop(0, VrDrop::ReassemblyOverlap);
+    lab.drop(0, VrDrop::ReassemblyOverlap);
     lab.check("IPv6 overlap");
     // A duplicate is an overlap too.
     let p = Ip4::new("10.0.0.10", "10.0.0.1", 64, 1, echo4_req(1, 1, &[4; 100]));
@@ -789,8 +794,8 @@ fn reassembly_overlap() {
     lab.expect_silence();
     lab.rx(0, &f0);
     lab.rx(0, &f0);
-    lab.drop(0, Drop::ReassemblyOverlap);
-    lab.drop(0, Drop::ReassemblyOverlap);
+    lab.drop(0, VrDrop::ReassemblyOverlap);
+    lab.drop(0, VrDrop::ReassemblyOverlap);
     lab.check("IPv4 duplicate");
     // A second last fragment with another end: inconsistent.
     let f1 = to_vr(M0, H0, None, &fr[1]);
@@ -800,8 +805,8 @@ fn reassembly_overlap() {
     lab.expect_silence();
     lab.rx(0, &f1);
     lab.rx(0, &short);
-    lab.drop(0, Drop::ReassemblyOverlap);
-    lab.drop(0, Drop::ReassemblyOverlap);
+    lab.drop(0, VrDrop::ReassemblyOverlap);
+    lab.drop(0, VrDrop::ReassemblyOverlap);
     lab.check("IPv4 two ends");
 }
 
@@ -839,8 +844,8 @@ fn reassembly_timeout() {
     lab.expect(0, &[eth(H0, M0, None, ET_IP4, &err)]);
     lab.expect_silence();
     lab.c(0).icmp_errors += 1;
-    lab.drop(0, Drop::ReassemblyTimeout);
-    lab.drop(0, Drop::ReassemblyTimeout);
+    lab.drop(0, VrDrop::ReassemblyTimeout);
+    lab.drop(0, VrDrop::ReassemblyTimeout);
     lab.held[0] = 1;
     lab.check("IPv4 timed out");
     // The rest of the IPv4 datagram now starts a new one, which also times out.
@@ -857,8 +862,8 @@ fn reassembly_timeout() {
     lab.expect(0, &[eth(H0, M0, None, ET_IP6, &err)]);
     lab.expect_silence();
     lab.c(0).icmp_errors += 1;
-    lab.drop(0, Drop::ReassemblyTimeout);
-    lab.drop(0, Drop::ReassemblyTimeout);
+    lab.drop(0, VrDrop::ReassemblyTimeout);
+    lab.drop(0, VrDrop::ReassemblyTimeout);
     lab.held[0] = 0;
     lab.check("both timed out");
 }
@@ -880,9 +885,9 @@ fn reassembly_too_big_and_no_context() {
     lab.expect_silence();
     lab.rx(0, &first);
     lab.rx(0, &f);
-    lab.drop(0, Drop::ReassemblyTooBig);
-    lab.drop(0, Drop::ReassemblyTooBig);
-    lab.check(&format!("{}", Drop::ReassemblyTooBig));
+    lab.drop(0, VrDrop::ReassemblyTooBig);
+    lab.drop(0, VrDrop::ReassemblyTooBig);
+    lab.check(&format!("{}", VrDrop::ReassemblyTooBig));
     // Four datagrams in progress, a fifth refused.
     let frames: Vec<Vec<u8>> =
         (0..5u16).map(|k| to_vr(M0, H0, None, &Ip4 { id: k, frag: 0, ..far.clone() })).collect();
@@ -892,9 +897,9 @@ fn reassembly_too_big_and_no_context() {
     for f in &frames {
         lab.rx(0, f);
     }
-    lab.drop(0, Drop::ReassemblyNoContext);
+    lab.drop(0, VrDrop::ReassemblyNoContext);
     lab.held[0] = 4;
-    lab.check(&format!("{}", Drop::ReassemblyNoContext));
+    lab.check(&format!("{}", VrDrop::ReassemblyNoContext));
 }
 
 /// A reassembled echo request larger than the MTU (`ping -s 1600` over a 1500-byte link):
@@ -966,7 +971,7 @@ fn malformed_fragments_v6() {
         lab.expect(0, &[eth(H0, M0, None, ET_IP6, &err)]);
         lab.expect_silence();
         lab.rx(0, &f);
-        lab.drop(0, Drop::LocalFragment);
+        lab.drop(0, VrDrop::LocalFragment);
         lab.c(0).icmp_errors += 1;
         lab.check(what);
     }

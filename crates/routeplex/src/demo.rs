@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use dataplane::config::VrConfig;
-use dataplane::{Drop, Engine};
+use dataplane::{Engine, VrDrop};
 use ports::{Batch, MAX_BURST};
 use serde_json::json;
 use tester::frames::{udp_frame, UdpFlow};
@@ -40,7 +40,7 @@ struct VrReport {
     routes: (usize, usize),
     offered: u64,
     forwarded: u64,
-    drops: Vec<(Drop, u64)>,
+    drops: Vec<(VrDrop, u64)>,
     icmp_errors: u64,
 }
 
@@ -96,7 +96,7 @@ pub fn run(a: Args) -> Result<()> {
                 routes: routes[v],
                 offered: gen.offered().get(v).copied().unwrap_or(0),
                 forwarded: c.forwarded,
-                drops: Drop::ALL
+                drops: VrDrop::ALL
                     .iter()
                     .map(|&r| (r, c.dropped(r)))
                     .filter(|&(_, n)| n > 0)

@@ -75,7 +75,7 @@ pub fn render(s: &Value) -> String {
     out.push('\n');
     table(&mut out, &rows);
 
-    let drop_names: Vec<&str> = dataplane::Drop::ALL.iter().map(|d| d.name()).collect();
+    let drop_names: Vec<&str> = dataplane::VrDrop::ALL.iter().map(|d| d.name()).collect();
     let mut rows = vec![[
         "vr",
         "worker",

@@ -157,7 +157,7 @@ impl<T: AsRef<[u8]>> AsRef<[u8]> for Tag<T> {
 pub struct VlanRepr {
     /// Priority code point (0..=7).
     pub pcp: u8,
-    /// Drop eligible indicator.
+    /// VrDrop eligible indicator.
     pub dei: bool,
     /// VLAN identifier (0..=4095).
     pub vid: u16,

@@ -7,7 +7,7 @@ use wire::{arp, MacAddr};
 
 use super::neighbor::Learn;
 use super::{Core, Fate, Meta, NKey};
-use crate::counters::Drop;
+use crate::counters::VrDrop;
 use crate::l2;
 
 const ARP_ETH: u16 = wire::ethertype::ARP;
@@ -18,15 +18,15 @@ impl Core {
     pub(super) fn arp_in(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Fate {
         let l3 = m.l3 as usize;
         let Ok(a) = arp::Packet::new_checked(&buf.frame()[l3..]) else {
-            return self.drop(Drop::ArpMalformed);
+            return self.drop(VrDrop::ArpMalformed);
         };
         if !a.is_ethernet_ipv4() {
-            return self.drop(Drop::ArpMalformed);
+            return self.drop(VrDrop::ArpMalformed);
         }
         let (op, sha, spa, tpa) =
             (a.operation(), a.sender_hw_addr(), a.sender_proto_addr(), a.target_proto_addr());
         if op != arp::OP_REQUEST && op != arp::OP_REPLY {
-            return self.drop(Drop::ArpMalformed);
+            return self.drop(VrDrop::ArpMalformed);
         }
         let ifc = &self.ifaces[m.iface as usize];
         let ours = ifc.has_v4(tpa);
@@ -46,7 +46,7 @@ impl Core {
                 self.counters.local_in += 1;
                 return Fate::Done;
             }
-            return self.drop(Drop::ArpNotForUs);
+            return self.drop(VrDrop::ArpNotForUs);
         }
         if op == arp::OP_REPLY {
             // The mirror's kernel learns its neighbors from the replies its own requests drew.

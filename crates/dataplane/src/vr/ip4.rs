@@ -7,7 +7,7 @@ use ports::PktBuf;
 use wire::{checksum, icmpv4, ip_proto, ipv4};
 
 use super::{ip4opt, reasm, Adj, Core, Fate, Flush, Ingress, Meta, NKey, OutQueue};
-use crate::counters::Drop;
+use crate::counters::VrDrop;
 use crate::l2;
 
 /// RFC 1812 §4.3.2.3: an ICMP error quotes as much of the offending packet as fits in 576 bytes.
@@ -44,28 +44,28 @@ impl Core {
     pub(super) fn ingress4(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Ingress {
         let l3 = m.l3 as usize;
         let f = buf.frame();
-        let Some(&b0) = f.get(l3) else { return Ingress::Done(self.drop(Drop::Ip4BadLength)) };
+        let Some(&b0) = f.get(l3) else { return Ingress::Done(self.drop(VrDrop::Ip4BadLength)) };
         if b0 >> 4 != 4 {
-            return Ingress::Done(self.drop(Drop::Ip4BadVersion));
+            return Ingress::Done(self.drop(VrDrop::Ip4BadVersion));
         }
         let Ok(ip) = ipv4::Packet::new_checked(&f[l3..]) else {
-            return Ingress::Done(self.drop(Drop::Ip4BadLength));
+            return Ingress::Done(self.drop(VrDrop::Ip4BadLength));
         };
         if !ip.verify_checksum() {
-            return Ingress::Done(self.drop(Drop::Ip4BadChecksum));
+            return Ingress::Done(self.drop(VrDrop::Ip4BadChecksum));
         }
         let (total, src, dst) =
             (ip.total_len() as usize, u32::from(ip.src_addr()), u32::from(ip.dst_addr()));
         // RFC 791: a fragment may not reach past the largest datagram; one that does would
         // wrap the offset when refragmented.
         if ip.frag_offset() as usize + total - ip.header_len() > u16::MAX as usize {
-            return Ingress::Done(self.drop(Drop::Ip4BadLength));
+            return Ingress::Done(self.drop(VrDrop::Ip4BadLength));
         }
         let flagged = FIRST_OCTET[(src >> 24) as usize] | FIRST_OCTET[(dst >> 24) as usize];
         if flagged != FIRST_OCTET_OK || self.own.contains(NKey::v4(0, src).ip) {
             if let Some(r) = self.martian4(src, dst) {
                 // Link-local multicast (224.0.0.0/24: OSPF, VRRP, RIP...) is control traffic.
-                if r == Drop::IpMulticast && dst >> 8 == 0xe0_00_00 {
+                if r == VrDrop::IpMulticast && dst >> 8 == 0xe0_00_00 {
                     buf.set_len(l3 + total);
                     let m = Meta { l3: l3 as u16, ethertype: wire::ethertype::IPV4, ..*m };
                     if let Some(f) = self.punt(buf, &m, now) {
@@ -92,20 +92,20 @@ impl Core {
     /// VR's own address is delivered.
     #[cold]
     #[inline(never)]
-    fn martian4(&self, src: u32, dst: u32) -> Option<Drop> {
+    fn martian4(&self, src: u32, dst: u32) -> Option<VrDrop> {
         let ours = |a: u32| self.own.contains(NKey::v4(0, a).ip);
         let link_local = |a: u32| a >> 16 == LINK_LOCAL;
         let s = FIRST_OCTET[(src >> 24) as usize];
         if s == FIRST_OCTET_MARTIAN || s == FIRST_OCTET_MULTICAST || ours(src) {
-            return Some(Drop::MartianSource);
+            return Some(VrDrop::MartianSource);
         }
         if link_local(src) && !ours(dst) {
-            return Some(Drop::MartianSource);
+            return Some(VrDrop::MartianSource);
         }
         match FIRST_OCTET[(dst >> 24) as usize] {
-            FIRST_OCTET_MARTIAN => Some(Drop::MartianDestination),
-            FIRST_OCTET_MULTICAST => Some(Drop::IpMulticast),
-            _ if link_local(dst) && !ours(dst) => Some(Drop::MartianDestination),
+            FIRST_OCTET_MARTIAN => Some(VrDrop::MartianDestination),
+            FIRST_OCTET_MULTICAST => Some(VrDrop::IpMulticast),
+            _ if link_local(dst) && !ours(dst) => Some(VrDrop::MartianDestination),
             _ => None,
         }
     }
@@ -158,12 +158,12 @@ impl Core {
                     icmpv4::DEST_UNREACHABLE,
                     icmpv4::NET_UNREACHABLE,
                     0,
-                    Drop::NoRoute,
+                    VrDrop::NoRoute,
                     now,
                 )
             }
-            Adj::Blackhole => return self.drop(Drop::Blackhole),
-            Adj::Broadcast => return self.drop(Drop::DirectedBroadcast),
+            Adj::Blackhole => return self.drop(VrDrop::Blackhole),
+            Adj::Broadcast => return self.drop(VrDrop::DirectedBroadcast),
             Adj::Multi(p) => {
                 let nh = p.pick(crate::flowhash::hash4(buf.frame(), l3));
                 return self.forward4(buf, m, nh, now, out, flush);
@@ -173,14 +173,14 @@ impl Core {
         let ip = &buf.frame()[l3..];
         if ip[8] <= 1 {
             let (t, c) = (icmpv4::TIME_EXCEEDED, icmpv4::TTL_EXCEEDED_IN_TRANSIT);
-            return self.icmp4_error(buf, m, t, c, 0, Drop::TtlExpired, now);
+            return self.icmp4_error(buf, m, t, c, 0, VrDrop::TtlExpired, now);
         }
         let mtu = self.ifaces[iface as usize].mtu;
         let too_big = ip.len() > mtu as usize;
         let df = ip[6] & 0x40 != 0;
         if too_big && df {
             let (t, c) = (icmpv4::DEST_UNREACHABLE, icmpv4::FRAG_NEEDED);
-            return self.icmp4_error(buf, m, t, c, mtu as u32, Drop::MtuExceeded, now);
+            return self.icmp4_error(buf, m, t, c, mtu as u32, VrDrop::MtuExceeded, now);
         }
         ipv4::Packet::new_unchecked(&mut buf.frame_mut()[l3..]).decrement_ttl();
         if buf.frame()[l3] != 0x45 {
@@ -198,8 +198,8 @@ impl Core {
     #[inline(never)]
     fn reject4(&mut self, buf: &mut PktBuf, m: &Meta, nh: NextHop, now: u64) -> Fate {
         let (c, why) = match self.adj[nh as usize] {
-            Adj::Prohibit => (icmpv4::ADMIN_PROHIBITED, Drop::Prohibited),
-            _ => (icmpv4::NET_UNREACHABLE, Drop::NoRoute),
+            Adj::Prohibit => (icmpv4::ADMIN_PROHIBITED, VrDrop::Prohibited),
+            _ => (icmpv4::NET_UNREACHABLE, VrDrop::NoRoute),
         };
         self.icmp4_error(buf, m, icmpv4::DEST_UNREACHABLE, c, 0, why, now)
     }
@@ -210,7 +210,7 @@ impl Core {
     #[inline(never)]
     fn bad_option4(&mut self, buf: &mut PktBuf, m: &Meta, at: u8, now: u64) -> Fate {
         let (t, rest) = (icmpv4::PARAM_PROBLEM, (at as u32) << 24);
-        self.icmp4_error(buf, m, t, 0, rest, Drop::Ip4BadOption, now)
+        self.icmp4_error(buf, m, t, 0, rest, VrDrop::Ip4BadOption, now)
     }
 
     /// Record Route and Timestamp of a packet being forwarded out of `iface` (RFC 1812
@@ -252,18 +252,18 @@ impl Core {
             ip_proto::ICMP => {
                 let icmp = ip.payload();
                 if icmp.len() < icmpv4::HEADER_LEN || checksum::data(icmp) != 0xffff {
-                    return self.drop(Drop::IcmpMalformed);
+                    return self.drop(VrDrop::IcmpMalformed);
                 }
                 if icmp[0] == icmpv4::ECHO_REQUEST && icmp[1] == 0 {
                     return self.echo4(buf, l3, now);
                 }
-                self.punt(buf, m, now).unwrap_or_else(|| self.drop(Drop::IcmpNotHandled))
+                self.punt(buf, m, now).unwrap_or_else(|| self.drop(VrDrop::IcmpNotHandled))
             }
             ip_proto::UDP => {
                 let (t, c) = (icmpv4::DEST_UNREACHABLE, icmpv4::PORT_UNREACHABLE);
-                self.icmp4_error(buf, m, t, c, 0, Drop::LocalPortUnreachable, now)
+                self.icmp4_error(buf, m, t, c, 0, VrDrop::LocalPortUnreachable, now)
             }
-            _ => self.drop(Drop::LocalUnsupported),
+            _ => self.drop(VrDrop::LocalUnsupported),
         }
     }
 
@@ -331,7 +331,7 @@ impl Core {
         kind: u8,
         code: u8,
         rest: u32,
-        reason: Drop,
+        reason: VrDrop,
         now: u64,
     ) -> Fate {
         self.counters.drops[reason as usize] += 1;
@@ -400,7 +400,7 @@ impl Core {
         let (iface, key) = match self.adj[nh as usize] {
             Adj::Glean(i) => (i, NKey::v4(i, dst)),
             Adj::Via { iface, gw } => (iface, NKey { ip: gw, iface }),
-            _ => return self.drop_out(Drop::NoRoute, false),
+            _ => return self.drop_out(VrDrop::NoRoute, false),
         };
         let mtu = self.ifaces[iface as usize].mtu as usize;
         if buf.len() - l3 > mtu {
@@ -429,7 +429,7 @@ impl Core {
         let step = (mtu - ihl) & !7;
         let rest = (payload - step).div_ceil(step);
         if ip.dont_frag() || rest > super::SPILL - self.spill_n {
-            return self.drop_out(Drop::MtuExceeded, false);
+            return self.drop_out(VrDrop::MtuExceeded, false);
         }
         let whole = l3 + ihl + payload;
         if self.frag_copy.is_empty() {
@@ -493,7 +493,7 @@ impl Core {
         }
         if out.batch.room() < rest {
             // Only a frame longer than a buffer could need more fragments than `out` holds.
-            return self.drop(Drop::MtuExceeded);
+            return self.drop(VrDrop::MtuExceeded);
         }
         // The first fragment (the transit packet) goes first, so it is the first to queue if
         // the next hop is unresolved; the rest are cut from a copy of the original.

@@ -9,7 +9,7 @@ use wire::{icmpv6, ip_proto, ipv6, ndp, MacAddr};
 use super::neighbor::Learn;
 use super::{reasm, Adj, Core, Fate, Ingress, Meta, NKey};
 use crate::config::IfaceId;
-use crate::counters::Drop;
+use crate::counters::VrDrop;
 use crate::l2;
 
 /// RFC 4443 §2.4(c): an ICMPv6 error quotes as much as fits in the minimum MTU.
@@ -51,12 +51,12 @@ impl Core {
     pub(super) fn ingress6(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Ingress {
         let l3 = m.l3 as usize;
         let f = buf.frame();
-        let Some(&b0) = f.get(l3) else { return Ingress::Done(self.drop(Drop::Ip6BadLength)) };
+        let Some(&b0) = f.get(l3) else { return Ingress::Done(self.drop(VrDrop::Ip6BadLength)) };
         if b0 >> 4 != 6 {
-            return Ingress::Done(self.drop(Drop::Ip6BadVersion));
+            return Ingress::Done(self.drop(VrDrop::Ip6BadVersion));
         }
         let Ok(ip) = ipv6::Packet::new_checked(&f[l3..]) else {
-            return Ingress::Done(self.drop(Drop::Ip6BadLength));
+            return Ingress::Done(self.drop(VrDrop::Ip6BadLength));
         };
         let len = ipv6::HEADER_LEN + ip.payload_len() as usize;
         let (src, dst, nh) =
@@ -73,13 +73,13 @@ impl Core {
                     return Ingress::Done(f);
                 }
             }
-            return Ingress::Done(self.drop(Drop::IpMulticast));
+            return Ingress::Done(self.drop(VrDrop::IpMulticast));
         }
         if is_multicast(src) || never_routed(src) || self.own.contains(src) {
-            return Ingress::Done(self.drop(Drop::MartianSource));
+            return Ingress::Done(self.drop(VrDrop::MartianSource));
         }
         if never_routed(dst) {
-            return Ingress::Done(self.drop(Drop::MartianDestination));
+            return Ingress::Done(self.drop(VrDrop::MartianDestination));
         }
         Ingress::Lookup6(dst)
     }
@@ -115,39 +115,39 @@ impl Core {
         // Link-local addresses are confined to their link (RFC 4291 §2.5.6): only ours are
         // delivered, none is forwarded, whatever a route says.
         if is_link_local(dst) {
-            return self.drop(Drop::MartianDestination);
+            return self.drop(VrDrop::MartianDestination);
         }
         // RFC 4443 §3.1: a link-local source cannot be answered beyond its link, so the
         // packet cannot leave it: "beyond scope of source address".
         if is_link_local(src) {
             let (t, c) = (icmpv6::DEST_UNREACHABLE, BEYOND_SCOPE);
-            return self.icmp6_error(buf, m, t, c, 0, Drop::SourceBeyondScope, now);
+            return self.icmp6_error(buf, m, t, c, 0, VrDrop::SourceBeyondScope, now);
         }
         let (iface, gw) = match adj {
             Adj::Glean(i) => (i, None),
             Adj::Via { iface, gw } => (iface, Some(gw)),
-            Adj::Blackhole => return self.drop(Drop::Blackhole),
+            Adj::Blackhole => return self.drop(VrDrop::Blackhole),
             Adj::Multi(p) => {
                 let nh = p.pick(crate::flowhash::hash6(buf.frame(), l3));
                 return self.forward6(buf, m, nh, now);
             }
             Adj::Prohibit => {
                 let (t, c) = (icmpv6::DEST_UNREACHABLE, icmpv6::ADMIN_PROHIBITED);
-                return self.icmp6_error(buf, m, t, c, 0, Drop::Prohibited, now);
+                return self.icmp6_error(buf, m, t, c, 0, VrDrop::Prohibited, now);
             }
             Adj::None | Adj::Broadcast | Adj::Local | Adj::Unreachable => {
                 let (t, c) = (icmpv6::DEST_UNREACHABLE, icmpv6::NO_ROUTE);
-                return self.icmp6_error(buf, m, t, c, 0, Drop::NoRoute, now);
+                return self.icmp6_error(buf, m, t, c, 0, VrDrop::NoRoute, now);
             }
         };
         if hl <= 1 {
             let (t, c) = (icmpv6::TIME_EXCEEDED, icmpv6::HOP_LIMIT_EXCEEDED);
-            return self.icmp6_error(buf, m, t, c, 0, Drop::TtlExpired, now);
+            return self.icmp6_error(buf, m, t, c, 0, VrDrop::TtlExpired, now);
         }
         let mtu = self.ifaces[iface as usize].mtu;
         if buf.len() - l3 > mtu as usize {
             let t = icmpv6::PACKET_TOO_BIG;
-            return self.icmp6_error(buf, m, t, 0, mtu as u32, Drop::MtuExceeded, now);
+            return self.icmp6_error(buf, m, t, 0, mtu as u32, VrDrop::MtuExceeded, now);
         }
         ipv6::Packet::new_unchecked(&mut buf.frame_mut()[l3..]).set_hop_limit(hl - 1);
         let key = NKey::v6(iface, gw.unwrap_or(dst));
@@ -158,11 +158,11 @@ impl Core {
     fn local6(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Fate {
         let l3 = m.l3 as usize;
         let ip = ipv6::Packet::new_unchecked(&buf.frame()[l3..]);
-        let Ok(ul) = ip.upper_layer() else { return self.drop(Drop::Ip6BadExtHeader) };
+        let Ok(ul) = ip.upper_layer() else { return self.drop(VrDrop::Ip6BadExtHeader) };
         if ul.offset > ipv6::HEADER_LEN {
             if let Some(at) = routing_to_process(&buf.frame()[l3..]) {
                 let (t, rest) = (icmpv6::PARAM_PROBLEM, at as u32);
-                return self.icmp6_error(buf, m, t, 0, rest, Drop::Ip6RoutingHeader, now);
+                return self.icmp6_error(buf, m, t, 0, rest, VrDrop::Ip6RoutingHeader, now);
             }
         }
         if ul.fragment.is_some() {
@@ -180,7 +180,7 @@ impl Core {
                 let body = &buf.frame()[l3 + ul.offset..];
                 let icmp = icmpv6::Packet::new_unchecked(body);
                 if body.len() < icmpv6::HEADER_LEN || !icmp.verify_checksum(&src, &dst) {
-                    return self.drop(Drop::IcmpMalformed);
+                    return self.drop(VrDrop::IcmpMalformed);
                 }
                 match (icmp.msg_type(), icmp.code()) {
                     (icmpv6::ECHO_REQUEST, 0) if !multicast => {
@@ -188,14 +188,16 @@ impl Core {
                     }
                     (icmpv6::NEIGHBOR_SOLICIT, _) => self.solicit(buf, m, ul.offset, hl, now),
                     (icmpv6::NEIGHBOR_ADVERT, _) => self.advert(buf, m, ul.offset, hl, now),
-                    _ => self.punt(buf, m, now).unwrap_or_else(|| self.drop(Drop::IcmpNotHandled)),
+                    _ => {
+                        self.punt(buf, m, now).unwrap_or_else(|| self.drop(VrDrop::IcmpNotHandled))
+                    }
                 }
             }
             ip_proto::UDP if !multicast => {
                 let (t, c) = (icmpv6::DEST_UNREACHABLE, icmpv6::PORT_UNREACHABLE);
-                self.icmp6_error(buf, m, t, c, 0, Drop::LocalPortUnreachable, now)
+                self.icmp6_error(buf, m, t, c, 0, VrDrop::LocalPortUnreachable, now)
             }
-            _ => self.drop(Drop::LocalUnsupported),
+            _ => self.drop(VrDrop::LocalUnsupported),
         }
     }
 
@@ -205,7 +207,7 @@ impl Core {
     fn reassemble6(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Fate {
         let ip = &buf.frame()[m.l3 as usize..];
         let Some((fh, next_at)) = reasm::find_fragment6(ip) else {
-            return self.drop(Drop::Ip6BadExtHeader);
+            return self.drop(VrDrop::Ip6BadExtHeader);
         };
         let off_flags = u16::from_be_bytes([ip[fh + 2], ip[fh + 3]]);
         // RFC 8200 §4.5: a fragment with more to come must carry a multiple of 8 bytes, and no
@@ -221,7 +223,7 @@ impl Core {
             None
         };
         if let Some(at) = pointer {
-            let (t, r) = (icmpv6::PARAM_PROBLEM, Drop::LocalFragment);
+            let (t, r) = (icmpv6::PARAM_PROBLEM, VrDrop::LocalFragment);
             return self.icmp6_error(buf, m, t, 0, at, r, now);
         }
         let p = ipv6::Packet::new_unchecked(ip);
@@ -277,7 +279,7 @@ impl Core {
         kind: u8,
         code: u8,
         rest: u32,
-        reason: Drop,
+        reason: VrDrop,
         now: u64,
     ) -> Fate {
         self.counters.drops[reason as usize] += 1;
@@ -367,10 +369,10 @@ impl Core {
         let (iface, key) = match self.adj[nh as usize] {
             Adj::Glean(i) => (i, NKey::v6(i, dst)),
             Adj::Via { iface, gw } => (iface, NKey::v6(iface, gw)),
-            _ => return self.drop_out(Drop::NoRoute, false),
+            _ => return self.drop_out(VrDrop::NoRoute, false),
         };
         if buf.len() - l3 > self.ifaces[iface as usize].mtu as usize {
-            return self.drop_out(Drop::MtuExceeded, false);
+            return self.drop_out(VrDrop::MtuExceeded, false);
         }
         self.output(buf, l3, nh, key, false, now)
     }
@@ -383,7 +385,7 @@ impl Core {
         let ip = ipv6::Packet::new_unchecked(&f[l3..]);
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
         let Ok(ns) = ndp::NeighborSolicit::new_checked(&f[l3 + ul..]) else {
-            return self.drop(Drop::NdpInvalid);
+            return self.drop(VrDrop::NdpInvalid);
         };
         let target = ns.target_addr();
         let sll = ndp::source_link_addr(ns.options());
@@ -396,7 +398,7 @@ impl Core {
             || (unspecified && (sll.is_some() || dst != ndp::solicited_node(&target)))
             || !ifc.has_v6(target)
         {
-            return self.drop(Drop::NdpInvalid);
+            return self.drop(VrDrop::NdpInvalid);
         }
         let (port, vlan, mac) = (ifc.port, ifc.vlan, ifc.mac);
         let eth_src = MacAddr::from_bytes(&f[6..12]);
@@ -432,7 +434,7 @@ impl Core {
         let f = buf.frame();
         let dst = ipv6::Packet::new_unchecked(&f[l3..]).dst_addr();
         let Ok(na) = ndp::NeighborAdvert::new_checked(&f[l3 + ul..]) else {
-            return self.drop(Drop::NdpInvalid);
+            return self.drop(VrDrop::NdpInvalid);
         };
         let target = na.target_addr();
         if hl != 255
@@ -441,7 +443,7 @@ impl Core {
             || (is_multicast(dst.into()) && na.solicited_flag())
             || na.options().any(|o| o.is_err())
         {
-            return self.drop(Drop::NdpInvalid);
+            return self.drop(VrDrop::NdpInvalid);
         }
         if let Some(ll) = ndp::target_link_addr(na.options()) {
             let key = NKey::v6(m.iface, target.into());

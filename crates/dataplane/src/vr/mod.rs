@@ -33,7 +33,7 @@ use ports::{Batch, PktBuf, MAX_BURST};
 use wire::MacAddr;
 
 use crate::config::{IfaceId, PortId, VrConfig, VrLimits, IPV6_MIN_MTU, MAX_MTU, MIN_MTU};
-use crate::counters::{Drop, VrCounters};
+use crate::counters::{VrCounters, VrDrop};
 use crate::l2;
 use crate::routes::{RouteTable, RouteView};
 use neighbor::{NKey, NeighborTable, Resolve};
@@ -413,11 +413,11 @@ impl Vr {
                 f.up = up;
                 c.forget_rewrites();
                 if !up {
-                    c.flush_neighbors(Some(i), Drop::InterfaceDown);
+                    c.flush_neighbors(Some(i), VrDrop::InterfaceDown);
                 }
             }
             VrChange::FlushNeighbors(i) => {
-                let dropped = c.flush_neighbors(i, Drop::NoNeighbor);
+                let dropped = c.flush_neighbors(i, VrDrop::NoNeighbor);
                 return Ok(VrAnswer::Flushed(dropped));
             }
             VrChange::Neighbors => return Ok(VrAnswer::Neighbors(c.neigh.rows())),
@@ -466,7 +466,7 @@ impl Vr {
         let c = &mut self.core;
         for i in 0..c.ifaces.len() {
             if c.ifaces[i].port == port {
-                c.flush_neighbors(Some(i as IfaceId), Drop::InterfaceDown);
+                c.flush_neighbors(Some(i as IfaceId), VrDrop::InterfaceDown);
             }
         }
     }
@@ -596,7 +596,7 @@ impl Vr {
         self.core.expire_reassembly(now, out);
         self.learn_shared(now);
         let (transit, generated) = self.core.neigh.tick(now);
-        self.core.counters.drops[Drop::NoNeighbor as usize] += transit;
+        self.core.counters.drops[VrDrop::NoNeighbor as usize] += transit;
         self.core.counters.generated_dropped += generated;
         if transit > 0 {
             self.core.answer_gave_up(now, out);
@@ -779,7 +779,7 @@ impl Core {
     /// Forgets learned neighbors (of one interface, or all): transit packets that waited on
     /// them count as drops for `reason`, packets the VR made as `generated_dropped`. Returns
     /// how many packets were dropped.
-    fn flush_neighbors(&mut self, iface: Option<IfaceId>, reason: Drop) -> u64 {
+    fn flush_neighbors(&mut self, iface: Option<IfaceId>, reason: VrDrop) -> u64 {
         let (t, g) = self.neigh.flush(iface);
         self.counters.drops[reason as usize] += t;
         self.counters.generated_dropped += g;
@@ -792,7 +792,7 @@ impl Core {
     #[cold]
     fn count_evicted(&mut self) {
         let (t, g) = self.neigh.take_evicted();
-        self.counters.drops[Drop::NoNeighbor as usize] += t;
+        self.counters.drops[VrDrop::NoNeighbor as usize] += t;
         self.counters.generated_dropped += g;
     }
 
@@ -817,7 +817,7 @@ impl Core {
         self.spill.resize_with(SPILL, PktBuf::new);
     }
 
-    fn drop(&mut self, r: Drop) -> Fate {
+    fn drop(&mut self, r: VrDrop) -> Fate {
         self.counters.drops[r as usize] += 1;
         Fate::Done
     }
@@ -825,13 +825,13 @@ impl Core {
     #[inline]
     fn ingress(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Ingress {
         if !self.ifaces[m.iface as usize].up {
-            return Ingress::Done(self.drop(Drop::InterfaceDown));
+            return Ingress::Done(self.drop(VrDrop::InterfaceDown));
         }
         match m.ethertype {
             wire::ethertype::IPV4 => self.ingress4(buf, m, now),
             wire::ethertype::IPV6 => self.ingress6(buf, m, now),
             wire::ethertype::ARP => Ingress::Done(self.arp_in(buf, m, now)),
-            _ => Ingress::Done(self.drop(Drop::UnknownEthertype)),
+            _ => Ingress::Done(self.drop(VrDrop::UnknownEthertype)),
         }
     }
 
@@ -849,7 +849,7 @@ impl Core {
     ) -> Fate {
         let f = &self.ifaces[key.iface as usize];
         if !f.up {
-            return self.drop_out(Drop::InterfaceDown, transit);
+            return self.drop_out(VrDrop::InterfaceDown, transit);
         }
         let (port, vlan, mac) = (f.port, f.vlan, f.mac);
         let et = if key.is_v4() { wire::ethertype::IPV4 } else { wire::ethertype::IPV6 };
@@ -880,11 +880,11 @@ impl Core {
                     self.counters.queued += 1;
                     Fate::Done
                 } else {
-                    self.drop_out(Drop::NeighborQueueFull, transit)
+                    self.drop_out(VrDrop::NeighborQueueFull, transit)
                 }
             }
-            Resolve::Fail(Drop::NoNeighbor) if transit => {
-                self.counters.drops[Drop::NoNeighbor as usize] += 1;
+            Resolve::Fail(VrDrop::NoNeighbor) if transit => {
+                self.counters.drops[VrDrop::NoNeighbor as usize] += 1;
                 self.host_unreachable(buf, l3, key.iface, now)
             }
             Resolve::Fail(r) => self.drop_out(r, transit),
@@ -949,7 +949,7 @@ impl Core {
     fn expire_reassembly(&mut self, now: u64, out: &mut OutQueue) {
         let n = self.reasm.expire(now);
         if n > 0 {
-            self.counters.drops[Drop::ReassemblyTimeout as usize] += n;
+            self.counters.drops[VrDrop::ReassemblyTimeout as usize] += n;
             self.report_reassembly_timeouts(now, out);
         }
     }
@@ -1028,7 +1028,7 @@ impl Core {
 
     /// Drops a packet on its way out: a transit packet counts by reason, one the VR made
     /// counts as `generated_dropped` (the packet that caused it was already counted).
-    fn drop_out(&mut self, r: Drop, transit: bool) -> Fate {
+    fn drop_out(&mut self, r: VrDrop, transit: bool) -> Fate {
         if transit {
             self.drop(r)
         } else {
@@ -1054,7 +1054,7 @@ impl Core {
     pub(super) fn punt(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Option<Fate> {
         let port = self.ifaces[m.iface as usize].mirror?;
         if !self.punt_bucket.take(now) {
-            return Some(self.drop(Drop::PuntRateLimited));
+            return Some(self.drop(VrDrop::PuntRateLimited));
         }
         let l3 = m.l3 as usize;
         if l3 != l2::ETH_LEN {

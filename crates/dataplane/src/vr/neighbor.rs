@@ -46,7 +46,7 @@ use wire::MacAddr;
 
 use super::Bucket;
 use crate::config::VrLimits;
-use crate::counters::Drop;
+use crate::counters::VrDrop;
 
 const NONE: u32 = u32::MAX;
 const MS: u64 = 1_000_000;
@@ -196,8 +196,8 @@ pub(crate) enum Resolve {
     Mac(MacAddr),
     /// Queue it on this entry (resolution in progress).
     Queue(u32),
-    /// Drop it.
-    Fail(Drop),
+    /// VrDrop it.
+    Fail(VrDrop),
 }
 
 /// A probe the VR should send: to whom, and whether unicast to a MAC already known.
@@ -370,7 +370,7 @@ impl NeighborTable {
             NeighborState::Reachable if now < en.deadline => Resolve::Mac(en.mac),
             NeighborState::Reachable | NeighborState::Stale => self.use_stale(e, now),
             NeighborState::Incomplete => Resolve::Queue(e),
-            NeighborState::Failed if now < en.deadline => Resolve::Fail(Drop::NoNeighbor),
+            NeighborState::Failed if now < en.deadline => Resolve::Fail(VrDrop::NoNeighbor),
             NeighborState::Failed => self.retry(e, now),
         }
     }
@@ -379,7 +379,7 @@ impl NeighborTable {
     #[cold]
     fn retry(&mut self, e: u32, now: u64) -> Resolve {
         if !self.solicit_allowed(now) {
-            return Resolve::Fail(Drop::NeighborRateLimited);
+            return Resolve::Fail(VrDrop::NeighborRateLimited);
         }
         let iface = self.entries[e as usize].key.iface as usize;
         if self.unresolved[iface].len >= self.per_iface {
@@ -400,7 +400,7 @@ impl NeighborTable {
         if now >= en.deadline {
             if en.probes >= self.max_probes {
                 self.fail(e, now);
-                return Resolve::Fail(Drop::NoNeighbor);
+                return Resolve::Fail(VrDrop::NoNeighbor);
             }
             en.probes += 1;
             en.deadline = now + self.retrans;
@@ -418,10 +418,10 @@ impl NeighborTable {
     #[cold]
     fn start(&mut self, key: NKey, now: u64) -> Resolve {
         let Some(room) = self.room(key.iface, true, now) else {
-            return Resolve::Fail(Drop::NeighborTableFull);
+            return Resolve::Fail(VrDrop::NeighborTableFull);
         };
         if !self.solicit_allowed(now) {
-            return Resolve::Fail(Drop::NeighborRateLimited);
+            return Resolve::Fail(VrDrop::NeighborRateLimited);
         }
         let e = self.place(key, room, now);
         self.begin_probing(e, now);
@@ -957,8 +957,8 @@ mod tests {
         assert_eq!(t.pop_probe(), None, "one probe per retransmit interval");
         assert_eq!(t.resolve(A, 12 * MS), Resolve::Mac(M));
         assert!(t.pop_probe().is_some());
-        assert_eq!(t.resolve(A, 13 * MS), Resolve::Fail(Drop::NoNeighbor));
-        assert_eq!(t.resolve(A, 17 * MS), Resolve::Fail(Drop::NoNeighbor), "held");
+        assert_eq!(t.resolve(A, 13 * MS), Resolve::Fail(VrDrop::NoNeighbor));
+        assert_eq!(t.resolve(A, 17 * MS), Resolve::Fail(VrDrop::NoNeighbor), "held");
         assert!(matches!(t.resolve(A, 18 * MS), Resolve::Queue(_)), "retried after hold");
     }
 
@@ -981,7 +981,7 @@ mod tests {
         assert_eq!(b.frame(), pkt(1).frame());
         assert_eq!(t.pop_gave_up(&mut b), None);
         assert_eq!(t.free_slots.len(), t.slots.len(), "every slot is free again");
-        assert_eq!(t.resolve(A, 3 * MS), Resolve::Fail(Drop::NoNeighbor));
+        assert_eq!(t.resolve(A, 3 * MS), Resolve::Fail(VrDrop::NoNeighbor));
     }
 
     #[test]
@@ -990,7 +990,7 @@ mod tests {
         assert!(t.add_static(A, M));
         assert!(matches!(t.resolve(B, 0), Resolve::Queue(_)));
         t.learn(B, M, REPLY, 0);
-        assert_eq!(t.resolve(C, 0), Resolve::Fail(Drop::NeighborTableFull));
+        assert_eq!(t.resolve(C, 0), Resolve::Fail(VrDrop::NeighborTableFull));
         t.resolve(B, 100 * MS); // stale now
         assert!(matches!(t.resolve(C, 100 * MS), Resolve::Queue(_)), "B evicted");
         assert!(
@@ -1084,7 +1084,7 @@ mod tests {
         let Resolve::Queue(_) = t.resolve(key(0, 8), 3 * MS) else { panic!() };
         assert!(!t.index.contains_key(&key(0, 3)));
         t.learn(key(0, 8), M, REPLY, 3 * MS);
-        assert_eq!(t.resolve(key(0, 9), 3 * MS), Resolve::Fail(Drop::NeighborTableFull));
+        assert_eq!(t.resolve(key(0, 9), 3 * MS), Resolve::Fail(VrDrop::NeighborTableFull));
         let ips: Vec<String> = t.rows().iter().map(|r| r.ip.to_string()).collect();
         assert_eq!(ips, ["10.0.0.1", "10.0.0.2", "10.0.0.7", "10.0.0.8"]);
     }
@@ -1101,7 +1101,7 @@ mod tests {
         t.learn(A, M, Learn { create: true, ..REPLY }, 0);
         assert!(matches!(t.resolve(B, 0), Resolve::Queue(_)));
         assert!(matches!(t.resolve(C, 0), Resolve::Queue(_)));
-        assert_eq!(t.resolve(key(0, 50), 0), Resolve::Fail(Drop::NeighborRateLimited));
+        assert_eq!(t.resolve(key(0, 50), 0), Resolve::Fail(VrDrop::NeighborRateLimited));
         assert!(!t.index.contains_key(&key(0, 50)), "no entry without a probe");
         while t.pop_probe().is_some() {}
         // Retransmissions find no token: skipped, but the entries still fail on time.
@@ -1118,7 +1118,7 @@ mod tests {
         // next retry waits for the next token.
         assert!(matches!(t.resolve(key(0, 50), 20 * MS), Resolve::Queue(_)));
         assert!(matches!(t.resolve(B, 20 * MS), Resolve::Queue(_)));
-        assert_eq!(t.resolve(C, 20 * MS), Resolve::Fail(Drop::NeighborRateLimited));
+        assert_eq!(t.resolve(C, 20 * MS), Resolve::Fail(VrDrop::NeighborRateLimited));
         assert_eq!(
             t.rows().iter().find(|r| r.ip == C.addr()).unwrap().state,
             NeighborState::Failed

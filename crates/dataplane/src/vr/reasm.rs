@@ -21,7 +21,7 @@
 
 use ports::{PktBuf, BUF_SIZE, HEADROOM};
 
-use crate::counters::Drop;
+use crate::counters::VrDrop;
 use crate::l2::ETH_VLAN_LEN;
 
 /// Reassembly contexts per VR.
@@ -127,7 +127,7 @@ impl Ctx {
 }
 
 /// A failed datagram: the reason, and how many fragments held before this one go with it.
-pub(crate) type Failed = (Drop, u32);
+pub(crate) type Failed = (VrDrop, u32);
 
 pub(crate) struct Reassembler {
     ctx: Box<[Ctx]>,
@@ -193,16 +193,16 @@ impl Reassembler {
         let end = f.off + f.data.len();
         // RFC 8200 §4.5, RFC 791: every fragment but the last carries a multiple of 8 bytes.
         if f.more && (f.data.is_empty() || !f.data.len().is_multiple_of(8)) {
-            return Err((Drop::LocalFragment, 0));
+            return Err((VrDrop::LocalFragment, 0));
         }
         let i = match self.ctx.iter().position(|c| c.live && c.key == f.key) {
             Some(i) => i,
             None => {
                 if end > MAX_PAYLOAD {
-                    return Err((Drop::ReassemblyTooBig, 0));
+                    return Err((VrDrop::ReassemblyTooBig, 0));
                 }
                 let Some(i) = self.ctx.iter().position(|c| !c.live) else {
-                    return Err((Drop::ReassemblyNoContext, 0));
+                    return Err((VrDrop::ReassemblyNoContext, 0));
                 };
                 let c = &mut self.ctx[i];
                 c.key = f.key;
@@ -221,12 +221,12 @@ impl Reassembler {
             }
         };
         let c = &mut self.ctx[i];
-        let fail = |c: &mut Ctx, live: &mut usize, r: Drop| {
+        let fail = |c: &mut Ctx, live: &mut usize, r: VrDrop| {
             *live -= 1;
             Err((r, c.kill()))
         };
         if end > MAX_PAYLOAD || (f.off == 0 && f.unfrag.len() > MAX_UNFRAG) {
-            return fail(c, &mut self.live, Drop::ReassemblyTooBig);
+            return fail(c, &mut self.live, VrDrop::ReassemblyTooBig);
         }
         let (first, last) = (f.off / 8, end.div_ceil(8));
         let inconsistent = match c.end {
@@ -235,7 +235,7 @@ impl Reassembler {
             None => !f.more && c.any(last, MAX_PAYLOAD.div_ceil(8)),
         };
         if inconsistent || c.any(first, last) {
-            return fail(c, &mut self.live, Drop::ReassemblyOverlap);
+            return fail(c, &mut self.live, VrDrop::ReassemblyOverlap);
         }
         c.mark(first, last);
         c.data[f.off..end].copy_from_slice(f.data);
@@ -269,7 +269,7 @@ impl Reassembler {
         let (h, end) = (c.unfrag_len, c.end.unwrap_or(0));
         let total = h + end;
         if !buf.set_len(l3 + total) {
-            return Err((Drop::ReassemblyTooBig, merged));
+            return Err((VrDrop::ReassemblyTooBig, merged));
         }
         let p = &mut buf.frame_mut()[l3..];
         p[..h].copy_from_slice(&c.unfrag[..h]);
@@ -336,16 +336,16 @@ mod tests {
         assert_eq!(r.held(), 0);
         // Overlap: the datagram goes, with what it held.
         assert_eq!(r.add(&frag(0, true, &a, &hdr), 0), Ok(None));
-        assert_eq!(r.add(&frag(8, true, &[0; 8], &[]), 0), Err((Drop::ReassemblyOverlap, 1)));
+        assert_eq!(r.add(&frag(8, true, &[0; 8], &[]), 0), Err((VrDrop::ReassemblyOverlap, 1)));
         assert_eq!(r.held(), 0);
         // Data beyond the end a last fragment set.
         assert_eq!(r.add(&frag(0, false, &a, &hdr), 0), Ok(Some(0)));
         r.finish(0, &mut buf, 14).unwrap();
         assert_eq!(r.add(&frag(32, true, &a, &[]), 0), Ok(None));
-        assert_eq!(r.add(&frag(8, false, &[0; 8], &[]), 0), Err((Drop::ReassemblyOverlap, 1)));
+        assert_eq!(r.add(&frag(8, false, &[0; 8], &[]), 0), Err((VrDrop::ReassemblyOverlap, 1)));
         // Malformed, too big, no context, timeout.
-        assert_eq!(r.add(&frag(0, true, &[0; 7], &hdr), 0), Err((Drop::LocalFragment, 0)));
-        assert_eq!(r.add(&frag(MAX_PAYLOAD, true, &a, &[]), 0), Err((Drop::ReassemblyTooBig, 0)));
+        assert_eq!(r.add(&frag(0, true, &[0; 7], &hdr), 0), Err((VrDrop::LocalFragment, 0)));
+        assert_eq!(r.add(&frag(MAX_PAYLOAD, true, &a, &[]), 0), Err((VrDrop::ReassemblyTooBig, 0)));
         for k in 0..CONTEXTS as u32 {
             let f = Frag {
                 key: Key { ident: 10 + k, ..frag(0, true, &a, &hdr).key },
@@ -353,7 +353,7 @@ mod tests {
             };
             assert_eq!(r.add(&f, 5), Ok(None));
         }
-        assert_eq!(r.add(&frag(8, true, &a, &[]), 5), Err((Drop::ReassemblyNoContext, 0)));
+        assert_eq!(r.add(&frag(8, true, &a, &[]), 5), Err((VrDrop::ReassemblyNoContext, 0)));
         assert_eq!(r.expire(5 + TIMEOUT_V4 - 1), 0);
         assert_eq!(r.expire(5 + TIMEOUT_V4), CONTEXTS as u64);
         assert_eq!(r.held(), 0);

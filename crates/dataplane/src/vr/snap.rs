@@ -95,7 +95,7 @@ impl VrCounters {
                 "generated_dropped" => c.generated_dropped = v,
                 "punted" => c.punted = v,
                 "injected" => c.injected = v,
-                _ => match crate::Drop::ALL.iter().find(|d| d.name() == k) {
+                _ => match crate::VrDrop::ALL.iter().find(|d| d.name() == k) {
                     Some(&d) => c.drops[d as usize] = v,
                     None => unknown.push(k.to_string()),
                 },
@@ -142,7 +142,7 @@ mod tests {
     #[test]
     fn counters_round_trip_by_name() {
         let mut c = VrCounters { rx_packets: 5, forwarded_bytes: 9, ..Default::default() };
-        c.drops[crate::Drop::ALL[1] as usize] = 3;
+        c.drops[crate::VrDrop::ALL[1] as usize] = 3;
         let named = c.named();
         let (back, unknown) =
             VrCounters::from_named(named.iter().map(|(k, v)| (*k, *v)).chain([("future", 1)]));

@@ -11,7 +11,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use dataplane::config::*;
-use dataplane::{Drop, Engine, NeighborRow, PortCounters, PortDrop, Vr, VrCounters};
+use dataplane::{Engine, NeighborRow, PortCounters, PortDrop, Vr, VrCounters, VrDrop};
 use etherparse::{
     icmpv4, icmpv6, ArpEthIpv4Packet, ArpOperation, EtherType, Ethernet2Header, Icmpv4Header,
     Icmpv4Type, Icmpv6Header, Icmpv6Type, IpDscp, IpEcn, IpFragOffset, IpNumber, Ipv4Header,
@@ -834,7 +834,7 @@ impl Lab {
         self.vr[v].forwarded_bytes += out.len() as u64;
     }
 
-    pub fn drop(&mut self, v: usize, r: Drop) {
+    pub fn drop(&mut self, v: usize, r: VrDrop) {
         self.vr[v].drops[r as usize] += 1;
     }
 

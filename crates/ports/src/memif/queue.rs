@@ -274,7 +274,7 @@ impl RxQueue {
                 }
                 if cur == end {
                     // The chain runs past what the peer published: a transmitter publishes
-                    // whole packets, so this one is broken. Drop what we have.
+                    // whole packets, so this one is broken. VrDrop what we have.
                     lost = lost.or(Some(Lost::BadChain));
                     break;
                 }

@@ -1,6 +1,6 @@
 //! Helpers for the kernel port tests (`kernel_*.rs`): a root check that skips with a reason,
 //! unique interface and namespace names, veth pairs and namespaces that remove themselves in
-//! `Drop` (so a failing test cleans up too), recognisable test frames, and a transfer loop that
+//! `VrDrop` (so a failing test cleans up too), recognisable test frames, and a transfer loop that
 //! checks every byte and every counter.
 //!
 //! Traffic only ever goes to interfaces these helpers created. IPv6 is disabled on them before

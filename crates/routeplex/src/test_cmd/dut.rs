@@ -12,7 +12,7 @@ use control::Topology;
 use dataplane::config::VrConfig;
 use dataplane::msr::{Change, LbPort, MsrControl, MsrShared};
 use dataplane::replica::RssPort;
-use dataplane::{Drop, Engine, PortDrop};
+use dataplane::{Engine, PortDrop, VrDrop};
 use serde_json::{json, Value};
 use tester::{Dut, DutCounters, DutPorts, DutReport, DutSnapshot, PortSet, Refusal, Target};
 use wire::MacAddr;
@@ -408,7 +408,7 @@ fn snapshot_rt(s: &control::runtime::Snapshot, in_names: &[String]) -> DutSnapsh
         let c = &v.counters;
         forwarded += c.forwarded;
         let mut own = BTreeMap::new();
-        for &r in Drop::ALL {
+        for &r in VrDrop::ALL {
             let n = c.dropped(r);
             if n > 0 {
                 *dropped.entry(r.name().to_string()).or_insert(0) += n;
@@ -443,7 +443,7 @@ fn snapshot(e: &Engine, in_ports: &[usize]) -> DutSnapshot {
         let c = vr.counters();
         forwarded += c.forwarded;
         let mut own = BTreeMap::new();
-        for &r in Drop::ALL {
+        for &r in VrDrop::ALL {
             let n = c.dropped(r);
             if n > 0 {
                 *dropped.entry(r.name().to_string()).or_insert(0) += n;
@@ -685,7 +685,7 @@ impl Dut for RouteplexDut {
     }
 }
 
-impl std::ops::Drop for RouteplexDut {
+impl Drop for RouteplexDut {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.worker.take() {

@@ -1047,7 +1047,7 @@ impl KernelDut {
                     }
                 }
                 for vr in engine["vrs"].as_array().into_iter().flatten() {
-                    for &r in dataplane::Drop::ALL {
+                    for &r in dataplane::VrDrop::ALL {
                         let n = vr["counters"][r.name()].as_u64().unwrap_or(0);
                         if n > 0 {
                             dropped.insert(format!("routeplex/vr.{}", r.name()), n);
