@@ -151,14 +151,7 @@ impl Port for RssPort {
     fn stats(&self) -> PortStats {
         let mut s = PortStats::default();
         for q in &self.queues {
-            let x = q.stats();
-            s.rx_packets += x.rx_packets;
-            s.rx_bytes += x.rx_bytes;
-            s.tx_packets += x.tx_packets;
-            s.tx_bytes += x.tx_bytes;
-            s.tx_full += x.tx_full;
-            s.rx_dropped += x.rx_dropped;
-            s.tx_errors += x.tx_errors;
+            s += q.stats();
         }
         s
     }

@@ -51,6 +51,19 @@ pub struct PortStats {
     pub tx_errors: u64,
 }
 
+impl std::ops::AddAssign for PortStats {
+    /// Adds `o`'s counters to these: a port made of several queues reports their sum.
+    fn add_assign(&mut self, o: PortStats) {
+        self.rx_packets += o.rx_packets;
+        self.rx_bytes += o.rx_bytes;
+        self.tx_packets += o.tx_packets;
+        self.tx_bytes += o.tx_bytes;
+        self.tx_full += o.tx_full;
+        self.rx_dropped += o.rx_dropped;
+        self.tx_errors += o.tx_errors;
+    }
+}
+
 /// Whether a port can move packets now.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum PortStatus {
