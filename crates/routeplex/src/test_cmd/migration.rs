@@ -1083,20 +1083,6 @@ pub fn measure(
     Ok(v)
 }
 
-/// Where results go without `--out`.
-fn default_out(name: &str) -> PathBuf {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
-                .map(|h| PathBuf::from(h).join(".cache"))
-        })
-        .unwrap_or_else(std::env::temp_dir);
-    cache.join("routeplex").join("scenario-results").join(name)
-}
-
 /// Why this process cannot build the namespaces, if it cannot.
 pub fn cannot_run() -> Option<&'static str> {
     (crate::sys::euid() != 0).then_some("needs root (network namespaces, veth, a bridge)")
@@ -1109,7 +1095,8 @@ pub fn run(a: MigrationArgs) -> Result<()> {
         bail!("routeplex test migration {why}");
     }
     let about = About::command();
-    let out = a.out.clone().unwrap_or_else(|| default_out(&about.name));
+    let out =
+        a.out.clone().unwrap_or_else(|| super::scenario::default_results_dir().join(&about.name));
     let v = measure(&plan, &about, &out, a.quiet, None)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&v)?);

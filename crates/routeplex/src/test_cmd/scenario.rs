@@ -431,7 +431,7 @@ pub fn run(a: ScenarioArgs) -> Result<()> {
 
 /// Where results go without `--out`: the user's cache (`$XDG_CACHE_HOME`, else `~/.cache`),
 /// else the temp dir; never the current directory, which is often a checkout.
-fn default_results_dir() -> PathBuf {
+pub(super) fn default_results_dir() -> PathBuf {
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
