@@ -18,6 +18,9 @@ use control::{Node, Topology};
 use ports::memif::{MemifOptions, MemifPort};
 use ports::{Batch, Port, PortStatus};
 
+mod hosts;
+use hosts::{ip, Namespaces};
+
 const DEADLINE: Duration = Duration::from_secs(30);
 const VR_A: [u8; 6] = [2, 0, 0, 0, 1, 0];
 const VR_B: [u8; 6] = [2, 0, 0, 0, 1, 1];
@@ -211,22 +214,6 @@ fn answer(p: &mut dyn Port) -> Vec<u8> {
         }
         thread::sleep(Duration::from_micros(200));
     }
-}
-
-/// Removes the namespaces it names when dropped, even when the test fails.
-struct Namespaces(Vec<String>);
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for n in &self.0 {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
-
-fn ip(args: &[&str]) {
-    let o = Command::new("ip").args(args).output().unwrap();
-    assert!(o.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&o.stderr));
 }
 
 /// `ping -M do -s PAYLOAD` from namespace `ns`: its output, and whether every echo came back.

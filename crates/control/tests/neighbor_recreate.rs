@@ -22,25 +22,12 @@ use control::runtime::{Idle, Options};
 use control::{Node, Topology};
 use serde_json::Value;
 
+mod hosts;
+use hosts::{ip, Namespaces};
+
 const MAC1: &str = "02:00:00:78:01:01";
 const MAC2: &str = "02:00:00:78:01:02";
 const MAC3: &str = "02:00:00:78:01:03";
-
-/// Removes the namespaces it names when dropped, even when the test fails.
-struct Namespaces(Vec<String>);
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for n in &self.0 {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
-
-fn ip(args: &[&str]) {
-    let o = Command::new("ip").args(args).output().unwrap();
-    assert!(o.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-}
 
 /// Host 1's end of its veth, with `mac`, addresses and a route to host 2; `notify` makes the
 /// kernel announce MAC changes (gratuitous ARP, unsolicited NA).

@@ -8,21 +8,8 @@ use std::process::Command;
 use control::runtime::{Idle, Options};
 use control::{Node, Topology};
 
-/// Removes the namespaces it names when dropped, even when the test fails.
-struct Namespaces(Vec<String>);
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for n in &self.0 {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
-
-fn ip(args: &[&str]) {
-    let o = Command::new("ip").args(args).output().unwrap();
-    assert!(o.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-}
+mod hosts;
+use hosts::{ip, Namespaces};
 
 #[test]
 fn a_port_opens_its_interface_in_an_existing_namespace() {

@@ -11,16 +11,8 @@ use std::time::Duration;
 use control::runtime::{Idle, Options};
 use control::{Node, Topology};
 
-/// Removes the namespaces it names when dropped, even when the test fails.
-struct Namespaces(Vec<String>);
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for n in &self.0 {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
+mod hosts;
+use hosts::{ip, Namespaces};
 
 /// Kills the processes it holds when dropped.
 struct Kids(Vec<Child>);
@@ -32,11 +24,6 @@ impl Drop for Kids {
             let _ = c.wait();
         }
     }
-}
-
-fn ip(args: &[&str]) {
-    let o = Command::new("ip").args(args).output().unwrap();
-    assert!(o.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&o.stderr));
 }
 
 /// Joins the group on 10.79.0.2 for `secs` seconds, then prints how many datagrams came.

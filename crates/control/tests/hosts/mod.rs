@@ -15,6 +15,23 @@ pub fn ok(cmd: &str, args: &[&str]) {
     assert!(o.status.success(), "{cmd} {args:?}: {}", String::from_utf8_lossy(&o.stderr));
 }
 
+/// `ip ARGS`, which must succeed.
+#[track_caller]
+pub fn ip(args: &[&str]) {
+    ok("ip", args);
+}
+
+/// Removes the namespaces it names when dropped, even when the test fails.
+pub struct Namespaces(pub Vec<String>);
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for n in &self.0 {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
 pub fn in_ns(ns: &str, args: &[&str]) -> Output {
     let mut a = vec!["netns", "exec", ns];
     a.extend(args);
