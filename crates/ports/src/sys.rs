@@ -308,6 +308,43 @@ pub(crate) fn ioctl_ifreq(fd: &OwnedFd, req: libc::c_ulong, ifr: &mut IfReq) -> 
 const SIOCGIFINDEX: libc::c_ulong = 0x8933;
 const SIOCGIFMTU: libc::c_ulong = 0x8921;
 
+const SIOCETHTOOL: libc::c_ulong = 0x8946;
+const ETHTOOL_GCHANNELS: u32 = 0x3c;
+
+/// `struct ethtool_channels`: a device's queue counts, as `ethtool -l` shows them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct EthtoolChannels {
+    pub cmd: u32,
+    pub max_rx: u32,
+    pub max_tx: u32,
+    pub max_other: u32,
+    pub max_combined: u32,
+    pub rx_count: u32,
+    pub tx_count: u32,
+    pub other_count: u32,
+    pub combined_count: u32,
+}
+
+/// `struct ifreq` with its pointer member (`ifr_data`), for `SIOCETHTOOL`.
+#[repr(C)]
+struct IfReqData {
+    name: [u8; 16],
+    data: *mut c_void,
+    pad: [u8; 16],
+}
+
+/// `ETHTOOL_GCHANNELS` on interface `name` (in the namespace `fd` was made in).
+pub(crate) fn ethtool_channels(fd: &OwnedFd, name: [u8; 16]) -> io::Result<EthtoolChannels> {
+    let mut ch = EthtoolChannels { cmd: ETHTOOL_GCHANNELS, ..Default::default() };
+    let mut ifr = IfReqData { name, data: (&mut ch as *mut EthtoolChannels).cast(), pad: [0; 16] };
+    // SAFETY: `ifr` is a full 40-byte ifreq whose data pointer is `ch`, a writable
+    // ethtool_channels on this frame that outlives the call.
+    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), SIOCETHTOOL as _, &mut ifr as *mut IfReqData) };
+    cvt(ret as libc::c_long)?;
+    Ok(ch)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Waiting
 

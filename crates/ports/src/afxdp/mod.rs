@@ -59,7 +59,10 @@
 
 mod bpf;
 mod napi;
+mod queues;
 mod ring;
+
+pub use queues::{rx_queue_count, QueueInfo, Queues};
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -69,6 +72,7 @@ use std::time::{Duration, Instant};
 use crate::sys::{self, at, Mmap, Pod, Seen, Watch};
 use crate::{Batch, Port, PortStats, PortStatus, HEADROOM, MAX_FRAME};
 
+use queues::Live;
 use ring::{RingOffsets, RxDesc, UmemLayout, XdpDesc, XskRing};
 
 const BACKEND: &str = "afxdp";
@@ -137,8 +141,9 @@ pub struct AfXdpOptions {
     /// Bytes per UMEM frame: 2048 or 4096. Received frames get this minus 256 (the kernel's
     /// XDP headroom); sent frames, all of it (and never more than a packet buffer holds).
     pub frame_size: u32,
-    /// The interface queue to bind. Frames arriving on other queues go to the kernel stack.
-    pub queue: u32,
+    /// The interface's receive queues to bind, a socket each (see [`Queues`]). Frames arriving
+    /// on other queues go to the kernel stack.
+    pub queues: Queues,
     /// XDP attach mode.
     pub mode: XdpMode,
     /// Copy or zero-copy.
@@ -164,7 +169,7 @@ impl Default for AfXdpOptions {
         AfXdpOptions {
             frames: 4096,
             frame_size: 2048,
-            queue: 0,
+            queues: Queues::All,
             mode: XdpMode::Auto,
             bind: BindMode::Auto,
             threaded_napi: false,
@@ -229,6 +234,9 @@ enum Lost {
 pub struct AfXdpPort {
     watch: Watch,
     opts: AfXdpOptions,
+    /// The interface's XDP program and XSKMAP, shared with the other ports of one
+    /// [`AfXdpPort::open_spread`].
+    group: queues::Group,
     live: Option<Live>,
     stats: PortStats,
     drops: RxDrops,
@@ -237,15 +245,11 @@ pub struct AfXdpPort {
     anomalies: u64,
 }
 
-/// Everything that exists while the port is open on a live interface. Fields drop in order:
-/// the link first, so the program stops redirecting before the socket goes.
-struct Live {
-    /// First, so the old `threaded` setting is back while the interface still has its NAPI.
-    napi: Option<napi::ThreadedNapi>,
-    /// Held only to keep the program attached: closing it detaches.
-    _link: OwnedFd,
-    _prog: OwnedFd,
-    _map: OwnedFd,
+/// One queue's AF_XDP socket, its rings and its own UMEM.
+struct Sock {
+    queue: u32,
+    /// Frames received on this queue (the port's `rx_packets` is the sum).
+    rx_packets: u64,
     xsk: OwnedFd,
     rx: XskRing,
     tx: XskRing,
@@ -256,11 +260,9 @@ struct Live {
     /// Tx frames not in flight (indices), and which ones are in flight.
     tx_free: Vec<u32>,
     tx_busy: Vec<bool>,
-    mode: XdpMode,
     zero_copy: bool,
     /// Bound with `XDP_USE_SG`: frames may span descriptors.
     sg: bool,
-    prog_id: u32,
     max_tx_len: usize,
     /// `sendto` calls one kick may make before giving up until the next burst.
     max_kicks: u32,
@@ -270,12 +272,19 @@ impl AfXdpPort {
     /// Opens an AF_XDP port on `ifname` (which must exist): UMEM, socket, rings, XSKMAP, program
     /// and link, in that order. Errors name the interface and the failing step.
     pub fn open(ifname: &str, opts: &AfXdpOptions) -> io::Result<AfXdpPort> {
+        Self::open_in(ifname, opts, queues::Group::default())
+    }
+
+    fn open_in(ifname: &str, opts: &AfXdpOptions, group: queues::Group) -> io::Result<AfXdpPort> {
         let mut watch = Watch::new(BACKEND, ifname, opts.netns.as_deref())?;
-        let live = watch
-            .open_live(|name, ifindex, mtu| Live::open(name, ifindex, opts, mtu, OPEN_BIND_WAIT))?;
+        let g = &group;
+        let live = watch.open_live(|name, ifindex, mtu| {
+            Live::open(name, ifindex, opts, mtu, OPEN_BIND_WAIT, g)
+        })?;
         Ok(AfXdpPort {
             watch,
             opts: opts.clone(),
+            group,
             live: Some(live),
             stats: PortStats::default(),
             drops: RxDrops::default(),
@@ -286,18 +295,25 @@ impl AfXdpPort {
 
     /// The XDP mode in use (`Driver` or `Skb`), `None` while the port is down.
     pub fn mode(&self) -> Option<XdpMode> {
-        self.live.as_ref().map(|l| l.mode)
+        self.live.as_ref().map(|l| l.xdp.mode)
     }
 
-    /// True if the socket is bound zero-copy, false in copy mode, `None` while down.
+    /// True if every queue's socket is bound zero-copy, false if any is in copy mode (see
+    /// [`AfXdpPort::queues`] for each), `None` while down.
     pub fn zero_copy(&self) -> Option<bool> {
-        self.live.as_ref().map(|l| l.zero_copy)
+        self.live.as_ref().map(|l| l.socks.iter().all(|s| s.zero_copy))
     }
 
-    /// True if the socket takes frames over several descriptors (`XDP_USE_SG`), so frames up to
-    /// [`crate::MAX_FRAME`] pass; `None` while down.
+    /// True if the sockets take frames over several descriptors (`XDP_USE_SG`), so frames up
+    /// to [`crate::MAX_FRAME`] pass; `None` while down.
     pub fn multi_buffer(&self) -> Option<bool> {
-        self.live.as_ref().map(|l| l.sg)
+        self.live.as_ref().map(|l| l.socks.iter().all(|s| s.sg))
+    }
+
+    /// Each bound queue: its index, copy or zero-copy, and frames received on it; empty while
+    /// down.
+    pub fn queues(&self) -> Vec<QueueInfo> {
+        self.live.as_ref().map_or_else(Vec::new, Live::queue_info)
     }
 
     /// The threaded-NAPI kernel threads of the interface, once pinned to the CPUs of the thread
@@ -314,7 +330,7 @@ impl AfXdpPort {
 
     /// The kernel id of the attached XDP program (as `ip link` shows it), `None` while down.
     pub fn prog_id(&self) -> Option<u32> {
-        self.live.as_ref().map(|l| l.prog_id)
+        self.live.as_ref().map(|l| l.xdp.prog_id)
     }
 
     /// The ifindex the port is open on, 0 while down.
@@ -347,10 +363,10 @@ impl AfXdpPort {
     }
 
     fn reopen(&mut self) {
-        let o = &self.opts;
+        let (o, g) = (&self.opts, &self.group);
         if let Some(live) = self
             .watch
-            .reopen_live(|name, ifindex, mtu| Live::open(name, ifindex, o, mtu, Duration::ZERO))
+            .reopen_live(|name, ifindex, mtu| Live::open(name, ifindex, o, mtu, Duration::ZERO, g))
         {
             self.live = Some(live);
         }
@@ -394,23 +410,13 @@ impl Port for AfXdpPort {
     }
 
     fn mode_name(&self) -> Option<&'static str> {
-        let l = self.live.as_ref()?;
-        Some(match (l.mode == XdpMode::Driver, l.zero_copy, l.sg) {
-            (true, false, true) => "xdp driver, copy, multi-buffer",
-            (true, false, false) => "xdp driver, copy",
-            (true, true, true) => "xdp driver, zero-copy, multi-buffer",
-            (true, true, false) => "xdp driver, zero-copy",
-            (false, false, true) => "xdp skb, copy, multi-buffer",
-            (false, false, false) => "xdp skb, copy",
-            (false, true, true) => "xdp skb, zero-copy, multi-buffer",
-            (false, true, false) => "xdp skb, zero-copy",
-        })
+        self.live.as_ref().map(Live::mode_name)
     }
 
-    /// The socket: readable while the rx ring holds frames (poll(2) also wakes the driver
-    /// where the fill ring asked for it).
+    /// The sockets: each readable while its rx ring holds frames (poll(2) also wakes the
+    /// driver where a fill ring asked for it).
     fn wakeup_fds(&self, out: &mut Vec<RawFd>) -> bool {
-        out.extend(self.live.as_ref().map(|l| l.xsk.as_raw_fd()));
+        out.extend(self.live.iter().flat_map(|l| l.socks.iter().map(|s| s.xsk.as_raw_fd())));
         true
     }
 
@@ -421,7 +427,7 @@ impl Port for AfXdpPort {
             Seen::Still => {
                 let mtu = self.watch.mtu();
                 if let Some(live) = self.live.as_mut() {
-                    live.set_mtu(mtu);
+                    live.socks.iter_mut().for_each(|s| s.set_mtu(mtu));
                 }
             }
             Seen::Nothing => {}
@@ -452,6 +458,7 @@ fn bind_queue(
     xsk: &OwnedFd,
     name: &str,
     ifindex: u32,
+    queue: u32,
     o: &AfXdpOptions,
     bind_wait: Duration,
 ) -> io::Result<(bool, bool)> {
@@ -470,7 +477,7 @@ fn bind_queue(
             family: libc::AF_XDP as u16,
             flags,
             ifindex,
-            queue_id: o.queue,
+            queue_id: queue,
             shared_umem_fd: 0,
         };
         match sys::bind(xsk, &addr) {
@@ -494,7 +501,7 @@ fn bind_queue(
                     ),
                     _ => e,
                 };
-                let step = format!("bind(queue {}, {:?})", o.queue, o.bind);
+                let step = format!("bind(queue {queue}, {:?})", o.bind);
                 return Err(sys::step_err(BACKEND, name, &step, e));
             }
         }
@@ -507,16 +514,18 @@ fn bind_queue(
     Ok((sg, opts & XDP_OPTIONS_ZEROCOPY != 0))
 }
 
-impl Live {
-    /// Builds everything. `bind_wait` is how long to retry a busy queue (see below): some time at
-    /// open, none from `service()`, which must not block and retries later anyway.
+impl Sock {
+    /// The socket of `queue`, bound, its fill ring full. `bind_wait` is how long to retry a
+    /// busy queue (see below): some time at open, none from `service()`, which must not block
+    /// and retries later anyway.
     fn open(
         name: &str,
         ifindex: u32,
+        queue: u32,
         o: &AfXdpOptions,
         mtu: Option<usize>,
         bind_wait: Duration,
-    ) -> io::Result<Live> {
+    ) -> io::Result<Sock> {
         if !o.frames.is_power_of_two() || !(16..=65536).contains(&o.frames) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -592,7 +601,7 @@ impl Live {
         let comp = XskRing::map(&xsk, XDP_UMEM_PGOFF_COMPLETION_RING, &offs(3), ring_size, 8)
             .map_err(at(BACKEND, name, "mmap(completion ring)"))?;
 
-        let (sg, zero_copy) = bind_queue(&xsk, name, ifindex, o, bind_wait)?;
+        let (sg, zero_copy) = bind_queue(&xsk, name, ifindex, queue, o, bind_wait)?;
         // Let one sendto move the whole ring (6.17+); older kernels stop at 32 per call.
         let budget_raised = ring_size >= KERNEL_TX_BATCH
             && sys::setsockopt(&xsk, libc::SOL_XDP, XDP_MAX_TX_SKB_BUDGET, &ring_size).is_ok();
@@ -603,33 +612,9 @@ impl Live {
         }
         fill.submit(layout.rx_frames);
 
-        let map = bpf::create_xskmap(o.queue + 1).map_err(at(
-            BACKEND,
-            name,
-            "bpf(BPF_MAP_CREATE, XSKMAP)",
-        ))?;
-        bpf::map_set(&map, o.queue, &xsk).map_err(at(BACKEND, name, "bpf(BPF_MAP_UPDATE_ELEM)"))?;
-        let prog = bpf::load_program(&map, sg).map_err(at(BACKEND, name, "bpf(BPF_PROG_LOAD)"))?;
-        let (link, mode) = bpf::attach(&prog, ifindex, o.mode).map_err(at(
-            BACKEND,
-            name,
-            "bpf(BPF_LINK_CREATE)",
-        ))?;
-        let prog_id = bpf::prog_id(&prog).unwrap_or(0);
-        // The same interface in sysfs: same name and ifindex (sysfs shows the namespace it was
-        // mounted for, which need not be the port's).
-        let in_sysfs = o.netns.is_none()
-            && std::fs::read_to_string(format!("/sys/class/net/{name}/ifindex"))
-                .is_ok_and(|i| i.trim() == ifindex.to_string());
-        let napi = (o.threaded_napi && mode == XdpMode::Driver && in_sysfs)
-            .then(|| napi::ThreadedNapi::enable(name))
-            .flatten();
-
-        Ok(Live {
-            napi,
-            _link: link,
-            _prog: prog,
-            _map: map,
+        Ok(Sock {
+            queue,
+            rx_packets: 0,
             xsk,
             rx,
             tx,
@@ -639,10 +624,8 @@ impl Live {
             layout,
             tx_free: (0..layout.tx_frames).rev().collect(),
             tx_busy: vec![false; layout.tx_frames as usize],
-            mode,
             zero_copy,
             sg,
-            prog_id,
             max_tx_len: max_tx_len(o.frame_size as usize, sg, mtu),
             max_kicks: ring_size / per_kick + 2,
         })
@@ -699,6 +682,7 @@ impl Live {
             let _ = sys::kick_rx(&self.xsk);
         }
         stats.rx_packets += got as u64;
+        self.rx_packets += got as u64;
         got
     }
 
