@@ -62,7 +62,7 @@ mod napi;
 mod queues;
 mod ring;
 
-pub use queues::{rx_queue_count, QueueInfo, Queues};
+pub use queues::{rx_queue_count, rx_queue_count_in, QueueInfo, Queues};
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

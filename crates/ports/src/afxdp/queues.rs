@@ -14,6 +14,7 @@
 
 use std::io;
 use std::os::fd::OwnedFd;
+use std::path::Path;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -158,6 +159,14 @@ pub fn rx_queue_count(ifname: &str, ifindex: u32) -> io::Result<u32> {
     Ok((in_sysfs as u32).max(1))
 }
 
+/// [`rx_queue_count`] of interface `ifname` in namespace `netns` (`/run/netns/NAME`; `None`:
+/// the caller's). Errors name the interface.
+pub fn rx_queue_count_in(ifname: &str, netns: Option<&Path>) -> io::Result<u32> {
+    let watch = Watch::new(BACKEND, ifname, netns)?;
+    let ifindex = watch.require()?;
+    watch.netns().run_in(|| rx_queue_count(ifname, ifindex))
+}
+
 /// Everything that exists while the port is open on a live interface: the sockets first, so
 /// that a port closing takes its queues out of the map before (if it is the last) the program
 /// goes.
@@ -297,9 +306,7 @@ impl AfXdpPort {
     /// The ports share one XDP program and map (detached when the last port closes). Fails,
     /// naming the interface and its queue count, where it has fewer queues than `n`.
     pub fn open_spread(ifname: &str, opts: &AfXdpOptions, n: usize) -> io::Result<Vec<AfXdpPort>> {
-        let watch = Watch::new(BACKEND, ifname, opts.netns.as_deref())?;
-        let ifindex = watch.require()?;
-        let count = watch.netns().run_in(|| rx_queue_count(ifname, ifindex))?;
+        let count = rx_queue_count_in(ifname, opts.netns.as_deref())?;
         let list = opts.queues.resolve(ifname, count)?;
         if n == 0 || list.len() < n {
             return Err(invalid(format!(
