@@ -137,11 +137,17 @@ pub fn host(topo: &Topology, vrs: Option<&[VrConfig]>, burst: usize) -> Result<H
         let copies = plan.vrs.first().and_then(|&v| topo.schedule.get(v)).map_or(1, |s| s.copies());
         if copies > 1 {
             let v = plan.vrs[0];
+            // Its ports are re-made a queue per replica: the single ones opened above must let
+            // go of their interfaces first (an AF_XDP queue takes one socket).
+            for &p in &plan.ports {
+                ports[usize::from(p)] = None;
+            }
             let (table, replica_cells) = replicated(topo, &plan, &vr_cfgs[v], copies, burst)?;
             // The single pair opened for each port is replaced by one pair per queue.
             for (&p, outs) in plan.ports.iter().zip(replica_cells.1) {
                 ports[usize::from(p)] = None;
-                queues[usize::from(p)] = Some(outs);
+                // Kernel ports (AF_XDP) have no outside end.
+                queues[usize::from(p)] = (!outs.is_empty()).then_some(outs);
             }
             tables[v] = Some(table);
             for (r, cell) in replica_cells.0.into_iter().enumerate() {
@@ -209,21 +215,38 @@ fn replicated(
     let vrs = dataplane::replica::replicas(&cell_cfg, &table.view(), copies)
         .map_err(|e| BuildError(e.0))?;
     let mut outside: Vec<Vec<MemPort>> = plan.ports.iter().map(|_| Vec::new()).collect();
+    // AF_XDP ports are opened for all replicas at once: they share the interface's program.
+    let mut spread = Vec::new();
+    for &p in &plan.ports {
+        let spec = &topo.ports[usize::from(p)];
+        let ports = match spec.kind {
+            PortKind::AfXdp(..) => afxdp_queues(spec, copies)?,
+            _ => Vec::new(),
+        };
+        spread.push(ports.into_iter());
+    }
     let mut cells = Vec::new();
     for (r, vr) in vrs.into_iter().enumerate() {
         let mut cell_ports: Vec<Box<dyn Port>> = Vec::new();
         for (k, &p) in plan.ports.iter().enumerate() {
             let spec = &topo.ports[usize::from(p)];
-            let PortKind::Mem { ring } = spec.kind else {
-                return Err(BuildError(format!(
-                    "port {}: a replicated VR's ports must be mem",
-                    spec.name
-                )));
-            };
-            let name = dataplane::replica::replica_name(&spec.name, r);
-            let (a, b) = mem::pair(&name, &format!("{name}-outside"), ring);
-            cell_ports.push(Box::new(a));
-            outside[k].push(b);
+            match spec.kind {
+                PortKind::Mem { ring } => {
+                    let name = dataplane::replica::replica_name(&spec.name, r);
+                    let (a, b) = mem::pair(&name, &format!("{name}-outside"), ring);
+                    cell_ports.push(Box::new(a));
+                    outside[k].push(b);
+                }
+                PortKind::AfXdp(..) => {
+                    cell_ports.push(spread[k].next().expect("afxdp_queues made one per replica"))
+                }
+                _ => {
+                    return Err(BuildError(format!(
+                        "port {}: a replicated VR's ports must be mem or afxdp",
+                        spec.name
+                    )))
+                }
+            }
         }
         let mut cell = Cell::new(cell_ports, vec![vr], Vec::new()).map_err(|e| BuildError(e.0))?;
         for p in 0..cell.port_count() {
@@ -234,6 +257,22 @@ fn replicated(
         cells.push(cell);
     }
     Ok((table, (cells, outside)))
+}
+
+/// A replicated VR's AF_XDP port `spec`: one port per replica (`n`), sharing the interface's
+/// XDP program; replica `r`'s holds the queues `q` of the port's (by default all the
+/// interface's) with `q mod n == r` and receives from them in turn. Fails, naming the port, the
+/// interface and its queue count, where the interface has fewer queues than replicas.
+fn afxdp_queues(
+    spec: &crate::topology::PortSpec,
+    n: usize,
+) -> Result<Vec<Box<dyn Port>>, BuildError> {
+    let PortKind::AfXdp(a, x) = &spec.kind else {
+        return Err(BuildError(format!("port {} is not an afxdp port", spec.name)));
+    };
+    let ports = ports::afxdp::AfXdpPort::open_spread(a.ifname(), &x.options(a.netns_path()), n)
+        .map_err(|e| BuildError(format!("port {}: {e}", spec.name)))?;
+    Ok(ports.into_iter().map(|p| Box::new(p) as Box<dyn Port>).collect())
 }
 
 /// A VR's route table (made from its host-wide config) and the VR reading it, its ports

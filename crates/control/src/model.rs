@@ -198,6 +198,17 @@ pub struct XdpDoc {
     pub zero_copy: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threaded_napi: Option<bool>,
+    /// `all` or a count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<QueuesDoc>,
+}
+
+/// An `afxdp` port's `queues:`: a count, or `all`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum QueuesDoc {
+    Count(u64),
+    Word(String),
 }
 
 /// A `memif` port's keys.

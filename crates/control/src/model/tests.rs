@@ -361,6 +361,7 @@ fn every_field() -> TopologyDoc {
         xdp_mode: Some(s("m")),
         zero_copy: Some(s("z")),
         threaded_napi: Some(true),
+        queues: Some(QueuesDoc::Word(s("all"))),
     };
     TopologyDoc {
         workers: Some(WorkersDoc::Count(1)),

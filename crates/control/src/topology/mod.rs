@@ -43,7 +43,8 @@
 //!                             # 2 x ring frames), frame_size (2048 or 4096), xdp_mode (auto,
 //!                             # driver, skb), zero_copy (auto, on, off; default auto),
 //!                             # threaded_napi (false; true: the interface's NAPI runs as a
-//!                             # kernel thread pinned to the port's worker's CPUs, driver mode)
+//!                             # kernel thread pinned to the port's worker's CPUs, driver mode),
+//!                             # queues (all (default): a socket on every rx queue; N: 0..N)
 //!   - { name: pt, kind: tap, interface: tap9 }          # a tap routeplex creates
 //!   - { name: pv, kind: vhost-user, socket: /run/vm1.sock }  # a QEMU guest's virtio-net NIC
 //!                             # (mode: server (default) or client; queues: pairs, 1..=16)
@@ -301,6 +302,9 @@ pub struct XdpSpec {
     pub bind: ports::afxdp::BindMode,
     /// Threaded NAPI pinned to the port's worker (`ports::afxdp::AfXdpOptions::threaded_napi`).
     pub threaded_napi: bool,
+    /// Receive queues to bind, a socket each: queues `0..n`, or `None` for every queue the
+    /// interface has (the default).
+    pub queues: Option<u32>,
 }
 
 impl Default for XdpSpec {
@@ -311,6 +315,7 @@ impl Default for XdpSpec {
             mode: ports::afxdp::XdpMode::Auto,
             bind: ports::afxdp::BindMode::Auto,
             threaded_napi: false,
+            queues: None,
         }
     }
 }
@@ -324,6 +329,7 @@ impl XdpSpec {
             mode: self.mode,
             bind: self.bind,
             threaded_napi: self.threaded_napi,
+            queues: self.queues.map_or(ports::afxdp::Queues::All, ports::afxdp::Queues::First),
             netns,
             ..Default::default()
         }
@@ -409,6 +415,7 @@ const AFXDP_KEYS: &[&str] = &[
     "xdp_mode",
     "zero_copy",
     "threaded_napi",
+    "queues",
 ];
 const TAP_KEYS: &[&str] = &["name", "kind", "interface", "burst"];
 const VHOST_USER_KEYS: &[&str] = &["name", "kind", "socket", "mode", "queues", "burst"];
@@ -946,7 +953,7 @@ fn list_or_none<T: std::fmt::Display>(items: &[T]) -> String {
 
 /// The AF_XDP keys: `ring` (power of two 8..=32768, default 2048), `frame_size` (2048 or
 /// 4096), `xdp_mode` (auto, driver, skb), `zero_copy` (auto, on, off), `threaded_napi` (true,
-/// false).
+/// false), `queues` (`all`, or a count 1..=4096).
 fn xdp_spec(m: &yaml::Map) -> Result<XdpSpec> {
     use ports::afxdp::{BindMode, XdpMode};
     let mut x = XdpSpec::default();
@@ -994,6 +1001,12 @@ fn xdp_spec(m: &yaml::Map) -> Result<XdpSpec> {
             r => {
                 return Err(v.bad(r, format_args!("threaded_napi must be true or false, not {r:?}")))
             }
+        };
+    }
+    if let Some(v) = m.get("queues") {
+        x.queues = match v.text()? {
+            "all" => None,
+            _ => Some(v.int("queue count (or all)", 1, 4096)?),
         };
     }
     Ok(x)

@@ -297,8 +297,8 @@ pub(super) fn check_replicas(
             }
             for &p in &plan.ports {
                 let spec = &ports[usize::from(p)];
-                if !matches!(spec.kind, PortKind::Mem { .. }) {
-                    return Err(rv.bad(rv.text()?, format_args!("vr {name} has replicas: {n}, but its port {} is not a mem port: only mem ports are made with a queue per replica so far", spec.name)));
+                if !matches!(spec.kind, PortKind::Mem { .. } | PortKind::AfXdp(..)) {
+                    return Err(rv.bad(rv.text()?, format_args!("vr {name} has replicas: {n}, but its port {} is not a mem port (nor afxdp): only mem and afxdp ports are made with a queue per replica so far", spec.name)));
                 }
             }
         }

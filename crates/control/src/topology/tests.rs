@@ -1517,7 +1517,7 @@ fn afxdp_ring_frame_size_mode_and_zero_copy() {
     use ports::afxdp::{BindMode, XdpMode};
     let t = accepts(&hosted(
         HOST_A,
-        "  - { name: pa, kind: afxdp, host: ha, ring: 512, frame_size: 4096, xdp_mode: skb, zero_copy: off, threaded_napi: true }\n",
+        "  - { name: pa, kind: afxdp, host: ha, ring: 512, frame_size: 4096, xdp_mode: skb, zero_copy: off, threaded_napi: true, queues: 4 }\n",
     ));
     let want = XdpSpec {
         ring: 512,
@@ -1525,6 +1525,7 @@ fn afxdp_ring_frame_size_mode_and_zero_copy() {
         mode: XdpMode::Skb,
         bind: BindMode::Copy,
         threaded_napi: true,
+        queues: Some(4),
     };
     assert_eq!(
         t.ports[0].kind,
@@ -1536,6 +1537,7 @@ fn afxdp_ring_frame_size_mode_and_zero_copy() {
         (1024, 4096, XdpMode::Skb, BindMode::Copy)
     );
     assert!(o.threaded_napi);
+    assert_eq!(o.queues, ports::afxdp::Queues::First(4));
     assert!(t.summary().contains("ring 512, frame 4096"), "{}", t.summary());
     let on = accepts(&hosted(
         HOST_A,
@@ -1546,6 +1548,11 @@ fn afxdp_ring_frame_size_mode_and_zero_copy() {
         (x.bind, x.mode, x.ring, x.frame_size),
         (BindMode::ZeroCopy, XdpMode::Driver, 2048, 2048)
     );
+    // Every queue unless told: by default and with `all`.
+    assert_eq!(x.options(None).queues, ports::afxdp::Queues::All);
+    let all = accepts(&hosted(HOST_A, "  - { name: pa, kind: afxdp, host: ha, queues: all }\n"));
+    let PortKind::AfXdp(_, x) = &all.ports[0].kind else { panic!() };
+    assert_eq!(x.queues, None);
     for (kv, field, value, msg) in [
         ("ring: 1000", "ring", "1000", "ring size 1000 is not a power of two"),
         ("ring: 65536", "ring", "65536", "ring size 65536 is out of range 8..=32768"),
@@ -1562,6 +1569,13 @@ fn afxdp_ring_frame_size_mode_and_zero_copy() {
             "threaded_napi",
             "1",
             "threaded_napi must be true or false, not \"1\"",
+        ),
+        ("queues: 0", "queues", "0", "queue count (or all) 0 is out of range 1..=4096"),
+        (
+            "queues: every",
+            "queues",
+            "every",
+            "queue count (or all) must be an integer in 1..=4096, not \"every\"",
         ),
     ] {
         rejects(

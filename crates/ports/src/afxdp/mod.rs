@@ -1,10 +1,14 @@
-//! The `afxdp` backend: a port on one queue of a kernel interface through an AF_XDP socket.
+//! The `afxdp` backend: a port on the receive queues of a kernel interface (by default all of
+//! them), an AF_XDP socket per queue.
 //!
-//! Job: take every frame arriving on the queue away from the kernel stack and hand it to
+//! Job: take every frame arriving on its queues away from the kernel stack and hand it to
 //! `rx_burst`; send what `tx_burst` is given out of the interface. Pure Rust over `libc`: no
 //! libxdp, libbpf or clang.
 //!
-//! How it is built, at open (nothing is allocated or mapped after that, on the packet path):
+//! Several queues ([`Queues`], see `queues.rs`): a socket per queue, each as below with its own
+//! UMEM; one program and one map for the interface, shared by the sockets and by the ports of
+//! [`AfXdpPort::open_spread`] (a replicated VR's); rx serves the sockets in turn, tx uses the
+//! first. Each socket, at open (nothing is allocated or mapped after that, on the packet path):
 //! - one anonymous mapping is the UMEM, cut into frames (4096 × 2048 bytes by default): the
 //!   first half only ever circulates through the fill and rx rings, the second half only through
 //!   tx and completion, so a frame's address says which side owns it;
@@ -13,7 +17,7 @@
 //!   in the mode [`BindMode`] asks: by default the kernel picks zero-copy where the driver has
 //!   it and copy mode otherwise (veth: always copy); [`AfXdpPort::zero_copy`] says which. The
 //!   port copies frames into batch buffers either way; zero-copy saves the kernel's copy;
-//! - an `XSKMAP` holds the socket at the queue's index, and a five-instruction XDP program
+//! - an `XSKMAP` holds each socket at its queue's index, and a five-instruction XDP program
 //!   (`bpf_redirect_map(xsks, rx_queue_index, XDP_PASS)`) attached through a **BPF link**
 //!   redirects the queue's frames into it; with multi-buffer it is loaded frags-aware
 //!   (`BPF_F_XDP_HAS_FRAGS`), without which veth refuses driver mode once its peer's MTU passes
