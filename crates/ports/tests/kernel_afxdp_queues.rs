@@ -9,7 +9,8 @@
 //! each queue some, and the receiving namespace's IP stack sees none; the same with the queues
 //! spread over two ports (queues 0, 2 and 1, 3) sharing one XDP program; a queue count beyond
 //! the interface's and more replicas than queues fail with errors naming the interface and its
-//! count; copy mode reported for each queue.
+//! count; copy mode reported for each queue; a port on all queues re-opened on as many queues
+//! as the interface has when it comes back.
 
 mod common_kernel;
 
@@ -38,13 +39,18 @@ struct MultiQueueVeth {
 impl MultiQueueVeth {
     fn new() -> MultiQueueVeth {
         let (tx, rx) = (Netns::new(), Netns::new());
-        let (a, b) = (unique("a"), unique("b"));
-        let q = QUEUES.to_string();
+        let v = MultiQueueVeth { a: unique("a"), b: unique("b"), tx, rx };
+        v.make(QUEUES);
+        v
+    }
+
+    /// Makes the pair, with `queues` queues each way.
+    fn make(&self, queues: u32) {
+        let (v, q) = (self, queues.to_string());
         #[rustfmt::skip]
-        ip(&["link", "add", "name", &a, "numtxqueues", &q, "numrxqueues", &q, "netns", &tx.name,
-            "type", "veth", "peer", "name", &b, "numtxqueues", &q, "numrxqueues", &q,
-            "netns", &rx.name]);
-        let v = MultiQueueVeth { a, b, tx, rx };
+        ip(&["link", "add", "name", &v.a, "numtxqueues", &q, "numrxqueues", &q,
+            "netns", &v.tx.name, "type", "veth", "peer", "name", &v.b, "numtxqueues", &q,
+            "numrxqueues", &q, "netns", &v.rx.name]);
         quiet(&v.a, Some(&v.tx.name));
         quiet(&v.b, Some(&v.rx.name));
         ip(&["-n", &v.tx.name, "addr", "add", "10.99.0.1/24", "dev", &v.a]);
@@ -61,7 +67,6 @@ impl MultiQueueVeth {
         #[rustfmt::skip]
         ip(&["-n", &v.tx.name, "neigh", "replace", "10.99.0.2", "lladdr", &mac, "nud",
             "permanent", "dev", &v.a]);
-        v
     }
 
     fn opts(&self) -> AfXdpOptions {
@@ -242,4 +247,28 @@ fn afxdp_queue_counts_beyond_the_interface_fail_clearly() {
     assert!(xdp_prog_line(&v.b, Some(&v.rx.name)).is_none());
     let p = AfXdpPort::open(&v.b, &AfXdpOptions { queues: Queues::First(2), ..v.opts() });
     assert_eq!(p.unwrap().queues().len(), 2);
+}
+
+#[test]
+fn afxdp_all_queues_follow_the_interface_when_it_comes_back() {
+    if !root_or_skip("afxdp_all_queues_follow_the_interface_when_it_comes_back") {
+        return;
+    }
+    let v = MultiQueueVeth::new();
+    let mut p = AfXdpPort::open(&v.b, &v.opts()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.queues().len(), QUEUES as usize);
+    ip(&["-n", &v.tx.name, "link", "del", &v.a]);
+    service_until(&mut p, "down", |p| p.status() != PortStatus::Up);
+    assert!(p.queues().is_empty());
+    // Back with 2 queues: `all` is read again at the re-open.
+    v.make(2);
+    service_until(&mut p, "up again", |p| p.status() == PortStatus::Up);
+    let q: Vec<u32> = p.queues().iter().map(|q| q.queue).collect();
+    assert_eq!(q, vec![0, 1]);
+    let before = v.stack_received();
+    let sent = v.send();
+    let got = receive(&mut [&mut p], sent);
+    assert_eq!(got, vec![sent], "{:?}", p.queues());
+    assert!(p.queues().iter().all(|q| q.rx_packets > 0), "{:?}", p.queues());
+    assert_eq!(v.stack_received(), before, "frames reached the kernel stack");
 }
