@@ -412,7 +412,6 @@ impl Cell {
             if self.handoff.as_deref().is_some_and(|h| h.holds(p, &self.vrs)) {
                 continue;
             }
-            let t0 = w.read_clock();
             // Port `p` may fill only its burst: the batch's first slots are set aside, so the
             // frames land in `[base, base + n)` and every index below is a slot index.
             let base = MAX_BURST - self.burst[p] as usize;
@@ -422,6 +421,8 @@ impl Cell {
             if n == 0 {
                 continue;
             }
+            // No clock read for an empty port: a busy pass's other steps go to its bursts.
+            let t0 = w.burst_start();
             total += n;
             self.pcs[p].rx_packets += n as u64;
             self.stages.rx_bursts += 1;
@@ -435,6 +436,7 @@ impl Cell {
                 sw.forward(m, &mut w.batch, base, n, &mut self.ports, &mut self.pcs, now);
                 let t = w.read_clock();
                 w.spare.add_necessary(t.saturating_sub(t0));
+                w.busy_since = Some(t);
                 continue;
             }
             // Capture or trace: one branch per burst, and a slower path only while one runs.
@@ -689,8 +691,8 @@ impl Cell {
                 }
             }
             runs[j] = Run { admit, ns: 0 };
-            if let Some(c) = clock.as_mut() {
-                let t2 = c();
+            if clock.is_set() {
+                let t2 = clock.read();
                 runs[j].ns = t2.saturating_sub(t);
                 t = t2;
             }
@@ -705,6 +707,7 @@ impl Cell {
         let Cell { ports, pcs, vrs, accounts, tallies, egress, obs, .. } = self;
         transmit_out(ports, pcs, egress, &mut w.info[..], tallies, &mut w.out, tap_of(obs));
         let end = w.read_clock();
+        w.busy_since = Some(end);
         let common = first.saturating_sub(t0) + end.saturating_sub(last);
         let timed = w.has_clock();
         for (j, &v) in w.touched.iter().enumerate() {

@@ -55,4 +55,4 @@ pub use vr::{
     RestoredNeighbor, RestoredState, Vr, VrAnswer, VrChange, DEFAULT_PUNT_BURST,
     DEFAULT_PUNT_PER_SEC,
 };
-pub use worker::{Clock, Worker};
+pub use worker::{Clock, Worker, AWAY_NS};

@@ -5,6 +5,15 @@
 //! one burst at a time: a cell, and so a VR, costs only its own tables (1024 VRs do not carry
 //! 1024 half-megabyte batches). Besides the scratch: the clock that measures time budgets and
 //! the account of spare capacity that weights share (see `budget.rs`).
+//!
+//! **What the clock charges.** While every pass finds work, a burst's charge starts where the
+//! previous burst's ended, so the rest of a busy pass (polling empty ports, the caller's loop,
+//! housekeeping) is charged to the bursts that made the pass busy: at saturation that is what
+//! each packet costs the worker, and what a VR's unreserved peak rate pays for, so a
+//! reservation of R gets R of that peak. A pass that finds nothing breaks the chain: idle time
+//! is nobody's. A step of the clock longer than [`AWAY_NS`] is taken out of the worker's time
+//! altogether: the thread was descheduled (or the caller did work of its own), and charging
+//! that to the VR that happened to run would put it in debt for many periods.
 
 use ports::{Batch, MAX_BURST};
 
@@ -16,6 +25,11 @@ use crate::vr::{Lookup, Meta, OutQueue};
 /// Injected, because the data plane makes no system call of its own: a runtime passes the TSC,
 /// tests pass a fake. Called a few times per burst, so it must be cheap.
 pub type Clock = Box<dyn FnMut() -> u64 + Send>;
+
+/// A step between two reads of the clock longer than this is time the worker did not run
+/// bursts (see the module docs). A real step is far shorter: one VR's run over a full burst
+/// of 256 packets would have to cost 780 ns a packet to reach it.
+pub const AWAY_NS: u64 = 200_000;
 
 /// One worker's scratch, clock and spare-capacity account.
 pub struct Worker {
@@ -32,8 +46,38 @@ pub struct Worker {
     /// Per touched VR: what it was admitted and what its run took.
     pub(crate) runs: Box<[Run; MAX_BURST]>,
     pub(crate) lookup: Box<Lookup>,
-    pub(crate) clock: Option<Clock>,
+    pub(crate) clock: Timer,
     pub(crate) spare: Spare,
+    /// The worker's time where the last burst's charge ended, while passes find work.
+    pub(crate) busy_since: Option<u64>,
+}
+
+/// The worker's time: its [`Clock`] less the steps longer than [`AWAY_NS`].
+#[derive(Default)]
+pub(crate) struct Timer {
+    clock: Option<Clock>,
+    /// The last raw reading, and the long steps taken out of it.
+    raw: u64,
+    away: u64,
+}
+
+impl Timer {
+    pub fn is_set(&self) -> bool {
+        self.clock.is_some()
+    }
+
+    /// The worker's time, or 0 without a clock.
+    #[inline]
+    pub fn read(&mut self) -> u64 {
+        let Some(c) = &mut self.clock else { return 0 };
+        let raw = c();
+        let step = raw.saturating_sub(self.raw);
+        self.raw = self.raw.max(raw);
+        if step > AWAY_NS {
+            self.away += step;
+        }
+        self.raw - self.away
+    }
 }
 
 impl Default for Worker {
@@ -55,26 +99,28 @@ impl Worker {
             touched: Vec::with_capacity(MAX_BURST),
             runs: Box::new([Run::default(); MAX_BURST]),
             lookup: Lookup::new(),
-            clock: None,
+            clock: Timer::default(),
             spare: Spare::new(SPARE_WINDOW_NS),
+            busy_since: None,
         }
     }
 
     /// A worker that measures time with `clock`.
     pub fn with_clock(clock: Clock) -> Worker {
         let mut w = Worker::new();
-        w.clock = Some(clock);
+        w.set_clock(Some(clock));
         w
     }
 
     /// Replaces the clock (`None`: none).
     pub fn set_clock(&mut self, clock: Option<Clock>) {
-        self.clock = clock;
+        self.clock = Timer { clock, ..Timer::default() };
+        self.busy_since = None;
     }
 
     /// Whether the worker measures time.
     pub fn has_clock(&self) -> bool {
-        self.clock.is_some()
+        self.clock.is_set()
     }
 
     /// Sets the length of the spare-capacity window (default 1 ms).
@@ -95,15 +141,25 @@ impl Worker {
         for c in cells {
             n += c.poll(self, now);
         }
+        if n == 0 {
+            self.busy_since = None;
+        }
         n
     }
 
-    /// The clock, or 0 without one.
+    /// The worker's time (see [`Timer`]); 0 without a clock.
     #[inline]
     pub(crate) fn read_clock(&mut self) -> u64 {
-        match &mut self.clock {
-            Some(c) => c(),
-            None => 0,
+        self.clock.read()
+    }
+
+    /// Where the charge of a burst just received starts: where the last one's ended while
+    /// passes find work, else now.
+    #[inline]
+    pub(crate) fn burst_start(&mut self) -> u64 {
+        match self.busy_since {
+            Some(t) => t,
+            None => self.read_clock(),
         }
     }
 }

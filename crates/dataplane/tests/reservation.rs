@@ -384,3 +384,153 @@ fn an_engine_is_one_worker_and_one_cell() {
     let e = Engine::from_parts(w, c);
     assert_eq!((e.port_count(), e.vrs().len(), e.port_name(0)), (1, 0, "p0"));
 }
+
+/// A port whose every receive costs `cost` ns of the worker's simulated time, as polling an
+/// empty ring does on a real one.
+struct Costly {
+    port: mem::MemPort,
+    clock: Arc<AtomicU64>,
+    cost: u64,
+}
+
+impl Port for Costly {
+    fn name(&self) -> &str {
+        self.port.name()
+    }
+    fn rx_burst(&mut self, batch: &mut Batch) -> usize {
+        self.clock.fetch_add(self.cost, Ordering::Relaxed);
+        self.port.rx_burst(batch)
+    }
+    fn tx_burst(&mut self, batch: &mut Batch, sel: &[u16]) -> usize {
+        self.port.tx_burst(batch, sel)
+    }
+    fn stats(&self) -> ports::PortStats {
+        self.port.stats()
+    }
+}
+
+/// A saturated worker on a simulated clock: every read costs `STEP`, every receive on a port
+/// `RX_COST` (the uplinks' receives find nothing), and the engine's `now` is that clock. VR a
+/// gets a full burst every pass.
+struct Saturated {
+    e: Engine,
+    clock: Arc<AtomicU64>,
+    input: mem::MemPort,
+    outs: Vec<mem::MemPort>,
+    sent: usize,
+    /// How far the clock jumps at its second read from now (the thread descheduled); 0 or
+    /// `u64::MAX`: it does not.
+    jump: Arc<AtomicU64>,
+}
+
+const RX_COST: u64 = 150;
+const SAT_BURST: usize = 32;
+
+impl Saturated {
+    fn new() -> Saturated {
+        let clock = Arc::new(AtomicU64::new(0));
+        let (p0, h0) = mem::pair("p0", "h0", 1024);
+        let mut ports: Vec<Box<dyn Port>> = vec![Box::new(p0)];
+        let mut outs = Vec::new();
+        for i in 1..3 {
+            let (p, h) = mem::pair(&format!("p{i}"), &format!("h{i}"), 1024);
+            ports.push(Box::new(Costly { port: p, clock: clock.clone(), cost: RX_COST }));
+            outs.push(h);
+        }
+        let vrs = vrs().iter().map(|c| Vr::new(c).unwrap()).collect();
+        let mut e = Engine::with_burst(ports, vrs, SAT_BURST).unwrap();
+        let (c, jump) = (clock.clone(), Arc::new(AtomicU64::new(u64::MAX)));
+        let (j, mut armed) = (jump.clone(), 0);
+        e.set_clock(Box::new(move || {
+            let t = c.fetch_add(STEP, Ordering::Relaxed) + STEP;
+            match j.load(Ordering::Relaxed) {
+                0 | u64::MAX => t,
+                // The second read of a poll is inside a burst's charge, whichever read
+                // starts it.
+                _ if armed == 0 => {
+                    armed = 1;
+                    t
+                }
+                by => {
+                    j.store(0, Ordering::Relaxed);
+                    c.fetch_add(by, Ordering::Relaxed) + by
+                }
+            }
+        }));
+        Saturated { e, clock, input: h0, outs, sent: 0, jump }
+    }
+
+    /// Polls until the simulated clock reaches `until`; returns VR a's forwarded packets.
+    fn run_until(&mut self, until: u64) -> u64 {
+        let mut b = Batch::new(SAT_BURST);
+        while self.clock.load(Ordering::Relaxed) < until {
+            b.clear();
+            for i in 0..SAT_BURST {
+                b.push_copy(&pkt(A, (self.sent + i) % 60_000).0);
+            }
+            let sel: Vec<u16> = (0..SAT_BURST as u16).collect();
+            self.sent += self.input.tx_burst(&mut b, &sel);
+            let now = self.clock.load(Ordering::Relaxed);
+            self.e.poll(now);
+            for o in &mut self.outs {
+                b.clear();
+                while o.rx_burst(&mut b) > 0 {
+                    b.clear();
+                }
+            }
+        }
+        self.e.vrs()[A].counters().forwarded
+    }
+}
+
+/// Forwarded by a saturated VR a in `periods` periods of `t` from `from`, with a reservation
+/// of `pct` % (none: the peak).
+fn saturated_rate(pct: Option<u64>, t: u64, periods: u64, jump_at: Option<u64>) -> f64 {
+    let mut s = Saturated::new();
+    if let Some(p) = pct {
+        s.e.set_reservation(A, time(t * p / 100, t, 0)).unwrap();
+    }
+    // Settle the cost estimate and the period grid first.
+    let start = 4 * t;
+    let before = s.run_until(start);
+    if let Some(by) = jump_at {
+        s.jump.store(by, Ordering::Relaxed);
+    }
+    let after = s.run_until(start + periods * t);
+    (after - before) as f64 / periods as f64
+}
+
+/// Issue 17: a reservation of R gives R of the VR's unreserved peak. The peak pays for every
+/// step of a saturated pass (the uplinks' empty receives, the clock reads); the reservation
+/// must be charged the same steps, else it buys more than R (here the empty receives alone
+/// would give 1.5 × R).
+#[test]
+fn a_reservation_is_that_share_of_the_saturated_peak() {
+    const T: u64 = 200_000;
+    let peak = saturated_rate(None, T, 20, None);
+    assert!(peak > 0.0);
+    for pct in [10, 25, 50, 80] {
+        let got = saturated_rate(Some(pct), T, 20, None);
+        let want = peak * pct as f64 / 100.0;
+        let ratio = got / want;
+        assert!(
+            (0.95..=1.05).contains(&ratio),
+            "{pct} %: {got:.1} a period against {want:.1} (peak {peak:.1}): {ratio:.3} ×"
+        );
+    }
+}
+
+/// Issue 17: a thread descheduled for 5 periods in the middle of a VR's run is not charged to
+/// the VR (it would owe 5 periods of budget and forward nothing for 5 more).
+#[test]
+fn time_the_worker_was_away_is_not_charged() {
+    const T: u64 = 200_000;
+    let away = 5 * T;
+    assert!(away > dataplane::AWAY_NS);
+    let steady = saturated_rate(Some(50), T, 20, None);
+    // The jump lands inside the measured window; its 5 periods pass with the thread away, so
+    // 15 of the 20 periods forward.
+    let jumped = saturated_rate(Some(50), T, 20, Some(away));
+    let ratio = jumped / (steady * 15.0 / 20.0);
+    assert!((0.9..=1.1).contains(&ratio), "{jumped:.1} a period against {steady:.1}: {ratio:.3}");
+}

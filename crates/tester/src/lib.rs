@@ -35,6 +35,7 @@ pub mod progress;
 pub mod report;
 pub mod runner;
 pub mod scenario;
+mod stall;
 pub mod stats;
 pub mod traffic;
 pub mod vm;

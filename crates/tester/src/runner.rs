@@ -17,8 +17,9 @@
 //! sink port in turn.
 //!
 //! A trial during which the loop did not run for longer than [`RunnerOptions::stall_limit`]
-//! (the thread was descheduled: the DUT saw a gap and then a burst nobody asked for, or the
-//! sink stopped draining) is marked invalid; the methods repeat such trials (see
+//! because its thread waited for a CPU (descheduled: the DUT saw a gap and then a burst nobody
+//! asked for, or the sink stopped draining) is marked invalid; a round that was merely slow or
+//! slept is not a stall (see `stall.rs`: the thread's run-queue wait decides); the methods repeat such trials (see
 //! [`crate::method::Common::attempts`]) and keep every attempt in the report. A generator that
 //! is merely too slow for the rate is not a stall: that shows as `attempted_pps` below the
 //! target.
@@ -34,6 +35,7 @@ use crate::clock::Clock;
 use crate::dut::{Dut, DutCounters, DutReport, DutSnapshot, Refusal};
 use crate::gen::Generator;
 use crate::pacer::{auto_burst, Pacer, PacerStats, Rate};
+use crate::stall::{self, Stalls, WaitSource};
 use crate::traffic::{self, Mix, TrafficSpec};
 use crate::Error;
 
@@ -86,7 +88,8 @@ pub struct RunnerOptions {
     /// Sleep this long when a round of the loop had nothing to do; `None`: spin.
     #[serde(serialize_with = "opt_ms")]
     pub idle_sleep: Option<Duration>,
-    /// A trial whose loop went this long without running is invalid.
+    /// A trial whose loop went this long without running, its thread waiting for a CPU, is
+    /// invalid.
     #[serde(serialize_with = "ms")]
     pub stall_limit: Duration,
     /// Replay: offer the prepared frames without a TX timestamp, and keep the ones the port
@@ -142,8 +145,9 @@ pub struct Window {
     pub pacing: PacerStats,
     /// Frames that came back on the generator's port (ICMP errors, ARP...).
     pub returned: u64,
-    /// The longest time the loop did not run (deliberate idle sleeps excluded), from the
-    /// first release to the end of the drain.
+    /// The longest time the loop did not run because its thread waited for a CPU (gaps up to
+    /// the limit count whole; deliberate idle sleeps and slow rounds that kept the CPU do not
+    /// count), from the first release to the end of the drain.
     pub max_stall_ns: u64,
     /// False if `max_stall_ns` exceeded the stall limit.
     pub valid: bool,
@@ -265,7 +269,8 @@ pub struct TrialResult {
     pub loss_ratio: f64,
     /// Time spent draining after the last release.
     pub drain_ms: f64,
-    /// The longest time the tester's loop did not run (idle sleeps excluded), microseconds.
+    /// The longest time the tester's loop did not run for want of a CPU, microseconds (see
+    /// [`Window::max_stall_ns`]).
     pub max_stall_us: f64,
     /// False if that exceeded the stall limit: the tester's thread was descheduled, so the
     /// DUT saw a gap and then a burst nobody asked for, or the sink stopped draining.
@@ -330,6 +335,8 @@ pub struct Runner {
     mean_wire_bytes: f64,
     min_wire_bytes: usize,
     stopped: bool,
+    /// The run-queue wait of the thread that offers loads (see `stall.rs`).
+    wait: Option<(std::thread::ThreadId, WaitSource)>,
 }
 
 /// What was sent in one phase.
@@ -402,6 +409,7 @@ impl Runner {
             mean_wire_bytes: 0.0,
             min_wire_bytes: 0,
             stopped: false,
+            wait: None,
         };
         if let Some(&s) = r.sinks.iter().find(|&&s| s >= r.ports.len()) {
             return Err(Error::new(format!(
@@ -536,6 +544,12 @@ impl Runner {
     /// Offers `load` and drains: the hot path, which neither allocates nor formats.
     pub fn offer(&mut self, load: &Load) -> Window {
         let retry = load.retry_refused || self.refusal == Refusal::Retry;
+        // Opened on the thread that runs the loop (the file names the opening thread), once.
+        let me = std::thread::current().id();
+        let (_, mut wait) = match self.wait.take() {
+            Some((t, w)) if t == me => (t, w),
+            _ => (me, stall::thread_wait()),
+        };
         let warm = self.next_tag();
         let tag = self.next_tag();
         self.warm_offered.fill(0);
@@ -545,7 +559,7 @@ impl Runner {
                 s.gen.reset_counts();
             }
             self.an.reset(tag);
-            self.send(load.rate, Until::Time(load.warmup), load.burst, retry);
+            self.send(load.rate, Until::Time(load.warmup), load.burst, retry, &mut wait);
             for s in &self.streams {
                 for (c, &n) in s.gen.offered().iter().enumerate() {
                     self.warm_offered[c] += n;
@@ -558,9 +572,10 @@ impl Runner {
             s.gen.reset_counts();
         }
         self.returned = 0;
-        let s = self.send(load.rate, load.until, load.burst, retry);
+        let s = self.send(load.rate, load.until, load.burst, retry, &mut wait);
         let accepted = self.accepted();
-        let (drain_ns, drain_stall) = self.drain(accepted);
+        let (drain_ns, drain_stall) = self.drain(accepted, &mut wait);
+        self.wait = Some((me, wait));
         let slot = match load.rate {
             Rate::Pps(r) => (1e9 / r) as u64,
             Rate::Max => 0,
@@ -581,8 +596,16 @@ impl Runner {
         }
     }
 
-    fn send(&mut self, rate: Rate, until: Until, burst: Option<usize>, retry: bool) -> Sent {
+    fn send(
+        &mut self,
+        rate: Rate,
+        until: Until,
+        burst: Option<usize>,
+        retry: bool,
+        wait: &mut WaitSource,
+    ) -> Sent {
         let t0 = self.clock.now_ns();
+        let mut stalls = Stalls::new(wait, self.opts.stall_limit.as_nanos() as u64, t0);
         let mut end = u64::MAX;
         self.pacers.clear();
         let (n_streams, mut frames_left) = (self.streams.len(), 0u64);
@@ -614,11 +637,9 @@ impl Runner {
             self.pacers.push(Pacer::new(r, b, b.max(64), t0, total));
         }
         let (mut refused, mut retried, mut last, mut iter) = (0u64, 0u64, t0, 0u32);
-        let (mut prev, mut max_stall) = (t0, 0u64);
         loop {
             let now = self.clock.now_ns();
-            max_stall = max_stall.max(now - prev);
-            prev = now;
+            stalls.round(now);
             if now >= end {
                 last = now;
                 break;
@@ -660,7 +681,7 @@ impl Runner {
                 let due = self.pacers.iter().filter_map(Pacer::next_due_ns).min();
                 let until = due.map_or(u64::MAX, |t| t.saturating_sub(now));
                 std::thread::sleep(d.min(Duration::from_nanos(until)));
-                prev = self.clock.now_ns();
+                stalls.slept(self.clock.now_ns());
             }
         }
         Sent {
@@ -670,7 +691,7 @@ impl Runner {
             t0,
             end: last,
             pacing: merge_pacing(&self.pacers),
-            max_stall,
+            max_stall: stalls.max,
         }
     }
 
@@ -687,9 +708,10 @@ impl Runner {
 
     /// Receives until every accepted frame is back, or quiet, or the limit; returns how long
     /// that took and the longest stall of the loop.
-    fn drain(&mut self, accepted: u64) -> (u64, u64) {
+    fn drain(&mut self, accepted: u64, wait: &mut WaitSource) -> (u64, u64) {
         let t_end = self.clock.now_ns();
-        let (mut last_rx, mut prev, mut max_stall) = (t_end, t_end, 0u64);
+        let mut last_rx = t_end;
+        let mut stalls = Stalls::new(wait, self.opts.stall_limit.as_nanos() as u64, t_end);
         let (quiet, max) =
             (self.opts.quiet.as_nanos() as u64, self.opts.max_drain.as_nanos() as u64);
         loop {
@@ -699,19 +721,18 @@ impl Runner {
             }
             self.returned += self.drain_back();
             let now = self.clock.now_ns();
-            max_stall = max_stall.max(now - prev);
-            prev = now;
+            stalls.round(now);
             if n > 0 {
                 last_rx = now;
             }
             if self.an.received() >= accepted || now - last_rx >= quiet || now - t_end >= max {
-                return (now - t_end, max_stall);
+                return (now - t_end, stalls.max);
             }
             if n == 0 {
                 match self.opts.idle_sleep {
                     Some(d) => {
                         std::thread::sleep(d);
-                        prev = self.clock.now_ns();
+                        stalls.slept(self.clock.now_ns());
                     }
                     None => std::hint::spin_loop(),
                 }
