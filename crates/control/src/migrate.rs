@@ -320,7 +320,13 @@ pub fn migrate(node: &mut Node, vr: &str, to: SocketAddr) -> Result<Value, Contr
     // Pre-copy, while the VR forwards.
     let snap = snapshot::take(node, vr)?;
     let gens = node.table(vr).map(|t| t.generations());
-    let head = SnapshotV1 { meta: snap.meta.clone(), routes: Vec::new() };
+    let mut meta = snap.meta.clone();
+    if let Some(cp) = meta.vr.control_plane.as_mut().filter(|c| c.migrate_netns.is_some()) {
+        // The destination makes the mirror under the other name (this host still has this
+        // one until the handoff), and a migration back uses this one again.
+        std::mem::swap(&mut cp.netns, &mut cp.migrate_netns);
+    }
+    let head = SnapshotV1 { meta, routes: Vec::new() };
     ch.send(BEGIN, &head.encode())?;
     let mut chunks = 0;
     for c in snap.routes.chunks(CHUNK) {
