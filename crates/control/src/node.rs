@@ -1232,9 +1232,15 @@ impl Node {
                 steps.push(Step::RemoveVr((*n).clone()));
             }
         }
-        for n in cur_ports.keys() {
+        for (n, p) in &cur_ports {
             if next_ports.contains_key(n) {
                 continue;
+            }
+            // A mirror tap goes with its VR (and its cell).
+            if let PortKind::Mirror { vr, .. } = p.kind {
+                if removed.contains(&&cur.vrs[vr].name) {
+                    continue;
+                }
             }
             let gone =
                 self.rt.cell_of_port(&rt_port(cur, n)).is_some_and(|c| cells_gone.contains(&c));
