@@ -453,6 +453,13 @@ fn a_bgp_vr_migrates_with_graceful_restart_and_forwarding_never_stops() {
     let orphan: IpNet = ORPHAN.parse().unwrap();
     assert!(!kernel_routes(&dst).contains(&orphan), "the orphan is still in the VR");
     assert_eq!(received, sent, "datagrams lost through the move (duplicates {dup})");
+    // The daemons stop while the VR still forwards, so their sessions close (a socket left
+    // retransmitting its FIN would keep a namespace alive after the test).
+    for d in &mut g.daemons {
+        let _ = d.kill();
+        let _ = d.wait();
+    }
+    std::thread::sleep(Duration::from_millis(300));
     // The VR goes: its mirror, which the destination made, goes with it.
     dst.execute(Command::VrRemove { vr: "g".into() }).unwrap();
     assert!(!control::netns::namespace_exists(&dst_ns), "the mirror outlived its VR");
