@@ -349,7 +349,8 @@ impl Node {
     }
 
     /// Route sync counters of VR `vr`, if it has a control plane: operations made, routes
-    /// skipped, listener overruns, operations refused.
+    /// skipped, listener overruns, operations refused, routes held stale now, stale routes
+    /// expired.
     pub fn sync_stats(&self, vr: &str) -> Option<[u64; 6]> {
         use std::sync::atomic::Ordering::Relaxed;
         let s = &self.syncs.iter().find(|s| s.vr == vr)?.stats;
