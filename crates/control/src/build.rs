@@ -300,7 +300,9 @@ pub fn open_port(
     if let PortKind::Link { .. } = p.kind {
         return Err(BuildError(format!("port {} is an internal link", p.name)));
     }
-    let one = Topology { ports: vec![p.clone()], ..Topology::default() };
+    // A mirror tap is named after its VR's interface.
+    let vrs = if matches!(p.kind, PortKind::Mirror { .. }) { topo.vrs.clone() } else { Vec::new() };
+    let one = Topology { ports: vec![p.clone()], vrs, ..Topology::default() };
     let (mut ours, mut outside) = open_ports(&one)?;
     Ok((ours.remove(0), outside.remove(0)))
 }

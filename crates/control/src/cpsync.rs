@@ -13,13 +13,21 @@
 //! next hop and its weight (each flow on one of them). After an overrun the listener re-dumps
 //! and the thread replaces the source's routes wholesale (mark and sweep), so the VR never
 //! silently diverges from the namespace.
+//!
+//! Stale routes (a VR that arrived by migration, see `docs/control-plane.md`): the `kernel`
+//! routes it brought are marked stale when its sync starts. A `Replace` (the first dump of a
+//! mirror whose restarted daemons have not learned anything yet) keeps a stale route it does
+//! not list instead of sweeping it; a route the mirror's kernel reports for a stale prefix
+//! replaces it and clears the mark; when the stale time runs out, the routes still stale are
+//! deleted (counted as expired). So the VR forwards on what it brought until its control plane
+//! has re-learned it, and no longer than the graceful-restart time.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dataplane::config::{IfaceId, RouteConfig, RouteTarget, VrConfig};
 use dataplane::{Forward, RouteOp, RouteSource};
@@ -45,8 +53,13 @@ const NAP: Duration = Duration::from_millis(5);
 pub struct Mapper {
     ifaces: HashMap<String, IfaceId>,
     known: HashSet<IpNet>,
+    /// Prefixes the VR holds from before this sync started, not yet re-learned (a subset of
+    /// `known`).
+    stale: HashSet<IpNet>,
     /// Routes left out: through an interface that is not the VR's.
     pub skipped: u64,
+    /// Stale routes deleted because the stale time ran out before they were re-learned.
+    pub expired: u64,
 }
 
 impl Mapper {
@@ -58,7 +71,33 @@ impl Mapper {
             .enumerate()
             .map(|(i, f)| (f.name.clone(), i as IfaceId))
             .collect();
-        Mapper { ifaces, known: HashSet::new(), skipped: 0 }
+        Mapper { ifaces, known: HashSet::new(), stale: HashSet::new(), skipped: 0, expired: 0 }
+    }
+
+    /// Marks `prefixes` (the VR's `kernel` routes when this sync starts) stale: held until
+    /// re-learned or swept (see the module doc).
+    pub fn mark_stale(&mut self, prefixes: impl IntoIterator<Item = IpNet>) {
+        for p in prefixes {
+            let p = p.trunc();
+            self.known.insert(p);
+            self.stale.insert(p);
+        }
+    }
+
+    /// Routes still stale.
+    pub fn stale(&self) -> usize {
+        self.stale.len()
+    }
+
+    /// The stale time ran out: deletes for every route still stale, which are forgotten.
+    pub fn sweep(&mut self) -> Vec<RouteOp> {
+        let mut gone: Vec<IpNet> = self.stale.drain().collect();
+        gone.sort_unstable();
+        self.expired += gone.len() as u64;
+        gone.iter()
+            .filter(|p| self.known.remove(p))
+            .map(|&prefix| RouteOp::Delete { prefix, source: RouteSource::Kernel })
+            .collect()
     }
 
     /// The operation that sets the VR's route for kernel route `r`, if it has one (see the
@@ -114,7 +153,9 @@ impl Mapper {
                 SyncEvent::Del(..) => {}
                 SyncEvent::Replace(all) => {
                     want.clear();
-                    for p in &self.known {
+                    // What the mirror no longer has goes, except what is stale: a restarted
+                    // daemon has not learned it yet.
+                    for p in self.known.difference(&self.stale) {
                         want.insert(*p, None);
                     }
                     for r in all.iter().filter(|r| r.table == RT_TABLE_MAIN) {
@@ -127,6 +168,8 @@ impl Mapper {
         }
         let mut ops = Vec::with_capacity(want.len());
         for (p, w) in want {
+            // Whatever the mirror said about a stale prefix, it is the control plane's now.
+            self.stale.remove(&p);
             match w {
                 Some(op) => {
                     self.known.insert(p);
@@ -154,6 +197,10 @@ pub struct SyncStats {
     pub overruns: AtomicU64,
     /// Operations the VR refused (counted by the node).
     pub refused: AtomicU64,
+    /// Routes held stale now (brought by a migration, not yet re-learned).
+    pub stale: AtomicU64,
+    /// Stale routes deleted when the stale time ran out.
+    pub stale_expired: AtomicU64,
 }
 
 /// One VR's sync thread and what it sends.
@@ -168,15 +215,33 @@ pub struct CpSync {
 impl CpSync {
     /// Starts following namespace `netns` for VR `cfg`.
     pub fn start(cfg: &VrConfig, netns: &str) -> std::io::Result<CpSync> {
+        CpSync::start_stale(cfg, netns, Vec::new(), Duration::ZERO)
+    }
+
+    /// Starts following namespace `netns` for VR `cfg`, which holds `stale` `kernel` routes
+    /// from before (a migration's): they stay until re-learned, for at most `stale_for`.
+    pub fn start_stale(
+        cfg: &VrConfig,
+        netns: &str,
+        stale: Vec<IpNet>,
+        stale_for: Duration,
+    ) -> std::io::Result<CpSync> {
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(SyncStats::default());
-        let mapper = Mapper::new(cfg);
+        let mut mapper = Mapper::new(cfg);
+        mapper.mark_stale(stale);
+        stats.stale.store(mapper.stale() as u64, Ordering::Relaxed);
+        let deadline = (mapper.stale() > 0).then(|| Instant::now() + stale_for);
+        if deadline.is_some() {
+            let (stale, secs) = (mapper.stale(), stale_for.as_secs());
+            info!(vr = cfg.name, stale, secs, "kernel routes held stale until re-learned");
+        }
         let (vr, ns) = (cfg.name.clone(), netns.to_string());
         let (st, ss) = (stop.clone(), stats.clone());
         let thread = std::thread::Builder::new()
             .name(format!("rtsync-{}", cfg.name))
-            .spawn(move || follow(&vr, &ns, mapper, &tx, &st, &ss))?;
+            .spawn(move || follow(&vr, &ns, mapper, deadline, &tx, &st, &ss))?;
         Ok(CpSync { vr: cfg.name.clone(), rx, stats, stop, thread: Some(thread) })
     }
 }
@@ -202,16 +267,41 @@ fn follow(
     vr: &str,
     netns: &str,
     mut mapper: Mapper,
+    mut stale_until: Option<Instant>,
     tx: &SyncSender<Vec<RouteOp>>,
     stop: &AtomicBool,
     stats: &SyncStats,
 ) {
     let mut events = Vec::new();
+    // The stale time runs whether or not the mirror's listener opens.
+    let mut sweep = |mapper: &mut Mapper| -> Vec<RouteOp> {
+        match stale_until {
+            Some(t) if Instant::now() >= t => {
+                stale_until = None;
+                let ops = mapper.sweep();
+                if !ops.is_empty() {
+                    warn!(
+                        vr,
+                        expired = ops.len(),
+                        "stale kernel routes not re-learned in time: deleted"
+                    );
+                }
+                stats.stale_expired.store(mapper.expired, Ordering::Relaxed);
+                ops
+            }
+            _ => Vec::new(),
+        }
+    };
     'open: while !stop.load(Ordering::Relaxed) {
         let mut rs = match RouteSync::open(netns, RCVBUF) {
             Ok(rs) => rs,
             Err(e) => {
                 warn!(vr, netns, error = %e, "route sync cannot start; retrying");
+                let ops = sweep(&mut mapper);
+                stats.stale.store(mapper.stale() as u64, Ordering::Relaxed);
+                if !ops.is_empty() && !send(ops, tx, stop, stats) {
+                    return;
+                }
                 std::thread::sleep(Duration::from_secs(1));
                 continue;
             }
@@ -225,30 +315,43 @@ fn follow(
                 continue 'open;
             }
             stats.overruns.store(rs.overruns(), Ordering::Relaxed);
-            if events.is_empty() {
+            let mut ops = sweep(&mut mapper);
+            if events.is_empty() && ops.is_empty() {
                 std::thread::sleep(NAP);
                 continue;
             }
-            let ops = mapper.ops(std::mem::take(&mut events));
+            if !events.is_empty() {
+                ops.extend(mapper.ops(std::mem::take(&mut events)));
+            }
             stats.skipped.store(mapper.skipped, Ordering::Relaxed);
-            if ops.is_empty() {
-                continue;
+            stats.stale.store(mapper.stale() as u64, Ordering::Relaxed);
+            if !ops.is_empty() && !send(ops, tx, stop, stats) {
+                return;
             }
-            stats.ops.fetch_add(ops.len() as u64, Ordering::Relaxed);
-            let mut batch = ops;
-            loop {
-                match tx.try_send(batch) {
-                    Ok(()) => break,
-                    Err(std::sync::mpsc::TrySendError::Full(b)) => {
-                        if stop.load(Ordering::Relaxed) {
-                            return;
-                        }
-                        batch = b;
-                        std::thread::sleep(NAP);
-                    }
-                    Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return,
+        }
+    }
+}
+
+/// Hands a batch to the node, waiting while its queue is full; false when the sync is to end.
+fn send(
+    batch: Vec<RouteOp>,
+    tx: &SyncSender<Vec<RouteOp>>,
+    stop: &AtomicBool,
+    stats: &SyncStats,
+) -> bool {
+    stats.ops.fetch_add(batch.len() as u64, Ordering::Relaxed);
+    let mut batch = batch;
+    loop {
+        match tx.try_send(batch) {
+            Ok(()) => return true,
+            Err(std::sync::mpsc::TrySendError::Full(b)) => {
+                if stop.load(Ordering::Relaxed) {
+                    return false;
                 }
+                batch = b;
+                std::thread::sleep(NAP);
             }
+            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return false,
         }
     }
 }
@@ -365,5 +468,55 @@ mod tests {
                 replace("2001:db8:9::/48", "fe80::1", 1)
             ]
         );
+    }
+
+    #[test]
+    fn stale_routes_survive_the_first_replace_until_relearned_or_swept() {
+        let mut m = Mapper::new(&cfg());
+        let p = |s: &str| -> IpNet { s.parse().unwrap() };
+        m.mark_stale([p("10.1.0.0/16"), p("10.2.0.0/16"), p("10.3.0.0/16")]);
+        assert_eq!(m.stale(), 3);
+        // The restarted mirror's first dump has one of them and a route of its own: the
+        // stale ones it lacks stay, the one it has is the mirror's now.
+        let ops = m.ops(vec![SyncEvent::Replace(vec![
+            kr("10.1.0.0/16", Some("10.0.0.9"), "e0", 186),
+            kr("10.8.0.0/16", Some("10.0.0.9"), "e0", 186),
+        ])]);
+        assert_eq!(
+            ops,
+            vec![replace("10.1.0.0/16", "10.0.0.9", 0), replace("10.8.0.0/16", "10.0.0.9", 0)]
+        );
+        assert_eq!(m.stale(), 2);
+        // Re-learned later, one by one.
+        let ops = m.ops(vec![SyncEvent::Add(kr("10.2.0.0/16", Some("10.0.1.9"), "e1", 186))]);
+        assert_eq!(ops, vec![replace("10.2.0.0/16", "10.0.1.9", 1)]);
+        assert_eq!(m.stale(), 1);
+        // A second replace (an overrun) still keeps what is stale, and sweeps what is not.
+        let ops =
+            m.ops(vec![SyncEvent::Replace(vec![kr("10.2.0.0/16", Some("10.0.1.9"), "e1", 186)])]);
+        assert_eq!(
+            ops,
+            vec![
+                delete("10.1.0.0/16"),
+                replace("10.2.0.0/16", "10.0.1.9", 1),
+                delete("10.8.0.0/16")
+            ]
+        );
+        assert_eq!(m.stale(), 1);
+        // The stale time runs out: what was never re-learned goes, once.
+        assert_eq!(m.sweep(), vec![delete("10.3.0.0/16")]);
+        assert_eq!((m.stale(), m.expired), (0, 1));
+        assert_eq!(m.sweep(), vec![]);
+        // Forgotten: a later withdrawal of it is nothing.
+        assert_eq!(m.ops(vec![SyncEvent::Del(p("10.3.0.0/16"), 254)]), vec![]);
+        // A stale prefix the mirror withdraws (or that it has through no VR interface) goes
+        // at once and is no longer stale.
+        m.mark_stale([p("10.4.0.0/16"), p("10.5.0.0/16")]);
+        let ops = m.ops(vec![
+            SyncEvent::Del(p("10.4.0.0/16"), 254),
+            SyncEvent::Add(kr("10.5.0.0/16", Some("10.0.0.9"), "lo", 186)),
+        ]);
+        assert_eq!(ops, vec![delete("10.4.0.0/16"), delete("10.5.0.0/16")]);
+        assert_eq!(m.stale(), 0);
     }
 }

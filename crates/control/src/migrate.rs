@@ -22,6 +22,14 @@
 //!    for [`DRAIN_QUIET`], and at least [`DRAIN_MIN`] after the commit, the first three
 //!    announcement rounds; at most [`DRAIN_MAX`]), then removes its VR and ends the tunnel.
 //!
+//! A VR with a `control_plane` takes its mirror along: the snapshot carries the control plane,
+//! with `netns` and `migrate_netns` swapped when the latter is set (two hosts on one machine
+//! cannot both have the first name); the destination's restore makes the namespace and taps
+//! and starts route sync with the VR's `kernel` routes held stale until its restarted routing
+//! daemons re-learn them (`cpsync`), and the source's mirror taps and sync go with its VR
+//! after the drain. The daemons are the operator's to stop here and start there, with BGP
+//! graceful restart (`docs/control-plane.md`, "Across a migration").
+//!
 //! Any failure before the destination's answer to the stop (refused, timed out, cut) leaves
 //! the VR running at the source: its interfaces come back up if they went down, and the
 //! destination removes what it built when the connection ends before the commit.
@@ -320,7 +328,13 @@ pub fn migrate(node: &mut Node, vr: &str, to: SocketAddr) -> Result<Value, Contr
     // Pre-copy, while the VR forwards.
     let snap = snapshot::take(node, vr)?;
     let gens = node.table(vr).map(|t| t.generations());
-    let head = SnapshotV1 { meta: snap.meta.clone(), routes: Vec::new() };
+    let mut meta = snap.meta.clone();
+    if let Some(cp) = meta.vr.control_plane.as_mut().filter(|c| c.migrate_netns.is_some()) {
+        // The destination makes the mirror under the other name (this host still has this
+        // one until the handoff), and a migration back uses this one again.
+        std::mem::swap(&mut cp.netns, &mut cp.migrate_netns);
+    }
+    let head = SnapshotV1 { meta, routes: Vec::new() };
     ch.send(BEGIN, &head.encode())?;
     let mut chunks = 0;
     for c in snap.routes.chunks(CHUNK) {

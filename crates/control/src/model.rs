@@ -414,6 +414,10 @@ pub struct ControlPlaneDoc {
     pub punt_per_sec: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub punt_burst: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migrate_netns: Option<String>,
 }
 
 impl TopologyDoc {

@@ -146,37 +146,51 @@ pub fn make(topo: &Topology, made: &mut Made) -> Result<(), NetError> {
 /// Called by [`make`] after the hosts.
 fn control_planes(topo: &Topology, made: &mut Made) -> Result<(), NetError> {
     for cp in topo.control_planes.iter().flatten() {
-        let ns = cp.netns.as_str();
-        if namespace_exists(ns) {
-            return Err(NetError(format!(
+        make_control_plane(&cp.netns, made)?;
+    }
+    Ok(())
+}
+
+/// Makes one VR control plane's namespace `ns` (a VR added to, or migrated to, a running
+/// host), refusing one that exists.
+pub fn make_control_plane(ns: &str, made: &mut Made) -> Result<(), NetError> {
+    if namespace_exists(ns) {
+        return Err(NetError(format!(
                 "namespace {ns} exists and routeplex did not make it: remove it or give the VR's control_plane another netns"
             )));
-        }
-        run("ip", &["netns", "add", ns])?;
-        made.namespaces.push(ns.to_string());
-        run("ip", &["-n", ns, "link", "set", "lo", "up"])?;
-        // Addresses are usable at once (no duplicate address detection: the data plane owns
-        // the addresses on the wire), and the namespace is a router's control plane, which
-        // takes no router advertisements. It does not forward: the data plane does.
-        let knobs = [
-            "net.ipv6.conf.all.accept_dad=0",
-            "net.ipv6.conf.default.accept_dad=0",
-            "net.ipv6.conf.all.accept_ra=0",
-            "net.ipv6.conf.default.accept_ra=0",
-            "net.ipv4.ip_forward=0",
-        ];
-        let mut args = vec!["netns", "exec", ns, "sysctl", "-qw"];
-        args.extend(knobs);
-        run("ip", &args)?;
     }
+    run("ip", &["netns", "add", ns])?;
+    made.namespaces.push(ns.to_string());
+    run("ip", &["-n", ns, "link", "set", "lo", "up"])?;
+    // Addresses are usable at once (no duplicate address detection: the data plane owns
+    // the addresses on the wire), and the namespace is a router's control plane, which
+    // takes no router advertisements. It does not forward: the data plane does.
+    let knobs = [
+        "net.ipv6.conf.all.accept_dad=0",
+        "net.ipv6.conf.default.accept_dad=0",
+        "net.ipv6.conf.all.accept_ra=0",
+        "net.ipv6.conf.default.accept_ra=0",
+        "net.ipv4.ip_forward=0",
+    ];
+    let mut args = vec!["netns", "exec", ns, "sysctl", "-qw"];
+    args.extend(knobs);
+    run("ip", &args)?;
     Ok(())
 }
 
 /// Gives each mirror tap of `topo` (made by the data plane when it opened its ports, down and
 /// bare) its VR interface's MAC, MTU and addresses, and takes it up when the interface is.
 pub fn configure_mirrors(topo: &Topology) -> Result<(), NetError> {
+    (0..topo.vrs.len()).try_for_each(|v| configure_mirrors_of(topo, v))
+}
+
+/// [`configure_mirrors`] for VR `v`'s taps alone (a VR added to a running host).
+pub fn configure_mirrors_of(topo: &Topology, v: usize) -> Result<(), NetError> {
     for p in &topo.ports {
         let PortKind::Mirror { netns, vr, iface } = &p.kind else { continue };
+        if *vr != v {
+            continue;
+        }
         let f = &topo.vrs[*vr].interfaces[usize::from(*iface)];
         let (ns, dev) = (netns.as_str(), f.name.as_str());
         let (mac, mtu) = (f.mac.to_string(), f.mtu.to_string());

@@ -47,6 +47,11 @@ pub struct Node {
     next_capture: u64,
     /// Route sync of each VR with a Linux control plane.
     syncs: Vec<crate::cpsync::CpSync>,
+    /// Control-plane namespaces this node made while running (VRs added or migrated here
+    /// with a `control_plane`), removed with their VR.
+    cp_made: crate::netns::Made,
+    /// `kernel` routes of VRs about to be added that are to be held stale (a restore's).
+    stale_next: HashMap<String, Vec<ipnet::IpNet>>,
 }
 
 /// A capture's consumer side.
@@ -191,6 +196,8 @@ impl Node {
             next_capture: 1,
             start_down: Vec::new(),
             syncs,
+            cp_made: crate::netns::Made::default(),
+            stale_next: HashMap::new(),
         })
     }
 
@@ -213,6 +220,12 @@ impl Node {
     /// The next VR called `vr` to be added starts with its interfaces down.
     pub(crate) fn start_down(&mut self, vr: &str) {
         self.start_down.push(vr.to_string());
+    }
+
+    /// The next VR called `vr` to be added holds `kernel` routes `prefixes` stale (its route
+    /// sync keeps them until its control plane re-learns them, see [`crate::cpsync`]).
+    pub(crate) fn stale_on_add(&mut self, vr: &str, prefixes: Vec<ipnet::IpNet>) {
+        self.stale_next.insert(vr.to_string(), prefixes);
     }
 
     /// Takes VR `vr` down from the start if it was asked to be (before it ever forwards).
@@ -336,8 +349,9 @@ impl Node {
     }
 
     /// Route sync counters of VR `vr`, if it has a control plane: operations made, routes
-    /// skipped, listener overruns, operations refused.
-    pub fn sync_stats(&self, vr: &str) -> Option<[u64; 4]> {
+    /// skipped, listener overruns, operations refused, routes held stale now, stale routes
+    /// expired.
+    pub fn sync_stats(&self, vr: &str) -> Option<[u64; 6]> {
         use std::sync::atomic::Ordering::Relaxed;
         let s = &self.syncs.iter().find(|s| s.vr == vr)?.stats;
         Some([
@@ -345,6 +359,8 @@ impl Node {
             s.skipped.load(Relaxed),
             s.overruns.load(Relaxed),
             s.refused.load(Relaxed),
+            s.stale.load(Relaxed),
+            s.stale_expired.load(Relaxed),
         ])
     }
 
@@ -352,7 +368,64 @@ impl Node {
     pub fn stop(mut self) -> Result<(), ControlError> {
         self.syncs.clear();
         self.rt.stop()?;
+        for e in crate::netns::remove(&self.cp_made) {
+            warn!(error = %e, "control-plane namespace not removed");
+        }
         Ok(())
+    }
+
+    /// Before applying `next`: makes the namespace of each VR it adds with a control plane
+    /// (its mirror taps open in it), recorded to be removed with the VR.
+    fn make_new_mirrors(&mut self, next: &Topology) -> Result<(), ControlError> {
+        for (i, v) in next.vrs.iter().enumerate() {
+            let Some(cp) = next.control_plane(i) else { continue };
+            if self.topo.vr_index(&v.name).is_some() {
+                continue;
+            }
+            crate::netns::make_control_plane(&cp.netns, &mut self.cp_made)
+                .map_err(|e| ControlError::Invalid(format!("vr {}: control plane: {e}", v.name)))?;
+        }
+        Ok(())
+    }
+
+    /// After applying `next` (from `cur`): dresses the mirror taps of the VRs it added with a
+    /// control plane and starts their route sync; stops the sync of those it removed, and
+    /// removes the namespaces this node made for them.
+    fn follow_control_planes(&mut self, cur: &Topology) -> Result<(), ControlError> {
+        for (i, v) in self.topo.vrs.iter().enumerate() {
+            let Some(cp) = self.topo.control_plane(i) else { continue };
+            if cur.vr_index(&v.name).is_some() {
+                continue;
+            }
+            crate::netns::configure_mirrors_of(&self.topo, i)
+                .map_err(|e| ControlError::State(format!("vr {}: control plane: {e}", v.name)))?;
+            let stale = self.stale_next.remove(&v.name).unwrap_or_default();
+            let secs = std::time::Duration::from_secs(cp.stale_secs.into());
+            let s = crate::cpsync::CpSync::start_stale(v, &cp.netns, stale, secs)
+                .map_err(|e| ControlError::io("route sync thread", e))?;
+            self.syncs.push(s);
+        }
+        for (i, v) in cur.vrs.iter().enumerate() {
+            let Some(cp) = cur.control_plane(i) else { continue };
+            if self.topo.vr_index(&v.name).is_some() {
+                continue;
+            }
+            self.syncs.retain(|s| s.vr != v.name);
+            self.forget_mirror(&cp.netns);
+        }
+        Ok(())
+    }
+
+    /// Removes control-plane namespace `ns` if this node made it.
+    fn forget_mirror(&mut self, ns: &str) {
+        let Some(k) = self.cp_made.namespaces.iter().position(|n| n == ns) else { return };
+        let one = crate::netns::Made {
+            namespaces: vec![self.cp_made.namespaces.remove(k)],
+            links: vec![],
+        };
+        for e in crate::netns::remove(&one) {
+            warn!(error = %e, "control-plane namespace not removed");
+        }
     }
 
     /// Applies route operations to VR `vr`: validated whole, new adjacencies installed on its
@@ -914,7 +987,7 @@ impl Node {
                     v["routes"] = Value::Object(routes);
                     v["fib"] = json!({ "ipv4": p4, "ipv6": p6, "bytes": t.fib_bytes(), "next_hops": t.next_hops() });
                 }
-                if let (Some([ops, skipped, overruns, refused]), Some(i)) =
+                if let (Some([ops, skipped, overruns, refused, stale, stale_expired]), Some(i)) =
                     (self.sync_stats(&name), self.topo.vr_index(&name))
                 {
                     let netns = self.topo.control_plane(i).map(|c| c.netns.clone());
@@ -924,6 +997,8 @@ impl Node {
                         "skipped": skipped,
                         "overruns": overruns,
                         "refused": refused,
+                        "stale": stale,
+                        "stale_expired": stale_expired,
                     });
                 }
             }
@@ -942,7 +1017,19 @@ impl Node {
     /// Carries out the plan from the running host to `next` (only computes it with
     /// `dry_run`). Refused whole, changing nothing, if any of it cannot be done live.
     pub fn apply(&mut self, next: Topology, dry_run: bool) -> Result<Plan, ControlError> {
-        let (plan, steps) = self.prepare(&next)?;
+        if !dry_run {
+            if let Err(e) = self.make_new_mirrors(&next) {
+                self.forget_new_mirrors(&next);
+                return Err(e);
+            }
+        }
+        let (plan, steps) = match self.prepare(&next) {
+            Ok(p) => p,
+            Err(e) => {
+                self.forget_new_mirrors(&next);
+                return Err(e);
+            }
+        };
         if dry_run {
             return Ok(plan);
         }
@@ -959,8 +1046,20 @@ impl Node {
             done.push(what);
         }
         // Keep what the running host was given for routes added through the API.
-        self.topo = next;
+        let cur = std::mem::replace(&mut self.topo, next);
+        self.follow_control_planes(&cur)?;
         Ok(plan)
+    }
+
+    /// Removes the namespaces [`Node::make_new_mirrors`] made for `next` (it was refused).
+    fn forget_new_mirrors(&mut self, next: &Topology) {
+        for (i, v) in next.vrs.iter().enumerate() {
+            if self.topo.vr_index(&v.name).is_none() {
+                if let Some(cp) = next.control_plane(i) {
+                    self.forget_mirror(&cp.netns.clone());
+                }
+            }
+        }
     }
 
     fn run_step(&mut self, step: Step) -> Result<String, ControlError> {
@@ -1134,9 +1233,15 @@ impl Node {
                 steps.push(Step::RemoveVr((*n).clone()));
             }
         }
-        for n in cur_ports.keys() {
+        for (n, p) in &cur_ports {
             if next_ports.contains_key(n) {
                 continue;
+            }
+            // A mirror tap goes with its VR (and its cell).
+            if let PortKind::Mirror { vr, .. } = p.kind {
+                if removed.contains(&&cur.vrs[vr].name) {
+                    continue;
+                }
             }
             let gone =
                 self.rt.cell_of_port(&rt_port(cur, n)).is_some_and(|c| cells_gone.contains(&c));
@@ -1283,8 +1388,14 @@ impl Node {
             let mut uniq = cells.clone();
             uniq.sort_unstable();
             uniq.dedup();
+            let mirrors = mirror_ports(next, i);
             match uniq.as_slice() {
-                [] => new_cells.push((port_names, vec![i])),
+                // Its mirror taps open in its cell.
+                [] => new_cells.push((port_names.into_iter().chain(mirrors).collect(), vec![i])),
+                [_] if !mirrors.is_empty() => refused.push(format!(
+                    "vr {}: a VR with a control plane joins a running cell (its ports are in use): {fix}",
+                    v.name
+                )),
                 [c] => {
                     let fresh: Vec<String> = port_names
                         .iter()
@@ -1357,6 +1468,15 @@ impl Node {
                 .map_err(|e| ControlError::Invalid(e.0))?;
             for (k, &i) in vrs.iter().enumerate() {
                 let s = &next.schedule[i];
+                if let Some(cp) = next.control_plane(i) {
+                    let bad = |e: dataplane::BuildError| ControlError::Invalid(e.0);
+                    for p in mirror_ports(next, i) {
+                        let g = next.port_index(&p).expect("named");
+                        let PortKind::Mirror { iface, .. } = next.ports[g].kind else { continue };
+                        cell.attach_mirror(k, iface, local(g as u16)).map_err(bad)?;
+                    }
+                    cell.set_punt_limit(k, cp.punt_per_sec, cp.punt_burst).map_err(bad)?;
+                }
                 cell.set_reservation(k, s.reservation).map_err(|e| ControlError::Invalid(e.0))?;
                 if let Some(b) = s.batch {
                     cell.set_vr_batch(k, usize::from(b)).map_err(|e| ControlError::Invalid(e.0))?;
@@ -1623,4 +1743,13 @@ fn adj_text(adj: dataplane::Adj, ifname: &dyn Fn(u16) -> String) -> String {
             }
         }
     }
+}
+
+/// The names of VR `vr`'s mirror ports in `t` (none without a control plane).
+fn mirror_ports(t: &Topology, vr: usize) -> Vec<String> {
+    t.ports
+        .iter()
+        .filter(|p| matches!(p.kind, PortKind::Mirror { vr: v, .. } if v == vr))
+        .map(|p| p.name.clone())
+        .collect()
 }

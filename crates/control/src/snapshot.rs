@@ -526,6 +526,17 @@ fn vr_doc(topo: &Topology, cfg: &VrConfig, s: &VrSchedule) -> VrDoc {
             weight: (r.weight != 0).then_some(u64::from(r.weight)),
         }
     });
+    // The mirror goes with the VR: a restore (a migration's destination) makes it again.
+    d.control_plane = topo.vr_index(&cfg.name).and_then(|i| topo.control_plane(i)).map(|c| {
+        crate::model::ControlPlaneDoc {
+            kind: "linux".into(),
+            netns: Some(c.netns.clone()),
+            punt_per_sec: Some(c.punt_per_sec.into()),
+            punt_burst: Some(c.punt_burst.into()),
+            stale_secs: Some(c.stale_secs.into()),
+            migrate_netns: c.migrate_netns.clone(),
+        }
+    });
     d
 }
 
@@ -652,6 +663,18 @@ pub fn restore(
     let vr = serde_json::to_value(&doc).expect("documents serialise");
     if down {
         node.start_down(&name);
+    }
+    if doc.control_plane.is_some() {
+        // The daemons of its new mirror have learned nothing yet: the routes they put in
+        // their kernel before are held until they have again (see `cpsync`).
+        let kernel = ops.iter().filter_map(|op| match op {
+            RouteOp::Add(r) | RouteOp::Replace(r) if r.source == RouteSource::Kernel => {
+                Some(r.prefix)
+            }
+            RouteOp::Set { prefix, source: RouteSource::Kernel, .. } => Some(*prefix),
+            _ => None,
+        });
+        node.stale_on_add(&name, kernel.collect());
     }
     let plan = node.add_vr_values(vr, ports)?;
     let applied = match node.route_ops(&name, &ops) {

@@ -9,87 +9,15 @@
 mod hosts;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use control::netns::Made;
 use control::runtime::{Idle, Options};
 use control::{Node, Topology};
 use dataplane::config::RouteTarget;
 use dataplane::{Forward, RouteOp, RouteSource};
-use hosts::{in_ns, ok, run};
+use hosts::{bird, have, in_ns, ok, run, Guard};
 use ipnet::IpNet;
-
-/// What the test made: namespaces, daemons, a directory; all removed when dropped.
-struct Guard {
-    namespaces: Vec<String>,
-    made: Made,
-    daemons: Vec<Child>,
-    dir: PathBuf,
-}
-
-impl Guard {
-    fn new(tag: &str) -> Guard {
-        let dir = std::env::temp_dir().join(format!("rcp-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-        Guard { namespaces: Vec::new(), made: Made::default(), daemons: Vec::new(), dir }
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        for d in &mut self.daemons {
-            let _ = d.kill();
-            let _ = d.wait();
-        }
-        for e in control::netns::remove(&self.made) {
-            eprintln!("cleanup: {e}");
-        }
-        for n in &self.namespaces {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-        if std::thread::panicking() {
-            eprintln!("daemon logs left in {}", self.dir.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
-/// A host namespace `ns` behind `link`, recorded in the guard for removal.
-fn host(g: &mut Guard, ns: &str, link: &str, addrs: &[&str], gws: &[&str]) {
-    g.namespaces.push(ns.to_string());
-    hosts::host(ns, link, addrs, gws);
-}
-
-fn have(cmd: &str) -> bool {
-    run("sh", &["-c", &format!("command -v {cmd}")]).status.success()
-}
-
-/// Starts BIRD in namespace `ns` with `conf`, its files under the guard's directory.
-fn bird(g: &mut Guard, ns: &str, name: &str, conf: &str) {
-    let dir = g.dir.join(name);
-    std::fs::create_dir(&dir).unwrap();
-    let log = dir.join("bird.log");
-    let conf = format!("log \"{}\" all;\n{conf}", log.display());
-    let cf = dir.join("bird.conf");
-    std::fs::write(&cf, conf).unwrap();
-    let child = Command::new("ip")
-        .args(["netns", "exec", ns, "bird", "-f", "-c"])
-        .arg(&cf)
-        .arg("-s")
-        .arg(dir.join("bird.ctl"))
-        .arg("-P")
-        .arg(dir.join("bird.pid"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    g.daemons.push(child);
-}
 
 fn options() -> Options {
     let mut o = Options::new(1);
@@ -156,8 +84,8 @@ fn bird_ospf_between_two_vrs() {
     let (ha, hb) = (format!("rcpoa{pid}"), format!("rcpob{pid}"));
     let (m1, m2) = (format!("rcpo1{pid}"), format!("rcpo2{pid}"));
     let (la, lb) = (format!("rcp{pid}oa"), format!("rcp{pid}ob"));
-    host(&mut g, &ha, &la, &["10.64.1.2/24"], &["10.64.1.1"]);
-    host(&mut g, &hb, &lb, &["10.64.2.2/24"], &["10.64.2.1"]);
+    g.host(&ha, &la, &["10.64.1.2/24"], &["10.64.1.1"]);
+    g.host(&hb, &lb, &["10.64.2.2/24"], &["10.64.2.1"]);
     // r1's link to the core switch is up, or taken down with `up: false`.
     let text = |c_up: bool| {
         format!(
@@ -412,7 +340,7 @@ fn frr_bgp_learns_ten_thousand_routes_ipv4_and_ipv6_and_withdraws_them() {
     let pid = std::process::id();
     let mut g = Guard::new("bgp");
     let (s, m, l) = (format!("rcpbs{pid}"), format!("rcpbm{pid}"), format!("rcp{pid}b"));
-    host(&mut g, &s, &l, &["10.65.0.2/24", "2001:db8:65::2/64"], &["10.65.0.1", "2001:db8:65::1"]);
+    g.host(&s, &l, &["10.65.0.2/24", "2001:db8:65::2/64"], &["10.65.0.1", "2001:db8:65::1"]);
     // The host's end of the link keeps IPv6 (host() turned it off on routeplex's end only).
     let text = format!(
         "ports:\n  - {{ name: ps, kind: afpacket, interface: {l} }}\n\

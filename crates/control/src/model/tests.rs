@@ -481,6 +481,8 @@ fn every_field() -> TopologyDoc {
                 netns: Some(s("n")),
                 punt_per_sec: Some(1),
                 punt_burst: Some(1),
+                stale_secs: Some(1),
+                migrate_netns: Some(s("m")),
             }),
         }],
         msrs: vec![MsrDoc {

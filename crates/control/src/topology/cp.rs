@@ -10,6 +10,11 @@
 //!   netns: vr1-cp                      # the namespace's name (default: the VR's)
 //!   punt_per_sec: 20000                # punts per second (token bucket), 0..=10000000
 //!   punt_burst: 2000                   # its depth, 0..=1000000
+//!   stale_secs: 120                    # after a migration: how long the VR keeps the kernel
+//!                                      # routes it brought, 1..=3600 (the daemons' BGP
+//!                                      # graceful-restart time)
+//!   migrate_netns: vr1-cp-b            # the namespace a migration's destination makes for
+//!                                      # the mirror (default: netns); the two then swap
 //! ```
 
 use dataplane::config::VrConfig;
@@ -17,7 +22,12 @@ use dataplane::config::VrConfig;
 use super::hosts::is_ns_name;
 use super::yaml::{Result, Value};
 
-const CP_KEYS: &[&str] = &["kind", "netns", "punt_per_sec", "punt_burst"];
+const CP_KEYS: &[&str] =
+    &["kind", "netns", "punt_per_sec", "punt_burst", "stale_secs", "migrate_netns"];
+
+/// How long a migrated VR keeps its `kernel` routes stale, by default: BGP graceful restart's
+/// usual restart time (RFC 4724 suggests 120 s).
+pub const DEFAULT_STALE_SECS: u32 = 120;
 
 /// A VR's Linux control-plane mirror.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +38,12 @@ pub struct ControlPlaneSpec {
     pub punt_per_sec: u32,
     /// Depth of that bucket.
     pub punt_burst: u32,
+    /// After a migration, how long the VR keeps the `kernel` routes it brought while its
+    /// restarted daemons re-learn them (see `cpsync`).
+    pub stale_secs: u32,
+    /// The namespace a migration's destination makes for the mirror, when not `netns` (two
+    /// hosts on one machine cannot both have `netns`).
+    pub migrate_netns: Option<String>,
 }
 
 /// Reads a VR's `control_plane:` (`v`), for VR `vr`, whose interface names must then be
@@ -41,6 +57,8 @@ pub(super) fn control_plane(
         netns: vr.name.clone(),
         punt_per_sec: dataplane::DEFAULT_PUNT_PER_SEC,
         punt_burst: dataplane::DEFAULT_PUNT_BURST,
+        stale_secs: DEFAULT_STALE_SECS,
+        migrate_netns: None,
     };
     let kind_v = if v.is_mapping() {
         let m = v.map(CP_KEYS)?;
@@ -61,6 +79,21 @@ pub(super) fn control_plane(
         }
         if let Some(b) = m.get("punt_burst") {
             spec.punt_burst = b.int("punt burst", 0, 1_000_000)?;
+        }
+        if let Some(t) = m.get("stale_secs") {
+            spec.stale_secs = t.int("stale seconds", 1, 3600)?;
+        }
+        if let Some(n) = m.get("migrate_netns") {
+            let name = n.text()?.to_string();
+            if !is_ns_name(&name) || name == spec.netns {
+                return Err(n.bad(
+                    &name,
+                    format_args!(
+                        "invalid migrate_netns {name:?}: up to 32 letters, digits, '-', '_' or '.', not the netns itself"
+                    ),
+                ));
+            }
+            spec.migrate_netns = Some(name);
         }
         m.req("kind")?
     } else {
@@ -160,5 +193,13 @@ mod tests {
         assert!(e.contains("cp.yaml:8:") && e.contains("Linux interface name"), "{e}");
         let e = topo("{ netns: x }", "e0").unwrap_err();
         assert!(e.contains("kind"), "{e}");
+        let e = topo("{ kind: linux, stale_secs: 0 }", "e0").unwrap_err();
+        assert!(e.contains("cp.yaml:6:") && e.contains("stale seconds"), "{e}");
+        let e = topo("{ kind: linux, netns: n, migrate_netns: n }", "e0").unwrap_err();
+        assert!(e.contains("invalid migrate_netns \"n\""), "{e}");
+        let t = topo("{ kind: linux, stale_secs: 5, migrate_netns: vr1-b }", "e0").unwrap();
+        let cp = t.control_plane(0).unwrap();
+        assert_eq!((cp.stale_secs, cp.migrate_netns.as_deref()), (5, Some("vr1-b")));
+        assert_eq!(topo("linux", "e0").unwrap().control_plane(0).unwrap().stale_secs, 120);
     }
 }

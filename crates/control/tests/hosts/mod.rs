@@ -3,7 +3,10 @@
 //! the namespaces they make.
 #![allow(dead_code)]
 
-use std::process::{Command, Output};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+
+use control::netns::Made;
 
 pub fn run(cmd: &str, args: &[&str]) -> Output {
     Command::new(cmd).args(args).output().unwrap()
@@ -65,4 +68,85 @@ pub fn host(ns: &str, link: &str, addrs: &[&str], gws: &[&str]) {
     ok("ip", &a);
     let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{link}/disable_ipv6"), "1");
     ok("ip", &["link", "set", link, "up"]);
+}
+
+/// What the test made: namespaces, daemons, a directory; all removed when dropped.
+pub struct Guard {
+    pub namespaces: Vec<String>,
+    pub made: Made,
+    pub daemons: Vec<Child>,
+    pub dir: PathBuf,
+}
+
+impl Guard {
+    pub fn new(tag: &str) -> Guard {
+        let dir = std::env::temp_dir().join(format!("rcp-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        Guard { namespaces: Vec::new(), made: Made::default(), daemons: Vec::new(), dir }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for d in &mut self.daemons {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+        for e in control::netns::remove(&self.made) {
+            eprintln!("cleanup: {e}");
+        }
+        for n in &self.namespaces {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+        if std::thread::panicking() {
+            eprintln!("daemon logs left in {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+impl Guard {
+    /// A host namespace `ns` behind `link`, recorded in the guard for removal.
+    pub fn host(&mut self, ns: &str, link: &str, addrs: &[&str], gws: &[&str]) {
+        self.namespaces.push(ns.to_string());
+        host(ns, link, addrs, gws);
+    }
+}
+
+pub fn have(cmd: &str) -> bool {
+    run("sh", &["-c", &format!("command -v {cmd}")]).status.success()
+}
+
+/// Starts BIRD in namespace `ns` with `conf` and `extra` arguments, its files under the
+/// guard's directory (`name/`); the index of its process in `g.daemons`.
+pub fn bird_with(g: &mut Guard, ns: &str, name: &str, conf: &str, extra: &[&str]) -> usize {
+    let dir = g.dir.join(name);
+    std::fs::create_dir(&dir).unwrap();
+    let log = dir.join("bird.log");
+    let conf = format!("log \"{}\" all;\n{conf}", log.display());
+    let cf = dir.join("bird.conf");
+    std::fs::write(&cf, conf).unwrap();
+    let child = Command::new("ip")
+        .args(["netns", "exec", ns, "bird", "-f", "-c"])
+        .arg(&cf)
+        .arg("-s")
+        .arg(dir.join("bird.ctl"))
+        .arg("-P")
+        .arg(dir.join("bird.pid"))
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    g.daemons.push(child);
+    g.daemons.len() - 1
+}
+
+/// [`bird_with`] without extra arguments.
+pub fn bird(g: &mut Guard, ns: &str, name: &str, conf: &str) -> usize {
+    bird_with(g, ns, name, conf, &[])
 }
