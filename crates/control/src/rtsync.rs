@@ -1093,12 +1093,8 @@ fn ctx(what: &'static str) -> impl Fn(io::Error) -> SockErr {
 
 /// Runs on its own thread: enters the namespace (this thread only) and makes both sockets.
 fn make_sockets(netns: &str, rcvbuf: usize) -> Result<(Socket, Socket), SockErr> {
-    let path = format!("/run/netns/{netns}");
-    let ns = std::fs::File::open(&path).map_err(|e| (format!("opening {path}"), e))?;
-    // SAFETY: setns on a valid fd we own; it changes only this short-lived thread's namespace.
-    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err((format!("entering {path}"), io::Error::last_os_error()));
-    }
+    // This short-lived thread only: the caller's thread never changes namespace.
+    crate::sys::enter_netns(netns).map_err(|e| (format!("entering /run/netns/{netns}"), e))?;
     let mut events = Socket::new(NETLINK_ROUTE).map_err(ctx("netlink socket"))?;
     let size = libc::c_int::try_from(rcvbuf).unwrap_or(libc::c_int::MAX);
     // SAFETY: setsockopt on a valid socket with a pointer to a live c_int and its size.

@@ -1,5 +1,5 @@
 //! The few system calls control makes itself: peer credentials of a unix socket, the
-//! effective uid, signals, and process identity read from /proc.
+//! effective uid, signals, process identity read from /proc, and entering a network namespace.
 #![allow(unsafe_code)]
 
 use std::os::fd::AsRawFd;
@@ -80,4 +80,16 @@ pub fn set_rcvbuf(s: &impl AsRawFd, bytes: usize) -> std::io::Result<()> {
         }
     }
     Err(std::io::Error::last_os_error())
+}
+
+/// Moves the calling thread (only it, and threads it starts afterwards) into the network
+/// namespace named `name` (`/run/netns/NAME`, as `ip netns` makes them).
+pub fn enter_netns(name: &str) -> std::io::Result<()> {
+    let f = std::fs::File::open(format!("/run/netns/{name}"))?;
+    // SAFETY: setns(2) on a descriptor held open for the call; CLONE_NEWNET changes only the
+    // calling thread's network namespace.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -182,12 +182,7 @@ impl Drop for Dest {
 
 /// Moves this thread into network namespace `ns` (threads it starts then live there too).
 fn enter_netns(ns: &str) {
-    use std::os::fd::AsRawFd;
-    let f = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
-    // SAFETY: setns(2) on a namespace descriptor held open for the call; it changes only the
-    // calling thread's network namespace.
-    let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-    assert_eq!(r, 0, "setns {ns}: {}", std::io::Error::last_os_error());
+    control::sys::enter_netns(ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
 }
 
 /// A veth pair: `a` for a port, in namespace `ns` if given (else here), and `b` joined to
