@@ -47,6 +47,9 @@ pub struct Node {
     next_capture: u64,
     /// Route sync of each VR with a Linux control plane.
     syncs: Vec<crate::cpsync::CpSync>,
+    /// Each MSR's shared state (back-end states and counters), by its VR's name, made at start
+    /// so that `status` has it before the front end is taken ([`crate::msr::Msr::take`]).
+    msrs: HashMap<String, crate::msr::MsrState>,
 }
 
 /// A capture's consumer side.
@@ -178,7 +181,9 @@ impl Node {
                 syncs.push(s);
             }
         }
+        let msrs = crate::msr::MsrState::for_topology(&topo);
         Ok(Node {
+            msrs,
             topo,
             tables,
             rt,
@@ -260,6 +265,11 @@ impl Node {
     /// Takes the outside end of `mem` port `name` (tests, benchmarks).
     pub fn take_outside(&mut self, name: &str) -> Option<MemPort> {
         self.outside.remove(name)
+    }
+
+    /// MSR `vr`'s state (`None`: no `msrs[]` entry names `vr`).
+    pub fn msr_state(&mut self, vr: &str) -> Option<&mut crate::msr::MsrState> {
+        self.msrs.get_mut(vr)
     }
 
     /// Takes the outside ends of port `name` of a replicated VR, one per queue (queue `r` is
@@ -929,6 +939,7 @@ impl Node {
             }
         }
         j["replicated"] = crate::replicas::status_json(&self.topo, &snap, &self.tables);
+        j["msrs"] = crate::msr::status_json(&self.topo, &snap, &self.msrs);
         j["state"] = json!("running");
         j["memory"] = json!({ "rss_bytes": rss_bytes() });
         Ok(j)

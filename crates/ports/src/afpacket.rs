@@ -900,4 +900,20 @@ mod tests {
         f.len = 6;
         assert_eq!(copy_frame(&b, &f, &mut Batch::new(1)), None);
     }
+
+    #[test]
+    fn a_fanout_is_checked_before_anything_opens() {
+        let e = AfPacketPort::open_fanout("veth9", &AfPacketOptions::default(), 0).err().unwrap();
+        assert!(
+            e.to_string().contains("afpacket veth9: fanout of 0 sockets, allowed 1..=64"),
+            "{e}"
+        );
+        let e = AfPacketPort::open_fanout("veth9", &AfPacketOptions::default(), MAX_FANOUT + 1)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("fanout of 65 sockets"), "{e}");
+        let o = AfPacketOptions { fanout: Some(7), ..Default::default() };
+        let e = AfPacketPort::open_fanout("veth9", &o, 2).err().unwrap();
+        assert!(e.to_string().contains("fanout id 7 given to open_fanout"), "{e}");
+    }
 }
