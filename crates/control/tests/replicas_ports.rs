@@ -179,6 +179,12 @@ vrs:
     let fwd = check_replicated(&st);
     assert!(fwd.iter().sum::<u64>() >= got, "{fwd:?} forwarded, {got} received");
     eprintln!("{got} of {sent} datagrams arrived in order; replicas forwarded {fwd:?}");
+    // A socket per replica on each interface, each named for its replica.
+    let names: Vec<&str> =
+        st["ports"].as_array().unwrap().iter().filter_map(|p| p["name"].as_str()).collect();
+    for n in ["va#0", "va#1", "vb#0", "vb#1"] {
+        assert!(names.contains(&n), "no port {n}: {names:?}");
+    }
 }
 
 const IN_MAC: [u8; 6] = [2, 0, 0, 0, 0x79, 0];

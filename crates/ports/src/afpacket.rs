@@ -190,6 +190,8 @@ unsafe impl Pod for PacketMreq {}
 
 /// An AF_PACKET port. See the module documentation.
 pub struct AfPacketPort {
+    /// The interface's name, or `IFNAME#r` for fanout member `r`.
+    name: String,
     watch: Watch,
     opts: AfPacketOptions,
     live: Option<Live>,
@@ -244,6 +246,7 @@ impl AfPacketPort {
         let mut watch = Watch::new(BACKEND, ifname, opts.netns.as_deref())?;
         let live = watch.open_live(|name, ifindex, mtu| Live::open(name, ifindex, opts, mtu))?;
         Ok(AfPacketPort {
+            name: ifname.to_string(),
             watch,
             opts: opts.clone(),
             live: Some(live),
@@ -255,6 +258,7 @@ impl AfPacketPort {
     /// Opens `n` (1..=[`MAX_FANOUT`]) ports on `ifname`, one socket each, joined in one new
     /// hash fanout group: the kernel gives each frame to one of them by its symmetric flow hash
     /// (see the module documentation). `opts.fanout` must be unset: the kernel picks the id.
+    /// Member `r` is named `IFNAME#r`.
     pub fn open_fanout(
         ifname: &str,
         opts: &AfPacketOptions,
@@ -280,6 +284,7 @@ impl AfPacketPort {
         let (live, id) = live;
         let opts = AfPacketOptions { fanout: Some(id), ..opts.clone() };
         let first = AfPacketPort {
+            name: format!("{ifname}#0"),
             watch,
             opts: opts.clone(),
             live: Some(live),
@@ -287,8 +292,10 @@ impl AfPacketPort {
             kernel_drops_base: 0,
         };
         let mut out = vec![first];
-        for _ in 1..n {
-            out.push(AfPacketPort::open(ifname, &opts)?);
+        for r in 1..n {
+            let mut p = AfPacketPort::open(ifname, &opts)?;
+            p.name = format!("{ifname}#{r}");
+            out.push(p);
         }
         Ok(out)
     }
@@ -326,7 +333,7 @@ impl AfPacketPort {
 
 impl Port for AfPacketPort {
     fn name(&self) -> &str {
-        self.watch.name()
+        &self.name
     }
 
     fn rx_burst(&mut self, batch: &mut Batch) -> usize {
