@@ -37,8 +37,9 @@ pub struct Host {
     /// Each VR's routes, in the topology's VR order: the writers of the FIBs its VR reads
     /// (all its replicas read them, for a replicated VR).
     pub tables: Vec<RouteTable>,
-    /// Per port of a replicated VR: the outside end of each queue, queue `r` being replica
-    /// `r`'s (`None` for other ports, whose outside end is in `outside`).
+    /// Per `mem` port of a replicated VR: the outside end of each queue, queue `r` being
+    /// replica `r`'s (`None` for other ports: those of plain VRs, whose outside end is in
+    /// `outside`, and a replicated VR's `afpacket` and `memif` ports, which have none).
     pub queues: Vec<Option<Vec<MemPort>>>,
 }
 

@@ -2,8 +2,9 @@
 //! queue of each port with no dispatcher thread:
 //! - `afpacket`: a socket per replica in one kernel fanout group (symmetric flow hash). Real
 //!   UDP flows with per-flow sequence numbers from one host namespace to another all arrive in
-//!   order, both replicas forward some, and status's logical VR is their sum. Needs root
-//!   (namespaces, veth); says so and skips otherwise.
+//!   order, both replicas forward some, and status's logical VR is their sum; datagrams
+//!   fragmented by the sender reach a replica whole (the fanout's DEFRAG) and are fragmented
+//!   again on the way out. Needs root (namespaces, veth); says so and skips otherwise.
 //! - `memif`: ring `r` of each port is replica `r`'s. A routeplex memif client split per queue
 //!   sends on both rings; every frame leaves on the ring of the queue it came in on, each
 //!   queue's frames in order, and the counters add up.
@@ -69,6 +70,10 @@ fn check_replicated(st: &Value) -> Vec<u64> {
 
 const FLOWS: u16 = 64;
 const PER_FLOW: u32 = 60;
+/// Datagrams of `BIG` bytes (fragmented at MTU 1500) that flows `0..BIG_FLOWS` send last.
+const BIG: usize = 3000;
+const BIG_FLOWS: u16 = 8;
+const BIG_PER_FLOW: u32 = 5;
 
 #[test]
 fn afpacket_flows_spread_over_replicas_by_the_kernel_fanout_arrive_in_order() {
@@ -131,9 +136,10 @@ vrs:
         s.set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
         ready_tx.send(()).unwrap();
         let mut last: HashMap<u16, u32> = HashMap::new();
-        let (mut got, mut buf) = (0u64, [0u8; 64]);
+        let (mut got, mut big, mut buf) = (0u64, 0u64, [0u8; 4096]);
         while let Ok((n, from)) = s.recv_from(&mut buf) {
-            assert_eq!(n, 8);
+            assert!(n == 8 || n == BIG, "a datagram of {n} bytes");
+            big += u64::from(n == BIG);
             let f = u16::from_be_bytes([buf[0], buf[1]]);
             let seq = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
             assert_eq!(from.port(), 40000 + f);
@@ -143,7 +149,7 @@ vrs:
             last.insert(f, seq);
             got += 1;
         }
-        (got, last.len())
+        (got, big, last.len())
     });
     ready_rx.recv().unwrap();
     let h1c = h1.clone();
@@ -166,19 +172,43 @@ vrs:
             // Paced: the receiver's socket buffer, not the VR, would otherwise set the loss.
             std::thread::sleep(Duration::from_millis(2));
         }
+        // Datagrams longer than the MTU, fragmented by h1: the fanout reassembles them before
+        // hashing (FLAG_DEFRAG), so each reaches its flow's replica whole, which fragments it
+        // again on the way out.
+        for seq in PER_FLOW..PER_FLOW + BIG_PER_FLOW {
+            for (f, s) in socks.iter().enumerate().take(usize::from(BIG_FLOWS)) {
+                let mut m = [0u8; BIG];
+                m[0..2].copy_from_slice(&(f as u16).to_be_bytes());
+                m[4..8].copy_from_slice(&seq.to_be_bytes());
+                s.send(&m).unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
     })
     .join()
     .unwrap();
-    let (got, flows_seen) = receiver.join().unwrap();
+    let (got, big, flows_seen) = receiver.join().unwrap();
     let st = node.status().unwrap();
     node.stop().unwrap();
 
-    let sent = u64::from(FLOWS) * u64::from(PER_FLOW);
+    let big_sent = u64::from(BIG_FLOWS) * u64::from(BIG_PER_FLOW);
+    let sent = u64::from(FLOWS) * u64::from(PER_FLOW) + big_sent;
     assert_eq!(flows_seen, usize::from(FLOWS), "every flow arrived");
+    assert!(
+        big * 10 >= big_sent * 9,
+        "only {big} of {big_sent} fragmented datagrams arrived\n{st:#}"
+    );
     assert!(got * 10 >= sent * 9, "only {got} of {sent} datagrams arrived\n{st:#}");
     let fwd = check_replicated(&st);
     assert!(fwd.iter().sum::<u64>() >= got, "{fwd:?} forwarded, {got} received");
-    eprintln!("{got} of {sent} datagrams arrived in order; replicas forwarded {fwd:?}");
+    // The replicas got the big datagrams whole and fragmented them again (3000 bytes at MTU
+    // 1500: 3 fragments each).
+    let rep = st["replicated"].as_array().unwrap().iter().find(|r| r["name"] == "pvr").unwrap();
+    let frags = rep["counters"]["fragments_sent"].as_u64().unwrap_or(0);
+    assert!(frags >= 3 * big, "{frags} fragments sent for {big} big datagrams\n{rep:#}");
+    eprintln!(
+        "{got} of {sent} datagrams ({big} of {big_sent} fragmented) arrived in order; replicas forwarded {fwd:?}"
+    );
     // A socket per replica on each interface, each named for its replica.
     let names: Vec<&str> =
         st["ports"].as_array().unwrap().iter().filter_map(|p| p["name"].as_str()).collect();
