@@ -37,8 +37,9 @@ pub struct Host {
     /// Each VR's routes, in the topology's VR order: the writers of the FIBs its VR reads
     /// (all its replicas read them, for a replicated VR).
     pub tables: Vec<RouteTable>,
-    /// Per port of a replicated VR: the outside end of each queue, queue `r` being replica
-    /// `r`'s (`None` for other ports, whose outside end is in `outside`).
+    /// Per `mem` port of a replicated VR: the outside end of each queue, queue `r` being
+    /// replica `r`'s (`None` for other ports: those of plain VRs, whose outside end is in
+    /// `outside`, and a replicated VR's `afpacket` and `memif` ports, which have none).
     pub queues: Vec<Option<Vec<MemPort>>>,
 }
 
@@ -128,13 +129,20 @@ pub fn host(topo: &Topology, vrs: Option<&[VrConfig]>, burst: usize) -> Result<H
             topo.vrs.len()
         )));
     }
-    let (ports, outside) = open_ports(topo)?;
-    let mut ports: Vec<Option<Box<dyn Port>>> = ports.into_iter().map(Some).collect();
+    let plans = topo.cells();
+    let copies_of = |plan: &crate::topology::CellPlan| {
+        plan.vrs.first().and_then(|&v| topo.schedule.get(v)).map_or(1, |s| s.copies())
+    };
+    let mut skip = vec![false; topo.ports.len()];
+    for plan in plans.iter().filter(|p| copies_of(p) > 1) {
+        plan.ports.iter().for_each(|&p| skip[usize::from(p)] = true);
+    }
+    let (mut ports, outside) = open_ports_except(topo, &skip)?;
     let mut tables: Vec<Option<RouteTable>> = (0..vr_cfgs.len()).map(|_| None).collect();
     let mut queues: Vec<Option<Vec<MemPort>>> = (0..topo.ports.len()).map(|_| None).collect();
     let mut cells = Vec::new();
-    for plan in topo.cells() {
-        let copies = plan.vrs.first().and_then(|&v| topo.schedule.get(v)).map_or(1, |s| s.copies());
+    for plan in plans {
+        let copies = copies_of(&plan);
         if copies > 1 {
             let v = plan.vrs[0];
             // Its ports are re-made a queue per replica: the single ones opened above must let
@@ -143,11 +151,8 @@ pub fn host(topo: &Topology, vrs: Option<&[VrConfig]>, burst: usize) -> Result<H
                 ports[usize::from(p)] = None;
             }
             let (table, replica_cells) = replicated(topo, &plan, &vr_cfgs[v], copies, burst)?;
-            // The single pair opened for each port is replaced by one pair per queue.
             for (&p, outs) in plan.ports.iter().zip(replica_cells.1) {
-                ports[usize::from(p)] = None;
-                // Kernel ports (AF_XDP) have no outside end.
-                queues[usize::from(p)] = (!outs.is_empty()).then_some(outs);
+                queues[usize::from(p)] = outs;
             }
             tables[v] = Some(table);
             for (r, cell) in replica_cells.0.into_iter().enumerate() {
@@ -196,8 +201,8 @@ pub fn host(topo: &Topology, vrs: Option<&[VrConfig]>, burst: usize) -> Result<H
 }
 
 /// A replicated VR's cells (replica `r`'s cell owns queue `r` of each of the plan's ports,
-/// each a `mem` pair made here) with the outside ends of the queues per port (in the plan's
-/// port order), and the one route table every replica reads.
+/// see [`replica_queues`]) with the outside ends of the queues per port (in the plan's port
+/// order; `mem` ports only), and the one route table every replica reads.
 #[allow(clippy::type_complexity)]
 fn replicated(
     topo: &Topology,
@@ -205,7 +210,7 @@ fn replicated(
     cfg: &VrConfig,
     copies: usize,
     burst: usize,
-) -> Result<(RouteTable, (Vec<Cell>, Vec<Vec<MemPort>>)), BuildError> {
+) -> Result<(RouteTable, (Vec<Cell>, Vec<Option<Vec<MemPort>>>)), BuildError> {
     let local = |p: u16| plan.ports.iter().position(|&x| x == p).expect("in its cell") as u16;
     let table = RouteTable::new(cfg).map_err(|e| BuildError(e.0))?;
     let mut cell_cfg = cfg.clone();
@@ -214,40 +219,18 @@ fn replicated(
     }
     let vrs = dataplane::replica::replicas(&cell_cfg, &table.view(), copies)
         .map_err(|e| BuildError(e.0))?;
-    let mut outside: Vec<Vec<MemPort>> = plan.ports.iter().map(|_| Vec::new()).collect();
-    // AF_XDP ports are opened for all replicas at once: they share the interface's program.
-    let mut spread = Vec::new();
+    // Per port: one queue per replica (transposed below to one port of each per replica).
+    let mut per_port = Vec::new();
+    let mut outside = Vec::new();
     for &p in &plan.ports {
-        let spec = &topo.ports[usize::from(p)];
-        let ports = match spec.kind {
-            PortKind::AfXdp(..) => afxdp_queues(spec, copies)?,
-            _ => Vec::new(),
-        };
-        spread.push(ports.into_iter());
+        let (queues, outs) = replica_queues(&topo.ports[usize::from(p)], copies)?;
+        per_port.push(queues.into_iter());
+        outside.push(outs);
     }
     let mut cells = Vec::new();
-    for (r, vr) in vrs.into_iter().enumerate() {
-        let mut cell_ports: Vec<Box<dyn Port>> = Vec::new();
-        for (k, &p) in plan.ports.iter().enumerate() {
-            let spec = &topo.ports[usize::from(p)];
-            match spec.kind {
-                PortKind::Mem { ring } => {
-                    let name = dataplane::replica::replica_name(&spec.name, r);
-                    let (a, b) = mem::pair(&name, &format!("{name}-outside"), ring);
-                    cell_ports.push(Box::new(a));
-                    outside[k].push(b);
-                }
-                PortKind::AfXdp(..) => {
-                    cell_ports.push(spread[k].next().expect("afxdp_queues made one per replica"))
-                }
-                _ => {
-                    return Err(BuildError(format!(
-                        "port {}: a replicated VR's ports must be mem or afxdp",
-                        spec.name
-                    )))
-                }
-            }
-        }
+    for vr in vrs {
+        let cell_ports: Vec<Box<dyn Port>> =
+            per_port.iter_mut().map(|q| q.next().expect("a queue per replica")).collect();
         let mut cell = Cell::new(cell_ports, vec![vr], Vec::new()).map_err(|e| BuildError(e.0))?;
         for p in 0..cell.port_count() {
             cell.set_port_burst(p, burst).map_err(|e| BuildError(e.0))?;
@@ -273,6 +256,69 @@ fn afxdp_queues(
     let ports = ports::afxdp::AfXdpPort::open_spread(a.ifname(), &x.options(a.netns_path()), n)
         .map_err(|e| BuildError(format!("port {}: {e}", spec.name)))?;
     Ok(ports.into_iter().map(|p| Box::new(p) as Box<dyn Port>).collect())
+}
+
+/// Port `spec` of a replicated VR as `copies` queues, queue `r` for replica `r`, spread by
+/// what the backend offers (no dispatcher thread): `mem`, a pair per queue whose outside ends
+/// are returned (the peer spreads over them, e.g. `dataplane::replica::RssPort`); `afpacket`,
+/// a socket per queue in one kernel fanout group hashing flows symmetrically; `memif`, ring
+/// `r` of each direction (`queues:` must equal the replicas; the peer picks the ring).
+#[allow(clippy::type_complexity)]
+fn replica_queues(
+    spec: &crate::topology::PortSpec,
+    copies: usize,
+) -> Result<(Vec<Box<dyn Port>>, Option<Vec<MemPort>>), BuildError> {
+    let err = |e: std::io::Error| BuildError(format!("port {}: {e}", spec.name));
+    match &spec.kind {
+        &PortKind::Mem { ring } => {
+            let (mut ours, mut outs) = (Vec::new(), Vec::new());
+            for r in 0..copies {
+                let name = dataplane::replica::replica_name(&spec.name, r);
+                let (a, b) = mem::pair(&name, &format!("{name}-outside"), ring);
+                ours.push(Box::new(a) as Box<dyn Port>);
+                outs.push(b);
+            }
+            Ok((ours, Some(outs)))
+        }
+        PortKind::AfPacket(a) => {
+            let opts =
+                ports::afpacket::AfPacketOptions { netns: a.netns_path(), ..Default::default() };
+            let socks = ports::afpacket::AfPacketPort::open_fanout(a.ifname(), &opts, copies)
+                .map_err(err)?;
+            Ok((socks.into_iter().map(|s| Box::new(s) as Box<dyn Port>).collect(), None))
+        }
+        PortKind::Memif(m) => {
+            if usize::from(m.queues) != copies {
+                return Err(BuildError(format!(
+                    "port {}: memif with queues: {}, but its VR has replicas: {copies}: give it queues: {copies}",
+                    spec.name, m.queues
+                )));
+            }
+            let queues = open_memif(&spec.name, m)?.split(copies).map_err(err)?;
+            Ok((queues.into_iter().map(|q| Box::new(q) as Box<dyn Port>).collect(), None))
+        }
+        // AF_XDP: the interface's queues dealt out over the replicas (`afxdp_queues`).
+        PortKind::AfXdp(..) => Ok((afxdp_queues(spec, copies)?, None)),
+        other => Err(BuildError(format!(
+            "port {}: kind {} cannot be a replicated VR's port: only mem, afpacket, memif and afxdp are received per replica",
+            spec.name,
+            kind_name(other)
+        ))),
+    }
+}
+
+/// A port kind as the topology spells it.
+fn kind_name(k: &PortKind) -> &'static str {
+    match k {
+        PortKind::Mem { .. } => "mem",
+        PortKind::Link { .. } => "link",
+        PortKind::AfXdp(..) => "afxdp",
+        PortKind::AfPacket(..) => "afpacket",
+        PortKind::Memif(..) => "memif",
+        PortKind::VhostUser(..) => "vhost-user",
+        PortKind::Tap { .. } => "tap",
+        PortKind::Mirror { .. } => "mirror",
+    }
 }
 
 /// A VR's route table (made from its host-wide config) and the VR reading it, its ports
@@ -341,13 +387,50 @@ fn configure(
     Ok(())
 }
 
+fn open_memif(
+    name: &str,
+    m: &crate::topology::MemifSpec,
+) -> Result<ports::memif::MemifPort, BuildError> {
+    let mut o = ports::memif::MemifOptions::new(m.socket.clone());
+    o.id = m.id;
+    o.secret = m.secret.clone();
+    o.queues = m.queues;
+    o.log2_ring_size = m.log2_ring;
+    o.buffer_size = m.buffer;
+    o.name = name.to_string();
+    if m.interrupt {
+        o.rx_mode = ports::memif::RxMode::Interrupt;
+    }
+    let port = if m.server {
+        ports::memif::MemifPort::server(o)
+    } else {
+        ports::memif::MemifPort::client(o)
+    };
+    port.map_err(|e| BuildError(format!("port {name}: {e}")))
+}
+
 /// Opens every port of `topo`: the engine's ends, and the outside end of each `mem` port.
 #[allow(clippy::type_complexity)]
 fn open_ports(topo: &Topology) -> Result<(Vec<Box<dyn Port>>, Vec<Option<MemPort>>), BuildError> {
+    let none = vec![false; topo.ports.len()];
+    let (ours, outside) = open_ports_except(topo, &none)?;
+    Ok((ours.into_iter().map(|p| p.expect("every port opened")).collect(), outside))
+}
+
+/// As [`open_ports`], leaving out the ports `skip` marks (those of replicated VRs, opened once
+/// per replica by [`replicated`]).
+#[allow(clippy::type_complexity)]
+fn open_ports_except(
+    topo: &Topology,
+    skip: &[bool],
+) -> Result<(Vec<Option<Box<dyn Port>>>, Vec<Option<MemPort>>), BuildError> {
     let n = topo.ports.len();
     let mut ours: Vec<Option<Box<dyn Port>>> = (0..n).map(|_| None).collect();
     let mut outside: Vec<Option<MemPort>> = (0..n).map(|_| None).collect();
     for (i, p) in topo.ports.iter().enumerate() {
+        if skip[i] {
+            continue;
+        }
         match &p.kind {
             &PortKind::Mem { ring } => {
                 let (a, b) = mem::pair(&p.name, &format!("{}-outside", p.name), ring);
@@ -376,25 +459,7 @@ fn open_ports(topo: &Topology) -> Result<(Vec<Box<dyn Port>>, Vec<Option<MemPort
                     .map_err(|e| BuildError(format!("port {}: {e}", p.name)))?;
                 ours[i] = Some(Box::new(p));
             }
-            PortKind::Memif(m) => {
-                let mut o = ports::memif::MemifOptions::new(m.socket.clone());
-                o.id = m.id;
-                o.secret = m.secret.clone();
-                o.queues = m.queues;
-                o.log2_ring_size = m.log2_ring;
-                o.buffer_size = m.buffer;
-                o.name = p.name.clone();
-                if m.interrupt {
-                    o.rx_mode = ports::memif::RxMode::Interrupt;
-                }
-                let port = if m.server {
-                    ports::memif::MemifPort::server(o)
-                } else {
-                    ports::memif::MemifPort::client(o)
-                };
-                ours[i] =
-                    Some(Box::new(port.map_err(|e| BuildError(format!("port {}: {e}", p.name)))?));
-            }
+            PortKind::Memif(m) => ours[i] = Some(Box::new(open_memif(&p.name, m)?)),
             PortKind::VhostUser(v) => {
                 let mode =
                     if v.server { ports::vhost::Mode::Server } else { ports::vhost::Mode::Client };
@@ -423,14 +488,13 @@ fn open_ports(topo: &Topology) -> Result<(Vec<Box<dyn Port>>, Vec<Option<MemPort
             }
         }
     }
-    let ours = ours
-        .into_iter()
-        .enumerate()
-        .map(|(i, p)| {
-            p.ok_or_else(|| {
-                BuildError(format!("port {} is a link without its other end", topo.ports[i].name))
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    for (i, p) in ours.iter().enumerate() {
+        if p.is_none() && !skip[i] {
+            return Err(BuildError(format!(
+                "port {} is a link without its other end",
+                topo.ports[i].name
+            )));
+        }
+    }
     Ok((ours, outside))
 }

@@ -52,6 +52,9 @@ pub struct Node {
     cp_made: crate::netns::Made,
     /// `kernel` routes of VRs about to be added that are to be held stale (a restore's).
     stale_next: HashMap<String, Vec<ipnet::IpNet>>,
+    /// Each MSR's shared state (back-end states and counters), by its VR's name, made at start
+    /// so that `status` has it before the front end is taken ([`crate::msr::Msr::take`]).
+    msrs: HashMap<String, crate::msr::MsrState>,
 }
 
 /// A capture's consumer side.
@@ -183,7 +186,9 @@ impl Node {
                 syncs.push(s);
             }
         }
+        let msrs = crate::msr::MsrState::for_topology(&topo);
         Ok(Node {
+            msrs,
             topo,
             tables,
             rt,
@@ -273,6 +278,11 @@ impl Node {
     /// Takes the outside end of `mem` port `name` (tests, benchmarks).
     pub fn take_outside(&mut self, name: &str) -> Option<MemPort> {
         self.outside.remove(name)
+    }
+
+    /// MSR `vr`'s state (`None`: no `msrs[]` entry names `vr`).
+    pub fn msr_state(&mut self, vr: &str) -> Option<&mut crate::msr::MsrState> {
+        self.msrs.get_mut(vr)
     }
 
     /// Takes the outside ends of port `name` of a replicated VR, one per queue (queue `r` is
@@ -1004,6 +1014,7 @@ impl Node {
             }
         }
         j["replicated"] = crate::replicas::status_json(&self.topo, &snap, &self.tables);
+        j["msrs"] = crate::msr::status_json(&self.topo, &snap, &self.msrs);
         j["state"] = json!("running");
         j["memory"] = json!({ "rss_bytes": rss_bytes() });
         Ok(j)

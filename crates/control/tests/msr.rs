@@ -129,6 +129,10 @@ fn a_back_end_switched_off_drains_its_flows_whole_and_in_order_then_takes_no_new
     let mut o = Options::new(2);
     o.idle = Idle::Yield;
     let mut node = Node::start(topo, o, 64).unwrap();
+    let st = node.status().unwrap();
+    assert_eq!(st["msrs"][0]["name"], "r1");
+    assert_eq!(st["msrs"][0]["front_end"], false, "{st:#}");
+    assert_eq!(st["msrs"][0]["states"]["active"], 2, "{st:#}");
     let mut msr = Msr::take(&mut node, "r1").unwrap();
     assert_eq!(msr.balancers.len(), 2);
     assert!(Msr::take(&mut node, "r1").is_err(), "the queues are handed out once");
@@ -150,6 +154,21 @@ fn a_back_end_switched_off_drains_its_flows_whole_and_in_order_then_takes_no_new
     tr.run(&mut msr, 0..100, 20);
     assert!(forwarded(&mut node, 1) > on_1, "back-end 1 dropped its flows\n{}", dump(&msr));
     assert_eq!(msr.shared.state(1), BackendState::Draining);
+    let st = node.status().unwrap();
+    let m = &st["msrs"][0];
+    assert_eq!(m["front_end"], true);
+    assert_eq!(
+        (m["states"]["active"].as_u64(), m["states"]["draining"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let b1 = &m["backends"][1];
+    assert_eq!(
+        (b1["state"].as_str(), b1["replica"].as_str(), b1["worker"].as_u64()),
+        (Some("draining"), Some("r1#1"), Some(1))
+    );
+    assert_eq!(b1["pinned"].as_u64(), Some(u64::from(msr.shared.pinned(1))), "{m:#}");
+    assert_eq!(b1["forwarded"].as_u64(), Some(forwarded(&mut node, 1)), "{m:#}");
+    assert_eq!(m["offered"].as_u64(), Some(msr.shared.offered()), "{m:#}");
 
     // Once they are idle it is off.
     let t = Instant::now();
@@ -168,5 +187,8 @@ fn a_back_end_switched_off_drains_its_flows_whole_and_in_order_then_takes_no_new
     assert_eq!(forwarded(&mut node, 0) + forwarded(&mut node, 1), tr.sent);
     let k = msr.balancer("in").unwrap().counters();
     assert_eq!((k.refused, k.no_backend, k.unpinned), (0, 0, 0), "{}", dump(&msr));
+    let st = node.status().unwrap();
+    assert_eq!(st["msrs"][0]["backends"][1]["state"], "off", "{st:#}");
+    assert_eq!(st["msrs"][0]["states"]["off"], 1, "{st:#}");
     node.stop().unwrap();
 }

@@ -195,7 +195,13 @@ fn the_topology_refuses_what_replicas_cannot_do() {
         "{ name: out, kind: tap, interface: rpvtap0 }",
     );
     let e = err(&tap);
-    assert!(e.contains("is not a mem port"), "{e}");
+    assert!(e.contains("port out is not a mem, afpacket, memif or afxdp port"), "{e}");
+    let memif = TOPO.replace(
+        "{ name: out, kind: mem, ring: 1024 }",
+        "{ name: out, kind: memif, socket: /tmp/rpv.sock, queues: 3 }",
+    );
+    let e = err(&memif);
+    assert!(e.contains("memif port out has queues: 3: give it queues: 2"), "{e}");
     // One replica is a plain VR.
     let t = Topology::parse(&TOPO.replace("replicas: 2", "replicas: 1"), "r.yaml", Path::new("."))
         .unwrap();

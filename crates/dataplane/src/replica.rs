@@ -2,10 +2,12 @@
 //!
 //! Contract:
 //! - **Spreading is the port's, not a thread's.** Each replica runs in its own cell on its own
-//!   worker and owns one queue of each of the VR's ports; the peer (a NIC's RSS, or the `mem`
-//!   peer's [`RssPort`]) puts each frame on the queue its [`flow_hash`] picks. No dispatcher
-//!   thread and no hand-off ring sits between receiving and forwarding, and a flow always
-//!   reaches the same replica, so no flow is reordered.
+//!   worker and owns one queue of each of the VR's ports, filled by what the backend offers:
+//!   for `mem`, the peer ([`RssPort`]) puts each frame on the queue its [`flow_hash`] picks;
+//!   for AF_PACKET, the kernel's fanout group hands each frame to one replica's socket by its
+//!   symmetric flow hash; for memif, the peer chooses the ring (queue `r` is ring `r`). No
+//!   dispatcher thread and no hand-off ring sits between receiving and forwarding, and a flow
+//!   always reaches the same replica, so no flow is reordered.
 //! - **One RIB.** Control keeps one [`crate::RouteTable`] per logical VR; every replica is built
 //!   with a clone of its [`RouteView`] and so reads the same published FIBs. New adjacencies
 //!   are installed on every replica before the FIB that uses them is published (control's

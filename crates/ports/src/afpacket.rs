@@ -35,6 +35,24 @@
 //!   port closes, reports `Down("interface X disappeared")`, and re-opens in its namespace once
 //!   an interface of that name exists again.
 //!
+//! Fanout (one interface received by several workers, [`AfPacketPort::open_fanout`]): each
+//! member is a socket of its own with its own rings, all joined in one `PACKET_FANOUT` group of
+//! type `PACKET_FANOUT_HASH` with `PACKET_FANOUT_FLAG_DEFRAG`. The kernel then hands each frame
+//! to one member only, chosen by `fanout_demux_hash()` in net/packet/af_packet.c:
+//! `reciprocal_scale(__skb_get_hash_symmetric(skb), num)`, the flow dissector's *symmetric*
+//! hash (addresses sorted, then protocol and ports), so both directions of a flow reach the
+//! same member and a flow never changes member while the group's size is fixed. DEFRAG makes
+//! the kernel reassemble IPv4 fragments (`ip_check_defrag`) before hashing, so a datagram's
+//! fragments hash as the whole datagram, on its ports, and meet its flow's other frames; the
+//! member receives the reassembled datagram (refragmented on the way out where the egress MTU
+//! needs it, or dropped as too long past a packet buffer). IPv6 fragments are hashed on
+//! addresses only. The group id comes from the kernel (`PACKET_FANOUT_FLAG_UNIQUEID`, Linux
+//! 4.2) at the first open, so no other group in the namespace, ours or another process's, is
+//! joined by mistake; every member, and every member's re-open after the interface comes
+//! back, joins that id. A member re-opened while a stale member of the old interface is still
+//! open fails (the kernel's group is bound to the old device) and retries from `service`.
+//! Each member transmits on its own socket.
+//!
 //! Known limit: frames the local stack sent with checksum offload arrive with unfinished L4
 //! checksums (the kernel says so with `TP_STATUS_CSUMNOTREADY`, which this port does not act
 //! on); turn tx checksumming off on the peer where that matters.
@@ -59,6 +77,13 @@ const PACKET_TX_RING: i32 = 13;
 const PACKET_LOSS: i32 = 14;
 const PACKET_QDISC_BYPASS: i32 = 20;
 const PACKET_IGNORE_OUTGOING: i32 = 23;
+const PACKET_FANOUT: i32 = 18;
+const PACKET_FANOUT_HASH: u32 = 0;
+const PACKET_FANOUT_FLAG_UNIQUEID: u32 = 0x2000;
+const PACKET_FANOUT_FLAG_DEFRAG: u32 = 0x8000;
+/// The most members [`AfPacketPort::open_fanout`] makes (the kernel allows far more; one per
+/// worker is all a replicated VR needs).
+pub const MAX_FANOUT: usize = 64;
 const TPACKET_V3: i32 = 2;
 const PACKET_MR_PROMISC: u16 = 1;
 const ETH_P_ALL: u16 = 0x0003;
@@ -104,6 +129,9 @@ pub struct AfPacketOptions {
     pub qdisc_bypass: bool,
     /// Open the port in this network namespace (`/run/netns/NAME`) instead of the caller's.
     pub netns: Option<PathBuf>,
+    /// Join the hash fanout group with this id (see the module documentation). Normally set
+    /// by [`AfPacketPort::open_fanout`], which has the kernel choose a free id. Default none.
+    pub fanout: Option<u16>,
 }
 
 impl Default for AfPacketOptions {
@@ -116,6 +144,7 @@ impl Default for AfPacketOptions {
             promisc: true,
             qdisc_bypass: true,
             netns: None,
+            fanout: None,
         }
     }
 }
@@ -161,6 +190,8 @@ unsafe impl Pod for PacketMreq {}
 
 /// An AF_PACKET port. See the module documentation.
 pub struct AfPacketPort {
+    /// The interface's name, or `IFNAME#r` for fanout member `r`.
+    name: String,
     watch: Watch,
     opts: AfPacketOptions,
     live: Option<Live>,
@@ -215,12 +246,63 @@ impl AfPacketPort {
         let mut watch = Watch::new(BACKEND, ifname, opts.netns.as_deref())?;
         let live = watch.open_live(|name, ifindex, mtu| Live::open(name, ifindex, opts, mtu))?;
         Ok(AfPacketPort {
+            name: ifname.to_string(),
             watch,
             opts: opts.clone(),
             live: Some(live),
             stats: PortStats::default(),
             kernel_drops_base: 0,
         })
+    }
+
+    /// Opens `n` (1..=[`MAX_FANOUT`]) ports on `ifname`, one socket each, joined in one new
+    /// hash fanout group: the kernel gives each frame to one of them by its symmetric flow hash
+    /// (see the module documentation). `opts.fanout` must be unset: the kernel picks the id.
+    /// Member `r` is named `IFNAME#r`.
+    pub fn open_fanout(
+        ifname: &str,
+        opts: &AfPacketOptions,
+        n: usize,
+    ) -> io::Result<Vec<AfPacketPort>> {
+        if !(1..=MAX_FANOUT).contains(&n) {
+            return Err(invalid(
+                ifname,
+                format!("fanout of {n} sockets, allowed 1..={MAX_FANOUT}"),
+            ));
+        }
+        if let Some(id) = opts.fanout {
+            return Err(invalid(
+                ifname,
+                format!("fanout id {id} given to open_fanout, which has the kernel choose one"),
+            ));
+        }
+        let mut watch = Watch::new(BACKEND, ifname, opts.netns.as_deref())?;
+        let live = watch.open_live(|name, ifindex, mtu| {
+            let live = Live::open(name, ifindex, opts, mtu)?;
+            join_fanout(&live.fd, name, Join::New).map(|id| (live, id))
+        })?;
+        let (live, id) = live;
+        let opts = AfPacketOptions { fanout: Some(id), ..opts.clone() };
+        let first = AfPacketPort {
+            name: format!("{ifname}#0"),
+            watch,
+            opts: opts.clone(),
+            live: Some(live),
+            stats: PortStats::default(),
+            kernel_drops_base: 0,
+        };
+        let mut out = vec![first];
+        for r in 1..n {
+            let mut p = AfPacketPort::open(ifname, &opts)?;
+            p.name = format!("{ifname}#{r}");
+            out.push(p);
+        }
+        Ok(out)
+    }
+
+    /// The fanout group the port is a member of, if any.
+    pub fn fanout_id(&self) -> Option<u16> {
+        self.opts.fanout
     }
 
     /// The ifindex the port is open on, 0 while down.
@@ -251,7 +333,7 @@ impl AfPacketPort {
 
 impl Port for AfPacketPort {
     fn name(&self) -> &str {
-        self.watch.name()
+        &self.name
     }
 
     fn rx_burst(&mut self, batch: &mut Batch) -> usize {
@@ -309,6 +391,42 @@ impl Port for AfPacketPort {
             {
                 self.close_live();
             }
+        }
+    }
+}
+
+/// Which fanout group a socket joins.
+#[derive(Clone, Copy)]
+enum Join {
+    /// A new group, its id chosen by the kernel.
+    New,
+    /// The group with this id.
+    Id(u16),
+}
+
+/// Joins a bound socket to a hash fanout group (the kernel wants it bound first); returns the
+/// group's id.
+fn join_fanout(fd: &OwnedFd, name: &str, join: Join) -> io::Result<u16> {
+    let mode = PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_DEFRAG;
+    let (arg, step) = match join {
+        Join::New => (
+            (mode | PACKET_FANOUT_FLAG_UNIQUEID) << 16,
+            "setsockopt(PACKET_FANOUT, HASH|DEFRAG|UNIQUEID)".to_string(),
+        ),
+        Join::Id(id) => {
+            (mode << 16 | u32::from(id), format!("setsockopt(PACKET_FANOUT, HASH|DEFRAG, id {id})"))
+        }
+    };
+    sys::setsockopt(fd, SOL_PACKET, PACKET_FANOUT, &arg).map_err(at(BACKEND, name, &step))?;
+    match join {
+        Join::Id(id) => Ok(id),
+        Join::New => {
+            let (v, _) = sys::getsockopt::<u32>(fd, SOL_PACKET, PACKET_FANOUT).map_err(at(
+                BACKEND,
+                name,
+                "getsockopt(PACKET_FANOUT)",
+            ))?;
+            Ok(v as u16)
         }
     }
 }
@@ -404,6 +522,9 @@ impl Live {
                 name,
                 "setsockopt(PACKET_ADD_MEMBERSHIP, PROMISC)",
             ))?;
+        }
+        if let Some(id) = o.fanout {
+            join_fanout(&fd, name, Join::Id(id))?;
         }
         Ok(Live {
             fd,
@@ -785,5 +906,21 @@ mod tests {
         f.snaplen = 6;
         f.len = 6;
         assert_eq!(copy_frame(&b, &f, &mut Batch::new(1)), None);
+    }
+
+    #[test]
+    fn a_fanout_is_checked_before_anything_opens() {
+        let e = AfPacketPort::open_fanout("veth9", &AfPacketOptions::default(), 0).err().unwrap();
+        assert!(
+            e.to_string().contains("afpacket veth9: fanout of 0 sockets, allowed 1..=64"),
+            "{e}"
+        );
+        let e = AfPacketPort::open_fanout("veth9", &AfPacketOptions::default(), MAX_FANOUT + 1)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("fanout of 65 sockets"), "{e}");
+        let o = AfPacketOptions { fanout: Some(7), ..Default::default() };
+        let e = AfPacketPort::open_fanout("veth9", &o, 2).err().unwrap();
+        assert!(e.to_string().contains("fanout id 7 given to open_fanout"), "{e}");
     }
 }

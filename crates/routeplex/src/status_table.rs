@@ -147,6 +147,33 @@ pub fn render(s: &Value) -> String {
         table(&mut out, &rows);
     }
 
+    // MSRs: one row per back-end, its state and what it carried.
+    let mut rows =
+        vec![["msr", "back-end", "state", "pinned", "refused", "forwarded", "front end"]
+            .map(String::from)
+            .to_vec()];
+    for m in s["msrs"].as_array().into_iter().flatten() {
+        let front = match m["front_end"].as_bool() {
+            Some(true) => format!("offered {}", thousands(num(&m["offered"]))),
+            _ => "not taken".to_string(),
+        };
+        for b in m["backends"].as_array().into_iter().flatten() {
+            rows.push(vec![
+                m["name"].as_str().unwrap_or("?").to_string(),
+                b["replica"].as_str().unwrap_or("?").to_string(),
+                b["state"].as_str().unwrap_or("?").to_string(),
+                thousands(num(&b["pinned"])),
+                thousands(num(&b["refused"])),
+                thousands(num(&b["forwarded"])),
+                front.clone(),
+            ]);
+        }
+    }
+    if rows.len() > 1 {
+        out.push('\n');
+        table(&mut out, &rows);
+    }
+
     let mut rows =
         vec![["port", "rx", "tx", "rx_dropped", "tx_full", "status"].map(String::from).to_vec()];
     for p in s["ports"].as_array().into_iter().flatten() {
@@ -253,5 +280,25 @@ mod tests {
             t.lines().any(|l| l.starts_with("p#0 ")) && t.lines().any(|l| l.starts_with("p#1 ")),
             "{t}"
         );
+    }
+
+    #[test]
+    fn an_msr_shows_each_back_end_state() {
+        let s = serde_json::json!({
+            "workers": [], "ports": [], "vrs": [],
+            "msrs": [{ "name": "m", "front_end": true, "offered": 5000, "failures": 1,
+                       "states": { "active": 1, "draining": 0, "off": 0, "failed": 1 },
+                       "backends": [
+                           { "backend": 0, "replica": "m#0", "state": "active", "pinned": 12, "refused": 0, "forwarded": 4000 },
+                           { "backend": 1, "replica": "m#1", "state": "failed", "pinned": 0, "refused": 37, "forwarded": 963 }] }],
+        });
+        let t = render(&s);
+        let b1 = t.lines().find(|l| l.contains("m#1")).unwrap_or_else(|| panic!("{t}"));
+        assert!(
+            b1.contains("failed") && b1.contains(" 37 ") && b1.contains("offered 5,000"),
+            "{t}"
+        );
+        let b0 = t.lines().find(|l| l.contains("m#0")).unwrap();
+        assert!(b0.contains("active") && b0.contains("4,000"), "{t}");
     }
 }

@@ -278,8 +278,10 @@ fn replicas(v: &Value, workers: &Workers, worker: Option<u16>) -> Result<Option<
 }
 
 /// Refuses what a replicated VR cannot be yet, at its `replicas:`: sharing its cell (ports,
-/// a switch, a link) with another VR or a switch, and ports other than `mem` (each replica owns
-/// one queue of each of its ports; `mem` ports are made with one queue per replica).
+/// a switch, a link) with another VR or a switch, and ports that cannot be received per
+/// replica (each replica owns one queue of each of its ports: `mem` ports are made with one
+/// queue per replica, `afpacket` ports open a socket per replica in a fanout group, `memif`
+/// ports need one ring pair per replica).
 pub(super) fn check_replicas(
     plans: &[CellPlan],
     ports: &[PortSpec],
@@ -297,8 +299,15 @@ pub(super) fn check_replicas(
             }
             for &p in &plan.ports {
                 let spec = &ports[usize::from(p)];
-                if !matches!(spec.kind, PortKind::Mem { .. } | PortKind::AfXdp(..)) {
-                    return Err(rv.bad(rv.text()?, format_args!("vr {name} has replicas: {n}, but its port {} is not a mem port (nor afxdp): only mem and afxdp ports are made with a queue per replica so far", spec.name)));
+                match &spec.kind {
+                    PortKind::Mem { .. } | PortKind::AfPacket(..) | PortKind::AfXdp(..) => {}
+                    PortKind::Memif(m) if usize::from(m.queues) == usize::from(n) => {}
+                    PortKind::Memif(m) => {
+                        return Err(rv.bad(rv.text()?, format_args!("vr {name} has replicas: {n}, but its memif port {} has queues: {}: give it queues: {n} (one ring pair per replica)", spec.name, m.queues)));
+                    }
+                    _ => {
+                        return Err(rv.bad(rv.text()?, format_args!("vr {name} has replicas: {n}, but its port {} is not a mem, afpacket, memif or afxdp port: only those are received per replica so far", spec.name)));
+                    }
                 }
             }
         }

@@ -53,6 +53,7 @@ pub mod ctl;
 pub mod proto;
 mod queue;
 pub mod shm;
+mod split;
 
 use std::collections::VecDeque;
 use std::io;
@@ -64,6 +65,28 @@ use ctl::{Conn, Listener, Recv, SocketAddr};
 use proto::{AddRing, Hello, Init, Msg, ADD_RING_FLAG_C2S, COOKIE, VERSION};
 use queue::{Mem, Ring, RxQueue, Side, TxQueue};
 use shm::{EventFd, Region};
+pub use split::MemifQueue;
+
+/// The regions of one connection, shared by the queues of a split port
+/// ([`MemifPort::split`]); unmapped when the last holder drops them.
+pub(crate) struct SharedRegions(Vec<Region>);
+
+// SAFETY: a `Region` is memory another process writes while we read and write it: every
+// access goes through raw pointers (volatile loads and stores, atomics, byte copies into and
+// out of private memory), never a Rust reference into the mapping, and nothing read is trusted
+// before it is checked. Sharing the regions between the queues of a split port adds our other
+// threads as writers of the same kind: each queue writes only its own rings' counters and
+// descriptors and the buffers they point at. A peer that points two rings' descriptors at one
+// buffer makes two of our queues copy into it at once, which is no worse than the peer
+// writing it meanwhile: the frame is garbage for the peer, and we keep only private copies.
+unsafe impl Sync for SharedRegions {}
+
+impl std::ops::Deref for SharedRegions {
+    type Target = [Region];
+    fn deref(&self) -> &[Region] {
+        &self.0
+    }
+}
 
 /// The most regions a server accepts from a client (index 0..=63).
 pub const MAX_REGIONS: u16 = 64;
@@ -205,7 +228,7 @@ pub struct MemifStats {
 
 /// The mapped memory and rings of one connection.
 struct Data {
-    regions: Vec<Region>,
+    regions: std::sync::Arc<SharedRegions>,
     sizes: Vec<usize>,
     rx: Vec<RxQueue>,
     tx: Vec<TxQueue>,
@@ -401,6 +424,13 @@ impl MemifPort {
         let l = self.listener.as_ref().map(|l| l.as_raw_fd());
         let c = self.ctl.as_ref().map(|c| c.as_raw_fd());
         l.into_iter().chain(c).collect()
+    }
+
+    /// The listener's and the connection's fds, -1 for none.
+    fn ctl_fds_pair(&self) -> [RawFd; 2] {
+        let l = self.listener.as_ref().map_or(-1, |l| l.as_raw_fd());
+        let c = self.ctl.as_ref().map_or(-1, |c| c.as_raw_fd());
+        [l, c]
     }
 
     fn refresh_status(&mut self) {
@@ -651,7 +681,8 @@ impl MemifPort {
                 .store(0, std::sync::atomic::Ordering::Release);
             tx.push(TxQueue { ring, side: Side::Server, pos: 0, buf_base: 0 });
         }
-        Ok(Data { regions: setup.regions, sizes, rx, tx, bsize: self.opts.buffer_size })
+        let regions = std::sync::Arc::new(SharedRegions(setup.regions));
+        Ok(Data { regions, sizes, rx, tx, bsize: self.opts.buffer_size })
     }
 
     fn on_client_message(&mut self, msg: Msg) -> Result<(), Stop> {
@@ -721,6 +752,7 @@ impl MemifPort {
         let bsize = self.opts.buffer_size;
         let size = region_size(n_c2s, n_s2c, log2, bsize);
         let region = Region::create("memif_region_0", size).map_err(|e| format!("region: {e}"))?;
+        let region_len = region.len();
         let ring_sz = proto::ring_bytes(log2);
         let buf0 = (n_c2s + n_s2c) * ring_sz;
         let slots = 1usize << log2;
@@ -784,7 +816,8 @@ impl MemifPort {
             }
         }
         out.push_back((Msg::Connect { if_name: proto::fixed(self.name.as_bytes()) }, FdRef::None));
-        let data = Data { sizes: vec![region.len()], regions: vec![region], rx, tx, bsize };
+        let regions = std::sync::Arc::new(SharedRegions(vec![region]));
+        let data = Data { sizes: vec![region_len], regions, rx, tx, bsize };
         Ok((data, out))
     }
 
