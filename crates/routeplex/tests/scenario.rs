@@ -287,6 +287,8 @@ fn bad_files_are_refused_with_file_line_field_and_value() {
 fn latency(file: &str, path: &str) -> Value {
     let (v, out) = run(&examples().join(file));
     common(&v, &out);
+    let about = v["scenario"]["about"].as_str().unwrap();
+    assert!(about.contains("Differences"), "{file}: says where it differs from the seed");
     let pts = points(&v);
     assert_eq!(pts.len(), 4, "{file}: the quick loads, 10 % and 90 %, on mem and memif: {pts:?}");
     for p in pts {
