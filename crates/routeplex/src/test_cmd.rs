@@ -6,6 +6,7 @@ mod kernel_net;
 pub mod migration;
 mod peers;
 mod scenario;
+mod switch_dut;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -223,7 +223,16 @@ fn every_other_example_runs_quick() {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .filter(|p| {
             let n = p.file_stem().unwrap().to_string_lossy();
-            !["reservation", "isolation", "density", "overload"].contains(&n.as_ref())
+            ![
+                "reservation",
+                "isolation",
+                "density",
+                "overload",
+                "seed002-fig9-latency",
+                "seed002-fig9-latency-via-switch",
+                "vale-fig10-switch-latency",
+            ]
+            .contains(&n.as_ref())
         })
         .collect();
     names.sort();
@@ -271,16 +280,20 @@ fn bad_files_are_refused_with_file_line_field_and_value() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Issue 16's latency scenario: at each load, the latency percentiles through the VR and the
-/// 99 % CI of each (two repetitions in a quick run), in the order percentiles must have.
-#[test]
-fn latency_reports_percentiles_with_their_cis_at_each_load() {
-    let (v, out) = run(&examples().join("seed002-fig9-latency.yaml"));
+/// Issue 16's latency scenarios: at each load and on each backend (mem, memif), the latency
+/// percentiles through the path and the 99 % CI of each (two repetitions in a quick run), in
+/// the order percentiles must have; frames got through; the ports are what the point asked
+/// for; where the DUT's worker and the tester's thread ran was read back. Returns the JSON.
+fn latency(file: &str, path: &str) -> Value {
+    let (v, out) = run(&examples().join(file));
     common(&v, &out);
+    let about = v["scenario"]["about"].as_str().unwrap();
+    assert!(about.contains("Differences"), "{file}: says where it differs from the seed");
     let pts = points(&v);
-    assert_eq!(pts.len(), 2, "the quick loads, 10 % and 90 %: {pts:?}");
+    assert_eq!(pts.len(), 4, "{file}: the quick loads, 10 % and 90 %, on mem and memif: {pts:?}");
     for p in pts {
         let label = &p["label"];
+        assert!(p["skipped"].is_null(), "{label}: {}", p["skipped"]);
         let get = |m: &str| metric(p, m).unwrap_or_else(|| panic!("{label}: no {m}: {p}"));
         let (p50, p99, p999) = (get("p50_us"), get("p99_us"), get("p999_us"));
         assert!(0.0 < p50 && p50 <= p99 && p99 <= p999, "{label}: {p50} {p99} {p999}");
@@ -289,8 +302,105 @@ fn latency_reports_percentiles_with_their_cis_at_each_load() {
             assert!(c.is_finite() && c >= 0.0, "{label}: {ci} {c}");
         }
         assert!(get("target_pps") > 0.0 && get("forwarded_pps") > 0.0, "{label}");
+        let dut = &p["params"]["dut"];
+        assert_eq!(dut["path"], path, "{label}");
+        let backend = dut["backend"].as_str().unwrap();
+        let ports = p["dut"]["ports"]["backend"].as_str().unwrap_or_else(|| panic!("{p}"));
+        assert!(ports.starts_with(backend), "{label}: asked for {backend}, built {ports}");
+        let received: u64 = p["trials"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| v["trials"][i.as_u64().unwrap() as usize]["received"].as_u64().unwrap())
+            .sum();
+        assert!(received > 0, "{label}: frames came through");
     }
-    let (lo, hi) = (metric(&pts[0], "target_pps").unwrap(), metric(&pts[1], "target_pps").unwrap());
-    assert!(lo < hi, "10 % of the capacity is below 90 % of it: {lo} {hi}");
+    // The DUT's report (on the last point each DUT ran) says where its worker and the
+    // tester's thread ran, read back from /proc.
+    let reports: Vec<&Value> = pts.iter().filter(|p| !p["dut_report"].is_null()).collect();
+    assert!(!reports.is_empty(), "{file}: a DUT report");
+    for p in reports {
+        let summary = p["dut_report"]["details"]["placement"]["summary"].as_str();
+        let summary = summary.unwrap_or_else(|| panic!("{}: {}", p["label"], p["dut_report"]));
+        assert!(
+            summary.contains("DUT worker") && summary.contains("generator and sink"),
+            "{}: {summary}",
+            p["label"]
+        );
+    }
+    for backend in ["mem", "memif"] {
+        let at = |rate: &str| {
+            pts.iter()
+                .find(|p| p["axis"] == rate && p["params"]["dut"]["backend"] == backend)
+                .and_then(|p| metric(p, "target_pps"))
+                .unwrap_or_else(|| panic!("{file}: {backend} at {rate}"))
+        };
+        let (lo, hi) = (at("10%"), at("90%"));
+        assert!(lo < hi, "{backend}: 10 % of the capacity is below 90 % of it: {lo} {hi}");
+    }
     let _ = std::fs::remove_dir_all(out);
+    v
+}
+
+#[test]
+fn latency_through_one_vr_on_mem_and_memif_judges_the_2us_goal() {
+    let v = latency("seed002-fig9-latency.yaml", "vr");
+    let goals = v["derived"]["goals"].as_array().unwrap();
+    for backend in ["mem", "memif"] {
+        let g = goals
+            .iter()
+            .find(|g| g["goal"] == format!("p50_us <= 2 at backend={backend}"))
+            .unwrap_or_else(|| panic!("the goal on {backend}: {goals:?}"));
+        assert!(g["met"].is_boolean(), "judged on {backend}: {g}");
+    }
+}
+
+#[test]
+fn latency_through_the_switch_alone_on_mem_and_memif() {
+    let v = latency("vale-fig10-switch-latency.yaml", "switch");
+    for p in points(&v) {
+        assert!(class(p, "switch")["received"].as_u64().is_some(), "{}", p["label"]);
+    }
+}
+
+#[test]
+fn latency_through_the_switch_and_a_vr_on_mem_and_memif() {
+    let v = latency("seed002-fig9-latency-via-switch.yaml", "switch-vr");
+    for p in points(&v) {
+        // Every frame crossed the switch twice and the VR once: the VR counts what it forwarded.
+        let c = class(p, "vr1");
+        assert!(c["dut_forwarded"].as_u64().is_some_and(|n| n > 0), "{}: {c}", p["label"]);
+    }
+}
+
+#[test]
+fn bad_backend_and_path_values_are_refused_with_file_line_and_field() {
+    let dir =
+        std::env::temp_dir().join(format!("routeplex-scenario-badlat-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = std::fs::read_to_string(examples().join("seed002-fig9-latency.yaml")).unwrap();
+    let cases = [
+        ("  path: vr", "  path: bridge", "dut.path", "bridge"),
+        ("values: [mem, memif]", "values: [mem, shm]", "series.values[1]", "shm"),
+        ("  path: vr", "  path: vr\n  backend: dpdk", "dut.backend", "dpdk"),
+    ];
+    for (from, to, field, value) in cases {
+        assert!(good.contains(from), "{from}");
+        let text = good.replacen(from, to, 1);
+        let f = dir.join("bad.yaml");
+        std::fs::write(&f, &text).unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_routeplex"))
+            .args(["test", "scenario"])
+            .arg(&f)
+            .arg("--quick")
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        let e = String::from_utf8_lossy(&o.stderr);
+        let line = text.lines().position(|l| l.contains(value)).unwrap() + 1;
+        let at = format!("{}:{line}:", f.display());
+        assert!(e.contains(&at) && e.contains(field) && e.contains(value), "{at} {field}: {e}");
+        assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

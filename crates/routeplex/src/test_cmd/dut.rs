@@ -1,4 +1,7 @@
-//! The routeplex DUT: a topology's VRs on `mem` ports, the engine polled on its own thread.
+//! The routeplex DUT: a topology's VRs on `mem` or `memif` ports (routeplex the memif server,
+//! the tester an in-process client), optionally behind the topology's switch, the engine
+//! polled on its own thread. Where that thread and the tester's ran is read back from /proc
+//! while the DUT runs ([`crate::sys::threads`]) and reported when it stops.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -19,16 +22,22 @@ use wire::MacAddr;
 
 use crate::lab::{self, Rng, Table};
 use crate::sys;
+use crate::sys::threads::{Sampler, Watch};
 use crate::Family;
+use ports::memif::{MemifOptions, MemifPort};
+use ports::Port;
 
 /// The generator's MAC: the static neighbor on every embedded topology's first interface.
 const GEN_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 
+/// Per VR, interface indices (those that receive test traffic, or those that send it on).
+type Ifaces = Vec<Vec<usize>>;
+
 /// Counters read from the worker between trials.
 #[derive(Default)]
-struct Shared {
+pub(super) struct Shared {
     want: AtomicBool,
-    stop: AtomicBool,
+    pub(super) stop: AtomicBool,
     snap: Mutex<Option<DutSnapshot>>,
 }
 
@@ -70,6 +79,10 @@ pub struct RouteplexDut {
     /// An MSR's load balancer on the ingress port, once started: its shared state, read for
     /// the report.
     msr: Option<Arc<MsrShared>>,
+    /// The VR's interfaces are on the topology's switch, not on the tester's ports.
+    behind_switch: bool,
+    /// Reads where the threads run, from `start` to `stop`.
+    sampler: Option<Sampler>,
 }
 
 impl RouteplexDut {
@@ -109,7 +122,27 @@ impl RouteplexDut {
             }
         }
         let only_first = vec![vec![0]; topo.vrs.len()];
-        Self::build(name, topo, table, family, pin, vec![ports.0], vec![ports.1], Some(only_first))
+        let ifaces = (Some(only_first), None);
+        Self::build(name, topo, table, family, pin, vec![ports.0], vec![ports.1], ifaces)
+    }
+
+    /// A DUT from `topo` whose VRs have interface 0 (receiving test traffic) and interface 1
+    /// (sending it on) on the topology's switch, which has the `ingress` and `egress` ports
+    /// as members: generator → switch → VR → switch → sink.
+    pub fn behind_switch(
+        name: &str,
+        topo: Topology,
+        table: Table,
+        family: Family,
+        pin: Option<usize>,
+        ingress: Vec<String>,
+        egress: Vec<String>,
+    ) -> Result<RouteplexDut> {
+        let n = topo.vrs.len();
+        let ifaces = (Some(vec![vec![0]; n]), Some(vec![vec![1]; n]));
+        let mut d = Self::build(name, topo, table, family, pin, ingress, egress, ifaces)?;
+        d.behind_switch = true;
+        Ok(d)
     }
 
     /// A DUT from `topo` whose VRs receive test traffic on `ingress` ports (every VR interface
@@ -124,7 +157,7 @@ impl RouteplexDut {
         ingress: Vec<String>,
         egress: Vec<String>,
     ) -> Result<RouteplexDut> {
-        Self::build(name, topo, table, family, pin, ingress, egress, None)
+        Self::build(name, topo, table, family, pin, ingress, egress, (None, None))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -136,8 +169,9 @@ impl RouteplexDut {
         pin: Option<usize>,
         ingress_ports: Vec<String>,
         egress_ports: Vec<String>,
-        ingress_ifaces: Option<Vec<Vec<usize>>>,
+        ifaces: (Option<Ifaces>, Option<Ifaces>),
     ) -> Result<RouteplexDut> {
+        let (ingress_ifaces, egress_ifaces) = ifaces;
         if topo.vrs.is_empty() {
             bail!("{}: no VRs to test", topo.source);
         }
@@ -146,8 +180,11 @@ impl RouteplexDut {
         }
         let index = |p: &String| -> Result<usize> {
             let i = topo.port_index(p).with_context(|| format!("{}: no port {p}", topo.source))?;
-            if !matches!(topo.ports[i].kind, control::PortKind::Mem { .. }) {
-                bail!("{}: port {p} is not a mem port", topo.source);
+            if !matches!(
+                topo.ports[i].kind,
+                control::PortKind::Mem { .. } | control::PortKind::Memif(_)
+            ) {
+                bail!("{}: port {p} is neither a mem nor a memif port", topo.source);
             }
             Ok(i)
         };
@@ -168,7 +205,10 @@ impl RouteplexDut {
                 Some(v) => v[k].clone(),
                 None => on(&in_ports),
             };
-            let outs = on(&out_ports);
+            let outs = match &egress_ifaces {
+                Some(v) => v[k].clone(),
+                None => on(&out_ports),
+            };
             if ins.is_empty() || outs.is_empty() {
                 bail!(
                     "{}: vr {} needs an interface on an ingress port ({}) and one on an egress port ({})",
@@ -229,6 +269,8 @@ impl RouteplexDut {
             in_ports,
             pin_workers: true,
             msr: None,
+            behind_switch: false,
+            sampler: None,
         })
     }
 
@@ -282,6 +324,19 @@ impl RouteplexDut {
     /// The topology's workers (1 unless it fixes more).
     fn workers(&self) -> usize {
         self.topo.workers.count().unwrap_or(1)
+    }
+
+    /// `mem` or `memif`: the kind of the tester's ports.
+    fn backend(&self) -> &'static str {
+        let memif = self
+            .in_ports
+            .first()
+            .is_some_and(|&p| matches!(self.topo.ports[p].kind, control::PortKind::Memif(_)));
+        if memif {
+            "memif (the DUT the server, the tester an in-process client)"
+        } else {
+            "mem"
+        }
     }
 
     /// Names of the ingress ports.
@@ -515,7 +570,8 @@ impl Dut for RouteplexDut {
             "dut": self.name,
             "kind": "routeplex engine, in process",
             "topology": self.topo.source,
-            "ports": {"generator": self.ingress_ports, "sink": self.egress_ports, "backend": "mem"},
+            "ports": {"generator": self.ingress_ports, "sink": self.egress_ports, "backend": self.backend()},
+            "path": if self.behind_switch { "generator → switch → VR → switch → sink" } else { "generator → VR → sink" },
             "family": family_name(self.family),
             "table": self.table.label,
             "replicas": self.topo.vrs.iter().zip(&self.topo.schedule).filter(|(_, s)| s.copies() > 1).map(|(v, s)| json!({"vr": v.name, "replicas": s.copies()})).collect::<Vec<_>>(),
@@ -600,38 +656,20 @@ impl Dut for RouteplexDut {
         let err = |e: anyhow::Error| tester::Error::new(format!("{e:#}"));
         self.build_now().map_err(err)?;
         let mut lab = self.lab.take().expect("built");
-        let mut ports: Vec<Box<dyn ports::Port>> = Vec::new();
-        for p in self.ingress_ports.iter().chain(&self.egress_ports) {
-            let end =
-                lab.take_outside(&self.topo, p).map_err(|e| tester::Error::new(e.to_string()))?;
-            ports.push(Box::new(end));
+        let names: Vec<String> =
+            self.ingress_ports.iter().chain(&self.egress_ports).cloned().collect();
+        let ends = mem_ends(&mut lab, &self.topo, &names)?;
+        let in_ports = self.in_ports.clone();
+        let w = spawn_worker(lab.engine, self.shared.clone(), self.pin, move |e: &Engine| {
+            snapshot(e, &in_ports)
+        })?;
+        self.worker = Some(w);
+        self.sampler = Some(placement_sampler());
+        let mut ports = memif_ends(&self.topo, &names, ends)?;
+        if self.behind_switch {
+            self.announce_vrs(&mut ports).map_err(err)?;
         }
         let sinks = (self.ingress_ports.len()..ports.len()).collect();
-        let mut engine = lab.engine;
-        let (shared, pin, in_ports) = (self.shared.clone(), self.pin, self.in_ports.clone());
-        let t = std::thread::Builder::new()
-            .name("routeplex-dut".into())
-            .spawn(move || {
-                if let Some(cpu) = pin {
-                    sys::pin(cpu);
-                }
-                let t0 = Instant::now();
-                let mut k = 0u32;
-                while !shared.stop.load(Ordering::Relaxed) {
-                    engine.poll(t0.elapsed().as_nanos() as u64);
-                    k = k.wrapping_add(1);
-                    if k.is_multiple_of(64) && shared.want.load(Ordering::Acquire) {
-                        *shared.snap.lock().unwrap_or_else(|e| e.into_inner()) =
-                            Some(snapshot(&engine, &in_ports));
-                        shared.want.store(false, Ordering::Release);
-                    }
-                }
-                engine
-            })
-            .map_err(|e| {
-                tester::Error::new(format!("cannot start the DUT's worker thread: {e}"))
-            })?;
-        self.worker = Some(t);
         Ok(PortSet { ports, sinks, refusal: Refusal::Loss })
     }
 
@@ -644,15 +682,7 @@ impl Dut for RouteplexDut {
             return rt.snapshot().ok().map(|s| snapshot_rt(&s, &self.in_names()));
         }
         self.worker.as_ref()?;
-        self.shared.want.store(true, Ordering::Release);
-        let deadline = Instant::now() + Duration::from_secs(1);
-        while self.shared.want.load(Ordering::Acquire) {
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::yield_now();
-        }
-        self.shared.snap.lock().unwrap_or_else(|e| e.into_inner()).take()
+        ask_snapshot(&self.shared)
     }
 
     fn stop(&mut self) -> Result<DutReport, tester::Error> {
@@ -679,10 +709,204 @@ impl Dut for RouteplexDut {
         };
         let engine =
             t.join().map_err(|_| tester::Error::new("the DUT's worker thread panicked"))?;
-        let details = report(&engine);
+        let mut details = report(&engine);
+        if let Some(s) = self.sampler.take() {
+            details["placement"] = s.finish().to_json();
+        }
         self.engine_report = Some(details.clone());
         Ok(DutReport { counters: Some(snapshot(&engine, &self.in_ports).total), details })
     }
+}
+
+impl RouteplexDut {
+    /// Behind the switch, the VR's receiving interface never sends, so the switch would flood
+    /// the generator's frames to it (the sink too) for ever: an ARP request for its address
+    /// makes it answer from its MAC, which the switch learns. Waits for the answer.
+    fn announce_vrs(&self, ports: &mut [Box<dyn ports::Port>]) -> Result<()> {
+        for (vr, ins) in self.vrs.iter().zip(&self.ingress_ifaces) {
+            for &i in ins {
+                let f = &vr.interfaces[i];
+                let Some(net) = f.ipv4.first() else { continue };
+                let own = net.addr();
+                let asker = net.hosts().find(|&a| a != own).unwrap_or(own);
+                let port = self.in_ports.iter().position(|&p| p == f.port as usize).unwrap_or(0);
+                let mut b = ports::Batch::new(1);
+                b.push_copy(&arp_request(GEN_MAC, asker, own));
+                ports[port].tx_burst(&mut b, &[0]);
+                let deadline = Instant::now() + Duration::from_secs(2);
+                let mut rx = ports::Batch::new(ports::MAX_BURST);
+                let answered = loop {
+                    rx.clear();
+                    let n = ports[port].rx_burst(&mut rx);
+                    if (0..n).any(|k| is_arp_reply_from(rx.get(k).frame(), f.mac)) {
+                        break true;
+                    }
+                    if Instant::now() > deadline {
+                        break false;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                };
+                if !answered {
+                    bail!(
+                        "vr {} behind the switch did not answer ARP for {own} in 2 s: the switch \
+                         cannot learn its MAC",
+                        vr.name
+                    );
+                }
+            }
+        }
+        // What the request flooded to the sink's port is no test frame: leave none behind.
+        let mut rx = ports::Batch::new(ports::MAX_BURST);
+        for p in ports.iter_mut() {
+            rx.clear();
+            p.rx_burst(&mut rx);
+        }
+        Ok(())
+    }
+}
+
+/// An ARP request from `mac`/`from` for `target`, padded to the minimum frame.
+fn arp_request(mac: MacAddr, from: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
+    let mut f = vec![0xff; 6];
+    f.extend(mac.as_bytes());
+    f.extend([0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1]);
+    f.extend(mac.as_bytes());
+    f.extend(from.octets());
+    f.extend([0; 6]);
+    f.extend(target.octets());
+    f.resize(60, 0);
+    f
+}
+
+/// Whether `f` is an ARP reply sent by `mac`.
+fn is_arp_reply_from(f: &[u8], mac: MacAddr) -> bool {
+    f.len() >= 42 && f[12..14] == [0x08, 0x06] && f[20..22] == [0, 2] && f[6..12] == *mac.as_bytes()
+}
+
+/// The tester's ends of the `mem` ports among `names` (the others `None`, for
+/// [`memif_ends`]).
+pub(super) fn mem_ends(
+    lab: &mut lab::Lab,
+    topo: &Topology,
+    names: &[String],
+) -> Result<Vec<Option<Box<dyn ports::Port>>>, tester::Error> {
+    let mut ends: Vec<Option<Box<dyn ports::Port>>> = Vec::new();
+    for p in names {
+        let i = topo.port_index(p).ok_or_else(|| tester::Error::new(format!("no port {p}")))?;
+        if let control::PortKind::Memif(_) = topo.ports[i].kind {
+            ends.push(None);
+            continue;
+        }
+        let end = lab.take_outside(topo, p).map_err(|e| tester::Error::new(e.to_string()))?;
+        ends.push(Some(Box::new(end)));
+    }
+    Ok(ends)
+}
+
+/// Fills the gaps [`mem_ends`] left with memif clients of the DUT's memif servers, once each
+/// is up (the DUT's worker must be running: it answers the handshake).
+pub(super) fn memif_ends(
+    topo: &Topology,
+    names: &[String],
+    ends: Vec<Option<Box<dyn ports::Port>>>,
+) -> Result<Vec<Box<dyn ports::Port>>, tester::Error> {
+    names
+        .iter()
+        .zip(ends)
+        .map(|(p, end)| match end {
+            Some(e) => Ok(e),
+            None => memif_client(topo, p).map(|c| Box::new(c) as Box<dyn ports::Port>),
+        })
+        .collect()
+}
+
+/// A memif client of port `name`'s server, with its ring size, once connected.
+fn memif_client(topo: &Topology, name: &str) -> Result<MemifPort, tester::Error> {
+    let e = |m: String| tester::Error::new(format!("memif port {name}: {m}"));
+    let i = topo.port_index(name).ok_or_else(|| e("no such port".into()))?;
+    let control::PortKind::Memif(m) = &topo.ports[i].kind else {
+        return Err(e("not a memif port".into()));
+    };
+    let mut o = MemifOptions::new(m.socket.clone());
+    o.id = m.id;
+    o.queues = m.queues;
+    o.log2_ring_size = m.log2_ring;
+    o.buffer_size = m.buffer;
+    o.name = format!("tester-{name}");
+    let mut c = MemifPort::client(o).map_err(|x| e(x.to_string()))?;
+    let t0 = Instant::now();
+    while c.status() != ports::PortStatus::Up {
+        if t0.elapsed() > Duration::from_secs(10) {
+            return Err(e(format!("the DUT did not answer in 10 s ({:?})", c.status())));
+        }
+        c.service();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(c)
+}
+
+/// The DUT's worker: polls `engine` (pinned to `pin`) until told to stop, taking a snapshot
+/// when asked between polls; returns the engine.
+pub(super) fn spawn_worker(
+    mut engine: Engine,
+    shared: Arc<Shared>,
+    pin: Option<usize>,
+    snap: impl Fn(&Engine) -> DutSnapshot + Send + 'static,
+) -> Result<JoinHandle<Engine>, tester::Error> {
+    std::thread::Builder::new()
+        .name(WORKER_THREAD.into())
+        .spawn(move || {
+            if let Some(cpu) = pin {
+                sys::pin(cpu);
+            }
+            let t0 = Instant::now();
+            let mut k = 0u32;
+            while !shared.stop.load(Ordering::Relaxed) {
+                engine.poll(t0.elapsed().as_nanos() as u64);
+                k = k.wrapping_add(1);
+                if k.is_multiple_of(64) && shared.want.load(Ordering::Acquire) {
+                    *shared.snap.lock().unwrap_or_else(|e| e.into_inner()) = Some(snap(&engine));
+                    shared.want.store(false, Ordering::Release);
+                }
+            }
+            engine
+        })
+        .map_err(|e| tester::Error::new(format!("cannot start the DUT's worker thread: {e}")))
+}
+
+/// The single-worker DUT's thread name (`comm`, at most 15 bytes), which the placement
+/// read-back matches.
+const WORKER_THREAD: &str = "routeplex-dut";
+
+/// Reads, every 250 ms from `start` to `stop`, where the DUT's worker and the tester's thread
+/// (this process's main thread: generator and sink) run. Seldom, because the sampler wakes on
+/// one of their CPUs and would show in the latency tail.
+pub(super) fn placement_sampler() -> Sampler {
+    Sampler::start(
+        vec![Watch {
+            pid: std::process::id(),
+            process: "routeplex test scenario".into(),
+            roles: vec![
+                ("main".into(), "generator and sink".into()),
+                (WORKER_THREAD.into(), "DUT worker".into()),
+            ],
+        }],
+        Duration::from_millis(250),
+    )
+}
+
+/// Asks the worker of a running single-worker DUT for a snapshot and waits for it (1 s at
+/// most).
+pub(super) fn ask_snapshot(shared: &Shared) -> Option<DutSnapshot> {
+    shared.want.store(true, Ordering::Release);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while shared.want.load(Ordering::Acquire) {
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::yield_now();
+    }
+    shared.snap.lock().unwrap_or_else(|e| e.into_inner()).take()
 }
 
 impl Drop for RouteplexDut {

@@ -12,19 +12,20 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Args;
 use control::model::{
-    IfaceDoc, MsrDoc, NeighborDoc, PortDoc, PortKindDoc, ReservationDoc, TopologyDoc, VrDoc,
-    WorkersDoc,
+    IfaceDoc, MemberDoc, MemifDoc, MsrDoc, NeighborDoc, PortDoc, PortKindDoc, ReservationDoc,
+    StaticMacDoc, SwitchDoc, TopologyDoc, VrDoc, WorkersDoc,
 };
 use control::Topology;
 use serde_json::json;
 use tester::scenario::{
-    self, BuildError, BuiltDut, DutBuilder, DutParams, FakeBuilder, Layout, ReservationSpec,
-    Routes, RunOptions, Scenario,
+    self, Backend, BuildError, BuiltDut, DutBuilder, DutParams, DutPath, FakeBuilder, Layout,
+    ReservationSpec, Routes, RunOptions, Scenario,
 };
 use tester::RunnerOptions;
 
 use super::dut::RouteplexDut;
 use super::kernel_dut;
+use super::switch_dut::SwitchDut;
 use crate::lab::Table;
 use crate::{sys, Family};
 
@@ -139,15 +140,21 @@ impl Builder {
         let family = if p.family == "ipv6" { Family::Ipv6 } else { Family::Ipv4 };
         let heap0 = crate::sys::heap_in_use();
         let t0 = Instant::now();
-        let mut d = RouteplexDut::with_roles(
-            "routeplex",
-            topo,
-            table,
-            family,
-            if p.pin { self.dut_cpu } else { None },
-            g.ingress,
-            g.egress,
-        )
+        let pin = if p.pin { self.dut_cpu } else { None };
+        let mut d = match p.path {
+            DutPath::SwitchVr => RouteplexDut::behind_switch(
+                "routeplex",
+                topo,
+                table,
+                family,
+                pin,
+                g.ingress,
+                g.egress,
+            ),
+            _ => {
+                RouteplexDut::with_roles("routeplex", topo, table, family, pin, g.ingress, g.egress)
+            }
+        }
         .map_err(fail)?;
         d.set_pin_workers(p.pin);
         d.build_now().map_err(fail)?;
@@ -175,6 +182,16 @@ impl Builder {
             }
         }
         Ok(BuiltDut { dut: Box::new(d), facts, topology: Some((g.file, g.yaml)) })
+    }
+
+    /// `path: switch`: routeplex's learning switch alone between the generator and the sink.
+    fn switch(&mut self, p: &DutParams) -> Result<BuiltDut, BuildError> {
+        let g = topology(p);
+        let fail = |e: anyhow::Error| BuildError::Fail(format!("{e:#}"));
+        let topo = g.build().map_err(fail)?;
+        let pin = if p.pin { self.dut_cpu } else { None };
+        let d = SwitchDut::new(topo, pin, &g.ingress[0], &g.egress[0]).map_err(fail)?;
+        Ok(BuiltDut { dut: Box::new(d), facts: Vec::new(), topology: Some((g.file, g.yaml)) })
     }
 
     fn macvlan(&mut self, p: &DutParams) -> Result<BuiltDut, BuildError> {
@@ -212,6 +229,7 @@ impl Builder {
 impl DutBuilder for Builder {
     fn build(&mut self, p: &DutParams) -> Result<BuiltDut, BuildError> {
         match p.kind.as_str() {
+            "routeplex" if p.path == DutPath::Switch => self.switch(p),
             "routeplex" => self.routeplex(p),
             "macvlan" => self.macvlan(p),
             _ => self.fake.build(p),
@@ -263,13 +281,25 @@ pub fn topology(p: &DutParams) -> Generated {
         ingress.extend(i);
         egress.extend(e);
     }
+    let sockets = memif_sockets();
     for n in ingress.iter().chain(&egress) {
-        let kind = PortKindDoc::Mem { ring: Some(p.ring as u64) };
+        let kind = match p.backend {
+            Backend::Mem => PortKindDoc::Mem { ring: Some(p.ring as u64) },
+            Backend::Memif => PortKindDoc::Memif(MemifDoc {
+                socket: format!("{sockets}-{n}"),
+                ring: Some(p.ring as u64),
+                ..Default::default()
+            }),
+        };
         doc.ports.push(PortDoc { burst: Some(p.burst as u64), ..PortDoc::new(n, kind) });
+    }
+    if p.path != DutPath::Vr {
+        doc.switches.push(switch_doc(p, &ingress[0], &egress[0]));
     }
     let nports = ni + ne;
     let vifs = if p.vifs == 0 { nports } else { p.vifs };
-    for k in 1..=p.vrs {
+    let vrs = if p.path == DutPath::Switch { 0 } else { p.vrs };
+    for k in 1..=vrs {
         let (ins, outs) = names(per_vr.then_some(k));
         let ports: Vec<&String> = ins.iter().chain(&outs).collect();
         let mut vr = VrDoc::new(format!("vr{k}"));
@@ -290,7 +320,12 @@ pub fn topology(p: &DutParams) -> Generated {
             let e = format!("e{j}");
             let v6 = |h: u8| format!("2001:db8:{k:x}:{j:x}::{h}");
             let addrs = [format!("{}/30", a(1)), format!("{}/64", v6(1))];
-            vr.interfaces.push(IfaceDoc::on_port(&e, ports[port], mac(1), addrs));
+            let mut iface = IfaceDoc::on_port(&e, ports[port], mac(1), addrs);
+            if p.path == DutPath::SwitchVr {
+                // Both interfaces on the switch: the frames cross it on the way in and out.
+                (iface.port, iface.switch) = (None, Some(SWITCH.to_string()));
+            }
+            vr.interfaces.push(iface);
             if port >= ni {
                 vr.neighbors.push(NeighborDoc::new(a(2), mac(2), &e));
                 vr.neighbors.push(NeighborDoc::new(v6(2), mac(2), &e));
@@ -317,7 +352,7 @@ pub fn topology(p: &DutParams) -> Generated {
     }
     let mut file = format!(
         "topology-{}vr-{}-{ni}x{ne}-vifs{vifs}-ring{}-burst{}",
-        p.vrs,
+        vrs,
         if per_vr { "pervr" } else { "shared" },
         p.ring,
         p.burst
@@ -342,6 +377,12 @@ pub fn topology(p: &DutParams) -> Generated {
     if p.msr {
         file += "-msr";
     }
+    if p.backend == Backend::Memif {
+        file += "-memif";
+    }
+    if p.path != DutPath::Vr {
+        file += &format!("-{}", p.path.text());
+    }
     file += ".yaml";
     // The MSR over the one replicated VR, with the topology's defaults (one back-end active
     // at start, the load policy's thresholds): the scenario varies the load, not the policy.
@@ -350,15 +391,48 @@ pub fn topology(p: &DutParams) -> Generated {
     }
     let yaml = format!(
         "# Generated by routeplex test scenario: {} VR(s), ports {}, {ni} ingress and {ne} egress, \
-         vifs {}, ring {}, burst {}\n{}",
-        p.vrs,
+         vifs {}, ring {}, burst {}, backend {:?}, path {}\n{}",
+        vrs,
         if p.ports == Layout::Shared { "shared" } else { "per-vr" },
         p.vifs,
         p.ring,
         p.burst,
+        p.backend,
+        p.path.text(),
         doc.to_yaml()
     );
     Generated { file, yaml, ingress, egress }
+}
+
+/// The switch of `path: switch` and `path: switch-vr`.
+pub const SWITCH: &str = "sw";
+
+/// The switch between the generator's port and the sink's: the sink never sends, so its MAC
+/// (the VR's neighbor, or [`super::switch_dut::SINK_MAC`]) is a static station on the sink's
+/// port, and frames to it are known unicast from the first one.
+fn switch_doc(p: &DutParams, ingress: &str, egress: &str) -> SwitchDoc {
+    let sink = match p.path {
+        // The generated VR's neighbor on its interface e1 (VR 1, interface 1): `mac(2)`.
+        DutPath::SwitchVr => "02:02:00:01:00:01".to_string(),
+        _ => super::switch_dut::SINK_MAC.to_string(),
+    };
+    SwitchDoc {
+        name: SWITCH.into(),
+        members: [ingress, egress]
+            .iter()
+            .map(|n| MemberDoc { port: n.to_string(), ..Default::default() })
+            .collect(),
+        static_macs: vec![StaticMacDoc { mac: sink, port: egress.to_string(), vlan: None }],
+        ..Default::default()
+    }
+}
+
+/// A prefix for the memif sockets of one generated topology: abstract names, unique per
+/// process and build, so concurrent runs and successive points never share a socket.
+fn memif_sockets() -> String {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("@rpx-scn-{}-{n}", std::process::id())
 }
 
 /// Runs the scenario of `a`.
@@ -449,6 +523,38 @@ mod tests {
     use super::*;
     use dataplane::{Budget, Reservation};
     use tester::Dut;
+
+    #[test]
+    fn switch_topologies_put_the_vr_behind_the_switch_and_the_sink_mac_static() {
+        let p =
+            DutParams { path: DutPath::SwitchVr, backend: Backend::Memif, ..DutParams::default() };
+        let g = topology(&p);
+        let t = g.build().unwrap();
+        assert_eq!(t.switches.len(), 1);
+        assert!(t.ports.iter().any(|q| matches!(q.kind, control::PortKind::Memif(_))));
+        // The switch's static station is the VR's neighbor: the sink.
+        let neighbor = t.vrs[0].neighbors[0].mac;
+        let sw = &t.switches[0];
+        assert!(sw.statics.iter().any(|m| m.mac == neighbor), "{:?}", sw.statics);
+        assert_eq!(
+            (g.ingress.as_slice(), g.egress.as_slice()),
+            (&["in0".to_string()][..], &["out0".to_string()][..])
+        );
+        let alone = topology(&DutParams { path: DutPath::Switch, ..DutParams::default() });
+        let t = alone.build().unwrap();
+        assert!(t.vrs.is_empty() && t.switches.len() == 1, "{}", alone.yaml);
+        assert!(alone.file.contains("0vr") && alone.file.contains("-switch"), "{}", alone.file);
+        // Two topologies never share a memif socket.
+        let sockets = |g: &Generated| {
+            g.yaml
+                .lines()
+                .filter(|l| l.contains("@rpx-scn-"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        let (a, b) = (topology(&p), topology(&p));
+        assert!(!sockets(&a).is_empty() && sockets(&a) != sockets(&b));
+    }
 
     #[test]
     fn generated_topologies_carry_layout_interfaces_and_reservations() {

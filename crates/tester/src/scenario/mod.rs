@@ -84,7 +84,12 @@
 //! runs as N replicas, one per worker, flows spread by their hash: parallel virtual routers;
 //! needs `workers` >= N), `pin` (true: the DUT's threads pinned; false: the OS places them),
 //! `msr` (true: the replicated VR is a multistage software router, load balancers on its
-//! ports pinning flows to the back-ends the load policy keeps on). Traffic parameters:
+//! ports pinning flows to the back-ends the load policy keeps on), `backend` (`mem`: the
+//! tester's ports are in-process rings; `memif`: memif shared memory, the DUT the server and
+//! the tester an in-process client; one worker), `path` (`vr`: generator → VRs → sink;
+//! `switch`: generator → routeplex's learning switch → sink, no VR; `switch-vr`: generator →
+//! switch → one VR → switch → sink, the VR's two interfaces on the switch; one worker, one VR,
+//! one ingress and one egress port). Traffic parameters:
 //! `frame_size`, `flows`, `active_vrs`, `rate`, `generator`, and `rate.<vr>` (one VR's rate)
 //! on an axis.
 //!
@@ -201,6 +206,44 @@ pub struct DutParams {
     /// The replicated VR as a multistage software router: load balancers on its ports pin
     /// flows to back-ends (its replicas), switched on and off by the load policy.
     pub msr: bool,
+    /// What the tester's ports are: in-process `mem` rings, or `memif` shared memory (the
+    /// DUT the server, the tester an in-process client).
+    pub backend: Backend,
+    /// What the frames go through: the VRs, routeplex's switch alone, or a VR behind it.
+    pub path: DutPath,
+}
+
+/// The tester-side ports of a routeplex DUT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// In-process rings (`kind: mem` ports).
+    Mem,
+    /// memif shared memory (`kind: memif` ports, routeplex the server).
+    Memif,
+}
+
+/// What a routeplex DUT's frames go through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DutPath {
+    /// generator → VR(s) → sink.
+    Vr,
+    /// generator → switch → sink: the learning switch alone (VALE's measurement).
+    Switch,
+    /// generator → switch → VR → switch → sink: one VR whose interfaces are on the switch.
+    SwitchVr,
+}
+
+impl DutPath {
+    /// Its name in scenario files.
+    pub fn text(self) -> &'static str {
+        match self {
+            DutPath::Vr => "vr",
+            DutPath::Switch => "switch",
+            DutPath::SwitchVr => "switch-vr",
+        }
+    }
 }
 
 /// A VR's reservation, as a scenario gives it.
@@ -281,6 +324,8 @@ impl Default for DutParams {
             replicas: 1,
             pin: true,
             msr: false,
+            backend: Backend::Mem,
+            path: DutPath::Vr,
         }
     }
 }
@@ -398,6 +443,8 @@ const DUT_KEYS: &[&str] = &[
     "replicas",
     "pin",
     "msr",
+    "backend",
+    "path",
 ];
 /// DUT kinds a [`DutBuilder`] other than [`FakeBuilder`] builds: routeplex VRs, and Linux VRs
 /// on macvlan devices (seed 002's baseline; root).
@@ -439,6 +486,11 @@ impl Params {
             "replicas" => d.replicas.to_string(),
             "pin" => d.pin.to_string(),
             "msr" => d.msr.to_string(),
+            "backend" => match d.backend {
+                Backend::Mem => "mem".into(),
+                Backend::Memif => "memif".into(),
+            },
+            "path" => d.path.text().into(),
             "frame_size" => t.frame_size.to_string(),
             "flows" => t.flows.to_string(),
             "active_vrs" => t.active_vrs.map_or("all".into(), |n| n.to_string()),
@@ -553,6 +605,21 @@ impl Params {
                     d.msr = b;
                 }
             }
+            "backend" => {
+                d.backend = match text {
+                    "mem" => Backend::Mem,
+                    "memif" => Backend::Memif,
+                    _ => return Err(format!("backend must be mem or memif, not {text:?}")),
+                }
+            }
+            "path" => {
+                d.path = match text {
+                    "vr" => DutPath::Vr,
+                    "switch" => DutPath::Switch,
+                    "switch-vr" => DutPath::SwitchVr,
+                    _ => return Err(format!("path must be vr, switch or switch-vr, not {text:?}")),
+                }
+            }
             _ if LATER_KEYS.contains(&key) => {
                 return Err(format!(
                     "{key}: the generated topology places VRs itself (workers: N spreads per-vr \
@@ -595,8 +662,39 @@ impl Params {
                 return Err(format!("active_vrs {n} is more than the {} VRs", d.vrs));
             }
         }
-        check_replicas(d)
+        check_replicas(d)?;
+        check_path(d)
     }
+}
+
+/// memif ports and the switch are built for one worker: the multi-worker runtime hands the
+/// tester `mem` ends and replica queues only, and a replicated VR has no switch in front.
+fn check_path(d: &DutParams) -> std::result::Result<(), String> {
+    if d.backend == Backend::Mem && d.path == DutPath::Vr {
+        return Ok(());
+    }
+    let what = match d.path {
+        DutPath::Vr => "backend memif".to_string(),
+        p => format!("path {}", p.text()),
+    };
+    if d.kind != "routeplex" {
+        return Err(format!("{what}: only the routeplex DUT has it, not kind {}", d.kind));
+    }
+    if d.workers != 1 || d.replicas != 1 || d.msr {
+        return Err(format!("{what}: one worker, no replicas, no msr"));
+    }
+    if d.backend == Backend::Memif && d.ring > 16_384 {
+        return Err(format!("backend memif: ring {} is over memif's 16384 slots", d.ring));
+    }
+    if d.path != DutPath::Vr
+        && (d.vrs != 1 || d.ingress_ports != 1 || d.egress_ports != 1 || d.bidirectional)
+    {
+        return Err(format!(
+            "{what}: one generator port and one sink port on the switch (vrs 1, ingress_ports 1, \
+             egress_ports 1, bidirectional false)"
+        ));
+    }
+    Ok(())
 }
 
 /// The most replicas of a VR (the data plane's limit, one bit per back-end in an MSR).

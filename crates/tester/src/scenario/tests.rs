@@ -397,3 +397,52 @@ fn replicas_pinning_and_msr_parse_vary_and_are_checked() {
     assert!(sc.points(false).iter().all(|(_, _, p)| p.dut.msr && p.dut.replicas == 2));
     assert!(!sc.points(false)[1].2.dut.pin);
 }
+
+#[test]
+fn backend_and_path_keys_parse_vary_and_refuse_what_cannot_be_built() {
+    let text = GOOD
+        .replace("  kind: multi-wire\n  vrs: 2\n  ingress_ports: 2\n", "  kind: routeplex\n")
+        .replace("  ring: 1024", "  ring: 1024\n  path: switch-vr")
+        .replace("param: rate.c0", "param: backend")
+        .replace("values: [5k, 20k]", "values: [mem, memif]")
+        .replace("  rates: { c0: 5k, c1: 5k }", "  rate: 10k")
+        .replace("\"*.forwarded_pps\", \"*.dut_forwarded\"", "p50_us")
+        .replace("derived: [drop_vs_first, linear_fit]", "derived: [drop_vs_first]")
+        .replace("[\"*.forwarded_pps\", forwarded_pps]", "[p50_us]");
+    let sc = Scenario::parse(&text, "lat.yaml").unwrap();
+    let pts = sc.points(false);
+    assert_eq!(pts.len(), 2);
+    assert_eq!((pts[0].2.dut.backend, pts[1].2.dut.backend), (Backend::Mem, Backend::Memif));
+    assert!(pts.iter().all(|(_, _, p)| p.dut.path == DutPath::SwitchVr));
+    assert_eq!(
+        (pts[1].2.get("backend"), pts[1].2.get("path")),
+        ("memif".into(), "switch-vr".into())
+    );
+    assert_eq!(
+        (DutParams::default().backend, DutParams::default().path),
+        (Backend::Mem, DutPath::Vr)
+    );
+
+    // A bad value names file, line, field and value.
+    let e =
+        Scenario::parse(&text.replace("path: switch-vr", "path: bridge"), "lat.yaml").unwrap_err();
+    assert_eq!(
+        (e.file.as_str(), e.line, e.field.as_str(), e.value.as_deref()),
+        ("lat.yaml", 9, "dut.path", Some("bridge"))
+    );
+    assert!(e.message.contains("vr, switch or switch-vr"), "{e}");
+    let e =
+        Scenario::parse(&text.replace("values: [mem, memif]", "values: [mem, shm]"), "lat.yaml")
+            .unwrap_err();
+    assert_eq!((e.field.as_str(), e.value.as_deref()), ("axis.values[1]", Some("shm")));
+    assert!(e.message.contains("backend must be mem or memif"), "{e}");
+    // Across fields: memif and the switch are built for one worker, one VR, two ports.
+    let e = err(&text.replace("  path: switch-vr", "  path: switch-vr\n  workers: 2"));
+    assert!(e.message.contains("path switch-vr: one worker"), "{e}");
+    let e = err(&text.replace("  path: switch-vr", "  path: switch\n  vrs: 2"));
+    assert!(e.message.contains("path switch: one generator port and one sink port"), "{e}");
+    let e = err(&text.replace("  ring: 1024\n  path: switch-vr", "  ring: 32768\n  path: vr"));
+    assert!(e.message.contains("over memif's 16384 slots"), "{e}");
+    let e = err(&text.replace("  kind: routeplex", "  kind: wire"));
+    assert!(e.message.contains("only the routeplex DUT"), "{e}");
+}
