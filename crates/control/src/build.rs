@@ -283,7 +283,15 @@ fn vr_in_cell_with(
         Some(t) => t,
         None => RouteTable::new(cfg).map_err(|e| BuildError(e.0))?,
     };
-    let mut cell_cfg = cfg.clone();
+    // Without its routes (the VR forwards with the table's FIBs): a full table's half million
+    // routes are not copied on the way to forwarding.
+    let mut cell_cfg = VrConfig {
+        name: cfg.name.clone(),
+        interfaces: cfg.interfaces.clone(),
+        routes: Vec::new(),
+        neighbors: cfg.neighbors.clone(),
+        limits: cfg.limits,
+    };
     for i in &mut cell_cfg.interfaces {
         i.port = local(i.port);
     }

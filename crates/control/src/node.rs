@@ -49,8 +49,9 @@ pub struct Node {
     syncs: Vec<crate::cpsync::CpSync>,
     /// VRs started from a checkpoint: their tables being built from the routes.
     building: Vec<(String, std::thread::JoinHandle<Result<RouteTable, String>>)>,
-    /// Their stand-ins, replaced in `tables` by [`Node::settle`], until [`Node::take_over`].
-    stand_ins: Vec<(String, RouteTable)>,
+    /// Their stand-ins, replaced in `tables` by [`Node::settle`], until [`Node::take_over`],
+    /// with a reader of the table that replaced each (to tell whether it is still there).
+    stand_ins: Vec<(String, RouteTable, fib::FibReader<u32>)>,
 }
 
 /// A capture's consumer side.
@@ -247,8 +248,9 @@ impl Node {
                     ControlError::State(format!("vr {name}: building its table panicked"))
                 })?
                 .map_err(|e| ControlError::State(format!("vr {name}: {e}")))?;
+            let marker = table.fibs().0.reader();
             if let Some(stand_in) = self.tables.insert(name.clone(), table) {
-                self.stand_ins.push((name.clone(), stand_in));
+                self.stand_ins.push((name.clone(), stand_in, marker));
             }
             info!(vr = %name, waited_ms = t0.elapsed().as_millis() as u64, "route table built from the routes");
         }
@@ -259,8 +261,12 @@ impl Node {
     /// from the checkpoint (after installing any adjacency that differs, none when the
     /// checkpoint matched).
     pub fn take_over(&mut self) -> Result<(), ControlError> {
-        for (name, stand_in) in std::mem::take(&mut self.stand_ins) {
+        for (name, stand_in, marker) in std::mem::take(&mut self.stand_ins) {
+            // A replay that removed or rebuilt the VR left no VR reading the stand-in.
             let Some(table) = self.tables.get_mut(&name) else { continue };
+            if !table.fibs().0.reader().same_as(&marker) {
+                continue;
+            }
             let rt = &self.rt;
             let vr = name.clone();
             let installed = table

@@ -486,3 +486,10 @@ impl<K: Key> Fib<K> {
         self.shared.store(Arc::clone(&self.current));
     }
 }
+
+impl<K: Key> FibReader<K> {
+    /// Whether both read what the same FIB publishes.
+    pub fn same_as(&self, other: &FibReader<K>) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
