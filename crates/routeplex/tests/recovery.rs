@@ -410,3 +410,60 @@ fn up_after_sigkill_comes_back_with_interface_reserve_move_and_restore_changes()
     s.ok("up", &[]);
     check("after a second SIGKILL");
 }
+
+/// After SIGKILL the VR starts from the checkpoint of its compiled tables (the log says the
+/// table built from the routes took over from it) with its API routes; a damaged checkpoint
+/// is refused, saying so and naming the file, and the tables are built from the routes.
+#[test]
+fn up_after_sigkill_starts_from_the_checkpoint_and_refuses_a_damaged_one() {
+    if !root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = Service::new(4);
+    s.ok("up", &[]);
+    let b = s.b();
+    let o = sh("ip", &["netns", "exec", &b, "ip", "addr", "add", "10.94.0.1/32", "dev", "lo"]);
+    assert!(o.status.success(), "{}", text(&o));
+    s.ok("route", &["r", "add", "10.94.0.0/24", "via", "10.62.0.2"]);
+    assert!(s.reaches("10.94.0.1"));
+    let ckpt = s.run_dir().join("checkpoint");
+    let journal = s.run_dir().join("journal");
+    // Written 300 ms after the last change, fingerprinted with the journal as it is then.
+    let t0 = Instant::now();
+    let written = || {
+        let (c, j) = (std::fs::metadata(&ckpt), std::fs::metadata(&journal));
+        matches!((c, j), (Ok(c), Ok(j)) if c.modified().unwrap() >= j.modified().unwrap())
+    };
+    while !written() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(written(), "no checkpoint after the route change");
+    let md = std::fs::metadata(&ckpt).unwrap();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o777, 0o600);
+
+    s.kill();
+    let mark = std::fs::read_to_string(s.run_dir().join("log")).unwrap().len();
+    s.ok("up", &[]);
+    assert!(s.reaches("10.94.0.1"));
+    // Any command waits for the table built from the routes and the journal's replay.
+    assert_eq!(s.api_routes(), vec!["10.94.0.0/24".to_string()]);
+    let log = log_since(&s, mark);
+    assert!(log.contains("took over from the checkpoint"), "{log}");
+
+    // Damaged: refused whole, the VR built from its routes, the journal's route still there.
+    std::thread::sleep(Duration::from_millis(600));
+    s.kill();
+    let mut bytes = std::fs::read(&ckpt).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x55;
+    std::fs::write(&ckpt, &bytes).unwrap();
+    let mark = std::fs::read_to_string(s.run_dir().join("log")).unwrap().len();
+    s.ok("up", &[]);
+    assert!(s.reaches("10.94.0.1"));
+    assert_eq!(s.api_routes(), vec!["10.94.0.0/24".to_string()]);
+    let log = log_since(&s, mark);
+    assert!(log.contains("checkpoint refused") && log.contains("checksum mismatch"), "{log}");
+    assert!(log.contains(&ckpt.display().to_string()), "the message names the file: {log}");
+    assert!(!log.contains("took over from the checkpoint"), "{log}");
+}
