@@ -303,7 +303,7 @@ mod tests {
         write(&dir, &[("r", &t, fp)]).unwrap();
         let md = std::fs::metadata(dir.join(FILE)).unwrap();
         assert_eq!(std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o777, 0o600);
-        assert_eq!(usable(&dir, &[cfg.clone()])["r"], t.checkpoint());
+        assert_eq!(usable(&dir, std::slice::from_ref(&cfg))["r"], t.checkpoint());
         // Another configuration: stale, not used.
         let mut other = cfg.clone();
         other.routes.push(dataplane::routes::route(

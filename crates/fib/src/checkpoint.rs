@@ -137,7 +137,7 @@ fn check<K: Key>(p: &Parts, next_hops: usize) -> Result<(), String> {
     let per = 1usize << g.block;
     if p.top.len() != 1 << g.top
         || (g.block == 0 && !p.blocks.is_empty())
-        || p.blocks.len() % per != 0
+        || !p.blocks.len().is_multiple_of(per)
     {
         return Err(format!(
             "direct arrays of {} and {} entries do not fit geometry {}+{}",
