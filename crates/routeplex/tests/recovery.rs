@@ -369,17 +369,23 @@ fn up_after_sigkill_comes_back_with_interface_reserve_move_and_restore_changes()
     s.ok("restore", &[snap.to_str().unwrap()]);
     std::fs::remove_file(&snap).unwrap();
     // r: interface eb's MTU and a reservation; both VRs (one cell) to the last worker.
-    let r = s.api(r#"{"v":1,"id":3,"cmd":"interface_set","args":{"vr":"r","interface":"eb","mtu":1400}}"#);
+    let r = s.api(
+        r#"{"v":1,"id":3,"cmd":"interface_set","args":{"vr":"r","interface":"eb","mtu":1400}}"#,
+    );
     assert!(r["ok"].is_object(), "{r}");
-    let r = s.api(r#"{"v":1,"id":4,"cmd":"interface_set","args":{"vr":"r","interface":"ea","up":false}}"#);
+    let r = s.api(
+        r#"{"v":1,"id":4,"cmd":"interface_set","args":{"vr":"r","interface":"ea","up":false}}"#,
+    );
     assert!(r["ok"].is_object(), "{r}");
     let r = s.api(r#"{"v":1,"id":5,"cmd":"reserve","args":{"vr":"r","spec":["time_us=300","period_us=1000"]}}"#);
     assert!(r["ok"].is_object(), "{r}");
-    let workers = s.api(r#"{"v":1,"id":6,"cmd":"status"}"#)["ok"]["workers"].as_array().unwrap().len();
+    let workers =
+        s.api(r#"{"v":1,"id":6,"cmd":"status"}"#)["ok"]["workers"].as_array().unwrap().len();
     let to = workers - 1;
     let moved = workers > 1 && s.vr_status("r")["worker"] != to;
     if moved {
-        let r = s.api(&format!(r#"{{"v":1,"id":7,"cmd":"move","args":{{"vr":"r","worker":{to}}}}}"#));
+        let r =
+            s.api(&format!(r#"{{"v":1,"id":7,"cmd":"move","args":{{"vr":"r","worker":{to}}}}}"#));
         assert!(r["ok"].is_object(), "{r}");
     } else {
         eprintln!("move not checked: {workers} worker(s), r already on the last");
