@@ -2,6 +2,7 @@
 //! thread) or as cells for a multi-worker runtime ([`host`], see [`crate::runtime`]). Both apply
 //! the topology's receive bursts, batch limits and reservations.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use dataplane::config::VrConfig;
@@ -41,6 +42,9 @@ pub struct Host {
     /// replica `r`'s (`None` for other ports: those of plain VRs, whose outside end is in
     /// `outside`, and a replicated VR's `afpacket` and `memif` ports, which have none).
     pub queues: Vec<Option<Vec<MemPort>>>,
+    /// The VRs whose table in `tables` is a stand-in made from a checkpoint (see
+    /// [`crate::checkpoint`]): their tables from the routes are still to be built.
+    pub stand_ins: Vec<String>,
 }
 
 /// A cell and the worker the topology places it on (`None`: anywhere).
@@ -118,6 +122,18 @@ pub fn engine_with_burst(
 /// when given (same names). Ports receive at most `burst` (1..=256) frames per poll unless the
 /// topology says otherwise.
 pub fn host(topo: &Topology, vrs: Option<&[VrConfig]>, burst: usize) -> Result<Host, BuildError> {
+    host_from(topo, vrs, burst, &HashMap::new())
+}
+
+/// As [`host`], the VRs named in `checkpoints` (not replicated ones) forwarding with a stand-in
+/// table made from their checkpoint ([`RouteTable::from_checkpoint`]); one that is refused is
+/// logged and built from its routes.
+pub fn host_from(
+    topo: &Topology,
+    vrs: Option<&[VrConfig]>,
+    burst: usize,
+    checkpoints: &HashMap<String, Vec<u8>>,
+) -> Result<Host, BuildError> {
     if !(1..=ports::MAX_BURST).contains(&burst) {
         return Err(BuildError(format!("burst {burst} is outside 1..={}", ports::MAX_BURST)));
     }
@@ -141,6 +157,7 @@ pub fn host(topo: &Topology, vrs: Option<&[VrConfig]>, burst: usize) -> Result<H
     let mut tables: Vec<Option<RouteTable>> = (0..vr_cfgs.len()).map(|_| None).collect();
     let mut queues: Vec<Option<Vec<MemPort>>> = (0..topo.ports.len()).map(|_| None).collect();
     let mut cells = Vec::new();
+    let mut stand_ins = Vec::new();
     for plan in plans {
         let copies = copies_of(&plan);
         if copies > 1 {
@@ -168,7 +185,18 @@ pub fn host(topo: &Topology, vrs: Option<&[VrConfig]>, burst: usize) -> Result<H
         }
         let mut vrs = Vec::new();
         for &v in &plan.vrs {
-            let (table, vr) = vr_in_cell(&vr_cfgs[v], local)?;
+            let cfg = &vr_cfgs[v];
+            let stand_in = checkpoints.get(&cfg.name).and_then(|b| {
+                RouteTable::from_checkpoint(cfg, b)
+                    .map_err(|e| {
+                        tracing::warn!(vr = %cfg.name, error = %e, "checkpoint refused; building the VR's table from its routes");
+                    })
+                    .ok()
+            });
+            if stand_in.is_some() {
+                stand_ins.push(cfg.name.clone());
+            }
+            let (table, vr) = vr_in_cell_with(cfg, local, stand_in)?;
             tables[v] = Some(table);
             vrs.push(vr);
         }
@@ -197,7 +225,7 @@ pub fn host(topo: &Topology, vrs: Option<&[VrConfig]>, burst: usize) -> Result<H
             outside[p] = None;
         }
     }
-    Ok(Host { cells, outside, tables, queues })
+    Ok(Host { cells, outside, tables, queues, stand_ins })
 }
 
 /// A replicated VR's cells (replica `r`'s cell owns queue `r` of each of the plan's ports,
@@ -327,8 +355,28 @@ pub fn vr_in_cell(
     cfg: &VrConfig,
     local: impl Fn(u16) -> u16,
 ) -> Result<(RouteTable, Vr), BuildError> {
-    let table = RouteTable::new(cfg).map_err(|e| BuildError(e.0))?;
-    let mut cell_cfg = cfg.clone();
+    vr_in_cell_with(cfg, local, None)
+}
+
+/// As [`vr_in_cell`], with `table` in place of one built from `cfg` when given.
+fn vr_in_cell_with(
+    cfg: &VrConfig,
+    local: impl Fn(u16) -> u16,
+    table: Option<RouteTable>,
+) -> Result<(RouteTable, Vr), BuildError> {
+    let table = match table {
+        Some(t) => t,
+        None => RouteTable::new(cfg).map_err(|e| BuildError(e.0))?,
+    };
+    // Without its routes (the VR forwards with the table's FIBs): a full table's half million
+    // routes are not copied on the way to forwarding.
+    let mut cell_cfg = VrConfig {
+        name: cfg.name.clone(),
+        interfaces: cfg.interfaces.clone(),
+        routes: Vec::new(),
+        neighbors: cfg.neighbors.clone(),
+        limits: cfg.limits,
+    };
     for i in &mut cell_cfg.interfaces {
         i.port = local(i.port);
     }

@@ -653,7 +653,9 @@ fn start(
                 ),
             );
         }
-        std::thread::sleep(Duration::from_millis(50));
+        // Short: started from a checkpoint, the data plane answers within milliseconds, and
+        // `up` returning is what a script waits for before it sends traffic.
+        std::thread::sleep(Duration::from_millis(5));
     }
     let hosts: Vec<&str> = topo.hosts.iter().map(|h| h.name.as_str()).collect();
     info!(
@@ -727,8 +729,12 @@ pub fn down(file: &Path, say: &mut dyn FnMut(String)) -> Result<(), ControlError
 
 /// Removes the service's files and then its directory: exactly what it made, nothing else.
 fn remove_dir(p: &Paths) -> Result<(), ControlError> {
-    let journal =
-        [p.dir.join(crate::journal::FILE), p.dir.join(format!(".{}.tmp", crate::journal::FILE))];
+    let journal = [
+        p.dir.join(crate::journal::FILE),
+        p.dir.join(format!(".{}.tmp", crate::journal::FILE)),
+        p.dir.join(crate::checkpoint::FILE),
+        p.dir.join(format!(".{}.tmp", crate::checkpoint::FILE)),
+    ];
     for f in [&p.state, &p.sock, &p.log, &p.state.with_extension("tmp")].into_iter().chain(&journal)
     {
         match std::fs::remove_file(f) {
@@ -780,7 +786,10 @@ pub fn run(
     let workers = opts.cpus.len();
     let text =
         yamlpath::read_file(file, 16 << 20).map_err(|e| ControlError::io(file.display(), e))?;
-    let mut node = crate::Node::start(topo, opts, burst)?;
+    // VRs whose checkpoint fits forward with it at once; their tables are built meanwhile.
+    let checkpoints =
+        state_dir.map(|d| crate::checkpoint::usable(d, &topo.vrs)).unwrap_or_default();
+    let mut node = crate::Node::start_from(topo, opts, burst, &checkpoints)?;
     let canonical = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
     node.set_source(text, canonical.display().to_string());
     let ports = node.topology().ports.len();
@@ -810,8 +819,16 @@ pub fn run(
         None => None,
     };
     let node = std::cell::RefCell::new(node);
+    let rec = std::cell::RefCell::new(state_dir.map(Recovery::new));
     let mut watch = PortWatch::default();
     let tick = || {
+        if let Some(r) = rec.borrow_mut().as_mut() {
+            r.tick(&mut node.borrow_mut());
+        }
+        if node.borrow().unsettled() {
+            // Route changes wait for the tables built from the routes.
+            return;
+        }
         // Routes the VRs' control planes put in their kernels since the last tick.
         node.borrow_mut().sync_control_planes();
         let node = node.borrow();
@@ -835,20 +852,35 @@ pub fn run(
                 )?),
                 None => None,
             };
-            // Route changes are journaled so a data plane started after a crash has them.
-            let (mut journal, _) = crate::journal::recover(dir, &mut node.borrow_mut())?;
+            // Route changes are journaled so a data plane started after a crash has them. Its
+            // replay waits for the tables of VRs started from a checkpoint (they forward
+            // meanwhile): `up` returns as soon as the socket answers.
+            if !node.borrow().unsettled() {
+                if let Some(r) = rec.borrow_mut().as_mut() {
+                    r.ready(&mut node.borrow_mut())?;
+                }
+            }
             let handle = |cmd: Command| {
                 let mut node = node.borrow_mut();
+                let mut rec = rec.borrow_mut();
+                let rec = rec.as_mut().expect("a state directory");
+                if !matches!(cmd, Command::Hello) {
+                    if let Err(e) = rec.ready(&mut node) {
+                        return (Err(e), node.stop_requested());
+                    }
+                }
                 let keep = crate::journal::journaled(&cmd).then(|| cmd.clone());
                 let r = node.execute(cmd);
-                if let (Ok(_), Some(c)) = (&r, keep) {
-                    if let Err(e) = journal.record(&c, &node) {
-                        warn!(error = %e, "journal: a change could not be recorded");
-                    }
+                if let (Ok(reply), Some(c)) = (&r, keep) {
+                    rec.record(&c, reply, &node);
                 }
                 (r, node.stop_requested())
             };
-            serve_ticking(listener, access, stop, handle, tick)
+            let served = serve_ticking(listener, access, stop, handle, tick);
+            match rec.borrow_mut().as_mut().and_then(|r| r.failed.take()) {
+                Some(e) => Err(e),
+                None => served,
+            }
         }
         None => {
             let mut tick = tick;
@@ -878,6 +910,98 @@ pub fn run(
     }
     stopped?;
     served
+}
+
+/// How long after the last route change the checkpoint is written.
+const CHECKPOINT_AFTER: Duration = Duration::from_millis(300);
+
+/// The journal and checkpoint of a data plane with a run directory: the journal is replayed
+/// once the tables are ready (at once, or once those of VRs started from a checkpoint are
+/// built), and the checkpoint written [`CHECKPOINT_AFTER`] the last change.
+struct Recovery {
+    dir: PathBuf,
+    journal: Option<crate::journal::Journal>,
+    /// Since when the checkpoint is behind.
+    dirty: Option<Instant>,
+    /// Why the journal could not be replayed (the data plane stops).
+    failed: Option<ControlError>,
+}
+
+impl Recovery {
+    fn new(dir: &Path) -> Recovery {
+        Recovery { dir: dir.to_path_buf(), journal: None, dirty: None, failed: None }
+    }
+
+    /// Settles the tables and replays the journal, once; then the settled tables take their
+    /// VRs' readers over, so they forward with the journal's routes without a gap.
+    fn ready(&mut self, node: &mut crate::Node) -> Result<(), ControlError> {
+        if self.journal.is_some() {
+            return Ok(());
+        }
+        if let Some(e) = &self.failed {
+            return Err(ControlError::State(e.to_string()));
+        }
+        let done = (|| {
+            node.settle()?;
+            let (j, _) = crate::journal::recover(&self.dir, node)?;
+            node.take_over()?;
+            Ok(j)
+        })();
+        match done {
+            Ok(j) => {
+                self.journal = Some(j);
+                self.dirty = Some(Instant::now() - CHECKPOINT_AFTER);
+                Ok(())
+            }
+            Err(e) => {
+                self.failed = Some(ControlError::State(format!("recovery failed: {e}")));
+                Err(e)
+            }
+        }
+    }
+
+    fn record(&mut self, cmd: &Command, reply: &serde_json::Value, node: &crate::Node) {
+        let Some(j) = self.journal.as_mut() else { return };
+        if let Err(e) = j.record(cmd, reply, node) {
+            warn!(error = %e, "journal: a change could not be recorded");
+        }
+        self.dirty = Some(Instant::now());
+    }
+
+    fn tick(&mut self, node: &mut crate::Node) {
+        if self.journal.is_none() {
+            if self.failed.is_none() && node.built() {
+                if let Err(e) = self.ready(node) {
+                    warn!(error = %e, "journal: replay failed");
+                }
+            }
+            return;
+        }
+        if self.dirty.is_some_and(|t| t.elapsed() >= CHECKPOINT_AFTER) {
+            self.dirty = None;
+            let t0 = Instant::now();
+            match write_checkpoint(&self.dir, node) {
+                Ok(bytes) => {
+                    debug!(bytes, ms = t0.elapsed().as_millis() as u64, "checkpoint written")
+                }
+                Err(e) => warn!(error = %e, "checkpoint: not written"),
+            }
+        }
+    }
+}
+
+/// Writes the checkpoint of every VR's table, fingerprinted with its running configuration
+/// and the journal as it is now.
+fn write_checkpoint(dir: &Path, node: &crate::Node) -> Result<u64, ControlError> {
+    use crate::checkpoint::{config_crc, journal_state, Fingerprint};
+    let (journal_len, journal_crc) = journal_state(dir)?;
+    let list: Vec<_> = (node.topology().vrs.iter())
+        .filter_map(|v| {
+            let fp = Fingerprint { config: config_crc(v), journal_len, journal_crc };
+            Some((v.name.as_str(), node.table(&v.name)?, fp))
+        })
+        .collect();
+    crate::checkpoint::write(dir, &list)
 }
 
 /// How often the control loop looks at the ports' status.

@@ -6,22 +6,33 @@
 //! - every route change made through the API (`route_add`, `route_replace`, `route_delete`),
 //!   as the command itself;
 //! - every live change of the topology's text (`apply`, `vr_add`, `vr_remove`), as the whole
-//!   text that runs after it, with a fingerprint of the text the data plane started from.
+//!   text that runs after it, with a fingerprint of the text the data plane started from;
+//! - every `interface_set`, `reserve` and `move`, as the command itself;
+//! - every `restore`, as a snapshot of the VR it made, taken right after it (the snapshot
+//!   file it came from may be gone by the time the journal is replayed).
 //!
 //! A restart starts from the topology file, then replays the journal: a topology record is
 //! applied (as `apply` would) when the file is still the one the journaled data plane started
 //! from, and skipped with a warning when the file was edited since (the edited file wins: it
 //! is what the operator gave `up`). A journaled change that no longer fits (its VR is gone,
-//! its gateway no longer connected) is skipped and logged, never fatal. Changes that leave the
-//! text as it was (`restore`, `interface_set`, `reserve`, `move`) are not journaled.
+//! its gateway no longer connected, its worker gone) is skipped and logged, never fatal. A
+//! restore record replaces a VR of its name if there is one (it is what that VR had become).
+//! Not journaled: `migrate` and `migrate_commit` (the VR leaves the host, or arrives through
+//! `restore`, which is), captures and traces.
 //!
 //! File `journal` (0600): a header (magic `RPLXJRNL`, version u32), then records, each
 //! `length u32 | CRC-32 u32 of kind and body | kind u8 | body`:
 //! - kind 1: a command, as the API's JSON;
 //! - kind 2: a base: a VR's journaled routes as they were at compaction, as a snapshot
 //!   ([`crate::snapshot`]) holding only those routes; replaying it sets them;
-//! - kind 3: a topology: JSON [`TopologyRecord`]. Compaction writes one first when the running
-//!   text is not the one the data plane started from, so the bases after it find their VRs.
+//! - kind 3: a topology: JSON [`TopologyRecord`]. Compaction writes one when the running
+//!   text is not the one the data plane started from, so the bases after it find their VRs;
+//! - kind 4: a restored VR: its name's length (u16), its name, whether its interfaces start
+//!   down (u8), then a snapshot of it.
+//!
+//! Compaction writes, in this order: a restore record per VR restored since the start (a
+//! fresh snapshot of it), the topology, the `interface_set` commands still in force (merged
+//! per interface), the bases, the last `reserve` and `move` of each VR.
 //!
 //! A record is written whole with one `write` and the file is not synced per record: what a
 //! crashed process wrote is in the page cache and survives it; a power cut may lose the last
@@ -61,6 +72,7 @@ pub const MAX_FILE: u64 = 1 << 30;
 const KIND_COMMAND: u8 = 1;
 const KIND_BASE: u8 = 2;
 const KIND_TOPOLOGY: u8 = 3;
+const KIND_RESTORE: u8 = 4;
 const HEADER: usize = 12;
 
 /// The sources whose routes the journal keeps (the file's static and table routes come from
@@ -69,7 +81,18 @@ pub const JOURNALED: &[RouteSource] = &[RouteSource::Api];
 
 /// Whether a command changes what the journal keeps.
 pub fn journaled(cmd: &Command) -> bool {
-    is_route_change(cmd) || changes_text(cmd)
+    is_route_change(cmd) || changes_text(cmd) || is_live_state(cmd) || is_restore(cmd)
+}
+
+/// Commands journaled as themselves that change the host but not its text's routes.
+fn is_live_state(cmd: &Command) -> bool {
+    matches!(cmd, Command::InterfaceSet { .. } | Command::Reserve { .. } | Command::Move { .. })
+}
+
+/// A restore, and the commit of a migration (whose VR came through a restore with its
+/// interfaces down, and now has them up): journaled as the VR they leave.
+fn is_restore(cmd: &Command) -> bool {
+    matches!(cmd, Command::Restore { .. } | Command::MigrateCommit { .. })
 }
 
 fn is_route_change(cmd: &Command) -> bool {
@@ -111,6 +134,82 @@ pub struct Journal {
     len: u64,
     /// The fingerprint of the text this data plane started from (`None`: started without it).
     origin: Option<(u32, u64)>,
+    /// What compaction must write again besides the routes and text (see [`Live`]).
+    live: Live,
+}
+
+/// The journaled changes that are neither routes nor text, as compaction writes them again:
+/// VRs restored (by name, with whether they started down), `interface_set` merged per
+/// interface, and the last `reserve` and `move` per VR.
+#[derive(Clone, Debug, Default)]
+struct Live {
+    restored: Vec<(String, bool)>,
+    interfaces: Vec<Command>,
+    reserve: Vec<Command>,
+    moves: Vec<Command>,
+}
+
+impl Live {
+    /// Notes a journaled command that succeeded.
+    fn note(&mut self, cmd: &Command, restored: Option<(String, bool)>) {
+        match cmd {
+            Command::InterfaceSet { vr, interface, mtu, up, addresses } => {
+                let same = |c: &Command| matches!(c, Command::InterfaceSet { vr: v, interface: i, .. } if v == vr && i == interface);
+                match self.interfaces.iter_mut().find(|c| same(c)) {
+                    Some(Command::InterfaceSet { mtu: m, up: u, addresses: a, .. }) => {
+                        *m = mtu.or(*m);
+                        *u = up.or(*u);
+                        if addresses.is_some() {
+                            a.clone_from(addresses);
+                        }
+                    }
+                    _ => self.interfaces.push(cmd.clone()),
+                }
+            }
+            Command::Reserve { vr, .. } => {
+                self.reserve.retain(|c| !matches!(c, Command::Reserve { vr: v, .. } if v == vr));
+                self.reserve.push(cmd.clone());
+            }
+            Command::Move { vr, .. } => {
+                self.moves.retain(|c| !matches!(c, Command::Move { vr: v, .. } if v == vr));
+                self.moves.push(cmd.clone());
+            }
+            _ => {}
+        }
+        if let Some((name, down)) = restored {
+            self.restored.retain(|(n, _)| *n != name);
+            self.restored.push((name, down));
+        }
+    }
+
+    /// Forgets what concerns VRs `node` no longer has.
+    fn prune(&mut self, node: &Node) {
+        let has = |vr: &str| node.table(vr).is_some();
+        self.restored.retain(|(n, _)| has(n));
+        for list in [&mut self.interfaces, &mut self.reserve, &mut self.moves] {
+            list.retain(|c| match c {
+                Command::InterfaceSet { vr, .. }
+                | Command::Reserve { vr, .. }
+                | Command::Move { vr, .. } => has(vr),
+                _ => false,
+            });
+        }
+    }
+}
+
+fn command(cmd: &Command) -> Vec<u8> {
+    record(KIND_COMMAND, &serde_json::to_vec(cmd).expect("commands serialise"))
+}
+
+/// A restore record: VR `name` as it runs now.
+fn restore_record(node: &Node, name: &str, down: bool) -> Result<Vec<u8>, ControlError> {
+    let snap = snapshot::take(node, name)?.encode();
+    let mut body = Vec::with_capacity(3 + name.len() + snap.len());
+    body.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    body.extend_from_slice(name.as_bytes());
+    body.push(u8::from(down));
+    body.extend_from_slice(&snap);
+    Ok(record(KIND_RESTORE, &body))
 }
 
 /// What a replay did.
@@ -195,20 +294,36 @@ impl Journal {
         node: &Node,
         origin: Option<(u32, u64)>,
     ) -> Result<Journal, ControlError> {
+        Journal::compact_with(dir, node, origin, Live::default())
+    }
+
+    fn compact_with(
+        dir: &Path,
+        node: &Node,
+        origin: Option<(u32, u64)>,
+        mut live: Live,
+    ) -> Result<Journal, ControlError> {
+        live.prune(node);
         let path = dir.join(FILE);
         let tmp = dir.join(format!(".{FILE}.tmp"));
         let _ = std::fs::remove_file(&tmp);
         let mut f = open_private(&tmp, true)?;
         let mut bytes = header();
+        for (name, down) in &live.restored {
+            bytes.extend(restore_record(node, name, *down)?);
+        }
         // Only when it differs: a journal of routes alone stays valid for an edited file.
         if node.source().map(|(t, _)| fingerprint(t)) != origin {
             bytes.extend(topology(node, origin).unwrap_or_default());
         }
+        // Before the bases: an address set live may be what connects a route's gateway.
+        live.interfaces.iter().for_each(|c| bytes.extend(command(c)));
         for v in &node.topology().vrs {
             if let Some(r) = base(node, &v.name)? {
                 bytes.extend_from_slice(&r);
             }
         }
+        live.reserve.iter().chain(&live.moves).for_each(|c| bytes.extend(command(c)));
         let done = f
             .write_all(&bytes)
             .and_then(|_| f.sync_all())
@@ -219,7 +334,9 @@ impl Journal {
             return Err(err(&path, e));
         }
         drop(f);
-        Journal::append_to(dir, len_of(&path)?, origin)
+        let mut j = Journal::append_to(dir, len_of(&path)?, origin)?;
+        j.live = live;
+        Ok(j)
     }
 
     /// Opens the journal file of `dir`, `len` bytes of good records, for appending.
@@ -231,23 +348,55 @@ impl Journal {
         let path = dir.join(FILE);
         let mut file = open_private(&path, false)?;
         file.seek_end().map_err(|e| err(&path, e))?;
-        Ok(Journal { dir: dir.to_path_buf(), path, file: Some(file), len, origin })
+        Ok(Journal {
+            dir: dir.to_path_buf(),
+            path,
+            file: Some(file),
+            len,
+            origin,
+            live: Live::default(),
+        })
     }
 
     /// The journal of `dir`, not made yet.
     fn unopened(dir: &Path, origin: Option<(u32, u64)>) -> Journal {
-        Journal { dir: dir.to_path_buf(), path: dir.join(FILE), file: None, len: 0, origin }
+        Journal {
+            dir: dir.to_path_buf(),
+            path: dir.join(FILE),
+            file: None,
+            len: 0,
+            origin,
+            live: Live::default(),
+        }
     }
 
-    /// Appends a command that succeeded (a route change as itself, a topology change as the
-    /// text that runs now); compacts when the journal has grown past [`COMPACT_AT`].
-    pub fn record(&mut self, cmd: &Command, node: &Node) -> Result<(), ControlError> {
+    /// Appends a command that succeeded (a route change and the other live changes as
+    /// themselves, a topology change as the text that runs now, a restore as the VR it made,
+    /// named in its `reply`); compacts when the journal has grown past [`COMPACT_AT`].
+    pub fn record(
+        &mut self,
+        cmd: &Command,
+        reply: &serde_json::Value,
+        node: &Node,
+    ) -> Result<(), ControlError> {
         let r = if changes_text(cmd) {
             // Started without its text (tests): there is no file to replay it against.
             let Some(r) = topology(node, self.origin) else { return Ok(()) };
             r
+        } else if is_restore(cmd) {
+            let (name, down) = match cmd {
+                Command::Restore { down, .. } => (reply["vr"].as_str(), *down),
+                Command::MigrateCommit { vr, .. } => (Some(vr.as_str()), false),
+                _ => (None, false),
+            };
+            let Some(name) = name else {
+                return Err(ControlError::State(format!("{}: no VR named", cmd.name())));
+            };
+            self.live.note(cmd, Some((name.to_string(), down)));
+            restore_record(node, name, down)?
         } else {
-            record(KIND_COMMAND, &serde_json::to_vec(cmd).expect("commands serialise"))
+            self.live.note(cmd, None);
+            command(cmd)
         };
         let file = match &mut self.file {
             Some(f) => f,
@@ -265,7 +414,8 @@ impl Journal {
             let t0 = Instant::now();
             let before = self.len;
             let dir = self.dir.clone();
-            *self = Journal::compact(&dir, node, self.origin)?;
+            let live = std::mem::take(&mut self.live);
+            *self = Journal::compact_with(&dir, node, self.origin, live)?;
             info!(
                 before,
                 after = self.len,
@@ -310,11 +460,12 @@ pub fn recover(dir: &Path, node: &mut Node) -> Result<(Journal, Replayed), Contr
     let path = dir.join(FILE);
     let origin = node.source().map(|(t, _)| fingerprint(t));
     let mut rep = Replayed::default();
-    let j = match std::fs::File::open(&path) {
+    let mut live = Live::default();
+    let mut j = match std::fs::File::open(&path) {
         Ok(f) => {
             let mut bytes = Vec::new();
             f.take(MAX_FILE).read_to_end(&mut bytes).map_err(|e| err(&path, e))?;
-            let good = replay(&path, &bytes, node, origin, &mut rep);
+            let good = replay(&path, &bytes, node, origin, &mut rep, &mut live);
             // The file now holds the text this start came from: later records and
             // compactions are relative to it.
             let changed = origin != node.source().map(|(t, _)| fingerprint(t));
@@ -324,7 +475,7 @@ pub fn recover(dir: &Path, node: &mut Node) -> Result<(Journal, Replayed), Contr
                 || good > COMPACT_AT
                 || bytes.len() as u64 >= MAX_FILE
             {
-                Journal::compact(dir, node, origin)?
+                Journal::compact_with(dir, node, origin, std::mem::take(&mut live))?
             } else {
                 if rep.cut > 0 {
                     let f = open_private(&path, false)?;
@@ -336,6 +487,13 @@ pub fn recover(dir: &Path, node: &mut Node) -> Result<(Journal, Replayed), Contr
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Journal::unopened(dir, origin),
         Err(e) => return Err(err(&path, e)),
     };
+    if !live.restored.is_empty()
+        || !live.interfaces.is_empty()
+        || !live.moves.is_empty()
+        || !live.reserve.is_empty()
+    {
+        j.live = live;
+    }
     rep.ms = t0.elapsed().as_millis() as u64;
     if rep != Replayed::default() {
         info!(
@@ -358,6 +516,7 @@ fn replay(
     node: &mut Node,
     origin: Option<(u32, u64)>,
     rep: &mut Replayed,
+    live: &mut Live,
 ) -> u64 {
     let name = path.display().to_string();
     if bytes.len() < HEADER || bytes[..8] != MAGIC {
@@ -380,7 +539,7 @@ fn replay(
         };
         let (kind, body, end) = rec;
         at = end;
-        match apply(kind, body, node, origin, &name) {
+        match apply(kind, body, node, origin, &name, live) {
             Ok(routes) => {
                 rep.applied += 1;
                 rep.routes += routes;
@@ -412,16 +571,39 @@ fn apply(
     node: &mut Node,
     origin: Option<(u32, u64)>,
     file: &str,
+    live: &mut Live,
 ) -> Result<u64, ControlError> {
     match kind {
         KIND_COMMAND => {
             let cmd: Command = serde_json::from_slice(body)
                 .map_err(|e| ControlError::BadRequest(format!("command: {e}")))?;
-            if !is_route_change(&cmd) {
+            if !is_route_change(&cmd) && !is_live_state(&cmd) {
                 return Err(ControlError::BadRequest(format!("{} is not journaled", cmd.name())));
             }
+            live.note(&cmd, None);
             node.execute(cmd)?;
             Ok(0)
+        }
+        KIND_RESTORE => {
+            let bad = |what: &str| SnapshotError::Payload { file: file.into(), what: what.into() };
+            let n = usize::from(u16::from_le_bytes(
+                body.get(..2).ok_or_else(|| bad("restore record: short"))?.try_into().expect("2"),
+            ));
+            let name = body
+                .get(2..2 + n)
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .ok_or_else(|| bad("restore record: bad VR name"))?
+                .to_string();
+            let down = *body.get(2 + n).ok_or_else(|| bad("restore record: short"))? != 0;
+            let s = snapshot::decode(file, &body[3 + n..])?.into_current();
+            let routes = s.routes.len() as u64;
+            // What that VR had become replaces whatever carries its name now.
+            if node.table(&name).is_some() {
+                node.execute(Command::VrRemove { vr: name.clone() })?;
+            }
+            snapshot::restore(node, s, Some(name.clone()), down)?;
+            live.note(&Command::Stop, Some((name, down)));
+            Ok(routes)
         }
         KIND_TOPOLOGY => {
             let t: TopologyRecord = serde_json::from_slice(body)

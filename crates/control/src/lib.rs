@@ -13,6 +13,7 @@
 pub mod api;
 pub mod build;
 pub mod capture;
+pub mod checkpoint;
 pub mod cpsync;
 pub mod daemon;
 mod error;

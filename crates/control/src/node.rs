@@ -55,6 +55,11 @@ pub struct Node {
     /// Each MSR's shared state (back-end states and counters), by its VR's name, made at start
     /// so that `status` has it before the front end is taken ([`crate::msr::Msr::take`]).
     msrs: HashMap<String, crate::msr::MsrState>,
+    /// VRs started from a checkpoint: their tables being built from the routes.
+    building: Vec<(String, std::thread::JoinHandle<Result<RouteTable, String>>)>,
+    /// Their stand-ins, replaced in `tables` by [`Node::settle`], until [`Node::take_over`],
+    /// with a reader of the table that replaced each (to tell whether it is still there).
+    stand_ins: Vec<(String, RouteTable, fib::FibReader<u32>)>,
 }
 
 /// A capture's consumer side.
@@ -149,7 +154,20 @@ enum Step {
 impl Node {
     /// Builds `topo`'s host and starts its workers.
     pub fn start(topo: Topology, opts: Options, burst: usize) -> Result<Node, ControlError> {
-        let host = build::host(&topo, None, burst)?;
+        Node::start_from(topo, opts, burst, &HashMap::new())
+    }
+
+    /// As [`start`](Node::start), the VRs in `checkpoints` forwarding at once with the tables
+    /// checkpointed there while their tables are built from the routes in the background
+    /// (see [`crate::checkpoint`]): [`Node::settle`] must run before anything else uses them.
+    pub fn start_from(
+        topo: Topology,
+        opts: Options,
+        burst: usize,
+        checkpoints: &HashMap<String, Vec<u8>>,
+    ) -> Result<Node, ControlError> {
+        let mut host = build::host_from(&topo, None, burst, checkpoints)?;
+        let stand_ins = std::mem::take(&mut host.stand_ins);
         // The mirror taps exist now (opening the ports made them): dress them as their VR
         // interfaces.
         crate::netns::configure_mirrors(&topo)
@@ -168,6 +186,18 @@ impl Node {
             .collect();
         let tables = topo.vrs.iter().map(|v| v.name.clone()).zip(host.tables).collect();
         let rt = Runtime::start(host.cells, opts)?;
+        // After the workers: the critical path to forwarding comes first.
+        let building = stand_ins
+            .iter()
+            .filter_map(|name| {
+                let cfg = topo.vrs.iter().find(|v| &v.name == name)?.clone();
+                let h = std::thread::Builder::new()
+                    .name(format!("table-{name}"))
+                    .spawn(move || RouteTable::new(&cfg).map_err(|e| e.0));
+                Some(h.map(|h| (name.clone(), h)))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ControlError::io("route table thread", e))?;
         // Interfaces set `up: false` start down (their mirrors were left down).
         for (v, down) in topo.iface_down.iter().enumerate() {
             for &i in down {
@@ -203,7 +233,73 @@ impl Node {
             syncs,
             cp_made: crate::netns::Made::default(),
             stale_next: HashMap::new(),
+            building,
+            stand_ins: Vec::new(),
         })
+    }
+
+    /// Whether tables of VRs started from a checkpoint are still to be settled.
+    pub fn unsettled(&self) -> bool {
+        !self.building.is_empty()
+    }
+
+    /// Whether those tables are built (settling would not wait).
+    pub fn built(&self) -> bool {
+        self.building.iter().all(|(_, h)| h.is_finished())
+    }
+
+    /// Waits for the tables of the VRs started from a checkpoint and puts them in place of
+    /// their stand-ins, whose FIBs the VRs go on reading until [`Node::take_over`]: route
+    /// operations (a journal's replay) apply to the real tables from here on.
+    pub fn settle(&mut self) -> Result<(), ControlError> {
+        for (name, h) in std::mem::take(&mut self.building) {
+            let t0 = std::time::Instant::now();
+            let table = h
+                .join()
+                .map_err(|_| {
+                    ControlError::State(format!("vr {name}: building its table panicked"))
+                })?
+                .map_err(|e| ControlError::State(format!("vr {name}: {e}")))?;
+            let marker = table.fibs().0.reader();
+            if let Some(stand_in) = self.tables.insert(name.clone(), table) {
+                self.stand_ins.push((name.clone(), stand_in, marker));
+            }
+            info!(vr = %name, waited_ms = t0.elapsed().as_millis() as u64, "route table built from the routes");
+        }
+        Ok(())
+    }
+
+    /// Makes the tables [settled](Node::settle) publish to their VRs, in place of the stand-ins
+    /// from the checkpoint (after installing any adjacency that differs, none when the
+    /// checkpoint matched).
+    pub fn take_over(&mut self) -> Result<(), ControlError> {
+        for (name, stand_in, marker) in std::mem::take(&mut self.stand_ins) {
+            // A replay that removed or rebuilt the VR left no VR reading the stand-in.
+            let Some(table) = self.tables.get_mut(&name) else { continue };
+            if !table.fibs().0.reader().same_as(&marker) {
+                continue;
+            }
+            let rt = &self.rt;
+            let vr = name.clone();
+            let installed = table
+                .take_over(&stand_in, |list| {
+                    let list = list.to_vec();
+                    rt.on_vr_each(&vr, move |cell, v| {
+                        cell.change_vr(v, VrChange::Adjacencies(list.clone()))
+                            .map(|_| ())
+                            .map_err(|e| e.0)
+                    })
+                    .map_err(|e| e.0)?
+                    .into_iter()
+                    .collect::<Result<(), String>>()
+                })
+                .map_err(|e| ControlError::State(format!("vr {name}: {e}")))?;
+            if installed > 0 {
+                warn!(vr = %name, installed, "checkpoint: adjacencies differed from the rebuilt table's; installed");
+            }
+            info!(vr = %name, "route table took over from the checkpoint");
+        }
+        Ok(())
     }
 
     /// Records the text the running topology was read from and its file name, so `vr_add`

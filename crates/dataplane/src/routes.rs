@@ -837,6 +837,154 @@ pub fn route(prefix: IpNet, target: RouteTarget, source: RouteSource) -> RouteCo
     RouteConfig { prefix, target, source }
 }
 
+/// Starting from a checkpoint: the compiled tables and adjacencies of a VR, written while it
+/// ran, so that a data plane started again forwards with them while its routes are rebuilt.
+///
+/// The bytes: the slot count (u32), each slot's adjacency (a tag byte and 32 bytes), then the
+/// IPv4 and IPv6 images ([`fib::checkpoint`]). Slot numbers are what a rebuild from the same
+/// configuration gives (allocation is deterministic), which [`RouteTable::take_over`] checks
+/// rather than trusts.
+impl RouteTable {
+    /// The checkpoint of what the VR forwards with now.
+    pub fn checkpoint(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(4 + 33 * self.slots.len() + self.fib_bytes());
+        out.extend_from_slice(&(self.slots.len() as u32).to_le_bytes());
+        for s in &self.slots {
+            encode_adj(s.adj, &mut out);
+        }
+        fib::checkpoint::encode(&self.fib4.current(), &mut out);
+        fib::checkpoint::encode(&self.fib6.current(), &mut out);
+        out
+    }
+
+    /// A table for VR `cfg` that forwards as `bytes` (a [`checkpoint`](Self::checkpoint))
+    /// says, made without its routes: only its interfaces' routes are in the RIB. It is a
+    /// stand-in for readers until the table built from the routes
+    /// [takes over](Self::take_over); route operations must not be applied to it.
+    pub fn from_checkpoint(cfg: &VrConfig, bytes: &[u8]) -> Result<RouteTable, String> {
+        let bare = VrConfig {
+            name: cfg.name.clone(),
+            interfaces: cfg.interfaces.clone(),
+            routes: Vec::new(),
+            neighbors: Vec::new(),
+            limits: cfg.limits,
+        };
+        let mut t = RouteTable::new(&bare).map_err(|e| e.0)?;
+        let n = bytes.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4")) as usize);
+        let n = n.ok_or("ends early")?;
+        let at = 4 + 33 * n;
+        if n == 0 || n > usize::from(NextHop::MAX) + 1 || bytes.len() < at {
+            return Err(format!("{n} adjacency slots in {} bytes", bytes.len()));
+        }
+        let ifaces = cfg.interfaces.len();
+        let mut adj = Vec::with_capacity(n);
+        for (i, b) in bytes[4..at].chunks_exact(33).enumerate() {
+            let a = decode_adj(b, ifaces, n).ok_or_else(|| format!("adjacency slot {i}"))?;
+            adj.push(a);
+        }
+        // The interface-made slots come first, in the order a build makes them.
+        let pinned = t.slots.len();
+        if adj.len() < pinned || (0..pinned).any(|i| adj[i] != t.slots[i].adj) {
+            return Err("its interface adjacencies are not this VR's".into());
+        }
+        let (p4, used) =
+            fib::checkpoint::decode::<u32>(&bytes[at..], n).map_err(|e| e.to_string())?;
+        let (p6, used6) =
+            fib::checkpoint::decode::<u128>(&bytes[at + used..], n).map_err(|e| e.to_string())?;
+        if at + used + used6 != bytes.len() {
+            return Err(format!("{} bytes after the tables", bytes.len() - at - used - used6));
+        }
+        t.slots = adj.into_iter().map(|adj| Slot { adj, refs: PINNED }).collect();
+        t.fib4 = Fib::from_compiled(p4);
+        t.fib6 = Fib::from_compiled(p6);
+        Ok(t)
+    }
+
+    /// Makes `self` (built from the routes) publish to the readers of `stand_in` (made by
+    /// [`from_checkpoint`](Self::from_checkpoint)), whose VR forwards with them. Returns the
+    /// adjacency slots that differ from the stand-in's, which `install` must have given the VR
+    /// before the tables are swapped; none when the checkpoint matched, as it should.
+    pub fn take_over(
+        &mut self,
+        stand_in: &RouteTable,
+        install: impl FnOnce(&[(NextHop, Adj)]) -> Result<(), String>,
+    ) -> Result<usize, String> {
+        let diff: Vec<(NextHop, Adj)> = (self.slots.iter().enumerate())
+            .filter(|(i, s)| stand_in.slots.get(*i).is_none_or(|o| o.adj != s.adj))
+            .map(|(i, s)| (i as NextHop, s.adj))
+            .collect();
+        if !diff.is_empty() {
+            install(&diff)?;
+        }
+        self.fib4.take_readers(&stand_in.fib4.reader());
+        self.fib6.take_readers(&stand_in.fib6.reader());
+        Ok(diff.len())
+    }
+}
+
+fn encode_adj(a: Adj, out: &mut Vec<u8>) {
+    let mut p = [0u8; 33];
+    p[0] = match a {
+        Adj::None => 0,
+        Adj::Local => 1,
+        Adj::Blackhole => 2,
+        Adj::Broadcast => 3,
+        Adj::Unreachable => 4,
+        Adj::Prohibit => 5,
+        Adj::Glean(i) => {
+            p[1..3].copy_from_slice(&i.to_le_bytes());
+            6
+        }
+        Adj::Via { iface, gw } => {
+            p[1..3].copy_from_slice(&iface.to_le_bytes());
+            p[3..19].copy_from_slice(&gw.to_le_bytes());
+            7
+        }
+        Adj::Multi(m) => {
+            p[1] = m.len;
+            for (k, b) in m.bucket.iter().enumerate() {
+                p[2 + 2 * k..4 + 2 * k].copy_from_slice(&b.to_le_bytes());
+            }
+            8
+        }
+    };
+    out.extend_from_slice(&p);
+}
+
+/// An adjacency as [`encode_adj`] wrote it, if it is one a VR of `ifaces` interfaces and
+/// `slots` slots can hold.
+fn decode_adj(b: &[u8], ifaces: usize, slots: usize) -> Option<Adj> {
+    let u16at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+    Some(match b[0] {
+        0 => Adj::None,
+        1 => Adj::Local,
+        2 => Adj::Blackhole,
+        3 => Adj::Broadcast,
+        4 => Adj::Unreachable,
+        5 => Adj::Prohibit,
+        6 => Adj::Glean(Some(u16at(1)).filter(|&i| usize::from(i) < ifaces)?),
+        7 => Adj::Via {
+            iface: Some(u16at(1)).filter(|&i| usize::from(i) < ifaces)?,
+            gw: u128::from_le_bytes(b[3..19].try_into().ok()?),
+        },
+        8 => {
+            let len = b[1];
+            if len == 0 || usize::from(len) > MAX_PATHS {
+                return None;
+            }
+            let mut bucket = [NO_ROUTE; MAX_PATHS];
+            for (k, x) in bucket.iter_mut().enumerate() {
+                *x = u16at(2 + 2 * k);
+                if usize::from(*x) >= slots {
+                    return None;
+                }
+            }
+            Adj::Multi(Paths { len, bucket })
+        }
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -879,6 +1027,118 @@ mod tests {
         let v = t.view();
         let nh = v.r4.load().lookup(u32::from(a.parse::<std::net::Ipv4Addr>().unwrap()));
         t.slots[nh as usize].adj
+    }
+
+    /// A VR's config with `n` synthetic table routes over a few gateways of interface b, some
+    /// static, multipath and reject routes and IPv6 ones.
+    fn big(n: usize) -> VrConfig {
+        let mut c = cfg();
+        let gws = ["10.0.1.2", "10.0.1.3", "10.0.1.4"];
+        for (i, (p, _)) in fib::synthetic::ipv4(n, 3, 11).into_iter().enumerate() {
+            let gw = gws[i % 3];
+            c.routes.push(via(&p.to_string(), gw, RouteSource::Table));
+        }
+        for (p, _) in fib::synthetic::ipv6(n / 10, 3, 12) {
+            let t = RouteTarget::Via { gateway: "2001:db8::9".parse().unwrap(), iface: None };
+            c.routes.push(route(IpNet::V6(p), t, RouteSource::Table));
+        }
+        c.routes.push(route(
+            "192.0.2.0/24".parse().unwrap(),
+            RouteTarget::Blackhole,
+            RouteSource::Static,
+        ));
+        c
+    }
+
+    /// Every prefix's first and last address and their neighbors outside it.
+    fn edges<K: fib::Key>(rib: &fib::Rib<K>) -> Vec<K> {
+        let mut v = Vec::new();
+        for (a, l, _) in rib.iter() {
+            let (first, last) = (a.mask(l), a.mask(l).last(l));
+            v.extend(
+                [Some(first), Some(last), first.checked_dec(), last.checked_inc()]
+                    .into_iter()
+                    .flatten(),
+            );
+        }
+        v
+    }
+
+    #[test]
+    fn a_table_started_from_its_checkpoint_forwards_every_prefix_boundary_alike() {
+        let c = big(30_000);
+        let mut built = RouteTable::new(&c).unwrap();
+        let ops = [
+            RouteOp::Set {
+                prefix: "198.51.100.0/24".parse().unwrap(),
+                source: RouteSource::Api,
+                forward: Forward::Paths(vec![
+                    (RouteTarget::Via { gateway: "10.0.1.2".parse().unwrap(), iface: None }, 1),
+                    (RouteTarget::Via { gateway: "10.0.0.7".parse().unwrap(), iface: None }, 3),
+                ]),
+            },
+            RouteOp::Set {
+                prefix: "203.0.113.0/24".parse().unwrap(),
+                source: RouteSource::Api,
+                forward: Forward::Prohibit,
+            },
+        ];
+        built.apply(&ops, |_| Ok(())).unwrap();
+        let bytes = built.checkpoint();
+        let stand_in = RouteTable::from_checkpoint(&c, &bytes).unwrap();
+        let (a, b) = (built.view(), stand_in.view());
+        assert_eq!(a.adj, b.adj);
+        assert_eq!(a.glean, b.glean);
+        let (r4, r6) = (a.r4.load(), b.r4.load());
+        for k in edges(built.fibs().0.rib()) {
+            assert_eq!(r4.lookup(k), r6.lookup(k), "IPv4 {k:#x}");
+        }
+        let (r4, r6) = (a.r6.load(), b.r6.load());
+        for k in edges(built.fibs().1.rib()) {
+            assert_eq!(r4.lookup(k), r6.lookup(k), "IPv6 {k:#x}");
+        }
+
+        // The table rebuilt from the routes takes the stand-in's readers over: nothing to
+        // install, and the readers now see what it publishes.
+        let mut rebuilt = RouteTable::new(&c).unwrap();
+        rebuilt.apply(&ops, |_| Ok(())).unwrap();
+        let reader = b.r4.clone();
+        assert_eq!(rebuilt.take_over(&stand_in, |_| panic!("nothing differs")), Ok(0));
+        let extra = [RouteOp::Add(via("100.64.0.0/10", "10.0.1.2", RouteSource::Api))];
+        rebuilt.apply(&extra, |_| Ok(())).unwrap();
+        let nh = reader.load().lookup(u32::from_be_bytes([100, 64, 1, 1]));
+        assert_eq!(rebuilt.slots[nh as usize].adj, lookup(&rebuilt, "100.64.1.1"));
+        assert_ne!(nh, NO_ROUTE);
+    }
+
+    #[test]
+    fn a_damaged_or_foreign_checkpoint_is_refused() {
+        let c = big(2000);
+        let bytes = RouteTable::new(&c).unwrap().checkpoint();
+        // Another VR's interfaces.
+        let mut other = c.clone();
+        other.interfaces.pop();
+        assert!(RouteTable::from_checkpoint(&other, &bytes).is_err());
+        let mut other = c.clone();
+        let mut third = other.interfaces[1].clone();
+        third.name = "c".into();
+        third.ipv4.clear();
+        other.interfaces.push(third);
+        let e = RouteTable::from_checkpoint(&other, &bytes).unwrap_err();
+        assert!(e.contains("not this VR's"), "{e}");
+        // Cut short, or a slot naming an interface the VR does not have.
+        for cut in [0, 3, 40, bytes.len() / 2, bytes.len() - 1] {
+            assert!(RouteTable::from_checkpoint(&c, &bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut d = bytes.clone();
+        let slots = u32::from_le_bytes(d[..4].try_into().unwrap()) as usize;
+        let via = (0..slots).map(|i| 4 + 33 * i).find(|&at| d[at] == 7).expect("a gateway slot");
+        d[via + 1] = 9;
+        let e = RouteTable::from_checkpoint(&c, &d).unwrap_err();
+        assert!(e.contains("adjacency slot"), "{e}");
+        let mut d = bytes.clone();
+        d.push(0);
+        assert!(RouteTable::from_checkpoint(&c, &d).unwrap_err().contains("after the tables"));
     }
 
     #[test]

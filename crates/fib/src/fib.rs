@@ -262,6 +262,39 @@ impl<K: Key> Deref for FibSnapshot<K> {
     }
 }
 
+/// Starting from a checkpoint ([`crate::checkpoint`]): a table compiled before is published at
+/// once, and the FIB built from the RIB later takes its readers over.
+impl<K: Key> Fib<K> {
+    /// A FIB publishing `t` (read from a checkpoint) with no RIB behind it: for its readers
+    /// only, until a FIB built from the RIB [takes them over](Fib::take_readers).
+    pub fn from_compiled(t: Poptrie<K>) -> Self {
+        let current = Arc::new(t);
+        let shared = Arc::new(ArcSwap::new(Arc::clone(&current)));
+        Fib {
+            rib: Rib::new(),
+            current,
+            shared,
+            generation: 0,
+            retired: Vec::new(),
+            stats: UpdateStats::default(),
+        }
+    }
+
+    /// Publishes to the readers of `r` from now on, starting with the current version: the
+    /// readers handed out before (a VR started from a checkpoint) follow this FIB.
+    pub fn take_readers(&mut self, r: &FibReader<K>) {
+        self.shared = Arc::clone(&r.shared);
+        self.shared.store(Arc::clone(&self.current));
+    }
+}
+
+impl<K: Key> FibReader<K> {
+    /// Whether both read what the same FIB publishes.
+    pub fn same_as(&self, other: &FibReader<K>) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,6 +41,7 @@ pub mod poptrie;
 mod rib;
 
 pub mod bench;
+pub mod checkpoint;
 pub mod naive;
 pub mod prefix_file;
 pub mod synthetic;

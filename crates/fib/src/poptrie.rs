@@ -936,6 +936,69 @@ impl Builder {
     }
 }
 
+/// A node's fields for [`crate::checkpoint`]: vector, leafvec, node_base, leaf_base, inline.
+pub(crate) type NodeParts = (u64, u64, u32, u32, [NextHop; INLINE]);
+
+/// What the lookup walk assumes of the arrays, for [`crate::checkpoint`]'s checks: the leaf
+/// and block tags of a direct entry, the inline leaf runs and the node stride.
+pub(crate) const LAYOUT: (u32, u32, usize, u8) = (LEAF, BLOCK, INLINE, STRIDE);
+
+/// A compiled table's arrays as they are in memory (see [`crate::checkpoint`]).
+pub(crate) struct Parts {
+    pub geo: Geometry,
+    pub top: Vec<u32>,
+    pub blocks: Vec<u32>,
+    pub nodes: Vec<NodeParts>,
+    pub leaves: Vec<NextHop>,
+    pub prefixes: usize,
+}
+
+impl<K: Key> Poptrie<K> {
+    /// A copy of the arrays, for a checkpoint.
+    pub(crate) fn to_parts(&self) -> Parts {
+        Parts {
+            geo: self.geo,
+            top: self.top.clone(),
+            blocks: self.blocks.clone(),
+            nodes: self
+                .nodes
+                .iter()
+                .map(|n| (n.vector, n.leafvec, n.node_base, n.leaf_base, n.inline))
+                .collect(),
+            leaves: self.leaves.clone(),
+            prefixes: self.prefixes,
+        }
+    }
+
+    /// The table of `p` as it was. The caller (`checkpoint`) has checked every index in it.
+    pub(crate) fn from_parts(p: Parts) -> Self {
+        Poptrie {
+            s: p.geo.top + p.geo.block,
+            geo: p.geo,
+            top: p.top,
+            blocks: p.blocks,
+            nodes: p
+                .nodes
+                .into_iter()
+                .map(|(vector, leafvec, node_base, leaf_base, inline)| Node {
+                    vector,
+                    leafvec,
+                    node_base,
+                    leaf_base,
+                    inline,
+                })
+                .collect(),
+            leaves: p.leaves,
+            prefixes: p.prefixes,
+            garbage_nodes: 0,
+            garbage_leaves: 0,
+            garbage_block_entries: 0,
+            generation: 0,
+            _key: PhantomData,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
