@@ -82,12 +82,14 @@
 //! 2-CPU VM, 8 interleaved runs of 10 rounds: mean 273 vs 254 M/s, faster in 7 of 8 pairs;
 //! callgrind: 43.6 vs 42.8 instructions and, in its branch model, 0.08 vs 0.15 mispredicts
 //! per lookup); IPv6 did not move (54 vs 53 M/s; 0.46 vs 0.82 mispredicts per lookup).
-//! Node reads skip the bounds check (`node_at`); every version is checked once when
-//! assembled (`validate`) so that they cannot go out of bounds. Tried the same day and not kept (no gain per CPU second on IPv6, or a loss on
-//! IPv4): unchecked `top`/`leaves` reads (the `top` loop is then vectorized into lane
-//! inserts, and the leaf select turned back into a branch), answers staged in a lane-sized
-//! array, the `top` read fused into the loop that enters lanes, 64 IPv6 lanes (-8 %), and
-//! wider IPv6 direct pointing (16+14 bits: +8 % at 5.6 MiB instead of 2.0).
+//! Node and leaf reads skip the bounds check (`node_at`, `leaf_at`; the leaf read's check
+//! was 7 % of IPv6's instructions, 229.6 vs 247.2 per lookup, for +0-3 % per CPU second);
+//! every version is checked once when assembled (`validate`) so that they cannot go out of
+//! bounds. Tried the same day and not kept (no gain per CPU second on IPv6, or a loss on
+//! IPv4): an unchecked `top` read (the `top` loop is then vectorized into lane inserts),
+//! answers staged in a lane-sized array (IPv6 +5 %, IPv4 -35 %), the `top` read fused into
+//! the loop that enters lanes, 64 IPv6 lanes (-8 %), and wider IPv6 direct pointing (16+14
+//! bits: +8 % at 5.6 MiB instead of 2.0).
 //!
 //! # Updates (cost model)
 //! A change to `addr/len` can only alter the `s`-bit direct slots its range covers: one slot
@@ -632,7 +634,7 @@ impl<K: Key> Poptrie<K> {
             let outside = opaque(0u32.wrapping_sub(u32::from(r as usize > INLINE)));
             // Index 0 when the run is inline (`leaves` is never empty, see `Builder::new`):
             // both reads happen and no branch keeps them in bounds.
-            let leaf = self.leaves[(nd.leaf_base.wrapping_add(r) & outside) as usize];
+            let leaf = self.leaf_at(nd.leaf_base.wrapping_add(r) & outside);
             out[i] = (leaf & outside as NextHop) | (inline & !outside as NextHop);
             cur[i] = next;
             prefetch(self.nodes.as_ptr().wrapping_add(next as usize));
@@ -641,6 +643,16 @@ impl<K: Key> Poptrie<K> {
             still += usize::from(is_node);
         }
         still
+    }
+
+    /// `leaves[i]` for the batched walk, unchecked.
+    #[inline(always)]
+    fn leaf_at(&self, i: u32) -> NextHop {
+        debug_assert!((i as usize) < self.leaves.len());
+        // SAFETY: `i` is 0 (`leaves` is never empty) or `leaf_base + r` with `INLINE < r <=
+        // popcnt(leafvec)` of a node the walk reached; `validate` checked those runs
+        // against `leaves.len()`.
+        unsafe { *self.leaves.get_unchecked(i as usize) }
     }
 
     /// `nodes[i]` for the batched walk, unchecked.
