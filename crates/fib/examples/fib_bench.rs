@@ -1,6 +1,6 @@
 //! Lookup benchmark on the real prefix set (or a synthetic one when it is not cached).
 //!
-//! `cargo run --release -p fib --example fib_bench -- [ipv4|ipv6] [batch] [geometry] [rounds] [quick]`
+//! `cargo run --release -p fib --example fib_bench -- [ipv4|ipv6] [batch] [geometry] [rounds] [quick] [addresses]`
 //! (`geometry`: `18` or `12+12` direct bits, `0` for the FIB's choice; `quick`: skip the oracle check and update timing).
 //! Prints the `fib::bench` report as JSON lines: the same numbers `routeplex bench fib` shows.
 
@@ -23,6 +23,7 @@ fn main() {
     });
     let rounds = args.get(3).map_or(10, |r| r.parse().expect("rounds"));
     let quick = args.get(4).is_some_and(|q| q == "quick");
+    let addresses = args.get(5).map_or(1 << 22, |a| a.parse().expect("addresses"));
     for family in families {
         let list = match prefix_file::cached(family) {
             Some(p) => {
@@ -49,7 +50,7 @@ fn main() {
                 l
             }
         };
-        let mut opts = BenchOptions { batch, geometry, rounds, ..Default::default() };
+        let mut opts = BenchOptions { batch, geometry, rounds, addresses, ..Default::default() };
         if quick {
             opts.check = false;
             opts.updates = 0;
