@@ -119,7 +119,10 @@ pub fn decode<K: Key>(
         .collect();
     let p = Parts { geo, top, blocks, nodes, leaves, prefixes: prefixes as usize };
     check::<K>(&p, next_hops).map_err(bad)?;
-    Ok((Poptrie::from_parts(p), c.at))
+    let t = Poptrie::from_parts(p);
+    // The batched walk reads nodes and leaves unchecked on the strength of this.
+    t.indices_ok(0, None).map_err(bad)?;
+    Ok((t, c.at))
 }
 
 /// Whether a lookup in `p` stays inside its arrays, ends, and answers only next hops below

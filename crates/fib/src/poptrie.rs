@@ -673,13 +673,29 @@ impl<K: Key> Poptrie<K> {
     /// nodes from `nodes_from` on: the rest was checked when an earlier version was
     /// assembled, and the arrays only grow. Panics on failure: a builder bug, which must not
     /// become an out-of-bounds read. Anything that assembles a `Poptrie` from stored arrays
-    /// (a checkpoint loader) must call `validate(0, None)` before the first lookup: the
-    /// walk trusts these indices.
+    /// (a checkpoint loader) must check them with [`indices_ok`](Self::indices_ok)
+    /// before the first lookup: the walk trusts these indices.
     pub(crate) fn validate(&self, nodes_from: usize, touched: Option<&[(usize, usize)]>) {
+        if let Err(e) = self.indices_ok(nodes_from, touched) {
+            panic!("poptrie: {e}");
+        }
+    }
+
+    /// What [`validate`](Self::validate) checks, as an error naming the first bad index
+    /// (a checkpoint loader refuses the file with it rather than panicking).
+    pub(crate) fn indices_ok(
+        &self,
+        nodes_from: usize,
+        touched: Option<&[(usize, usize)]>,
+    ) -> Result<(), String> {
         let (nn, nl) = (self.nodes.len() as u64, self.leaves.len() as u64);
         let per = 1u64 << self.geo.block;
-        assert_eq!(self.top.len(), 1 << self.geo.top, "poptrie: top size");
-        assert!(nl > 0, "poptrie: leaves[0] missing");
+        if self.top.len() != 1 << self.geo.top {
+            return Err(format!("top size {}", self.top.len()));
+        }
+        if nl == 0 {
+            return Err("leaves[0] missing".into());
+        }
         let direct_ok = |e: u32, blocks_allowed: bool| {
             e & LEAF != 0
                 || if e & BLOCK != 0 {
@@ -693,26 +709,34 @@ impl<K: Key> Poptrie<K> {
         for &(lo, hi) in touched.unwrap_or(&whole).iter().filter(|r| r.0 < r.1) {
             let tops = lo >> bb..((hi - 1) >> bb) + 1;
             for (t, &e) in self.top[tops.clone()].iter().enumerate() {
-                assert!(direct_ok(e, bb > 0), "poptrie: bad top entry {}", tops.start + t);
+                if !direct_ok(e, bb > 0) {
+                    return Err(format!("bad top entry {}", tops.start + t));
+                }
                 if bb > 0 && e & BLOCK != 0 {
                     let start = (e ^ BLOCK) as usize * per as usize;
                     let blk = &self.blocks[start..start + per as usize];
-                    let bad = blk.iter().position(|&x| !direct_ok(x, false));
-                    assert!(bad.is_none(), "poptrie: bad entry {bad:?} in block at {start}");
+                    if let Some(bad) = blk.iter().position(|&x| !direct_ok(x, false)) {
+                        return Err(format!("bad entry {bad} in block at {start}"));
+                    }
                 }
             }
         }
         for (k, n) in self.nodes.iter().enumerate().skip(nodes_from) {
             let first = u64::from(n.node_base.wrapping_add(1));
             let kids = u64::from(n.vector.count_ones());
-            assert!(kids == 0 || first + kids <= nn, "poptrie: node {k} children out of bounds");
+            if kids != 0 && first + kids > nn {
+                return Err(format!("node {k} children out of bounds"));
+            }
             let runs = n.leafvec.count_ones() as usize;
             if runs > INLINE {
                 let last = u64::from(n.leaf_base.wrapping_add(runs as u32));
                 let first = u64::from(n.leaf_base.wrapping_add(INLINE as u32 + 1));
-                assert!(first <= last && last < nl, "poptrie: node {k} leaves out of bounds");
+                if first > last || last >= nl {
+                    return Err(format!("node {k} leaves out of bounds"));
+                }
             }
         }
+        Ok(())
     }
 
     /// All heap bytes of the structure plus the struct itself.
