@@ -117,27 +117,56 @@ impl Egress {
     }
 }
 
-/// Transmits what VRs made (`out`) and empties it, tallying outcomes per VR.
-fn transmit_out(
-    ports: &mut [Box<dyn Port>],
-    pcs: &mut [PortCounters],
-    egress: &mut Egress,
-    info: &mut [TxInfo],
-    tallies: &mut [TxTally],
-    out: &mut OutQueue,
-    tap: Option<&mut Tap>,
-) {
-    if out.batch.is_empty() {
-        return;
+/// The transmit side of a cell for one burst: its ports, their counters and transmit lists,
+/// and where each packet's outcome is tallied (per VR, by the packet's [`TxInfo`]).
+pub(crate) struct Tx<'a> {
+    ports: &'a mut [Box<dyn Port>],
+    pcs: &'a mut [PortCounters],
+    egress: &'a mut Egress,
+    info: &'a mut [TxInfo],
+    tallies: &'a mut [TxTally],
+    tap: Option<&'a mut Tap>,
+}
+
+impl Tx<'_> {
+    /// Sends what was staged from `batch` and tallies each packet on its VR.
+    fn flush(&mut self, batch: &mut Batch) {
+        let tallies = &mut *self.tallies;
+        let tap = self.tap.as_deref_mut();
+        self.egress.flush(self.ports, self.pcs, batch, self.info, tap, |t, sent| {
+            tallies[t.vr as usize].count(t.transit, t.len, sent)
+        });
     }
-    for (k, &(port, transit, vr)) in out.dest.iter().enumerate() {
-        info[k] = TxInfo { vr, len: out.batch.get(k).len() as u16, transit };
-        egress.add(port, k as u16);
+
+    /// Transmits what VRs made (`out`) and empties it.
+    fn transmit(&mut self, out: &mut OutQueue) {
+        if out.batch.is_empty() {
+            return;
+        }
+        for (k, &(port, transit, vr)) in out.dest.iter().enumerate() {
+            self.info[k] = TxInfo { vr, len: out.batch.get(k).len() as u16, transit };
+            self.egress.add(port, k as u16);
+        }
+        self.flush(&mut out.batch);
+        out.clear();
     }
-    egress.flush(ports, pcs, &mut out.batch, info, tap, |t, sent| {
-        tallies[t.vr as usize].count(t.transit, t.len, sent)
-    });
-    out.clear();
+}
+
+/// What one burst's VR runs share: its time, the lookup scratch, the queue of packets the VRs
+/// make, and the cell's transmit side, so a VR can have that queue sent before the burst ends.
+pub(crate) struct Burst<'a> {
+    pub now: u64,
+    pub lookup: &'a mut Lookup,
+    pub out: &'a mut OutQueue,
+    tx: Tx<'a>,
+}
+
+impl Burst<'_> {
+    /// Sends `out` now, counting outcomes on the VRs concerned: fragmentation can make more
+    /// packets than `out` holds.
+    pub fn flush_out(&mut self) {
+        self.tx.transmit(self.out);
+    }
 }
 
 /// Counts packets `sel` of `batch` as demuxed to `vr` and dropped for `r` before it saw them.
@@ -149,22 +178,20 @@ fn refuse(vr: &mut Vr, batch: &Batch, sel: &[u16], r: VrDrop) {
     vr.core.counters.refuse(r, sel.len() as u64, bytes);
 }
 
-/// Observation of packets refused at admission (`sel` of VR `v`, received on port `p`).
-#[allow(clippy::too_many_arguments)]
-#[cold]
-fn refused(
-    o: &mut Observe,
-    v: usize,
-    p: usize,
-    batch: &Batch,
-    meta: &[Meta],
-    sel: &[u16],
-    r: VrDrop,
+/// Where and when observed packets were: VR `vr`, received on port `port`, at `now`.
+#[derive(Clone, Copy)]
+struct At {
+    vr: usize,
+    port: usize,
     now: u64,
-) {
+}
+
+/// Observation of packets refused at admission (`sel`).
+#[cold]
+fn refused(o: &mut Observe, at: At, batch: &Batch, meta: &[Meta], sel: &[u16], r: VrDrop) {
     for &i in sel {
         let i = i as usize;
-        observed_fate(o, v, p, batch.get(i), &meta[i], None, Some(r), now);
+        observed_fate(o, at, batch.get(i), &meta[i], None, Some(r));
     }
 }
 
@@ -180,52 +207,45 @@ fn observe_before(obs: &mut Option<Box<Observe>>, vr: &Vr, lookup: &mut Lookup) 
 
 /// Observed, after packet `i`'s run: its drop reason (the counter that moved), lookup and
 /// egress.
-#[allow(clippy::too_many_arguments)]
 #[cold]
 #[inline(never)]
 fn observe_after(
     obs: &mut Option<Box<Observe>>,
     vr: &Vr,
-    v: usize,
-    p: usize,
+    at: At,
     batch: &Batch,
     meta: &[Meta],
     i: u16,
     lookup: &Lookup,
-    now: u64,
 ) {
     let Some(o) = obs.as_deref_mut() else { return };
     let after = &vr.core.counters.drops;
     let drop = VrDrop::ALL.iter().copied().find(|&r| after[r as usize] != o.before[r as usize]);
     let found = lookup.single().map(|(a, nh)| (a, nh, vr.adj(nh)));
     let i = i as usize;
-    observed_fate(o, v, p, batch.get(i), &meta[i], found, drop, now);
+    observed_fate(o, at, batch.get(i), &meta[i], found, drop);
 }
 
-/// Records what became of one packet of VR `v` received on port `p`: a capture's drop copy, a
-/// trace record.
-#[allow(clippy::too_many_arguments)]
+/// Records what became of one packet: a capture's drop copy, a trace record.
 fn observed_fate(
     o: &mut Observe,
-    v: usize,
-    p: usize,
+    at: At,
     pkt: &ports::PktBuf,
     m: &Meta,
     lookup: Option<(std::net::IpAddr, fib::NextHop, crate::vr::Adj)>,
     drop: Option<VrDrop>,
-    now: u64,
 ) {
     if let (Some(t), Some(r)) = (o.tap.as_mut(), drop) {
-        if t.wants_drops(p) {
+        if t.wants_drops(at.port) {
             t.record(Dir::Drop, Some(Reason::Vr(r)), pkt.frame());
         }
     }
     if let Some(t) = o.trace.as_mut() {
-        if t.vr as usize == v && t.left > 0 && t.records.len() < t.records.capacity() {
+        if t.vr as usize == at.vr && t.left > 0 && t.records.len() < t.records.capacity() {
             t.left -= 1;
             t.records.push(TraceRecord {
-                ts: now,
-                port: p as u16,
+                ts: at.now,
+                port: at.port as u16,
                 len: pkt.len() as u16,
                 iface: m.iface,
                 ethertype: m.ethertype,
@@ -432,7 +452,7 @@ impl Cell {
             }
             if let Some((s, m)) = self.member_of[p] {
                 let sw = &mut self.switches[s as usize];
-                sw.forward(m, &mut w.batch, base, n, &mut self.ports, &mut self.pcs, now);
+                sw.forward(m, &mut w.batch, base..base + n, &mut self.ports, &mut self.pcs, now);
                 let t = w.read_clock();
                 w.spare.add_necessary(t.saturating_sub(t0));
                 continue;
@@ -481,16 +501,7 @@ impl Cell {
                 self.egress.add(port, i as u16);
             }
         }
-        let tallies = &mut self.tallies;
-        let tap = tap_of(&mut self.obs);
-        self.egress.flush(
-            &mut self.ports,
-            &mut self.pcs,
-            &mut w.batch,
-            &w.info[..],
-            tap,
-            |t, sent| tallies[t.vr as usize].count(t.transit, t.len, sent),
-        );
+        self.tx(&mut w.info[..]).flush(&mut w.batch);
         self.vrs[v].core.counters.add(&std::mem::take(&mut self.tallies[v]));
     }
 
@@ -648,10 +659,11 @@ impl Cell {
             let k = admit.total();
             refuse(&mut vrs[v], batch, &sel[k..lim], VrDrop::OverBudget);
             refuse(&mut vrs[v], batch, &sel[lim..n], VrDrop::BatchLimit);
+            let at = At { vr: v, port: observed.unwrap_or(0), now };
             let slow = match (observed, obs.as_deref_mut()) {
                 (Some(p), Some(o)) if o.wants(v, p) => {
-                    refused(o, v, p, batch, &meta[..], &sel[k..lim], VrDrop::OverBudget, now);
-                    refused(o, v, p, batch, &meta[..], &sel[lim..n], VrDrop::BatchLimit, now);
+                    refused(o, at, batch, &meta[..], &sel[k..lim], VrDrop::OverBudget);
+                    refused(o, at, batch, &meta[..], &sel[lim..n], VrDrop::BatchLimit);
                     true
                 }
                 _ => false,
@@ -660,32 +672,29 @@ impl Cell {
                 stages.vr_bursts += 1;
                 stages.vr_packets += k as u64;
                 out.vr = v as u16;
-                let mut flush = |o: &mut OutQueue| {
-                    transmit_out(ports, pcs, egress, &mut info[..], tallies, o, None)
+                let tx = Tx {
+                    ports: &mut ports[..],
+                    pcs: &mut pcs[..],
+                    egress: &mut *egress,
+                    info: &mut info[..],
+                    tallies: &mut tallies[..],
+                    tap: None,
                 };
+                let mut cx = Burst { now, lookup, out, tx };
                 // Observed: one packet at a time, to learn each one's fate (one call site of
                 // the pipeline either way, so the fast path's code is what it was).
                 let step = if slow { 1 } else { k };
-                let mut at = 0;
-                while at < k {
-                    let part = &sel[at..at + step];
+                let mut from = 0;
+                while from < k {
+                    let part = &sel[from..from + step];
                     if slow {
-                        observe_before(obs, &vrs[v], lookup);
+                        observe_before(obs, &vrs[v], cx.lookup);
                     }
-                    vrs[v].process(
-                        batch.packets_mut(),
-                        part,
-                        &mut meta[..],
-                        now,
-                        lookup,
-                        out,
-                        &mut flush,
-                    );
+                    vrs[v].process(&mut cx, batch.packets_mut(), &mut meta[..], part);
                     if slow {
-                        let p = observed.unwrap_or(0);
-                        observe_after(obs, &vrs[v], v, p, batch, &meta[..], part[0], lookup, now);
+                        observe_after(obs, &vrs[v], at, batch, &meta[..], part[0], cx.lookup);
                     }
-                    at += step;
+                    from += step;
                 }
             }
             runs[j] = Run { admit, ns: 0 };
@@ -702,8 +711,8 @@ impl Cell {
     /// counts on the VRs the burst touched, and with a clock their charges: each its own run
     /// plus its share, by packets admitted, of the common work (`t0..first` and after `last`).
     fn settle(&mut self, w: &mut Worker, n: usize, t0: u64, first: u64, last: u64) {
-        let Cell { ports, pcs, vrs, accounts, tallies, egress, obs, .. } = self;
-        transmit_out(ports, pcs, egress, &mut w.info[..], tallies, &mut w.out, tap_of(obs));
+        self.tx(&mut w.info[..]).transmit(&mut w.out);
+        let Cell { vrs, accounts, tallies, .. } = self;
         let end = w.read_clock();
         let common = first.saturating_sub(t0) + end.saturating_sub(last);
         let timed = w.has_clock();
@@ -726,16 +735,13 @@ impl Cell {
                 self.egress.add(port, i as u16);
             }
         }
-        let tallies = &mut self.tallies;
-        let tap = tap_of(&mut self.obs);
-        self.egress.flush(
-            &mut self.ports,
-            &mut self.pcs,
-            &mut w.batch,
-            &w.info[..],
-            tap,
-            |t, sent| tallies[t.vr as usize].count(t.transit, t.len, sent),
-        );
+        self.tx(&mut w.info[..]).flush(&mut w.batch);
+    }
+
+    /// The cell's transmit side, tallying by `info`.
+    fn tx<'a>(&'a mut self, info: &'a mut [TxInfo]) -> Tx<'a> {
+        let Cell { ports, pcs, egress, tallies, obs, .. } = self;
+        Tx { ports, pcs, egress, info, tallies, tap: tap_of(obs) }
     }
 
     /// Ports' control-path work, neighbor timers of every VR, and whatever they or earlier
@@ -767,7 +773,9 @@ impl Cell {
         for (v, vr) in vrs.iter_mut().enumerate() {
             w.out.vr = v as u16;
             vr.tick(now, &mut w.out);
-            transmit_out(ports, pcs, egress, &mut w.info[..], tallies, &mut w.out, tap_of(obs));
+            let (info, tap) = (&mut w.info[..], tap_of(obs));
+            let mut tx = Tx { ports, pcs, egress, info, tallies: &mut tallies[..], tap };
+            tx.transmit(&mut w.out);
             vr.core.counters.add(&std::mem::take(&mut tallies[v]));
         }
     }

@@ -528,23 +528,21 @@ impl Switch {
         }
     }
 
-    /// Forwards the `n` frames of `batch` from slot `first` on, received on member `from`:
+    /// Forwards the frames in `slots` of `batch`, received on member `from`:
     /// pass 1 classifies and learns the whole burst, pass 2 sends each destination its list
     /// with one `tx_burst`.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn forward(
         &mut self,
         from: u16,
         batch: &mut Batch,
-        first: usize,
-        n: usize,
+        slots: std::ops::Range<usize>,
         ports: &mut [Box<dyn Port>],
         pcs: &mut [PortCounters],
         now: u64,
     ) {
-        self.counters.rx += n as u64;
+        self.counters.rx += slots.len() as u64;
         self.now = now;
-        for i in first..first + n {
+        for i in slots {
             self.classify(from, batch.get(i).frame(), i, now);
         }
         self.send_unicast(batch, ports, pcs);
