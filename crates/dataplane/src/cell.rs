@@ -21,6 +21,7 @@ use crate::budget::{Account, Admit};
 use crate::config::Reservation;
 use crate::counters::{PortCounters, StageCounters, TxTally, VrDrop};
 use crate::demux::{Conflict, Demux, Target, NO_KEY};
+use crate::egress::{Egress, Links, TxOutcome};
 use crate::observe::{Dir, Observe, Reason, Tap, Trace, TraceRecord};
 use crate::switch::Switch;
 use crate::vr::{BuildError, Fate, Lookup, Meta, OutQueue, Vr, VrAnswer, VrChange};
@@ -55,87 +56,53 @@ pub(crate) struct Run {
     ns: u64,
 }
 
-/// Per-port transmit lists (512 bytes a port).
-struct Egress {
-    sel: Vec<Vec<u16>>,
-    touched: Vec<u16>,
-    /// Transmit bursts and frames taken (the tx stage's counters).
-    bursts: u64,
-    packets: u64,
+/// The transmit side of a cell for one burst: its ports, their counters and transmit lists,
+/// and how what the VRs send is accounted.
+pub(crate) struct Tx<'a> {
+    links: Links<'a>,
+    tally: Tally<'a>,
 }
 
-impl Egress {
-    fn new(ports: usize) -> Egress {
-        Egress {
-            sel: (0..ports).map(|_| Vec::with_capacity(MAX_BURST)).collect(),
-            touched: Vec::with_capacity(ports),
-            bursts: 0,
-            packets: 0,
+/// How a cell accounts its VRs' transmits: each packet on its VR, by its [`TxInfo`] (a port's
+/// refusal as `tx_full` or `generated_dropped`); the transmit stage; a capture's copies.
+struct Tally<'a> {
+    info: &'a mut [TxInfo],
+    tallies: &'a mut [TxTally],
+    stages: &'a mut StageCounters,
+    tap: Option<&'a mut Tap>,
+    /// Frames the capture staged for the port being sent on.
+    staged: usize,
+}
+
+impl TxOutcome for Tally<'_> {
+    #[inline]
+    fn before(&mut self, p: u16, batch: &mut Batch, sel: &[u16]) {
+        if let Some(t) = self.tap.as_deref_mut() {
+            self.staged = t.stage_tx(p as usize, batch.packets(), sel);
         }
     }
 
     #[inline]
-    fn add(&mut self, port: u16, i: u16) {
-        let sel = &mut self.sel[port as usize];
-        if sel.is_empty() {
-            self.touched.push(port);
-        }
-        sel.push(i);
-    }
-
-    /// Sends each port's list with one `tx_burst` and reports every packet's outcome.
-    fn flush(
-        &mut self,
-        ports: &mut [Box<dyn Port>],
-        pcs: &mut [PortCounters],
-        batch: &mut Batch,
-        info: &[TxInfo],
-        mut tap: Option<&mut Tap>,
-        mut outcome: impl FnMut(&TxInfo, bool),
-    ) {
-        for &p in &self.touched {
-            let sel = &mut self.sel[p as usize];
-            let staged = match tap.as_deref_mut() {
-                Some(t) => t.stage_tx(p as usize, batch.packets(), sel),
-                None => 0,
-            };
-            let k = ports[p as usize].tx_burst(batch, sel);
-            self.bursts += 1;
-            self.packets += k as u64;
-            if staged > 0 {
-                if let Some(t) = tap.as_deref_mut() {
-                    t.sent(staged.min(k));
-                }
+    fn after(&mut self, _p: u16, sel: &[u16], k: usize) {
+        self.stages.tx_bursts += 1;
+        self.stages.tx_packets += k as u64;
+        if self.staged > 0 {
+            if let Some(t) = self.tap.as_deref_mut() {
+                t.sent(self.staged.min(k));
             }
-            pcs[p as usize].tx_packets += k as u64;
-            for (j, &i) in sel.iter().enumerate() {
-                outcome(&info[i as usize], j < k);
-            }
-            sel.clear();
+            self.staged = 0;
         }
-        self.touched.clear();
+        for (j, &i) in sel.iter().enumerate() {
+            let t = &self.info[i as usize];
+            self.tallies[t.vr as usize].count(t.transit, t.len, j < k);
+        }
     }
-}
-
-/// The transmit side of a cell for one burst: its ports, their counters and transmit lists,
-/// and where each packet's outcome is tallied (per VR, by the packet's [`TxInfo`]).
-pub(crate) struct Tx<'a> {
-    ports: &'a mut [Box<dyn Port>],
-    pcs: &'a mut [PortCounters],
-    egress: &'a mut Egress,
-    info: &'a mut [TxInfo],
-    tallies: &'a mut [TxTally],
-    tap: Option<&'a mut Tap>,
 }
 
 impl Tx<'_> {
     /// Sends what was staged from `batch` and tallies each packet on its VR.
     fn flush(&mut self, batch: &mut Batch) {
-        let tallies = &mut *self.tallies;
-        let tap = self.tap.as_deref_mut();
-        self.egress.flush(self.ports, self.pcs, batch, self.info, tap, |t, sent| {
-            tallies[t.vr as usize].count(t.transit, t.len, sent)
-        });
+        self.links.flush(batch, &mut self.tally);
     }
 
     /// Transmits what VRs made (`out`) and empties it.
@@ -144,8 +111,8 @@ impl Tx<'_> {
             return;
         }
         for (k, &(port, transit, vr)) in out.dest.iter().enumerate() {
-            self.info[k] = TxInfo { vr, len: out.batch.get(k).len() as u16, transit };
-            self.egress.add(port, k as u16);
+            self.tally.info[k] = TxInfo { vr, len: out.batch.get(k).len() as u16, transit };
+            self.links.egress.add(port, k as u16);
         }
         self.flush(&mut out.batch);
         out.clear();
@@ -290,7 +257,7 @@ pub struct Cell {
     link_down: Vec<bool>,
     /// Capture and trace: `None` (the fast path) unless one runs.
     obs: Option<Box<Observe>>,
-    /// Receive and VR stage counters (transmit's are the egress's).
+    /// Receive, VR and transmit stage counters.
     stages: StageCounters,
     /// A live migration's redirects and feeds: `None` (the fast path) unless one runs.
     handoff: Option<Box<handoff::Handoff>>,
@@ -403,11 +370,7 @@ impl Cell {
 
     /// Per-stage bursts and packets (receive, VR pipeline, transmit).
     pub fn stages(&self) -> StageCounters {
-        StageCounters {
-            tx_bursts: self.egress.bursts,
-            tx_packets: self.egress.packets,
-            ..self.stages
-        }
+        self.stages
     }
 
     /// Port `p`'s receive burst.
@@ -451,8 +414,9 @@ impl Cell {
                 continue;
             }
             if let Some((s, m)) = self.member_of[p] {
-                let sw = &mut self.switches[s as usize];
-                sw.forward(m, &mut w.batch, base..base + n, &mut self.ports, &mut self.pcs, now);
+                let Cell { ports, pcs, egress, switches, .. } = self;
+                let mut links = Links { ports, pcs, egress };
+                switches[s as usize].forward(&mut links, m, &mut w.batch, base..base + n, now);
                 let t = w.read_clock();
                 w.spare.add_necessary(t.saturating_sub(t0));
                 continue;
@@ -672,14 +636,16 @@ impl Cell {
                 stages.vr_bursts += 1;
                 stages.vr_packets += k as u64;
                 out.vr = v as u16;
-                let tx = Tx {
-                    ports: &mut ports[..],
-                    pcs: &mut pcs[..],
-                    egress: &mut *egress,
+                let tally = Tally {
                     info: &mut info[..],
                     tallies: &mut tallies[..],
+                    stages: &mut *stages,
                     tap: None,
+                    staged: 0,
                 };
+                let links =
+                    Links { ports: &mut ports[..], pcs: &mut pcs[..], egress: &mut *egress };
+                let tx = Tx { links, tally };
                 let mut cx = Burst { now, lookup, out, tx };
                 // Observed: one packet at a time, to learn each one's fate (one call site of
                 // the pipeline either way, so the fast path's code is what it was).
@@ -740,14 +706,16 @@ impl Cell {
 
     /// The cell's transmit side, tallying by `info`.
     fn tx<'a>(&'a mut self, info: &'a mut [TxInfo]) -> Tx<'a> {
-        let Cell { ports, pcs, egress, tallies, obs, .. } = self;
-        Tx { ports, pcs, egress, info, tallies, tap: tap_of(obs) }
+        let Cell { ports, pcs, egress, tallies, stages, obs, .. } = self;
+        let tally = Tally { info, tallies, stages, tap: tap_of(obs), staged: 0 };
+        Tx { links: Links { ports, pcs, egress }, tally }
     }
 
     /// Ports' control-path work, neighbor timers of every VR, and whatever they or earlier
     /// resolutions left to send.
     fn housekeeping(&mut self, w: &mut Worker, now: u64) {
-        let Cell { ports, pcs, vrs, tallies, egress, link_down, obs, service_at, .. } = self;
+        let Cell { ports, pcs, vrs, tallies, egress, link_down, obs, stages, service_at, .. } =
+            self;
         let n = ports.len();
         for k in 0..n.min(SERVICE_PER_RUN) {
             let p = (*service_at + k) % n;
@@ -774,7 +742,8 @@ impl Cell {
             w.out.vr = v as u16;
             vr.tick(now, &mut w.out);
             let (info, tap) = (&mut w.info[..], tap_of(obs));
-            let mut tx = Tx { ports, pcs, egress, info, tallies: &mut tallies[..], tap };
+            let tally = Tally { info, tallies: &mut tallies[..], stages, tap, staged: 0 };
+            let mut tx = Tx { links: Links { ports, pcs, egress }, tally };
             tx.transmit(&mut w.out);
             vr.core.counters.add(&std::mem::take(&mut tallies[v]));
         }
@@ -871,7 +840,7 @@ impl Cell {
         let added = self.ports.len() - n;
         self.pcs.extend((0..added).map(|_| PortCounters::default()));
         self.burst.extend((0..added).map(|_| MAX_BURST as u16));
-        self.egress.sel.extend((0..added).map(|_| Vec::with_capacity(MAX_BURST)));
+        self.egress.add_ports(added);
         self.link_down.extend((0..added).map(|_| false));
         self.batch.push(MAX_BURST as u16);
         self.accounts.push(Account::default());
