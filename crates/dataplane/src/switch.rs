@@ -40,6 +40,7 @@ use ports::{Batch, MAX_BURST};
 use wire::{igmp, ip_proto, ipv4, ipv6, mld, MacAddr};
 
 use crate::config::PortId;
+use crate::counters::drop_reasons;
 use crate::egress::{Links, TxOutcome};
 use crate::l2;
 
@@ -97,39 +98,23 @@ pub const DEFAULT_GROUPS: u32 = 256;
 /// Default `group_timeout_ms`: RFC 3376's group membership interval (2 × 125 s + 10 s).
 pub const DEFAULT_GROUP_TIMEOUT_MS: u64 = 260_000;
 
-macro_rules! switch_drops {
-    ($($v:ident = $s:literal, $doc:literal;)*) => {
-        /// Why a switch dropped a frame.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        #[repr(u8)]
-        pub enum SwitchDrop { $(#[doc = $doc] $v,)* }
-
-        impl SwitchDrop {
-            /// Every reason, in counter order.
-            pub const ALL: &'static [SwitchDrop] = &[$(SwitchDrop::$v,)*];
-            /// Number of reasons.
-            pub const COUNT: usize = Self::ALL.len();
-            /// The reason's name in tables and JSON.
-            pub const fn name(self) -> &'static str {
-                match self { $(SwitchDrop::$v => $s,)* }
-            }
-        }
-    };
-}
-
-switch_drops! {
-    Runt = "runt", "Shorter than an Ethernet (or 802.1Q) header.";
-    SamePort = "same_port", "The destination station sits on the port the frame came from.";
-    VlanNotAllowed = "vlan_not_allowed", "Tagged with a VLAN the trunk does not carry.";
-    UntaggedOnTrunk = "untagged_on_trunk", "Untagged on a trunk without a native VLAN.";
-    TaggedOnAccess = "tagged_on_access", "Tagged (VLAN 1..4094) on an access port.";
-    TxFull = "tx_full", "The destination port's ring was full.";
-    GroupMessageMalformed = "igmp_mld_malformed", "An IGMP or MLD message too short, with a bad checksum or a truncated record.";
-}
-
-impl fmt::Display for SwitchDrop {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+drop_reasons! {
+    /// Why a switch dropped a frame.
+    SwitchDrop {
+        /// Shorter than an Ethernet (or 802.1Q) header.
+        Runt = "runt",
+        /// The destination station sits on the port the frame came from.
+        SamePort = "same_port",
+        /// Tagged with a VLAN the trunk does not carry.
+        VlanNotAllowed = "vlan_not_allowed",
+        /// Untagged on a trunk without a native VLAN.
+        UntaggedOnTrunk = "untagged_on_trunk",
+        /// Tagged (VLAN 1..4094) on an access port.
+        TaggedOnAccess = "tagged_on_access",
+        /// The destination port's ring was full.
+        TxFull = "tx_full",
+        /// An IGMP or MLD message too short, with a bad checksum or a truncated record.
+        GroupMessageMalformed = "igmp_mld_malformed",
     }
 }
 
