@@ -37,7 +37,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 
 use ports::{Batch, MAX_BURST};
-use wire::{igmp, ip_proto, ipv4, ipv6, mld, MacAddr};
+use wire::{ethernet, igmp, ip_proto, ipv4, ipv6, mld, vlan, MacAddr};
 
 use crate::config::PortId;
 use crate::counters::drop_reasons;
@@ -546,7 +546,7 @@ impl Switch {
         };
         self.vlan[i] = vlan;
         self.l3[i] = h.l3 as u8;
-        let src = MacAddr::from_bytes(&f[6..12]);
+        let src = ethernet::Frame::new_unchecked(f).src_addr();
         if src.is_unicast() {
             self.learn(from, key(vlan, src), now);
         }
@@ -940,14 +940,13 @@ fn retag(buf: &mut ports::PktBuf, l3: usize, tag: Option<u16>) {
     let want = if tag.is_some() { l2::ETH_VLAN_LEN } else { l2::ETH_LEN };
     if want == l3 {
         if let Some(v) = tag {
-            let f = buf.frame_mut();
-            let tci = u16::from_be_bytes([f[14], f[15]]) & 0xf000 | v;
-            f[14..16].copy_from_slice(&tci.to_be_bytes());
+            vlan::Tag::new_unchecked(&mut buf.frame_mut()[l2::ETH_LEN..]).set_vid(v);
         }
         return;
     }
     let f = buf.frame();
-    let (dst, src) = (MacAddr::from_bytes(&f[0..6]), MacAddr::from_bytes(&f[6..12]));
+    let eth = ethernet::Frame::new_unchecked(f);
+    let (dst, src) = (eth.dst_addr(), eth.src_addr());
     let et = u16::from_be_bytes([f[l3 - 2], f[l3 - 1]]);
     l2::write(buf, l3, tag, dst, src, et);
 }

@@ -125,8 +125,9 @@ impl Core {
         let l3 = m.l3 as usize;
         let rw = &self.rewrite[nh as usize];
         if rw.epoch == self.neigh.epoch() && cx.now < rw.until {
-            let ip = &buf.frame()[l3..];
-            if ip[0] == 0x45 && ip[8] > 1 && ip.len() <= rw.mtu as usize {
+            let f = &buf.frame()[l3..];
+            let ip = ipv4::Packet::new_unchecked(f);
+            if ip.is_basic() && ip.ttl() > 1 && f.len() <= rw.mtu as usize {
                 ipv4::Packet::new_unchecked(&mut buf.frame_mut()[l3..]).decrement_ttl();
                 rw.apply(buf, l3);
                 return Fate::Tx { port: rw.port, transit: true };
@@ -154,20 +155,21 @@ impl Core {
             }
             Adj::Unreachable | Adj::Prohibit => return self.reject4(buf, m, nh, now),
         };
-        let ip = &buf.frame()[l3..];
-        if ip[8] <= 1 {
+        let f = &buf.frame()[l3..];
+        let ip = ipv4::Packet::new_unchecked(f);
+        if ip.ttl() <= 1 {
             let (t, c) = (icmpv4::TIME_EXCEEDED, icmpv4::TTL_EXCEEDED_IN_TRANSIT);
             return self.icmp4_error(buf, m, Icmp(t, c, 0), VrDrop::TtlExpired, now);
         }
         let mtu = self.ifaces[iface as usize].mtu;
-        let too_big = ip.len() > mtu as usize;
-        let df = ip[6] & 0x40 != 0;
+        let too_big = f.len() > mtu as usize;
+        let df = ip.dont_frag();
         if too_big && df {
             let (t, c) = (icmpv4::DEST_UNREACHABLE, icmpv4::FRAG_NEEDED);
             return self.icmp4_error(buf, m, Icmp(t, c, mtu as u32), VrDrop::MtuExceeded, now);
         }
         ipv4::Packet::new_unchecked(&mut buf.frame_mut()[l3..]).decrement_ttl();
-        if buf.frame()[l3] != 0x45 {
+        if !ipv4::Packet::new_unchecked(&buf.frame()[l3..]).is_basic() {
             self.stamp_options4(buf, l3, iface, now);
         }
         if too_big {
