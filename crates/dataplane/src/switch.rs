@@ -3,8 +3,9 @@
 //! Member ports are access ports (one VLAN, frames untagged on the wire) or trunks (a set of
 //! VLANs, tagged, with an optional untagged native VLAN). A burst from one member is forwarded
 //! in VALE's two passes (nm_vale_flush): first every frame is classified, its source learned
-//! and its destination looked up, building one list per destination member; then each
-//! destination gets one `tx_burst` for its whole list. The first pass learns the whole burst
+//! and its destination looked up, building one list per destination member (on the cell's
+//! per-port transmit lists, `egress.rs`); then each destination gets one `tx_burst` for its
+//! whole list. The first pass learns the whole burst
 //! before anything is forwarded, as VPP's l2-learn node runs before l2-fwd: a reply in the
 //! same burst already finds its station.
 //!
