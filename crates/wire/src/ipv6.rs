@@ -136,19 +136,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.buffer.as_ref()[field::HOP_LIMIT]
     }
 
-    /// Whether the source is link-local unicast (fe80::/10), read from its first two bytes
-    /// alone.
-    #[inline]
-    pub fn src_is_link_local(&self) -> bool {
-        is_link_local(&self.buffer.as_ref()[field::SRC_ADDR])
-    }
-
-    /// Whether the destination is link-local unicast (fe80::/10), from its first two bytes.
-    #[inline]
-    pub fn dst_is_link_local(&self) -> bool {
-        is_link_local(&self.buffer.as_ref()[field::DST_ADDR])
-    }
-
     /// The source address.
     #[inline]
     pub fn src_addr(&self) -> Ipv6Addr {
@@ -355,12 +342,6 @@ impl Ipv6Repr {
         packet.set_src_addr(self.src);
         packet.set_dst_addr(self.dst);
     }
-}
-
-/// fe80::/10 from an address's first two bytes.
-#[inline]
-fn is_link_local(a: &[u8]) -> bool {
-    a[0] == 0xfe && a[1] & 0xc0 == 0x80
 }
 
 #[cfg(test)]

@@ -125,9 +125,10 @@ impl Core {
         let l3 = m.l3 as usize;
         let rw = &self.rewrite[nh as usize];
         if rw.epoch == self.neigh.epoch() && cx.now < rw.until {
-            let f = &buf.frame()[l3..];
-            let ip = ipv4::Packet::new_unchecked(f);
-            if ip.is_basic() && ip.ttl() > 1 && f.len() <= rw.mtu as usize {
+            // Raw bytes (version/IHL, TTL): through `ipv4::Packet` this check measured 7 more
+            // instructions a packet (cachegrind, `routeplex bench pipeline`).
+            let ip = &buf.frame()[l3..];
+            if ip[0] == 0x45 && ip[8] > 1 && ip.len() <= rw.mtu as usize {
                 ipv4::Packet::new_unchecked(&mut buf.frame_mut()[l3..]).decrement_ttl();
                 rw.apply(buf, l3);
                 return Fate::Tx { port: rw.port, transit: true };

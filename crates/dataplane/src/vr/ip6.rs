@@ -98,11 +98,12 @@ impl Core {
         let l3 = m.l3 as usize;
         let rw = &self.rewrite[nh as usize];
         if rw.epoch == self.neigh.epoch() && cx.now < rw.until {
-            let f = &buf.frame()[l3..];
-            let ip = ipv6::Packet::new_unchecked(f);
-            let link_local = ip.src_is_link_local() || ip.dst_is_link_local();
-            if ip.hop_limit() > 1 && f.len() <= rw.mtu as usize && !link_local {
-                ipv6::Packet::new_unchecked(&mut buf.frame_mut()[l3..]).decrement_hop_limit();
+            // Raw bytes, as IPv4's fast path (see `forward4`).
+            let ip = &buf.frame()[l3..];
+            let link_local = (ip[8] == 0xfe && ip[9] & 0xc0 == 0x80)
+                || (ip[24] == 0xfe && ip[25] & 0xc0 == 0x80);
+            if ip[7] > 1 && ip.len() <= rw.mtu as usize && !link_local {
+                buf.frame_mut()[l3 + 7] -= 1;
                 rw.apply(buf, l3);
                 return Fate::Tx { port: rw.port, transit: true };
             }
