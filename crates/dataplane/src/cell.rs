@@ -21,6 +21,7 @@ use crate::budget::{Account, Admit};
 use crate::config::Reservation;
 use crate::counters::{PortCounters, StageCounters, TxTally, VrDrop};
 use crate::demux::{Conflict, Demux, Target, NO_KEY};
+use crate::egress::{Egress, Links, TxOutcome};
 use crate::observe::{Dir, Observe, Reason, Tap, Trace, TraceRecord};
 use crate::switch::Switch;
 use crate::vr::{BuildError, Fate, Lookup, Meta, OutQueue, Vr, VrAnswer, VrChange};
@@ -55,89 +56,84 @@ pub(crate) struct Run {
     ns: u64,
 }
 
-/// Per-port transmit lists (512 bytes a port).
-struct Egress {
-    sel: Vec<Vec<u16>>,
-    touched: Vec<u16>,
-    /// Transmit bursts and frames taken (the tx stage's counters).
-    bursts: u64,
-    packets: u64,
+/// The transmit side of a cell for one burst: its ports, their counters and transmit lists,
+/// and how what the VRs send is accounted.
+pub(crate) struct Tx<'a> {
+    links: Links<'a>,
+    tally: Tally<'a>,
 }
 
-impl Egress {
-    fn new(ports: usize) -> Egress {
-        Egress {
-            sel: (0..ports).map(|_| Vec::with_capacity(MAX_BURST)).collect(),
-            touched: Vec::with_capacity(ports),
-            bursts: 0,
-            packets: 0,
+/// How a cell accounts its VRs' transmits: each packet on its VR, by its [`TxInfo`] (a port's
+/// refusal as `tx_full` or `generated_dropped`); the transmit stage; a capture's copies.
+struct Tally<'a> {
+    info: &'a mut [TxInfo],
+    tallies: &'a mut [TxTally],
+    stages: &'a mut StageCounters,
+    tap: Option<&'a mut Tap>,
+    /// Frames the capture staged for the port being sent on.
+    staged: usize,
+}
+
+impl TxOutcome for Tally<'_> {
+    #[inline]
+    fn before(&mut self, p: u16, batch: &mut Batch, sel: &[u16]) {
+        if let Some(t) = self.tap.as_deref_mut() {
+            self.staged = t.stage_tx(p as usize, batch.packets(), sel);
         }
     }
 
     #[inline]
-    fn add(&mut self, port: u16, i: u16) {
-        let sel = &mut self.sel[port as usize];
-        if sel.is_empty() {
-            self.touched.push(port);
-        }
-        sel.push(i);
-    }
-
-    /// Sends each port's list with one `tx_burst` and reports every packet's outcome.
-    fn flush(
-        &mut self,
-        ports: &mut [Box<dyn Port>],
-        pcs: &mut [PortCounters],
-        batch: &mut Batch,
-        info: &[TxInfo],
-        mut tap: Option<&mut Tap>,
-        mut outcome: impl FnMut(&TxInfo, bool),
-    ) {
-        for &p in &self.touched {
-            let sel = &mut self.sel[p as usize];
-            let staged = match tap.as_deref_mut() {
-                Some(t) => t.stage_tx(p as usize, batch.packets(), sel),
-                None => 0,
-            };
-            let k = ports[p as usize].tx_burst(batch, sel);
-            self.bursts += 1;
-            self.packets += k as u64;
-            if staged > 0 {
-                if let Some(t) = tap.as_deref_mut() {
-                    t.sent(staged.min(k));
-                }
+    fn after(&mut self, _p: u16, sel: &[u16], k: usize) {
+        self.stages.tx_bursts += 1;
+        self.stages.tx_packets += k as u64;
+        if self.staged > 0 {
+            if let Some(t) = self.tap.as_deref_mut() {
+                t.sent(self.staged.min(k));
             }
-            pcs[p as usize].tx_packets += k as u64;
-            for (j, &i) in sel.iter().enumerate() {
-                outcome(&info[i as usize], j < k);
-            }
-            sel.clear();
+            self.staged = 0;
         }
-        self.touched.clear();
+        for (j, &i) in sel.iter().enumerate() {
+            let t = &self.info[i as usize];
+            self.tallies[t.vr as usize].count(t.transit, t.len, j < k);
+        }
     }
 }
 
-/// Transmits what VRs made (`out`) and empties it, tallying outcomes per VR.
-fn transmit_out(
-    ports: &mut [Box<dyn Port>],
-    pcs: &mut [PortCounters],
-    egress: &mut Egress,
-    info: &mut [TxInfo],
-    tallies: &mut [TxTally],
-    out: &mut OutQueue,
-    tap: Option<&mut Tap>,
-) {
-    if out.batch.is_empty() {
-        return;
+impl Tx<'_> {
+    /// Sends what was staged from `batch` and tallies each packet on its VR.
+    fn flush(&mut self, batch: &mut Batch) {
+        self.links.flush(batch, &mut self.tally);
     }
-    for (k, &(port, transit, vr)) in out.dest.iter().enumerate() {
-        info[k] = TxInfo { vr, len: out.batch.get(k).len() as u16, transit };
-        egress.add(port, k as u16);
+
+    /// Transmits what VRs made (`out`) and empties it.
+    fn transmit(&mut self, out: &mut OutQueue) {
+        if out.batch.is_empty() {
+            return;
+        }
+        for (k, &(port, transit, vr)) in out.dest.iter().enumerate() {
+            self.tally.info[k] = TxInfo { vr, len: out.batch.get(k).len() as u16, transit };
+            self.links.egress.add(port, k as u16);
+        }
+        self.flush(&mut out.batch);
+        out.clear();
     }
-    egress.flush(ports, pcs, &mut out.batch, info, tap, |t, sent| {
-        tallies[t.vr as usize].count(t.transit, t.len, sent)
-    });
-    out.clear();
+}
+
+/// What one burst's VR runs share: its time, the lookup scratch, the queue of packets the VRs
+/// make, and the cell's transmit side, so a VR can have that queue sent before the burst ends.
+pub(crate) struct Burst<'a> {
+    pub now: u64,
+    pub lookup: &'a mut Lookup,
+    pub out: &'a mut OutQueue,
+    tx: Tx<'a>,
+}
+
+impl Burst<'_> {
+    /// Sends `out` now, counting outcomes on the VRs concerned: fragmentation can make more
+    /// packets than `out` holds.
+    pub fn flush_out(&mut self) {
+        self.tx.transmit(self.out);
+    }
 }
 
 /// Counts packets `sel` of `batch` as demuxed to `vr` and dropped for `r` before it saw them.
@@ -149,22 +145,20 @@ fn refuse(vr: &mut Vr, batch: &Batch, sel: &[u16], r: VrDrop) {
     vr.core.counters.refuse(r, sel.len() as u64, bytes);
 }
 
-/// Observation of packets refused at admission (`sel` of VR `v`, received on port `p`).
-#[allow(clippy::too_many_arguments)]
-#[cold]
-fn refused(
-    o: &mut Observe,
-    v: usize,
-    p: usize,
-    batch: &Batch,
-    meta: &[Meta],
-    sel: &[u16],
-    r: VrDrop,
+/// Where and when observed packets were: VR `vr`, received on port `port`, at `now`.
+#[derive(Clone, Copy)]
+struct At {
+    vr: usize,
+    port: usize,
     now: u64,
-) {
+}
+
+/// Observation of packets refused at admission (`sel`).
+#[cold]
+fn refused(o: &mut Observe, at: At, batch: &Batch, meta: &[Meta], sel: &[u16], r: VrDrop) {
     for &i in sel {
         let i = i as usize;
-        observed_fate(o, v, p, batch.get(i), &meta[i], None, Some(r), now);
+        observed_fate(o, at, batch.get(i), &meta[i], None, Some(r));
     }
 }
 
@@ -180,52 +174,45 @@ fn observe_before(obs: &mut Option<Box<Observe>>, vr: &Vr, lookup: &mut Lookup) 
 
 /// Observed, after packet `i`'s run: its drop reason (the counter that moved), lookup and
 /// egress.
-#[allow(clippy::too_many_arguments)]
 #[cold]
 #[inline(never)]
 fn observe_after(
     obs: &mut Option<Box<Observe>>,
     vr: &Vr,
-    v: usize,
-    p: usize,
+    at: At,
     batch: &Batch,
     meta: &[Meta],
     i: u16,
     lookup: &Lookup,
-    now: u64,
 ) {
     let Some(o) = obs.as_deref_mut() else { return };
     let after = &vr.core.counters.drops;
     let drop = VrDrop::ALL.iter().copied().find(|&r| after[r as usize] != o.before[r as usize]);
     let found = lookup.single().map(|(a, nh)| (a, nh, vr.adj(nh)));
     let i = i as usize;
-    observed_fate(o, v, p, batch.get(i), &meta[i], found, drop, now);
+    observed_fate(o, at, batch.get(i), &meta[i], found, drop);
 }
 
-/// Records what became of one packet of VR `v` received on port `p`: a capture's drop copy, a
-/// trace record.
-#[allow(clippy::too_many_arguments)]
+/// Records what became of one packet: a capture's drop copy, a trace record.
 fn observed_fate(
     o: &mut Observe,
-    v: usize,
-    p: usize,
+    at: At,
     pkt: &ports::PktBuf,
     m: &Meta,
     lookup: Option<(std::net::IpAddr, fib::NextHop, crate::vr::Adj)>,
     drop: Option<VrDrop>,
-    now: u64,
 ) {
     if let (Some(t), Some(r)) = (o.tap.as_mut(), drop) {
-        if t.wants_drops(p) {
+        if t.wants_drops(at.port) {
             t.record(Dir::Drop, Some(Reason::Vr(r)), pkt.frame());
         }
     }
     if let Some(t) = o.trace.as_mut() {
-        if t.vr as usize == v && t.left > 0 && t.records.len() < t.records.capacity() {
+        if t.vr as usize == at.vr && t.left > 0 && t.records.len() < t.records.capacity() {
             t.left -= 1;
             t.records.push(TraceRecord {
-                ts: now,
-                port: p as u16,
+                ts: at.now,
+                port: at.port as u16,
                 len: pkt.len() as u16,
                 iface: m.iface,
                 ethertype: m.ethertype,
@@ -270,7 +257,7 @@ pub struct Cell {
     link_down: Vec<bool>,
     /// Capture and trace: `None` (the fast path) unless one runs.
     obs: Option<Box<Observe>>,
-    /// Receive and VR stage counters (transmit's are the egress's).
+    /// Receive, VR and transmit stage counters.
     stages: StageCounters,
     /// A live migration's redirects and feeds: `None` (the fast path) unless one runs.
     handoff: Option<Box<handoff::Handoff>>,
@@ -383,11 +370,7 @@ impl Cell {
 
     /// Per-stage bursts and packets (receive, VR pipeline, transmit).
     pub fn stages(&self) -> StageCounters {
-        StageCounters {
-            tx_bursts: self.egress.bursts,
-            tx_packets: self.egress.packets,
-            ..self.stages
-        }
+        self.stages
     }
 
     /// Port `p`'s receive burst.
@@ -432,8 +415,9 @@ impl Cell {
                 continue;
             }
             if let Some((s, m)) = self.member_of[p] {
-                let sw = &mut self.switches[s as usize];
-                sw.forward(m, &mut w.batch, base, n, &mut self.ports, &mut self.pcs, now);
+                let Cell { ports, pcs, egress, switches, .. } = self;
+                let mut links = Links { ports, pcs, egress };
+                switches[s as usize].forward(&mut links, m, &mut w.batch, base..base + n, now);
                 let t = w.read_clock();
                 w.spare.add_necessary(t.saturating_sub(t0));
                 w.busy_since = Some(t);
@@ -483,16 +467,7 @@ impl Cell {
                 self.egress.add(port, i as u16);
             }
         }
-        let tallies = &mut self.tallies;
-        let tap = tap_of(&mut self.obs);
-        self.egress.flush(
-            &mut self.ports,
-            &mut self.pcs,
-            &mut w.batch,
-            &w.info[..],
-            tap,
-            |t, sent| tallies[t.vr as usize].count(t.transit, t.len, sent),
-        );
+        self.tx(&mut w.info[..]).flush(&mut w.batch);
         self.vrs[v].core.counters.add(&std::mem::take(&mut self.tallies[v]));
     }
 
@@ -650,10 +625,11 @@ impl Cell {
             let k = admit.total();
             refuse(&mut vrs[v], batch, &sel[k..lim], VrDrop::OverBudget);
             refuse(&mut vrs[v], batch, &sel[lim..n], VrDrop::BatchLimit);
+            let at = At { vr: v, port: observed.unwrap_or(0), now };
             let slow = match (observed, obs.as_deref_mut()) {
                 (Some(p), Some(o)) if o.wants(v, p) => {
-                    refused(o, v, p, batch, &meta[..], &sel[k..lim], VrDrop::OverBudget, now);
-                    refused(o, v, p, batch, &meta[..], &sel[lim..n], VrDrop::BatchLimit, now);
+                    refused(o, at, batch, &meta[..], &sel[k..lim], VrDrop::OverBudget);
+                    refused(o, at, batch, &meta[..], &sel[lim..n], VrDrop::BatchLimit);
                     true
                 }
                 _ => false,
@@ -662,32 +638,31 @@ impl Cell {
                 stages.vr_bursts += 1;
                 stages.vr_packets += k as u64;
                 out.vr = v as u16;
-                let mut flush = |o: &mut OutQueue| {
-                    transmit_out(ports, pcs, egress, &mut info[..], tallies, o, None)
+                let tally = Tally {
+                    info: &mut info[..],
+                    tallies: &mut tallies[..],
+                    stages: &mut *stages,
+                    tap: None,
+                    staged: 0,
                 };
+                let links =
+                    Links { ports: &mut ports[..], pcs: &mut pcs[..], egress: &mut *egress };
+                let tx = Tx { links, tally };
+                let mut cx = Burst { now, lookup, out, tx };
                 // Observed: one packet at a time, to learn each one's fate (one call site of
                 // the pipeline either way, so the fast path's code is what it was).
                 let step = if slow { 1 } else { k };
-                let mut at = 0;
-                while at < k {
-                    let part = &sel[at..at + step];
+                let mut from = 0;
+                while from < k {
+                    let part = &sel[from..from + step];
                     if slow {
-                        observe_before(obs, &vrs[v], lookup);
+                        observe_before(obs, &vrs[v], cx.lookup);
                     }
-                    vrs[v].process(
-                        batch.packets_mut(),
-                        part,
-                        &mut meta[..],
-                        now,
-                        lookup,
-                        out,
-                        &mut flush,
-                    );
+                    vrs[v].process(&mut cx, batch.packets_mut(), &mut meta[..], part);
                     if slow {
-                        let p = observed.unwrap_or(0);
-                        observe_after(obs, &vrs[v], v, p, batch, &meta[..], part[0], lookup, now);
+                        observe_after(obs, &vrs[v], at, batch, &meta[..], part[0], cx.lookup);
                     }
-                    at += step;
+                    from += step;
                 }
             }
             runs[j] = Run { admit, ns: 0 };
@@ -704,8 +679,8 @@ impl Cell {
     /// counts on the VRs the burst touched, and with a clock their charges: each its own run
     /// plus its share, by packets admitted, of the common work (`t0..first` and after `last`).
     fn settle(&mut self, w: &mut Worker, n: usize, t0: u64, first: u64, last: u64) {
-        let Cell { ports, pcs, vrs, accounts, tallies, egress, obs, .. } = self;
-        transmit_out(ports, pcs, egress, &mut w.info[..], tallies, &mut w.out, tap_of(obs));
+        self.tx(&mut w.info[..]).transmit(&mut w.out);
+        let Cell { vrs, accounts, tallies, .. } = self;
         let end = w.read_clock();
         w.busy_since = Some(end);
         let common = first.saturating_sub(t0) + end.saturating_sub(last);
@@ -729,22 +704,21 @@ impl Cell {
                 self.egress.add(port, i as u16);
             }
         }
-        let tallies = &mut self.tallies;
-        let tap = tap_of(&mut self.obs);
-        self.egress.flush(
-            &mut self.ports,
-            &mut self.pcs,
-            &mut w.batch,
-            &w.info[..],
-            tap,
-            |t, sent| tallies[t.vr as usize].count(t.transit, t.len, sent),
-        );
+        self.tx(&mut w.info[..]).flush(&mut w.batch);
+    }
+
+    /// The cell's transmit side, tallying by `info`.
+    fn tx<'a>(&'a mut self, info: &'a mut [TxInfo]) -> Tx<'a> {
+        let Cell { ports, pcs, egress, tallies, stages, obs, .. } = self;
+        let tally = Tally { info, tallies, stages, tap: tap_of(obs), staged: 0 };
+        Tx { links: Links { ports, pcs, egress }, tally }
     }
 
     /// Ports' control-path work, neighbor timers of every VR, and whatever they or earlier
     /// resolutions left to send.
     fn housekeeping(&mut self, w: &mut Worker, now: u64) {
-        let Cell { ports, pcs, vrs, tallies, egress, link_down, obs, service_at, .. } = self;
+        let Cell { ports, pcs, vrs, tallies, egress, link_down, obs, stages, service_at, .. } =
+            self;
         let n = ports.len();
         for k in 0..n.min(SERVICE_PER_RUN) {
             let p = (*service_at + k) % n;
@@ -770,7 +744,10 @@ impl Cell {
         for (v, vr) in vrs.iter_mut().enumerate() {
             w.out.vr = v as u16;
             vr.tick(now, &mut w.out);
-            transmit_out(ports, pcs, egress, &mut w.info[..], tallies, &mut w.out, tap_of(obs));
+            let (info, tap) = (&mut w.info[..], tap_of(obs));
+            let tally = Tally { info, tallies: &mut tallies[..], stages, tap, staged: 0 };
+            let mut tx = Tx { links: Links { ports, pcs, egress }, tally };
+            tx.transmit(&mut w.out);
             vr.core.counters.add(&std::mem::take(&mut tallies[v]));
         }
     }
@@ -866,7 +843,7 @@ impl Cell {
         let added = self.ports.len() - n;
         self.pcs.extend((0..added).map(|_| PortCounters::default()));
         self.burst.extend((0..added).map(|_| MAX_BURST as u16));
-        self.egress.sel.extend((0..added).map(|_| Vec::with_capacity(MAX_BURST)));
+        self.egress.add_ports(added);
         self.link_down.extend((0..added).map(|_| false));
         self.batch.push(MAX_BURST as u16);
         self.accounts.push(Account::default());

@@ -4,9 +4,10 @@
 //! reason. A frame that no VR claims is counted on its port; everything a VR touches is counted
 //! on that VR. Counters are plain integers owned by the worker that runs the stage.
 
-use std::fmt;
-
-macro_rules! reasons {
+/// Defines a drop-reason enum in one place: each reason's doc, variant and name, in counter
+/// order (the variant's value is its counter's index; names and order are what snapshots,
+/// metrics and `docs/dataplane.md` show), so a new reason is one entry here.
+macro_rules! drop_reasons {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal,)* }) => {
         $(#[$m])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -24,15 +25,16 @@ macro_rules! reasons {
             }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.name())
             }
         }
     };
 }
+pub(crate) use drop_reasons;
 
-reasons! {
+drop_reasons! {
     /// Why a port dropped a frame before any VR saw it (classification).
     PortDrop {
         /// Shorter than an Ethernet (or 802.1Q) header.
@@ -44,7 +46,7 @@ reasons! {
     }
 }
 
-reasons! {
+drop_reasons! {
     /// Why a VR dropped a packet.
     VrDrop {
         /// The VR had spent its reservation for the period: dropped by the engine right after

@@ -16,7 +16,7 @@
 //! - Stable: fixed constants, no per-process seed; the tests pin fixture values, so the
 //!   mapping of flows to replicas does not change between releases unless a test says so.
 
-use wire::ip_proto;
+use wire::{ip_proto, ipv4, ipv6};
 
 use crate::l2;
 
@@ -79,19 +79,20 @@ pub fn flow_hash(f: &[u8]) -> u64 {
 /// The flow hash of the IPv4 packet at `l3` of frame `f` (see the module doc).
 #[inline]
 pub(crate) fn hash4(f: &[u8], l3: usize) -> u64 {
-    let Some(ip) = f.get(l3..l3 + 20) else { return 0 };
-    if ip[0] >> 4 != 4 {
+    let Some(ip) = f.get(l3..l3 + ipv4::HEADER_LEN).map(ipv4::Packet::new_unchecked) else {
+        return 0;
+    };
+    if ip.version() != 4 {
         return 0;
     }
-    let ihl = usize::from(ip[0] & 0x0f) * 4;
-    let src = u128::from(u32::from_be_bytes([ip[12], ip[13], ip[14], ip[15]]));
-    let dst = u128::from(u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]));
-    let frag = u16::from_be_bytes([ip[6], ip[7]]);
+    let ihl = ip.header_len();
+    let src = u128::from(u32::from(ip.src_addr()));
+    let dst = u128::from(u32::from(ip.dst_addr()));
     // MF set or a nonzero offset: a fragment, hashed on its addresses alone.
-    if frag & 0x3fff != 0 || ihl < 20 {
+    if ip.is_fragment() || ihl < ipv4::HEADER_LEN {
         return pair(src, 0, dst, 0, 0);
     }
-    let proto = ip[9];
+    let proto = ip.protocol();
     if has_ports(proto) {
         if let Some((sp, dp)) = ports_at(f, l3 + ihl) {
             return pair(src, sp, dst, dp, proto);
@@ -106,18 +107,15 @@ pub(crate) fn hash4(f: &[u8], l3: usize) -> u64 {
 /// The flow hash of the IPv6 packet at `l3` of frame `f` (see the module doc).
 #[inline]
 pub(crate) fn hash6(f: &[u8], l3: usize) -> u64 {
-    let Some(ip) = f.get(l3..l3 + 40) else { return 0 };
-    if ip[0] >> 4 != 6 {
+    let Some(ip) = f.get(l3..l3 + ipv6::HEADER_LEN).map(ipv6::Packet::new_unchecked) else {
+        return 0;
+    };
+    if ip.version() != 6 {
         return 0;
     }
-    let addr = |o: usize| {
-        let mut b = [0u8; 16];
-        b.copy_from_slice(&ip[o..o + 16]);
-        u128::from_be_bytes(b)
-    };
-    let (src, dst) = (addr(8), addr(24));
-    let mut next = ip[6];
-    let mut at = l3 + 40;
+    let (src, dst) = (u128::from(ip.src_addr()), u128::from(ip.dst_addr()));
+    let mut next = ip.next_header();
+    let mut at = l3 + ipv6::HEADER_LEN;
     for _ in 0..MAX_EXT {
         match next {
             HOP_BY_HOP | ROUTING | DEST_OPTS => {

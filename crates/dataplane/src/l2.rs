@@ -1,12 +1,12 @@
 //! Ethernet and 802.1Q framing shared by classification and egress.
 
 use ports::PktBuf;
-use wire::{ethertype, MacAddr};
+use wire::{ethernet, ethertype, vlan, MacAddr};
 
 /// Length of an untagged Ethernet header.
-pub(crate) const ETH_LEN: usize = 14;
+pub(crate) const ETH_LEN: usize = ethernet::HEADER_LEN;
 /// Length of an 802.1Q-tagged Ethernet header.
-pub(crate) const ETH_VLAN_LEN: usize = 18;
+pub(crate) const ETH_VLAN_LEN: usize = ETH_LEN + vlan::HEADER_LEN;
 
 /// The parts of an L2 header classification needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,6 +22,8 @@ pub(crate) struct L2 {
 /// Parses the Ethernet header and at most one 802.1Q tag; `None` for a runt.
 #[inline]
 pub(crate) fn parse(f: &[u8]) -> Option<L2> {
+    // Raw bytes after the length checks: every frame passes here, and through the views
+    // (`ethernet::Frame`, `vlan::Tag`) it measured one more instruction a frame.
     if f.len() < ETH_LEN {
         return None;
     }
@@ -55,16 +57,17 @@ pub(crate) fn write(
     } else if l2 < l3 {
         buf.pull_front(l3 - l2);
     }
-    let f = buf.frame_mut();
-    f[0..6].copy_from_slice(dst.as_bytes());
-    f[6..12].copy_from_slice(src.as_bytes());
+    let mut eth = ethernet::Frame::new_unchecked(buf.frame_mut());
+    eth.set_dst_addr(dst);
+    eth.set_src_addr(src);
     match vlan {
         Some(vid) => {
-            f[12..14].copy_from_slice(&ethertype::VLAN.to_be_bytes());
-            f[14..16].copy_from_slice(&(vid & 0x0fff).to_be_bytes());
-            f[16..18].copy_from_slice(&et.to_be_bytes());
+            eth.set_ethertype(ethertype::VLAN);
+            let mut tag = vlan::Tag::new_unchecked(eth.payload_mut());
+            tag.set_tci(vid & 0x0fff);
+            tag.set_inner_ethertype(et);
         }
-        None => f[12..14].copy_from_slice(&et.to_be_bytes()),
+        None => eth.set_ethertype(et),
     }
     l2
 }

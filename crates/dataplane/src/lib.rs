@@ -27,6 +27,7 @@ mod cell;
 pub mod config;
 pub mod counters;
 mod demux;
+mod egress;
 mod engine;
 pub mod flowhash;
 mod l2;

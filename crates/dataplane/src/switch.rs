@@ -3,8 +3,9 @@
 //! Member ports are access ports (one VLAN, frames untagged on the wire) or trunks (a set of
 //! VLANs, tagged, with an optional untagged native VLAN). A burst from one member is forwarded
 //! in VALE's two passes (nm_vale_flush): first every frame is classified, its source learned
-//! and its destination looked up, building one list per destination member; then each
-//! destination gets one `tx_burst` for its whole list. The first pass learns the whole burst
+//! and its destination looked up, building one list per destination member (on the cell's
+//! per-port transmit lists, `egress.rs`); then each destination gets one `tx_burst` for its
+//! whole list. The first pass learns the whole burst
 //! before anything is forwarded, as VPP's l2-learn node runs before l2-fwd: a reply in the
 //! same burst already finds its station.
 //!
@@ -36,11 +37,12 @@ use rustc_hash::FxHashMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 
-use ports::{Batch, Port, MAX_BURST};
-use wire::{igmp, ip_proto, ipv4, ipv6, mld, MacAddr};
+use ports::{Batch, MAX_BURST};
+use wire::{ethernet, igmp, ip_proto, ipv4, ipv6, mld, vlan, MacAddr};
 
 use crate::config::PortId;
-use crate::counters::PortCounters;
+use crate::counters::drop_reasons;
+use crate::egress::{Links, TxOutcome};
 use crate::l2;
 
 const NONE: u16 = u16::MAX;
@@ -97,39 +99,23 @@ pub const DEFAULT_GROUPS: u32 = 256;
 /// Default `group_timeout_ms`: RFC 3376's group membership interval (2 × 125 s + 10 s).
 pub const DEFAULT_GROUP_TIMEOUT_MS: u64 = 260_000;
 
-macro_rules! switch_drops {
-    ($($v:ident = $s:literal, $doc:literal;)*) => {
-        /// Why a switch dropped a frame.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        #[repr(u8)]
-        pub enum SwitchDrop { $(#[doc = $doc] $v,)* }
-
-        impl SwitchDrop {
-            /// Every reason, in counter order.
-            pub const ALL: &'static [SwitchDrop] = &[$(SwitchDrop::$v,)*];
-            /// Number of reasons.
-            pub const COUNT: usize = Self::ALL.len();
-            /// The reason's name in tables and JSON.
-            pub const fn name(self) -> &'static str {
-                match self { $(SwitchDrop::$v => $s,)* }
-            }
-        }
-    };
-}
-
-switch_drops! {
-    Runt = "runt", "Shorter than an Ethernet (or 802.1Q) header.";
-    SamePort = "same_port", "The destination station sits on the port the frame came from.";
-    VlanNotAllowed = "vlan_not_allowed", "Tagged with a VLAN the trunk does not carry.";
-    UntaggedOnTrunk = "untagged_on_trunk", "Untagged on a trunk without a native VLAN.";
-    TaggedOnAccess = "tagged_on_access", "Tagged (VLAN 1..4094) on an access port.";
-    TxFull = "tx_full", "The destination port's ring was full.";
-    GroupMessageMalformed = "igmp_mld_malformed", "An IGMP or MLD message too short, with a bad checksum or a truncated record.";
-}
-
-impl fmt::Display for SwitchDrop {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+drop_reasons! {
+    /// Why a switch dropped a frame.
+    SwitchDrop {
+        /// Shorter than an Ethernet (or 802.1Q) header.
+        Runt = "runt",
+        /// The destination station sits on the port the frame came from.
+        SamePort = "same_port",
+        /// Tagged with a VLAN the trunk does not carry.
+        VlanNotAllowed = "vlan_not_allowed",
+        /// Untagged on a trunk without a native VLAN.
+        UntaggedOnTrunk = "untagged_on_trunk",
+        /// Tagged (VLAN 1..4094) on an access port.
+        TaggedOnAccess = "tagged_on_access",
+        /// The destination port's ring was full.
+        TxFull = "tx_full",
+        /// An IGMP or MLD message too short, with a bad checksum or a truncated record.
+        GroupMessageMalformed = "igmp_mld_malformed",
     }
 }
 
@@ -338,20 +324,17 @@ pub struct Switch {
     counters: SwitchCounters,
     member_drops: Vec<[u64; SwitchDrop::COUNT]>,
     snoop: Option<Snoop>,
-    // Burst scratch: VLAN and L3 offset per frame, per-destination chains (as VALE's
-    // `ft_next`), the flooded frames, and the buffers flood copies are made in.
+    /// Per port of the cell: the member on it, or `NONE`.
+    member_at: Vec<u16>,
+    // Burst scratch: VLAN and L3 offset per frame, the flooded frames, and the buffers flood
+    // copies are made in (known unicast is staged on the cell's egress lists).
     vlan: Box<[u16; MAX_BURST]>,
     l3: Box<[u8; MAX_BURST]>,
-    head: Vec<u16>,
-    tail: Vec<u16>,
-    next: Box<[u16; MAX_BURST]>,
-    touched: Vec<u16>,
     floods: Vec<u16>,
     /// Snooped multicast frames of the burst and their groups (or `ROUTERS`).
     mcast: Vec<(u16, u32)>,
     /// The time of the burst being forwarded.
     now: u64,
-    sel: Vec<u16>,
     copies: Batch,
 }
 
@@ -415,14 +398,10 @@ impl Switch {
                 .then(|| Snoop::new(cfg.groups, cfg.members.len(), cfg.group_timeout_ms)),
             vlan: Box::new([0; MAX_BURST]),
             l3: Box::new([0; MAX_BURST]),
-            head: vec![NONE; cfg.members.len()],
-            tail: vec![NONE; cfg.members.len()],
-            next: Box::new([NONE; MAX_BURST]),
-            touched: Vec::with_capacity(cfg.members.len().min(MAX_BURST)),
+            member_at: member_at(cfg),
             floods: Vec::with_capacity(MAX_BURST),
             mcast: Vec::with_capacity(MAX_BURST),
             now: 0,
-            sel: Vec::with_capacity(MAX_BURST),
             copies: Batch::new(MAX_BURST),
         })
     }
@@ -528,42 +507,47 @@ impl Switch {
         }
     }
 
-    /// Forwards the `n` frames of `batch` from slot `first` on, received on member `from`:
-    /// pass 1 classifies and learns the whole burst, pass 2 sends each destination its list
-    /// with one `tx_burst`.
-    #[allow(clippy::too_many_arguments)]
+    /// Forwards the frames in `slots` of `batch`, received on member `from`: pass 1
+    /// classifies and learns the whole burst, staging known unicast on its port's list, pass 2
+    /// sends each port its list with one `tx_burst`, then the floods and snooped multicast.
     pub(crate) fn forward(
         &mut self,
+        links: &mut Links,
         from: u16,
         batch: &mut Batch,
-        first: usize,
-        n: usize,
-        ports: &mut [Box<dyn Port>],
-        pcs: &mut [PortCounters],
+        slots: std::ops::Range<usize>,
         now: u64,
     ) {
-        self.counters.rx += n as u64;
+        self.counters.rx += slots.len() as u64;
         self.now = now;
-        for i in first..first + n {
-            self.classify(from, batch.get(i).frame(), i, now);
+        for i in slots {
+            if let Some(d) = self.classify(from, batch.get(i).frame(), i, now) {
+                links.egress.add(self.members[d as usize].port, i as u16);
+            }
         }
-        self.send_unicast(batch, ports, pcs);
-        self.send_floods(from, batch, ports, pcs);
-        self.send_groups(from, batch, ports, pcs);
+        links.flush(batch, self);
+        self.send_floods(links, from, batch);
+        self.send_groups(links, from, batch);
     }
 
-    /// Pass 1 for one frame: its VLAN, learning its source, and its destination: a member's
-    /// chain, the flood list, or a drop.
+    /// Pass 1 for one frame: its VLAN, learning its source, and its destination: a member
+    /// (returned, for the caller to stage), the flood list, or a drop.
     #[inline]
-    fn classify(&mut self, from: u16, f: &[u8], i: usize, now: u64) {
-        let Some(h) = l2::parse(f) else { return self.drop(from, SwitchDrop::Runt) };
+    fn classify(&mut self, from: u16, f: &[u8], i: usize, now: u64) -> Option<u16> {
+        let Some(h) = l2::parse(f) else {
+            self.drop(from, SwitchDrop::Runt);
+            return None;
+        };
         let vlan = match self.members[from as usize].ingress_vlan(h.vlan) {
             Ok(v) => v,
-            Err(r) => return self.drop(from, r),
+            Err(r) => {
+                self.drop(from, r);
+                return None;
+            }
         };
         self.vlan[i] = vlan;
         self.l3[i] = h.l3 as u8;
-        let src = MacAddr::from_bytes(&f[6..12]);
+        let src = ethernet::Frame::new_unchecked(f).src_addr();
         if src.is_unicast() {
             self.learn(from, key(vlan, src), now);
         }
@@ -578,26 +562,17 @@ impl Switch {
                 Some(Mcast::Routers) => self.mcast.push((i as u16, ROUTERS)),
                 None => self.drop(from, SwitchDrop::GroupMessageMalformed),
             }
-            return;
+            return None;
         }
         match self.table.get(&key(vlan, h.dst)) {
             Some(e) if e.member == from => self.drop(from, SwitchDrop::SamePort),
-            Some(e) => {
-                let d = e.member;
-                if self.head[d as usize] == NONE {
-                    self.head[d as usize] = i as u16;
-                    self.touched.push(d);
-                } else {
-                    self.next[self.tail[d as usize] as usize] = i as u16;
-                }
-                self.tail[d as usize] = i as u16;
-                self.next[i] = NONE;
-            }
+            Some(e) => return Some(e.member),
             None => {
                 self.counters.miss += 1;
                 self.floods.push(i as u16);
             }
         }
+        None
     }
 
     #[inline]
@@ -813,46 +788,9 @@ impl Switch {
         }
     }
 
-    /// Pass 2, known unicast: each destination's list in one `tx_burst`, in the buffers the
-    /// frames arrived in, the 802.1Q tag set for the way out.
-    fn send_unicast(
-        &mut self,
-        batch: &mut Batch,
-        ports: &mut [Box<dyn Port>],
-        pcs: &mut [PortCounters],
-    ) {
-        for t in 0..self.touched.len() {
-            let d = self.touched[t];
-            self.sel.clear();
-            let mut i = self.head[d as usize];
-            while i != NONE {
-                self.sel.push(i);
-                i = self.next[i as usize];
-            }
-            self.head[d as usize] = NONE;
-            let m = &self.members[d as usize];
-            for &i in &self.sel {
-                let tag = m.egress_tag(self.vlan[i as usize]).unwrap_or(None);
-                retag(batch.get_mut(i as usize), self.l3[i as usize] as usize, tag);
-            }
-            let port = m.port as usize;
-            let k = ports[port].tx_burst(batch, &self.sel);
-            pcs[port].tx_packets += k as u64;
-            self.counters.forwarded += k as u64;
-            self.drop_n(d, SwitchDrop::TxFull, (self.sel.len() - k) as u64);
-        }
-        self.touched.clear();
-    }
-
     /// Pass 2, floods: for each member of a flooded frame's VLAN but its source, a copy in a
     /// buffer of its own; one `tx_burst` per destination.
-    fn send_floods(
-        &mut self,
-        from: u16,
-        batch: &mut Batch,
-        ports: &mut [Box<dyn Port>],
-        pcs: &mut [PortCounters],
-    ) {
+    fn send_floods(&mut self, links: &mut Links, from: u16, batch: &mut Batch) {
         if self.floods.is_empty() {
             return;
         }
@@ -873,9 +811,7 @@ impl Switch {
                         }
                     }
                     let sel = &ALL_SLOTS[..self.copies.len()];
-                    let port = m.port as usize;
-                    let k = ports[port].tx_burst(&mut self.copies, sel);
-                    pcs[port].tx_packets += k as u64;
+                    let k = links.send(m.port as usize, &mut self.copies, sel);
                     self.counters.flood_copies += k as u64;
                     self.counters.drops[SwitchDrop::TxFull as usize] += (sel.len() - k) as u64;
                     self.member_drops[d as usize][SwitchDrop::TxFull as usize] +=
@@ -889,13 +825,7 @@ impl Switch {
 
     /// Pass 2, snooped multicast: per (VLAN, group) of the burst, a copy for each member of
     /// the VLAN that joined the group or is a router port, the source excepted.
-    fn send_groups(
-        &mut self,
-        from: u16,
-        batch: &mut Batch,
-        ports: &mut [Box<dyn Port>],
-        pcs: &mut [PortCounters],
-    ) {
+    fn send_groups(&mut self, links: &mut Links, from: u16, batch: &mut Batch) {
         if self.mcast.is_empty() {
             return;
         }
@@ -922,9 +852,7 @@ impl Switch {
                         }
                     }
                     let sel = &ALL_SLOTS[..self.copies.len()];
-                    let port = m.port as usize;
-                    let k = ports[port].tx_burst(&mut self.copies, sel);
-                    pcs[port].tx_packets += k as u64;
+                    let k = links.send(m.port as usize, &mut self.copies, sel);
                     self.counters.snooped_copies += k as u64;
                     self.counters.drops[SwitchDrop::TxFull as usize] += (sel.len() - k) as u64;
                     self.member_drops[d as usize][SwitchDrop::TxFull as usize] +=
@@ -934,6 +862,36 @@ impl Switch {
             self.mcast.retain(|x| !same(x));
         }
     }
+}
+
+/// Known unicast, staged per port on the cell's egress lists: tagged for its member just
+/// before it leaves, and what the port refused counted on that member.
+impl TxOutcome for Switch {
+    #[inline]
+    fn before(&mut self, p: u16, batch: &mut Batch, sel: &[u16]) {
+        let m = &self.members[self.member_at[p as usize] as usize];
+        for &i in sel {
+            let tag = m.egress_tag(self.vlan[i as usize]).unwrap_or(None);
+            retag(batch.get_mut(i as usize), self.l3[i as usize] as usize, tag);
+        }
+    }
+
+    #[inline]
+    fn after(&mut self, p: u16, sel: &[u16], taken: usize) {
+        self.counters.forwarded += taken as u64;
+        let d = self.member_at[p as usize];
+        self.drop_n(d, SwitchDrop::TxFull, (sel.len() - taken) as u64);
+    }
+}
+
+/// Per port (numbered as the cell's, up to the highest member's): the member on it, or `NONE`.
+fn member_at(cfg: &SwitchConfig) -> Vec<u16> {
+    let n = cfg.members.iter().map(|m| m.port as usize + 1).max().unwrap_or(0);
+    let mut at = vec![NONE; n];
+    for (i, m) in cfg.members.iter().enumerate() {
+        at[m.port as usize] = i as u16;
+    }
+    at
 }
 
 /// A registered group, for `show` and test dumps.
@@ -983,14 +941,13 @@ fn retag(buf: &mut ports::PktBuf, l3: usize, tag: Option<u16>) {
     let want = if tag.is_some() { l2::ETH_VLAN_LEN } else { l2::ETH_LEN };
     if want == l3 {
         if let Some(v) = tag {
-            let f = buf.frame_mut();
-            let tci = u16::from_be_bytes([f[14], f[15]]) & 0xf000 | v;
-            f[14..16].copy_from_slice(&tci.to_be_bytes());
+            vlan::Tag::new_unchecked(&mut buf.frame_mut()[l2::ETH_LEN..]).set_vid(v);
         }
         return;
     }
     let f = buf.frame();
-    let (dst, src) = (MacAddr::from_bytes(&f[0..6]), MacAddr::from_bytes(&f[6..12]));
+    let eth = ethernet::Frame::new_unchecked(f);
+    let (dst, src) = (eth.dst_addr(), eth.src_addr());
     let et = u16::from_be_bytes([f[l3 - 2], f[l3 - 1]]);
     l2::write(buf, l3, tag, dst, src, et);
 }

@@ -7,7 +7,8 @@ use ports::PktBuf;
 use wire::{icmpv6, ip_proto, ipv6, ndp, MacAddr};
 
 use super::neighbor::Learn;
-use super::{reasm, Adj, Core, Fate, Ingress, Meta, NKey};
+use super::{reasm, Adj, Core, Fate, Icmp, Ingress, Meta, NKey};
+use crate::cell::Burst;
 use crate::config::IfaceId;
 use crate::counters::VrDrop;
 use crate::l2;
@@ -87,10 +88,17 @@ impl Core {
     /// Pass 3 for IPv6; the fast path as for IPv4. Link-local addresses are never forwarded,
     /// so they take the slow path, where they are dropped.
     #[inline(always)]
-    pub(super) fn forward6(&mut self, buf: &mut PktBuf, m: &Meta, nh: NextHop, now: u64) -> Fate {
+    pub(super) fn forward6(
+        &mut self,
+        cx: &mut Burst,
+        buf: &mut PktBuf,
+        m: &Meta,
+        nh: NextHop,
+    ) -> Fate {
         let l3 = m.l3 as usize;
         let rw = &self.rewrite[nh as usize];
-        if rw.epoch == self.neigh.epoch() && now < rw.until {
+        if rw.epoch == self.neigh.epoch() && cx.now < rw.until {
+            // Raw bytes, as IPv4's fast path (see `forward4`).
             let ip = &buf.frame()[l3..];
             let link_local = (ip[8] == 0xfe && ip[9] & 0xc0 == 0x80)
                 || (ip[24] == 0xfe && ip[25] & 0xc0 == 0x80);
@@ -100,12 +108,12 @@ impl Core {
                 return Fate::Tx { port: rw.port, transit: true };
             }
         }
-        self.forward6_slow(buf, m, nh, now)
+        self.forward6_slow(cx, buf, m, nh)
     }
 
     #[inline(never)]
-    fn forward6_slow(&mut self, buf: &mut PktBuf, m: &Meta, nh: NextHop, now: u64) -> Fate {
-        let l3 = m.l3 as usize;
+    fn forward6_slow(&mut self, cx: &mut Burst, buf: &mut PktBuf, m: &Meta, nh: NextHop) -> Fate {
+        let (l3, now) = (m.l3 as usize, cx.now);
         let adj = self.adj[nh as usize];
         if adj == Adj::Local {
             return self.local6(buf, m, now);
@@ -121,7 +129,7 @@ impl Core {
         // packet cannot leave it: "beyond scope of source address".
         if is_link_local(src) {
             let (t, c) = (icmpv6::DEST_UNREACHABLE, BEYOND_SCOPE);
-            return self.icmp6_error(buf, m, t, c, 0, VrDrop::SourceBeyondScope, now);
+            return self.icmp6_error(buf, m, Icmp(t, c, 0), VrDrop::SourceBeyondScope, now);
         }
         let (iface, gw) = match adj {
             Adj::Glean(i) => (i, None),
@@ -129,25 +137,25 @@ impl Core {
             Adj::Blackhole => return self.drop(VrDrop::Blackhole),
             Adj::Multi(p) => {
                 let nh = p.pick(crate::flowhash::hash6(buf.frame(), l3));
-                return self.forward6(buf, m, nh, now);
+                return self.forward6(cx, buf, m, nh);
             }
             Adj::Prohibit => {
                 let (t, c) = (icmpv6::DEST_UNREACHABLE, icmpv6::ADMIN_PROHIBITED);
-                return self.icmp6_error(buf, m, t, c, 0, VrDrop::Prohibited, now);
+                return self.icmp6_error(buf, m, Icmp(t, c, 0), VrDrop::Prohibited, now);
             }
             Adj::None | Adj::Broadcast | Adj::Local | Adj::Unreachable => {
                 let (t, c) = (icmpv6::DEST_UNREACHABLE, icmpv6::NO_ROUTE);
-                return self.icmp6_error(buf, m, t, c, 0, VrDrop::NoRoute, now);
+                return self.icmp6_error(buf, m, Icmp(t, c, 0), VrDrop::NoRoute, now);
             }
         };
         if hl <= 1 {
             let (t, c) = (icmpv6::TIME_EXCEEDED, icmpv6::HOP_LIMIT_EXCEEDED);
-            return self.icmp6_error(buf, m, t, c, 0, VrDrop::TtlExpired, now);
+            return self.icmp6_error(buf, m, Icmp(t, c, 0), VrDrop::TtlExpired, now);
         }
         let mtu = self.ifaces[iface as usize].mtu;
         if buf.len() - l3 > mtu as usize {
             let t = icmpv6::PACKET_TOO_BIG;
-            return self.icmp6_error(buf, m, t, 0, mtu as u32, VrDrop::MtuExceeded, now);
+            return self.icmp6_error(buf, m, Icmp(t, 0, mtu as u32), VrDrop::MtuExceeded, now);
         }
         ipv6::Packet::new_unchecked(&mut buf.frame_mut()[l3..]).set_hop_limit(hl - 1);
         let key = NKey::v6(iface, gw.unwrap_or(dst));
@@ -162,7 +170,7 @@ impl Core {
         if ul.offset > ipv6::HEADER_LEN {
             if let Some(at) = routing_to_process(&buf.frame()[l3..]) {
                 let (t, rest) = (icmpv6::PARAM_PROBLEM, at as u32);
-                return self.icmp6_error(buf, m, t, 0, rest, VrDrop::Ip6RoutingHeader, now);
+                return self.icmp6_error(buf, m, Icmp(t, 0, rest), VrDrop::Ip6RoutingHeader, now);
             }
         }
         if ul.fragment.is_some() {
@@ -195,7 +203,7 @@ impl Core {
             }
             ip_proto::UDP if !multicast => {
                 let (t, c) = (icmpv6::DEST_UNREACHABLE, icmpv6::PORT_UNREACHABLE);
-                self.icmp6_error(buf, m, t, c, 0, VrDrop::LocalPortUnreachable, now)
+                self.icmp6_error(buf, m, Icmp(t, c, 0), VrDrop::LocalPortUnreachable, now)
             }
             _ => self.drop(VrDrop::LocalUnsupported),
         }
@@ -224,7 +232,7 @@ impl Core {
         };
         if let Some(at) = pointer {
             let (t, r) = (icmpv6::PARAM_PROBLEM, VrDrop::LocalFragment);
-            return self.icmp6_error(buf, m, t, 0, at, r, now);
+            return self.icmp6_error(buf, m, Icmp(t, 0, at), r, now);
         }
         let p = ipv6::Packet::new_unchecked(ip);
         let key = reasm::Key {
@@ -271,19 +279,16 @@ impl Core {
 
     /// Drops the packet for `reason` and, where RFC 4443 §2.4 and the rate limit allow, turns
     /// its buffer into an ICMPv6 error back to its source.
-    #[allow(clippy::too_many_arguments)]
     fn icmp6_error(
         &mut self,
         buf: &mut PktBuf,
         m: &Meta,
-        kind: u8,
-        code: u8,
-        rest: u32,
+        e: Icmp,
         reason: VrDrop,
         now: u64,
     ) -> Fate {
         self.counters.drops[reason as usize] += 1;
-        self.icmp6_reply(buf, m, kind, code, rest, now)
+        self.icmp6_reply(buf, m, e.0, e.1, e.2, now)
     }
 
     /// The answer half of [`Core::icmp6_error`], for a packet whose drop is already counted.

@@ -32,6 +32,7 @@ use ipnet::{Ipv4Net, Ipv6Net};
 use ports::{Batch, PktBuf, MAX_BURST};
 use wire::MacAddr;
 
+use crate::cell::Burst;
 use crate::config::{IfaceId, PortId, VrConfig, VrLimits, IPV6_MIN_MTU, MAX_MTU, MIN_MTU};
 use crate::counters::{VrCounters, VrDrop};
 use crate::l2;
@@ -162,10 +163,6 @@ pub(crate) struct OutQueue {
     pub vr: u16,
 }
 
-/// Lets a VR have the engine transmit `out` before the burst is done (fragmentation can make
-/// more packets than `out` holds); the engine counts the outcome on the VRs concerned.
-pub(crate) type Flush<'a> = dyn FnMut(&mut OutQueue) + 'a;
-
 impl OutQueue {
     pub fn new(cap: usize) -> OutQueue {
         OutQueue { batch: Batch::new(cap), dest: Vec::with_capacity(cap), vr: 0 }
@@ -190,6 +187,11 @@ impl OutQueue {
         self.dest.clear();
     }
 }
+
+/// An ICMP or ICMPv6 error to answer with: its type, code and the word after the checksum
+/// (an MTU, a pointer, or 0).
+#[derive(Clone, Copy)]
+pub(crate) struct Icmp(pub u8, pub u8, pub u32);
 
 /// Why a VR could not be built from its config.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -535,22 +537,20 @@ impl Vr {
     }
 
     /// Runs the pipeline over `pkts[sel[..]]`, setting each packet's fate in `meta`.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn process(
         &mut self,
+        cx: &mut Burst,
         pkts: &mut [PktBuf],
-        sel: &[u16],
         meta: &mut [Meta],
-        now: u64,
-        s: &mut Lookup,
-        out: &mut OutQueue,
-        flush: &mut Flush,
+        sel: &[u16],
     ) {
+        let now = cx.now;
         let (mut n4, mut n6) = (0, 0);
         let mut bytes = 0;
         for &i in sel {
             let m = &mut meta[i as usize];
             bytes += pkts[i as usize].len() as u64;
+            let s = &mut *cx.lookup;
             match self.core.ingress(&mut pkts[i as usize], m, now) {
                 Ingress::Lookup4(a) => {
                     s.keys4[n4] = a;
@@ -570,25 +570,26 @@ impl Vr {
         if n4 > 0 {
             let t = self.core.r4.load();
             self.core.seen.0 = t.generation();
+            let s = &mut *cx.lookup;
             t.lookup_batch(&s.keys4[..n4], &mut s.nh4[..n4]);
             drop(t);
             for k in 0..n4 {
-                let i = s.at4[k] as usize;
-                meta[i].fate =
-                    self.core.forward4(&mut pkts[i], &meta[i], s.nh4[k], now, out, flush);
+                let (i, nh) = (cx.lookup.at4[k] as usize, cx.lookup.nh4[k]);
+                meta[i].fate = self.core.forward4(cx, &mut pkts[i], &meta[i], nh);
             }
         }
         if n6 > 0 {
             let t = self.core.r6.load();
             self.core.seen.1 = t.generation();
+            let s = &mut *cx.lookup;
             t.lookup_batch(&s.keys6[..n6], &mut s.nh6[..n6]);
             drop(t);
             for k in 0..n6 {
-                let i = s.at6[k] as usize;
-                meta[i].fate = self.core.forward6(&mut pkts[i], &meta[i], s.nh6[k], now);
+                let (i, nh) = (cx.lookup.at6[k] as usize, cx.lookup.nh6[k]);
+                meta[i].fate = self.core.forward6(cx, &mut pkts[i], &meta[i], nh);
             }
         }
-        self.drain(out);
+        self.drain(cx.out);
     }
 
     /// Timers: neighbor retransmissions and failures. Cheap when nothing is pending.
