@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use control::model::{
     IfaceDoc, KernelDoc, NeighborDoc, PortDoc, PortKindDoc, RouteDoc, TopologyDoc, VrDoc,
+    WorkersDoc,
 };
 use ipnet::Ipv4Net;
 use ports::afpacket::{AfPacketOptions, AfPacketPort};
@@ -570,6 +571,13 @@ impl KernelDut {
         Ok(())
     }
 
+    /// One worker on the DUT's CPU (the last one unless told): left to its default, `run`
+    /// makes a worker per CPU and the VR's cell lands on worker 0, on the generator's CPU.
+    fn one_worker(&self) -> WorkersDoc {
+        let last = crate::sys::online_cpus().saturating_sub(1);
+        WorkersDoc::Cpus(vec![self.opts.dut_cpu.unwrap_or(last) as u64])
+    }
+
     /// Topology file, `routeplex run` in namespace `d`, and a wait until it answers with both
     /// ports up.
     fn routeplex(&mut self, d: &str) -> Result<()> {
@@ -590,6 +598,7 @@ impl KernelDut {
             vec![NeighborDoc::new(GEN_IP, TG_MAC, "e0"), NeighborDoc::new(SINK_IP, TS_MAC, "e1")];
         vr.routes = self.prefixes.iter().map(|p| RouteDoc::via(p.to_string(), SINK_IP)).collect();
         let doc = TopologyDoc {
+            workers: Some(self.one_worker()),
             ports: vec![PortDoc::new("p0", kernel("d0")), PortDoc::new("p1", kernel("d1"))],
             vrs: vec![vr],
             ..TopologyDoc::default()
@@ -684,6 +693,7 @@ impl KernelDut {
         };
         let member = |p: &str| MemberDoc { port: p.into(), ..Default::default() };
         let doc = TopologyDoc {
+            workers: Some(self.one_worker()),
             ports: vec![
                 PortDoc::new("p0", PortKindDoc::Afpacket(KernelDoc::interface("d0"))),
                 PortDoc::new("p1", PortKindDoc::Afpacket(KernelDoc::interface("d1"))),
