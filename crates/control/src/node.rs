@@ -151,6 +151,22 @@ enum Step {
     },
 }
 
+/// Installs adjacency list `list` in VR `vr` on its worker, in every replica of a replicated
+/// VR, before the FIB that uses it is published.
+fn publish_adjacencies(
+    rt: &crate::runtime::Runtime,
+    vr: &str,
+    list: &[(fib::NextHop, dataplane::Adj)],
+) -> Result<(), String> {
+    let list = list.to_vec();
+    rt.on_vr_each(vr, move |cell, v| {
+        cell.change_vr(v, VrChange::Adjacencies(list.clone())).map(|_| ()).map_err(|e| e.0)
+    })
+    .map_err(|e| e.0)?
+    .into_iter()
+    .collect()
+}
+
 impl Node {
     /// Builds `topo`'s host and starts its workers.
     pub fn start(topo: Topology, opts: Options, burst: usize) -> Result<Node, ControlError> {
@@ -280,19 +296,8 @@ impl Node {
                 continue;
             }
             let rt = &self.rt;
-            let vr = name.clone();
             let installed = table
-                .take_over(&stand_in, |list| {
-                    let list = list.to_vec();
-                    rt.on_vr_each(&vr, move |cell, v| {
-                        cell.change_vr(v, VrChange::Adjacencies(list.clone()))
-                            .map(|_| ())
-                            .map_err(|e| e.0)
-                    })
-                    .map_err(|e| e.0)?
-                    .into_iter()
-                    .collect::<Result<(), String>>()
-                })
+                .take_over(&stand_in, |list| publish_adjacencies(rt, &name, list))
                 .map_err(|e| ControlError::State(format!("vr {name}: {e}")))?;
             if installed > 0 {
                 warn!(vr = %name, installed, "checkpoint: adjacencies differed from the rebuilt table's; installed");
@@ -545,18 +550,7 @@ impl Node {
         let rt = &self.rt;
         let name = vr.to_string();
         let a = table
-            .apply(ops, |new| {
-                // Every replica of a replicated VR, before the FIB that uses them is published.
-                let list = new.to_vec();
-                rt.on_vr_each(&name, move |cell, v| {
-                    cell.change_vr(v, VrChange::Adjacencies(list.clone()))
-                        .map(|_| ())
-                        .map_err(|e| e.0)
-                })
-                .map_err(|e| e.0)?
-                .into_iter()
-                .collect::<Result<(), String>>()
-            })
+            .apply(ops, |new| publish_adjacencies(rt, &name, new))
             .map_err(|source| ControlError::Route { vr: vr.into(), source })?;
         info!(vr, added = a.added, replaced = a.replaced, deleted = a.deleted, "routes applied");
         Ok(a)
