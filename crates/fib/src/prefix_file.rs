@@ -228,14 +228,11 @@ pub fn parse(text: &str, source: &str) -> Result<PrefixList, PrefixFileError> {
         let (net, nh) = match fast_line(raw.as_bytes()) {
             Some((n, nh)) => (Net::V4(n), nh),
             None => match general_line(raw, source, i + 1)? {
-                Some(r) => r,
+                Some((net, nh, _)) => (net, nh),
                 None => continue,
             },
         };
-        let key = match net {
-            Net::V4(n) => (false, u128::from(u32::from(n.addr())), n.prefix_len()),
-            Net::V6(n) => (true, u128::from(n.addr()), n.prefix_len()),
-        };
+        let key = net.key();
         if last.is_some_and(|l| l >= key) {
             return parse_unordered(text, source);
         }
@@ -248,17 +245,18 @@ pub fn parse(text: &str, source: &str) -> Result<PrefixList, PrefixFileError> {
     Ok(list)
 }
 
-/// One line, any form: its route, `None` for a blank or comment line, or its error.
-fn general_line(
-    raw: &str,
+/// One line, any form: its route and its prefix as written, `None` for a blank or comment
+/// line, or its error.
+fn general_line<'a>(
+    raw: &'a str,
     source: &str,
     line: usize,
-) -> Result<Option<(Net, u32)>, PrefixFileError> {
+) -> Result<Option<(Net, u32, &'a str)>, PrefixFileError> {
     let err = |kind| PrefixFileError { source: source.to_string(), line, kind };
     let content = raw.split_once('#').map_or(raw, |(c, _)| c);
     let mut fields = content.split_ascii_whitespace();
     let Some(prefix) = fields.next() else { return Ok(None) };
-    let (net, _) = parse_prefix(prefix).map_err(err)?;
+    let net = parse_prefix(prefix).map_err(err)?;
     let value = fields
         .next()
         .ok_or_else(|| err(PrefixFileErrorKind::MissingNextHop { prefix: prefix.into() }))?;
@@ -266,7 +264,7 @@ fn general_line(
     if let Some(extra) = fields.next() {
         return Err(err(PrefixFileErrorKind::ExtraField { value: extra.into() }));
     }
-    Ok(Some((net, nh)))
+    Ok(Some((net, nh, prefix)))
 }
 
 /// The common line, `a.b.c.d/len next-hop` with nothing after it but blanks or a comment,
@@ -313,28 +311,21 @@ fn digits(b: &[u8], at: usize, max: usize) -> Option<(u32, usize)> {
 /// [`parse`] for text in any order: duplicates are found with a set.
 fn parse_unordered(text: &str, source: &str) -> Result<PrefixList, PrefixFileError> {
     let mut list = PrefixList::default();
-    // (address, length, is IPv6) → line, to report duplicates.
-    let mut seen: FxHashMap<(u128, u8, bool), usize> = FxHashMap::default();
+    // Net::key → line, to report duplicates.
+    let mut seen: FxHashMap<(bool, u128, u8), usize> = FxHashMap::default();
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
-        let err = |kind| PrefixFileError { source: source.to_string(), line, kind };
-        let content = raw.split('#').next().unwrap_or("");
-        let mut fields = content.split_ascii_whitespace();
-        let Some(prefix) = fields.next() else { continue };
-        let (net, key) = parse_prefix(prefix).map_err(err)?;
-        let value = fields
-            .next()
-            .ok_or_else(|| err(PrefixFileErrorKind::MissingNextHop { prefix: prefix.into() }))?;
-        let nh = parse_next_hop(value).map_err(err)?;
-        if let Some(extra) = fields.next() {
-            return Err(err(PrefixFileErrorKind::ExtraField { value: extra.into() }));
-        }
-        match seen.entry(key) {
+        let Some((net, nh, prefix)) = general_line(raw, source, line)? else { continue };
+        match seen.entry(net.key()) {
             Entry::Occupied(first) => {
-                return Err(err(PrefixFileErrorKind::Duplicate {
-                    prefix: prefix.into(),
-                    first_line: *first.get(),
-                }))
+                return Err(PrefixFileError {
+                    source: source.to_string(),
+                    line,
+                    kind: PrefixFileErrorKind::Duplicate {
+                        prefix: prefix.into(),
+                        first_line: *first.get(),
+                    },
+                })
             }
             Entry::Vacant(v) => {
                 v.insert(line);
@@ -353,7 +344,17 @@ enum Net {
     V6(Ipv6Net),
 }
 
-fn parse_prefix(prefix: &str) -> Result<(Net, (u128, u8, bool)), PrefixFileErrorKind> {
+impl Net {
+    /// (is IPv6, address, length): equal for the same prefix, and ordered as a sorted file is.
+    fn key(&self) -> (bool, u128, u8) {
+        match self {
+            Net::V4(n) => (false, u128::from(u32::from(n.addr())), n.prefix_len()),
+            Net::V6(n) => (true, u128::from(n.addr()), n.prefix_len()),
+        }
+    }
+}
+
+fn parse_prefix(prefix: &str) -> Result<Net, PrefixFileErrorKind> {
     let p = || prefix.to_string();
     let Some((addr, len)) = prefix.split_once('/') else {
         return Err(PrefixFileErrorKind::MissingLength { prefix: p() });
@@ -377,7 +378,7 @@ fn parse_prefix(prefix: &str) -> Result<(Net, (u128, u8, bool)), PrefixFileError
                 masked: n.trunc().to_string(),
             });
         }
-        Ok((Net::V6(n), (u128::from(a), n.prefix_len(), true)))
+        Ok(Net::V6(n))
     } else {
         let a: Ipv4Addr =
             addr.parse().map_err(|_| PrefixFileErrorKind::InvalidAddress { prefix: p() })?;
@@ -391,7 +392,7 @@ fn parse_prefix(prefix: &str) -> Result<(Net, (u128, u8, bool)), PrefixFileError
                 masked: n.trunc().to_string(),
             });
         }
-        Ok((Net::V4(n), (u128::from(u32::from(a)), n.prefix_len(), false)))
+        Ok(Net::V4(n))
     }
 }
 
