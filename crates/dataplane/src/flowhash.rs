@@ -143,6 +143,21 @@ pub fn pick(h: u64, n: usize) -> usize {
     (((h >> 32) * n as u64) >> 32) as usize
 }
 
+/// A 60-byte UDP/IPv4 frame 10.0.0.1:`sp` → 10.0.1.1:53, only what the flow hash reads
+/// filled in: a flow per source port, for the tests of what spreads flows (replicas, MSR).
+#[cfg(test)]
+pub(crate) fn udp4_from_port(sp: u16) -> Vec<u8> {
+    let mut f = vec![0u8; 60];
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    f[14] = 0x45;
+    f[23] = 17;
+    f[26..30].copy_from_slice(&[10, 0, 0, 1]);
+    f[30..34].copy_from_slice(&[10, 0, 1, 1]);
+    f[34..36].copy_from_slice(&sp.to_be_bytes());
+    f[36..38].copy_from_slice(&53u16.to_be_bytes());
+    f
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -701,7 +701,7 @@ mod tests {
         let queues: Vec<Box<dyn Port>> = vec![Box::new(q0), Box::new(q1)];
         let mut lb = LbPort::new("lb", cfg, shared.clone(), queues);
         let mut b = Batch::new(64);
-        let frames: Vec<Vec<u8>> = (0..64u16).map(udp).collect();
+        let frames: Vec<Vec<u8>> = (0..64u16).map(crate::flowhash::udp4_from_port).collect();
         let mut t = 0;
         // Back-end 1 never reads; back-end 0 always does.
         for _ in 0..10 {
@@ -725,17 +725,5 @@ mod tests {
         assert_eq!(p1.rx_burst(&mut Batch::new(64)), 4);
         assert_eq!(before, 0);
         assert!(lb.counters().rehomed > 0, "{}", lb.dump());
-    }
-
-    fn udp(sp: u16) -> Vec<u8> {
-        let mut f = vec![0u8; 60];
-        f[12..14].copy_from_slice(&[0x08, 0x00]);
-        f[14] = 0x45;
-        f[23] = 17;
-        f[26..30].copy_from_slice(&[10, 0, 0, 1]);
-        f[30..34].copy_from_slice(&[10, 0, 1, 1]);
-        f[34..36].copy_from_slice(&sp.to_be_bytes());
-        f[36..38].copy_from_slice(&53u16.to_be_bytes());
-        f
     }
 }

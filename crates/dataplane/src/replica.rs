@@ -172,25 +172,12 @@ mod tests {
     use super::*;
     use ports::mem;
 
-    /// A UDP/IPv4 frame from port `sp` (only what the flow hash reads is filled in).
-    fn udp(sp: u16) -> Vec<u8> {
-        let mut f = vec![0u8; 60];
-        f[12..14].copy_from_slice(&[0x08, 0x00]);
-        f[14] = 0x45;
-        f[23] = 17;
-        f[26..30].copy_from_slice(&[10, 0, 0, 1]);
-        f[30..34].copy_from_slice(&[10, 0, 1, 1]);
-        f[34..36].copy_from_slice(&sp.to_be_bytes());
-        f[36..38].copy_from_slice(&53u16.to_be_bytes());
-        f
-    }
-
     #[test]
     fn rss_sends_by_flow_and_takes_only_a_prefix_when_a_queue_is_full() {
         let (a0, mut b0) = mem::pair("q0", "peer0", 2);
         let (a1, mut b1) = mem::pair("q1", "peer1", 64);
         let mut rss = RssPort::new("p", vec![Box::new(a0), Box::new(a1)]);
-        let frames: Vec<Vec<u8>> = (0..40).map(udp).collect();
+        let frames: Vec<Vec<u8>> = (0..40).map(crate::flowhash::udp4_from_port).collect();
         let q: Vec<usize> = frames.iter().map(|f| rss.queue_of(f)).collect();
         assert!(q.contains(&0) && q.contains(&1));
         let mut b = Batch::new(40);
