@@ -6,9 +6,11 @@
 //! or after it built the VR, at the stop) leaves the VR running at the source, interfaces up.
 //! The namespaces-and-bridge test under traffic is `routeplex/tests/migration.rs`.
 
+mod served;
+
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -20,6 +22,7 @@ use control::{MigrationConfig, Node, Topology};
 use dataplane::Adj;
 use ipnet::IpNet;
 use serde_json::Value;
+use served::Served;
 
 const SECRET: &str = "0123456789abcdef0123456789abcdef";
 
@@ -82,56 +85,25 @@ fn start(text: &str, file: &Path) -> Node {
 }
 
 /// A destination host: its node served on a control socket, and a migration listener.
-struct Dest {
-    stop: Arc<AtomicBool>,
-    serve: Option<JoinHandle<Node>>,
-    listener: Option<Listener>,
-}
-
-impl Dest {
-    fn start(dir: &Path, secret: &str, peers: Vec<IpAddr>) -> Dest {
-        let node = start(DEST, &dir.join("dst.yaml"));
-        let sock = dir.join("control.sock");
-        let access = Access { owner: unsafe_free_euid(), status_gid: None };
-        let l = daemon::bind(&sock, &access).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let st = stop.clone();
-        let serve = std::thread::spawn(move || {
-            let mut node = node;
-            daemon::serve(l, access, &st, |cmd| (node.execute(cmd), false)).unwrap();
-            node
-        });
-        let cfg = MigrationConfig {
-            listen: Some("127.0.0.1:0".parse().unwrap()),
-            secret: secret.as_bytes().to_vec(),
-            peers,
-        };
-        let listener = Listener::start(&cfg, sock, dir.to_path_buf()).unwrap();
-        Dest { stop, serve: Some(serve), listener: Some(listener) }
-    }
-
-    fn addr(&self) -> SocketAddr {
-        self.listener.as_ref().unwrap().local_addr()
-    }
-
-    /// Stops serving; the node, to look at.
-    fn finish(mut self) -> Node {
-        drop(self.listener.take());
-        self.stop.store(true, Ordering::Relaxed);
-        self.serve.take().unwrap().join().unwrap()
-    }
-}
-
-impl Drop for Dest {
-    fn drop(&mut self) {
-        drop(self.listener.take());
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.serve.take() {
-            if let Ok(n) = t.join() {
-                let _ = n.stop();
-            }
-        }
-    }
+fn start_dest(dir: &Path, secret: &str, peers: Vec<IpAddr>) -> Served {
+    let node = start(DEST, &dir.join("dst.yaml"));
+    let sock = dir.join("control.sock");
+    let access = Access { owner: unsafe_free_euid(), status_gid: None };
+    let l = daemon::bind(&sock, &access).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    let serve = std::thread::spawn(move || {
+        let mut node = node;
+        daemon::serve(l, access, &st, |cmd| (node.execute(cmd), false)).unwrap();
+        node
+    });
+    let cfg = MigrationConfig {
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        secret: secret.as_bytes().to_vec(),
+        peers,
+    };
+    let listener = Listener::start(&cfg, sock, dir.to_path_buf()).unwrap();
+    Served::new(stop, serve, listener)
 }
 
 fn unsafe_free_euid() -> u32 {
@@ -189,7 +161,7 @@ fn a_migrated_vr_forwards_as_it_did_and_leaves_the_source() {
     let addrs = boundaries(&src);
     let before = lookups(&src, &addrs);
     let routes_before = src.table("a").unwrap().routes(None, usize::MAX);
-    let dest = Dest::start(&d.0, SECRET, vec!["127.0.0.1".parse().unwrap()]);
+    let dest = start_dest(&d.0, SECRET, vec!["127.0.0.1".parse().unwrap()]);
     let r = src.execute(Command::Migrate { vr: "a".into(), to: dest.addr().to_string() }).unwrap();
     assert_eq!(r["routes"], 2002, "{r}");
     assert!(r["bytes_moved"].as_u64().unwrap() > 2000 * 7, "{r}");
@@ -217,7 +189,7 @@ fn an_untrusted_peer_is_refused_and_nothing_moves() {
     let mut src = start(&source_text(), &d.0.join("src.yaml"));
     add_routes(&mut src);
     // Another secret.
-    let dest = Dest::start(&d.0, "another secret, 32 bytes long...", vec![]);
+    let dest = start_dest(&d.0, "another secret, 32 bytes long...", vec![]);
     let e = src
         .execute(Command::Migrate { vr: "a".into(), to: dest.addr().to_string() })
         .unwrap_err()
@@ -231,7 +203,7 @@ fn an_untrusted_peer_is_refused_and_nothing_moves() {
     dst.stop().unwrap();
     // The right secret, but the source's address is not a listed peer.
     let d2 = TempDir::new("notpeer");
-    let dest = Dest::start(&d2.0, SECRET, vec!["192.0.2.9".parse().unwrap()]);
+    let dest = start_dest(&d2.0, SECRET, vec!["192.0.2.9".parse().unwrap()]);
     let e = src
         .execute(Command::Migrate { vr: "a".into(), to: dest.addr().to_string() })
         .unwrap_err()
@@ -326,7 +298,7 @@ fn full_table_migration_figures() {
         file.display()
     );
     let mut src = start(&text, &d.0.join("src.yaml"));
-    let dest = Dest::start(&d.0, SECRET, vec![]);
+    let dest = start_dest(&d.0, SECRET, vec![]);
     let t0 = std::time::Instant::now();
     let r = src.execute(Command::Migrate { vr: "a".into(), to: dest.addr().to_string() }).unwrap();
     let wall = t0.elapsed().as_secs_f64() * 1e3;

@@ -16,13 +16,13 @@
 //! printed, never asserted. Needs root and BIRD; says why it skips otherwise.
 
 mod hosts;
+mod served;
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use control::api::Command;
@@ -33,6 +33,7 @@ use control::{MigrationConfig, Node, Topology};
 use dataplane::RouteSource;
 use hosts::{bird, bird_with, have, in_ns, ip, ok, Guard};
 use ipnet::IpNet;
+use served::Served;
 
 const SECRET: &str = "0123456789abcdef0123456789abcdef";
 /// Prefixes the speaker announces.
@@ -95,9 +96,7 @@ fn vr_conf(orphan: bool) -> String {
 /// requests, which records the VR's `kernel` route count and stale count each time) and a
 /// migration listener.
 struct Dest {
-    stop: Arc<AtomicBool>,
-    serve: Option<JoinHandle<Node>>,
-    listener: Option<Listener>,
+    served: Served,
     /// (ms since the start, kernel routes, stale) while the VR is here.
     seen: Arc<Mutex<Vec<(u64, usize, u64)>>>,
 }
@@ -138,11 +137,11 @@ impl Dest {
         };
         ready.recv_timeout(Duration::from_secs(30)).expect("the destination started");
         let listener = Listener::start(&cfg, sock, dir.to_path_buf()).unwrap();
-        Dest { stop, serve: Some(serve), listener: Some(listener), seen }
+        Dest { served: Served::new(stop, serve, listener), seen }
     }
 
     fn addr(&self) -> SocketAddr {
-        self.listener.as_ref().unwrap().local_addr()
+        self.served.addr()
     }
 
     fn last(&self) -> Option<(u64, usize, u64)> {
@@ -161,22 +160,8 @@ impl Dest {
         false
     }
 
-    fn finish(mut self) -> Node {
-        drop(self.listener.take());
-        self.stop.store(true, Ordering::Relaxed);
-        self.serve.take().unwrap().join().unwrap()
-    }
-}
-
-impl Drop for Dest {
-    fn drop(&mut self) {
-        drop(self.listener.take());
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.serve.take() {
-            if let Ok(n) = t.join() {
-                let _ = n.stop();
-            }
-        }
+    fn finish(self) -> Node {
+        self.served.finish()
     }
 }
 
