@@ -32,7 +32,10 @@
 //!
 //! Compaction writes, in this order: a restore record per VR restored since the start (a
 //! fresh snapshot of it), the topology, the `interface_set` commands still in force (merged
-//! per interface), the bases, the last `reserve` and `move` of each VR.
+//! per interface), the bases, the last `reserve` and `move` of each VR. Those still in force
+//! are those since the last change of the running text: the text holds what ran before it
+//! (an `apply` set it, `vr_add` and `vr_remove` write the live state into it), so replaying
+//! the compacted journal comes back to exactly the acknowledged state.
 //!
 //! A record is written whole with one `write` and the file is not synced per record: what a
 //! crashed process wrote is in the page cache and survives it; a power cut may lose the last
@@ -180,6 +183,14 @@ impl Live {
             self.restored.retain(|(n, _)| *n != name);
             self.restored.push((name, down));
         }
+    }
+
+    /// After a change of the running text (`apply`, `vr_add`, `vr_remove`): the text now says
+    /// every VR's interfaces and reservation as they run (an `apply` set them to its text, an
+    /// edit wrote what ran into it), so the commands that changed them before are spent.
+    fn text_changed(&mut self) {
+        self.interfaces.clear();
+        self.reserve.clear();
     }
 
     /// Forgets what concerns VRs `node` no longer has.
@@ -382,6 +393,7 @@ impl Journal {
         let r = if changes_text(cmd) {
             // Started without its text (tests): there is no file to replay it against.
             let Some(r) = topology(node, self.origin) else { return Ok(()) };
+            self.live.text_changed();
             r
         } else if is_restore(cmd) {
             let (name, down) = match cmd {
@@ -615,10 +627,9 @@ fn apply(
                     t.file
                 )));
             }
-            if node.source().is_some_and(|(text, _)| text == t.text) {
-                return Ok(0);
-            }
+            // Applied even when it is the running text: it reverts the live changes before it.
             node.execute(Command::Apply { topology: t.text, file: t.file, dry_run: false })?;
+            live.text_changed();
             Ok(0)
         }
         KIND_BASE => {

@@ -1035,24 +1035,16 @@ impl Node {
         };
         let node = yamlpath::parse_document(&text, "hosts:, ports:, switches:, vrs:")
             .map_err(|e| ControlError::Invalid(e.to_string()))?;
+        let base = Path::new(&file).parent().unwrap_or(Path::new(".")).to_path_buf();
+        let said = Topology::parse(&text, &file, &base)?;
         let mut doc = plain(&node);
+        // The edit adds or removes VRs: those it keeps stay as they run, even where
+        // `interface_set` or `reserve` changed them after the text was given. The text says
+        // so too, so that a journal replaying it comes back to what was acknowledged.
+        live_into_doc(&mut doc, &said, &self.topo);
         edit(&mut doc);
         let text = crate::model::to_yaml(&doc);
-        let base = Path::new(&file).parent().unwrap_or(Path::new(".")).to_path_buf();
-        let mut next = Topology::parse(&text, &file, &base)?;
-        // The edit adds or removes VRs: those it keeps stay up or down as they run, even where
-        // `interface_set` changed that after the text was read.
-        let running: Vec<(usize, Vec<u16>)> = (next.vrs.iter().enumerate())
-            .filter_map(|(i, v)| {
-                let j = self.topo.vr_index(&v.name)?;
-                Some((i, self.topo.iface_down.get(j).cloned().unwrap_or_default()))
-            })
-            .collect();
-        for (i, down) in running {
-            for k in 0..next.vrs[i].interfaces.len() as u16 {
-                next.set_iface_down(i, k, down.contains(&k));
-            }
-        }
+        let next = Topology::parse(&text, &file, &base)?;
         let plan = self.apply(next, false)?;
         self.source = Some((text, file));
         Ok(plan)
@@ -1708,6 +1700,55 @@ pub(crate) fn plain(n: &marked_yaml::Node) -> Value {
             Value::Object(m.iter().map(|(k, v)| (k.as_str().to_string(), plain(v))).collect())
         }
     }
+}
+
+/// Writes into `doc` (the text `said` was read from) what runs of its VRs in `live` where
+/// that differs from the text: each interface's MTU, addresses and up/down, and the VR's
+/// reservation.
+fn live_into_doc(doc: &mut Value, said: &Topology, live: &Topology) {
+    for v in list(doc, "vrs").iter_mut() {
+        let name = v["name"].as_str().unwrap_or_default().to_string();
+        let (Some(i), Some(j)) = (said.vr_index(&name), live.vr_index(&name)) else { continue };
+        let (was, is) = (&said.vrs[i], &live.vrs[j]);
+        for f in v["interfaces"].as_array_mut().into_iter().flatten() {
+            let at = |c: &VrConfig| c.interfaces.iter().position(|x| f["name"] == x.name.as_str());
+            let (Some(k), Some(l)) = (at(was), at(is)) else { continue };
+            let (a, b) = (&was.interfaces[k], &is.interfaces[l]);
+            if a.mtu != b.mtu {
+                f["mtu"] = Value::String(b.mtu.to_string());
+            }
+            if (&a.ipv4, &a.ipv6) != (&b.ipv4, &b.ipv6) {
+                let v4 = b.ipv4.iter().map(|n| Value::String(n.to_string()));
+                let v6 = b.ipv6.iter().map(|n| Value::String(n.to_string()));
+                f["addresses"] = Value::Array(v4.chain(v6).collect());
+            }
+            let down = live.iface_down(j, l as u16);
+            if said.iface_down(i, k as u16) != down {
+                f["up"] = Value::String((!down).to_string());
+            }
+        }
+        let r = live.schedule[j].reservation;
+        if said.schedule[i].reservation != r {
+            match (r.map(reservation_doc), v.as_object_mut()) {
+                (Some(doc), _) => v["reservation"] = doc,
+                (None, Some(m)) => drop(m.remove("reservation")),
+                (None, None) => {}
+            }
+        }
+    }
+}
+
+/// A reservation as the topology file writes it.
+fn reservation_doc(r: dataplane::config::Reservation) -> Value {
+    let mut m = serde_json::Map::new();
+    let (key, q) = match r.budget {
+        dataplane::config::Budget::Packets(n) => ("packets", n),
+        dataplane::config::Budget::Time(ns) => ("time_us", ns / 1_000),
+    };
+    m.insert(key.into(), Value::String(q.to_string()));
+    m.insert("period_us".into(), Value::String((r.period_ns / 1_000).to_string()));
+    m.insert("weight".into(), Value::String(r.weight.to_string()));
+    Value::Object(m)
 }
 
 /// The list under `key` of a document, made empty if absent (or not a list).
