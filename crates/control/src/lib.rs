@@ -25,6 +25,7 @@ pub mod msr;
 pub mod netns;
 pub mod node;
 pub mod pcapng;
+mod plan;
 pub mod replicas;
 pub mod rtsync;
 pub mod runtime;
@@ -33,7 +34,8 @@ pub mod sys;
 pub mod topology;
 
 pub use error::ControlError;
-pub use node::{Node, Plan};
+pub use node::Node;
+pub use plan::Plan;
 
 pub use topology::{
     Attach, ErrorKind, HostSpec, MemifSpec, MigrationConfig, PortKind, PortSpec, Topology,

@@ -11,11 +11,10 @@
 //! a plan with any change that cannot be made live (a port's kind, the workers, hosts,
 //! switches) is refused whole with what to do instead.
 
-use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
+use std::collections::HashMap;
 use std::path::Path;
 
-use dataplane::config::{IfaceConfig, RouteConfig, RouteTarget, VrConfig};
+use dataplane::config::{RouteConfig, RouteTarget, VrConfig};
 use dataplane::{RouteError, RouteOp, RouteSource, RouteTable, Vr, VrAnswer, VrChange};
 use ipnet::IpNet;
 use ports::mem::MemPort;
@@ -23,10 +22,12 @@ use serde_json::{json, Value};
 use tracing::{debug, info, warn};
 
 use crate::api::{Command, Route, API_VERSION};
-use crate::build::{self, open_port, vr_in_cell};
+use crate::build;
+pub use crate::plan::Plan;
+use crate::plan::Step;
 use crate::runtime::{reservation_json, Options, Runtime};
 use crate::topology::{reservation_from_words, VrSchedule};
-use crate::{ControlError, PortKind, Topology};
+use crate::{ControlError, Topology};
 
 /// The running host.
 pub struct Node {
@@ -69,86 +70,6 @@ struct Capture {
     count: u64,
     read: u64,
     ring: std::sync::Arc<dataplane::CaptureRing>,
-}
-
-/// What `apply` would do (or did): steps in the order they run.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Plan {
-    pub steps: Vec<String>,
-    /// VRs the plan leaves alone.
-    pub unchanged: Vec<String>,
-}
-
-impl Plan {
-    /// Whether the plan changes nothing.
-    pub fn is_empty(&self) -> bool {
-        self.steps.is_empty()
-    }
-}
-
-impl std::fmt::Display for Plan {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.steps.is_empty() {
-            writeln!(f, "nothing to change")?;
-        }
-        for s in &self.steps {
-            writeln!(f, "{s}")?;
-        }
-        if !self.unchanged.is_empty() {
-            writeln!(f, "= unchanged: {}", self.unchanged.join(", "))?;
-        }
-        Ok(())
-    }
-}
-
-/// One step of a plan, with everything it needs built.
-enum Step {
-    Idle(crate::runtime::Idle),
-    RemoveVr(String),
-    RemoveCell(usize, Vec<String>),
-    Routes {
-        vr: String,
-        ops: Vec<RouteOp>,
-    },
-    Mtu {
-        vr: String,
-        iface: u16,
-        mtu: u16,
-    },
-    /// An interface set up or down (`up:`), with its mirror tap if the VR has a control plane.
-    Up {
-        vr: String,
-        iface: u16,
-        up: bool,
-        mirror: Option<(String, String)>,
-    },
-    /// A control-plane VR's interface changed: its mirror tap `dev` in `netns` follows.
-    Mirror {
-        netns: String,
-        dev: String,
-        change: crate::netns::MirrorChange,
-    },
-    Replace {
-        vr: String,
-        table: RouteTable,
-        new: Box<Vr>,
-    },
-    NewCell {
-        table: Vec<(String, RouteTable)>,
-        cell: Box<dataplane::Cell>,
-        worker: Option<usize>,
-        outside: Vec<(String, MemPort)>,
-    },
-    JoinCell {
-        cell: usize,
-        ports: Vec<Box<dyn ports::Port>>,
-        table: RouteTable,
-        vr: Box<Vr>,
-    },
-    Schedule {
-        vr: String,
-        sched: VrSchedule,
-    },
 }
 
 /// Installs adjacency list `list` in VR `vr` on its worker, in every replica of a replicated
@@ -1102,9 +1023,24 @@ impl Node {
         Ok(j)
     }
 
+    /// The running host as a diff reads it.
+    fn current(&self) -> crate::plan::Current<'_> {
+        crate::plan::Current {
+            topo: &self.topo,
+            rt: &self.rt,
+            tables: &self.tables,
+            burst: self.burst,
+        }
+    }
+
+    /// The steps from the running host to `next`, or why it cannot be done live.
+    fn diff(&self, next: &Topology) -> Result<Vec<Step>, ControlError> {
+        Ok(crate::plan::diff(&self.current(), next)?)
+    }
+
     /// The plan that would turn the running host into `next`, or why it cannot be done live.
     pub fn plan(&self, next: &Topology) -> Result<Plan, ControlError> {
-        self.prepare(next).map(|(plan, _)| plan)
+        self.diff(next).map(|steps| Plan::of(&steps, &self.topo, next))
     }
 
     /// Carries out the plan from the running host to `next` (only computes it with
@@ -1116,13 +1052,14 @@ impl Node {
                 return Err(e);
             }
         }
-        let (plan, steps) = match self.prepare(&next) {
-            Ok(p) => p,
+        let steps = match self.diff(&next) {
+            Ok(s) => s,
             Err(e) => {
                 self.forget_new_mirrors(&next);
                 return Err(e);
             }
         };
+        let plan = Plan::of(&steps, &self.topo, &next);
         if dry_run {
             return Ok(plan);
         }
@@ -1155,6 +1092,7 @@ impl Node {
         }
     }
 
+    /// Carries out one step; what it did, for the log of a plan stopped part way.
     fn run_step(&mut self, step: Step) -> Result<String, ControlError> {
         Ok(match step {
             Step::RemoveVr(name) => {
@@ -1164,11 +1102,11 @@ impl Node {
                 info!(vr = %name, "vr removed");
                 format!("removed vr {name}")
             }
-            Step::RemoveCell(c, vrs) => {
-                self.rt.remove_cell(c)?;
+            Step::RemoveCell { cell, vrs, .. } => {
+                self.rt.remove_cell(cell)?;
                 for v in &vrs {
                     self.tables.remove(v);
-                    info!(vr = %v, cell = c, "vr removed");
+                    info!(vr = %v, cell, "vr removed");
                 }
                 format!("removed {}", vrs.join(", "))
             }
@@ -1179,29 +1117,20 @@ impl Node {
                     a.added, a.replaced, a.deleted
                 )
             }
-            Step::Mtu { vr, iface, mtu } => {
+            Step::Mtu { vr, iface, mtu, .. } => {
                 self.vr_change(&vr, VrChange::Mtu(iface, mtu))?;
                 info!(vr, interface = iface, mtu, "interface mtu set");
                 format!("vr {vr}: interface {iface} mtu {mtu}")
             }
-            Step::Up { vr, iface, up, mirror } => {
-                self.vr_change(&vr, VrChange::Up(iface, up))?;
-                if let Some((ns, dev)) = mirror {
-                    crate::netns::set_mirror_up(&ns, &dev, up).map_err(|e| {
-                        ControlError::State(format!("vr {vr}: mirror of {dev}: {e}"))
-                    })?;
-                }
-                info!(vr, interface = iface, up, "interface set up/down");
-                format!("vr {vr}: interface {iface} {}", if up { "up" } else { "down" })
-            }
-            Step::Mirror { netns, dev, change } => {
+            Step::Up { vr, iface, up, mirror, .. } => self.set_up(vr, iface, up, mirror)?,
+            Step::Mirror { netns, dev, change, .. } => {
                 crate::netns::follow_mirror(&netns, &dev, &change).map_err(|e| {
                     ControlError::State(format!("control plane {netns}: mirror {dev}: {e}"))
                 })?;
                 info!(netns, dev, ?change, "mirror follows its interface");
                 format!("mirror {netns}/{dev}")
             }
-            Step::Replace { vr, table, new } => {
+            Step::Replace { vr, table, new, .. } => {
                 let r = self
                     .rt
                     .on_vr(&vr, move |c, v| c.replace_vr(v, *new).map(drop).map_err(|e| e.0))?;
@@ -1210,26 +1139,10 @@ impl Node {
                 info!(vr, "vr rebuilt");
                 format!("vr {vr}: rebuilt")
             }
-            Step::NewCell { table, mut cell, worker, outside } => {
-                for k in 0..cell.vrs().len() {
-                    let name = cell.vrs()[k].name().to_string();
-                    if let Some(i) = self.start_down.iter().position(|n| *n == name) {
-                        self.start_down.remove(i);
-                        for f in 0..cell.vrs()[k].interfaces().len() {
-                            let _ = cell.change_vr(k, VrChange::Up(f as u16, false));
-                        }
-                    }
-                }
-                self.rt.add_cell(*cell, worker)?;
-                self.outside.extend(outside);
-                let names: Vec<String> = table.iter().map(|(n, _)| n.clone()).collect();
-                for n in &names {
-                    info!(vr = %n, worker, "vr added");
-                }
-                self.tables.extend(table);
-                format!("started {}", names.join(", "))
+            Step::NewCell { table, cell, worker, outside, .. } => {
+                self.start_cell(table, cell, worker, outside)?
             }
-            Step::JoinCell { cell, ports, table, mut vr } => {
+            Step::JoinCell { cell, ports, table, mut vr, .. } => {
                 self.down_from_start(&mut vr);
                 let name = vr.name().to_string();
                 self.rt.add_vr(cell, ports, *vr)?;
@@ -1237,458 +1150,72 @@ impl Node {
                 info!(vr = %name, cell, "vr added");
                 format!("added vr {name} to cell {cell}")
             }
-            Step::Idle(idle) => {
-                self.rt.set_idle(idle)?;
-                info!(idle = ?idle, "idle set");
-                format!("idle {idle:?}")
+            Step::Idle { to, .. } => {
+                self.rt.set_idle(to)?;
+                info!(idle = ?to, "idle set");
+                format!("idle {to:?}")
             }
-            Step::Schedule { vr, sched } => {
-                self.rt.set_reservation(&vr, sched.reservation)?;
-                let batch = usize::from(sched.batch.unwrap_or(ports::MAX_BURST as u16));
-                self.rt
-                    .on_vr(&vr, move |c, v| c.set_vr_batch(v, batch).map_err(|e| e.0))?
-                    .map_err(ControlError::Invalid)?;
-                if let Some(w) = sched.worker {
-                    self.rt.move_vr(&vr, usize::from(w))?;
-                }
-                info!(vr, batch, worker = ?sched.worker, reservation = ?sched.reservation, "vr schedule set");
-                format!("vr {vr}: schedule")
-            }
+            Step::Schedule { vr, sched, .. } => self.schedule(vr, sched)?,
         })
     }
 
-    /// Diffs `next` against the running topology and builds what the plan needs.
-    fn prepare(&self, next: &Topology) -> Result<(Plan, Vec<Step>), ControlError> {
-        let cur = &self.topo;
-        let mut refused = Vec::new();
-        let fix = "cannot be applied to a running host; run `routeplex down FILE` then `routeplex up FILE` to make it";
-        if cur.workers != next.workers {
-            refused.push(format!("workers: {:?} -> {:?} {fix}", cur.workers, next.workers));
+    /// Sets interface `iface` of VR `vr` up or down, and its mirror tap with it.
+    fn set_up(
+        &mut self,
+        vr: String,
+        iface: u16,
+        up: bool,
+        mirror: Option<(String, String)>,
+    ) -> Result<String, ControlError> {
+        self.vr_change(&vr, VrChange::Up(iface, up))?;
+        if let Some((ns, dev)) = mirror {
+            crate::netns::set_mirror_up(&ns, &dev, up)
+                .map_err(|e| ControlError::State(format!("vr {vr}: mirror of {dev}: {e}")))?;
         }
-        if cur.metrics != next.metrics {
-            refused.push(format!("metrics changed: {fix}"));
-        }
-        if cur.migration != next.migration {
-            refused.push(format!("migration changed: {fix}"));
-        }
-        if cur.hosts != next.hosts {
-            refused.push(format!("hosts changed: {fix}"));
-        }
-        if switches_named(cur) != switches_named(next) {
-            refused.push(format!("switches changed: {fix}"));
-        }
-        refused.extend(crate::replicas::refuse_changes(cur, next, fix));
-        let cur_ports: BTreeMap<&str, &crate::PortSpec> =
-            cur.ports.iter().map(|p| (p.name.as_str(), p)).collect();
-        let next_ports: BTreeMap<&str, &crate::PortSpec> =
-            next.ports.iter().map(|p| (p.name.as_str(), p)).collect();
-        for (n, p) in &cur_ports {
-            match next_ports.get(n) {
-                Some(q) if !same_kind(cur, &p.kind, next, &q.kind) => {
-                    refused.push(format!("port {n}: its kind or settings changed: {fix}"))
-                }
-                Some(q) if q.burst != p.burst => {
-                    refused.push(format!("port {n}: burst changed: {fix}"))
-                }
-                _ => {}
-            }
-        }
-        let mut plan = Plan::default();
-        let mut steps = Vec::new();
-        if cur.idle != next.idle {
-            plan.steps.push(format!("~ idle: {:?} -> {:?}", cur.idle, next.idle));
-            steps.push(Step::Idle(next.idle));
-        }
-        let vr_names = |t: &Topology| t.vrs.iter().map(|v| v.name.clone()).collect::<Vec<_>>();
-        let (old_names, new_names) = (vr_names(cur), vr_names(next));
-        // Removals: whole cells whose VRs all go (with their ports), else VRs out of cells.
-        let removed: Vec<&String> = old_names.iter().filter(|n| !new_names.contains(n)).collect();
-        let mut cells_gone = Vec::new();
-        for n in &removed {
-            let (c, _) = self.rt.locate(n)?;
-            if cells_gone.contains(&c) {
-                continue;
-            }
-            let cell_vrs: Vec<String> = self.rt.cell_vrs(c).to_vec();
-            let all_go = cell_vrs.iter().all(|v| removed.contains(&v));
-            let next_rt: Vec<String> = next.ports.iter().map(|p| rt_port(next, &p.name)).collect();
-            let ports_gone = self.rt.cell_ports(c).iter().all(|p| !next_rt.contains(p));
-            if all_go && ports_gone {
-                cells_gone.push(c);
-                plan.steps.push(format!(
-                    "- vr {} (its cell stops; ports {} close)",
-                    cell_vrs.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
-                    self.rt.cell_ports(c).join(", ")
-                ));
-                steps.push(Step::RemoveCell(c, cell_vrs));
-            } else {
-                plan.steps.push(format!("- vr {n}"));
-                steps.push(Step::RemoveVr((*n).clone()));
-            }
-        }
-        for (n, p) in &cur_ports {
-            if next_ports.contains_key(n) {
-                continue;
-            }
-            // A mirror tap goes with its VR (and its cell).
-            if let PortKind::Mirror { vr, .. } = p.kind {
-                if removed.contains(&&cur.vrs[vr].name) {
-                    continue;
-                }
-            }
-            let gone =
-                self.rt.cell_of_port(&rt_port(cur, n)).is_some_and(|c| cells_gone.contains(&c));
-            if !gone {
-                refused.push(format!(
-                    "port {n}: removed while VRs or switches still use its cell: {fix}"
-                ));
-            }
-        }
-        // Changed VRs.
-        for (i, v) in next.vrs.iter().enumerate() {
-            let Some(j) = cur.vr_index(&v.name) else { continue };
-            let (old, os, ns) = (&cur.vrs[j], &cur.schedule[j], &next.schedule[i]);
-            let mut changed = false;
-            let same_shape = old.interfaces.len() == v.interfaces.len()
-                && old
-                    .interfaces
-                    .iter()
-                    .zip(&v.interfaces)
-                    .all(|(a, b)| IfaceConfig { mtu: b.mtu, port: b.port, ..a.clone() } == *b);
-            let ports_same = old.interfaces.iter().map(|f| f.port_name(cur)).collect::<Vec<_>>()
-                == v.interfaces.iter().map(|f| f.port_name(next)).collect::<Vec<_>>();
-            if !ports_same {
-                refused.push(format!("vr {}: an interface moved to another port: {fix}", v.name));
-                continue;
-            }
-            if !same_shape || old.neighbors != v.neighbors || old.limits != v.limits {
-                // Interfaces (addresses, MACs, VLANs), static neighbors or limits: a new VR
-                // takes the old one's place, with its counters, neighbors and API routes.
-                let (c, _) = self.rt.locate(&v.name)?;
-                let local = self.local_ports(c, next, &[]);
-                let mut cfg = v.clone();
-                let mut table = RouteTable::new(&cfg).map_err(|e| ControlError::Invalid(e.0))?;
-                // API routes, and a control plane's kernel routes: its sync sent them once and
-                // will not again unless they change.
-                let old_table = &self.tables[&v.name];
-                let mut ops = old_table.ops_of(RouteSource::Api);
-                let kernel = old_table.ops_of(RouteSource::Kernel);
-                let api = ops.len();
-                ops.extend(kernel);
-                // One batch when every API route still fits; otherwise those whose gateway is
-                // no longer connected are dropped with the old VR, one by one.
-                let fits: Vec<bool> = match table.apply(&ops, |_| Ok(())) {
-                    Ok(_) => vec![true; ops.len()],
-                    Err(_) => ops
-                        .iter()
-                        .map(|op| table.apply(std::slice::from_ref(op), |_| Ok(())).is_ok())
-                        .collect(),
-                };
-                let keep = fits[..api].iter().filter(|&&k| k).count();
-                let kept_kernel = fits[api..].iter().filter(|&&k| k).count();
-                cfg.interfaces.iter_mut().for_each(|f| f.port = local(f.port));
-                let vr =
-                    Vr::with_routes(&cfg, table.view()).map_err(|e| ControlError::Invalid(e.0))?;
-                plan.steps.push(format!(
-                    "~ vr {}: rebuilt in place ({}), keeping counters{} and {} API route(s){}",
-                    v.name,
-                    what_changed(old, v),
-                    if same_ifaces(old, v) { ", neighbors" } else { "" },
-                    keep,
-                    if kept_kernel > 0 {
-                        format!(", {kept_kernel} kernel route(s)")
-                    } else {
-                        String::new()
-                    }
-                ));
-                steps.push(Step::Replace { vr: v.name.clone(), table, new: Box::new(vr) });
-                // The new VR's interfaces are up, or as the old one's were: set each as `next`
-                // says, and let the mirror taps follow the interfaces.
-                steps.extend(self.follow_steps(next, i, j, true, &mut plan));
-                changed = true;
-            } else {
-                for (k, (a, b)) in old.interfaces.iter().zip(&v.interfaces).enumerate() {
-                    if a.mtu != b.mtu {
-                        plan.steps.push(format!(
-                            "~ vr {}: interface {} mtu {} -> {}",
-                            v.name, b.name, a.mtu, b.mtu
-                        ));
-                        steps.push(Step::Mtu { vr: v.name.clone(), iface: k as u16, mtu: b.mtu });
-                        changed = true;
-                    }
-                }
-                let follow = self.follow_steps(next, i, j, false, &mut plan);
-                changed |= !follow.is_empty();
-                steps.extend(follow);
-                let ops = route_diff(&old.routes, &v.routes);
-                if !ops.is_empty() {
-                    let (add, del) = ops.iter().fold((0, 0), |(a, d), op| match op {
-                        RouteOp::Delete { .. } => (a, d + 1),
-                        _ => (a + 1, d),
-                    });
-                    plan.steps.push(format!(
-                        "~ vr {}: routes: {add} added or changed, {del} removed",
-                        v.name
-                    ));
-                    steps.push(Step::Routes { vr: v.name.clone(), ops });
-                    changed = true;
-                }
-            }
-            if os != ns {
-                let show = |s: &VrSchedule| match s.reservation {
-                    Some(r) => r.to_string(),
-                    None => "none".into(),
-                };
-                if os.reservation != ns.reservation {
-                    plan.steps.push(format!(
-                        "~ vr {}: reservation {} -> {}",
-                        v.name,
-                        show(os),
-                        show(ns)
-                    ));
-                }
-                if os.batch != ns.batch {
-                    plan.steps
-                        .push(format!("~ vr {}: batch {:?} -> {:?}", v.name, os.batch, ns.batch));
-                }
-                if os.worker != ns.worker && ns.worker.is_some() {
-                    plan.steps.push(format!("~ vr {}: to worker {:?}", v.name, ns.worker));
-                }
-                steps.push(Step::Schedule { vr: v.name.clone(), sched: ns.clone() });
-                changed = true;
-            }
-            if !changed {
-                plan.unchanged.push(v.name.clone());
-            }
-        }
-        // New VRs: on new ports (a new cell) or joining the cell of a port they share.
-        let mut new_cells: Vec<(Vec<String>, Vec<usize>)> = Vec::new();
-        for (i, v) in next.vrs.iter().enumerate() {
-            if cur.vr_index(&v.name).is_some() {
-                continue;
-            }
-            let port_names: Vec<String> =
-                v.interfaces.iter().map(|f| f.port_name(next).to_string()).collect();
-            if let Some(p) = port_names
-                .iter()
-                .find(|p| matches!(next_ports[p.as_str()].kind, PortKind::Link { .. }))
-            {
-                refused.push(format!("vr {}: interface on a switch or link ({p}): {fix}", v.name));
-                continue;
-            }
-            let cells: Vec<usize> =
-                port_names.iter().filter_map(|p| self.rt.cell_of_port(&rt_port(next, p))).collect();
-            let mut uniq = cells.clone();
-            uniq.sort_unstable();
-            uniq.dedup();
-            let mirrors = mirror_ports(next, i);
-            match uniq.as_slice() {
-                // Its mirror taps open in its cell.
-                [] => new_cells.push((port_names.into_iter().chain(mirrors).collect(), vec![i])),
-                [_] if !mirrors.is_empty() => refused.push(format!(
-                    "vr {}: a VR with a control plane joins a running cell (its ports are in use): {fix}",
-                    v.name
-                )),
-                [c] => {
-                    let fresh: Vec<String> = port_names
-                        .iter()
-                        .filter(|p| !cur_ports.contains_key(p.as_str()))
-                        .cloned()
-                        .collect();
-                    let mut fresh_u = fresh.clone();
-                    fresh_u.dedup();
-                    let local = self.local_ports(*c, next, &fresh_u);
-                    let (table, vr) = vr_in_cell(v, local)?;
-                    let mut opened = Vec::new();
-                    for p in &fresh_u {
-                        let (port, _) = open_port(next, next.port_index(p).expect("named"))?;
-                        opened.push(port);
-                    }
-                    plan.steps.push(format!(
-                        "+ vr {} (joins the cell of {}{})",
-                        v.name,
-                        self.rt.cell_ports(*c).join(", "),
-                        if fresh_u.is_empty() {
-                            String::new()
-                        } else {
-                            format!("; opens {}", fresh_u.join(", "))
-                        }
-                    ));
-                    steps.push(Step::JoinCell { cell: *c, ports: opened, table, vr: Box::new(vr) });
-                    steps.extend(down_steps(next, i));
-                    if next.schedule[i] != VrSchedule::default() {
-                        steps.push(Step::Schedule {
-                            vr: v.name.clone(),
-                            sched: next.schedule[i].clone(),
-                        });
-                    }
-                }
-                _ => refused.push(format!(
-                    "vr {}: its ports are in cells {uniq:?}, which would merge: {fix}",
-                    v.name
-                )),
-            }
-        }
-        // VRs on new ports only: group those that share ports into cells, as the builder does.
-        for (ports_of, vrs) in merge_cells(new_cells) {
-            let mut opened = Vec::new();
-            let mut outside = Vec::new();
-            for p in &ports_of {
-                if cur_ports.contains_key(p.as_str()) {
-                    refused.push(format!("port {p}: in use by another cell: {fix}"));
-                    continue;
-                }
-                let (port, out) = open_port(next, next.port_index(p).expect("named"))?;
-                opened.push(port);
-                if let Some(o) = out {
-                    outside.push((p.clone(), o));
-                }
-            }
-            let local = |gp: u16| {
-                ports_of
-                    .iter()
-                    .position(|n| *n == next.ports[usize::from(gp)].name)
-                    .expect("in the cell") as u16
-            };
-            let mut tables = Vec::new();
-            let mut built = Vec::new();
-            for &i in &vrs {
-                let (t, vr) = vr_in_cell(&next.vrs[i], local)?;
-                tables.push((next.vrs[i].name.clone(), t));
-                built.push(vr);
-            }
-            let mut cell = dataplane::Cell::new(opened, built, Vec::new())
-                .map_err(|e| ControlError::Invalid(e.0))?;
-            for (k, &i) in vrs.iter().enumerate() {
-                let s = &next.schedule[i];
-                if let Some(cp) = next.control_plane(i) {
-                    let bad = |e: dataplane::BuildError| ControlError::Invalid(e.0);
-                    for p in mirror_ports(next, i) {
-                        let g = next.port_index(&p).expect("named");
-                        let PortKind::Mirror { iface, .. } = next.ports[g].kind else { continue };
-                        cell.attach_mirror(k, iface, local(g as u16)).map_err(bad)?;
-                    }
-                    cell.set_punt_limit(k, cp.punt_per_sec, cp.punt_burst).map_err(bad)?;
-                }
-                cell.set_reservation(k, s.reservation).map_err(|e| ControlError::Invalid(e.0))?;
-                if let Some(b) = s.batch {
-                    cell.set_vr_batch(k, usize::from(b)).map_err(|e| ControlError::Invalid(e.0))?;
-                }
-            }
-            for (k, p) in ports_of.iter().enumerate() {
-                let b = next.ports[next.port_index(p).expect("named")]
-                    .burst
-                    .map_or(self.burst, usize::from);
-                cell.set_port_burst(k, b).map_err(|e| ControlError::Invalid(e.0))?;
-            }
-            let worker = vrs.iter().find_map(|&i| next.schedule[i].worker).map(usize::from);
-            let names: Vec<&str> = vrs.iter().map(|&i| next.vrs[i].name.as_str()).collect();
-            plan.steps.push(format!(
-                "+ vr {} (new cell; opens {})",
-                names.join(", "),
-                ports_of.join(", ")
-            ));
-            // The outside ends of new mem ports are kept for whoever asks (tests, benchmarks).
-            steps.push(Step::NewCell { table: tables, cell: Box::new(cell), worker, outside });
-            for &i in &vrs {
-                steps.extend(down_steps(next, i));
-            }
-        }
-        if !refused.is_empty() {
-            let mut msg =
-                String::from("this change cannot be applied live; nothing was changed:\n");
-            for r in &refused {
-                let _ = writeln!(msg, "! {r}");
-            }
-            return Err(ControlError::NotLive(msg.trim_end().to_string()));
-        }
-        Ok((plan, steps))
+        info!(vr, interface = iface, up, "interface set up/down");
+        Ok(format!("vr {vr}: interface {iface} {}", if up { "up" } else { "down" }))
     }
 
-    /// The steps that set VR `next.vrs[i]` (the running `vrs[j]`) up or down per interface
-    /// as `next` says (every interface when `all`, else those whose `up:` changed), and that
-    /// carry its interfaces' MAC, MTU and address changes to its mirror taps.
-    fn follow_steps(
-        &self,
-        next: &Topology,
-        i: usize,
-        j: usize,
-        all: bool,
-        plan: &mut Plan,
-    ) -> Vec<Step> {
-        let (cur, v) = (&self.topo, &next.vrs[i]);
-        let netns = next.control_plane(i).map(|c| c.netns.clone());
-        let mut steps = Vec::new();
-        for (k, b) in v.interfaces.iter().enumerate() {
-            let id = k as u16;
-            let down = next.iface_down(i, id);
-            if cur.iface_down(j, id) != down {
-                plan.steps.push(format!(
-                    "~ vr {}: interface {} {}",
-                    v.name,
-                    b.name,
-                    if down { "down" } else { "up" }
-                ));
-            }
-            if all || cur.iface_down(j, id) != down {
-                let mirror = netns.clone().map(|n| (n, b.name.clone()));
-                steps.push(Step::Up { vr: v.name.clone(), iface: id, up: !down, mirror });
-            }
-            let (Some(ns), Some(a)) = (&netns, cur.vrs[j].interfaces.get(k)) else { continue };
-            if let Some(change) = crate::netns::MirrorChange::between(a, b) {
-                steps.push(Step::Mirror { netns: ns.clone(), dev: b.name.clone(), change });
+    /// Starts a new cell (its VRs down from the start where asked) on `worker`.
+    fn start_cell(
+        &mut self,
+        table: Vec<(String, RouteTable)>,
+        mut cell: Box<dataplane::Cell>,
+        worker: Option<usize>,
+        outside: Vec<(String, MemPort)>,
+    ) -> Result<String, ControlError> {
+        for k in 0..cell.vrs().len() {
+            let name = cell.vrs()[k].name().to_string();
+            if let Some(i) = self.start_down.iter().position(|n| *n == name) {
+                self.start_down.remove(i);
+                for f in 0..cell.vrs()[k].interfaces().len() {
+                    let _ = cell.change_vr(k, VrChange::Up(f as u16, false));
+                }
             }
         }
-        steps
-    }
-
-    /// Cell-local port numbers for a VR of `next` joining cell `c`, which gains `fresh` ports.
-    fn local_ports(&self, c: usize, next: &Topology, fresh: &[String]) -> impl Fn(u16) -> u16 {
-        let mut names: Vec<String> = self.rt.cell_ports(c).to_vec();
-        names.extend(fresh.iter().map(|p| rt_port(next, p)));
-        let global: Vec<String> = next.ports.iter().map(|p| rt_port(next, &p.name)).collect();
-        move |gp: u16| {
-            names.iter().position(|n| *n == global[usize::from(gp)]).unwrap_or(u16::MAX as usize)
-                as u16
+        self.rt.add_cell(*cell, worker)?;
+        self.outside.extend(outside);
+        let names: Vec<String> = table.iter().map(|(n, _)| n.clone()).collect();
+        for n in &names {
+            info!(vr = %n, worker, "vr added");
         }
+        self.tables.extend(table);
+        Ok(format!("started {}", names.join(", ")))
     }
-}
 
-/// The name the runtime knows port `name` of `t` by: what the open port reports, which for a
-/// kernel port is its interface (`rpx-NAME` for a host's veth), not the topology's name.
-fn rt_port(t: &Topology, name: &str) -> String {
-    match t.port_index(name).map(|i| &t.ports[i].kind) {
-        Some(PortKind::AfXdp(a, _) | PortKind::AfPacket(a)) => a.ifname().to_string(),
-        Some(PortKind::Tap { ifname, .. }) => ifname.clone(),
-        _ => name.to_string(),
-    }
-}
-
-/// Whether two ports (of `a` and of `b`) are of the same kind with the same settings; an
-/// internal link's peer compared by name.
-fn same_kind(a: &Topology, ka: &PortKind, b: &Topology, kb: &PortKind) -> bool {
-    match (ka, kb) {
-        (PortKind::Link { peer: x }, PortKind::Link { peer: y }) => {
-            a.ports[usize::from(*x)].name == b.ports[usize::from(*y)].name
+    /// Sets VR `vr`'s reservation, batch and worker.
+    fn schedule(&mut self, vr: String, sched: VrSchedule) -> Result<String, ControlError> {
+        self.rt.set_reservation(&vr, sched.reservation)?;
+        let batch = usize::from(sched.batch.unwrap_or(ports::MAX_BURST as u16));
+        self.rt
+            .on_vr(&vr, move |c, v| c.set_vr_batch(v, batch).map_err(|e| e.0))?
+            .map_err(ControlError::Invalid)?;
+        if let Some(w) = sched.worker {
+            self.rt.move_vr(&vr, usize::from(w))?;
         }
-        _ => ka == kb,
+        info!(vr, batch, worker = ?sched.worker, reservation = ?sched.reservation, "vr schedule set");
+        Ok(format!("vr {vr}: schedule"))
     }
-}
-
-/// The switches as text, with their members' ports by name (port numbers shift when a port
-/// earlier in the file goes).
-fn switches_named(t: &Topology) -> Vec<String> {
-    t.switches
-        .iter()
-        .map(|s| {
-            let members: Vec<String> = s
-                .members
-                .iter()
-                .map(|m| format!("{}: {:?}", t.ports[usize::from(m.port)].name, m.mode))
-                .collect();
-            format!("{} {members:?} {:?} {} {}", s.name, s.statics, s.mac_limit, s.aging_ms)
-        })
-        .collect()
 }
 
 /// A YAML document as plain JSON data: mappings, lists, and every scalar as text.
@@ -1759,78 +1286,6 @@ fn list<'a>(doc: &'a mut Value, key: &str) -> &'a mut Vec<Value> {
     doc[key].as_array_mut().expect("made a list above")
 }
 
-/// Route operations that turn `old` into `new` (static and table routes of one VR).
-fn route_diff(old: &[RouteConfig], new: &[RouteConfig]) -> Vec<RouteOp> {
-    let key = |r: &RouteConfig| (r.prefix, r.source);
-    let o: HashMap<(IpNet, RouteSource), &RouteConfig> = old.iter().map(|r| (key(r), r)).collect();
-    let n: HashMap<(IpNet, RouteSource), &RouteConfig> = new.iter().map(|r| (key(r), r)).collect();
-    let mut ops: Vec<RouteOp> = old
-        .iter()
-        .filter(|r| !n.contains_key(&key(r)))
-        .map(|r| RouteOp::Delete { prefix: r.prefix, source: r.source })
-        .collect();
-    ops.extend(
-        new.iter().filter(|r| o.get(&key(r)) != Some(r)).map(|r| RouteOp::Replace(r.clone())),
-    );
-    ops
-}
-
-/// Groups new VRs that share ports into cells.
-fn merge_cells(mut groups: Vec<(Vec<String>, Vec<usize>)>) -> Vec<(Vec<String>, Vec<usize>)> {
-    let mut out: Vec<(Vec<String>, Vec<usize>)> = Vec::new();
-    while let Some((mut ports, mut vrs)) = groups.pop() {
-        loop {
-            let hit = out.iter().position(|(p, _)| p.iter().any(|x| ports.contains(x)));
-            let Some(k) = hit else { break };
-            let (p, v) = out.remove(k);
-            ports.extend(p);
-            vrs.extend(v);
-        }
-        ports.sort();
-        ports.dedup();
-        vrs.sort_unstable();
-        out.push((ports, vrs));
-    }
-    out
-}
-
-/// A new VR's interfaces set `up: false`, taken down once it runs.
-fn down_steps(next: &Topology, i: usize) -> Vec<Step> {
-    let name = &next.vrs[i].name;
-    let down = next.iface_down.get(i).map(Vec::as_slice).unwrap_or_default();
-    down.iter().map(|&k| Step::Up { vr: name.clone(), iface: k, up: false, mirror: None }).collect()
-}
-
-/// Whether the interfaces sit on the same segments (their ports, compared by name by the
-/// caller, and VLANs) with the same MACs.
-fn same_ifaces(a: &VrConfig, b: &VrConfig) -> bool {
-    a.interfaces.len() == b.interfaces.len()
-        && a.interfaces.iter().zip(&b.interfaces).all(|(x, y)| (x.vlan, x.mac) == (y.vlan, y.mac))
-}
-
-fn what_changed(a: &VrConfig, b: &VrConfig) -> String {
-    let mut w = Vec::new();
-    if a.interfaces.len() != b.interfaces.len() {
-        w.push("interfaces".to_string());
-    } else {
-        for (x, y) in a.interfaces.iter().zip(&b.interfaces) {
-            if x.ipv4 != y.ipv4 || x.ipv6 != y.ipv6 {
-                w.push(format!("{} addresses", y.name));
-            }
-            if x.mac != y.mac || x.vlan != y.vlan {
-                w.push(format!("{} MAC or VLAN", y.name));
-            }
-        }
-    }
-    if a.neighbors != b.neighbors {
-        w.push("static neighbors".into());
-    }
-    if a.limits != b.limits {
-        w.push("limits".into());
-    }
-    w.join(", ")
-}
-
 fn iface_index(cfg: &VrConfig, name: &str) -> Result<u16, ControlError> {
     cfg.interfaces
         .iter()
@@ -1855,16 +1310,6 @@ pub(crate) fn rss_bytes() -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
-trait PortName {
-    fn port_name<'t>(&self, t: &'t Topology) -> &'t str;
-}
-
-impl PortName for IfaceConfig {
-    fn port_name<'t>(&self, t: &'t Topology) -> &'t str {
-        &t.ports[usize::from(self.port)].name
-    }
-}
-
 /// What a next hop means, for people.
 fn adj_text(adj: dataplane::Adj, ifname: &dyn Fn(u16) -> String) -> String {
     use dataplane::Adj;
@@ -1885,13 +1330,4 @@ fn adj_text(adj: dataplane::Adj, ifname: &dyn Fn(u16) -> String) -> String {
             }
         }
     }
-}
-
-/// The names of VR `vr`'s mirror ports in `t` (none without a control plane).
-fn mirror_ports(t: &Topology, vr: usize) -> Vec<String> {
-    t.ports
-        .iter()
-        .filter(|p| matches!(p.kind, PortKind::Mirror { vr: v, .. } if v == vr))
-        .map(|p| p.name.clone())
-        .collect()
 }

@@ -1,0 +1,900 @@
+//! The diff half of `apply`: what turns the running host into another topology, as typed
+//! [`Step`]s with everything they need built (route tables, VRs, cells, ports), or why it
+//! cannot be done live ([`Refusal`]). [`crate::Node`] carries the steps out; the plan's text
+//! ([`Plan`]) is each step's [`Display`](std::fmt::Display), so what is shown is what runs.
+//!
+//! A diff changes nothing on the running host: it reads the running topology, the workers'
+//! cells and the route tables ([`Current`]). Building may open ports (a new cell's, a joining
+//! VR's), which close again when the steps are dropped unrun.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use dataplane::config::{IfaceConfig, RouteConfig, VrConfig};
+use dataplane::{RouteOp, RouteSource, RouteTable, Vr};
+use ipnet::IpNet;
+use ports::mem::MemPort;
+
+use crate::build::{open_port, vr_in_cell};
+use crate::runtime::Runtime;
+use crate::topology::VrSchedule;
+use crate::{ControlError, PortKind, Topology};
+
+/// What to do instead of a change that cannot be made live.
+const FIX: &str = "cannot be applied to a running host; run `routeplex down FILE` then `routeplex up FILE` to make it";
+
+/// The running host as a diff reads it.
+pub(crate) struct Current<'a> {
+    pub topo: &'a Topology,
+    pub rt: &'a Runtime,
+    pub tables: &'a HashMap<String, RouteTable>,
+    /// The workers' default port burst.
+    pub burst: usize,
+}
+
+/// Why a diff gave no steps.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// Changes that cannot be made live, each with what to do instead.
+    NotLive(Vec<String>),
+    /// Building what a step needs failed.
+    Failed(ControlError),
+}
+
+impl From<ControlError> for Refusal {
+    fn from(e: ControlError) -> Refusal {
+        Refusal::Failed(e)
+    }
+}
+
+impl From<Refusal> for ControlError {
+    fn from(r: Refusal) -> ControlError {
+        match r {
+            Refusal::Failed(e) => e,
+            Refusal::NotLive(list) => {
+                let mut msg =
+                    String::from("this change cannot be applied live; nothing was changed:");
+                for r in &list {
+                    msg.push_str("\n! ");
+                    msg.push_str(r);
+                }
+                ControlError::NotLive(msg)
+            }
+        }
+    }
+}
+
+/// One step of a plan, with everything it needs built and what it says in the plan.
+pub(crate) enum Step {
+    Idle {
+        from: crate::runtime::Idle,
+        to: crate::runtime::Idle,
+    },
+    RemoveVr(String),
+    /// A cell whose VRs all go, with its ports.
+    RemoveCell {
+        cell: usize,
+        vrs: Vec<String>,
+        ports: Vec<String>,
+    },
+    Routes {
+        vr: String,
+        ops: Vec<RouteOp>,
+    },
+    Mtu {
+        vr: String,
+        iface: u16,
+        name: String,
+        from: u16,
+        mtu: u16,
+    },
+    /// An interface set up or down (`up:`), with its mirror tap if the VR has a control plane;
+    /// `shown` when the plan says so (a rebuilt VR's interfaces are set again unchanged, a new
+    /// VR's taken down as its text says, silently).
+    Up {
+        vr: String,
+        iface: u16,
+        name: String,
+        up: bool,
+        mirror: Option<(String, String)>,
+        shown: bool,
+    },
+    /// A control-plane VR's interface changed: its mirror tap `dev` in `netns` follows.
+    Mirror {
+        vr: String,
+        netns: String,
+        dev: String,
+        change: crate::netns::MirrorChange,
+    },
+    /// A VR rebuilt in place, keeping counters (and neighbors when `neighbors`), `api` API
+    /// routes and `kernel` kernel routes; `what` changed.
+    Replace {
+        vr: String,
+        table: RouteTable,
+        new: Box<Vr>,
+        what: String,
+        neighbors: bool,
+        api: usize,
+        kernel: usize,
+    },
+    NewCell {
+        table: Vec<(String, RouteTable)>,
+        cell: Box<dataplane::Cell>,
+        worker: Option<usize>,
+        outside: Vec<(String, MemPort)>,
+        /// The ports it opens.
+        ports: Vec<String>,
+    },
+    JoinCell {
+        cell: usize,
+        ports: Vec<Box<dyn ports::Port>>,
+        table: RouteTable,
+        vr: Box<Vr>,
+        /// The cell's ports, and those the VR opens in it.
+        joins: Vec<String>,
+        opens: Vec<String>,
+    },
+    /// A VR's worker, reservation and batch; `from` what ran (`None`: a new VR, not shown).
+    Schedule {
+        vr: String,
+        sched: VrSchedule,
+        from: Option<VrSchedule>,
+    },
+}
+
+impl Step {
+    /// The VR the step changes, where it is one that stays.
+    fn vr(&self) -> Option<&str> {
+        match self {
+            Step::Routes { vr, .. }
+            | Step::Mtu { vr, .. }
+            | Step::Up { vr, .. }
+            | Step::Mirror { vr, .. }
+            | Step::Replace { vr, .. }
+            | Step::Schedule { vr, .. } => Some(vr),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Step {
+    /// The step's lines in the plan (none for a step the plan does not show).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Idle { from, to } => write!(f, "~ idle: {from:?} -> {to:?}"),
+            Step::RemoveVr(n) => write!(f, "- vr {n}"),
+            Step::RemoveCell { vrs, ports, .. } => write!(
+                f,
+                "- vr {} (its cell stops; ports {} close)",
+                vrs.join(", "),
+                ports.join(", ")
+            ),
+            Step::Routes { vr, ops } => {
+                let del = ops.iter().filter(|op| matches!(op, RouteOp::Delete { .. })).count();
+                let add = ops.len() - del;
+                write!(f, "~ vr {vr}: routes: {add} added or changed, {del} removed")
+            }
+            Step::Mtu { vr, name, from, mtu, .. } => {
+                write!(f, "~ vr {vr}: interface {name} mtu {from} -> {mtu}")
+            }
+            Step::Up { vr, name, up, shown: true, .. } => {
+                write!(f, "~ vr {vr}: interface {name} {}", if *up { "up" } else { "down" })
+            }
+            Step::Up { .. } | Step::Mirror { .. } | Step::Schedule { from: None, .. } => Ok(()),
+            Step::Replace { vr, what, neighbors, api, kernel, .. } => {
+                let n = if *neighbors { ", neighbors" } else { "" };
+                write!(f, "~ vr {vr}: rebuilt in place ({what}), keeping counters{n} and {api} API route(s)")?;
+                if *kernel > 0 {
+                    write!(f, ", {kernel} kernel route(s)")?;
+                }
+                Ok(())
+            }
+            Step::NewCell { table, ports, .. } => {
+                let names: Vec<&str> = table.iter().map(|(n, _)| n.as_str()).collect();
+                write!(f, "+ vr {} (new cell; opens {})", names.join(", "), ports.join(", "))
+            }
+            Step::JoinCell { vr, joins, opens, .. } => {
+                write!(f, "+ vr {} (joins the cell of {}", vr.name(), joins.join(", "))?;
+                if !opens.is_empty() {
+                    write!(f, "; opens {}", opens.join(", "))?;
+                }
+                write!(f, ")")
+            }
+            Step::Schedule { vr, sched, from: Some(os) } => schedule_text(f, vr, os, sched),
+        }
+    }
+}
+
+/// A schedule change's lines: reservation, batch, worker, each where it changed.
+fn schedule_text(
+    f: &mut fmt::Formatter<'_>,
+    vr: &str,
+    os: &VrSchedule,
+    ns: &VrSchedule,
+) -> fmt::Result {
+    let show = |s: &VrSchedule| match s.reservation {
+        Some(r) => r.to_string(),
+        None => "none".into(),
+    };
+    let mut lines = Vec::new();
+    if os.reservation != ns.reservation {
+        lines.push(format!("~ vr {vr}: reservation {} -> {}", show(os), show(ns)));
+    }
+    if os.batch != ns.batch {
+        lines.push(format!("~ vr {vr}: batch {:?} -> {:?}", os.batch, ns.batch));
+    }
+    if os.worker != ns.worker && ns.worker.is_some() {
+        lines.push(format!("~ vr {vr}: to worker {:?}", ns.worker));
+    }
+    write!(f, "{}", lines.join("\n"))
+}
+
+/// What `apply` would do (or did): the steps' lines in the order they run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub steps: Vec<String>,
+    /// VRs the plan leaves alone.
+    pub unchanged: Vec<String>,
+}
+
+impl Plan {
+    /// The plan of `steps` from `cur` to `next`: their text, and the VRs of both that no step
+    /// changes.
+    pub(crate) fn of(steps: &[Step], cur: &Topology, next: &Topology) -> Plan {
+        let lines = steps.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let touched: Vec<&str> = steps.iter().filter_map(Step::vr).collect();
+        Plan {
+            steps: lines.iter().flat_map(|l| l.lines()).map(String::from).collect(),
+            unchanged: (next.vrs.iter())
+                .filter(|v| cur.vr_index(&v.name).is_some() && !touched.contains(&v.name.as_str()))
+                .map(|v| v.name.clone())
+                .collect(),
+        }
+    }
+
+    /// Whether the plan changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.steps.is_empty() {
+            writeln!(f, "nothing to change")?;
+        }
+        for s in &self.steps {
+            writeln!(f, "{s}")?;
+        }
+        if !self.unchanged.is_empty() {
+            writeln!(f, "= unchanged: {}", self.unchanged.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// The steps that turn the running host `cur` into `next`, in the order they run, or why it
+/// cannot be done live (every reason at once).
+pub(crate) fn diff(cur: &Current, next: &Topology) -> Result<Vec<Step>, Refusal> {
+    let mut d = Diff { cur, next, steps: Vec::new(), refused: Vec::new() };
+    d.fixed();
+    d.ports_kept();
+    if cur.topo.idle != next.idle {
+        d.steps.push(Step::Idle { from: cur.topo.idle, to: next.idle });
+    }
+    let cells_gone = d.removals()?;
+    d.ports_gone(&cells_gone);
+    for (i, v) in next.vrs.iter().enumerate() {
+        if let Some(j) = cur.topo.vr_index(&v.name) {
+            d.changed_vr(i, j)?;
+        }
+    }
+    let new_cells = d.new_vrs()?;
+    for (ports_of, vrs) in merge_cells(new_cells) {
+        d.new_cell(ports_of, vrs)?;
+    }
+    if !d.refused.is_empty() {
+        return Err(Refusal::NotLive(d.refused));
+    }
+    Ok(d.steps)
+}
+
+/// A diff under way: the steps so far, and what cannot be done live.
+struct Diff<'a> {
+    cur: &'a Current<'a>,
+    next: &'a Topology,
+    steps: Vec<Step>,
+    refused: Vec<String>,
+}
+
+impl Diff<'_> {
+    /// What only a restart changes: workers, metrics, migration, hosts, switches, replicas.
+    fn fixed(&mut self) {
+        let (cur, next) = (self.cur.topo, self.next);
+        if cur.workers != next.workers {
+            self.refused.push(format!("workers: {:?} -> {:?} {FIX}", cur.workers, next.workers));
+        }
+        if cur.metrics != next.metrics {
+            self.refused.push(format!("metrics changed: {FIX}"));
+        }
+        if cur.migration != next.migration {
+            self.refused.push(format!("migration changed: {FIX}"));
+        }
+        if cur.hosts != next.hosts {
+            self.refused.push(format!("hosts changed: {FIX}"));
+        }
+        if switches_named(cur) != switches_named(next) {
+            self.refused.push(format!("switches changed: {FIX}"));
+        }
+        self.refused.extend(crate::replicas::refuse_changes(cur, next, FIX));
+    }
+
+    /// Ports of both whose kind, settings or burst changed.
+    fn ports_kept(&mut self) {
+        let (cur, next) = (self.cur.topo, self.next);
+        let next_ports = by_name(next);
+        let mut refused = Vec::new();
+        for (n, p) in by_name(cur) {
+            match next_ports.get(n) {
+                Some(q) if !same_kind(cur, &p.kind, next, &q.kind) => {
+                    refused.push(format!("port {n}: its kind or settings changed: {FIX}"))
+                }
+                Some(q) if q.burst != p.burst => {
+                    refused.push(format!("port {n}: burst changed: {FIX}"))
+                }
+                _ => {}
+            }
+        }
+        self.refused.extend(refused);
+    }
+
+    /// VRs that go: whole cells whose VRs all go (with their ports), else VRs out of cells.
+    /// Returns the cells that stop.
+    fn removals(&mut self) -> Result<Vec<usize>, ControlError> {
+        let (cur, next, rt) = (self.cur.topo, self.next, self.cur.rt);
+        let removed: Vec<String> = (cur.vrs.iter())
+            .filter(|v| next.vr_index(&v.name).is_none())
+            .map(|v| v.name.clone())
+            .collect();
+        let next_rt: Vec<String> = next.ports.iter().map(|p| rt_port(next, &p.name)).collect();
+        let mut cells_gone = Vec::new();
+        for n in &removed {
+            let (c, _) = rt.locate(n)?;
+            if cells_gone.contains(&c) {
+                continue;
+            }
+            let vrs: Vec<String> = rt.cell_vrs(c).to_vec();
+            let all_go = vrs.iter().all(|v| removed.contains(v));
+            let ports_gone = rt.cell_ports(c).iter().all(|p| !next_rt.contains(p));
+            if all_go && ports_gone {
+                cells_gone.push(c);
+                let ports = rt.cell_ports(c).to_vec();
+                self.steps.push(Step::RemoveCell { cell: c, vrs, ports });
+            } else {
+                self.steps.push(Step::RemoveVr(n.clone()));
+            }
+        }
+        Ok(cells_gone)
+    }
+
+    /// Ports that go: only with their cell (or, a mirror tap, with its VR).
+    fn ports_gone(&mut self, cells_gone: &[usize]) {
+        let (cur, next, rt) = (self.cur.topo, self.next, self.cur.rt);
+        let next_ports = by_name(next);
+        let mut refused = Vec::new();
+        for (n, p) in by_name(cur) {
+            if next_ports.contains_key(n) {
+                continue;
+            }
+            if let PortKind::Mirror { vr, .. } = p.kind {
+                if next.vr_index(&cur.vrs[vr].name).is_none() {
+                    continue;
+                }
+            }
+            if !rt.cell_of_port(&rt_port(cur, n)).is_some_and(|c| cells_gone.contains(&c)) {
+                refused.push(format!(
+                    "port {n}: removed while VRs or switches still use its cell: {FIX}"
+                ));
+            }
+        }
+        self.refused.extend(refused);
+    }
+
+    /// The steps of VR `next.vrs[i]`, running as `vrs[j]`.
+    fn changed_vr(&mut self, i: usize, j: usize) -> Result<(), ControlError> {
+        let (cur, next) = (self.cur.topo, self.next);
+        let (old, v) = (&cur.vrs[j], &next.vrs[i]);
+        let ports_same = old.interfaces.iter().map(|f| f.port_name(cur)).collect::<Vec<_>>()
+            == v.interfaces.iter().map(|f| f.port_name(next)).collect::<Vec<_>>();
+        if !ports_same {
+            self.refused.push(format!("vr {}: an interface moved to another port: {FIX}", v.name));
+            return Ok(());
+        }
+        let same_shape = old.interfaces.len() == v.interfaces.len()
+            && old
+                .interfaces
+                .iter()
+                .zip(&v.interfaces)
+                .all(|(a, b)| IfaceConfig { mtu: b.mtu, port: b.port, ..a.clone() } == *b);
+        if !same_shape || old.neighbors != v.neighbors || old.limits != v.limits {
+            self.rebuild(i, j)?;
+        } else {
+            self.in_place(i, j);
+        }
+        let (os, ns) = (&cur.schedule[j], &next.schedule[i]);
+        if os != ns {
+            let sched = ns.clone();
+            self.steps.push(Step::Schedule { vr: v.name.clone(), sched, from: Some(os.clone()) });
+        }
+        Ok(())
+    }
+
+    /// Interfaces (addresses, MACs, VLANs), static neighbors or limits changed: a new VR takes
+    /// the old one's place, with its counters, neighbors and API routes.
+    fn rebuild(&mut self, i: usize, j: usize) -> Result<(), ControlError> {
+        let (old, v) = (&self.cur.topo.vrs[j], &self.next.vrs[i]);
+        let (c, _) = self.cur.rt.locate(&v.name)?;
+        let local = local_ports(self.cur, c, self.next, &[]);
+        let mut cfg = v.clone();
+        let mut table = RouteTable::new(&cfg).map_err(|e| ControlError::Invalid(e.0))?;
+        // API routes, and a control plane's kernel routes: its sync sent them once and will
+        // not again unless they change.
+        let old_table = &self.cur.tables[&v.name];
+        let mut ops = old_table.ops_of(RouteSource::Api);
+        let api = ops.len();
+        ops.extend(old_table.ops_of(RouteSource::Kernel));
+        // One batch when every API route still fits; otherwise those whose gateway is no
+        // longer connected are dropped with the old VR, one by one.
+        let fits: Vec<bool> = match table.apply(&ops, |_| Ok(())) {
+            Ok(_) => vec![true; ops.len()],
+            Err(_) => ops
+                .iter()
+                .map(|op| table.apply(std::slice::from_ref(op), |_| Ok(())).is_ok())
+                .collect(),
+        };
+        cfg.interfaces.iter_mut().for_each(|f| f.port = local(f.port));
+        let vr = Vr::with_routes(&cfg, table.view()).map_err(|e| ControlError::Invalid(e.0))?;
+        self.steps.push(Step::Replace {
+            vr: v.name.clone(),
+            table,
+            new: Box::new(vr),
+            what: what_changed(old, v),
+            neighbors: same_ifaces(old, v),
+            api: fits[..api].iter().filter(|&&k| k).count(),
+            kernel: fits[api..].iter().filter(|&&k| k).count(),
+        });
+        // The new VR's interfaces are up, or as the old one's were: set each as `next` says,
+        // and let the mirror taps follow the interfaces.
+        self.follow(i, j, true);
+        Ok(())
+    }
+
+    /// Only MTUs, up/down or routes changed: each changed in place.
+    fn in_place(&mut self, i: usize, j: usize) {
+        let (old, v) = (&self.cur.topo.vrs[j], &self.next.vrs[i]);
+        for (k, (a, b)) in old.interfaces.iter().zip(&v.interfaces).enumerate() {
+            if a.mtu != b.mtu {
+                self.steps.push(Step::Mtu {
+                    vr: v.name.clone(),
+                    iface: k as u16,
+                    name: b.name.clone(),
+                    from: a.mtu,
+                    mtu: b.mtu,
+                });
+            }
+        }
+        self.follow(i, j, false);
+        let ops = route_diff(&old.routes, &v.routes);
+        if !ops.is_empty() {
+            self.steps.push(Step::Routes { vr: v.name.clone(), ops });
+        }
+    }
+
+    /// The steps that set VR `next.vrs[i]` (the running `vrs[j]`) up or down per interface
+    /// as `next` says (every interface when `all`, else those whose `up:` changed), and that
+    /// carry its interfaces' MAC, MTU and address changes to its mirror taps.
+    fn follow(&mut self, i: usize, j: usize, all: bool) {
+        let (cur, next) = (self.cur.topo, self.next);
+        let v = &next.vrs[i];
+        let netns = next.control_plane(i).map(|c| c.netns.clone());
+        for (k, b) in v.interfaces.iter().enumerate() {
+            let id = k as u16;
+            let down = next.iface_down(i, id);
+            let shown = cur.iface_down(j, id) != down;
+            if all || shown {
+                self.steps.push(Step::Up {
+                    vr: v.name.clone(),
+                    iface: id,
+                    name: b.name.clone(),
+                    up: !down,
+                    mirror: netns.clone().map(|n| (n, b.name.clone())),
+                    shown,
+                });
+            }
+            let (Some(ns), Some(a)) = (&netns, cur.vrs[j].interfaces.get(k)) else { continue };
+            if let Some(change) = crate::netns::MirrorChange::between(a, b) {
+                self.steps.push(Step::Mirror {
+                    vr: v.name.clone(),
+                    netns: ns.clone(),
+                    dev: b.name.clone(),
+                    change,
+                });
+            }
+        }
+    }
+
+    /// New VRs: those on ports of a running cell join it; the others, on new ports only, are
+    /// returned with their ports, to be grouped into new cells.
+    fn new_vrs(&mut self) -> Result<Vec<(Vec<String>, Vec<usize>)>, ControlError> {
+        let (cur, next, rt) = (self.cur.topo, self.next, self.cur.rt);
+        let next_ports = by_name(next);
+        let mut new_cells = Vec::new();
+        for (i, v) in next.vrs.iter().enumerate() {
+            if cur.vr_index(&v.name).is_some() {
+                continue;
+            }
+            let port_names: Vec<String> =
+                v.interfaces.iter().map(|f| f.port_name(next).to_string()).collect();
+            if let Some(p) = port_names
+                .iter()
+                .find(|p| matches!(next_ports[p.as_str()].kind, PortKind::Link { .. }))
+            {
+                self.refused
+                    .push(format!("vr {}: interface on a switch or link ({p}): {FIX}", v.name));
+                continue;
+            }
+            let mut cells: Vec<usize> =
+                port_names.iter().filter_map(|p| rt.cell_of_port(&rt_port(next, p))).collect();
+            cells.sort_unstable();
+            cells.dedup();
+            let mirrors = mirror_ports(next, i);
+            match cells.as_slice() {
+                // Its mirror taps open in its cell.
+                [] => new_cells.push((port_names.into_iter().chain(mirrors).collect(), vec![i])),
+                [_] if !mirrors.is_empty() => self.refused.push(format!(
+                    "vr {}: a VR with a control plane joins a running cell (its ports are in use): {FIX}",
+                    v.name
+                )),
+                [c] => self.join_cell(i, *c, &port_names)?,
+                _ => self.refused.push(format!(
+                    "vr {}: its ports are in cells {cells:?}, which would merge: {FIX}",
+                    v.name
+                )),
+            }
+        }
+        Ok(new_cells)
+    }
+
+    /// New VR `next.vrs[i]` joins running cell `c`, opening those of `port_names` that are new.
+    fn join_cell(&mut self, i: usize, c: usize, port_names: &[String]) -> Result<(), ControlError> {
+        let (cur, next) = (self.cur.topo, self.next);
+        let v = &next.vrs[i];
+        let mut fresh: Vec<String> =
+            port_names.iter().filter(|p| cur.port_index(p).is_none()).cloned().collect();
+        fresh.dedup();
+        let local = local_ports(self.cur, c, next, &fresh);
+        let (table, vr) = vr_in_cell(v, local)?;
+        let mut opened = Vec::new();
+        for p in &fresh {
+            let (port, _) = open_port(next, next.port_index(p).expect("named"))?;
+            opened.push(port);
+        }
+        self.steps.push(Step::JoinCell {
+            cell: c,
+            ports: opened,
+            table,
+            vr: Box::new(vr),
+            joins: self.cur.rt.cell_ports(c).to_vec(),
+            opens: fresh,
+        });
+        self.steps.extend(down_steps(next, i));
+        if next.schedule[i] != VrSchedule::default() {
+            let sched = next.schedule[i].clone();
+            self.steps.push(Step::Schedule { vr: v.name.clone(), sched, from: None });
+        }
+        Ok(())
+    }
+
+    /// A new cell of ports `ports_of` (all new) for new VRs `vrs`, as the builder makes one.
+    fn new_cell(&mut self, ports_of: Vec<String>, vrs: Vec<usize>) -> Result<(), ControlError> {
+        let next = self.next;
+        let mut opened = Vec::new();
+        let mut outside = Vec::new();
+        for p in &ports_of {
+            if self.cur.topo.port_index(p).is_some() {
+                self.refused.push(format!("port {p}: in use by another cell: {FIX}"));
+                continue;
+            }
+            let (port, out) = open_port(next, next.port_index(p).expect("named"))?;
+            opened.push(port);
+            if let Some(o) = out {
+                outside.push((p.clone(), o));
+            }
+        }
+        let local = |gp: u16| {
+            ports_of
+                .iter()
+                .position(|n| *n == next.ports[usize::from(gp)].name)
+                .expect("in the cell") as u16
+        };
+        let mut table = Vec::new();
+        let mut built = Vec::new();
+        for &i in &vrs {
+            let (t, vr) = vr_in_cell(&next.vrs[i], local)?;
+            table.push((next.vrs[i].name.clone(), t));
+            built.push(vr);
+        }
+        let mut cell = dataplane::Cell::new(opened, built, Vec::new())
+            .map_err(|e| ControlError::Invalid(e.0))?;
+        dress_cell(&mut cell, next, &vrs, &ports_of, self.cur.burst, local)?;
+        let worker = vrs.iter().find_map(|&i| next.schedule[i].worker).map(usize::from);
+        // The outside ends of new mem ports are kept for whoever asks (tests, benchmarks).
+        let cell = Box::new(cell);
+        self.steps.push(Step::NewCell { table, cell, worker, outside, ports: ports_of });
+        for &i in &vrs {
+            self.steps.extend(down_steps(next, i));
+        }
+        Ok(())
+    }
+}
+
+/// The ports of `t` by name.
+fn by_name(t: &Topology) -> BTreeMap<&str, &crate::PortSpec> {
+    t.ports.iter().map(|p| (p.name.as_str(), p)).collect()
+}
+
+/// Sets a new cell's mirror taps, punt limits, reservations, batches and port bursts as
+/// `next` says (`vrs` its VRs, `ports_of` its ports, `local` a port's number in it).
+fn dress_cell(
+    cell: &mut dataplane::Cell,
+    next: &Topology,
+    vrs: &[usize],
+    ports_of: &[String],
+    burst: usize,
+    local: impl Fn(u16) -> u16,
+) -> Result<(), ControlError> {
+    let bad = |e: dataplane::BuildError| ControlError::Invalid(e.0);
+    for (k, &i) in vrs.iter().enumerate() {
+        let s = &next.schedule[i];
+        if let Some(cp) = next.control_plane(i) {
+            for p in mirror_ports(next, i) {
+                let g = next.port_index(&p).expect("named");
+                let PortKind::Mirror { iface, .. } = next.ports[g].kind else { continue };
+                cell.attach_mirror(k, iface, local(g as u16)).map_err(bad)?;
+            }
+            cell.set_punt_limit(k, cp.punt_per_sec, cp.punt_burst).map_err(bad)?;
+        }
+        cell.set_reservation(k, s.reservation).map_err(bad)?;
+        if let Some(b) = s.batch {
+            cell.set_vr_batch(k, usize::from(b)).map_err(bad)?;
+        }
+    }
+    for (k, p) in ports_of.iter().enumerate() {
+        let b = next.ports[next.port_index(p).expect("named")].burst.map_or(burst, usize::from);
+        cell.set_port_burst(k, b).map_err(bad)?;
+    }
+    Ok(())
+}
+
+/// Cell-local port numbers for a VR of `next` joining cell `c`, which gains `fresh` ports.
+fn local_ports(cur: &Current, c: usize, next: &Topology, fresh: &[String]) -> impl Fn(u16) -> u16 {
+    let mut names: Vec<String> = cur.rt.cell_ports(c).to_vec();
+    names.extend(fresh.iter().map(|p| rt_port(next, p)));
+    let global: Vec<String> = next.ports.iter().map(|p| rt_port(next, &p.name)).collect();
+    move |gp: u16| {
+        names.iter().position(|n| *n == global[usize::from(gp)]).unwrap_or(u16::MAX as usize) as u16
+    }
+}
+
+/// The name the runtime knows port `name` of `t` by: what the open port reports, which for a
+/// kernel port is its interface (`rpx-NAME` for a host's veth), not the topology's name.
+fn rt_port(t: &Topology, name: &str) -> String {
+    match t.port_index(name).map(|i| &t.ports[i].kind) {
+        Some(PortKind::AfXdp(a, _) | PortKind::AfPacket(a)) => a.ifname().to_string(),
+        Some(PortKind::Tap { ifname, .. }) => ifname.clone(),
+        _ => name.to_string(),
+    }
+}
+
+/// Whether two ports (of `a` and of `b`) are of the same kind with the same settings; an
+/// internal link's peer compared by name.
+fn same_kind(a: &Topology, ka: &PortKind, b: &Topology, kb: &PortKind) -> bool {
+    match (ka, kb) {
+        (PortKind::Link { peer: x }, PortKind::Link { peer: y }) => {
+            a.ports[usize::from(*x)].name == b.ports[usize::from(*y)].name
+        }
+        _ => ka == kb,
+    }
+}
+
+/// The switches as text, with their members' ports by name (port numbers shift when a port
+/// earlier in the file goes).
+fn switches_named(t: &Topology) -> Vec<String> {
+    t.switches
+        .iter()
+        .map(|s| {
+            let members: Vec<String> = s
+                .members
+                .iter()
+                .map(|m| format!("{}: {:?}", t.ports[usize::from(m.port)].name, m.mode))
+                .collect();
+            format!("{} {members:?} {:?} {} {}", s.name, s.statics, s.mac_limit, s.aging_ms)
+        })
+        .collect()
+}
+
+/// Route operations that turn `old` into `new` (static and table routes of one VR).
+fn route_diff(old: &[RouteConfig], new: &[RouteConfig]) -> Vec<RouteOp> {
+    let key = |r: &RouteConfig| (r.prefix, r.source);
+    let o: HashMap<(IpNet, RouteSource), &RouteConfig> = old.iter().map(|r| (key(r), r)).collect();
+    let n: HashMap<(IpNet, RouteSource), &RouteConfig> = new.iter().map(|r| (key(r), r)).collect();
+    let mut ops: Vec<RouteOp> = old
+        .iter()
+        .filter(|r| !n.contains_key(&key(r)))
+        .map(|r| RouteOp::Delete { prefix: r.prefix, source: r.source })
+        .collect();
+    ops.extend(
+        new.iter().filter(|r| o.get(&key(r)) != Some(r)).map(|r| RouteOp::Replace(r.clone())),
+    );
+    ops
+}
+
+/// Groups new VRs that share ports into cells.
+fn merge_cells(mut groups: Vec<(Vec<String>, Vec<usize>)>) -> Vec<(Vec<String>, Vec<usize>)> {
+    let mut out: Vec<(Vec<String>, Vec<usize>)> = Vec::new();
+    while let Some((mut ports, mut vrs)) = groups.pop() {
+        loop {
+            let hit = out.iter().position(|(p, _)| p.iter().any(|x| ports.contains(x)));
+            let Some(k) = hit else { break };
+            let (p, v) = out.remove(k);
+            ports.extend(p);
+            vrs.extend(v);
+        }
+        ports.sort();
+        ports.dedup();
+        vrs.sort_unstable();
+        out.push((ports, vrs));
+    }
+    out
+}
+
+/// A new VR's interfaces set `up: false`, taken down once it runs (not shown in the plan).
+fn down_steps(next: &Topology, i: usize) -> Vec<Step> {
+    let v = &next.vrs[i];
+    let down = next.iface_down.get(i).map(Vec::as_slice).unwrap_or_default();
+    down.iter()
+        .map(|&k| Step::Up {
+            vr: v.name.clone(),
+            iface: k,
+            name: v.interfaces.get(usize::from(k)).map(|f| f.name.clone()).unwrap_or_default(),
+            up: false,
+            mirror: None,
+            shown: false,
+        })
+        .collect()
+}
+
+/// Whether the interfaces sit on the same segments (their ports, compared by name by the
+/// caller, and VLANs) with the same MACs.
+fn same_ifaces(a: &VrConfig, b: &VrConfig) -> bool {
+    a.interfaces.len() == b.interfaces.len()
+        && a.interfaces.iter().zip(&b.interfaces).all(|(x, y)| (x.vlan, x.mac) == (y.vlan, y.mac))
+}
+
+fn what_changed(a: &VrConfig, b: &VrConfig) -> String {
+    let mut w = Vec::new();
+    if a.interfaces.len() != b.interfaces.len() {
+        w.push("interfaces".to_string());
+    } else {
+        for (x, y) in a.interfaces.iter().zip(&b.interfaces) {
+            if x.ipv4 != y.ipv4 || x.ipv6 != y.ipv6 {
+                w.push(format!("{} addresses", y.name));
+            }
+            if x.mac != y.mac || x.vlan != y.vlan {
+                w.push(format!("{} MAC or VLAN", y.name));
+            }
+        }
+    }
+    if a.neighbors != b.neighbors {
+        w.push("static neighbors".into());
+    }
+    if a.limits != b.limits {
+        w.push("limits".into());
+    }
+    w.join(", ")
+}
+
+trait PortName {
+    fn port_name<'t>(&self, t: &'t Topology) -> &'t str;
+}
+
+impl PortName for IfaceConfig {
+    fn port_name<'t>(&self, t: &'t Topology) -> &'t str {
+        &t.ports[usize::from(self.port)].name
+    }
+}
+
+/// The names of VR `vr`'s mirror ports in `t` (none without a control plane).
+fn mirror_ports(t: &Topology, vr: usize) -> Vec<String> {
+    t.ports
+        .iter()
+        .filter(|p| matches!(p.kind, PortKind::Mirror { vr: v, .. } if v == vr))
+        .map(|p| p.name.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    const TEXT: &str = "\
+ports:
+  - { name: p0, kind: mem }
+vrs:
+  - name: r
+    interfaces:
+      - { name: a, port: p0, mac: 02:00:00:00:01:00, addresses: [10.0.0.1/24] }
+  - name: s
+    interfaces:
+      - { name: a, port: p0, vlan: 2, mac: 02:00:00:00:02:00, addresses: [10.1.0.1/24] }
+";
+
+    fn topo() -> Topology {
+        Topology::parse(TEXT, "plan.yaml", Path::new(".")).unwrap()
+    }
+
+    fn up(shown: bool) -> Step {
+        let (vr, name) = ("r".to_string(), "a".to_string());
+        Step::Up { vr, iface: 0, name, up: false, mirror: None, shown }
+    }
+
+    #[test]
+    fn the_plan_is_the_text_of_its_steps_and_names_the_vrs_no_step_changes() {
+        let t = topo();
+        let res = crate::topology::reservation_from_words(&["packets=1234"]).unwrap();
+        let sched = VrSchedule { reservation: res, batch: Some(64), ..VrSchedule::default() };
+        let steps = vec![
+            Step::Mtu { vr: "r".into(), iface: 0, name: "a".into(), from: 1500, mtu: 9000 },
+            up(true),
+            up(false),
+            Step::Schedule { vr: "r".into(), sched, from: Some(VrSchedule::default()) },
+            Step::RemoveVr("old".into()),
+        ];
+        let plan = Plan::of(&steps, &t, &t);
+        assert_eq!(
+            plan.steps,
+            [
+                "~ vr r: interface a mtu 1500 -> 9000",
+                "~ vr r: interface a down",
+                "~ vr r: reservation none -> 1234 packets per 1000000 ns",
+                "~ vr r: batch None -> Some(64)",
+                "- vr old",
+            ]
+        );
+        assert_eq!(plan.unchanged, ["s"]);
+        assert_eq!(plan.to_string().lines().last(), Some("= unchanged: s"));
+    }
+
+    #[test]
+    fn a_silent_step_still_marks_its_vr_changed_and_a_new_vr_schedule_says_nothing() {
+        let t = topo();
+        let sched = VrSchedule { batch: Some(8), ..VrSchedule::default() };
+        let steps = vec![up(false), Step::Schedule { vr: "s".into(), sched, from: None }];
+        let plan = Plan::of(&steps, &t, &t);
+        assert!(plan.is_empty(), "{plan:?}");
+        assert!(plan.unchanged.is_empty(), "{plan:?}");
+        assert_eq!(plan.to_string(), "nothing to change\n");
+    }
+
+    #[test]
+    fn refusals_become_one_not_live_error_naming_each() {
+        let e = ControlError::from(Refusal::NotLive(vec!["a".into(), "b".into()]));
+        assert_eq!(e.code(), "not_live", "{e}");
+        assert!(
+            e.to_string()
+                .contains("this change cannot be applied live; nothing was changed:\n! a\n! b"),
+            "{e}"
+        );
+    }
+}
