@@ -1,0 +1,119 @@
+//! Routes through the API: add, replace, delete, list.
+
+use dataplane::config::{RouteConfig, RouteTarget};
+use dataplane::{RouteOp, RouteSource};
+use ipnet::IpNet;
+use serde_json::{json, Value};
+
+use super::vrs::iface_index;
+use crate::api::Route;
+use crate::{ControlError, Node};
+
+/// Routes a list gives when the request names no limit.
+const LIST_LIMIT: usize = 10_000;
+
+impl Node {
+    /// `route_add` (`op` [`RouteOp::Add`]) or `route_replace` ([`RouteOp::Replace`]).
+    pub(super) fn route_change(
+        &mut self,
+        vr: String,
+        routes: &[Route],
+        op: fn(RouteConfig) -> RouteOp,
+    ) -> Result<Value, ControlError> {
+        if routes.is_empty() {
+            return Err(ControlError::BadRequest(format!("vr {vr}: no routes given")));
+        }
+        let ops: Vec<RouteOp> = self.route_configs(&vr, routes)?.into_iter().map(op).collect();
+        applied(self.route_ops(&vr, &ops)?)
+    }
+
+    pub(super) fn route_delete(
+        &mut self,
+        vr: &str,
+        prefixes: Vec<IpNet>,
+    ) -> Result<Value, ControlError> {
+        let ops: Vec<RouteOp> = prefixes
+            .into_iter()
+            .map(|prefix| RouteOp::Delete { prefix, source: RouteSource::Api })
+            .collect();
+        applied(self.route_ops(vr, &ops)?)
+    }
+
+    /// VR `vr`'s routes (of `source`, or all), at most `limit`, best first per prefix.
+    pub(super) fn route_list(
+        &self,
+        vr: String,
+        source: Option<String>,
+        limit: Option<usize>,
+    ) -> Result<Value, ControlError> {
+        let table = self.tables.get(&vr).ok_or_else(|| ControlError::NoSuchVr(vr.clone()))?;
+        let source = match source.as_deref() {
+            None => None,
+            Some(s) => {
+                Some(RouteSource::ALL.into_iter().find(|x| x.name() == s).ok_or_else(|| {
+                    ControlError::BadRequest(format!(
+                        "source {s:?}: one of local, connected, static, api, kernel, table"
+                    ))
+                })?)
+            }
+        };
+        let cfg = self.vr_config(&vr)?;
+        let ifname = |i: u16| json!(cfg.interfaces[usize::from(i)].name);
+        let rows: Vec<Value> = table
+            .routes(source, limit.unwrap_or(LIST_LIMIT))
+            .into_iter()
+            .map(|r| {
+                let mut j =
+                    json!({ "prefix": r.prefix, "source": r.source.name(), "best": r.best });
+                match r.target {
+                    RouteTarget::Via { gateway, iface } => {
+                        j["via"] = json!(gateway);
+                        if let Some(i) = iface {
+                            j["interface"] = ifname(i);
+                        }
+                    }
+                    RouteTarget::Iface(i) => j["interface"] = ifname(i),
+                    RouteTarget::Blackhole => j["blackhole"] = json!(true),
+                }
+                j
+            })
+            .collect();
+        Ok(json!({ "vr": vr, "routes": rows }))
+    }
+
+    /// API routes as operations of VR `vr`.
+    pub fn route_configs(
+        &self,
+        vr: &str,
+        routes: &[Route],
+    ) -> Result<Vec<RouteConfig>, ControlError> {
+        let cfg = self.vr_config(vr)?;
+        routes
+            .iter()
+            .map(|r| {
+                let iface = r.interface.as_deref().map(|n| iface_index(cfg, n)).transpose()?;
+                let target = match (r.via, iface, r.blackhole) {
+                    (Some(gateway), iface, false) => RouteTarget::Via { gateway, iface },
+                    (None, Some(i), false) => RouteTarget::Iface(i),
+                    (None, None, true) => RouteTarget::Blackhole,
+                    _ => {
+                        return Err(ControlError::BadRequest(format!(
+                        "route {}: give via (and optionally interface), interface, or blackhole",
+                        r.prefix
+                    )))
+                    }
+                };
+                Ok(RouteConfig { prefix: r.prefix, target, source: RouteSource::Api })
+            })
+            .collect()
+    }
+}
+
+/// What a batch of route operations did, as the API replies.
+fn applied(a: dataplane::routes::Applied) -> Result<Value, ControlError> {
+    Ok(json!({
+        "added": a.added, "replaced": a.replaced, "deleted": a.deleted,
+        "fib_changes": a.fib_changes, "new_next_hops": a.new_next_hops,
+        "generation": [a.generation4, a.generation6],
+    }))
+}

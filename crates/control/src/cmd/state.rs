@@ -1,0 +1,47 @@
+//! A VR's state as a whole: snapshot, restore, and migration to another host (the
+//! destination's commit, and the announcement after it).
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::snapshot::SnapNeighbor;
+use crate::{ControlError, Node};
+
+impl Node {
+    pub(super) fn snapshot(&self, vr: &str, out: &str) -> Result<Value, ControlError> {
+        crate::snapshot::snapshot_to_file(self, vr, Path::new(out))
+    }
+
+    pub(super) fn restore(
+        &mut self,
+        snapshot: &str,
+        name: Option<String>,
+        down: bool,
+    ) -> Result<Value, ControlError> {
+        let s = crate::snapshot::read(Path::new(snapshot))?;
+        crate::snapshot::restore(self, s.into_current(), name, down)
+    }
+
+    /// Moves VR `vr` to the host listening at `to` (IP:PORT).
+    pub(super) fn migrate(&mut self, vr: &str, to: &str) -> Result<Value, ControlError> {
+        let to = to
+            .parse()
+            .map_err(|_| ControlError::BadRequest(format!("migrate to {to:?}: give IP:PORT")))?;
+        crate::migrate::migrate(self, vr, to)
+    }
+
+    pub(super) fn migrate_commit(
+        &mut self,
+        vr: String,
+        neighbors: Vec<SnapNeighbor>,
+        counters: Vec<(String, u64)>,
+    ) -> Result<Value, ControlError> {
+        crate::migrate::commit(self, crate::migrate::FinalState { vr, neighbors, counters })
+    }
+
+    pub(super) fn announce(&self, vr: String) -> Result<Value, ControlError> {
+        let n = crate::migrate::announce(self, &vr)?;
+        Ok(json!({ "vr": vr, "frames": n }))
+    }
+}
