@@ -171,6 +171,26 @@ impl State {
 /// The most a state file may hold.
 const MAX_STATE: u64 = 1 << 20;
 
+/// Services found running under the run directory (`$ROUTEPLEX_RUN_DIR`, default
+/// `/run/routeplex`): name, the topology file it runs, its directory and pid. For saying
+/// which host runs when a file's own service is not up; at most 256 are looked at.
+pub fn running_services() -> Vec<(String, PathBuf, PathBuf, u32)> {
+    let base = std::env::var_os("ROUTEPLEX_RUN_DIR")
+        .map_or_else(|| PathBuf::from("/run/routeplex"), PathBuf::from);
+    let Ok(dir) = std::fs::read_dir(&base) else { return Vec::new() };
+    let mut out: Vec<_> = dir
+        .take(256)
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = e.file_name().to_str()?.to_string();
+            let st = read_state(&Paths::in_dir(&e.path(), &name)).ok()??;
+            st.running().then(|| (name, st.topology, e.path(), st.pid))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// Reads the state file: `None` when there is none; a clear error, saying how to recover,
 /// when it cannot be trusted.
 pub fn read_state(p: &Paths) -> Result<Option<State>, ControlError> {
@@ -666,16 +686,27 @@ fn start(
         "up: data plane answering"
     );
     say(format!(
-        "routeplex up: {} forwarding (pid {}): {} VR(s), {} port(s), hosts {}; log {}, control {}",
+        "routeplex up: {} forwarding (pid {}): {} VR(s), {} port(s), hosts {}; log {}, control {}{}",
         p.name,
         st.pid,
         topo.vrs.len(),
-        topo.ports.len(),
+        declared_ports(topo),
         if hosts.is_empty() { "none".to_string() } else { hosts.join(", ") },
         p.log.display(),
-        p.sock.display()
+        p.sock.display(),
+        topo.metrics.as_ref().map_or(String::new(), |m| format!(", metrics http://{}/metrics", m.listen))
     ));
     Ok(())
+}
+
+/// The ports the file declares: not the internal links made for switch members nor the
+/// control-plane mirrors (a user counts what they wrote).
+fn declared_ports(topo: &crate::Topology) -> usize {
+    use crate::topology::PortKind;
+    topo.ports
+        .iter()
+        .filter(|p| !matches!(p.kind, PortKind::Link { .. } | PortKind::Mirror { .. }))
+        .count()
 }
 
 /// `routeplex down`: stops the data plane (only if the recorded pid is still routeplex's) and
@@ -1053,5 +1084,21 @@ fn log_port(name: &str, memif: bool, first: bool, status: &ports::PortStatus) {
         (ports::PortStatus::Down(why), true) => {
             warn!(port = name, first, why = %why, "peer disconnected")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn up_counts_the_ports_the_file_declares() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+        // 5 declared ports; the switch's two VR interfaces add two internal link pairs.
+        let t = crate::Topology::load(&root.join("switched.yaml")).unwrap();
+        assert!(t.ports.len() > 5, "the example no longer makes internal links: {}", t.ports.len());
+        assert_eq!(declared_ports(&t), 5);
+        let t = crate::Topology::load(&root.join("two-hosts-one-vr.yaml")).unwrap();
+        assert_eq!(declared_ports(&t), 2);
     }
 }

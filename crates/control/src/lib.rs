@@ -1,13 +1,19 @@
 //! routeplex control: everything that may allocate, block or fail loudly.
 //!
 //! The data plane is pure logic over batches and trusts its configuration; this crate is where
-//! that configuration comes from and where it is checked. For now that is the topology model —
-//! a YAML file of ports, switches and virtual routers, validated into [`dataplane::config`]
-//! types, with every rejection naming the file, line, column, field and offending value — and
-//! building an engine from it ([`build`]), or cells for several workers, and running those
-//! workers as threads that can move VRs between them and change their reservations while
-//! traffic flows ([`runtime`]). Later: applying topology diffs, the API server, metrics and
-//! Linux control-plane sync.
+//! that configuration comes from and where it is checked, and where a running host is owned:
+//! - the topology model ([`topology`], typed documents in [`model`]): a YAML file of workers,
+//!   hosts, ports, switches and virtual routers, validated into [`dataplane::config`] types,
+//!   with every rejection naming the file, line, column, field and offending value;
+//! - building engines and cells from it ([`build`]) and running them as worker threads that
+//!   move VRs and change reservations while traffic flows ([`runtime`]);
+//! - the running host ([`node`]): every VR's routes by source and its FIB writers, `apply`'s
+//!   plans (a diff of the running topology against an edited file, refused whole when it
+//!   cannot be made live), snapshots, checkpoints and the route journal;
+//! - the service around it ([`daemon`]): run directory, `up`/`down`, and the control socket
+//!   serving the versioned JSON API ([`api`]); capture and trace ([`capture`]);
+//! - the Prometheus endpoint ([`metrics`]), Linux control-plane sync ([`rtsync`], [`cpsync`]),
+//!   live migration between hosts ([`migrate`]) and multistage routers ([`msr`]).
 #![deny(unsafe_code)]
 
 pub mod api;

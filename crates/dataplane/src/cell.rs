@@ -158,16 +158,23 @@ struct At {
 fn refused(o: &mut Observe, at: At, batch: &Batch, meta: &[Meta], sel: &[u16], r: VrDrop) {
     for &i in sel {
         let i = i as usize;
-        observed_fate(o, at, batch.get(i), &meta[i], None, Some(r));
+        let pkt = batch.get(i);
+        observed_fate(o, at, pkt, pkt.len() as u16, &meta[i], None, Some(r));
     }
 }
 
-/// Observed, before one packet's run: notes the VR's drop counters.
+/// Observed, before one packet's run: notes the VR's drop counters and the packet's length.
 #[cold]
 #[inline(never)]
-fn observe_before(obs: &mut Option<Box<Observe>>, vr: &Vr, lookup: &mut Lookup) {
+fn observe_before(
+    obs: &mut Option<Box<Observe>>,
+    vr: &Vr,
+    pkt: &ports::PktBuf,
+    lookup: &mut Lookup,
+) {
     if let Some(o) = obs.as_deref_mut() {
         o.before = vr.core.counters.drops;
+        o.rx_len = pkt.len() as u16;
     }
     lookup.mark();
 }
@@ -190,14 +197,17 @@ fn observe_after(
     let drop = VrDrop::ALL.iter().copied().find(|&r| after[r as usize] != o.before[r as usize]);
     let found = lookup.single().map(|(a, nh)| (a, nh, vr.adj(nh)));
     let i = i as usize;
-    observed_fate(o, at, batch.get(i), &meta[i], found, drop);
+    let rx_len = o.rx_len;
+    observed_fate(o, at, batch.get(i), rx_len, &meta[i], found, drop);
 }
 
-/// Records what became of one packet: a capture's drop copy, a trace record.
+/// Records what became of one packet (received `rx_len` bytes long): a capture's drop copy, a
+/// trace record.
 fn observed_fate(
     o: &mut Observe,
     at: At,
     pkt: &ports::PktBuf,
+    rx_len: u16,
     m: &Meta,
     lookup: Option<(std::net::IpAddr, fib::NextHop, crate::vr::Adj)>,
     drop: Option<VrDrop>,
@@ -213,7 +223,7 @@ fn observed_fate(
             t.records.push(TraceRecord {
                 ts: at.now,
                 port: at.port as u16,
-                len: pkt.len() as u16,
+                len: rx_len,
                 iface: m.iface,
                 ethertype: m.ethertype,
                 lookup,
@@ -656,7 +666,7 @@ impl Cell {
                 while from < k {
                     let part = &sel[from..from + step];
                     if slow {
-                        observe_before(obs, &vrs[v], cx.lookup);
+                        observe_before(obs, &vrs[v], batch.get(part[0] as usize), cx.lookup);
                     }
                     vrs[v].process(&mut cx, batch.packets_mut(), &mut meta[..], part);
                     if slow {

@@ -315,11 +315,13 @@ pub(crate) struct Observe {
     pub trace: Option<Trace>,
     /// A VR's drop counters before one packet's run.
     pub before: [u64; VrDrop::COUNT],
+    /// That packet's length as received: the VR may rewrite it in place (into an ICMP error).
+    pub rx_len: u16,
 }
 
 impl Default for Observe {
     fn default() -> Self {
-        Observe { tap: None, trace: None, before: [0; VrDrop::COUNT] }
+        Observe { tap: None, trace: None, before: [0; VrDrop::COUNT], rx_len: 0 }
     }
 }
 

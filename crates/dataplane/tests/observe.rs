@@ -110,3 +110,21 @@ fn trace_names_each_stage() {
     assert_eq!((d.egress, d.drop), (None, Some(VrDrop::Blackhole)));
     lab.e.cell_mut().set_trace(0, 0).unwrap();
 }
+
+/// A packet the VR answers with an ICMP error (TTL 1) is traced with the length it arrived
+/// with, not the error's, though the error is written over it in place.
+#[test]
+fn a_traced_drop_keeps_its_received_length() {
+    let mut lab = Lab::new(&[base_vr()], &RINGS);
+    lab.e.cell_mut().set_trace(0, 1).unwrap();
+    let expiring = to_vr(M0, H0, None, &udp4_pkt("10.0.0.10", "8.8.8.8", 1, b"ttl one"));
+    lab.send(0, std::slice::from_ref(&expiring));
+    lab.run();
+    let answered = lab.recv(0);
+    assert_eq!(answered.len(), 1, "the time-exceeded error goes back: {}", lab.e.dump());
+    assert_ne!(answered[0].len(), expiring.len(), "the error's length differs from the packet's");
+    let (recs, _) = lab.e.cell_mut().take_trace();
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0].len as usize, expiring.len());
+    assert_eq!(recs[0].drop, Some(VrDrop::TtlExpired));
+}

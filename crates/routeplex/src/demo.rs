@@ -235,13 +235,14 @@ fn print_table(label: &str, seconds: f64, cpus: &str, r: &[VrReport], engine: &E
     println!("placement: {cpus}");
     println!(
         "injected: 4 % of each VR's frames are broken on purpose (TTL 1, a bad IPv4 checksum, a \
-         loopback source, a class E destination), so the drops below are expected, not faults"
+         loopback source, a class E destination), so the drops for those reasons are expected, \
+         not faults; tx_full counts frames a full port ring refused (load, not injected)"
     );
     println!(
         "in flight: frames still in the ports' rings or neighbor queues when traffic stopped\n"
     );
     println!(
-        "{:<6} {:>11} {:>11} {:>12} {:>12} {:>12} {:>9} {:>7}  dropped by reason (injected)",
+        "{:<6} {:>11} {:>11} {:>12} {:>12} {:>12} {:>9} {:>7}  dropped by reason",
         "VR", "IPv4 routes", "IPv6 routes", "offered", "forwarded", "dropped", "in flight", "Mpps"
     );
     let (mut off, mut fwd, mut dropped, mut flight) = (0, 0, 0, 0);

@@ -12,6 +12,8 @@ mod demo;
 mod lab;
 mod logs;
 mod pktgen;
+#[cfg(test)]
+mod readme_check;
 mod service;
 mod status_table;
 mod sys;
@@ -246,6 +248,7 @@ enum RouteCmd {
     /// Add (or with --replace, add or replace) a route: PREFIX via GATEWAY [dev IFACE] |
     /// PREFIX dev IFACE | PREFIX blackhole.
     Add {
+        #[arg(value_parser = prefix)]
         prefix: ipnet::IpNet,
         #[arg(num_args = 1..)]
         words: Vec<String>,
@@ -254,7 +257,7 @@ enum RouteCmd {
     },
     /// Delete routes added through the API.
     Del {
-        #[arg(required = true)]
+        #[arg(required = true, value_parser = prefix)]
         prefixes: Vec<ipnet::IpNet>,
     },
     /// List routes (all sources, or one: local, connected, static, api, table).
@@ -293,6 +296,15 @@ enum BenchCmd {
 pub enum Family {
     Ipv4,
     Ipv6,
+}
+
+/// A command-line prefix, saying what is wrong with a bad one (`/33`: the length's range).
+fn prefix(s: &str) -> Result<ipnet::IpNet, String> {
+    s.parse().map_err(|_| {
+        control::topology::bad_prefix_length(s).unwrap_or_else(|| {
+            format!("{s:?} is not a prefix: expected ADDRESS/LENGTH, like 10.9.0.0/16")
+        })
+    })
 }
 
 /// `route add|del|list` as an API command.
@@ -405,8 +417,60 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("routeplex: {e:#}");
+            eprintln!("routeplex: {}", report(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// An error and its causes on one line, each cause once: control's errors print their source
+/// in their own text (`{context}: {source}`), so a cause already said is not said again.
+fn report(e: &anyhow::Error) -> String {
+    let mut s = String::new();
+    for cause in e.chain().map(ToString::to_string) {
+        if !s.contains(&cause) {
+            if !s.is_empty() {
+                s += ": ";
+            }
+            s += &cause;
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_length_out_of_range_is_named() {
+        let e = Cli::try_parse_from([
+            "routeplex",
+            "route",
+            "f.yaml",
+            "r",
+            "add",
+            "10.0.0.0/33",
+            "blackhole",
+        ])
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("prefix length 33 is out of range for IPv4 (0 to 32)"), "{e}");
+        let e = prefix("2001:db8::/129").unwrap_err();
+        assert!(e.contains("out of range for IPv6 (0 to 128)"), "{e}");
+        assert!(prefix("10.0.0.0/x").unwrap_err().contains("\"x\" is not a number"));
+        assert!(prefix("10.0.0/8").unwrap_err().contains("is not a prefix"));
+        assert_eq!(prefix("10.0.0.0/8").unwrap().to_string(), "10.0.0.0/8");
+    }
+
+    #[test]
+    fn an_error_says_each_cause_once() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let e = control::ControlError::Io { context: "x.sock".into(), source: io };
+        let once = e.to_string();
+        assert_eq!(report(&anyhow::Error::from(e)), once);
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(report(&e), "outer: inner");
     }
 }

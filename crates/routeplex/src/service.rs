@@ -52,9 +52,73 @@ fn socket(file: &Path, state_dir: Option<&Path>) -> Result<PathBuf> {
     })
 }
 
+/// The file's port names, by the names the data plane reports for them where those differ: a
+/// kernel port reports its interface (`rpx-pa` for port `pa` on a host's veth, the tap's name).
+/// Empty when the file does not load (the data plane's names are shown then).
+fn port_aliases(file: &Path) -> Vec<(String, String)> {
+    use control::topology::PortKind;
+    let Ok(t) = Topology::load(file) else { return Vec::new() };
+    t.ports
+        .iter()
+        .filter_map(|p| {
+            let runtime = match &p.kind {
+                PortKind::AfXdp(a, _) | PortKind::AfPacket(a) => a.ifname(),
+                PortKind::Tap { ifname } => ifname,
+                _ => return None,
+            };
+            (runtime != p.name).then(|| (runtime.to_string(), p.name.clone()))
+        })
+        .collect()
+}
+
+/// `line` with each word that is a data-plane port name replaced by the file's name.
+fn with_file_names(line: &str, aliases: &[(String, String)]) -> String {
+    line.split(' ')
+        .map(|w| aliases.iter().find(|(rt, _)| rt == w).map_or(w, |(_, f)| f.as_str()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Sends one command to the data plane running `file`; when none answers on its socket, says
+/// which hosts do run and how to reach one.
+fn ask(file: &Path, state_dir: Option<&Path>, cmd: Command) -> Result<serde_json::Value> {
+    let sock = socket(file, state_dir)?;
+    daemon::ask(&sock, cmd, ASK_TIMEOUT).map_err(|e| match e {
+        control::ControlError::Io { ref source, .. }
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            anyhow::anyhow!("{}", not_running(file, &sock, &daemon::running_services()))
+        }
+        e => e.into(),
+    })
+}
+
+/// Why nothing answers for `file`, and the hosts that do run (name, file, directory, pid).
+fn not_running(file: &Path, sock: &Path, running: &[(String, PathBuf, PathBuf, u32)]) -> String {
+    let mut s = format!(
+        "no data plane answers for {} at {} (a host is found by its file's stem)",
+        file.display(),
+        sock.display()
+    );
+    if running.is_empty() {
+        s += "; no host is running: `routeplex up FILE` starts one";
+    }
+    for (name, topo, dir, pid) in running {
+        s += &format!(
+            "; {name} runs {} (pid {pid}): reach it with that file, or add `--state-dir {}`",
+            topo.display(),
+            dir.display()
+        );
+    }
+    s
+}
+
 /// Sends one command to a running data plane and prints its answer as one JSON line.
 pub fn control(file: &Path, state_dir: Option<&Path>, cmd: Command) -> Result<()> {
-    let v = daemon::ask(&socket(file, state_dir)?, cmd, ASK_TIMEOUT)?;
+    let v = ask(file, state_dir, cmd)?;
     println!("{v}");
     Ok(())
 }
@@ -70,6 +134,11 @@ pub fn capture(
     drops: bool,
 ) -> Result<()> {
     let sock = socket(file, state_dir)?;
+    // Says which host runs when this file's does not.
+    ask(file, state_dir, Command::Hello)?;
+    // A port is named as in the file (`pa`), though the data plane knows it by its interface.
+    let aliases = port_aliases(file);
+    let point = aliases.iter().find(|(_, f)| f == point).map_or(point, |(rt, _)| rt.as_str());
     sys::stop_on_signals(&STOP);
     let mut ask = |c| daemon::ask(&sock, c, ASK_TIMEOUT);
     let s = if write == Path::new("-") {
@@ -87,18 +156,38 @@ pub fn capture(
 /// `routeplex trace FILE VR -c N`: one line a packet, as they come, until N or Ctrl-C.
 pub fn trace(file: &Path, state_dir: Option<&Path>, vr: &str, count: u32) -> Result<()> {
     let sock = socket(file, state_dir)?;
+    // Says which host runs when this file's does not.
+    ask(file, state_dir, Command::Hello)?;
     sys::stop_on_signals(&STOP);
     let mut ask = |c| daemon::ask(&sock, c, ASK_TIMEOUT);
-    control::capture::trace(&mut ask, vr, count, &STOP, &mut |l| println!("{l}"))?;
+    let aliases = port_aliases(file);
+    control::capture::trace(&mut ask, vr, count, &STOP, &mut |l| {
+        println!("{}", with_file_names(&l, &aliases))
+    })?;
     Ok(())
 }
 
 /// `routeplex status FILE [--json]`: tables for people, or the API's answer as one JSON line.
 pub fn status(file: &Path, state_dir: Option<&Path>, json: bool) -> Result<()> {
-    let v = daemon::ask(&socket(file, state_dir)?, Command::Status, ASK_TIMEOUT)?;
+    let mut v = ask(file, state_dir, Command::Status)?;
     if json {
         println!("{v}");
     } else {
+        // The tables name ports as the file does; --json keeps the API's answer as it is.
+        let aliases = port_aliases(file);
+        let rename = |n: &mut serde_json::Value| {
+            if let Some((_, f)) = aliases.iter().find(|(rt, _)| n.as_str() == Some(rt)) {
+                *n = f.as_str().into();
+            }
+        };
+        for p in v["ports"].as_array_mut().into_iter().flatten() {
+            rename(&mut p["name"]);
+        }
+        for sw in v["switches"].as_array_mut().into_iter().flatten() {
+            for m in sw["members"].as_array_mut().into_iter().flatten() {
+                rename(&mut m["port"]);
+            }
+        }
         print!("{}", crate::status_table::render(&v));
     }
     Ok(())
@@ -112,10 +201,53 @@ pub fn apply(file: &Path, state_dir: Option<&Path>, dry_run: bool) -> Result<()>
     Topology::parse(&text, &file.display().to_string(), file.parent().unwrap_or(Path::new(".")))?;
     let canonical = file.canonicalize()?;
     let cmd = Command::Apply { topology: text, file: canonical.display().to_string(), dry_run };
-    let v = daemon::ask(&socket(file, state_dir)?, cmd, ASK_TIMEOUT)?;
+    let v = ask(file, state_dir, cmd)?;
     print!("{}", v["text"].as_str().unwrap_or_default());
     if !dry_run {
         println!("routeplex apply: applied");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_named_as_in_the_file() {
+        let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/two-hosts-one-vr.yaml");
+        let a = port_aliases(&f);
+        assert_eq!(a, [("rpx-pa".to_string(), "pa".to_string()), ("rpx-pb".into(), "pb".into())]);
+        assert_eq!(
+            with_file_names(
+                "#1 rx rpx-pa 98 B -> demux: interface ea -> rewrite -> egress rpx-pb",
+                &a
+            ),
+            "#1 rx pa 98 B -> demux: interface ea -> rewrite -> egress pb"
+        );
+        assert!(port_aliases(Path::new("/nonexistent.yaml")).is_empty());
+    }
+
+    #[test]
+    fn a_file_with_no_host_names_the_hosts_that_run() {
+        let m =
+            not_running(Path::new("lab2.yaml"), Path::new("/run/routeplex/lab2/control.sock"), &[]);
+        assert!(m.contains("lab2.yaml") && m.contains("no host is running"), "{m}");
+        let running = [(
+            "lab".to_string(),
+            PathBuf::from("/srv/lab.yaml"),
+            PathBuf::from("/run/routeplex/lab"),
+            42,
+        )];
+        let m = not_running(
+            Path::new("lab2.yaml"),
+            Path::new("/run/routeplex/lab2/control.sock"),
+            &running,
+        );
+        assert!(
+            m.contains("lab runs /srv/lab.yaml (pid 42)")
+                && m.contains("--state-dir /run/routeplex/lab"),
+            "{m}"
+        );
+    }
 }

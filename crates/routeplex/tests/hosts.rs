@@ -289,6 +289,66 @@ fn one_vr_over_afxdp_ping_ping6_then_down_leaves_nothing() {
     gone(&s);
 }
 
+/// What a user types and reads: `up` counts the file's ports; `status`, `capture` and `trace`
+/// name a port as the file does (`a…`, not its veth `rpx-a…`); `apply` on a copy of the file
+/// says which host runs and how to reach it.
+#[test]
+fn the_cli_speaks_the_files_names_and_finds_the_running_host() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root() {
+        return;
+    }
+    let s = Service::new(one_vr("afpacket"));
+    let said = s.up();
+    assert!(said.contains(", 2 port(s),"), "{said}");
+    assert_pings(&s.a(), "10.22.0.2");
+    let (a, veth) = (s.a(), format!("rpx-{}", s.a()));
+    let file = s.file.to_str().unwrap().to_string();
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_routeplex"))
+            .args(args)
+            .env("ROUTEPLEX_RUN_DIR", s.dir.join("run"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let table = text(&cli(&["status", &file]).wait_with_output().unwrap());
+    assert!(table.lines().any(|l| l.starts_with(&a)) && !table.contains(&veth), "{table}");
+
+    // capture and trace wait for frames: a ping runs meanwhile.
+    let pcap = s.dir.join("a.pcapng");
+    let capture = cli(&["capture", &file, &a, "-c", "2", "-w", pcap.to_str().unwrap()]);
+    let trace = cli(&["trace", &file, &format!("r{}", s.tag), "-c", "2"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = ping(&a, "10.22.0.2", "5");
+    let capture = capture.wait_with_output().unwrap();
+    assert!(capture.status.success(), "capture by the file's port name: {}", text(&capture));
+    assert!(std::fs::metadata(&pcap).unwrap().len() > 0);
+    let trace = trace.wait_with_output().unwrap();
+    let t = text(&trace);
+    assert!(trace.status.success() && t.contains(&format!("rx {a} ")) && !t.contains(&veth), "{t}");
+
+    // A copy of the running file is another service's name: say which one runs.
+    let copy = s.dir.join("copy.yaml");
+    std::fs::copy(&s.file, &copy).unwrap();
+    let o = cli(&["apply", copy.to_str().unwrap(), "--dry-run"]).wait_with_output().unwrap();
+    let e = text(&o);
+    let run_dir = s.dir.join("run").join(format!("t{}", s.tag));
+    assert!(!o.status.success(), "{e}");
+    assert!(e.contains(&format!("t{} runs {file}", s.tag)), "{e}");
+    assert!(e.contains(&format!("--state-dir {}", run_dir.display())), "{e}");
+    assert_eq!(e.matches("No such file or directory").count(), 0, "{e}");
+    // and that way reaches it.
+    let arg = run_dir.to_str().unwrap();
+    let o = cli(&["apply", copy.to_str().unwrap(), "--dry-run", "--state-dir", arg]);
+    let o = o.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(s.routeplex(&["down"]).status.success());
+    gone(&s);
+}
+
 #[test]
 fn one_vr_over_afpacket_pings() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

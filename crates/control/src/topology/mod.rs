@@ -186,6 +186,7 @@ pub use run::{
     cells, reservation_from_words, CellPlan, MetricsConfig, MigrationConfig, ReservationWordsError,
     VrSchedule, Workers, DEFAULT_METRICS_LISTEN, DEFAULT_PERIOD_US,
 };
+pub use vr::bad_prefix_length;
 
 use yaml::{BadKind, Result, Value};
 

@@ -537,6 +537,24 @@ fn prefixes_have_no_host_bits() {
 }
 
 #[test]
+fn a_prefix_length_out_of_range_is_named() {
+    rejects(
+        &route("{ prefix: 10.9.0.0/33, blackhole: true }"),
+        (10, "10.9.0.0/33"),
+        "vrs[0].routes[0].prefix",
+        Some("10.9.0.0/33"),
+        "10.9.0.0/33: prefix length 33 is out of range for IPv4 (0 to 32)",
+    );
+    rejects(
+        &route("{ prefix: \"2001:db8::/129\", blackhole: true }"),
+        (10, "\"2001:db8::/129\""),
+        "vrs[0].routes[0].prefix",
+        Some("2001:db8::/129"),
+        "2001:db8::/129: prefix length 129 is out of range for IPv6 (0 to 128)",
+    );
+}
+
+#[test]
 fn gateways_match_the_prefix_family() {
     rejects(
         &route("{ prefix: 10.9.0.0/16, via: \"2001:db8:0:1::2\" }"),

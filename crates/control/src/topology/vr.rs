@@ -230,7 +230,9 @@ impl Vr {
     fn address(&mut self, v: &Value, iface: IfaceId) -> Result<IpNet> {
         let s = v.text()?;
         let net: IpNet = s.parse().map_err(|_| {
-            if s.parse::<IpAddr>().is_ok() {
+            if let Some(why) = bad_prefix_length(s) {
+                v.bad(s, format_args!("{why}"))
+            } else if s.parse::<IpAddr>().is_ok() {
                 v.bad(
                     s,
                     format_args!(
@@ -521,12 +523,30 @@ fn limits(v: &Value) -> Result<VrLimits> {
     Ok(limits)
 }
 
+/// What is wrong with `ADDRESS/LENGTH` whose address is valid but whose length is not (the
+/// address parser only says "invalid IP address syntax"); `None` for anything else.
+pub fn bad_prefix_length(s: &str) -> Option<String> {
+    let (addr, len) = s.split_once('/')?;
+    let ip: IpAddr = addr.parse().ok()?;
+    let (family, max) = if ip.is_ipv4() { ("IPv4", 32) } else { ("IPv6", 128) };
+    match len.parse::<u32>() {
+        Ok(n) if n > max => {
+            Some(format!("{s}: prefix length {n} is out of range for {family} (0 to {max})"))
+        }
+        Ok(_) => None,
+        Err(_) => Some(format!("{s}: prefix length {len:?} is not a number (0 to {max})")),
+    }
+}
+
 /// A route prefix: host bits must be zero, so a typo cannot silently widen or move it.
 pub(super) fn prefix(v: &Value) -> Result<IpNet> {
     let s = v.text()?;
     let net: IpNet = match s.parse() {
         Ok(net) => net,
         Err(_) => {
+            if let Some(why) = bad_prefix_length(s) {
+                return Err(v.bad(s, format_args!("{why}")));
+            }
             return Err(match s.parse::<IpAddr>() {
                 Ok(ip) => v.bad(
                     s,
@@ -536,7 +556,7 @@ pub(super) fn prefix(v: &Value) -> Result<IpNet> {
                     ),
                 ),
                 Err(_) => v.bad(s, format_args!("invalid prefix {s:?}")),
-            })
+            });
         }
     };
     if net.trunc() != net {
