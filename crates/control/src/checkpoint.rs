@@ -16,6 +16,11 @@
 //! stand-in's readers over (see [`crate::Node::settle`]). A file that is damaged, of another
 //! version or too large is refused whole, and a VR whose fingerprint differs is built from
 //! its routes as without a checkpoint; both are logged, naming the file and what was wrong.
+//! One that passes all that is still checked against the routes it claims: when the table
+//! built from them takes over, the two must forward alike at every boundary of its RIB
+//! ([`dataplane::routes::RouteTable::disagreement`]); one that does not is discarded (logged
+//! naming the file, removed, and written again from the routes). Files are read only when
+//! regular and within [`MAX_FILE`]; the journal's CRC is taken in blocks, never whole.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
