@@ -16,6 +16,11 @@
 //! stand-in's readers over (see [`crate::Node::settle`]). A file that is damaged, of another
 //! version or too large is refused whole, and a VR whose fingerprint differs is built from
 //! its routes as without a checkpoint; both are logged, naming the file and what was wrong.
+//! One that passes all that is still checked against the routes it claims: when the table
+//! built from them takes over, the two must forward alike at every boundary of its RIB
+//! ([`dataplane::routes::RouteTable::disagreement`]); one that does not is discarded (logged
+//! naming the file, removed, and written again from the routes). Files are read only when
+//! regular and within [`MAX_FILE`]; the journal's CRC is taken in blocks, never whole.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -80,14 +85,30 @@ pub fn config_crc(cfg: &VrConfig) -> u32 {
     h.finalize()
 }
 
-/// The journal's length and CRC-32 (0, 0 when there is none).
+/// The journal's length and CRC-32 (0, 0 when there is none), read in blocks: a journal is
+/// never held whole (it may be as large as [`crate::journal::MAX_FILE`]).
 pub fn journal_state(dir: &Path) -> Result<(u64, u32), ControlError> {
     let path = dir.join(crate::journal::FILE);
-    match std::fs::read(&path) {
-        Ok(b) => Ok((b.len() as u64, crc32fast::hash(&b))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((0, 0)),
-        Err(e) => Err(ControlError::io(path.display(), e)),
+    let Some((mut f, _)) =
+        crate::journal::open_regular(&path, "journal", crate::journal::MAX_FILE)?
+    else {
+        return Ok((0, 0));
+    };
+    let mut h = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut len = 0u64;
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                h.update(&buf[..n]);
+                len += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(ControlError::io(path.display(), e)),
+        }
     }
+    Ok((len, h.finalize()))
 }
 
 /// Writes the checkpoint of `tables` (VR name, its table, the fingerprint of what it was
@@ -141,10 +162,8 @@ pub struct Entry {
 /// file and what was wrong when it cannot be used at all.
 pub fn read(dir: &Path) -> Result<Option<HashMap<String, Entry>>, ControlError> {
     let path = dir.join(FILE);
-    let f = match std::fs::File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(ControlError::io(path.display(), e)),
+    let Some((f, _)) = crate::journal::open_regular(&path, "checkpoint", MAX_FILE)? else {
+        return Ok(None);
     };
     let mut bytes = Vec::new();
     f.take(MAX_FILE + 1)

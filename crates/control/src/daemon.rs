@@ -13,7 +13,14 @@
 //! process after a crash is never taken for routeplex (`up` starts afresh, `down` signals
 //! nothing). The socket serves at most [`MAX_CLIENTS`] clients at once, each on its own thread,
 //! with a per-line deadline and a maximum line length, so idle, slow or hostile clients cannot
-//! hold up the others.
+//! hold up the others; when all are taken, the one idle longest makes room for a new one. A
+//! reply is made into its line at once by the serving loop; its client must read it within
+//! [`REPLY_DEADLINE`] (never stalling [`REPLY_STALL`]) or is dropped, and read-only requests
+//! wait (`busy`) while unread lines hold [`MAX_UNREAD_REPLIES`]: clients that do not read
+//! cannot make the data plane's memory grow without bound.
+//!
+//! `up` after a crash waits (bounded) for the dead process's last threads and taps to go
+//! before it starts a new one, which needs their names.
 //!
 //! Every change of state is one `tracing` event with fields (target `control::daemon` and
 //! `control::node`): the data plane starting and stopping, ports going up or down (memif
@@ -46,6 +53,21 @@ pub const MAX_LINE: usize = 32 << 20;
 pub const MAX_READ_ONLY_LINE: usize = 64 << 10;
 /// How long a client may take to send one line.
 pub const LINE_DEADLINE: Duration = Duration::from_secs(10);
+/// Bytes of replies made but not yet read by their clients past which a read-only request
+/// (other than `hello` and `status`) is told `busy`: what clients that do not read can make
+/// the daemon hold is this and one reply. A change is always answered.
+pub const MAX_UNREAD_REPLIES: usize = 128 << 20;
+/// How long a client has to read one whole reply; one that has not is disconnected (and its
+/// reply freed).
+pub const REPLY_DEADLINE: Duration = Duration::from_secs(30);
+/// How long a client may go without its reply moving (reading none of it) before it is
+/// disconnected.
+pub const REPLY_STALL: Duration = Duration::from_secs(5);
+/// How long a client may stay connected without sending a request.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a client must have been idle to be closed to make room for a new one when
+/// [`MAX_CLIENTS`] are connected.
+pub const EVICT_IDLE: Duration = Duration::from_secs(1);
 
 /// Where one topology's service keeps its files.
 #[derive(Clone, Debug)]
@@ -263,7 +285,51 @@ impl Access {
     }
 }
 
-type Job = (Request, Sender<Reply>);
+/// A request and where its reply goes, made into its line by the serving loop.
+type Job = (Request, Sender<Pending>);
+
+/// A reply's line (with its newline) on its way to a client, counted in the bytes of replies
+/// not yet read until it is dropped (sent, or its client gone).
+struct Pending {
+    line: Vec<u8>,
+    total: Arc<AtomicUsize>,
+}
+
+impl Pending {
+    fn new(r: &Reply, total: &Arc<AtomicUsize>) -> Pending {
+        let mut line = serde_json::to_vec(r).expect("replies serialise");
+        line.push(b'\n');
+        total.fetch_add(line.len(), Ordering::AcqRel);
+        Pending { line, total: total.clone() }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.total.fetch_sub(self.line.len(), Ordering::AcqRel);
+    }
+}
+
+/// A connected client as the acceptor sees it: since when it has been idle (between
+/// requests; `None` while it sends one or waits for or reads its reply), and whether it was
+/// asked to leave to make room.
+#[derive(Default)]
+struct Slot {
+    idle: std::sync::Mutex<Option<Instant>>,
+    evict: AtomicBool,
+}
+
+impl Slot {
+    fn set_idle(&self, idle: bool) {
+        *self.idle.lock().unwrap_or_else(|e| e.into_inner()) = idle.then(Instant::now);
+    }
+
+    fn idle_for(&self) -> Option<Duration> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).map(|t| t.elapsed())
+    }
+}
+
+type Slots = Arc<std::sync::Mutex<Vec<Arc<Slot>>>>;
 
 /// Binds the control socket (0600, or 0660 in the status group) in a private directory.
 pub fn bind(sock: &Path, access: &Access) -> Result<UnixListener, ControlError> {
@@ -310,6 +376,7 @@ pub fn serve_ticking(
             .spawn(move || accept_loop(listener, access, tx, clients, done))
             .map_err(|e| ControlError::io("control socket thread", e))?
     };
+    let unread = Arc::new(AtomicUsize::new(0));
     while !stop.load(Ordering::Relaxed) {
         tick();
         let (req, reply) = match rx.recv_timeout(Duration::from_millis(50)) {
@@ -317,11 +384,35 @@ pub fn serve_ticking(
             Err(RecvTimeoutError::Timeout) => continue,
             Err(RecvTimeoutError::Disconnected) => break,
         };
+        let held = unread.load(Ordering::Acquire);
+        let small = matches!(req.cmd, Command::Hello | Command::Status);
+        if held >= MAX_UNREAD_REPLIES && req.cmd.is_read_only() && !small {
+            // Made, this reply would join those its clients have not read: it waits for them.
+            let e = ControlError::Busy(format!(
+                "replies not yet read by their clients hold {} MiB (at most {} MiB): try again",
+                held >> 20,
+                MAX_UNREAD_REPLIES >> 20
+            ));
+            warn!(
+                command = req.cmd.name(),
+                held,
+                reason = "unread replies",
+                "control request refused"
+            );
+            let _ = reply.send(Pending::new(&Reply::err(req.id, &e), &unread));
+            continue;
+        }
         let (r, stop_now) = handle(req.cmd);
-        let _ = reply.send(match r {
-            Ok(v) => Reply::ok(req.id, v),
-            Err(e) => Reply::err(req.id, &e),
-        });
+        // Made into its line here, so the reply's tree is freed at once on this thread and
+        // only the line (counted in `unread`) waits for its client.
+        let line = Pending::new(
+            &match r {
+                Ok(v) => Reply::ok(req.id, v),
+                Err(e) => Reply::err(req.id, &e),
+            },
+            &unread,
+        );
+        let _ = reply.send(line);
         if stop_now {
             break;
         }
@@ -331,6 +422,23 @@ pub fn serve_ticking(
     Ok(())
 }
 
+/// Asks the client idle longest (at least [`EVICT_IDLE`]) to leave; whether one was asked.
+fn evict_one(slots: &Slots) -> bool {
+    let slots = slots.lock().unwrap_or_else(|e| e.into_inner());
+    let victim = (slots.iter())
+        .filter(|s| !s.evict.load(Ordering::Relaxed))
+        .filter_map(|s| Some((s.idle_for()?, s)))
+        .filter(|(d, _)| *d >= EVICT_IDLE)
+        .max_by_key(|(d, _)| *d);
+    match victim {
+        Some((_, s)) => {
+            s.evict.store(true, Ordering::Relaxed);
+            true
+        }
+        None => false,
+    }
+}
+
 fn accept_loop(
     listener: UnixListener,
     access: Access,
@@ -338,6 +446,7 @@ fn accept_loop(
     clients: Arc<AtomicUsize>,
     done: Arc<AtomicBool>,
 ) {
+    let slots = Slots::default();
     while !done.load(Ordering::Relaxed) {
         let s = match listener.accept() {
             Ok((s, _)) => s,
@@ -362,6 +471,15 @@ fn accept_loop(
             refuse(s, ControlError::Permission("this socket serves root and its owner".into()));
             continue;
         };
+        if clients.load(Ordering::Acquire) >= MAX_CLIENTS && evict_one(&slots) {
+            // An idle client leaves within a read timeout; a new one is served in its place.
+            let t0 = Instant::now();
+            while clients.load(Ordering::Acquire) >= MAX_CLIENTS
+                && t0.elapsed() < Duration::from_secs(1)
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         if clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
             clients.fetch_sub(1, Ordering::AcqRel);
             warn!(uid, pid, reason = "busy", clients = MAX_CLIENTS, "control client refused");
@@ -371,20 +489,34 @@ fn accept_loop(
             );
             continue;
         }
-        let (tx, clients, done) = (tx.clone(), clients.clone(), done.clone());
+        let slot = Arc::new(Slot::default());
+        slot.set_idle(true);
+        slots.lock().unwrap_or_else(|e| e.into_inner()).push(slot.clone());
+        let (tx, count, done, list) = (tx.clone(), clients.clone(), done.clone(), slots.clone());
         let spawned = std::thread::Builder::new().name("control-client".into()).spawn(move || {
-            client(s, full, uid, &tx, &done);
-            clients.fetch_sub(1, Ordering::AcqRel);
+            client(s, full, uid, &tx, &done, &slot);
+            list.lock().unwrap_or_else(|e| e.into_inner()).retain(|x| !Arc::ptr_eq(x, &slot));
+            count.fetch_sub(1, Ordering::AcqRel);
         });
         if spawned.is_err() {
-            // The thread was not made: its count goes with it.
+            // The thread was not made: its count and slot go with it (the closure, holding
+            // the slot's other reference, was dropped).
+            clients.fetch_sub(1, Ordering::AcqRel);
+            slots.lock().unwrap_or_else(|e| e.into_inner()).retain(|x| Arc::strong_count(x) > 1);
             continue;
         }
     }
 }
 
 /// One client: lines in, replies out, until it hangs up, breaks a limit or the server stops.
-fn client(s: UnixStream, full: bool, uid: Option<u32>, tx: &Sender<Job>, done: &AtomicBool) {
+fn client(
+    s: UnixStream,
+    full: bool,
+    uid: Option<u32>,
+    tx: &Sender<Job>,
+    done: &AtomicBool,
+    slot: &Slot,
+) {
     let max = if full { MAX_LINE } else { MAX_READ_ONLY_LINE };
     let Ok(mut out) = s.try_clone() else { return };
     let _ = s.set_nonblocking(false);
@@ -399,6 +531,21 @@ fn client(s: UnixStream, full: bool, uid: Option<u32>, tx: &Sender<Job>, done: &
         if done.load(Ordering::Relaxed) {
             return;
         }
+        if line.is_empty() {
+            let idle = slot.idle_for().unwrap_or_default();
+            let evicted = slot.evict.load(Ordering::Relaxed);
+            if evicted || idle > IDLE_TIMEOUT {
+                let why = if evicted {
+                    format!("{MAX_CLIENTS} clients are connected and this one was idle longest")
+                } else {
+                    format!("idle for more than {} s", IDLE_TIMEOUT.as_secs())
+                };
+                info!(uid, idle_s = idle.as_secs(), reason = %why, "control client closed");
+                let e = ControlError::Busy(format!("closed: {why}; connect again"));
+                let _ = send(&mut out, &Reply::err(0, &e));
+                return;
+            }
+        }
         let (complete, eof) = match r.fill_buf() {
             Ok([]) => (false, true),
             Ok(buf) => {
@@ -410,6 +557,7 @@ fn client(s: UnixStream, full: bool, uid: Option<u32>, tx: &Sender<Job>, done: &
                 };
                 line.extend_from_slice(&chunk[..n]);
                 r.consume(n);
+                slot.set_idle(false);
                 (complete, false)
             }
             Err(e)
@@ -475,10 +623,19 @@ fn client(s: UnixStream, full: bool, uid: Option<u32>, tx: &Sender<Job>, done: &
                 if tx.send((req, rtx)).is_err() {
                     return;
                 }
-                match rrx.recv() {
-                    Ok(r) => r,
-                    Err(_) => return,
+                let Ok(p) = rrx.recv() else { return };
+                let last = !complete;
+                line.clear();
+                if let Err(e) = send_within(&mut out, &p.line) {
+                    warn!(uid, bytes = p.line.len(), error = %e, reason = "reply not read", "control client dropped");
+                    return;
                 }
+                drop(p);
+                slot.set_idle(true);
+                if last {
+                    return;
+                }
+                continue;
             }
         };
         let last = !complete;
@@ -486,7 +643,34 @@ fn client(s: UnixStream, full: bool, uid: Option<u32>, tx: &Sender<Job>, done: &
         if send(&mut out, &reply).is_err() || last {
             return;
         }
+        slot.set_idle(true);
     }
+}
+
+/// Writes a reply's `line` as the client reads it: it must take all of it within
+/// [`REPLY_DEADLINE`], never going [`REPLY_STALL`] without reading some.
+fn send_within(out: &mut UnixStream, line: &[u8]) -> std::io::Result<()> {
+    let t0 = Instant::now();
+    let mut at = 0;
+    while at < line.len() {
+        let left = REPLY_DEADLINE.checked_sub(t0.elapsed()).filter(|d| !d.is_zero());
+        let Some(left) = left else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("{at} of {} bytes read in {} s", line.len(), REPLY_DEADLINE.as_secs()),
+            ));
+        };
+        // A write that moved some bytes returns them only when its timeout ends, and the
+        // next may wait as long again: half the stall limit each keeps the two within it.
+        out.set_write_timeout(Some(left.min(REPLY_STALL / 2)))?;
+        match out.write(&line[at..]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn send(out: &mut UnixStream, r: &Reply) -> std::io::Result<()> {
@@ -576,7 +760,9 @@ pub fn up(file: &Path, exe: &Path, say: &mut dyn FnMut(String)) -> Result<(), Co
             return Ok(());
         }
         // The previous data plane died (crash, SIGKILL), or its pid now names another
-        // process. Reuse what it made if intact, else remove the remains and start afresh.
+        // process. Reuse what it made if intact, else remove the remains and start afresh;
+        // either way once it has let go of its taps.
+        wait_released(&p, &st, &topo)?;
         let intact = st.made.namespaces.iter().all(|n| crate::netns::namespace_exists(n))
             && st.made.links.iter().all(|l| crate::netns::link_exists(l));
         if intact {
@@ -615,6 +801,66 @@ pub fn up(file: &Path, exe: &Path, say: &mut dyn FnMut(String)) -> Result<(), Co
         return Err(ControlError::State(e.to_string()));
     }
     start(file, exe, &topo, &p, st, say)
+}
+
+/// How long `up` waits for a dead data plane to let go of what it held.
+const RELEASE_WAIT: Duration = Duration::from_secs(10);
+
+/// Waits until the dead data plane of `st` has let go of what it held: every thread of it
+/// gone (after SIGKILL its first thread is a zombie, so not running, while the others may
+/// still be closing its descriptors, taps among them, whose names a new data plane needs),
+/// and the taps `topo` makes in this namespace gone with them. Bounded by [`RELEASE_WAIT`],
+/// then an error naming what is still there.
+fn wait_released(p: &Paths, st: &State, topo: &crate::Topology) -> Result<(), ControlError> {
+    let taps: Vec<&str> = (topo.ports.iter())
+        .filter_map(|p| match &p.kind {
+            crate::PortKind::Tap { ifname } => Some(ifname.as_str()),
+            _ => None,
+        })
+        .collect();
+    let t0 = Instant::now();
+    loop {
+        let threads = threads_left(st.pid, st.started);
+        let held: Vec<&str> =
+            taps.iter().copied().filter(|t| crate::netns::link_exists(t)).collect();
+        if threads == 0 && held.is_empty() {
+            let waited_ms = t0.elapsed().as_millis() as u64;
+            if waited_ms > 0 {
+                info!(service = %p.name, pid = st.pid, waited_ms, "up: the old data plane let go of its interfaces");
+            }
+            return Ok(());
+        }
+        if t0.elapsed() > RELEASE_WAIT {
+            return Err(ControlError::State(format!(
+                "{}: {} s after its data plane (pid {}) died, {} thread(s) of it still run and                  these taps still exist: {}; if another process holds them, stop it or remove                  them (ip link del NAME), then run `routeplex up` again",
+                p.name,
+                RELEASE_WAIT.as_secs(),
+                st.pid,
+                threads,
+                if held.is_empty() { "none".to_string() } else { held.join(", ") }
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Threads of process `pid` (started at `started`, see [`sys::start_time`]) not yet exited:
+/// 0 when it is gone, reaped or not, or the pid names another process now.
+fn threads_left(pid: u32, started: u64) -> usize {
+    let state_and_start = |stat: &str| -> Option<(String, u64)> {
+        let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
+        let state = rest.next()?.to_string();
+        Some((state, rest.nth(18)?.parse().ok()?))
+    };
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
+    if pid == 0 || state_and_start(&stat).is_none_or(|(_, t)| t != started) {
+        return 0;
+    }
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+        .filter(|s| state_and_start(s).is_some_and(|(st, _)| st != "Z" && st != "X"))
+        .count()
 }
 
 fn start(
@@ -817,6 +1063,12 @@ pub fn run(
     let workers = opts.cpus.len();
     let text =
         yamlpath::read_file(file, 16 << 20).map_err(|e| ControlError::io(file.display(), e))?;
+    // A damaged journal stops the start here, before anything forwards or answers, so `up`
+    // fails with its error (naming the file, the offset and what was good) rather than
+    // coming up without the changes after the damage.
+    if let Some(d) = state_dir {
+        crate::journal::check(d)?;
+    }
     // VRs whose checkpoint fits forward with it at once; their tables are built meanwhile.
     let checkpoints =
         state_dir.map(|d| crate::checkpoint::usable(d, &topo.vrs)).unwrap_or_default();
@@ -975,7 +1227,19 @@ impl Recovery {
         let done = (|| {
             node.settle()?;
             let (j, _) = crate::journal::recover(&self.dir, node)?;
-            node.take_over()?;
+            let wrong = node.take_over()?;
+            if !wrong.is_empty() {
+                // Checked against the routes it claims: the checkpoint is wrong, whatever its
+                // checksum says. The tables built from the routes forward from here on; the
+                // file goes, and the next one is written from them.
+                let file = self.dir.join(crate::checkpoint::FILE);
+                for (vr, at) in &wrong {
+                    warn!(file = %file.display(), vr = %vr, address = %at, "checkpoint discarded: it forwards otherwise than the routes it was built from");
+                }
+                if let Err(e) = std::fs::remove_file(&file) {
+                    warn!(file = %file.display(), error = %e, "checkpoint: could not remove");
+                }
+            }
             Ok(j)
         })();
         match done {

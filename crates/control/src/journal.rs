@@ -39,9 +39,15 @@
 //!
 //! A record is written whole with one `write` and the file is not synced per record: what a
 //! crashed process wrote is in the page cache and survives it; a power cut may lose the last
-//! records (compaction syncs). A torn or damaged tail (a short or failing record) ends the
-//! replay there, is logged, and is cut off (the file is truncated to the last good record and
-//! synced). The journal is bounded: once it passes [`COMPACT_AT`] bytes it is rewritten as one
+//! records (compaction syncs). The journal is read one record at a time ([`Reader`]: at most
+//! [`MAX_RECORD`] in memory, a file of at most [`MAX_FILE`], a regular file only). A torn tail
+//! (the file ends inside its last record, its length in bounds, or only zeros follow the last
+//! good one: what an interrupted append or a power cut leaves) ends the replay there, is logged, and is cut off
+//! (the file is truncated to the last good record and synced). Anything else wrong (no header,
+//! another version, a record length out of bounds, a checksum that fails with the record
+//! whole) is damage: the data plane does not start, and the error names the file, the offset,
+//! how many records (bytes) before it are good, and how to keep only those or start without
+//! the journal; the operator decides, nothing is cut silently. The journal is bounded: once it passes [`COMPACT_AT`] bytes it is rewritten as one
 //! base record per VR (written beside it, synced, renamed into place), when it is replayed at
 //! that size, and when a replay skipped records. A replay otherwise leaves the file as it is
 //! and appends to it: rewriting a full table's routes there would delay the `up` that waits
@@ -463,30 +469,209 @@ fn len_of(path: &Path) -> Result<u64, ControlError> {
     std::fs::metadata(path).map(|m| m.len()).map_err(|e| err(path, e))
 }
 
+/// Opens `path` for reading if it exists: `Ok(None)` when it does not; an error naming it when
+/// it is not a regular file (a FIFO would block the reader, a device never end) or is larger
+/// than `max` bytes. Opened without following a symlink and without blocking, then checked.
+pub(crate) fn open_regular(
+    path: &Path,
+    what: &str,
+    max: u64,
+) -> Result<Option<(std::fs::File, u64)>, ControlError> {
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(err(path, e)),
+    };
+    let md = f.metadata().map_err(|e| err(path, e))?;
+    if !md.is_file() {
+        return Err(ControlError::State(format!(
+            "{what} {}: not a regular file ({:?}); routeplex only ever writes a regular file              there: move it away and start again",
+            path.display(),
+            md.file_type()
+        )));
+    }
+    if md.len() > max {
+        return Err(ControlError::State(format!(
+            "{what} {}: {} bytes, more than the {max} one may hold; routeplex never writes one              that large: move it away and start again",
+            path.display(),
+            md.len()
+        )));
+    }
+    Ok(Some((f, md.len())))
+}
+
+/// Reads a journal file one record at a time (never more than [`MAX_RECORD`] of it in
+/// memory): checks the header, each record's length and checksum, and tells a torn tail (the
+/// file ends inside the last record, or only zeros follow: what an interrupted append leaves)
+/// from damage (anything else), which is an error naming the file, the offset and what was
+/// good before it.
+pub struct Reader {
+    path: PathBuf,
+    r: std::io::BufReader<std::fs::File>,
+    size: u64,
+    /// Where the next record starts: everything before is good.
+    at: u64,
+    /// Good records read.
+    pub records: u64,
+    /// Bytes of a torn tail, once found (the reader stops there).
+    pub torn: u64,
+    body: Vec<u8>,
+}
+
+impl Reader {
+    /// The journal at `path` (`Ok(None)`: there is none, or it is empty), header checked.
+    pub fn open(path: &Path) -> Result<Option<Reader>, ControlError> {
+        let Some((f, size)) = open_regular(path, "journal", MAX_FILE)? else { return Ok(None) };
+        if size == 0 {
+            return Ok(None);
+        }
+        let mut r = Reader {
+            path: path.to_path_buf(),
+            r: std::io::BufReader::with_capacity(1 << 20, f),
+            size,
+            at: 0,
+            records: 0,
+            torn: 0,
+            body: Vec::new(),
+        };
+        let mut h = [0u8; HEADER];
+        let n = r.fill(&mut h)?;
+        if n < HEADER && h[..n] == header()[..n] {
+            // Made, and the process died before its header was whole.
+            r.torn = size;
+            return Ok(Some(r));
+        }
+        if n < HEADER || h[..8] != MAGIC {
+            return Err(r.damage("no journal header"));
+        }
+        let version = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
+        if version != VERSION {
+            return Err(r.damage(&format!("version {version}; this build reads {VERSION}")));
+        }
+        r.at = HEADER as u64;
+        Ok(Some(r))
+    }
+
+    /// Bytes of good records (with the header) read so far.
+    pub fn good(&self) -> u64 {
+        self.at
+    }
+
+    /// The next record (kind, body), `None` at the end or at a torn tail ([`Reader::torn`]).
+    pub fn next(&mut self) -> Result<Option<(u8, &[u8])>, ControlError> {
+        let left = self.size - self.at;
+        if left == 0 || self.torn > 0 {
+            return Ok(None);
+        }
+        let mut head = [0u8; 8];
+        let n = self.fill(&mut head)?;
+        let len = u32::from_le_bytes(head[..4].try_into().expect("4"));
+        if n >= 4 && len as usize > MAX_RECORD {
+            // No append ever wrote such a length, cut short or not.
+            return Err(self.damage(&format!("a record length of {len} (1 to {MAX_RECORD} bytes)")));
+        }
+        if n < 8 || u64::from(len) + 8 > left {
+            // The file ends inside this record: an append cut short.
+            self.torn = left;
+            return Ok(None);
+        }
+        if len == 0 && head == [0; 8] && self.zeros(left - 8)? {
+            self.torn = left;
+            return Ok(None);
+        }
+        if len == 0 {
+            return Err(self.damage(&format!("a record length of 0 (1 to {MAX_RECORD} bytes)")));
+        }
+        let crc = u32::from_le_bytes(head[4..].try_into().expect("4"));
+        self.body.resize(len as usize, 0);
+        let mut body = std::mem::take(&mut self.body);
+        let got = self.fill(&mut body);
+        self.body = body;
+        if got? < len as usize {
+            return Err(self.damage("the file shrank while it was read"));
+        }
+        if crc32fast::hash(&self.body) != crc {
+            return Err(self.damage(&format!("the checksum of a {len}-byte record")));
+        }
+        self.at += 8 + u64::from(len);
+        self.records += 1;
+        Ok(Some((self.body[0], &self.body[1..])))
+    }
+
+    /// Reads into `buf` until it is full or the file ends; how much was read.
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize, ControlError> {
+        let mut n = 0;
+        while n < buf.len() {
+            match self.r.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(err(&self.path, e)),
+            }
+        }
+        Ok(n)
+    }
+
+    /// Whether the next `n` bytes are all zero (reading them).
+    fn zeros(&mut self, mut n: u64) -> Result<bool, ControlError> {
+        let mut buf = [0u8; 4096];
+        while n > 0 {
+            let k = self.fill(&mut buf[..n.min(4096) as usize])?;
+            if k == 0 || buf[..k].iter().any(|&b| b != 0) {
+                return Ok(false);
+            }
+            n -= k as u64;
+        }
+        Ok(true)
+    }
+
+    fn damage(&self, what: &str) -> ControlError {
+        let path = self.path.display();
+        ControlError::State(format!(
+            "journal {path}: damaged at offset {at}: {what}. The {records} record(s) before it \
+             ({at} bytes) are good; the {rest} byte(s) from there were not read, and the data \
+             plane does not start with a journal it cannot read whole. To keep the good \
+             records only: truncate -s {keep} {path}; to start without the journal's changes: \
+             move it away",
+            at = self.at,
+            records = self.records,
+            rest = self.size - self.at,
+            keep = self.at.max(HEADER as u64),
+        ))
+    }
+}
+
+/// Reads the whole journal in `dir` without applying it: an error naming the file, the
+/// offset and what was good when it is damaged (see [`Reader`]), so that a data plane
+/// refuses to start before it serves anything. A torn tail is not an error.
+pub fn check(dir: &Path) -> Result<(), ControlError> {
+    let Some(mut r) = Reader::open(&dir.join(FILE))? else { return Ok(()) };
+    while r.next()?.is_some() {}
+    Ok(())
+}
+
 /// Replays the journal in `dir` (if there is one) into `node`: a data plane starting where
-/// one crashed comes back with the routes and topology changes it had. A damaged tail is cut
-/// off; the journal is compacted when it is large or a record was skipped (see the module
-/// doc). Returns the journal, to append to, and what the replay did.
+/// one crashed comes back with the routes and topology changes it had. A torn tail is cut
+/// off; damage is an error (see [`Reader`]); the journal is compacted when it is large or a
+/// record was skipped (see the module doc). Returns the journal, to append to, and what the
+/// replay did.
 pub fn recover(dir: &Path, node: &mut Node) -> Result<(Journal, Replayed), ControlError> {
     let t0 = Instant::now();
     let path = dir.join(FILE);
     let origin = node.source().map(|(t, _)| fingerprint(t));
     let mut rep = Replayed::default();
     let mut live = Live::default();
-    let mut j = match std::fs::File::open(&path) {
-        Ok(f) => {
-            let mut bytes = Vec::new();
-            f.take(MAX_FILE).read_to_end(&mut bytes).map_err(|e| err(&path, e))?;
-            let good = replay(&path, &bytes, node, origin, &mut rep, &mut live);
+    let mut j = match Reader::open(&path)? {
+        Some(mut r) => {
+            let good = replay(&mut r, node, origin, &mut rep, &mut live)?;
             // The file now holds the text this start came from: later records and
             // compactions are relative to it.
             let changed = origin != node.source().map(|(t, _)| fingerprint(t));
-            if good < HEADER as u64
-                || rep.skipped > 0
-                || changed
-                || good > COMPACT_AT
-                || bytes.len() as u64 >= MAX_FILE
-            {
+            if good < HEADER as u64 || rep.skipped > 0 || changed || good > COMPACT_AT {
                 Journal::compact_with(dir, node, origin, std::mem::take(&mut live))?
             } else {
                 if rep.cut > 0 {
@@ -496,8 +681,7 @@ pub fn recover(dir: &Path, node: &mut Node) -> Result<(Journal, Replayed), Contr
                 Journal::append_to(dir, good, origin)?
             }
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Journal::unopened(dir, origin),
-        Err(e) => return Err(err(&path, e)),
+        None => Journal::unopened(dir, origin),
     };
     if !live.restored.is_empty()
         || !live.interfaces.is_empty()
@@ -520,37 +704,19 @@ pub fn recover(dir: &Path, node: &mut Node) -> Result<(Journal, Replayed), Contr
     Ok((j, rep))
 }
 
-/// Applies the records of `bytes`; returns how many bytes of it are good records (0 when the
-/// header is not this build's).
+/// Applies the records `r` reads; returns how many bytes of the file are good records (0
+/// when even its header was torn).
 fn replay(
-    path: &Path,
-    bytes: &[u8],
+    r: &mut Reader,
     node: &mut Node,
     origin: Option<(u32, u64)>,
     rep: &mut Replayed,
     live: &mut Live,
-) -> u64 {
-    let name = path.display().to_string();
-    if bytes.len() < HEADER || bytes[..8] != MAGIC {
-        warn!(file = %name, "journal: no journal header; ignored");
-        rep.cut = bytes.len() as u64;
-        return 0;
-    }
-    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-    if version != VERSION {
-        warn!(file = %name, version, "journal: a version this build does not read; ignored");
-        rep.cut = bytes.len() as u64;
-        return 0;
-    }
-    let mut at = HEADER;
-    while at < bytes.len() {
-        let Some(rec) = next(bytes, at) else {
-            warn!(file = %name, offset = at, cut = bytes.len() - at, "journal: torn or damaged tail cut off");
-            rep.cut = (bytes.len() - at) as u64;
-            return at as u64;
-        };
-        let (kind, body, end) = rec;
-        at = end;
+) -> Result<u64, ControlError> {
+    let name = r.path.display().to_string();
+    loop {
+        let at = r.good();
+        let Some((kind, body)) = r.next()? else { break };
         match apply(kind, body, node, origin, &name, live) {
             Ok(routes) => {
                 rep.applied += 1;
@@ -562,19 +728,11 @@ fn replay(
             }
         }
     }
-    at as u64
-}
-
-/// The record at `at`: kind, body and where the next one starts; `None` if it is short or
-/// its checksum fails.
-fn next(bytes: &[u8], at: usize) -> Option<(u8, &[u8], usize)> {
-    let len = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as usize;
-    let crc = u32::from_le_bytes(bytes.get(at + 4..at + 8)?.try_into().ok()?);
-    if len == 0 || len > MAX_RECORD {
-        return None;
+    if r.torn > 0 {
+        warn!(file = %name, offset = r.good(), cut = r.torn, kept = r.records, "journal: torn tail cut off");
+        rep.cut = r.torn;
     }
-    let rec = bytes.get(at + 8..at + 8 + len)?;
-    (crc32fast::hash(rec) == crc).then_some((rec[0], &rec[1..], at + 8 + len))
+    Ok(r.good())
 }
 
 fn apply(
@@ -661,5 +819,160 @@ fn apply(
             }
         }
         k => Err(ControlError::BadRequest(format!("record kind {k} is unknown"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory of its own, removed on drop.
+    struct Dir(PathBuf);
+
+    impl Dir {
+        fn new(tag: &str) -> Dir {
+            let d = std::env::temp_dir().join(format!("rpx-jrnl-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).unwrap();
+            Dir(d)
+        }
+
+        fn journal(&self, bytes: &[u8]) -> PathBuf {
+            let p = self.0.join(FILE);
+            std::fs::write(&p, bytes).unwrap();
+            p
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn route(n: u8) -> Vec<u8> {
+        command(&Command::RouteDelete {
+            vr: format!("r{n}"),
+            prefixes: vec!["10.0.0.0/8".parse().unwrap()],
+        })
+    }
+
+    /// Three records, and where each ends.
+    fn three() -> (Vec<u8>, [usize; 3]) {
+        let mut b = header();
+        let mut ends = [0; 3];
+        for (i, e) in ends.iter_mut().enumerate() {
+            b.extend(route(i as u8));
+            *e = b.len();
+        }
+        (b, ends)
+    }
+
+    fn read_all(path: &Path) -> Result<(Vec<u8>, u64, u64), ControlError> {
+        let mut r = Reader::open(path)?.expect("a journal");
+        let mut kinds = Vec::new();
+        while let Some((k, _)) = r.next()? {
+            kinds.push(k);
+        }
+        Ok((kinds, r.good(), r.torn))
+    }
+
+    #[test]
+    fn a_torn_tail_is_cut_where_the_last_good_record_ends() {
+        let d = Dir::new("torn");
+        let (b, ends) = three();
+        // Cut inside the last record, at every byte of it.
+        for cut in ends[1] + 1..ends[2] {
+            let (kinds, good, torn) = read_all(&d.journal(&b[..cut])).unwrap();
+            assert_eq!((kinds.len(), good, torn), (2, ends[1] as u64, (cut - ends[1]) as u64));
+        }
+        // Zeros after the last good record (a power cut after the size grew).
+        let mut z = b.clone();
+        z.extend([0u8; 300]);
+        let (kinds, good, torn) = read_all(&d.journal(&z)).unwrap();
+        assert_eq!((kinds, good, torn), (vec![KIND_COMMAND; 3], ends[2] as u64, 300));
+        // A header cut short: nothing to read, all of it torn.
+        let (kinds, good, torn) = read_all(&d.journal(&b[..5])).unwrap();
+        assert_eq!((kinds.len(), good, torn), (0, 0, 5));
+        // Whole: nothing torn.
+        assert_eq!(read_all(&d.journal(&b)).unwrap(), (vec![1; 3], ends[2] as u64, 0));
+        assert!(Reader::open(&d.journal(b"")).unwrap().is_none(), "an empty file");
+        check(&d.0).unwrap();
+    }
+
+    #[test]
+    fn damage_is_an_error_naming_the_file_the_offset_and_what_was_good() {
+        let d = Dir::new("damage");
+        let (b, ends) = three();
+        // One bad byte in the body of the second record, and in the last (whole) record:
+        // neither is taken for a torn tail.
+        for (at, good, records) in [(ends[0] + 10, ends[0], 1), (ends[2] - 1, ends[1], 2)] {
+            let mut x = b.clone();
+            x[at] ^= 0x20;
+            let p = d.journal(&x);
+            let e = read_all(&p).unwrap_err().to_string();
+            let want = format!("journal {}: damaged at offset {good}: the checksum", p.display());
+            assert!(e.starts_with(&want), "{e}");
+            assert!(
+                e.contains(&format!("The {records} record(s) before it ({good} bytes)")),
+                "{e}"
+            );
+            assert!(e.contains(&format!("truncate -s {good} {}", p.display())), "{e}");
+            assert!(check(&d.0).unwrap_err().to_string().starts_with(&want));
+        }
+        // A record length out of bounds in the middle.
+        let mut x = b.clone();
+        x[ends[0]..ends[0] + 4].copy_from_slice(&(MAX_RECORD as u32 + 1).to_le_bytes());
+        x.extend(vec![7u8; 100]);
+        let e = read_all(&d.journal(&x)).unwrap_err().to_string();
+        assert!(e.contains(&format!("offset {}: a record length of", ends[0])), "{e}");
+        // A zero length followed by something other than zeros.
+        let mut x = b[..ends[1]].to_vec();
+        x.extend([0u8; 8]);
+        x.extend(route(9));
+        let e = read_all(&d.journal(&x)).unwrap_err().to_string();
+        assert!(e.contains(&format!("offset {}: a record length of 0", ends[1])), "{e}");
+        // No header, another version.
+        let e = read_all(&d.journal(b"RPLXJRNX\x01\0\0\0")).unwrap_err().to_string();
+        assert!(e.contains("offset 0: no journal header"), "{e}");
+        let mut x = b.clone();
+        x[8] = 9;
+        let e = read_all(&d.journal(&x)).unwrap_err().to_string();
+        assert!(e.contains("offset 0: version 9; this build reads 1"), "{e}");
+    }
+
+    #[test]
+    fn a_fifo_or_an_oversized_file_is_refused_at_once_naming_it() {
+        let d = Dir::new("kinds");
+        let p = d.0.join(FILE);
+        let made = std::process::Command::new("mkfifo").arg(&p).status().unwrap();
+        assert!(made.success());
+        // With no writer, opening it to read would block for ever: refused, not opened.
+        let e = check(&d.0).unwrap_err().to_string();
+        assert!(e.contains(&format!("journal {}: not a regular file", p.display())), "{e}");
+        let e = crate::checkpoint::journal_state(&d.0).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        std::fs::remove_file(&p).unwrap();
+        // Larger than any journal routeplex writes (sparse: no disk or memory used).
+        let f = std::fs::File::create(&p).unwrap();
+        f.set_len(MAX_FILE + 1).unwrap();
+        let e = check(&d.0).unwrap_err().to_string();
+        assert!(e.contains(&format!("{} bytes, more than the {MAX_FILE}", MAX_FILE + 1)), "{e}");
+        let e = crate::checkpoint::journal_state(&d.0).unwrap_err().to_string();
+        assert!(e.contains("more than the"), "{e}");
+    }
+
+    #[test]
+    fn journal_state_reads_in_blocks_what_a_whole_read_would_give() {
+        let d = Dir::new("state");
+        let mut b = header();
+        while b.len() < 3 << 20 {
+            b.extend(route(b.len() as u8));
+        }
+        d.journal(&b);
+        let got = crate::checkpoint::journal_state(&d.0).unwrap();
+        assert_eq!(got, (b.len() as u64, crc32fast::hash(&b)));
+        std::fs::remove_file(d.0.join(FILE)).unwrap();
+        assert_eq!(crate::checkpoint::journal_state(&d.0).unwrap(), (0, 0));
     }
 }

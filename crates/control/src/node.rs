@@ -202,13 +202,18 @@ impl Node {
 
     /// Makes the tables [settled](Node::settle) publish to their VRs, in place of the stand-ins
     /// from the checkpoint (after installing any adjacency that differs, none when the
-    /// checkpoint matched).
-    pub fn take_over(&mut self) -> Result<(), ControlError> {
+    /// checkpoint matched). Returns the VRs whose checkpoint forwarded otherwise than the
+    /// table built from the routes (see [`RouteTable::disagreement`]), with where.
+    pub fn take_over(&mut self) -> Result<Vec<(String, std::net::IpAddr)>, ControlError> {
+        let mut wrong = Vec::new();
         for (name, stand_in, marker) in std::mem::take(&mut self.stand_ins) {
             // A replay that removed or rebuilt the VR left no VR reading the stand-in.
             let Some(table) = self.tables.get_mut(&name) else { continue };
             if !table.fibs().0.reader().same_as(&marker) {
                 continue;
+            }
+            if let Some(at) = table.disagreement(&stand_in) {
+                wrong.push((name.clone(), at));
             }
             let rt = &self.rt;
             let installed = table
@@ -219,7 +224,7 @@ impl Node {
             }
             info!(vr = %name, "route table took over from the checkpoint");
         }
-        Ok(())
+        Ok(wrong)
     }
 
     /// Records the text the running topology was read from and its file name, so `vr_add`

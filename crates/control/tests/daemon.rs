@@ -1,7 +1,8 @@
 //! `control::daemon` in process, no root needed: service names, the state file (missing,
 //! corrupt, untrusted, a reused pid), and the socket server's limits (line length at the
 //! boundary, per-line deadline for silent and trickling clients, the client limit, several
-//! requests on one connection). `routeplex`'s `control_surface` test drives the same through
+//! requests on one connection, clients that never read big replies, idle clients filling
+//! every slot). `routeplex`'s `control_surface` test drives the same through
 //! the real binary as root (umask, peer credentials, `up` and `down`).
 
 use std::io::{Read, Write};
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use control::api::Command;
-use control::daemon::{self, Access, Paths, State, MAX_CLIENTS, MAX_LINE};
+use control::daemon::{self, Access, Paths, State, MAX_CLIENTS, MAX_LINE, REPLY_STALL};
 use control::ControlError;
 use serde_json::Value;
 
@@ -129,10 +130,17 @@ struct Server {
     sock: PathBuf,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<Result<(), ControlError>>>,
+    /// `route_list` requests answered so far.
+    lists: Arc<AtomicU32>,
 }
 
 impl Server {
     fn start() -> Server {
+        Server::start_with(serde_json::Value::Null)
+    }
+
+    /// A server whose `route_list` answers `routes` (the others answer their name).
+    fn start_with(routes: Value) -> Server {
         let dir = TempDir::new();
         let sock = dir.0.join("control.sock");
         let access = Access { owner: control::sys::euid(), status_gid: None };
@@ -140,16 +148,21 @@ impl Server {
         let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "the socket");
         let stop = Arc::new(AtomicBool::new(false));
+        let lists = Arc::new(AtomicU32::new(0));
         let thread = {
-            let stop = stop.clone();
+            let (stop, lists) = (stop.clone(), lists.clone());
             std::thread::spawn(move || {
                 daemon::serve(listener, access, &stop, |cmd| {
                     let last = cmd == Command::Stop;
+                    if matches!(cmd, Command::RouteList { .. }) && !routes.is_null() {
+                        lists.fetch_add(1, Ordering::Relaxed);
+                        return (Ok(routes.clone()), false);
+                    }
                     (Ok(serde_json::json!({ "did": cmd.name() })), last)
                 })
             })
         };
-        Server { _dir: dir, sock, stop, thread: Some(thread) }
+        Server { _dir: dir, sock, stop, thread: Some(thread), lists }
     }
 
     fn connect(&self) -> UnixStream {
@@ -285,7 +298,12 @@ fn a_line_must_come_whole_within_its_deadline_however_it_trickles() {
 #[test]
 fn the_client_limit_refuses_the_next_one_and_stop_ends_the_server() {
     let mut srv = Server::start();
+    // Each in the middle of a request: none is idle, so none makes room.
     let mut many: Vec<UnixStream> = (0..MAX_CLIENTS).map(|_| srv.connect()).collect();
+    for c in &many {
+        (&*c).write_all(b"{\"v\":1,").unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(1500));
     let c = srv.connect();
     let _ = (&c).write_all(b"{\"v\":1,\"id\":1,\"cmd\":\"hello\"}\n");
     let r = read_line(&c, Duration::from_secs(10)).unwrap();
@@ -308,4 +326,127 @@ fn the_client_limit_refuses_the_next_one_and_stop_ends_the_server() {
     assert_eq!(read_line(&c, Duration::from_secs(10)).unwrap()["ok"]["did"], "stop");
     let served = srv.thread.take().unwrap().join().unwrap();
     assert!(served.is_ok(), "{served:?}");
+}
+
+/// This process's resident memory in KiB.
+fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// One big test at a time: the memory test measures the whole process.
+static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Clients that ask for a big route list and never read it: what the server holds for them
+/// stays bounded (it held every reply's tree and text, ~120 MB each here, for as long as the
+/// client stayed), each is disconnected within the reply deadline, and a new client's
+/// `status` is served meanwhile.
+#[test]
+fn unread_big_replies_are_bounded_and_their_clients_dropped() {
+    let _one = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let rows: Vec<Value> = (0..150_000u32)
+        .map(|i| {
+            let a = std::net::Ipv4Addr::from(0x0a00_0000 + i);
+            serde_json::json!({"prefix": format!("{a}/32"), "via": "10.255.0.1",
+                "iface": "eth0", "source": "api", "best": true})
+        })
+        .collect();
+    let srv = Server::start_with(Value::Array(rows));
+    let base = rss_kib();
+    let peak = Arc::new(std::sync::atomic::AtomicU64::new(base));
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let (peak, sampling) = (peak.clone(), sampling.clone());
+        std::thread::spawn(move || {
+            while sampling.load(Ordering::Relaxed) {
+                peak.fetch_max(rss_kib(), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let greedy: Vec<UnixStream> = (0..12)
+        .map(|i| {
+            let c = srv.connect();
+            let req = format!(
+                "{{\"v\":1,\"id\":{i},\"cmd\":\"route_list\",\"args\":{{\"vr\":\"r\"}}}}\n"
+            );
+            (&c).write_all(req.as_bytes()).unwrap();
+            c
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let c = srv.connect();
+    (&c).write_all(b"{\"v\":1,\"id\":99,\"cmd\":\"status\"}\n").unwrap();
+    let r = read_line(&c, Duration::from_secs(60)).unwrap();
+    assert_eq!(r["ok"]["did"], "status", "served beside 12 clients not reading: {r}");
+    // Once no reply has been made for longer than the stall limit, each greedy client was
+    // either told busy (its reply never made) or cut off in the middle of it.
+    loop {
+        let made = srv.lists.load(Ordering::Relaxed);
+        std::thread::sleep(REPLY_STALL + Duration::from_secs(2));
+        if srv.lists.load(Ordering::Relaxed) == made {
+            break;
+        }
+    }
+    sampling.store(false, Ordering::Relaxed);
+    sampler.join().unwrap();
+    let grew = peak.load(Ordering::Relaxed).saturating_sub(base) >> 10;
+    eprintln!("memory grew by {grew} MiB at most");
+    assert!(grew < 640, "memory grew by {grew} MiB for replies nobody read");
+    let (mut busy, mut cut) = (0, 0);
+    for (i, g) in greedy.iter().enumerate() {
+        g.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let eof = loop {
+            match (&*g).read(&mut buf) {
+                Ok(0) => break true,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(_) => break false,
+            }
+        };
+        let line: Option<Value> = got
+            .iter()
+            .position(|&b| b == b'\n')
+            .and_then(|n| serde_json::from_slice(&got[..n]).ok());
+        match line {
+            Some(r) if err_code(&r) == "busy" => busy += 1,
+            Some(r) => {
+                panic!(
+                    "client {i} got a whole reply it never read: {}",
+                    &r.to_string()[..r.to_string().len().min(300)]
+                )
+            }
+            None => {
+                assert!(eof, "client {i}: {} bytes of its reply and still connected", got.len());
+                cut += 1;
+            }
+        }
+    }
+    assert!(cut >= 1, "{cut} cut off, {busy} told busy");
+}
+
+/// With every slot taken by idle clients, a new client is served: the one idle longest is
+/// closed (told why) to make room.
+#[test]
+fn idle_clients_filling_every_slot_make_room_for_a_new_one() {
+    let _one = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let srv = Server::start();
+    let idle: Vec<UnixStream> = (0..MAX_CLIENTS).map(|_| srv.connect()).collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    for round in 0..3 {
+        let c = srv.connect();
+        (&c).write_all(b"{\"v\":1,\"id\":7,\"cmd\":\"status\"}\n").unwrap();
+        let r = read_line(&c, Duration::from_secs(10)).unwrap();
+        assert_eq!(r["ok"]["did"], "status", "round {round}: {r}");
+        drop(c);
+    }
+    let closed: Vec<Value> =
+        idle.iter().filter_map(|c| read_line(c, Duration::from_millis(50)).ok()).collect();
+    assert!(!closed.is_empty() && closed.len() <= 3, "{closed:?}");
+    for r in &closed {
+        assert_eq!(err_code(r), "busy", "{r}");
+        assert!(err_msg(r).contains("idle longest"), "{r}");
+    }
 }

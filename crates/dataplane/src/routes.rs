@@ -920,6 +920,40 @@ impl RouteTable {
         self.fib6.take_readers(&stand_in.fib6.reader());
         Ok(diff.len())
     }
+
+    /// The first address where `stand_in` (made from a checkpoint) forwards otherwise than
+    /// this table (built from the routes the checkpoint claims), looked up at every boundary
+    /// of this table's RIB: address 0, and each prefix's first and last address and the one
+    /// after it. `None` when they agree at all of them. A checkpoint can pass its checksum
+    /// and still be wrong (edited, or written from a table that was): this is what says so.
+    pub fn disagreement(&self, stand_in: &RouteTable) -> Option<IpAddr> {
+        let adj = |t: &RouteTable, nh: NextHop| t.slots.get(nh as usize).map(|s| s.adj);
+        let (a4, b4) = (self.fib4.current(), stand_in.fib4.current());
+        let differs4 = |k: u32| adj(self, a4.lookup(k)) != adj(stand_in, b4.lookup(k));
+        for &(a, l) in std::iter::once(&(0, 0)).chain(self.v4.keys()) {
+            let last = a | u32::MAX.checked_shr(u32::from(l)).unwrap_or(0);
+            if let Some(k) = [Some(a), Some(last), last.checked_add(1)]
+                .into_iter()
+                .flatten()
+                .find(|&k| differs4(k))
+            {
+                return Some(IpAddr::V4(k.into()));
+            }
+        }
+        let (a6, b6) = (self.fib6.current(), stand_in.fib6.current());
+        let differs6 = |k: u128| adj(self, a6.lookup(k)) != adj(stand_in, b6.lookup(k));
+        for &(a, l) in std::iter::once(&(0, 0)).chain(self.v6.keys()) {
+            let last = a | u128::MAX.checked_shr(u32::from(l)).unwrap_or(0);
+            if let Some(k) = [Some(a), Some(last), last.checked_add(1)]
+                .into_iter()
+                .flatten()
+                .find(|&k| differs6(k))
+            {
+                return Some(IpAddr::V6(k.into()));
+            }
+        }
+        None
+    }
 }
 
 fn encode_adj(a: Adj, out: &mut Vec<u8>) {
@@ -1139,6 +1173,35 @@ mod tests {
         let mut d = bytes.clone();
         d.push(0);
         assert!(RouteTable::from_checkpoint(&c, &d).unwrap_err().contains("after the tables"));
+    }
+
+    #[test]
+    fn a_checkpoint_that_passes_its_checks_but_forwards_otherwise_is_found_out() {
+        let c = big(2000);
+        let built = RouteTable::new(&c).unwrap();
+        let bytes = built.checkpoint();
+        let honest = RouteTable::from_checkpoint(&c, &bytes).unwrap();
+        assert_eq!(built.disagreement(&honest), None);
+        // A gateway's bytes flipped: still a well-formed slot, so it loads.
+        let mut d = bytes.clone();
+        let slots = u32::from_le_bytes(d[..4].try_into().unwrap()) as usize;
+        let via = (0..slots).map(|i| 4 + 33 * i).find(|&at| d[at] == 7).expect("a gateway slot");
+        d[via + 3] ^= 0x01;
+        let forged = RouteTable::from_checkpoint(&c, &d).unwrap();
+        assert!(built.disagreement(&forged).is_some());
+        // The image of another table (one route more, one IPv6 route less) under this VR.
+        let mut more = c.clone();
+        more.routes.push(via("100.64.0.0/10", "10.0.1.2", RouteSource::Static));
+        let other = RouteTable::from_checkpoint(&c, &RouteTable::new(&more).unwrap().checkpoint());
+        let at = built.disagreement(&other.unwrap());
+        assert_eq!(at, Some("100.64.0.0".parse().unwrap()));
+        let mut fewer = c.clone();
+        let v6 = fewer.routes.iter().rposition(|r| matches!(r.prefix, IpNet::V6(_))).unwrap();
+        let gone = fewer.routes.remove(v6).prefix;
+        let t = RouteTable::new(&fewer).unwrap();
+        let other = RouteTable::from_checkpoint(&c, &t.checkpoint()).unwrap();
+        let at = built.disagreement(&other).expect("the IPv6 route it lacks");
+        assert!(gone.contains(&at) || at.is_ipv6(), "{at} for {gone}");
     }
 
     #[test]
