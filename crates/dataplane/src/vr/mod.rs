@@ -273,6 +273,8 @@ pub(crate) struct Core {
     /// Packets punted to the Linux mirror ([`Vr::set_punt_limit`]).
     punt_bucket: Bucket,
     ident: u16,
+    /// The Identification of the VR's next fragmented IPv6 packet (RFC 8200 §4.5).
+    ident6: u32,
     /// FIB generations (IPv4, IPv6) the last batch looked up in.
     seen: (u64, u64),
     pub counters: VrCounters,
@@ -766,6 +768,7 @@ impl Core {
             spill_n: 0,
             punt_bucket: Bucket::new(DEFAULT_PUNT_PER_SEC, DEFAULT_PUNT_BURST),
             ident: 0,
+            ident6: 0,
             seen: (0, 0),
             counters: VrCounters::default(),
             share: None,
@@ -1091,6 +1094,11 @@ impl Core {
     fn next_ident(&mut self) -> u16 {
         self.ident = self.ident.wrapping_add(1);
         self.ident
+    }
+
+    fn next_ident6(&mut self) -> u32 {
+        self.ident6 = self.ident6.wrapping_add(1);
+        self.ident6
     }
 }
 

@@ -33,6 +33,9 @@
 //!   retransmission without a token is skipped but still counts towards failure. Unicast
 //!   re-probes of known (stale) entries spend none: there is at most one per entry and
 //!   retransmit interval, and a flood must not stop a real neighbor from being confirmed.
+//!   For the same reason a failed entry that had a MAC, when its hold is over and there is no
+//!   token, is re-probed at that MAC as a stale entry is (used meanwhile), instead of waiting
+//!   for a token a flood may never leave it.
 //! - The table remembers (in a small direct-mapped array) the addresses it probed in the last
 //!   `neighbor_probes` retransmit intervals, so that a solicited advertisement may create the
 //!   entry its incomplete entry was evicted from meanwhile (see [`NeighborTable::probed_recently`]).
@@ -379,7 +382,15 @@ impl NeighborTable {
     #[cold]
     fn retry(&mut self, e: u32, now: u64) -> Resolve {
         if !self.solicit_allowed(now) {
-            return Resolve::Fail(VrDrop::NeighborRateLimited);
+            if self.entries[e as usize].mac == MacAddr::default() {
+                return Resolve::Fail(VrDrop::NeighborRateLimited);
+            }
+            // A neighbor that answered before is re-probed at its last MAC, as a stale one
+            // is, without a token: a flood spending the budget must not keep it failed.
+            self.unlink(e);
+            let en = &mut self.entries[e as usize];
+            (en.state, en.probes, en.deadline) = (NeighborState::Stale, 0, now);
+            return self.use_stale(e, now);
         }
         let iface = self.entries[e as usize].key.iface as usize;
         if self.unresolved[iface].len >= self.per_iface {
@@ -841,6 +852,13 @@ impl NeighborTable {
         (self.index.len(), self.cap)
     }
 
+    /// The MAC of `key`'s entry if it has one to confirm (reachable or stale): what an
+    /// advertisement without a Target Link-Layer Address option speaks of (RFC 4861 §7.2.5).
+    pub fn known_mac(&self, key: NKey) -> Option<MacAddr> {
+        let en = &self.entries[*self.index.get(&key)? as usize];
+        matches!(en.state, NeighborState::Reachable | NeighborState::Stale).then_some(en.mac)
+    }
+
     /// Takes the next due probe.
     pub fn pop_probe(&mut self) -> Option<Probe> {
         self.probes.pop()
@@ -1129,6 +1147,39 @@ mod tests {
         for k in 0..10 {
             assert!(matches!(t.resolve(key(0, k), 0), Resolve::Queue(_)));
         }
+    }
+
+    #[test]
+    fn a_failed_neighbor_that_answered_before_is_reprobed_without_a_token() {
+        let l = VrLimits {
+            neighbors: 16,
+            solicitations_per_sec: 100,
+            solicitations_burst: 1,
+            ..limits()
+        };
+        let mut t = NeighborTable::new(&l, 2);
+        t.learn(A, M, Learn { create: true, ..REPLY }, 0);
+        // Stale at 10 ms; two unicast probes go unanswered; failed, held until 18 ms.
+        assert_eq!(t.resolve(A, 11 * MS), Resolve::Mac(M));
+        assert_eq!(t.resolve(A, 12 * MS), Resolve::Mac(M));
+        assert_eq!(t.resolve(A, 13 * MS), Resolve::Fail(VrDrop::NoNeighbor));
+        assert_eq!(t.resolve(A, 17 * MS), Resolve::Fail(VrDrop::NoNeighbor));
+        while t.pop_probe().is_some() {}
+        // A flood takes the only token.
+        assert!(matches!(t.resolve(B, 18 * MS), Resolve::Queue(_)));
+        assert_eq!(t.resolve(C, 18 * MS), Resolve::Fail(VrDrop::NeighborRateLimited));
+        assert_eq!(t.pop_probe(), Some(Probe { key: B, unicast: None }));
+        // A's hold is over: re-probed at its MAC, no token needed, and used meanwhile.
+        assert_eq!(t.resolve(A, 18 * MS), Resolve::Mac(M));
+        assert_eq!(t.pop_probe(), Some(Probe { key: A, unicast: Some(M) }));
+        assert_eq!(t.rows()[0].state, NeighborState::Stale);
+        assert!(t.learn(A, M, REPLY, 18 * MS));
+        assert_eq!(t.rows()[0].state, NeighborState::Reachable);
+        // B never answered: it has no MAC to try, so it waits for a token.
+        t.tick(19 * MS);
+        t.tick(20 * MS);
+        assert_eq!(t.resolve(B, 25 * MS), Resolve::Fail(VrDrop::NeighborRateLimited));
+        assert_eq!(t.pop_probe(), None);
     }
 
     #[test]
