@@ -90,20 +90,25 @@ impl Flood {
         }
     }
 
-    /// The real host's answer to a probe (to the VR's address on lan).
-    fn answer(&self) -> Vec<u8> {
+    /// The real host's answer to `probe`, as Linux gives it: an ARP reply to the VR's
+    /// address on lan; a neighbor advertisement to the solicitation's source (the VR's
+    /// link-local address), which answers a multicast solicitation with Override and the
+    /// Target Link-Layer Address option, and a unicast one (a stale entry's re-probe) with
+    /// neither (RFC 4861 §7.2.4 lets it leave the option out; the first simulation sent it,
+    /// so it missed that the VR ignored such answers and failed a neighbor that answered).
+    fn answer(&self, probe: &[u8]) -> Vec<u8> {
         match self.real {
             IpAddr::V4(a) => {
                 pad60(eth(M0, H3, None, ET_ARP, &arp(2, H3, &a.to_string(), M0, "172.16.0.1")))
             }
             IpAddr::V6(a) => {
-                let (t, r) = (a.octets(), a6("2001:db8::1"));
-                to_vr6(
-                    M0,
-                    H3,
-                    None,
-                    &Ip6::new(t, r, 255, 58, na_msg(t, r, t, (false, true, true), &lla_opt(2, H3))),
-                )
+                let (t, r) = (a.octets(), <[u8; 16]>::try_from(&probe[22..38]).unwrap());
+                let na = if probe[..6] == H3 {
+                    na_msg(t, r, t, (false, true, false), &[])
+                } else {
+                    na_msg(t, r, t, (false, true, true), &lla_opt(2, H3))
+                };
+                to_vr6(M0, H3, None, &Ip6::new(t, r, 255, 58, na))
             }
         }
     }
@@ -164,7 +169,7 @@ fn drain_lan(lab: &mut Lab, fl: &Flood, seen: &mut Seen, answers: &mut Vec<Vec<u
         for p in rx.packets() {
             let dump = || lab.e.dump();
             if fl.classify(p.frame(), seen, &dump) {
-                answers.push(fl.answer());
+                answers.push(fl.answer(p.frame()));
             }
         }
     }
