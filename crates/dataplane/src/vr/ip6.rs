@@ -9,7 +9,7 @@ use wire::{icmpv6, ip_proto, ipv6, ndp, MacAddr};
 use super::neighbor::Learn;
 use super::{reasm, Adj, Core, Fate, Icmp, Ingress, Meta, NKey};
 use crate::cell::Burst;
-use crate::config::IfaceId;
+use crate::config::{IfaceId, IPV6_MIN_MTU};
 use crate::counters::VrDrop;
 use crate::l2;
 
@@ -20,8 +20,6 @@ const BEYOND_SCOPE: u8 = 2;
 const IP6_ETH: u16 = wire::ethertype::IPV6;
 /// The Fragment header's length (RFC 8200 §4.5).
 const FRAG_HDR: usize = 8;
-/// The smallest MTU an IPv6 link may have (RFC 8200 §5).
-const MIN_MTU6: usize = 1280;
 const ALL_NODES: u128 = 0xff02_0000_0000_0000_0000_0000_0000_0001;
 /// ff02::1:ff00:0/104, the solicited-node groups.
 const SOLICITED_NODES: u128 = 0xff02_0000_0000_0000_0000_0001_ff00_0000;
@@ -406,7 +404,9 @@ impl Core {
         let whole = buf.len() - l3;
         let payload = whole - ipv6::HEADER_LEN;
         let step = fragment_step6(mtu);
-        if mtu < MIN_MTU6 || (payload - step).div_ceil(step) > super::SPILL - self.spill_n {
+        if mtu < IPV6_MIN_MTU as usize
+            || (payload - step).div_ceil(step) > super::SPILL - self.spill_n
+        {
             return self.drop_out(VrDrop::MtuExceeded, false);
         }
         if self.frag_copy.is_empty() {

@@ -228,6 +228,11 @@ impl Bucket {
         Bucket { rate: rate as u64, cap, tokens: cap, last: 0 }
     }
 
+    /// Gives back a token just taken (what it was for did not happen).
+    fn refund(&mut self) {
+        self.tokens = (self.tokens + TOKEN).min(self.cap);
+    }
+
     fn take(&mut self, now: u64) -> bool {
         let dt = now.saturating_sub(self.last);
         self.last = self.last.max(now);
@@ -857,7 +862,14 @@ impl Core {
         }
         let (port, vlan, mac) = (f.port, f.vlan, f.mac);
         let et = if key.is_v4() { wire::ethertype::IPV4 } else { wire::ethertype::IPV6 };
-        let (res, e) = self.neigh.resolve_hinted(key, self.adj_hint[adj as usize], now);
+        // The source's lane of the solicitation budget, asked for only by a new resolution.
+        let lane = || {
+            let f = buf.frame();
+            let v4 = f.get(l3).is_some_and(|b| b >> 4 == 4);
+            let (at, n) = if v4 { (l3 + 12, 4) } else { (l3 + 8, 8) };
+            f.get(at..at + n).map_or(0, neighbor::source_lane)
+        };
+        let (res, e) = self.neigh.resolve_hinted(key, self.adj_hint[adj as usize], now, lane);
         self.adj_hint[adj as usize] = e;
         match res {
             Resolve::Mac(dst) => {

@@ -36,6 +36,10 @@
 //!   For the same reason a failed entry that had a MAC, when its hold is over and there is no
 //!   token, is re-probed at that MAC as a stale entry is (used meanwhile), instead of waiting
 //!   for a token a flood may never leave it.
+//! - New resolutions share the budget by source: sources are hashed into `LANES` lanes (an
+//!   IPv4 address, an IPv6 /64) and a lane may take no more than 1/`SHARE` of the budget, so
+//!   one source flooding new next hops leaves most of it to the others. Retransmissions and
+//!   retries of entries already made draw on the budget alone.
 //! - The table remembers (in a small direct-mapped array) the addresses it probed in the last
 //!   `neighbor_probes` retransmit intervals, so that a solicited advertisement may create the
 //!   entry its incomplete entry was evicted from meanwhile (see [`NeighborTable::probed_recently`]).
@@ -55,6 +59,19 @@ const NONE: u32 = u32::MAX;
 const MS: u64 = 1_000_000;
 /// Slots of the recently-probed memory (a power of two).
 const RECENT: usize = 64;
+/// Lanes the sources of new resolutions are hashed into, and the share of the solicitation
+/// budget (1/SHARE) one lane may take (see the module's notes).
+const LANES: usize = 16;
+const SHARE: u32 = 4;
+
+/// The lane of the solicitation budget a packet from `src` draws on: an IPv4 source, or an
+/// IPv6 source's /64 (one host picks any address in its own /64 at will).
+#[inline]
+pub(crate) fn source_lane(src: &[u8]) -> usize {
+    let x =
+        src.iter().take(8).fold(0u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60) as usize % LANES
+}
 
 /// A next hop: an address on one interface. IPv4 addresses are stored IPv4-mapped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -251,6 +268,8 @@ pub(crate) struct NeighborTable {
     per_iface: u32,
     /// Multicast probes' budget (`None`: unlimited).
     solicit: Option<Bucket>,
+    /// The share of it each lane of sources may take for new resolutions (empty: unlimited).
+    lanes: Box<[Bucket]>,
     /// Addresses probed lately, and until when an answer counts as solicited.
     recent: Box<[(NKey, u64)]>,
     /// Packets (transit, generated) dropped from the queues of entries evicted, not yet counted.
@@ -293,6 +312,13 @@ impl NeighborTable {
             },
             solicit: (l.solicitations_per_sec > 0)
                 .then(|| Bucket::new(l.solicitations_per_sec, l.solicitations_burst.max(1))),
+            lanes: if l.solicitations_per_sec > 0 {
+                let rate = (l.solicitations_per_sec / SHARE).max(1);
+                let burst = (l.solicitations_burst / SHARE).max(1);
+                (0..LANES).map(|_| Bucket::new(rate, burst)).collect()
+            } else {
+                Box::default()
+            },
             recent: vec![(NKey { ip: 0, iface: u16::MAX }, 0); RECENT].into_boxed_slice(),
             evicted: (0, 0),
             gave_up: VecDeque::new(),
@@ -338,33 +364,48 @@ impl NeighborTable {
         }
     }
 
-    /// Decides what a packet for `key` does now.
+    /// Decides what a packet for `key` from a source in lane 0 does now.
     #[cfg(test)]
     pub fn resolve(&mut self, key: NKey, now: u64) -> Resolve {
+        self.resolve_from(key, now, 0)
+    }
+
+    /// Decides what a packet for `key` from a source in `lane` does now.
+    #[cfg(test)]
+    pub fn resolve_from(&mut self, key: NKey, now: u64, lane: usize) -> Resolve {
         match self.index.get(&key) {
-            Some(&e) => self.resolve_entry(e, now),
-            None => self.start(key, now),
+            Some(&e) => self.resolve_entry(e, now, || lane),
+            None => self.start(key, now, lane),
         }
     }
 
     /// As [`NeighborTable::resolve`], trying entry `hint` first (adjacencies cache their
-    /// neighbor's entry to skip the hash lookup). Returns the entry used, if any.
+    /// neighbor's entry to skip the hash lookup). `lane` says which lane of the solicitation
+    /// budget the packet's source draws on ([`source_lane`]); asked only when a multicast probe
+    /// is to be sent. Returns the entry used, if any.
     #[inline]
-    pub fn resolve_hinted(&mut self, key: NKey, hint: u32, now: u64) -> (Resolve, u32) {
+    pub fn resolve_hinted(
+        &mut self,
+        key: NKey,
+        hint: u32,
+        now: u64,
+        lane: impl FnOnce() -> usize,
+    ) -> (Resolve, u32) {
         let e = match self.entries.get(hint as usize) {
             Some(en) if en.live && en.key == key => hint,
             _ => match self.index.get(&key) {
                 Some(&e) => e,
                 None => {
-                    return (self.start(key, now), self.index.get(&key).copied().unwrap_or(NONE))
+                    let r = self.start(key, now, lane());
+                    return (r, self.index.get(&key).copied().unwrap_or(NONE));
                 }
             },
         };
-        (self.resolve_entry(e, now), e)
+        (self.resolve_entry(e, now, lane), e)
     }
 
     #[inline]
-    fn resolve_entry(&mut self, e: u32, now: u64) -> Resolve {
+    fn resolve_entry(&mut self, e: u32, now: u64, lane: impl FnOnce() -> usize) -> Resolve {
         self.clock = now;
         let en = &mut self.entries[e as usize];
         en.last_used = now;
@@ -374,14 +415,14 @@ impl NeighborTable {
             NeighborState::Reachable | NeighborState::Stale => self.use_stale(e, now),
             NeighborState::Incomplete => Resolve::Queue(e),
             NeighborState::Failed if now < en.deadline => Resolve::Fail(VrDrop::NoNeighbor),
-            NeighborState::Failed => self.retry(e, now),
+            NeighborState::Failed => self.retry(e, now, lane()),
         }
     }
 
     /// A failed entry whose hold is over: probe again, if the budget allows.
     #[cold]
-    fn retry(&mut self, e: u32, now: u64) -> Resolve {
-        if !self.solicit_allowed(now) {
+    fn retry(&mut self, e: u32, now: u64, lane: usize) -> Resolve {
+        if !self.solicit_allowed(now, Some(lane)) {
             if self.entries[e as usize].mac == MacAddr::default() {
                 return Resolve::Fail(VrDrop::NeighborRateLimited);
             }
@@ -427,11 +468,11 @@ impl NeighborTable {
     /// A new next hop: an incomplete entry and a multicast probe, if there is room for the
     /// entry and a token for the probe.
     #[cold]
-    fn start(&mut self, key: NKey, now: u64) -> Resolve {
+    fn start(&mut self, key: NKey, now: u64, lane: usize) -> Resolve {
         let Some(room) = self.room(key.iface, true, now) else {
             return Resolve::Fail(VrDrop::NeighborTableFull);
         };
-        if !self.solicit_allowed(now) {
+        if !self.solicit_allowed(now, Some(lane)) {
             return Resolve::Fail(VrDrop::NeighborRateLimited);
         }
         let e = self.place(key, room, now);
@@ -439,10 +480,22 @@ impl NeighborTable {
         Resolve::Queue(e)
     }
 
-    /// Takes a token for a multicast probe.
+    /// Takes a token for a multicast probe: from the budget, and for a new resolution also
+    /// from its source's lane (no more than a share of the budget), or from neither.
     #[inline]
-    fn solicit_allowed(&mut self, now: u64) -> bool {
-        self.solicit.as_mut().is_none_or(|b| b.take(now))
+    fn solicit_allowed(&mut self, now: u64, lane: Option<usize>) -> bool {
+        let Some(b) = self.solicit.as_mut() else { return true };
+        let Some(l) = lane.and_then(|l| self.lanes.get_mut(l % LANES)) else {
+            return b.take(now);
+        };
+        if !l.take(now) {
+            return false;
+        }
+        if !b.take(now) {
+            l.refund();
+            return false;
+        }
+        true
     }
 
     /// Makes entry `e` incomplete and schedules its first probe (its token is spent).
@@ -749,7 +802,7 @@ impl NeighborTable {
                     en.deadline = now + self.retrans;
                     let key = en.key;
                     self.next_timer = self.next_timer.min(now + self.retrans);
-                    if self.solicit_allowed(now) {
+                    if self.solicit_allowed(now, None) {
                         self.probes.push(Probe { key, unicast: None });
                         self.remember(key, now);
                     }
@@ -1117,9 +1170,10 @@ mod tests {
         };
         let mut t = NeighborTable::new(&l, 2);
         t.learn(A, M, Learn { create: true, ..REPLY }, 0);
-        assert!(matches!(t.resolve(B, 0), Resolve::Queue(_)));
-        assert!(matches!(t.resolve(C, 0), Resolve::Queue(_)));
-        assert_eq!(t.resolve(key(0, 50), 0), Resolve::Fail(VrDrop::NeighborRateLimited));
+        // Each from a source of its own (a lane's share here is one token).
+        assert!(matches!(t.resolve_from(B, 0, 1), Resolve::Queue(_)));
+        assert!(matches!(t.resolve_from(C, 0, 2), Resolve::Queue(_)));
+        assert_eq!(t.resolve_from(key(0, 50), 0, 3), Resolve::Fail(VrDrop::NeighborRateLimited));
         assert!(!t.index.contains_key(&key(0, 50)), "no entry without a probe");
         while t.pop_probe().is_some() {}
         // Retransmissions find no token: skipped, but the entries still fail on time.
@@ -1134,14 +1188,14 @@ mod tests {
         }
         // 10 ms is one token (two by now): a new next hop, the retry of a failed one, and the
         // next retry waits for the next token.
-        assert!(matches!(t.resolve(key(0, 50), 20 * MS), Resolve::Queue(_)));
-        assert!(matches!(t.resolve(B, 20 * MS), Resolve::Queue(_)));
-        assert_eq!(t.resolve(C, 20 * MS), Resolve::Fail(VrDrop::NeighborRateLimited));
+        assert!(matches!(t.resolve_from(key(0, 50), 20 * MS, 3), Resolve::Queue(_)));
+        assert!(matches!(t.resolve_from(B, 20 * MS, 4), Resolve::Queue(_)));
+        assert_eq!(t.resolve_from(C, 20 * MS, 5), Resolve::Fail(VrDrop::NeighborRateLimited));
         assert_eq!(
             t.rows().iter().find(|r| r.ip == C.addr()).unwrap().state,
             NeighborState::Failed
         );
-        assert!(matches!(t.resolve(C, 30 * MS), Resolve::Queue(_)));
+        assert!(matches!(t.resolve_from(C, 30 * MS, 5), Resolve::Queue(_)));
         // 0: no limit.
         let mut t = NeighborTable::new(&VrLimits { solicitations_per_sec: 0, ..l }, 2);
         for k in 0..10 {
@@ -1180,6 +1234,48 @@ mod tests {
         t.tick(20 * MS);
         assert_eq!(t.resolve(B, 25 * MS), Resolve::Fail(VrDrop::NeighborRateLimited));
         assert_eq!(t.pop_probe(), None);
+    }
+
+    #[test]
+    fn new_resolutions_share_the_budget_by_source() {
+        // 800 a second, 8 deep: a lane may take 200 a second, 2 deep.
+        let l = VrLimits {
+            neighbors: 64,
+            incomplete_per_interface: 0,
+            solicitations_per_sec: 800,
+            solicitations_burst: 8,
+            ..limits()
+        };
+        let mut t = NeighborTable::new(&l, 2);
+        let flood = source_lane(&[10, 1, 0, 2]);
+        let other = (0..=255u8).map(|b| source_lane(&[10, 1, 0, b])).find(|&k| k != flood).unwrap();
+        assert_eq!(
+            source_lane(&[0x20, 1, 0xd, 0xb8, 0, 1, 0, 0]),
+            source_lane(&[0x20, 1, 0xd, 0xb8, 0, 1, 0, 0, 9, 9])
+        );
+        // The flooding source gets its lane's burst, then nothing.
+        assert!(matches!(t.resolve_from(key(0, 10), 0, flood), Resolve::Queue(_)));
+        assert!(matches!(t.resolve_from(key(0, 11), 0, flood), Resolve::Queue(_)));
+        for k in 12..40 {
+            let r = t.resolve_from(key(0, k), 0, flood);
+            assert_eq!(r, Resolve::Fail(VrDrop::NeighborRateLimited));
+        }
+        // Another source still resolves, from the budget's remaining six.
+        assert!(matches!(t.resolve_from(key(1, 1), 0, other), Resolve::Queue(_)));
+        assert!(matches!(t.resolve_from(key(1, 2), 0, other), Resolve::Queue(_)));
+        assert_eq!(t.resolve_from(key(1, 3), 0, other), Resolve::Fail(VrDrop::NeighborRateLimited));
+        // 5 ms later the flood's lane has one token again (200/s); the budget gave back
+        // what the refused lane did not take.
+        assert!(matches!(t.resolve_from(key(0, 50), 5 * MS, flood), Resolve::Queue(_)));
+        assert_eq!(
+            t.resolve_from(key(0, 51), 5 * MS, flood),
+            Resolve::Fail(VrDrop::NeighborRateLimited)
+        );
+        let sent = std::iter::from_fn(|| t.pop_probe()).count();
+        assert_eq!(sent, 5);
+        // Retransmissions draw on the budget alone: 4 left of 8 (and 4 ms of refill).
+        t.tick(MS);
+        assert_eq!(std::iter::from_fn(|| t.pop_probe()).count(), 4);
     }
 
     #[test]
