@@ -233,10 +233,20 @@ impl Bucket {
         self.tokens = (self.tokens + TOKEN).min(self.cap);
     }
 
-    fn take(&mut self, now: u64) -> bool {
+    /// Whether more than half the burst is there (at `now`).
+    fn over_half(&mut self, now: u64) -> bool {
+        self.refill(now);
+        self.tokens > self.cap / 2
+    }
+
+    fn refill(&mut self, now: u64) {
         let dt = now.saturating_sub(self.last);
         self.last = self.last.max(now);
         self.tokens = self.tokens.saturating_add(dt.saturating_mul(self.rate)).min(self.cap);
+    }
+
+    fn take(&mut self, now: u64) -> bool {
+        self.refill(now);
         if self.rate > 0 && self.tokens >= TOKEN {
             self.tokens -= TOKEN;
             true

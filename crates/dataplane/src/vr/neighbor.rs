@@ -37,9 +37,11 @@
 //!   token, is re-probed at that MAC as a stale entry is (used meanwhile), instead of waiting
 //!   for a token a flood may never leave it.
 //! - New resolutions share the budget by source: sources are hashed into `LANES` lanes (an
-//!   IPv4 address, an IPv6 /64) and a lane may take no more than 1/`SHARE` of the budget, so
-//!   one source flooding new next hops leaves most of it to the others. Retransmissions and
-//!   retries of entries already made draw on the budget alone.
+//!   IPv4 address, an IPv6 /64 each). While the budget holds more than half its burst anyone
+//!   takes from it; below that a new resolution also needs a token of its lane, which refills
+//!   at 1/`SHARE` of the budget's rate. So one source flooding new next hops keeps the budget
+//!   at half and takes no more than its share of the rest; the others resolve from that half.
+//!   Retransmissions draw on the budget alone.
 //! - The table remembers (in a small direct-mapped array) the addresses it probed in the last
 //!   `neighbor_probes` retransmit intervals, so that a solicited advertisement may create the
 //!   entry its incomplete entry was evicted from meanwhile (see [`NeighborTable::probed_recently`]).
@@ -480,14 +482,18 @@ impl NeighborTable {
         Resolve::Queue(e)
     }
 
-    /// Takes a token for a multicast probe: from the budget, and for a new resolution also
-    /// from its source's lane (no more than a share of the budget), or from neither.
+    /// Takes a token for a multicast probe from the budget. A new resolution, once the budget
+    /// is down to half its burst, needs a token of its source's lane too (no more than a
+    /// share of the budget), so the lower half is left to the sources within their share.
     #[inline]
     fn solicit_allowed(&mut self, now: u64, lane: Option<usize>) -> bool {
         let Some(b) = self.solicit.as_mut() else { return true };
         let Some(l) = lane.and_then(|l| self.lanes.get_mut(l % LANES)) else {
             return b.take(now);
         };
+        if b.over_half(now) {
+            return b.take(now);
+        }
         if !l.take(now) {
             return false;
         }
@@ -1238,7 +1244,7 @@ mod tests {
 
     #[test]
     fn new_resolutions_share_the_budget_by_source() {
-        // 800 a second, 8 deep: a lane may take 200 a second, 2 deep.
+        // 800 a second, 8 deep: a lane refills at 200 a second, 2 deep.
         let l = VrLimits {
             neighbors: 64,
             incomplete_per_interface: 0,
@@ -1248,34 +1254,29 @@ mod tests {
         };
         let mut t = NeighborTable::new(&l, 2);
         let flood = source_lane(&[10, 1, 0, 2]);
-        let other = (0..=255u8).map(|b| source_lane(&[10, 1, 0, b])).find(|&k| k != flood).unwrap();
-        assert_eq!(
-            source_lane(&[0x20, 1, 0xd, 0xb8, 0, 1, 0, 0]),
-            source_lane(&[0x20, 1, 0xd, 0xb8, 0, 1, 0, 0, 9, 9])
-        );
-        // The flooding source gets its lane's burst, then nothing.
-        assert!(matches!(t.resolve_from(key(0, 10), 0, flood), Resolve::Queue(_)));
-        assert!(matches!(t.resolve_from(key(0, 11), 0, flood), Resolve::Queue(_)));
-        for k in 12..40 {
+        let other = (0..=255u8).map(|b| source_lane(&[10, 1, 0, b])).find(|&k| k != flood);
+        let other = other.unwrap();
+        let v6 = [0x20, 1, 0xd, 0xb8, 0, 1, 0, 0];
+        assert_eq!(source_lane(&v6), source_lane(&[v6, [9; 8]].concat()), "a /64 is one source");
+        // The flooding source takes the budget's upper half, then its lane's two tokens.
+        for k in 10..16 {
+            assert!(matches!(t.resolve_from(key(0, k), 0, flood), Resolve::Queue(_)), "{k}");
+        }
+        for k in 16..40 {
             let r = t.resolve_from(key(0, k), 0, flood);
             assert_eq!(r, Resolve::Fail(VrDrop::NeighborRateLimited));
         }
-        // Another source still resolves, from the budget's remaining six.
+        // Another source still resolves, from the two left.
         assert!(matches!(t.resolve_from(key(1, 1), 0, other), Resolve::Queue(_)));
         assert!(matches!(t.resolve_from(key(1, 2), 0, other), Resolve::Queue(_)));
-        assert_eq!(t.resolve_from(key(1, 3), 0, other), Resolve::Fail(VrDrop::NeighborRateLimited));
-        // 5 ms later the flood's lane has one token again (200/s); the budget gave back
-        // what the refused lane did not take.
+        let r = t.resolve_from(key(1, 3), 0, other);
+        assert_eq!(r, Resolve::Fail(VrDrop::NeighborRateLimited), "the budget is spent");
+        // 5 ms later the budget has 4 tokens again (half: lanes needed) and each lane one.
         assert!(matches!(t.resolve_from(key(0, 50), 5 * MS, flood), Resolve::Queue(_)));
-        assert_eq!(
-            t.resolve_from(key(0, 51), 5 * MS, flood),
-            Resolve::Fail(VrDrop::NeighborRateLimited)
-        );
-        let sent = std::iter::from_fn(|| t.pop_probe()).count();
-        assert_eq!(sent, 5);
-        // Retransmissions draw on the budget alone: 4 left of 8 (and 4 ms of refill).
-        t.tick(MS);
-        assert_eq!(std::iter::from_fn(|| t.pop_probe()).count(), 4);
+        let r = t.resolve_from(key(0, 51), 5 * MS, flood);
+        assert_eq!(r, Resolve::Fail(VrDrop::NeighborRateLimited), "the flood's lane is empty");
+        assert!(matches!(t.resolve_from(key(1, 4), 5 * MS, other), Resolve::Queue(_)));
+        assert_eq!(std::iter::from_fn(|| t.pop_probe()).count(), 10);
     }
 
     #[test]
