@@ -714,7 +714,9 @@ fn neighbor_table_full() {
     lab.transit_queued[0] = 0;
     lab.queued[0] = 0;
     lab.check(".21 resolved");
-    let (_, f3) = transit("10.0.0.22", 3);
+    // From another source: new resolutions share the budget by source, so once it is down
+    // to half, 8.8.8.8 alone would wait for its own share (see `neighbor_flood.rs`).
+    let f3 = to_vr(M1, GW, None, &udp4_pkt("192.0.2.77", "10.0.0.22", 64, &[3; 11]));
     lab.send(1, &[&f3]);
     lab.run();
     lab.expect_silence();
@@ -864,7 +866,9 @@ fn solicitations_are_rate_limited() {
     // Three new next hops at once: two tokens, so two probes; the third makes no entry.
     let (p1, f1) = transit("10.0.0.20", 1);
     let (p2, f2) = transit("10.0.0.21", 2);
-    let (_, f3) = transit("10.0.0.22", 3);
+    // From another source: new resolutions share the budget by source, so once it is down
+    // to half, 8.8.8.8 alone would wait for its own share (see `neighbor_flood.rs`).
+    let f3 = to_vr(M1, GW, None, &udp4_pkt("192.0.2.77", "10.0.0.22", 64, &[3; 11]));
     lab.send(1, &[f1.clone(), f2.clone(), f3.clone()]);
     lab.run();
     lab.expect_unordered(0, &[arp("10.0.0.20"), arp("10.0.0.21")]);

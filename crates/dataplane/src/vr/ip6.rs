@@ -9,7 +9,7 @@ use wire::{icmpv6, ip_proto, ipv6, ndp, MacAddr};
 use super::neighbor::Learn;
 use super::{reasm, Adj, Core, Fate, Icmp, Ingress, Meta, NKey};
 use crate::cell::Burst;
-use crate::config::IfaceId;
+use crate::config::{IfaceId, IPV6_MIN_MTU};
 use crate::counters::VrDrop;
 use crate::l2;
 
@@ -18,6 +18,8 @@ const ICMP6_ERROR_MAX: usize = 1280;
 /// Destination unreachable code 2: beyond scope of source address (RFC 4443 §3.1).
 const BEYOND_SCOPE: u8 = 2;
 const IP6_ETH: u16 = wire::ethertype::IPV6;
+/// The Fragment header's length (RFC 8200 §4.5).
+const FRAG_HDR: usize = 8;
 const ALL_NODES: u128 = 0xff02_0000_0000_0000_0000_0000_0000_0001;
 /// ff02::1:ff00:0/104, the solicited-node groups.
 const SOLICITED_NODES: u128 = 0xff02_0000_0000_0000_0000_0001_ff00_0000;
@@ -376,10 +378,65 @@ impl Core {
             Adj::Via { iface, gw } => (iface, NKey::v6(iface, gw)),
             _ => return self.drop_out(VrDrop::NoRoute, false),
         };
-        if buf.len() - l3 > self.ifaces[iface as usize].mtu as usize {
-            return self.drop_out(VrDrop::MtuExceeded, false);
+        let mtu = self.ifaces[iface as usize].mtu as usize;
+        if buf.len() - l3 > mtu {
+            return self.fragment_local6(buf, l3, nh, key, mtu, now);
         }
         self.output(buf, l3, nh, key, false, now)
+    }
+
+    /// A packet the VR made that exceeds the egress MTU (an echo reply to a reassembled
+    /// request): a source fragments what it originates (RFC 8200 §4.5), so it leaves in
+    /// fragments, the first from `buf`, the rest from the VR's spill buffers at the next drain
+    /// (the buffers IPv4's local fragmentation uses). Dropped if it needs more fragments than
+    /// those hold, or the link's MTU is below IPv6's minimum.
+    #[cold]
+    #[inline(never)]
+    fn fragment_local6(
+        &mut self,
+        buf: &mut PktBuf,
+        l3: usize,
+        nh: NextHop,
+        key: NKey,
+        mtu: usize,
+        now: u64,
+    ) -> Fate {
+        let whole = buf.len() - l3;
+        let payload = whole - ipv6::HEADER_LEN;
+        let step = fragment_step6(mtu);
+        if mtu < IPV6_MIN_MTU as usize
+            || (payload - step).div_ceil(step) > super::SPILL - self.spill_n
+        {
+            return self.drop_out(VrDrop::MtuExceeded, false);
+        }
+        if self.frag_copy.is_empty() {
+            self.fragment_buffers();
+        }
+        self.frag_copy[..whole].copy_from_slice(&buf.frame()[l3..]);
+        let ident = self.next_ident6();
+        let n =
+            write_fragment6(&self.frag_copy[..whole], 0, step, ident, &mut buf.frame_mut()[l3..]);
+        buf.set_len(l3 + n);
+        self.counters.fragments_sent += 1;
+        let fate = self.output(buf, l3, nh, key, false, now);
+        let mut spill = std::mem::take(&mut self.spill);
+        let mut at = step;
+        while at < payload {
+            let n = step.min(payload - at);
+            let o = &mut spill[self.spill_n];
+            let hdr = l2::ETH_LEN;
+            o.reset();
+            o.set_len(hdr + ipv6::HEADER_LEN + FRAG_HDR + n);
+            write_fragment6(&self.frag_copy[..whole], at, n, ident, &mut o.frame_mut()[hdr..]);
+            self.counters.fragments_sent += 1;
+            if let Fate::Tx { port, .. } = self.output(o, hdr, nh, key, false, now) {
+                self.spill_port[self.spill_n] = port;
+                self.spill_n += 1;
+            }
+            at += n;
+        }
+        self.spill = spill;
+        fate
     }
 
     /// A neighbor solicitation (RFC 4861 §7.1.1 validation, §7.2.4 answer): learn the sender,
@@ -450,11 +507,17 @@ impl Core {
         {
             return self.drop(VrDrop::NdpInvalid);
         }
+        let key = NKey::v6(m.iface, target.into());
+        let solicited = na.solicited_flag();
         if let Some(ll) = ndp::target_link_addr(na.options()) {
-            let key = NKey::v6(m.iface, target.into());
-            let solicited = na.solicited_flag();
             let create = solicited && self.neigh.probed_recently(key, now);
             let how = Learn { create, replace: na.override_flag(), confirmed: solicited };
+            self.learn(key, ll, how, now);
+        } else if let Some(ll) = self.neigh.known_mac(key).filter(|_| solicited) {
+            // The answer to a unicast probe may leave the option out (RFC 4861 §7.2.4; Linux
+            // does): the address is the one known, and a solicited answer confirms it
+            // (§7.2.5). Without this a stale neighbor that answers every probe would fail.
+            let how = Learn { create: false, replace: false, confirmed: true };
             self.learn(key, ll, how, now);
         }
         // The mirror's kernel learns its neighbors from the advertisements its own
@@ -528,6 +591,33 @@ fn routing_to_process(ip: &[u8]) -> Option<usize> {
     }
 }
 
+/// The fragment data each of a packet's fragments carries on a link of `mtu` bytes (all but
+/// the last): as much as fits after the IPv6 and Fragment headers, in whole 8-byte units.
+fn fragment_step6(mtu: usize) -> usize {
+    (mtu - ipv6::HEADER_LEN - FRAG_HDR) & !7
+}
+
+/// Writes into `out` the fragment of `whole` (an IPv6 packet the VR made: no extension
+/// headers, so its unfragmentable part is the fixed header) that carries payload bytes
+/// `at..at + n` (`at` a multiple of 8): the header with Next Header Fragment and this
+/// fragment's Payload Length, a Fragment header (RFC 8200 §4.5: the original Next Header, the
+/// offset in 8-byte units, M unless this is the last, `ident`), then the bytes. Returns the
+/// fragment's length.
+fn write_fragment6(whole: &[u8], at: usize, n: usize, ident: u32, out: &mut [u8]) -> usize {
+    let h = ipv6::HEADER_LEN;
+    let more = at + n < whole.len() - h;
+    out[..h].copy_from_slice(&whole[..h]);
+    out[4..6].copy_from_slice(&((FRAG_HDR + n) as u16).to_be_bytes());
+    out[6] = ip_proto::FRAGMENT;
+    let f = &mut out[h..h + FRAG_HDR];
+    f[0] = whole[6];
+    f[1] = 0;
+    f[2..4].copy_from_slice(&(at as u16 | u16::from(more)).to_be_bytes());
+    f[4..8].copy_from_slice(&ident.to_be_bytes());
+    out[h + FRAG_HDR..h + FRAG_HDR + n].copy_from_slice(&whole[h + at..h + at + n]);
+    h + FRAG_HDR + n
+}
+
 /// Writes an IPv6 header carrying an ICMPv6 payload of `payload_len` bytes.
 fn write_ip6_header(p: &mut [u8], src: Ipv6Addr, dst: Ipv6Addr, payload_len: usize, hop_limit: u8) {
     let repr = ipv6::Ipv6Repr {
@@ -546,6 +636,51 @@ mod tests {
 
     fn a(s: &str) -> u128 {
         s.parse::<Ipv6Addr>().unwrap().into()
+    }
+
+    /// A 2,048-byte echo reply (2001:db8::1 to 2001:db8::10) over a 1500-byte link: two
+    /// fragments, byte for byte, that put back together are the reply.
+    #[test]
+    fn fragments_of_a_reply_over_the_mtu() {
+        let mut whole = vec![0x60, 0, 0, 0, 0x08, 0x08, 58, 64];
+        whole.extend_from_slice(&Ipv6Addr::from(a("2001:db8::1")).octets());
+        whole.extend_from_slice(&Ipv6Addr::from(a("2001:db8::10")).octets());
+        whole.extend((0..2056u32).map(|i| (i * 7) as u8));
+        assert_eq!(whole.len(), 40 + 2056);
+        let step = fragment_step6(1500);
+        assert_eq!(step, 1448, "1500 - 40 - 8 = 1452, down to a multiple of 8");
+        let mut got = Vec::new();
+        let mut at = 0;
+        while at < 2056 {
+            let n = step.min(2056 - at);
+            let mut out = [0xaau8; 1600];
+            let len = write_fragment6(&whole, at, n, 0x0102_0304, &mut out);
+            assert_eq!(len, 48 + n);
+            got.push(out[..len].to_vec());
+            at += n;
+        }
+        assert_eq!(got.len(), 2);
+        assert!(got.iter().all(|f| f.len() <= 1500));
+        // Fixed header: Payload Length 8 + data, Next Header 44, the rest as the reply's.
+        assert_eq!(got[0][..8], [0x60, 0, 0, 0, 0x05, 0xb0, 44, 64]);
+        assert_eq!(got[1][..8], [0x60, 0, 0, 0, 0x02, 0x68, 44, 64]);
+        assert!(got.iter().all(|f| f[8..40] == whole[8..40]));
+        // Fragment header: Next Header 58, offset 0 with M, then 1448 (181 units) without.
+        assert_eq!(got[0][40..48], [58, 0, 0x00, 0x01, 1, 2, 3, 4]);
+        assert_eq!(got[1][40..48], [58, 0, 0x05, 0xa8, 1, 2, 3, 4]);
+        assert_eq!(((got[1][42] as usize) << 8 | got[1][43] as usize) >> 3, 181);
+        // Reassembled (RFC 8200 §4.5): the fixed header with the original Next Header and
+        // Payload Length, then the fragments' data in order.
+        let mut back = got[0][..40].to_vec();
+        back[4..6].copy_from_slice(&2056u16.to_be_bytes());
+        back[6] = got[0][40];
+        for f in &got {
+            back.extend_from_slice(&f[48..]);
+        }
+        assert_eq!(back, whole);
+        // A link of IPv6's minimum MTU: 1232 bytes a fragment.
+        assert_eq!(fragment_step6(1280), 1232);
+        assert_eq!(fragment_step6(1283), 1232);
     }
 
     #[test]

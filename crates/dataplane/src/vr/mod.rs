@@ -228,10 +228,25 @@ impl Bucket {
         Bucket { rate: rate as u64, cap, tokens: cap, last: 0 }
     }
 
-    fn take(&mut self, now: u64) -> bool {
+    /// Gives back a token just taken (what it was for did not happen).
+    fn refund(&mut self) {
+        self.tokens = (self.tokens + TOKEN).min(self.cap);
+    }
+
+    /// Whether more than half the burst is there (at `now`).
+    fn over_half(&mut self, now: u64) -> bool {
+        self.refill(now);
+        self.tokens > self.cap / 2
+    }
+
+    fn refill(&mut self, now: u64) {
         let dt = now.saturating_sub(self.last);
         self.last = self.last.max(now);
         self.tokens = self.tokens.saturating_add(dt.saturating_mul(self.rate)).min(self.cap);
+    }
+
+    fn take(&mut self, now: u64) -> bool {
+        self.refill(now);
         if self.rate > 0 && self.tokens >= TOKEN {
             self.tokens -= TOKEN;
             true
@@ -273,6 +288,8 @@ pub(crate) struct Core {
     /// Packets punted to the Linux mirror ([`Vr::set_punt_limit`]).
     punt_bucket: Bucket,
     ident: u16,
+    /// The Identification of the VR's next fragmented IPv6 packet (RFC 8200 §4.5).
+    ident6: u32,
     /// FIB generations (IPv4, IPv6) the last batch looked up in.
     seen: (u64, u64),
     pub counters: VrCounters,
@@ -766,6 +783,7 @@ impl Core {
             spill_n: 0,
             punt_bucket: Bucket::new(DEFAULT_PUNT_PER_SEC, DEFAULT_PUNT_BURST),
             ident: 0,
+            ident6: 0,
             seen: (0, 0),
             counters: VrCounters::default(),
             share: None,
@@ -854,7 +872,14 @@ impl Core {
         }
         let (port, vlan, mac) = (f.port, f.vlan, f.mac);
         let et = if key.is_v4() { wire::ethertype::IPV4 } else { wire::ethertype::IPV6 };
-        let (res, e) = self.neigh.resolve_hinted(key, self.adj_hint[adj as usize], now);
+        // The source's lane of the solicitation budget, asked for only by a new resolution.
+        let lane = || {
+            let f = buf.frame();
+            let v4 = f.get(l3).is_some_and(|b| b >> 4 == 4);
+            let (at, n) = if v4 { (l3 + 12, 4) } else { (l3 + 8, 8) };
+            f.get(at..at + n).map_or(0, neighbor::source_lane)
+        };
+        let (res, e) = self.neigh.resolve_hinted(key, self.adj_hint[adj as usize], now, lane);
         self.adj_hint[adj as usize] = e;
         match res {
             Resolve::Mac(dst) => {
@@ -1091,6 +1116,11 @@ impl Core {
     fn next_ident(&mut self) -> u16 {
         self.ident = self.ident.wrapping_add(1);
         self.ident
+    }
+
+    fn next_ident6(&mut self) -> u32 {
+        self.ident6 = self.ident6.wrapping_add(1);
+        self.ident6
     }
 }
 

@@ -33,6 +33,15 @@
 //!   retransmission without a token is skipped but still counts towards failure. Unicast
 //!   re-probes of known (stale) entries spend none: there is at most one per entry and
 //!   retransmit interval, and a flood must not stop a real neighbor from being confirmed.
+//!   For the same reason a failed entry that had a MAC, when its hold is over and there is no
+//!   token, is re-probed at that MAC as a stale entry is (used meanwhile), instead of waiting
+//!   for a token a flood may never leave it.
+//! - New resolutions share the budget by source: sources are hashed into `LANES` lanes (an
+//!   IPv4 address, an IPv6 /64 each). While the budget holds more than half its burst anyone
+//!   takes from it; below that a new resolution also needs a token of its lane, which refills
+//!   at 1/`SHARE` of the budget's rate. So one source flooding new next hops keeps the budget
+//!   at half and takes no more than its share of the rest; the others resolve from that half.
+//!   Retransmissions draw on the budget alone.
 //! - The table remembers (in a small direct-mapped array) the addresses it probed in the last
 //!   `neighbor_probes` retransmit intervals, so that a solicited advertisement may create the
 //!   entry its incomplete entry was evicted from meanwhile (see [`NeighborTable::probed_recently`]).
@@ -52,6 +61,19 @@ const NONE: u32 = u32::MAX;
 const MS: u64 = 1_000_000;
 /// Slots of the recently-probed memory (a power of two).
 const RECENT: usize = 64;
+/// Lanes the sources of new resolutions are hashed into, and the share of the solicitation
+/// budget (1/SHARE) one lane may take (see the module's notes).
+const LANES: usize = 16;
+const SHARE: u32 = 4;
+
+/// The lane of the solicitation budget a packet from `src` draws on: an IPv4 source, or an
+/// IPv6 source's /64 (one host picks any address in its own /64 at will).
+#[inline]
+pub(crate) fn source_lane(src: &[u8]) -> usize {
+    let x =
+        src.iter().take(8).fold(0u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60) as usize % LANES
+}
 
 /// A next hop: an address on one interface. IPv4 addresses are stored IPv4-mapped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -248,6 +270,8 @@ pub(crate) struct NeighborTable {
     per_iface: u32,
     /// Multicast probes' budget (`None`: unlimited).
     solicit: Option<Bucket>,
+    /// The share of it each lane of sources may take for new resolutions (empty: unlimited).
+    lanes: Box<[Bucket]>,
     /// Addresses probed lately, and until when an answer counts as solicited.
     recent: Box<[(NKey, u64)]>,
     /// Packets (transit, generated) dropped from the queues of entries evicted, not yet counted.
@@ -290,6 +314,13 @@ impl NeighborTable {
             },
             solicit: (l.solicitations_per_sec > 0)
                 .then(|| Bucket::new(l.solicitations_per_sec, l.solicitations_burst.max(1))),
+            lanes: if l.solicitations_per_sec > 0 {
+                let rate = (l.solicitations_per_sec / SHARE).max(1);
+                let burst = (l.solicitations_burst / SHARE).max(1);
+                (0..LANES).map(|_| Bucket::new(rate, burst)).collect()
+            } else {
+                Box::default()
+            },
             recent: vec![(NKey { ip: 0, iface: u16::MAX }, 0); RECENT].into_boxed_slice(),
             evicted: (0, 0),
             gave_up: VecDeque::new(),
@@ -335,33 +366,48 @@ impl NeighborTable {
         }
     }
 
-    /// Decides what a packet for `key` does now.
+    /// Decides what a packet for `key` from a source in lane 0 does now.
     #[cfg(test)]
     pub fn resolve(&mut self, key: NKey, now: u64) -> Resolve {
+        self.resolve_from(key, now, 0)
+    }
+
+    /// Decides what a packet for `key` from a source in `lane` does now.
+    #[cfg(test)]
+    pub fn resolve_from(&mut self, key: NKey, now: u64, lane: usize) -> Resolve {
         match self.index.get(&key) {
-            Some(&e) => self.resolve_entry(e, now),
-            None => self.start(key, now),
+            Some(&e) => self.resolve_entry(e, now, || lane),
+            None => self.start(key, now, lane),
         }
     }
 
     /// As [`NeighborTable::resolve`], trying entry `hint` first (adjacencies cache their
-    /// neighbor's entry to skip the hash lookup). Returns the entry used, if any.
+    /// neighbor's entry to skip the hash lookup). `lane` says which lane of the solicitation
+    /// budget the packet's source draws on ([`source_lane`]); asked only when a multicast probe
+    /// is to be sent. Returns the entry used, if any.
     #[inline]
-    pub fn resolve_hinted(&mut self, key: NKey, hint: u32, now: u64) -> (Resolve, u32) {
+    pub fn resolve_hinted(
+        &mut self,
+        key: NKey,
+        hint: u32,
+        now: u64,
+        lane: impl FnOnce() -> usize,
+    ) -> (Resolve, u32) {
         let e = match self.entries.get(hint as usize) {
             Some(en) if en.live && en.key == key => hint,
             _ => match self.index.get(&key) {
                 Some(&e) => e,
                 None => {
-                    return (self.start(key, now), self.index.get(&key).copied().unwrap_or(NONE))
+                    let r = self.start(key, now, lane());
+                    return (r, self.index.get(&key).copied().unwrap_or(NONE));
                 }
             },
         };
-        (self.resolve_entry(e, now), e)
+        (self.resolve_entry(e, now, lane), e)
     }
 
     #[inline]
-    fn resolve_entry(&mut self, e: u32, now: u64) -> Resolve {
+    fn resolve_entry(&mut self, e: u32, now: u64, lane: impl FnOnce() -> usize) -> Resolve {
         self.clock = now;
         let en = &mut self.entries[e as usize];
         en.last_used = now;
@@ -371,15 +417,23 @@ impl NeighborTable {
             NeighborState::Reachable | NeighborState::Stale => self.use_stale(e, now),
             NeighborState::Incomplete => Resolve::Queue(e),
             NeighborState::Failed if now < en.deadline => Resolve::Fail(VrDrop::NoNeighbor),
-            NeighborState::Failed => self.retry(e, now),
+            NeighborState::Failed => self.retry(e, now, lane()),
         }
     }
 
     /// A failed entry whose hold is over: probe again, if the budget allows.
     #[cold]
-    fn retry(&mut self, e: u32, now: u64) -> Resolve {
-        if !self.solicit_allowed(now) {
-            return Resolve::Fail(VrDrop::NeighborRateLimited);
+    fn retry(&mut self, e: u32, now: u64, lane: usize) -> Resolve {
+        if !self.solicit_allowed(now, Some(lane)) {
+            if self.entries[e as usize].mac == MacAddr::default() {
+                return Resolve::Fail(VrDrop::NeighborRateLimited);
+            }
+            // A neighbor that answered before is re-probed at its last MAC, as a stale one
+            // is, without a token: a flood spending the budget must not keep it failed.
+            self.unlink(e);
+            let en = &mut self.entries[e as usize];
+            (en.state, en.probes, en.deadline) = (NeighborState::Stale, 0, now);
+            return self.use_stale(e, now);
         }
         let iface = self.entries[e as usize].key.iface as usize;
         if self.unresolved[iface].len >= self.per_iface {
@@ -416,11 +470,11 @@ impl NeighborTable {
     /// A new next hop: an incomplete entry and a multicast probe, if there is room for the
     /// entry and a token for the probe.
     #[cold]
-    fn start(&mut self, key: NKey, now: u64) -> Resolve {
+    fn start(&mut self, key: NKey, now: u64, lane: usize) -> Resolve {
         let Some(room) = self.room(key.iface, true, now) else {
             return Resolve::Fail(VrDrop::NeighborTableFull);
         };
-        if !self.solicit_allowed(now) {
+        if !self.solicit_allowed(now, Some(lane)) {
             return Resolve::Fail(VrDrop::NeighborRateLimited);
         }
         let e = self.place(key, room, now);
@@ -428,10 +482,26 @@ impl NeighborTable {
         Resolve::Queue(e)
     }
 
-    /// Takes a token for a multicast probe.
+    /// Takes a token for a multicast probe from the budget. A new resolution, once the budget
+    /// is down to half its burst, needs a token of its source's lane too (no more than a
+    /// share of the budget), so the lower half is left to the sources within their share.
     #[inline]
-    fn solicit_allowed(&mut self, now: u64) -> bool {
-        self.solicit.as_mut().is_none_or(|b| b.take(now))
+    fn solicit_allowed(&mut self, now: u64, lane: Option<usize>) -> bool {
+        let Some(b) = self.solicit.as_mut() else { return true };
+        let Some(l) = lane.and_then(|l| self.lanes.get_mut(l % LANES)) else {
+            return b.take(now);
+        };
+        if b.over_half(now) {
+            return b.take(now);
+        }
+        if !l.take(now) {
+            return false;
+        }
+        if !b.take(now) {
+            l.refund();
+            return false;
+        }
+        true
     }
 
     /// Makes entry `e` incomplete and schedules its first probe (its token is spent).
@@ -738,7 +808,7 @@ impl NeighborTable {
                     en.deadline = now + self.retrans;
                     let key = en.key;
                     self.next_timer = self.next_timer.min(now + self.retrans);
-                    if self.solicit_allowed(now) {
+                    if self.solicit_allowed(now, None) {
                         self.probes.push(Probe { key, unicast: None });
                         self.remember(key, now);
                     }
@@ -839,6 +909,13 @@ impl NeighborTable {
     /// Entries in use, and the table's size.
     pub fn occupancy(&self) -> (usize, usize) {
         (self.index.len(), self.cap)
+    }
+
+    /// The MAC of `key`'s entry if it has one to confirm (reachable or stale): what an
+    /// advertisement without a Target Link-Layer Address option speaks of (RFC 4861 §7.2.5).
+    pub fn known_mac(&self, key: NKey) -> Option<MacAddr> {
+        let en = &self.entries[*self.index.get(&key)? as usize];
+        matches!(en.state, NeighborState::Reachable | NeighborState::Stale).then_some(en.mac)
     }
 
     /// Takes the next due probe.
@@ -1099,9 +1176,10 @@ mod tests {
         };
         let mut t = NeighborTable::new(&l, 2);
         t.learn(A, M, Learn { create: true, ..REPLY }, 0);
-        assert!(matches!(t.resolve(B, 0), Resolve::Queue(_)));
-        assert!(matches!(t.resolve(C, 0), Resolve::Queue(_)));
-        assert_eq!(t.resolve(key(0, 50), 0), Resolve::Fail(VrDrop::NeighborRateLimited));
+        // Each from a source of its own (a lane's share here is one token).
+        assert!(matches!(t.resolve_from(B, 0, 1), Resolve::Queue(_)));
+        assert!(matches!(t.resolve_from(C, 0, 2), Resolve::Queue(_)));
+        assert_eq!(t.resolve_from(key(0, 50), 0, 3), Resolve::Fail(VrDrop::NeighborRateLimited));
         assert!(!t.index.contains_key(&key(0, 50)), "no entry without a probe");
         while t.pop_probe().is_some() {}
         // Retransmissions find no token: skipped, but the entries still fail on time.
@@ -1116,19 +1194,89 @@ mod tests {
         }
         // 10 ms is one token (two by now): a new next hop, the retry of a failed one, and the
         // next retry waits for the next token.
-        assert!(matches!(t.resolve(key(0, 50), 20 * MS), Resolve::Queue(_)));
-        assert!(matches!(t.resolve(B, 20 * MS), Resolve::Queue(_)));
-        assert_eq!(t.resolve(C, 20 * MS), Resolve::Fail(VrDrop::NeighborRateLimited));
+        assert!(matches!(t.resolve_from(key(0, 50), 20 * MS, 3), Resolve::Queue(_)));
+        assert!(matches!(t.resolve_from(B, 20 * MS, 4), Resolve::Queue(_)));
+        assert_eq!(t.resolve_from(C, 20 * MS, 5), Resolve::Fail(VrDrop::NeighborRateLimited));
         assert_eq!(
             t.rows().iter().find(|r| r.ip == C.addr()).unwrap().state,
             NeighborState::Failed
         );
-        assert!(matches!(t.resolve(C, 30 * MS), Resolve::Queue(_)));
+        assert!(matches!(t.resolve_from(C, 30 * MS, 5), Resolve::Queue(_)));
         // 0: no limit.
         let mut t = NeighborTable::new(&VrLimits { solicitations_per_sec: 0, ..l }, 2);
         for k in 0..10 {
             assert!(matches!(t.resolve(key(0, k), 0), Resolve::Queue(_)));
         }
+    }
+
+    #[test]
+    fn a_failed_neighbor_that_answered_before_is_reprobed_without_a_token() {
+        let l = VrLimits {
+            neighbors: 16,
+            solicitations_per_sec: 100,
+            solicitations_burst: 1,
+            ..limits()
+        };
+        let mut t = NeighborTable::new(&l, 2);
+        t.learn(A, M, Learn { create: true, ..REPLY }, 0);
+        // Stale at 10 ms; two unicast probes go unanswered; failed, held until 18 ms.
+        assert_eq!(t.resolve(A, 11 * MS), Resolve::Mac(M));
+        assert_eq!(t.resolve(A, 12 * MS), Resolve::Mac(M));
+        assert_eq!(t.resolve(A, 13 * MS), Resolve::Fail(VrDrop::NoNeighbor));
+        assert_eq!(t.resolve(A, 17 * MS), Resolve::Fail(VrDrop::NoNeighbor));
+        while t.pop_probe().is_some() {}
+        // A flood takes the only token.
+        assert!(matches!(t.resolve(B, 18 * MS), Resolve::Queue(_)));
+        assert_eq!(t.resolve(C, 18 * MS), Resolve::Fail(VrDrop::NeighborRateLimited));
+        assert_eq!(t.pop_probe(), Some(Probe { key: B, unicast: None }));
+        // A's hold is over: re-probed at its MAC, no token needed, and used meanwhile.
+        assert_eq!(t.resolve(A, 18 * MS), Resolve::Mac(M));
+        assert_eq!(t.pop_probe(), Some(Probe { key: A, unicast: Some(M) }));
+        assert_eq!(t.rows()[0].state, NeighborState::Stale);
+        assert!(t.learn(A, M, REPLY, 18 * MS));
+        assert_eq!(t.rows()[0].state, NeighborState::Reachable);
+        // B never answered: it has no MAC to try, so it waits for a token.
+        t.tick(19 * MS);
+        t.tick(20 * MS);
+        assert_eq!(t.resolve(B, 25 * MS), Resolve::Fail(VrDrop::NeighborRateLimited));
+        assert_eq!(t.pop_probe(), None);
+    }
+
+    #[test]
+    fn new_resolutions_share_the_budget_by_source() {
+        // 800 a second, 8 deep: a lane refills at 200 a second, 2 deep.
+        let l = VrLimits {
+            neighbors: 64,
+            incomplete_per_interface: 0,
+            solicitations_per_sec: 800,
+            solicitations_burst: 8,
+            ..limits()
+        };
+        let mut t = NeighborTable::new(&l, 2);
+        let flood = source_lane(&[10, 1, 0, 2]);
+        let other = (0..=255u8).map(|b| source_lane(&[10, 1, 0, b])).find(|&k| k != flood);
+        let other = other.unwrap();
+        let v6 = [0x20, 1, 0xd, 0xb8, 0, 1, 0, 0];
+        assert_eq!(source_lane(&v6), source_lane(&[v6, [9; 8]].concat()), "a /64 is one source");
+        // The flooding source takes the budget's upper half, then its lane's two tokens.
+        for k in 10..16 {
+            assert!(matches!(t.resolve_from(key(0, k), 0, flood), Resolve::Queue(_)), "{k}");
+        }
+        for k in 16..40 {
+            let r = t.resolve_from(key(0, k), 0, flood);
+            assert_eq!(r, Resolve::Fail(VrDrop::NeighborRateLimited));
+        }
+        // Another source still resolves, from the two left.
+        assert!(matches!(t.resolve_from(key(1, 1), 0, other), Resolve::Queue(_)));
+        assert!(matches!(t.resolve_from(key(1, 2), 0, other), Resolve::Queue(_)));
+        let r = t.resolve_from(key(1, 3), 0, other);
+        assert_eq!(r, Resolve::Fail(VrDrop::NeighborRateLimited), "the budget is spent");
+        // 5 ms later the budget has 4 tokens again (half: lanes needed) and each lane one.
+        assert!(matches!(t.resolve_from(key(0, 50), 5 * MS, flood), Resolve::Queue(_)));
+        let r = t.resolve_from(key(0, 51), 5 * MS, flood);
+        assert_eq!(r, Resolve::Fail(VrDrop::NeighborRateLimited), "the flood's lane is empty");
+        assert!(matches!(t.resolve_from(key(1, 4), 5 * MS, other), Resolve::Queue(_)));
+        assert_eq!(std::iter::from_fn(|| t.pop_probe()).count(), 10);
     }
 
     #[test]
