@@ -51,9 +51,11 @@ impl Handle {
         self.status.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
-    /// Stops the agent and revokes its lease: the host's key goes at once.
-    pub fn leave(mut self) {
+    /// Stops the agent and revokes its lease: the host's key goes at once. Returns what the
+    /// host knew last (`last_error` says if the lease could not be revoked).
+    pub fn leave(mut self) -> FleetStatus {
         self.finish(LEAVE);
+        self.status()
     }
 
     /// Stops the agent without revoking its lease: the key stays until the lease's TTL runs
@@ -433,17 +435,25 @@ impl Run {
         self.st.fenced = still;
     }
 
+    /// Revokes the lease, trying a few times: one call may land on a member that is down.
     async fn leave(&mut self) {
         if let (Some(h), Some(_)) = (&self.held, &self.client) {
             let id = h.id;
             let mut c = self.client();
-            match self.call("lease revoke", c.lease_revoke(id)).await {
-                Ok(_) => {
-                    info!(host = %self.cfg.host, lease = format_args!("{id:x}"), "fleet: left (lease revoked)")
+            let mut last = None;
+            for _ in 0..4 {
+                match self.call("lease revoke", c.lease_revoke(id)).await {
+                    Ok(_) => {
+                        info!(host = %self.cfg.host, lease = format_args!("{id:x}"), "fleet: left (lease revoked)");
+                        last = None;
+                        break;
+                    }
+                    Err(e) => last = Some(e),
                 }
-                Err(e) => {
-                    warn!(host = %self.cfg.host, error = %e, "fleet: lease not revoked; it ends with its TTL")
-                }
+            }
+            if let Some(e) = last {
+                warn!(host = %self.cfg.host, error = %e, "fleet: lease not revoked; it ends with its TTL");
+                self.st.last_error = Some(format!("leaving: {e}"));
             }
         }
         self.held = None;
