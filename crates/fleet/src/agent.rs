@@ -1,0 +1,510 @@
+//! The fleet agent: one thread beside a host's data plane, with a current-thread tokio
+//! runtime, that keeps the host in the fleet.
+//!
+//! Every tick ([`Timing::tick`], a quarter of the lease's TTL, at most 1 s) it:
+//! 1. fences, if the last successful renewal was sent [`Timing::fence_after`] ago or more and
+//!    the policy is `fence` (checked again at the end of the tick);
+//! 2. connects to etcd if it is not, and grants a lease if it holds none (again after losing
+//!    one: the host re-registers);
+//! 3. renews the lease (one keep-alive, answered within [`Timing::call`] or the keep-alive
+//!    stream is dropped and opened again next tick: a late answer would make the lease look
+//!    younger than it is);
+//! 4. reads the host's status and its desired topology; brings fenced interfaces back up when
+//!    the desired topology still places their VR here (or there is none: the host's own file
+//!    owns its VRs); applies a desired topology whose revision it has not tried yet;
+//! 5. publishes its [`HostRecord`] on the lease, and writes [`FleetStatus`] to its state file.
+//!
+//! Every etcd call has a deadline, so an unreachable etcd delays a tick by one call at most and
+//! never stops fencing. Errors are logged when they change, not every tick.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions};
+use tracing::{error, info, warn};
+
+use crate::config::{FleetConfig, Policy};
+use crate::keys;
+use crate::local::Local;
+use crate::record::{now_ms, FleetStatus, HostRecord, LocalStatus, Timing, MAX_VALUE};
+use crate::FleetError;
+
+const RUN: u8 = 0;
+/// Stop and revoke the lease: the host leaves the fleet at once.
+const LEAVE: u8 = 1;
+/// Stop without revoking: to etcd, what a crash looks like (the key goes when the lease ends).
+const HALT: u8 = 2;
+
+/// The running agent. Dropping it stops the agent and revokes its lease.
+pub struct Handle {
+    stop: Arc<AtomicU8>,
+    status: Arc<Mutex<FleetStatus>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Handle {
+    /// What the host knows of the fleet now.
+    pub fn status(&self) -> FleetStatus {
+        self.status.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Stops the agent and revokes its lease: the host's key goes at once. Returns what the
+    /// host knew last (`last_error` says if the lease could not be revoked).
+    pub fn leave(mut self) -> FleetStatus {
+        self.finish(LEAVE);
+        self.status()
+    }
+
+    /// Stops the agent without revoking its lease: the key stays until the lease's TTL runs
+    /// out, as after a crash.
+    pub fn halt(mut self) {
+        self.finish(HALT);
+    }
+
+    fn finish(&mut self, how: u8) {
+        self.stop.store(how, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.finish(LEAVE);
+    }
+}
+
+/// Starts agents.
+pub struct Agent;
+
+impl Agent {
+    /// Starts the agent for `cfg`'s host on its own thread. `local` is the host's control API;
+    /// `state_file`, when given, gets [`FleetStatus`] on every tick.
+    pub fn spawn(
+        cfg: FleetConfig,
+        local: Arc<dyn Local>,
+        state_file: Option<PathBuf>,
+    ) -> Result<Handle, FleetError> {
+        let stop = Arc::new(AtomicU8::new(RUN));
+        let status =
+            Arc::new(Mutex::new(FleetStatus { host: cfg.host.clone(), ..Default::default() }));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| FleetError::Io { path: "tokio runtime".into(), source: e })?;
+        let mut run = Run::new(cfg, local, state_file, status.clone());
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("fleet-agent".into())
+            .spawn(move || rt.block_on(run.main(&flag)))
+            .map_err(|e| FleetError::Io { path: "fleet agent thread".into(), source: e })?;
+        Ok(Handle { stop, status, thread: Some(thread) })
+    }
+}
+
+/// A lease held, with its keep-alive stream when one is open.
+struct Held {
+    id: i64,
+    granted_ms: u64,
+    keeper: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+}
+
+struct Run {
+    cfg: FleetConfig,
+    timing: Timing,
+    local: Arc<dyn Local>,
+    state_file: Option<PathBuf>,
+    shared: Arc<Mutex<FleetStatus>>,
+    st: FleetStatus,
+    client: Option<Client>,
+    held: Option<Held>,
+    /// When the last successful renewal (or grant) was sent.
+    renewed: Option<Instant>,
+    /// The desired revision last tried (applied or refused): not tried again.
+    tried: i64,
+    /// The host's last status.
+    last: LocalStatus,
+    /// The last error logged, so a repeated one is not logged every tick.
+    logged: Option<String>,
+}
+
+impl Run {
+    fn new(
+        cfg: FleetConfig,
+        local: Arc<dyn Local>,
+        state_file: Option<PathBuf>,
+        shared: Arc<Mutex<FleetStatus>>,
+    ) -> Run {
+        let st = FleetStatus { host: cfg.host.clone(), ..Default::default() };
+        Run {
+            timing: Timing::for_ttl(cfg.lease_ttl),
+            cfg,
+            local,
+            state_file,
+            shared,
+            st,
+            client: None,
+            held: None,
+            renewed: None,
+            tried: 0,
+            last: LocalStatus::default(),
+            logged: None,
+        }
+    }
+
+    async fn main(&mut self, stop: &AtomicU8) {
+        info!(host = %self.cfg.host, etcd = %self.cfg.etcd.join(","), ttl_s = self.cfg.lease_ttl.as_secs(), policy = ?self.cfg.policy, "fleet agent started");
+        while stop.load(Ordering::Relaxed) == RUN {
+            let t0 = Instant::now();
+            self.tick().await;
+            while stop.load(Ordering::Relaxed) == RUN && t0.elapsed() < self.timing.tick {
+                tokio::time::sleep(Duration::from_millis(20).min(self.timing.tick)).await;
+            }
+        }
+        if stop.load(Ordering::Relaxed) == LEAVE {
+            self.leave().await;
+        }
+        info!(host = %self.cfg.host, "fleet agent stopped");
+    }
+
+    async fn tick(&mut self) {
+        self.fence_if_due().await;
+        let r = self.round().await;
+        self.st.etcd_reachable = !matches!(
+            r,
+            Err(FleetError::Etcd(_) | FleetError::Timeout { .. } | FleetError::LeaseLost(_))
+        );
+        match r {
+            Ok(()) => self.st.last_error = None,
+            Err(e) => self.failed(e),
+        }
+        self.fence_if_due().await;
+        self.publish_status();
+    }
+
+    fn failed(&mut self, e: FleetError) {
+        let msg = e.to_string();
+        if self.logged.as_deref() != Some(msg.as_str()) {
+            warn!(host = %self.cfg.host, error = %msg, "fleet");
+            self.logged = Some(msg.clone());
+        }
+        self.st.last_error = Some(msg);
+    }
+
+    /// One round with etcd; see the module's documentation.
+    async fn round(&mut self) -> Result<(), FleetError> {
+        if self.client.is_none() {
+            let opts = ConnectOptions::new()
+                .with_connect_timeout(self.timing.call)
+                .with_timeout(self.timing.call * 2);
+            let c = self.call("connect", Client::connect(&self.cfg.etcd, Some(opts))).await?;
+            self.client = Some(c);
+        }
+        if self.held.is_none() {
+            self.grant().await?;
+        }
+        self.renew().await?;
+        self.read_local().await;
+        let desired = self.read_desired().await?;
+        self.unfence(desired.as_ref()).await;
+        if let Some((rev, text)) = desired {
+            self.converge(rev, &text).await;
+        }
+        self.publish().await
+    }
+
+    async fn call<T>(
+        &self,
+        what: &'static str,
+        f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, FleetError> {
+        match tokio::time::timeout(self.timing.call, f).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(FleetError::Timeout { what, ms: self.timing.call.as_millis() as u64 }),
+        }
+    }
+
+    fn client(&self) -> Client {
+        self.client.clone().expect("connected before use")
+    }
+
+    async fn grant(&mut self) -> Result<(), FleetError> {
+        let sent = Instant::now();
+        let mut c = self.client();
+        let ttl = self.cfg.lease_ttl.as_secs() as i64;
+        let id = self.call("lease grant", c.lease_grant(ttl, None)).await?.id();
+        let granted_ms = now_ms();
+        self.held = Some(Held { id, granted_ms, keeper: None });
+        self.renewed = Some(sent);
+        self.st.lease = Some(id);
+        self.st.lease_granted_ms = Some(granted_ms);
+        self.st.renewed_ms = Some(granted_ms);
+        self.st.leases_granted += 1;
+        info!(host = %self.cfg.host, lease = format_args!("{id:x}"), ttl_s = ttl, "fleet: lease granted");
+        // Registered at once, so the host is visible before its first status is read.
+        self.publish().await
+    }
+
+    async fn renew(&mut self) -> Result<(), FleetError> {
+        let mut c = self.client();
+        let timing = self.timing;
+        let held = self.held.as_mut().expect("granted before renewal");
+        let id = held.id;
+        if held.keeper.is_none() {
+            let k = tokio::time::timeout(timing.call, c.lease_keep_alive(id)).await;
+            let k = k.map_err(|_| FleetError::Timeout {
+                what: "lease keep-alive stream",
+                ms: timing.call.as_millis() as u64,
+            })??;
+            held.keeper = Some(k);
+        }
+        let (keeper, stream) = held.keeper.as_mut().expect("opened above");
+        let sent = Instant::now();
+        let sent_ms = now_ms();
+        let answer = tokio::time::timeout(timing.call, async {
+            keeper.keep_alive().await?;
+            stream.message().await
+        })
+        .await;
+        match answer {
+            Ok(Ok(Some(r))) if r.ttl() > 0 => {
+                self.renewed = Some(sent);
+                self.st.renewed_ms = Some(sent_ms);
+                Ok(())
+            }
+            Ok(Ok(Some(_))) => {
+                // TTL 0: etcd no longer knows the lease (it expired or was revoked).
+                warn!(host = %self.cfg.host, lease = format_args!("{id:x}"), "fleet: lease lost; registering again");
+                self.held = None;
+                self.st.lease = None;
+                Err(FleetError::LeaseLost(id))
+            }
+            Ok(Ok(None)) => {
+                held.keeper = None;
+                Err(FleetError::Etcd(etcd_client::Error::LeaseKeepAliveError(
+                    "the keep-alive stream ended".into(),
+                )))
+            }
+            Ok(Err(e)) => {
+                held.keeper = None;
+                Err(e.into())
+            }
+            Err(_) => {
+                held.keeper = None;
+                Err(FleetError::Timeout {
+                    what: "lease keep-alive",
+                    ms: timing.call.as_millis() as u64,
+                })
+            }
+        }
+    }
+
+    async fn read_local(&mut self) {
+        let local = self.local.clone();
+        match tokio::task::spawn_blocking(move || local.status()).await {
+            Ok(Ok(s)) => self.last = s,
+            Ok(Err(e)) => self.failed(e),
+            Err(e) => self.failed(FleetError::Record { what: "status".into(), msg: e.to_string() }),
+        }
+    }
+
+    /// The desired topology and its revision, if there is one.
+    async fn read_desired(&mut self) -> Result<Option<(i64, String)>, FleetError> {
+        let mut c = self.client();
+        let key = keys::desired(&self.cfg.host);
+        let r = self.call("read desired", c.get(key.as_str(), None)).await?;
+        let Some(kv) = r.kvs().first() else { return Ok(None) };
+        if kv.value().len() > MAX_VALUE {
+            let msg = format!("{} bytes, over the {MAX_VALUE}-byte limit", kv.value().len());
+            return Err(FleetError::Record { what: key, msg });
+        }
+        let text = std::str::from_utf8(kv.value())
+            .map_err(|e| FleetError::Record { what: key.clone(), msg: e.to_string() })?;
+        Ok(Some((kv.mod_revision(), text.to_string())))
+    }
+
+    async fn converge(&mut self, rev: i64, text: &str) {
+        if rev <= self.st.applied_revision || rev == self.tried {
+            return;
+        }
+        self.tried = rev;
+        let source = format!("etcd:{}@{rev}", keys::desired(&self.cfg.host));
+        let (local, t, s) = (self.local.clone(), text.to_string(), source.clone());
+        match tokio::task::spawn_blocking(move || local.apply(&t, &s)).await {
+            Ok(Ok(())) => {
+                info!(host = %self.cfg.host, revision = rev, "fleet: desired topology applied");
+                self.st.applied_revision = rev;
+            }
+            Ok(Err(e)) => {
+                error!(host = %self.cfg.host, revision = rev, error = %e, "fleet: desired topology refused");
+                self.failed(e);
+            }
+            Err(e) => self.failed(FleetError::Record { what: source, msg: e.to_string() }),
+        }
+    }
+
+    async fn publish(&mut self) -> Result<(), FleetError> {
+        let Some(h) = &self.held else { return Ok(()) };
+        let id = h.id;
+        let mut rec = HostRecord::new(&self.cfg, id, h.granted_ms);
+        (rec.load, rec.vrs) = self.last.summary();
+        rec.updated_ms = now_ms();
+        rec.applied_revision = self.st.applied_revision;
+        rec.fenced = !self.st.fenced.is_empty();
+        let value = rec.encode()?;
+        let mut c = self.client();
+        let put = c.put(keys::host(&self.cfg.host), value, Some(PutOptions::new().with_lease(id)));
+        match self.call("register", put).await {
+            Err(FleetError::Etcd(etcd_client::Error::GRpcStatus(s)))
+                if s.message().contains("lease not found") =>
+            {
+                self.held = None;
+                self.st.lease = None;
+                Err(FleetError::LeaseLost(id))
+            }
+            r => r.map(drop),
+        }
+    }
+
+    async fn fence_if_due(&mut self) {
+        let due = self.renewed.is_some_and(|t| self.timing.must_fence(t.elapsed()));
+        if !due || self.cfg.policy != Policy::Fence || !self.st.fenced.is_empty() {
+            return;
+        }
+        let local = self.local.clone();
+        let done = tokio::task::spawn_blocking(move || -> Result<_, FleetError> {
+            let mut down = Vec::new();
+            let mut first_err = None;
+            for (vr, i) in local.status()?.up_interfaces() {
+                match local.set_up(&vr, &i, false) {
+                    Ok(()) => down.push((vr, i)),
+                    Err(e) => first_err = first_err.or(Some(e)),
+                }
+            }
+            Ok((down, first_err))
+        })
+        .await;
+        let since = self.renewed.map(|t| t.elapsed().as_millis() as u64);
+        match done {
+            Ok(Ok((down, err))) => {
+                error!(host = %self.cfg.host, interfaces = down.len(), ms_since_renewal = since, "fleet: lease not renewed in time: fenced (VRs' interfaces down)");
+                self.st.fences += 1;
+                self.st.fenced = down;
+                if let Some(e) = err {
+                    self.failed(e);
+                }
+            }
+            Ok(Err(e)) => self.failed(e),
+            Err(e) => self.failed(FleetError::Record { what: "fence".into(), msg: e.to_string() }),
+        }
+    }
+
+    /// With a lease again: brings fenced interfaces back up where the desired topology still
+    /// places their VR here (or there is none).
+    async fn unfence(&mut self, desired: Option<&(i64, String)>) {
+        if self.st.fenced.is_empty() {
+            return;
+        }
+        let here = match desired.map(|(_, t)| desired_vrs(t)) {
+            None => None,
+            Some(Ok(v)) => Some(v),
+            Some(Err(e)) => {
+                self.failed(e);
+                return;
+            }
+        };
+        let fenced = std::mem::take(&mut self.st.fenced);
+        let local = self.local.clone();
+        let r = tokio::task::spawn_blocking(move || {
+            let mut still = Vec::new();
+            for (vr, i) in fenced {
+                let placed = here.as_ref().is_none_or(|h| h.contains(&vr));
+                if placed && local.set_up(&vr, &i, true).is_err() {
+                    still.push((vr, i));
+                }
+            }
+            still
+        })
+        .await;
+        let still = r.unwrap_or_default();
+        info!(host = %self.cfg.host, still_down = still.len(), "fleet: lease held again: unfenced");
+        self.st.fenced = still;
+    }
+
+    /// Revokes the lease, trying a few times: one call may land on a member that is down.
+    async fn leave(&mut self) {
+        if let (Some(h), Some(_)) = (&self.held, &self.client) {
+            let id = h.id;
+            let mut c = self.client();
+            let mut last = None;
+            for _ in 0..4 {
+                match self.call("lease revoke", c.lease_revoke(id)).await {
+                    Ok(_) => {
+                        info!(host = %self.cfg.host, lease = format_args!("{id:x}"), "fleet: left (lease revoked)");
+                        last = None;
+                        break;
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+            if let Some(e) = last {
+                warn!(host = %self.cfg.host, error = %e, "fleet: lease not revoked; it ends with its TTL");
+                self.st.last_error = Some(format!("leaving: {e}"));
+            }
+        }
+        self.held = None;
+        self.st.lease = None;
+        self.publish_status();
+    }
+
+    fn publish_status(&mut self) {
+        self.st.updated_ms = now_ms();
+        if let Ok(mut s) = self.shared.lock() {
+            *s = self.st.clone();
+        }
+        if let Some(path) = &self.state_file {
+            if let Err(e) = write_atomic(path, &self.st) {
+                self.failed(e);
+            }
+        }
+    }
+}
+
+/// The names of the VRs a desired topology places on this host.
+pub fn desired_vrs(text: &str) -> Result<Vec<String>, FleetError> {
+    use yamlpath::{Located, Value};
+    let wrap = |at: Located| FleetError::Config { file: "desired topology".into(), at };
+    let doc = yamlpath::parse_document(text, "vrs:, ...").map_err(wrap)?;
+    let top = Value::<Located>::root(&doc).mapping().map_err(wrap)?;
+    let mut names = Vec::new();
+    for v in top.list("vrs").map_err(wrap)? {
+        let name = v.mapping().and_then(|m| m.req("name")).and_then(|n| n.text().map(String::from));
+        names.push(name.map_err(wrap)?);
+    }
+    Ok(names)
+}
+
+fn write_atomic(path: &std::path::Path, st: &FleetStatus) -> Result<(), FleetError> {
+    let io = |e| FleetError::Io { path: path.display().to_string(), source: e };
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(st).expect("status serialises")).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn desired_vrs_are_read_with_their_place() {
+        let t = "workers: 1\nvrs:\n  - name: a\n    interfaces: []\n  - { name: b }\n";
+        assert_eq!(desired_vrs(t).unwrap(), ["a", "b"]);
+        assert!(desired_vrs("ports: []\n").unwrap().is_empty());
+        let e = desired_vrs("vrs:\n  - { nam: a }\n").unwrap_err().to_string();
+        assert!(e.starts_with("desired topology:2:7: vrs[0].name: required"), "{e}");
+    }
+}

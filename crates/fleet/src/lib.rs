@@ -1,0 +1,29 @@
+//! routeplex fleet: a host joins a fleet whose state lives in etcd.
+//!
+//! Job: the [`agent`] runs beside one host's data plane, on its own thread with a
+//! current-thread tokio runtime (control and the data plane never link an async runtime). It
+//! is a client of two things: the host's control socket (the typed API the CLI uses:
+//! `status`, `apply`, `interface_set`) and etcd. It holds a lease it keeps alive, registers
+//! [`keys::host`] on that lease with the host's offer and live state, converges the host to
+//! [`keys::desired`] with `apply`, and fences (takes the VRs' interfaces down) when it cannot
+//! renew its lease in time, if the fleet's policy says so.
+//!
+//! Contract: the fleet's configuration is the `fleet:` section of the host's topology file
+//! ([`config`]), validated with file:line:col errors. Everything the agent publishes is a typed,
+//! versioned JSON record ([`record`]); what the host knows of the fleet is written to
+//! `fleet.json` in the service's state directory ([`record::FleetStatus`]). [`view`] reads the
+//! whole fleet back for `routeplex fleet status`. Every value read from etcd is bounded
+//! ([`record::MAX_VALUE`]) and checked before use; a bad one is reported, never trusted.
+#![deny(unsafe_code)]
+
+pub mod agent;
+pub mod config;
+mod error;
+pub mod keys;
+pub mod local;
+pub mod record;
+pub mod view;
+
+pub use agent::{Agent, Handle};
+pub use config::{FleetConfig, Offer, Policy};
+pub use error::FleetError;

@@ -1,0 +1,320 @@
+//! The agent against a real 3-member etcd cluster on loopback (no root): two hosts register,
+//! one converges to a desired topology, an etcd member killed changes nothing, a host that
+//! stops renewing disappears after its TTL, and a host that loses etcd's quorum fences itself
+//! and comes back once quorum returns, with only the VRs its desired topology still places
+//! there.
+//!
+//! The etcd processes and their data are real; the hosts' control APIs are a recording double
+//! ([`Recorder`]): this test is about the fleet protocol, and `control`'s own tests cover what
+//! `apply` and `interface_set` do to a data plane.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fleet::local::Local;
+use fleet::record::LocalStatus;
+use fleet::{Agent, FleetConfig, FleetError};
+
+const ETCD: &str = "/usr/bin/etcd";
+
+/// A 3-member etcd cluster on free loopback ports; every process killed and its data removed
+/// on drop, even when the test fails.
+struct Cluster {
+    dir: PathBuf,
+    args: Vec<Vec<String>>,
+    members: Vec<Option<Child>>,
+    clients: Vec<String>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let dir = std::env::temp_dir().join(format!("rpx-fleet-etcd-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+        let initial: Vec<String> =
+            (0..3).map(|i| format!("m{i}=http://127.0.0.1:{}", ports[i].1)).collect();
+        let mut c = Cluster {
+            dir: dir.clone(),
+            args: Vec::new(),
+            members: Vec::new(),
+            clients: Vec::new(),
+        };
+        for (i, (client, peer)) in ports.iter().enumerate() {
+            let cu = format!("http://127.0.0.1:{client}");
+            let pu = format!("http://127.0.0.1:{peer}");
+            let args = vec![
+                format!("--name=m{i}"),
+                format!("--data-dir={}", dir.join(format!("m{i}")).display()),
+                format!("--listen-client-urls={cu}"),
+                format!("--advertise-client-urls={cu}"),
+                format!("--listen-peer-urls={pu}"),
+                format!("--initial-advertise-peer-urls={pu}"),
+                format!("--initial-cluster={}", initial.join(",")),
+                "--initial-cluster-state=new".into(),
+                format!("--initial-cluster-token=rpx-{}", std::process::id()),
+            ];
+            c.args.push(args);
+            c.clients.push(cu);
+            c.members.push(None);
+        }
+        for i in 0..3 {
+            c.run(i);
+        }
+        c
+    }
+
+    /// Starts member `i` (again: its data directory makes it rejoin).
+    fn run(&mut self, i: usize) {
+        let log = std::fs::File::create(self.dir.join(format!("m{i}.log"))).unwrap();
+        let child = Command::new(ETCD)
+            .args(&self.args[i])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("etcd starts");
+        self.members[i] = Some(child);
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+        if std::thread::panicking() {
+            for i in 0..3 {
+                let log = std::fs::read_to_string(self.dir.join(format!("m{i}.log")));
+                let log = log.unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                eprintln!("etcd m{i} log tail: {tail:?}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A host's control API that records what it is asked and answers from a list of VRs.
+struct Recorder {
+    /// VR name → its interfaces (name, up).
+    vrs: Mutex<Vec<(String, Vec<(String, bool)>)>>,
+    applied: Mutex<Vec<(String, String)>>,
+}
+
+impl Recorder {
+    fn new(vrs: &[(&str, &[&str])]) -> Arc<Recorder> {
+        let vrs = vrs
+            .iter()
+            .map(|(v, is)| (v.to_string(), is.iter().map(|i| (i.to_string(), true)).collect()))
+            .collect();
+        Arc::new(Recorder { vrs: Mutex::new(vrs), applied: Mutex::new(Vec::new()) })
+    }
+
+    fn up(&self) -> Vec<(String, String, bool)> {
+        let vrs = self.vrs.lock().unwrap();
+        vrs.iter()
+            .flat_map(|(v, is)| is.iter().map(|(i, up)| (v.clone(), i.clone(), *up)))
+            .collect()
+    }
+}
+
+impl Local for Recorder {
+    fn status(&self) -> Result<LocalStatus, FleetError> {
+        let vrs: Vec<serde_json::Value> = self
+            .vrs
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(v, is)| {
+                let ifs: Vec<_> =
+                    is.iter().map(|(n, up)| serde_json::json!({"name": n, "up": up})).collect();
+                serde_json::json!({"name": v, "worker": 0, "counters": {"rx_packets": 5}, "interfaces": ifs})
+            })
+            .collect();
+        LocalStatus::from_json(serde_json::json!({"workers": [{"index": 0}], "vrs": vrs}))
+    }
+
+    fn apply(&self, topology: &str, source: &str) -> Result<(), FleetError> {
+        self.applied.lock().unwrap().push((topology.into(), source.into()));
+        Ok(())
+    }
+
+    fn set_up(&self, vr: &str, interface: &str, up: bool) -> Result<(), FleetError> {
+        let mut vrs = self.vrs.lock().unwrap();
+        let v = vrs.iter_mut().find(|(n, _)| n == vr).expect("a VR the status listed");
+        v.1.iter_mut().find(|(n, _)| n == interface).expect("its interface").1 = up;
+        Ok(())
+    }
+}
+
+fn config(host: &str, etcd: &[String], ttl_s: u64) -> FleetConfig {
+    let text = format!(
+        "fleet:\n  etcd: [{}]\n  host: {host}\n  underlay: 192.0.2.{}\n  offer: {{ workers: 1, cpu_share: 0.5, memory_mib: 256 }}\n  lease_ttl_s: {ttl_s}\n",
+        etcd.join(", "),
+        host.len()
+    );
+    FleetConfig::from_topology(&text, "test").unwrap().unwrap()
+}
+
+/// Polls `f` until it returns `Some`, for at most `limit`.
+fn wait<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn hosts(etcd: &[String]) -> Option<Vec<fleet::view::HostView>> {
+    fleet::view::read(etcd, Duration::from_millis(500)).ok().map(|v| v.hosts)
+}
+
+fn names(h: &[fleet::view::HostView]) -> Vec<&str> {
+    h.iter().map(|h| h.record.name.as_str()).collect()
+}
+
+/// Writes `value` under `key`; returns the revision it got.
+fn put(etcd: &[String], key: &str, value: &str) -> i64 {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut c = etcd_client::Client::connect(etcd, None).await.unwrap();
+        let r = c.put(key, value, None).await.unwrap();
+        r.header().unwrap().revision()
+    })
+}
+
+#[test]
+fn hosts_register_converge_survive_a_member_and_fence_without_quorum() {
+    if !std::path::Path::new(ETCD).exists() {
+        eprintln!("skipped: {ETCD} is not installed (scripts/setup installs etcd-server)");
+        return;
+    }
+    let ttl = Duration::from_secs(3);
+    let mut cluster = Cluster::start();
+    let etcd = cluster.clients.clone();
+    wait(Duration::from_secs(30), "etcd cluster serving", || hosts(&etcd));
+
+    let l1 = Recorder::new(&[("a", &["e0", "e1"]), ("b", &["x"])]);
+    let l2 = Recorder::new(&[("c", &["e0"])]);
+    let h1 = Agent::spawn(config("h1", &etcd, 3), l1.clone(), None).unwrap();
+    let h2 = Agent::spawn(config("h22", &etcd, 3), l2.clone(), None).unwrap();
+
+    // Both register, with their offer and live state.
+    let seen = wait(Duration::from_secs(10), "both hosts registered with their VRs", || {
+        hosts(&etcd)
+            .filter(|h| names(h) == ["h1", "h22"] && h.iter().all(|h| h.record.load.vrs > 0))
+    });
+    let r1 = &seen[0].record;
+    assert_eq!(r1.underlay.to_string(), "192.0.2.2");
+    assert_eq!((r1.offer.workers, r1.offer.memory_mib), (1, 256));
+    assert_eq!(r1.load.vrs, 2);
+    let vrs: Vec<(&str, usize, usize, u64)> = r1
+        .vrs
+        .iter()
+        .map(|v| (v.name.as_str(), v.interfaces_up, v.interfaces, v.rx_packets))
+        .collect();
+    assert_eq!(vrs, [("a", 2, 2, 5), ("b", 1, 1, 5)]);
+    assert_eq!(seen[1].record.vrs[0].name, "c");
+    assert!(seen.iter().all(|h| h.lease_ttl_left_s > 0 && h.lease_ttl_left_s <= 3), "{seen:?}");
+    let lease1 = h1.status().lease.expect("h1 holds a lease");
+    assert_eq!(seen[0].record.lease, lease1);
+
+    // h1 converges to its desired topology, once per revision.
+    let desired = "vrs:\n  - { name: a }\n  - { name: z }\n";
+    let rev = put(&etcd, "/routeplex/desired/h1", desired);
+    wait(Duration::from_secs(10), "desired topology applied", || {
+        (h1.status().applied_revision == rev).then_some(())
+    });
+    wait(Duration::from_secs(10), "applied revision published", || {
+        hosts(&etcd).filter(|h| h[0].record.applied_revision == rev)
+    });
+    let applied = l1.applied.lock().unwrap().clone();
+    assert_eq!(applied, [(desired.to_string(), format!("etcd:/routeplex/desired/h1@{rev}"))]);
+    assert!(l2.applied.lock().unwrap().is_empty());
+
+    // One member down, quorum kept: nothing changes for 3 TTLs.
+    cluster.kill(0);
+    let t0 = Instant::now();
+    let mut reads = 0;
+    while t0.elapsed() < ttl * 3 {
+        // The test's own reads may fail while the members elect a new leader.
+        if let Some(h) = hosts(&etcd[1..]) {
+            assert_eq!(names(&h), ["h1", "h22"], "a host vanished with one member down");
+            reads += 1;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(reads > 0, "the cluster did not serve with two members of three");
+    for h in [&h1, &h2] {
+        let s = h.status();
+        assert_eq!((s.leases_granted, s.fences), (1, 0), "{s:?}");
+        assert!(s.fenced.is_empty(), "{s:?}");
+    }
+    assert_eq!(h1.status().lease, Some(lease1));
+    assert!(l1.up().iter().all(|(_, _, up)| *up));
+
+    // h22 stops renewing (as if it crashed): its key goes once its lease ends, h1's stays.
+    let t0 = Instant::now();
+    h2.halt();
+    wait(ttl * 4, "h22's key gone after its TTL", || {
+        hosts(&etcd[1..]).filter(|h| names(h) == ["h1"])
+    });
+    assert!(t0.elapsed() >= ttl / 2, "the key went before the lease could end: {:?}", t0.elapsed());
+
+    // Quorum lost: h1 cannot renew, so it fences before its lease can end.
+    cluster.kill(1);
+    wait(ttl * 3, "h1 fenced", || (h1.status().fences == 1).then_some(()));
+    let s = h1.status();
+    assert!(!s.etcd_reachable, "{s:?}");
+    let mut fenced = s.fenced.clone();
+    fenced.sort();
+    assert_eq!(
+        fenced,
+        [("a".into(), "e0".into()), ("a".into(), "e1".into()), ("b".into(), "x".into())]
+    );
+    assert!(l1.up().iter().all(|(_, _, up)| !*up), "{:?}", l1.up());
+
+    // Quorum back: h1 holds a lease again (its own, or a new one) and brings back the VR its
+    // desired topology still places here (a), not the one it does not (b).
+    cluster.run(1);
+    wait(Duration::from_secs(30), "h1 unfenced", || {
+        let s = h1.status();
+        (s.fenced.is_empty() && s.etcd_reachable).then_some(())
+    });
+    let up = l1.up();
+    assert_eq!(
+        up,
+        [
+            ("a".into(), "e0".into(), true),
+            ("a".into(), "e1".into(), true),
+            ("b".into(), "x".into(), false)
+        ]
+    );
+    wait(Duration::from_secs(10), "h1 registered after quorum came back", || {
+        hosts(&etcd[1..]).filter(|h| names(h) == ["h1"] && !h[0].record.fenced)
+    });
+    assert_eq!(h1.status().fences, 1);
+    // Leaving revokes the lease: the key goes at once, not after the TTL.
+    let last = h1.leave();
+    assert_eq!((last.lease, last.last_error.as_deref()), (None, None), "{last:?}");
+    let h = hosts(&etcd[1..]).expect("the cluster serves");
+    assert!(h.is_empty(), "{:?}", names(&h));
+}
