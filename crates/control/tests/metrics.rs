@@ -11,8 +11,9 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::thread;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 mod common;
@@ -255,6 +256,57 @@ fn the_http_side_keeps_its_limits() {
     let (head, body) = h.scrape();
     assert!(head.starts_with("HTTP/1.0 200"), "{head}");
     assert!(body.ends_with("# EOF\n"));
+}
+
+/// Clients that open a connection and send a request head one byte every 100 ms, never
+/// ending it; each opens another as soon as the endpoint drops it, until `stop`. Returns the
+/// connections each opened.
+fn trickling(addr: SocketAddr, n: usize, stop: &Arc<AtomicBool>) -> Vec<JoinHandle<u64>> {
+    (0..n)
+        .map(|_| {
+            let stop = stop.clone();
+            thread::spawn(move || {
+                let head = b"GET /metrics HTTP/1.0\r\nX-Slow: ";
+                let mut opened = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(mut s) = TcpStream::connect(addr) else { continue };
+                    opened += 1;
+                    let bytes = head.iter().copied().chain(std::iter::repeat(b'a'));
+                    for b in bytes {
+                        if stop.load(Ordering::Relaxed) || s.write_all(&[b]).is_err() {
+                            break;
+                        }
+                        thread::sleep(Duration::from_millis(100));
+                    }
+                }
+                opened
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn trickling_clients_do_not_blind_the_endpoint() {
+    let mut h = Host::start();
+    let addr = h.metrics.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let slow = trickling(addr, MAX_CONNECTIONS, &stop);
+    thread::sleep(Duration::from_millis(300));
+    let mut refused = Vec::new();
+    for i in 0..30 {
+        let (head, body) = h.scrape();
+        if !head.starts_with("HTTP/1.0 200") || !body.ends_with("# EOF\n") {
+            refused.push(format!("scrape {i}: {head} {body}"));
+        }
+        // Spread over more than the endpoint's deadline for a request head.
+        for _ in 0..40 {
+            h.turn(0);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let opened: u64 = slow.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(refused.is_empty(), "{} of 30 scrapes refused: {refused:?}", refused.len());
+    assert!(opened >= MAX_CONNECTIONS as u64);
 }
 
 fn dashboard() -> String {
