@@ -10,6 +10,7 @@
 //! Linux control-plane sync.
 #![deny(unsafe_code)]
 
+pub mod admit;
 pub mod api;
 pub mod build;
 pub mod capture;

@@ -1008,8 +1008,15 @@ impl Node {
                 })?;
                 crate::migrate::migrate(self, &vr, to)
             }
-            Command::MigrateCommit { vr, neighbors, counters } => {
-                crate::migrate::commit(self, crate::migrate::FinalState { vr, neighbors, counters })
+            Command::MigrateCommit { vr, neighbors, counters, not_after_ns } => {
+                let st = crate::migrate::FinalState {
+                    vr,
+                    neighbors,
+                    counters,
+                    commit_within_ms: None,
+                    not_after_ns,
+                };
+                crate::migrate::commit(self, st)
             }
             Command::Announce { vr } => {
                 let n = crate::migrate::announce(self, &vr)?;

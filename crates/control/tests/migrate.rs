@@ -46,11 +46,13 @@ impl Drop for TempDir {
     }
 }
 
+/// The source host. Its stop bound is well above the default (500 ms) so that a loaded test
+/// machine does not abandon real migrations; the stalled-destination test sets its own.
 fn source_text() -> String {
     format!(
         "\
 workers: 1
-migration: {{ secret: {SECRET} }}
+migration: {{ secret: {SECRET}, stop_timeout_ms: 5000 }}
 ports:
   - {{ name: p0, kind: mem }}
   - {{ name: p1, kind: mem }}
@@ -104,6 +106,7 @@ fn start_dest(dir: &Path, secret: &str, peers: Vec<IpAddr>) -> Served {
         listen: Some("127.0.0.1:0".parse().unwrap()),
         secret: secret.as_bytes().to_vec(),
         peers,
+        stop_timeout: Duration::from_millis(500),
     };
     let listener = Listener::start(&cfg, sock, dir.to_path_buf()).unwrap();
     Served::new(stop, serve, listener)
@@ -334,21 +337,21 @@ fn learned_neighbors_move_with_the_vr_and_stay_when_it_does_not() {
 
 /// Connections that never finish the handshake: each sends a frame head announcing an
 /// `AUTH` body, then one byte every 500 ms (well inside any per-read timeout) until `stop`
-/// or until the destination cuts it. Returns how many were cut.
-fn tricklers(at: SocketAddr, n: usize, stop: &Arc<AtomicBool>) -> Vec<JoinHandle<bool>> {
+/// or until the destination cuts it.
+fn tricklers(at: SocketAddr, n: usize, stop: &Arc<AtomicBool>) -> Vec<JoinHandle<()>> {
     (0..n)
         .map(|_| {
             let stop = stop.clone();
             std::thread::spawn(move || {
                 let mut s = TcpStream::connect(at).unwrap();
-                let mut bytes = [migrate::AUTH, 64, 0, 0, 0].into_iter().chain(std::iter::repeat(0));
+                let mut bytes =
+                    [migrate::AUTH, 64, 0, 0, 0].into_iter().chain(std::iter::repeat(0));
                 while !stop.load(Ordering::Relaxed) {
                     if s.write_all(&[bytes.next().unwrap()]).is_err() {
-                        return true;
+                        return;
                     }
                     std::thread::sleep(Duration::from_millis(500));
                 }
-                false
             })
         })
         .collect()
@@ -361,8 +364,13 @@ fn trickling_connections_do_not_hold_up_a_migration() {
     add_routes(&mut src);
     let dest = start_dest(&d.0, SECRET, vec![]);
     let stop = Arc::new(AtomicBool::new(false));
-    let slow = tricklers(dest.addr(), 4, &stop);
-    std::thread::sleep(Duration::from_millis(300));
+    // As many as may be in the handshake at once: the real source's connection is one more.
+    let slow = tricklers(dest.addr(), migrate::MAX_HANDSHAKES, &stop);
+    let t0 = Instant::now();
+    while dest.listener().handshaking() < migrate::MAX_HANDSHAKES {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the tricklers never all connected");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let r = src.execute(Command::Migrate { vr: "a".into(), to: dest.addr().to_string() });
     stop.store(true, Ordering::Relaxed);
     for t in slow {
@@ -370,10 +378,95 @@ fn trickling_connections_do_not_hold_up_a_migration() {
     }
     let r = r.unwrap();
     assert_eq!(r["routes"], 2002, "{r}");
+    let c = dest.listener().counts();
+    let get = migrate::ListenerCounts::get;
+    assert_eq!(get(&c.cut), 1, "the oldest trickler makes room for the source");
+    assert_eq!(get(&c.accepted), migrate::MAX_HANDSHAKES as u64 + 1);
+    assert_eq!((get(&c.busy), get(&c.not_a_peer)), (0, 0));
     let dst = dest.finish();
     assert!(dst.table("a").is_some());
     dst.stop().unwrap();
     src.stop().unwrap();
+}
+
+#[test]
+fn migrations_past_the_bound_are_refused_at_once_and_the_next_one_goes() {
+    let d = TempDir::new("busy");
+    let mut src = start(&source_text(), &d.0.join("src.yaml"));
+    let dest = start_dest(&d.0, SECRET, vec![]);
+    // Sources that proved themselves and send nothing: each holds a place.
+    let idle: Vec<Channel> = (0..migrate::MAX_INCOMING)
+        .map(|_| Channel::connect(dest.addr(), SECRET.as_bytes()).unwrap())
+        .collect();
+    let t0 = Instant::now();
+    while dest.listener().receiving() < migrate::MAX_INCOMING {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the idle sources were not taken");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let e = src
+        .execute(Command::Migrate { vr: "a".into(), to: dest.addr().to_string() })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("busy"), "{e}");
+    assert_eq!(migrate::ListenerCounts::get(&dest.listener().counts().busy), 1);
+    assert!(src.table("a").is_some());
+    assert!(all_up(&vr(&mut src, "a")));
+    drop(idle);
+    let t0 = Instant::now();
+    while dest.listener().receiving() > 0 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the idle sources' places never came back");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    src.execute(Command::Migrate { vr: "a".into(), to: dest.addr().to_string() }).unwrap();
+    let dst = dest.finish();
+    assert!(dst.table("a").is_some());
+    dst.stop().unwrap();
+    src.stop().unwrap();
+}
+
+#[test]
+fn neighbors_with_a_group_mac_are_refused_at_the_commit() {
+    let d = TempDir::new("groupmac");
+    let src = start(&source_text(), &d.0.join("src.yaml"));
+    let meta = snapshot::take(&src, "a").unwrap().meta;
+    src.stop().unwrap();
+    let dest = start_dest(&d.0, SECRET, vec![]);
+    // A source that knows the secret and sends a broadcast MAC as a neighbor's.
+    let mut ch = Channel::connect(dest.addr(), SECRET.as_bytes()).unwrap();
+    ch.send(migrate::BEGIN, &snapshot::SnapshotV1 { meta, routes: vec![] }.encode()).unwrap();
+    ch.send(migrate::END_ROUTES, &[]).unwrap();
+    let (k, _) = ch.recv().unwrap();
+    assert_eq!(k, migrate::PREPARED);
+    let st = serde_json::json!({
+        "vr": "a",
+        "neighbors": [
+            { "interface": 0, "address": "10.0.0.7", "mac": "02:00:00:00:0b:07", "reachable": true },
+            { "interface": 1, "address": "10.0.1.9", "mac": "ff:ff:ff:ff:ff:ff", "reachable": true },
+        ],
+        "counters": [],
+    });
+    ch.send(migrate::STATE, &serde_json::to_vec(&st).unwrap()).unwrap();
+    let e = ch.recv().unwrap_err().to_string();
+    assert!(e.contains("vr a") && e.contains("10.0.1.9") && e.contains("ff:ff:ff:ff:ff:ff"), "{e}");
+    drop(ch);
+    let dst = dest.finish();
+    assert!(dst.table("a").is_none(), "the VR was kept");
+    dst.stop().unwrap();
+}
+
+#[test]
+fn the_stop_bound_is_a_checked_key() {
+    let parse = |m: &str| Topology::parse(&format!("migration: {m}\n"), "m.yaml", Path::new("."));
+    let m = parse("{ secret: 0123456789abcdef }").unwrap().migration.unwrap();
+    assert_eq!(m.stop_timeout, Duration::from_millis(500));
+    let m = parse("{ secret: 0123456789abcdef, stop_timeout_ms: 800 }").unwrap().migration.unwrap();
+    assert_eq!(m.stop_timeout, Duration::from_millis(800));
+    for bad in ["5", "30001", "-1", "soon"] {
+        let e = parse(&format!("{{ secret: 0123456789abcdef, stop_timeout_ms: {bad} }}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("stop_timeout_ms") && e.contains("m.yaml:1"), "{bad}: {e}");
+    }
 }
 
 /// A destination that knows the secret, builds nothing, and stalls once it has the state
@@ -424,7 +517,9 @@ fn forwards(p0: &mut ports::mem::MemPort, p1: &mut ports::mem::MemPort) -> bool 
 #[test]
 fn a_destination_that_stalls_at_the_stop_is_abandoned_and_the_source_forwards() {
     let d = TempDir::new("stall");
-    let mut src = start(&source_text(), &d.0.join("src.yaml"));
+    let text = source_text().replace("stop_timeout_ms: 5000", "stop_timeout_ms: 300");
+    let mut src = start(&text, &d.0.join("src.yaml"));
+    let learned = learn_neighbors(&mut src, &d.0);
     let mut p0 = src.take_outside("p0").unwrap();
     let mut p1 = src.take_outside("p1").unwrap();
     assert!(forwards(&mut p0, &mut p1));
@@ -440,10 +535,11 @@ fn a_destination_that_stalls_at_the_stop_is_abandoned_and_the_source_forwards() 
     let _ = release.send(());
     t.join().unwrap();
     assert!(took < Duration::from_secs(10), "{took:?}: {e}");
-    assert!(e.contains("did not commit"), "{e}");
+    assert!(e.contains("did not commit within 300 ms"), "{e}");
     assert!(src.table("a").is_some());
     assert!(all_up(&vr(&mut src, "a")));
     assert!(forwards(&mut p0, &mut p1), "the source does not forward after the abandoned stop");
+    assert_eq!(learned_rows(&mut src), rows_of(&learned));
     src.stop().unwrap();
 }
 
