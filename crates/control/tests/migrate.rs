@@ -4,6 +4,11 @@
 //! source; a destination with another secret, or one that does not list the source as a
 //! peer, is refused and nothing moves; a destination that dies part way (during the pre-copy,
 //! or after it built the VR, at the stop) leaves the VR running at the source, interfaces up.
+//! Issue 27's findings: learned neighbors go with the VR and stay at the source when the move
+//! fails; connections that trickle their handshake (as many as may be pending) do not hold up
+//! a real migration; migrations past the bound are refused at once; a destination that stalls
+//! at the stop is abandoned within `stop_timeout_ms` and the source forwards again; a commit
+//! past the source's bound is refused; a neighbor with a group MAC is refused at the commit.
 //! The namespaces-and-bridge test under traffic is `routeplex/tests/migration.rs`.
 
 mod served;
@@ -451,6 +456,37 @@ fn neighbors_with_a_group_mac_are_refused_at_the_commit() {
     drop(ch);
     let dst = dest.finish();
     assert!(dst.table("a").is_none(), "the VR was kept");
+    dst.stop().unwrap();
+}
+
+#[test]
+fn a_commit_past_the_sources_bound_is_refused_and_leaves_the_vr_down() {
+    let d = TempDir::new("late");
+    let mut src = start(&source_text(), &d.0.join("src.yaml"));
+    let file = d.0.join("a.snap");
+    src.execute(Command::Snapshot { vr: "a".into(), out: file.display().to_string() }).unwrap();
+    let mut dst = start(DEST, &d.0.join("dst.yaml"));
+    src.stop().unwrap();
+    // Built down, as a migration's destination builds it.
+    dst.execute(Command::Restore { snapshot: file.display().to_string(), name: None, down: true })
+        .unwrap();
+    assert!(!all_up(&vr(&mut dst, "a")));
+    let commit = |not_after_ns| Command::MigrateCommit {
+        vr: "a".into(),
+        neighbors: vec![],
+        counters: vec![],
+        not_after_ns,
+    };
+    let past = control::sys::monotonic_ns() - 1;
+    let e = dst.execute(commit(Some(past))).unwrap_err();
+    assert_eq!(e.code(), "state");
+    assert!(e.to_string().contains("past the source's bound"), "{e}");
+    let v = vr(&mut dst, "a");
+    assert!(v["interfaces"].as_array().unwrap().iter().all(|i| i["up"] == false), "{v}");
+    // In time, it commits.
+    let later = control::sys::monotonic_ns() + 60_000_000_000;
+    dst.execute(commit(Some(later))).unwrap();
+    assert!(all_up(&vr(&mut dst, "a")));
     dst.stop().unwrap();
 }
 
