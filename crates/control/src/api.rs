@@ -146,6 +146,10 @@ pub enum Command {
         neighbors: Vec<crate::snapshot::SnapNeighbor>,
         #[serde(default)]
         counters: Vec<(String, u64)>,
+        /// Refused once the host's monotonic clock (`sys::monotonic_ns`) is past this: the
+        /// source has abandoned the stop by then.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        not_after_ns: Option<u64>,
     },
     /// One round of gratuitous ARP and unsolicited neighbor advertisements for the VR's
     /// addresses, out of each of its interfaces.
@@ -364,7 +368,12 @@ mod tests {
             Command::Snapshot { vr: String::new(), out: String::new() },
             Command::Restore { snapshot: String::new(), name: None, down: false },
             Command::Migrate { vr: String::new(), to: String::new() },
-            Command::MigrateCommit { vr: String::new(), neighbors: vec![], counters: vec![] },
+            Command::MigrateCommit {
+                vr: String::new(),
+                neighbors: vec![],
+                counters: vec![],
+                not_after_ns: None,
+            },
             Command::Announce { vr: String::new() },
             Command::Stop,
         ];

@@ -16,6 +16,7 @@
 //!   live migration between hosts ([`migrate`]) and multistage routers ([`msr`]).
 #![deny(unsafe_code)]
 
+pub mod admit;
 pub mod api;
 pub mod build;
 pub mod capture;

@@ -17,14 +17,17 @@
 //! [`METRICS`] for every family.
 //!
 //! **The HTTP side** is a small HTTP/1.0 responder on a std `TcpListener` (one thread
-//! accepting, one short-lived thread per connection, at most [`MAX_CONNECTIONS`] at once;
-//! more are answered 503 at once): one request per connection, its head at most
-//! [`MAX_REQUEST`] bytes, whole within [`READ_DEADLINE`]; `GET` (or `HEAD`) `/metrics` only.
-//! There is no authentication: listen on loopback or a management address.
+//! accepting, one short-lived thread per connection): one request per connection, its head at
+//! most [`MAX_REQUEST`] bytes, whole within [`READ_DEADLINE`] however the client spreads it
+//! out; `GET` (or `HEAD`) `/metrics` only. At most [`MAX_PENDING`] connections may be sending
+//! their head at once, and one more cuts the oldest of them ([`crate::admit`]), so slow or
+//! silent clients cannot keep a scraper out (a real one sends its head at once); at most
+//! [`MAX_CONNECTIONS`] requests are answered at once, more get 503 at once. There is no
+//! authentication: listen on loopback or a management address.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -40,11 +43,14 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::admit::{self, Pending};
 use crate::runtime::Snapshot;
 use crate::{ControlError, Node};
 
-/// Connections served at once; more are answered 503 and closed.
+/// Requests answered at once (their head read); more are answered 503 and closed.
 pub const MAX_CONNECTIONS: usize = 8;
+/// Connections sending their request head at once; one more cuts the oldest of them.
+pub const MAX_PENDING: usize = 16;
 /// The longest request head (request line and headers) read.
 pub const MAX_REQUEST: usize = 8 << 10;
 /// How long a client may take to send its request head.
@@ -530,6 +536,23 @@ impl Collector for Collect {
     }
 }
 
+/// What the HTTP side counted (the connections it turned away are logged too).
+#[derive(Debug, Default)]
+pub struct HttpCounts {
+    /// Connections cut while sending their head, to make room ([`MAX_PENDING`]).
+    pub cut: AtomicU64,
+    /// Requests answered 503 because [`MAX_CONNECTIONS`] were being answered.
+    pub busy: AtomicU64,
+    /// Heads not complete within [`READ_DEADLINE`] (answered 408).
+    pub timed_out: AtomicU64,
+}
+
+impl HttpCounts {
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+}
+
 /// What the HTTP side and the control loop share.
 #[derive(Default)]
 struct Shared {
@@ -537,6 +560,9 @@ struct Shared {
     fresh: Condvar,
     /// A scrape waits for a sample (checked without the lock by the control loop).
     wanted: AtomicBool,
+    counts: HttpCounts,
+    /// Requests being answered.
+    answering: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -582,6 +608,7 @@ impl Shared {
 pub struct MetricsServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
+    pending: Arc<Pending>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -595,19 +622,30 @@ impl MetricsServer {
         let addr = l.local_addr().map_err(|e| ControlError::io(&what, e))?;
         let shared = Arc::new(Shared::default());
         let stop = Arc::new(AtomicBool::new(false));
+        let pending = Pending::new(MAX_PENDING);
         let thread = {
-            let (shared, stop) = (shared.clone(), stop.clone());
+            let (shared, stop, pending) = (shared.clone(), stop.clone(), pending.clone());
             std::thread::Builder::new()
                 .name("metrics-accept".into())
-                .spawn(move || accept_loop(l, &shared, &stop))
+                .spawn(move || accept_loop(l, &shared, &pending, &stop))
                 .map_err(|e| ControlError::io("metrics thread", e))?
         };
-        Ok(MetricsServer { addr, shared, stop, thread: Some(thread) })
+        Ok(MetricsServer { addr, shared, pending, stop, thread: Some(thread) })
     }
 
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// What the HTTP side counted so far.
+    pub fn counts(&self) -> &HttpCounts {
+        &self.shared.counts
+    }
+
+    /// Connections sending their request head now.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
     }
 
     /// Whether a scrape waits for a sample.
@@ -659,39 +697,42 @@ impl Drop for MetricsServer {
     }
 }
 
-fn accept_loop(l: TcpListener, shared: &Arc<Shared>, stop: &AtomicBool) {
-    let active = Arc::new(AtomicUsize::new(0));
+fn accept_loop(l: TcpListener, shared: &Arc<Shared>, pending: &Arc<Pending>, stop: &AtomicBool) {
     for conn in l.incoming() {
         if stop.load(Ordering::Acquire) {
-            return;
+            break;
         }
-        let Ok(mut s) = conn else {
+        let Ok(s) = conn else {
             // Out of descriptors and the like: do not spin.
             std::thread::sleep(Duration::from_millis(50));
             continue;
         };
         let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
-        if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-            active.fetch_sub(1, Ordering::AcqRel);
-            let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-            respond(
-                &mut s,
-                "503 Service Unavailable",
-                "text/plain",
-                b"too many connections\n",
-                false,
-            );
-            continue;
-        }
-        let (shared, mine) = (shared.clone(), active.clone());
-        let spawned = std::thread::Builder::new().name("metrics-http".into()).spawn(move || {
-            serve_one(s, &shared);
-            mine.fetch_sub(1, Ordering::AcqRel);
-        });
-        if spawned.is_err() {
-            // The connection went with the thread that was not made: so does its count.
-            active.fetch_sub(1, Ordering::AcqRel);
-        }
+        let slot = match pending.admit(&s) {
+            Ok((slot, cut)) => {
+                if let Some(peer) = cut {
+                    shared.counts.cut.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%peer, limit = MAX_PENDING, "metrics: cut the oldest connection still sending its request");
+                }
+                slot
+            }
+            Err(_) => continue,
+        };
+        let shared = shared.clone();
+        // Not made (out of threads): the connection and its slot go with the closure.
+        let _ = std::thread::Builder::new()
+            .name("metrics-http".into())
+            .spawn(move || serve_one(s, slot, &shared));
+    }
+    pending.cut_all();
+}
+
+/// Gives an answering place back when the answer is done.
+struct Answering<'a>(&'a AtomicUsize);
+
+impl Drop for Answering<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -721,14 +762,27 @@ fn read_head(s: &mut TcpStream) -> Result<Vec<u8>, &'static str> {
     }
 }
 
-fn serve_one(mut s: TcpStream, shared: &Shared) {
+fn serve_one(mut s: TcpStream, slot: admit::Slot, shared: &Shared) {
     let head = match read_head(&mut s) {
         Ok(h) => h,
         Err(status) => {
+            if status.starts_with("408") {
+                shared.counts.timed_out.fetch_add(1, Ordering::Relaxed);
+            }
             respond(&mut s, status, "text/plain", format!("{status}\n").as_bytes(), true);
             return;
         }
     };
+    drop(slot);
+    if shared.answering.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+        shared.answering.fetch_sub(1, Ordering::AcqRel);
+        shared.counts.busy.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(limit = MAX_CONNECTIONS, "metrics: too many requests at once; answered 503");
+        let body = b"too many connections\n";
+        respond(&mut s, "503 Service Unavailable", "text/plain", body, true);
+        return;
+    }
+    let _answering = Answering(&shared.answering);
     let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
     let line = String::from_utf8_lossy(line);
     let mut words = line.split_whitespace();

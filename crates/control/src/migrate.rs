@@ -10,7 +10,8 @@
 //! 3. changes made meanwhile: route changes come through the control thread, which is busy
 //!    with the migration, so they wait behind it and none can happen between the pre-copy and
 //!    the stop (the table's generations are checked to prove it, and a change aborts);
-//! 4. stop-and-copy: takes its VR's interfaces down, sends the learned neighbors and counters;
+//! 4. stop-and-copy: reads its VR's learned neighbors, then takes its interfaces down (which
+//!    flushes them), both in one job on its worker, and sends the neighbors and counters;
 //!    the destination puts them in, takes its interfaces up and announces the VR's MACs
 //!    (gratuitous ARP per IPv4 address, unsolicited NA with O=1 per IPv6 address, the
 //!    link-local one too, per interface) and answers; then sends [`ANNOUNCE_ROUNDS`] - 1 more
@@ -31,8 +32,22 @@
 //! graceful restart (`docs/control-plane.md`, "Across a migration").
 //!
 //! Any failure before the destination's answer to the stop (refused, timed out, cut) leaves
-//! the VR running at the source: its interfaces come back up if they went down, and the
-//! destination removes what it built when the connection ends before the commit.
+//! the VR running at the source: its interfaces come back up if they went down, with the
+//! neighbors it had (put back) and an announcement, and the destination removes what it built
+//! when the connection ends before the commit. The stop is bounded by the topology's
+//! `migration: stop_timeout_ms`: past it the source abandons the move and says so (an `ERROR`
+//! frame). So that the VR does not come up at both ends, the destination commits only while
+//! half that bound (`STATE`'s `commit_within_ms`) has not passed since the state arrived (the
+//! control thread checks it when it runs the commit: it may be busy) and only if the source
+//! has sent nothing since `STATE` (it sends nothing there unless it gave up). A destination
+//! that commits inside its half but whose answer takes the other half to arrive still ends with
+//! the VR at both ends; the bound should be well above the link's round trip.
+//!
+//! The listener serves each connection on a thread of its own: a peer has
+//! [`HANDSHAKE_DEADLINE`] in all to prove itself (not per read), at most [`MAX_HANDSHAKES`]
+//! connections are in the handshake at once (one more cuts the oldest, see [`crate::admit`]),
+//! and at most [`MAX_INCOMING`] migrations are received at once (more are refused, `busy`), so
+//! connections that never finish cannot keep a real source out.
 //!
 //! So no packet is lost at the handoff: those that reach the source between its stop and the
 //! commit wait in the destination's tunnel socket (sized for it) and go first; those that
@@ -64,7 +79,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -74,6 +89,7 @@ use serde_json::{json, Value};
 use sha2::Sha256;
 use tracing::{info, warn};
 
+use crate::admit::{self, Pending, Slot};
 use crate::api::Command;
 use crate::snapshot::{self, MetaV1, SnapNeighbor, SnapRoute, SnapshotV1};
 use crate::{ControlError, MigrationConfig, Node};
@@ -87,8 +103,15 @@ pub const MAX_FRAME: usize = 32 << 20;
 /// Announcement rounds after a move, and when each goes (ms after the commit; QEMU's
 /// `announce_self` schedule).
 pub const ANNOUNCE_ROUNDS: [u64; 5] = [0, 50, 200, 450, 800];
-/// How long either end waits for the other.
+/// How long either end waits for the other once both have proved themselves.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a peer has for its whole part of the handshake (one short frame each way),
+/// however it spreads its bytes out.
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
+/// Connections in the handshake at once; one more cuts the oldest (see [`crate::admit`]).
+pub const MAX_HANDSHAKES: usize = 16;
+/// Migrations received at once (after the handshake); more are refused at once (`busy`).
+pub const MAX_INCOMING: usize = 4;
 /// The source sends on what reaches it for at least this long after the commit...
 pub const DRAIN_MIN: Duration = Duration::from_millis(250);
 /// ...and until none came for this long...
@@ -157,15 +180,28 @@ fn raw_send(s: &mut TcpStream, kind: u8, body: &[u8]) -> std::io::Result<()> {
     s.write_all(body)
 }
 
-fn raw_recv(s: &mut TcpStream, max: usize) -> Result<(u8, Vec<u8>), ControlError> {
+/// Reads all of `buf`: by `deadline` when given, else with the socket's timeout per read.
+fn read_all(s: &mut TcpStream, buf: &mut [u8], deadline: Option<Instant>) -> std::io::Result<()> {
+    match deadline {
+        Some(d) => admit::read_exact_by(s, buf, d),
+        None => s.read_exact(buf),
+    }
+}
+
+fn raw_recv(
+    s: &mut TcpStream,
+    max: usize,
+    deadline: Option<Instant>,
+) -> Result<(u8, Vec<u8>), ControlError> {
+    let gone = |e: std::io::Error| fail(format_args!("the peer went away ({e})"));
     let mut h = [0u8; 5];
-    s.read_exact(&mut h).map_err(|e| fail(format_args!("the peer went away ({e})")))?;
+    read_all(s, &mut h, deadline).map_err(gone)?;
     let len = u32::from_le_bytes(h[1..].try_into().expect("4 bytes")) as usize;
     if len > max {
         return Err(fail(format_args!("a frame of {len} bytes (at most {max})")));
     }
     let mut body = vec![0u8; len];
-    s.read_exact(&mut body).map_err(|e| fail(format_args!("the peer went away ({e})")))?;
+    read_all(s, &mut body, deadline).map_err(gone)?;
     Ok((h[0], body))
 }
 
@@ -182,7 +218,8 @@ impl Channel {
         let s = TcpStream::connect_timeout(&to, Duration::from_secs(5))
             .map_err(|e| ControlError::io(format!("migration: connecting to {to}"), e))?;
         let mut s = Channel::configure(s)?;
-        let (k, theirs) = raw_recv(&mut s, 64)?;
+        let by = Some(Instant::now() + HANDSHAKE_DEADLINE);
+        let (k, theirs) = raw_recv(&mut s, 64, by)?;
         if k == ERROR {
             return Err(fail(format_args!("{to} refused: {}", String::from_utf8_lossy(&theirs))));
         }
@@ -193,7 +230,7 @@ impl Channel {
         let proof = hmac(secret, &[LABEL, b" source", &theirs, &mine]);
         raw_send(&mut s, AUTH, &[&mine[..], &proof[..]].concat())
             .map_err(|e| ControlError::io(format!("migration: {to}"), e))?;
-        let (k, body) = raw_recv(&mut s, 4096)?;
+        let (k, body) = raw_recv(&mut s, 4096, by)?;
         if k == ERROR {
             return Err(fail(format_args!("{to} refused: {}", String::from_utf8_lossy(&body))));
         }
@@ -203,15 +240,19 @@ impl Channel {
             )));
         }
         let key = hmac(secret, &[LABEL, b" session", &theirs, &mine]);
-        Ok(Channel { s, key, sent: 0, got: 0, bytes: 0 })
+        let ch = Channel { s, key, sent: 0, got: 0, bytes: 0 };
+        ch.set_timeout(PEER_TIMEOUT);
+        Ok(ch)
     }
 
-    /// The destination's end: challenges the source.
+    /// The destination's end: challenges the source, which has [`HANDSHAKE_DEADLINE`] in all
+    /// to answer.
     pub fn accept(s: TcpStream, secret: &[u8]) -> Result<Channel, ControlError> {
         let mut s = Channel::configure(s)?;
+        let by = Some(Instant::now() + HANDSHAKE_DEADLINE);
         let mine = nonce().map_err(|e| ControlError::io("/dev/urandom", e))?;
         raw_send(&mut s, HELLO, &mine).map_err(|e| ControlError::io("migration", e))?;
-        let (k, body) = raw_recv(&mut s, 64)?;
+        let (k, body) = raw_recv(&mut s, 64, by)?;
         let ok = k == AUTH
             && body.len() == 64
             && hmac_ok(secret, &[LABEL, b" source", &mine, &body[..32]], &body[32..]);
@@ -224,7 +265,9 @@ impl Channel {
         let proof = hmac(secret, &[LABEL, b" destination", theirs, &mine]);
         raw_send(&mut s, AUTH_OK, &proof).map_err(|e| ControlError::io("migration", e))?;
         let key = hmac(secret, &[LABEL, b" session", &mine, theirs]);
-        Ok(Channel { s, key, sent: 0, got: 0, bytes: 0 })
+        let ch = Channel { s, key, sent: 0, got: 0, bytes: 0 };
+        ch.set_timeout(PEER_TIMEOUT);
+        Ok(ch)
     }
 
     /// Sends one frame, tagged.
@@ -240,9 +283,18 @@ impl Channel {
 
     /// Receives one frame and checks its tag; an `ERROR` frame becomes the error.
     pub fn recv(&mut self) -> Result<(u8, Vec<u8>), ControlError> {
-        let (kind, body) = raw_recv(&mut self.s, MAX_FRAME)?;
+        self.recv_by(None)
+    }
+
+    /// As [`Channel::recv`], the whole frame by `deadline` when given.
+    fn recv_by(&mut self, deadline: Option<Instant>) -> Result<(u8, Vec<u8>), ControlError> {
+        let (kind, body) = raw_recv(&mut self.s, MAX_FRAME, deadline)?;
         let mut tag = [0u8; 32];
-        self.s.read_exact(&mut tag).map_err(|e| fail(format_args!("the peer went away ({e})")))?;
+        read_all(&mut self.s, &mut tag, deadline)
+            .map_err(|e| fail(format_args!("the peer went away ({e})")))?;
+        if deadline.is_some() {
+            self.set_timeout(PEER_TIMEOUT);
+        }
         let len = (body.len() as u32).to_le_bytes();
         if !hmac_ok(&self.key, &[&self.got.to_le_bytes(), &[kind], &len, &body], &tag) {
             return Err(fail("a frame failed its authentication tag: the channel is not trusted"));
@@ -265,6 +317,17 @@ impl Channel {
 
     fn set_timeout(&self, t: Duration) {
         let _ = self.s.set_read_timeout(Some(t));
+    }
+
+    /// Whether the peer has sent anything or closed: between `STATE` and `COMMITTED` the
+    /// source sends nothing unless it gave up (an `ERROR` frame, then the end).
+    fn peer_spoke(&self) -> bool {
+        if self.s.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let r = self.s.peek(&mut [0u8; 1]);
+        let _ = self.s.set_nonblocking(false);
+        r.is_ok()
     }
 
     /// A key for `purpose`, derived from the session key.
@@ -298,17 +361,38 @@ pub struct FinalState {
     pub neighbors: Vec<SnapNeighbor>,
     #[serde(default)]
     pub counters: Vec<(String, u64)>,
+    /// How long after this state arrives the destination may still commit (half the source's
+    /// stop bound, leaving it the rest for the answer); `None` from an older source: no bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_within_ms: Option<u64>,
+    /// For the destination's own `migrate_commit`: the monotonic clock (`sys::monotonic_ns`)
+    /// after which it refuses to commit. Not sent.
+    #[serde(skip)]
+    pub not_after_ns: Option<u64>,
 }
 
-fn set_up(node: &Node, vr: &str, up: bool) -> Result<(), ControlError> {
-    let n = node.table(vr).map_or(0, |_| {
-        node.topology().vrs.iter().find(|v| v.name == vr).map_or(0, |v| v.interfaces.len())
-    });
+/// The source's VR back as it was after a failed stop: no redirect, the neighbors it had,
+/// interfaces up; then announced, in case the destination's announcements moved the
+/// switches before it gave up.
+fn resume(node: &Node, vr: &str, learned: &[SnapNeighbor]) -> Result<(), ControlError> {
+    let n = node.topology().vrs.iter().find(|v| v.name == vr).map_or(0, |v| v.interfaces.len());
+    // Its own table's rows: they parse and are individual addresses (it learned them).
+    let neighbors = snapshot::restored_neighbors(learned).unwrap_or_default();
+    let st = dataplane::RestoredState {
+        counters: None,
+        neighbors,
+        now: node.runtime().epoch().elapsed().as_nanos() as u64,
+    };
     node.runtime().on_vr(vr, move |c, v| {
+        let _ = c.set_redirect(v, None);
+        let _ = c.change_vr(v, dataplane::VrChange::Restore(Box::new(st)));
         for i in 0..n {
-            let _ = c.change_vr(v, dataplane::VrChange::Up(i as u16, up));
+            let _ = c.change_vr(v, dataplane::VrChange::Up(i as u16, true));
         }
     })?;
+    if let Err(e) = announce(node, vr) {
+        warn!(vr, error = %e, "migration: announcing the VR here again failed");
+    }
     Ok(())
 }
 
@@ -376,32 +460,48 @@ pub fn migrate(node: &mut Node, vr: &str, to: SocketAddr) -> Result<Value, Contr
     };
     let counts = redirect.as_ref().map(|t| t.counts.clone());
     let (rows, counters) = node.runtime().on_vr(vr, move |c, v| {
+        // The neighbors first: taking an interface down flushes its own.
+        let rows = match c.change_vr(v, dataplane::VrChange::Neighbors) {
+            Ok(dataplane::VrAnswer::Neighbors(r)) => r,
+            _ => Vec::new(),
+        };
         if let Some(t) = redirect {
             let _ = c.set_redirect(v, Some(Box::new(t)));
         }
         for i in 0..n {
             let _ = c.change_vr(v, dataplane::VrChange::Up(i as u16, false));
         }
-        let rows = match c.change_vr(v, dataplane::VrChange::Neighbors) {
-            Ok(dataplane::VrAnswer::Neighbors(r)) => r,
-            _ => Vec::new(),
-        };
         (rows, *c.vrs()[v].counters())
     })?;
+    let learned = snapshot::learned(rows);
+    let bound = cfg.stop_timeout;
     let done = (|| {
         let st = FinalState {
             vr: vr.to_string(),
-            neighbors: snapshot::learned(rows),
+            neighbors: learned.clone(),
             counters: counters.named().into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            commit_within_ms: Some((bound.as_millis() as u64 / 2).max(1)),
+            not_after_ns: None,
         };
         ch.send(STATE, &serde_json::to_vec(&st).expect("state serialises"))?;
-        ch.expect(COMMITTED)
+        let (k, _) = ch.recv_by(Some(stop + bound))?;
+        if k != COMMITTED {
+            return Err(fail(format_args!("frame {k} where {COMMITTED} was due")));
+        }
+        Ok(())
     })();
     if let Err(e) = done {
-        node.runtime().on_vr(vr, |c, v| {
-            let _ = c.set_redirect(v, None);
-        })?;
-        set_up(node, vr, true)?;
+        let e = if stop.elapsed() >= bound {
+            // Told, a destination that is only slow does not commit after all.
+            let _ = ch.send(ERROR, b"the source abandoned the stop: no commit in time");
+            fail(format_args!(
+                "{to} did not commit within {} ms of the stop (migration: stop_timeout_ms); abandoned, the VR runs here again ({e})",
+                bound.as_millis()
+            ))
+        } else {
+            e
+        };
+        resume(node, vr, &learned)?;
         warn!(vr, to = %to, error = %e, "migration failed at the stop; the VR runs here again");
         return Err(e);
     }
@@ -453,13 +553,48 @@ fn wait_quiet(c: &tunnel::TunnelCounts) {
     }
 }
 
-/// The destination's listener: a thread serving one migration at a time, applying what it
-/// receives through the data plane's own control socket `sock` (so it goes through the same
-/// single control thread as every other change).
+/// What a destination's listener counted (also logged, each as it happens).
+#[derive(Debug, Default)]
+pub struct ListenerCounts {
+    /// Connections accepted.
+    pub accepted: AtomicU64,
+    /// Refused before the handshake: not a listed peer.
+    pub not_a_peer: AtomicU64,
+    /// Cut in the handshake to make room for a newer connection ([`MAX_HANDSHAKES`]).
+    pub cut: AtomicU64,
+    /// Failed the handshake: wrong secret, garbage, or not done within [`HANDSHAKE_DEADLINE`].
+    pub unproven: AtomicU64,
+    /// Refused after the handshake: [`MAX_INCOMING`] migrations were under way.
+    pub busy: AtomicU64,
+}
+
+impl ListenerCounts {
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+}
+
+/// What every connection's thread shares.
+struct Shared {
+    cfg: MigrationConfig,
+    sock: PathBuf,
+    dir: PathBuf,
+    counts: ListenerCounts,
+    /// Migrations being received (after their handshake).
+    receiving: AtomicUsize,
+}
+
+/// The destination's listener: a thread accepting connections, each served by a thread of its
+/// own (a handshake under a total deadline, at most [`MAX_HANDSHAKES`] at once, then at most
+/// [`MAX_INCOMING`] migrations at once), applying what it receives through the data plane's
+/// own control socket `sock` (so it goes through the same single control thread as every
+/// other change).
 pub struct Listener {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
     addr: SocketAddr,
+    pending: Arc<Pending>,
+    shared: Arc<Shared>,
 }
 
 impl Listener {
@@ -477,28 +612,41 @@ impl Listener {
         let addr = l.local_addr().map_err(|e| ControlError::io("migration", e))?;
         l.set_nonblocking(true).map_err(|e| ControlError::io("migration", e))?;
         let stop = Arc::new(AtomicBool::new(false));
-        let (cfg, st) = (cfg.clone(), stop.clone());
+        let pending = Pending::new(MAX_HANDSHAKES);
+        let shared = Arc::new(Shared {
+            cfg: cfg.clone(),
+            sock,
+            dir,
+            counts: ListenerCounts::default(),
+            receiving: AtomicUsize::new(0),
+        });
+        let (st, pend, sh) = (stop.clone(), pending.clone(), shared.clone());
         let thread = std::thread::Builder::new()
             .name("migrate-listen".into())
-            .spawn(move || {
-                while !st.load(Ordering::Relaxed) {
-                    match l.accept() {
-                        Ok((s, peer)) => {
-                            let _ = s.set_nonblocking(false);
-                            incoming(s, peer, &cfg, &sock, &dir);
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                    }
-                }
-            })
+            .spawn(move || accept_loop(&l, &st, &pend, &sh))
             .map_err(|e| ControlError::io("migration thread", e))?;
         info!(address = %addr, "migration listening");
-        Ok(Listener { stop, thread: Some(thread), addr })
+        Ok(Listener { stop, thread: Some(thread), addr, pending, shared })
     }
 
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// What it counted so far.
+    pub fn counts(&self) -> &ListenerCounts {
+        &self.shared.counts
+    }
+
+    /// Connections in their handshake now.
+    pub fn handshaking(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Migrations being received now.
+    pub fn receiving(&self) -> usize {
+        self.shared.receiving.load(Ordering::Acquire)
     }
 }
 
@@ -508,6 +656,77 @@ impl Drop for Listener {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// Accepts until `stop`, a thread per connection; then cuts the handshakes and waits for the
+/// migrations under way.
+fn accept_loop(l: &TcpListener, stop: &AtomicBool, pending: &Arc<Pending>, sh: &Arc<Shared>) {
+    let mut threads: Vec<std::thread::JoinHandle<()>> = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let (mut s, peer) = match l.accept() {
+            Ok(c) => c,
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+        };
+        threads.retain(|t| !t.is_finished());
+        sh.counts.accepted.fetch_add(1, Ordering::Relaxed);
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+        if !sh.cfg.peers.is_empty() && !sh.cfg.peers.contains(&peer.ip()) {
+            sh.counts.not_a_peer.fetch_add(1, Ordering::Relaxed);
+            warn!(peer = %peer, reason = "not a listed peer", "migration refused");
+            let _ = raw_send(&mut s, ERROR, b"this host does not take VRs from your address");
+            continue;
+        }
+        if sh.receiving.load(Ordering::Acquire) >= MAX_INCOMING {
+            // Said before the handshake, so the source reads it as the answer to its
+            // connection; one that gets in meanwhile is refused after it (`incoming`).
+            refuse_busy(&sh.counts, peer, |why| raw_send(&mut s, ERROR, why.as_bytes()).is_ok());
+            continue;
+        }
+        let slot = match pending.admit(&s) {
+            Ok((slot, cut)) => {
+                if let Some(old) = cut {
+                    sh.counts.cut.fetch_add(1, Ordering::Relaxed);
+                    warn!(peer = %old, reason = "the oldest of too many handshakes", "migration connection cut");
+                }
+                slot
+            }
+            Err(e) => {
+                warn!(peer = %peer, error = %e, "migration refused: no descriptor to spare");
+                continue;
+            }
+        };
+        let sh = sh.clone();
+        let t = std::thread::Builder::new()
+            .name("migrate-in".into())
+            .spawn(move || incoming(s, peer, slot, &sh));
+        match t {
+            Ok(t) => threads.push(t),
+            Err(e) => warn!(peer = %peer, error = %e, "migration refused: no thread to serve it"),
+        }
+    }
+    pending.cut_all();
+    for t in threads {
+        let _ = t.join();
+    }
+}
+
+fn refuse_busy(counts: &ListenerCounts, peer: SocketAddr, say: impl FnOnce(&str) -> bool) {
+    counts.busy.fetch_add(1, Ordering::Relaxed);
+    warn!(peer = %peer, reason = "busy", limit = MAX_INCOMING, "migration refused");
+    say(&format!("busy: {MAX_INCOMING} migrations are under way here; try again later"));
+}
+
+/// Gives a migration's place back when it ends, however it ends.
+struct Receiving<'a>(&'a AtomicUsize);
+
+impl Drop for Receiving<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -547,20 +766,24 @@ impl Local {
     }
 }
 
-/// One incoming migration; whatever happens, the connection ends with it.
-fn incoming(mut s: TcpStream, peer: SocketAddr, cfg: &MigrationConfig, sock: &Path, dir: &Path) {
-    if !cfg.peers.is_empty() && !cfg.peers.contains(&peer.ip()) {
-        warn!(peer = %peer, reason = "not a listed peer", "migration refused");
-        let _ = raw_send(&mut s, ERROR, b"this host does not take VRs from your address");
-        return;
-    }
-    let mut ch = match Channel::accept(s, &cfg.secret) {
+/// One incoming connection, on its own thread; whatever happens, the connection ends with it.
+fn incoming(s: TcpStream, peer: SocketAddr, slot: Slot, sh: &Shared) {
+    let mut ch = match Channel::accept(s, &sh.cfg.secret) {
         Ok(c) => c,
         Err(e) => {
+            sh.counts.unproven.fetch_add(1, Ordering::Relaxed);
             warn!(peer = %peer, reason = "authentication", error = %e, "migration refused");
             return;
         }
     };
+    drop(slot);
+    if sh.receiving.fetch_add(1, Ordering::AcqRel) >= MAX_INCOMING {
+        sh.receiving.fetch_sub(1, Ordering::AcqRel);
+        refuse_busy(&sh.counts, peer, |why| ch.send(ERROR, why.as_bytes()).is_ok());
+        return;
+    }
+    let _receiving = Receiving(&sh.receiving);
+    let (sock, dir) = (&sh.sock, &sh.dir);
     let mut local = match Local::connect(sock) {
         Ok(l) => l,
         Err(e) => {
@@ -621,7 +844,10 @@ fn receive(
         }
     }
     let vr = meta.vr.name.clone();
-    let file = dir.join(format!(".migrate-{}.snap", std::process::id()));
+    // Migrations are received side by side: each its own file.
+    static FILES: AtomicU64 = AtomicU64::new(0);
+    let n = FILES.fetch_add(1, Ordering::Relaxed);
+    let file = dir.join(format!(".migrate-{}-{n}.snap", std::process::id()));
     snapshot::write_atomic(&file, &SnapshotV1 { meta, routes }.encode())?;
     let r = local.ask(Command::Restore {
         snapshot: file.display().to_string(),
@@ -649,15 +875,21 @@ fn receive(
     if k != STATE {
         return Err(fail(format_args!("frame {k} where {STATE} was due")));
     }
+    let arrived = crate::sys::monotonic_ns();
     let st: FinalState =
         serde_json::from_slice(&body).map_err(|e| fail(format_args!("state: {e}")))?;
     if st.vr != vr {
         return Err(fail(format_args!("state for vr {} while moving {vr}", st.vr)));
     }
+    if ch.peer_spoke() {
+        return Err(fail("the source gave up at the stop before this host could commit"));
+    }
+    let not_after_ns = st.commit_within_ms.map(|ms| arrived.saturating_add(ms * 1_000_000));
     local.ask(Command::MigrateCommit {
         vr: vr.clone(),
         neighbors: st.neighbors,
         counters: st.counters,
+        not_after_ns,
     })?;
     ch.send(COMMITTED, &[])?;
     Ok(vr)
@@ -680,20 +912,17 @@ fn announce_rounds(local: &mut Local, vr: &str) {
 /// interfaces up and sends the first announcement round, all in one job on its worker (the
 /// VR is down at both ends until this runs).
 pub fn commit(node: &mut Node, st: FinalState) -> Result<Value, ControlError> {
+    if let Some(late) = st.not_after_ns.and_then(|t| crate::sys::monotonic_ns().checked_sub(t)) {
+        return Err(ControlError::State(format!(
+            "migrate_commit of vr {}: {} ms past the source's bound for it (it has taken the VR back); refused",
+            st.vr,
+            late / 1_000_000
+        )));
+    }
     let (counters, _) =
         dataplane::VrCounters::from_named(st.counters.iter().map(|(k, v)| (k.as_str(), *v)));
-    let mut neighbors = Vec::new();
-    for n in &st.neighbors {
-        let mac = n.mac.parse().map_err(|_| {
-            ControlError::BadRequest(format!("neighbor {}: mac {:?}", n.address, n.mac))
-        })?;
-        neighbors.push(dataplane::RestoredNeighbor {
-            iface: n.interface,
-            ip: n.address,
-            mac,
-            reachable: n.reachable,
-        });
-    }
+    let neighbors = snapshot::restored_neighbors(&st.neighbors)
+        .map_err(|e| ControlError::BadRequest(format!("migrate_commit of vr {}: {e}", st.vr)))?;
     let state = dataplane::RestoredState {
         counters: Some(counters),
         neighbors,

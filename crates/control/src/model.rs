@@ -97,7 +97,8 @@ pub struct MetricsDoc {
     pub listen: Option<String>,
 }
 
-/// `migration:`: `listen` (`IP:PORT`), `secret` (shared by both ends), `peers` (addresses).
+/// `migration:`: `listen` (`IP:PORT`), `secret` (shared by both ends), `peers` (addresses),
+/// `stop_timeout_ms` (the stop's bound).
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MigrationDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -105,6 +106,8 @@ pub struct MigrationDoc {
     pub secret: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub peers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_timeout_ms: Option<u64>,
 }
 
 impl std::fmt::Debug for MigrationDoc {
@@ -113,6 +116,7 @@ impl std::fmt::Debug for MigrationDoc {
             .field("listen", &self.listen)
             .field("secret", &"<hidden>")
             .field("peers", &self.peers)
+            .field("stop_timeout_ms", &self.stop_timeout_ms)
             .finish()
     }
 }

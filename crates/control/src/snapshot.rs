@@ -596,6 +596,43 @@ pub fn learned(rows: Vec<dataplane::NeighborRow>) -> Vec<SnapNeighbor> {
         .collect()
 }
 
+/// Learned neighbors from a snapshot or a migration, to put into a VR: each MAC must parse and
+/// be an individual, non-zero address (a group MAC as a neighbor's would send what is routed
+/// to it to every host on the segment; the zero one, nowhere). The error names the neighbor
+/// and the MAC; the caller adds the VR.
+pub fn restored_neighbors(
+    list: &[SnapNeighbor],
+) -> Result<Vec<dataplane::RestoredNeighbor>, String> {
+    list.iter()
+        .map(|n| {
+            let mac: wire::MacAddr = n.mac.parse().map_err(|_| {
+                format!("neighbor {}: mac {:?} is not a MAC address", n.address, n.mac)
+            })?;
+            let why = if mac.is_broadcast() {
+                Some("the broadcast address")
+            } else if mac.is_multicast() {
+                Some("a multicast address")
+            } else if mac.0 == [0; 6] {
+                Some("the zero address")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(format!(
+                    "neighbor {}: mac {mac} is {why}, not a neighbor's; refused",
+                    n.address
+                ));
+            }
+            Ok(dataplane::RestoredNeighbor {
+                iface: n.interface,
+                ip: n.address,
+                mac,
+                reachable: n.reachable,
+            })
+        })
+        .collect()
+}
+
 /// VR `vr`'s learned neighbors and counters by name: what a migration copies at the stop.
 #[allow(clippy::type_complexity)]
 pub fn take_state(
@@ -630,17 +667,7 @@ pub fn restore(
     };
     let ops = snap.route_ops().map_err(bad)?;
     let (counters, _unknown) = snap.counters();
-    let mut neighbors = Vec::new();
-    for n in &snap.meta.neighbors {
-        let mac =
-            n.mac.parse().map_err(|_| bad(format!("neighbor {}: mac {:?}", n.address, n.mac)))?;
-        neighbors.push(dataplane::RestoredNeighbor {
-            iface: n.interface,
-            ip: n.address,
-            mac,
-            reachable: n.reachable,
-        });
-    }
+    let neighbors = restored_neighbors(&snap.meta.neighbors).map_err(bad)?;
     let mut doc = snap.meta.vr.clone();
     doc.name = name.clone();
     let have: Vec<&str> = node.topology().ports.iter().map(|p| p.name.as_str()).collect();

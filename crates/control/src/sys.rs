@@ -40,6 +40,15 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// The host's monotonic clock (`CLOCK_MONOTONIC`) in nanoseconds: one clock for every thread
+/// and process of the host, so a deadline one sets another can check (`migrate_commit`).
+pub fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid timespec for clock_gettime to write; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    (t.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(t.tv_nsec as u64)
+}
+
 /// Sends `sig` to `pid`; false if it could not (no such process, not ours).
 pub fn kill(pid: u32, sig: i32) -> bool {
     let Ok(pid) = i32::try_from(pid) else { return false };

@@ -134,6 +134,7 @@ impl Dest {
             listen: Some("127.0.0.1:0".parse().unwrap()),
             secret: SECRET.as_bytes().to_vec(),
             peers: vec![],
+            stop_timeout: Duration::from_millis(500),
         };
         ready.recv_timeout(Duration::from_secs(30)).expect("the destination started");
         let listener = Listener::start(&cfg, sock, dir.to_path_buf()).unwrap();

@@ -341,6 +341,46 @@ fn learned_neighbors_come_back_with_their_state() {
 }
 
 #[test]
+fn a_neighbor_with_a_group_or_zero_mac_is_refused() {
+    let dir = TempDir::new("badmac");
+    let text = topology(&dir.0);
+    let mut src = start(&text, &dir.0.join("src.yaml"));
+    let s = snapshot::take(&src, "a").unwrap();
+    src.execute(Command::VrRemove { vr: "a".into() }).unwrap();
+    for mac in ["ff:ff:ff:ff:ff:ff", "01:00:5e:00:00:01", "33:33:00:00:00:01", "00:00:00:00:00:00"]
+    {
+        let mut bad = s.clone();
+        bad.meta.neighbors = vec![
+            SnapNeighbor {
+                interface: 1,
+                address: "10.0.1.7".parse().unwrap(),
+                mac: "02:00:00:00:0b:07".into(),
+                reachable: true,
+            },
+            SnapNeighbor {
+                interface: 0,
+                address: "10.0.0.9".parse().unwrap(),
+                mac: mac.into(),
+                reachable: true,
+            },
+        ];
+        let file = dir.0.join("badmac.snap");
+        snapshot::write_atomic(&file, &bad.encode()).unwrap();
+        let e = src
+            .execute(Command::Restore {
+                snapshot: file.display().to_string(),
+                name: None,
+                down: false,
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("vr a") && e.contains("10.0.0.9") && e.contains(mac), "{mac}: {e}");
+        assert!(src.table("a").is_none(), "{mac}: restored anyway");
+    }
+    src.stop().unwrap();
+}
+
+#[test]
 fn damaged_snapshots_are_refused_and_change_nothing() {
     let dir = TempDir::new("bad");
     let text = topology(&dir.0);

@@ -52,8 +52,8 @@ impl Node {
             Command::Snapshot { vr, out } => self.snapshot(&vr, &out),
             Command::Restore { snapshot, name, down } => self.restore(&snapshot, name, down),
             Command::Migrate { vr, to } => self.migrate(&vr, &to),
-            Command::MigrateCommit { vr, neighbors, counters } => {
-                self.migrate_commit(vr, neighbors, counters)
+            Command::MigrateCommit { vr, neighbors, counters, not_after_ns } => {
+                self.migrate_commit(vr, neighbors, counters, not_after_ns)
             }
             Command::Announce { vr } => self.announce(vr),
         }

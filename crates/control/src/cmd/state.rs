@@ -36,8 +36,16 @@ impl Node {
         vr: String,
         neighbors: Vec<SnapNeighbor>,
         counters: Vec<(String, u64)>,
+        not_after_ns: Option<u64>,
     ) -> Result<Value, ControlError> {
-        crate::migrate::commit(self, crate::migrate::FinalState { vr, neighbors, counters })
+        let st = crate::migrate::FinalState {
+            vr,
+            neighbors,
+            counters,
+            commit_within_ms: None,
+            not_after_ns,
+        };
+        crate::migrate::commit(self, st)
     }
 
     pub(super) fn announce(&self, vr: String) -> Result<Value, ControlError> {

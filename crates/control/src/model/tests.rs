@@ -371,6 +371,7 @@ fn every_field() -> TopologyDoc {
             listen: Some(s("l")),
             secret: s("s"),
             peers: strings(&["p"]),
+            stop_timeout_ms: Some(1),
         }),
         hosts: vec![HostDoc {
             name: s("h"),

@@ -65,6 +65,9 @@ pub struct MigrationConfig {
     pub listen: Option<std::net::SocketAddr>,
     pub secret: Vec<u8>,
     pub peers: Vec<std::net::IpAddr>,
+    /// How long the source waits at the stop for the destination's commit before it abandons
+    /// the move (`stop_timeout_ms`).
+    pub stop_timeout: std::time::Duration,
 }
 
 impl std::fmt::Debug for MigrationConfig {
@@ -74,11 +77,18 @@ impl std::fmt::Debug for MigrationConfig {
             .field("listen", &self.listen)
             .field("secret", &format_args!("<{} bytes>", self.secret.len()))
             .field("peers", &self.peers)
+            .field("stop_timeout", &self.stop_timeout)
             .finish()
     }
 }
 
-const MIGRATION_KEYS: &[&str] = &["listen", "secret", "peers"];
+const MIGRATION_KEYS: &[&str] = &["listen", "secret", "peers", "stop_timeout_ms"];
+/// `stop_timeout_ms` when the file gives none: the VR is down at both ends for at most this long
+/// when a destination stalls at the stop.
+pub const DEFAULT_STOP_TIMEOUT_MS: u64 = 500;
+/// `(key, lo, hi)` of `stop_timeout_ms`: below 20 ms a loaded destination would miss it; above
+/// 30 s (the migration's other timeouts) it would not bound anything.
+const STOP_TIMEOUT_MS: (&str, u64, u64) = ("stop_timeout_ms", 20, 30_000);
 /// The shortest secret taken: 16 bytes (128 bits) of text.
 pub const MIN_MIGRATION_SECRET: usize = 16;
 
@@ -212,7 +222,14 @@ pub(super) fn migration(v: &Value) -> Result<MigrationConfig> {
             t.parse().map_err(|_| pv.bad(t, format_args!("a peer is an IP address, not {t:?}")))?,
         );
     }
-    Ok(MigrationConfig { listen, secret: secret.as_bytes().to_vec(), peers })
+    let (key, lo, hi) = STOP_TIMEOUT_MS;
+    let stop_ms = m.get(key).map(|x| x.int::<u64>(key, lo, hi)).transpose()?;
+    Ok(MigrationConfig {
+        listen,
+        secret: secret.as_bytes().to_vec(),
+        peers,
+        stop_timeout: std::time::Duration::from_millis(stop_ms.unwrap_or(DEFAULT_STOP_TIMEOUT_MS)),
+    })
 }
 
 /// A VR's `worker:`, `reservation:` and `batch:`; also the `worker:` value, for placement

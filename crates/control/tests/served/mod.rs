@@ -27,6 +27,11 @@ impl Served {
         self.listener.as_ref().expect("listening until finished").local_addr()
     }
 
+    /// Its migration listener (what it counted).
+    pub fn listener(&self) -> &Listener {
+        self.listener.as_ref().expect("listening until finished")
+    }
+
     /// Stops serving; the node, to look at.
     pub fn finish(mut self) -> Node {
         drop(self.listener.take());
