@@ -24,6 +24,7 @@ mod ring;
 mod sys;
 pub mod tap;
 pub mod vhost;
+pub mod vxlan;
 pub mod wait;
 
 pub use buf::{Batch, PktBuf, BUF_SIZE, HEADROOM, MAX_BURST, MAX_FRAME};
