@@ -345,6 +345,7 @@ fn kind_name(k: &PortKind) -> &'static str {
         PortKind::Memif(..) => "memif",
         PortKind::VhostUser(..) => "vhost-user",
         PortKind::Tap { .. } => "tap",
+        PortKind::Vxlan(..) => "vxlan",
         PortKind::Mirror { .. } => "mirror",
     }
 }
@@ -515,6 +516,11 @@ fn open_ports_except(
                 o.queues = v.queues;
                 o.name = p.name.clone();
                 let port = ports::vhost::VhostUserPort::new(o)
+                    .map_err(|e| BuildError(format!("port {}: {e}", p.name)))?;
+                ours[i] = Some(Box::new(port));
+            }
+            PortKind::Vxlan(x) => {
+                let port = ports::vxlan::VxlanPort::open(&p.name, &x.options())
                     .map_err(|e| BuildError(format!("port {}: {e}", p.name)))?;
                 ours[i] = Some(Box::new(port));
             }

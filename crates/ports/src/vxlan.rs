@@ -919,6 +919,12 @@ impl Port for VxlanPort {
         Some("udp socket")
     }
 
+    fn backend_counters(&self, out: &mut Vec<(&'static str, u64)>) {
+        out.extend(Reason::ALL.iter().map(|&r| (r.name(), self.counters[r as usize])));
+        out.push(("tx_datagrams", self.counters[C_DATAGRAMS]));
+        out.push(("tx_flooded", self.counters[C_FLOODED]));
+    }
+
     fn wakeup_fds(&self, out: &mut Vec<RawFd>) -> bool {
         out.push(self.ep.sock.as_raw_fd());
         // A sibling VNI's port may read our frames off the socket into our inbox, which no
