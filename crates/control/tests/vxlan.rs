@@ -213,15 +213,20 @@ fn two_routeplex_hosts_carry_a_segment_over_vxlan() {
         1,
         &r("10.44.0.0/24", "10.42.0.2", "2001:db8:44::/64", "2001:db8:42::2"),
     );
+    // Host 2 starts with a stale remote; a fleet agent would correct it through the handle.
     let t2 = topology(
         &u2,
         "192.0.2.2",
-        "192.0.2.1",
+        "192.0.2.9",
         2,
         &r("10.43.0.0/24", "10.42.0.1", "2001:db8:43::/64", "2001:db8:42::1"),
     );
     let n1 = start(t1);
     let n2 = start(t2);
+    let h = n2.vxlan("vx").expect("a handle for port vx");
+    h.set_remotes(&["192.0.2.1".parse().unwrap()]).unwrap();
+    assert_eq!(h.remotes(), ["192.0.2.1".parse::<std::net::IpAddr>().unwrap()]);
+    assert!(n2.vxlan("pa").is_none());
     ping(&h1, "10.44.0.2");
     ping(&h1, "2001:db8:44::2");
     ping(&h2, "10.43.0.2");
