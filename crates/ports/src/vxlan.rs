@@ -614,9 +614,6 @@ pub struct VxlanPort {
     now: u32,
 }
 
-// SAFETY: `remote_addrs` holds plain C structs without pointers; every other field is Send.
-unsafe impl Send for VxlanPort {}
-
 impl VxlanPort {
     /// Opens the port: joins (or makes) the socket for `o.local:o.dstport` in `o.netns` and
     /// registers `o.vni` on it. Errors name the port, the address and the failing step.
@@ -807,6 +804,43 @@ impl VxlanPort {
         self.tx.hdrs[m].msg_hdr.msg_namelen = namelen as libc::socklen_t;
     }
 
+    /// Adds the header to `b` and queues its datagrams after the `m` queued (sending those
+    /// first if there is no room); returns how many are queued now.
+    fn encap(&mut self, b: &mut PktBuf, mut m: usize) -> usize {
+        let len = b.len();
+        if !(ETH_HLEN..=MAX_FRAME).contains(&len) {
+            self.count(Reason::BadLength, 1);
+            return m;
+        }
+        let dst = &b.frame()[..6];
+        let to = if dst[0] & 1 == 0 { self.fdb.lookup(dst, self.now) } else { None };
+        if !b.push_front(HEADER_LEN) {
+            self.count(Reason::NoHeadroom, 1);
+            return m;
+        }
+        b.frame_mut()[..HEADER_LEN].copy_from_slice(&header(self.vni));
+        let (ptr, dlen) = (b.frame_mut().as_mut_ptr(), b.len());
+        let targets = match to {
+            Some(r) => usize::from(r)..usize::from(r) + 1,
+            None => {
+                self.counters[C_FLOODED] += 1;
+                0..self.remotes.len()
+            }
+        };
+        if m + targets.len() > TX_MSGS {
+            self.flush(m);
+            m = 0;
+        }
+        for r in targets {
+            self.queue(m, ptr, dlen, r);
+            m += 1;
+        }
+        self.stats.tx_packets += 1;
+        self.stats.tx_bytes += len as u64;
+        self.dirty = true;
+        m
+    }
+
     /// Sends messages `0..m`; counts what the socket refused.
     fn flush(&mut self, m: usize) {
         let fd = self.ep.sock.as_raw_fd();
@@ -862,49 +896,14 @@ impl Port for VxlanPort {
 
     fn tx_burst(&mut self, batch: &mut Batch, sel: &[u16]) -> usize {
         self.refresh();
-        let nr = self.remotes.len();
-        if nr == 0 {
+        if self.remotes.is_empty() {
             self.count(Reason::NoRemote, sel.len() as u64);
             self.publish();
             return sel.len();
         }
         let mut m = 0;
         for &s in sel {
-            let b = batch.get_mut(usize::from(s));
-            let len = b.len();
-            if !(ETH_HLEN..=MAX_FRAME).contains(&len) {
-                self.count(Reason::BadLength, 1);
-                continue;
-            }
-            let dst = &b.frame()[..6];
-            let to = if dst[0] & 1 == 0 { self.fdb.lookup(dst, self.now) } else { None };
-            if !b.push_front(HEADER_LEN) {
-                self.count(Reason::NoHeadroom, 1);
-                continue;
-            }
-            b.frame_mut()[..HEADER_LEN].copy_from_slice(&header(self.vni));
-            let (ptr, dlen) = (b.frame_mut().as_mut_ptr(), b.len());
-            let need = if to.is_some() { 1 } else { nr };
-            if m + need > TX_MSGS {
-                self.flush(m);
-                m = 0;
-            }
-            match to {
-                Some(r) => {
-                    self.queue(m, ptr, dlen, usize::from(r));
-                    m += 1;
-                }
-                None => {
-                    for r in 0..nr {
-                        self.queue(m, ptr, dlen, r);
-                        m += 1;
-                    }
-                    self.counters[C_FLOODED] += 1;
-                }
-            }
-            self.stats.tx_packets += 1;
-            self.stats.tx_bytes += len as u64;
-            self.dirty = true;
+            m = self.encap(batch.get_mut(usize::from(s)), m);
         }
         self.flush(m);
         self.publish();
