@@ -45,6 +45,8 @@ pub struct Host {
     /// The VRs whose table in `tables` is a stand-in made from a checkpoint (see
     /// [`crate::checkpoint`]): their tables from the routes are still to be built.
     pub stand_ins: Vec<String>,
+    /// Each `vxlan` port's handle (its remotes, its counters), by port name.
+    pub vxlan: Vec<(String, ports::vxlan::VxlanHandle)>,
 }
 
 /// A cell and the worker the topology places it on (`None`: anywhere).
@@ -153,7 +155,8 @@ pub fn host_from(
     for plan in plans.iter().filter(|p| copies_of(p) > 1) {
         plan.ports.iter().for_each(|&p| skip[usize::from(p)] = true);
     }
-    let (mut ports, outside) = open_ports_except(topo, &skip)?;
+    let mut vxlan = Vec::new();
+    let (mut ports, outside) = open_ports_except(topo, &skip, &mut vxlan)?;
     let mut tables: Vec<Option<RouteTable>> = (0..vr_cfgs.len()).map(|_| None).collect();
     let mut queues: Vec<Option<Vec<MemPort>>> = (0..topo.ports.len()).map(|_| None).collect();
     let mut cells = Vec::new();
@@ -225,7 +228,7 @@ pub fn host_from(
             outside[p] = None;
         }
     }
-    Ok(Host { cells, outside, tables, queues, stand_ins })
+    Ok(Host { cells, outside, tables, queues, stand_ins, vxlan })
 }
 
 /// A replicated VR's cells (replica `r`'s cell owns queue `r` of each of the plan's ports,
@@ -345,6 +348,7 @@ fn kind_name(k: &PortKind) -> &'static str {
         PortKind::Memif(..) => "memif",
         PortKind::VhostUser(..) => "vhost-user",
         PortKind::Tap { .. } => "tap",
+        PortKind::Vxlan(..) => "vxlan",
         PortKind::Mirror { .. } => "mirror",
     }
 }
@@ -461,16 +465,17 @@ fn open_memif(
 #[allow(clippy::type_complexity)]
 fn open_ports(topo: &Topology) -> Result<(Vec<Box<dyn Port>>, Vec<Option<MemPort>>), BuildError> {
     let none = vec![false; topo.ports.len()];
-    let (ours, outside) = open_ports_except(topo, &none)?;
+    let (ours, outside) = open_ports_except(topo, &none, &mut Vec::new())?;
     Ok((ours.into_iter().map(|p| p.expect("every port opened")).collect(), outside))
 }
 
 /// As [`open_ports`], leaving out the ports `skip` marks (those of replicated VRs, opened once
-/// per replica by [`replicated`]).
+/// per replica by [`replicated`]). Each `vxlan` port's handle is appended to `vxlan`.
 #[allow(clippy::type_complexity)]
 fn open_ports_except(
     topo: &Topology,
     skip: &[bool],
+    vxlan: &mut Vec<(String, ports::vxlan::VxlanHandle)>,
 ) -> Result<(Vec<Option<Box<dyn Port>>>, Vec<Option<MemPort>>), BuildError> {
     let n = topo.ports.len();
     let mut ours: Vec<Option<Box<dyn Port>>> = (0..n).map(|_| None).collect();
@@ -516,6 +521,12 @@ fn open_ports_except(
                 o.name = p.name.clone();
                 let port = ports::vhost::VhostUserPort::new(o)
                     .map_err(|e| BuildError(format!("port {}: {e}", p.name)))?;
+                ours[i] = Some(Box::new(port));
+            }
+            PortKind::Vxlan(x) => {
+                let port = ports::vxlan::VxlanPort::open(&p.name, &x.options())
+                    .map_err(|e| BuildError(format!("port {}: {e}", p.name)))?;
+                vxlan.push((p.name.clone(), port.handle()));
                 ours[i] = Some(Box::new(port));
             }
             PortKind::Tap { ifname } => {

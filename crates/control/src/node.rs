@@ -38,6 +38,8 @@ pub struct Node {
     tables: HashMap<String, RouteTable>,
     rt: Runtime,
     outside: HashMap<String, MemPort>,
+    /// Each `vxlan` port's handle, by port name (ports the host started with).
+    vxlan: HashMap<String, ports::vxlan::VxlanHandle>,
     /// The outside ends of a replicated VR's ports, one per queue (replica).
     queues: HashMap<String, Vec<MemPort>>,
     burst: usize,
@@ -116,6 +118,7 @@ impl Node {
             .filter_map(|(p, q)| Some((p.name.clone(), q?)))
             .collect();
         let tables = topo.vrs.iter().map(|v| v.name.clone()).zip(host.tables).collect();
+        let vxlan = host.vxlan.into_iter().collect();
         let rt = Runtime::start(host.cells, opts)?;
         // After the workers: the critical path to forwarding comes first.
         let building = stand_ins
@@ -154,6 +157,7 @@ impl Node {
             tables,
             rt,
             outside,
+            vxlan,
             queues,
             burst,
             stop_requested: false,
@@ -287,6 +291,13 @@ impl Node {
     /// Takes the outside end of `mem` port `name` (tests, benchmarks).
     pub fn take_outside(&mut self, name: &str) -> Option<MemPort> {
         self.outside.remove(name)
+    }
+
+    /// The handle of `vxlan` port `name`, for changing its remotes while it runs (what a fleet
+    /// agent does when hosts join or leave) and reading its counters. `None`: no such vxlan
+    /// port among those the host started with (one added later by `apply` has no handle yet).
+    pub fn vxlan(&self, name: &str) -> Option<&ports::vxlan::VxlanHandle> {
+        self.vxlan.get(name)
     }
 
     /// MSR `vr`'s state (`None`: no `msrs[]` entry names `vr`).

@@ -280,6 +280,8 @@ pub struct PortRow {
     pub burst: usize,
     /// How the port runs, where it says (AF_XDP: `xdp driver, copy, multi-buffer`...).
     pub mode: Option<&'static str>,
+    /// The backend's own counters by name (`vxlan`: drops by reason, datagrams sent).
+    pub backend: Vec<(&'static str, u64)>,
 }
 
 /// One cell as a snapshot saw it.
@@ -445,6 +447,7 @@ impl Snapshot {
                     "name": p.name, "rx": p.stats.rx_packets, "tx": p.stats.tx_packets,
                     "rx_dropped": p.stats.rx_dropped, "tx_full": p.stats.tx_full,
                     "drops": drops, "status": status, "burst": p.burst, "mode": p.mode,
+                    "backend": p.backend.iter().map(|&(k, n)| (k.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
                 })
             })
             .collect();
@@ -1078,6 +1081,7 @@ fn status(id: usize, c: &Cell) -> CellStatus {
             status: c.port_status(p),
             burst: c.port_burst(p),
             mode: c.port_mode(p),
+            backend: c.port_backend_counters(p),
         })
         .collect();
     let switches = c

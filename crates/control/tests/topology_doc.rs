@@ -34,6 +34,7 @@ fn sections() -> Vec<(&'static str, Vec<String>)> {
             "`kind: vhost-user` (a virtio-net device for a QEMU guest or a DPDK `virtio_user` app)",
             vec![port("vhost-user")],
         ),
+        ("`kind: vxlan` (a segment to other hosts over VXLAN)", vec![port("vxlan")]),
         ("`switches[]`", vec!["switches:\n  - { zz: 1 }\n".into()]),
         ("`switches[].members[]`", vec![sw("members: [{ zz: 1 }]")]),
         ("`switches[].static_macs[]`", vec![sw("static_macs: [{ zz: 1 }]")]),

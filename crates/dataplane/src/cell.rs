@@ -920,6 +920,13 @@ impl Cell {
         self.ports[p].status()
     }
 
+    /// Port `p`'s backend counters by name ([`ports::Port::backend_counters`]).
+    pub fn port_backend_counters(&self, p: usize) -> Vec<(&'static str, u64)> {
+        let mut out = Vec::new();
+        self.ports[p].backend_counters(&mut out);
+        out
+    }
+
     /// How port `p` runs, where it has a mode to report ([`ports::Port::mode_name`]).
     pub fn port_mode(&self, p: usize) -> Option<&'static str> {
         self.ports[p].mode_name()

@@ -24,6 +24,7 @@ mod ring;
 mod sys;
 pub mod tap;
 pub mod vhost;
+pub mod vxlan;
 pub mod wait;
 
 pub use buf::{Batch, PktBuf, BUF_SIZE, HEADROOM, MAX_BURST, MAX_FRAME};
@@ -104,6 +105,12 @@ pub trait Port: Send {
         None
     }
 
+    /// Counters the backend keeps by its own names, for `status`: appends `(name, count)` for
+    /// each, zero or not (`vxlan`: its drops by reason, such as `short` or `unknown_vni`, which
+    /// are also in `rx_dropped`/`tx_errors`/`tx_full`, and the datagrams replication made).
+    /// Ports with nothing to say need not say.
+    fn backend_counters(&self, _out: &mut Vec<(&'static str, u64)>) {}
+
     /// Control-path work that must not sit in the burst loop: accepting a peer, a handshake,
     /// noticing that an interface went away. The worker calls it about once a millisecond; it
     /// must not block. Ports without such work need not say.
@@ -150,6 +157,9 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn mode_name(&self) -> Option<&'static str> {
         (**self).mode_name()
+    }
+    fn backend_counters(&self, out: &mut Vec<(&'static str, u64)>) {
+        (**self).backend_counters(out)
     }
     fn service(&mut self) {
         (**self).service()

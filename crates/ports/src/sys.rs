@@ -537,6 +537,11 @@ impl NetNs {
         Ok(NetNs { file, id: (m.dev(), m.ino()) })
     }
 
+    /// The namespace's identity (device and inode of its nsfs file).
+    pub(crate) fn id(&self) -> (u64, u64) {
+        self.id
+    }
+
     /// The namespace `path` names, or the caller's.
     pub(crate) fn open_or_current(
         backend: &str,

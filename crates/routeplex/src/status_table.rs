@@ -191,6 +191,22 @@ pub fn render(s: &Value) -> String {
     }
     out.push('\n');
     table(&mut out, &rows);
+    // The backend's own counters (vxlan: drops by reason, datagrams), where any is non-zero.
+    for p in s["ports"].as_array().into_iter().flatten() {
+        let Some(b) = p["backend"].as_object() else { continue };
+        let nonzero: Vec<String> = b
+            .iter()
+            .filter(|(_, n)| num(n) > 0)
+            .map(|(k, n)| format!("{k} {}", thousands(num(n))))
+            .collect();
+        if !nonzero.is_empty() {
+            out.push_str(&format!(
+                "  {}: {}\n",
+                p["name"].as_str().unwrap_or("?"),
+                nonzero.join(", ")
+            ));
+        }
+    }
 
     // Switches: one row per member, with the drops counted against it.
     let mut rows = vec![["switch", "member", "dropped", "top drop"].map(String::from).to_vec()];
@@ -238,7 +254,9 @@ mod tests {
                       "counters": { "rx_packets": 2000, "forwarded": 1500, "no_route": 400, "ttl_expired": 100 },
                       "routes": { "connected": 2, "static": 1 }, "fib": { "bytes": 4096 },
                       "neighbors": { "used": 1, "size": 1024 } }],
-            "ports": [{ "name": "p0", "rx": 2000, "tx": 1500, "rx_dropped": 0, "tx_full": 0, "status": "up" }],
+            "ports": [{ "name": "p0", "rx": 2000, "tx": 1500, "rx_dropped": 0, "tx_full": 0, "status": "up" },
+                      { "name": "vx", "rx": 9, "tx": 5, "rx_dropped": 2, "tx_full": 0, "status": "up", "mode": "udp socket",
+                        "backend": { "short": 2, "bad_flags": 0, "tx_datagrams": 1500 } }],
             "switches": [{ "name": "sw", "members": [
                 { "port": "h1", "drops": {} },
                 { "port": "h2", "drops": { "tx_full": 7, "runt": 2 } }] }],
@@ -252,6 +270,8 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("4.0 KiB"), "{t}");
+        assert!(t.contains("  vx: short 2, tx_datagrams 1,500\n"), "{t}");
+        assert!(t.contains("up (udp socket)"), "{t}");
         let h2 = t.lines().find(|l| l.starts_with("sw ") && l.contains("h2")).unwrap();
         assert!(h2.contains(" 9 ") && h2.contains("tx_full 7"), "{t}");
         assert!(!t.contains("replicated vr"), "no replicated VR, no table: {t}");

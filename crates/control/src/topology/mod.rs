@@ -165,6 +165,7 @@ mod summary;
 mod switch;
 mod table;
 mod vr;
+mod vxlan;
 mod yaml;
 
 #[cfg(test)]
@@ -187,6 +188,7 @@ pub use run::{
     VrSchedule, Workers, DEFAULT_METRICS_LISTEN, DEFAULT_PERIOD_US,
 };
 pub use vr::bad_prefix_length;
+pub use vxlan::VxlanSpec;
 
 use yaml::{BadKind, Result, Value};
 
@@ -373,6 +375,8 @@ pub enum PortKind {
     Memif(MemifSpec),
     /// A vhost-user port: a virtio-net device for a QEMU guest or a DPDK `virtio_user` app.
     VhostUser(VhostUserSpec),
+    /// A VXLAN segment (one VNI) to other hosts over this host's underlay address.
+    Vxlan(VxlanSpec),
     /// A tap interface routeplex creates (in the root namespace) and the Linux stack sees.
     Tap {
         /// The interface name.
@@ -394,7 +398,7 @@ pub enum PortKind {
 const TOP_KEYS: &[&str] =
     &["workers", "idle", "metrics", "migration", "hosts", "ports", "switches", "vrs", "msrs"];
 /// Port kinds this build provides.
-const PORT_KINDS: &[&str] = &["mem", "memif", "afxdp", "afpacket", "tap", "vhost-user"];
+const PORT_KINDS: &[&str] = &["mem", "memif", "afxdp", "afpacket", "tap", "vhost-user", "vxlan"];
 /// Port kinds the design names but this build lacks: asking for one is `ErrorKind::Unavailable`
 /// rather than a typo, so a file written for a later build says so.
 const PLANNED_PORT_KINDS: &[&str] = &[];
@@ -628,6 +632,8 @@ struct Host {
     /// Addresses per segment: ARP and neighbor solicitations for an address reach the one
     /// interface that owns it there, so two owners would make one of them unreachable.
     segment_addrs: HashMap<(Segment, IpAddr), Claimant>,
+    /// VNIs per underlay address (`vxlan.rs`).
+    vni_claims: vxlan::VniClaims,
 }
 
 /// One Ethernet segment: a port (and VLAN), or a VLAN of a switch.
@@ -737,6 +743,10 @@ impl Host {
                 m.only(VHOST_USER_KEYS)?;
                 PortKind::VhostUser(vhost_user_spec(&m)?)
             }
+            "vxlan" => {
+                m.only(vxlan::VXLAN_KEYS)?;
+                PortKind::Vxlan(vxlan::vxlan_spec(&m, &mut self.vni_claims)?)
+            }
             k if PLANNED_PORT_KINDS.contains(&k) => {
                 return Err(kind_v.bad_kind(
                     ErrorKind::Unavailable,
@@ -760,6 +770,21 @@ impl Host {
         self.ports.insert(name.clone(), (id, name_v.line()));
         self.port_names.push(name.clone());
         Ok(PortSpec { name, kind, burst })
+    }
+
+    /// The largest MTU an interface on `s` may have because a vxlan port carries the segment,
+    /// and that port's name: the port itself, or the switch's vxlan member with the least room.
+    fn vxlan_mtu(&self, s: Segment) -> Option<(u16, &str)> {
+        let cap = |p: PortId| match &self.specs[usize::from(p)].kind {
+            PortKind::Vxlan(x) => Some((x.max_mtu(), self.specs[usize::from(p)].name.as_str())),
+            _ => None,
+        };
+        match s {
+            Segment::Port(p, _) => cap(p),
+            Segment::Switch(i, _) => {
+                self.switches[i].members.iter().filter_map(|m| cap(m.port)).min_by_key(|c| c.0)
+            }
+        }
     }
 
     /// "port p0 (untagged)" or "switch sw0 (VLAN 10)", for errors.

@@ -46,6 +46,17 @@ pub(super) fn summary(t: &Topology) -> String {
             }
             PortKind::AfPacket(a) => ("afpacket", attach(a)),
             PortKind::Tap { ifname } => ("tap", format!("interface {ifname}")),
+            PortKind::Vxlan(x) => (
+                "vxlan",
+                format!(
+                    "VNI {} from {} port {} to [{}], MTU {} inside",
+                    x.vni,
+                    x.local,
+                    x.dstport,
+                    x.remotes.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", "),
+                    x.max_mtu()
+                ),
+            ),
             PortKind::Memif(m) => (
                 "memif",
                 format!(

@@ -210,7 +210,7 @@ fn port_kinds_are_checked() {
         (2, "nic"),
         "ports[0].kind",
         Some("nic"),
-        "unknown port kind \"nic\" (available: mem, memif, afxdp, afpacket, tap, vhost-user)",
+        "unknown port kind \"nic\" (available: mem, memif, afxdp, afpacket, tap, vhost-user, vxlan)",
     );
     // vhost-user was once planned and refused as Unavailable; it is built in now.
     let t = accepts("ports:\n  - { name: p0, kind: vhost-user, socket: /run/p0.sock }\n");

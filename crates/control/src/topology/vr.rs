@@ -203,10 +203,27 @@ impl Vr {
                 IpNet::V6(n) => ipv6.push(n),
             }
         }
+        // On a vxlan segment the underlay's MTU less the encapsulation is the default and the
+        // ceiling (a VLAN tag, carried inside, takes 4 bytes more).
+        let vxlan_cap = host
+            .vxlan_mtu(segment)
+            .map(|(c, p)| (c.saturating_sub(4 * u16::from(vlan.is_some())), p));
         let mtu = match m.get("mtu") {
-            None => DEFAULT_MTU,
+            None => match vxlan_cap {
+                Some((cap, port)) if cap < IPV6_MIN_MTU && !ipv6.is_empty() => {
+                    return Err(v.error(format_args!("vxlan port {port} leaves {name} an MTU of {cap}, below {IPV6_MIN_MTU}, the IPv6 minimum, and {name} has IPv6 addresses: raise the port's underlay mtu")));
+                }
+                Some((cap, _)) => cap,
+                None => DEFAULT_MTU,
+            },
             Some(mv) => {
                 let mtu = mv.int("MTU", MIN_MTU.into(), MAX_MTU.into())?;
+                if let Some((cap, port)) = vxlan_cap.filter(|&(c, _)| mtu > c) {
+                    return Err(mv.bad(
+                        mv.text()?,
+                        format_args!("MTU {mtu} does not fit vxlan port {port}: at most {cap} (its underlay MTU less the VXLAN encapsulation)"),
+                    ));
+                }
                 if mtu < IPV6_MIN_MTU && !ipv6.is_empty() {
                     return Err(mv.bad(
                         mv.text()?,

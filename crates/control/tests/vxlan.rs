@@ -1,0 +1,240 @@
+//! VXLAN between hosts, end to end with real kernels: routeplex's `vxlan` port (its underlay in
+//! namespace U) against a Linux kernel `vxlan` device (in namespace K) over a veth "underlay";
+//! and two routeplex data planes, each with its underlay in its own namespace. A VR routes
+//! between the VXLAN segment and a Linux host (namespace H, on an afpacket port), so real pings
+//! (IPv4 and IPv6) and iperf3 cross the tunnel in both directions. Needs root (namespaces,
+//! veth, the kernel vxlan module); says so and skips otherwise.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use control::runtime::{Idle, Options};
+use control::{Node, Topology};
+use serde_json::Value;
+
+mod hosts;
+use hosts::{have, in_ns, ip, ok, Namespaces};
+
+struct Kill(Vec<Child>);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn root() -> bool {
+    if control::sys::euid() != 0 {
+        eprintln!("skipped: needs root (network namespaces, veth, vxlan)");
+        return false;
+    }
+    true
+}
+
+/// A veth pair `a` (in `na`, with `addrs_a`) and `b` (in `nb`, with `addrs_b`), both up.
+fn veth(na: &str, a: &str, addrs_a: &[&str], nb: &str, b: &str, addrs_b: &[&str]) {
+    ip(&["-n", na, "link", "add", a, "type", "veth", "peer", "name", b, "netns", nb]);
+    for (ns, dev, addrs) in [(na, a, addrs_a), (nb, b, addrs_b)] {
+        for ad in addrs {
+            ip(&["-n", ns, "addr", "add", ad, "dev", dev, "nodad"]);
+        }
+        ip(&["-n", ns, "link", "set", dev, "up"]);
+        // The peer receives what we send through packet sockets, so no checksum is left to
+        // offload (see ports::afpacket's known limit).
+        ok("ip", &["netns", "exec", ns, "ethtool", "-K", dev, "tx", "off"]);
+    }
+}
+
+/// A VR `r` with `e0` on vxlan port `vx` (VNI 42 from `local` to `remote`, underlay in `u`)
+/// and `e1` on afpacket port `pa` (interface `ha` in `u`, subnet 10.4(2+n)/24), and `routes`.
+fn topology(u: &str, local: &str, remote: &str, n: u8, routes: &str) -> Topology {
+    let text = format!(
+        "ports:\n  - {{ name: vx, kind: vxlan, vni: 42, local: {local}, remotes: [{remote}], netns: {u} }}\n  \
+         - {{ name: pa, kind: afpacket, interface: ha, netns: {u} }}\n\
+         vrs:\n  - name: r\n    interfaces:\n      \
+         - {{ name: e0, port: vx, mac: 02:00:00:00:42:0{n}, addresses: [10.42.0.{n}/24, \"2001:db8:42::{n}/64\"] }}\n      \
+         - {{ name: e1, port: pa, mac: 02:00:00:00:43:0{n}, addresses: [10.4{m}.0.1/24, \"2001:db8:4{m}::1/64\"] }}\n{routes}",
+        m = 2 + n
+    );
+    Topology::parse(&text, "vxlan.yaml", Path::new(".")).unwrap()
+}
+
+fn start(t: Topology) -> Node {
+    let mut o = Options::new(1);
+    o.idle = Idle::Yield;
+    Node::start(t, o, 64).unwrap()
+}
+
+/// A host namespace `h` behind `e1` of the VR: veth `ha` (in `u`, no address) to `hb`.
+fn host_behind(u: &str, h: &str, net: u8) {
+    veth(u, "ha", &[], h, "hb", &[&format!("10.{net}.0.2/24"), &format!("2001:db8:{net}::2/64")]);
+    ip(&["-n", h, "route", "add", "default", "via", &format!("10.{net}.0.1")]);
+    ip(&["-n", h, "-6", "route", "add", "default", "via", &format!("2001:db8:{net}::1")]);
+}
+
+#[track_caller]
+fn ping(from: &str, to: &str) {
+    let o = in_ns(from, &["ping", "-c", "3", "-i", "0.2", "-W", "2", to]);
+    assert!(
+        o.status.success(),
+        "ping {to} from {from}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// iperf3 for 2 s from `client` to `server_addr` in `server`; asserts it moved bytes.
+fn iperf(server: &str, client: &str, server_addr: &str) {
+    if !have("iperf3") {
+        eprintln!("iperf3 not installed: skipping the iperf3 part");
+        return;
+    }
+    let srv = Command::new("ip")
+        .args(["netns", "exec", server, "iperf3", "-s", "-1", "-B", server_addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _srv = Kill(vec![srv]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let o = in_ns(client, &["iperf3", "-c", server_addr, "-t", "2", "-J"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "iperf3 {client} -> {server_addr}: {out}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    let bytes = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+    assert!(bytes > 0, "iperf3 moved nothing: {out}");
+}
+
+/// The vxlan port's status row: it moved frames both ways, and nothing was dropped.
+#[track_caller]
+fn assert_clean_vxlan(status: &Value) {
+    let port = status["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "vx")
+        .unwrap_or_else(|| panic!("no port vx: {status:#}"));
+    assert!(port["rx"].as_u64().unwrap() > 0, "{port:#}");
+    assert!(port["tx"].as_u64().unwrap() > 0, "{port:#}");
+    assert_eq!(port["rx_dropped"], 0, "{port:#}");
+    assert_eq!(port["mode"], "udp socket");
+    let b = &port["backend"];
+    assert!(b["tx_datagrams"].as_u64().unwrap() >= port["tx"].as_u64().unwrap(), "{port:#}");
+    for r in ports::vxlan::Reason::ALL {
+        assert_eq!(b[r.name()], 0, "{}: {port:#}", r.name());
+    }
+}
+
+#[test]
+fn routeplex_vxlan_interoperates_with_a_kernel_vxlan_device() {
+    if !root() {
+        return;
+    }
+    let pid = std::process::id();
+    let (u, k, h) = (format!("rvu{pid}"), format!("rvk{pid}"), format!("rvh{pid}"));
+    let _guard = Namespaces(vec![u.clone(), k.clone(), h.clone()]);
+    for n in [&u, &k, &h] {
+        ip(&["netns", "add", n]);
+        ip(&["-n", n, "link", "set", "lo", "up"]);
+    }
+    veth(&u, "ua", &["192.0.2.1/24"], &k, "ub", &["192.0.2.2/24"]);
+    ip(&[
+        "-n",
+        &k,
+        "link",
+        "add",
+        "vx0",
+        "address",
+        "02:00:00:00:42:02",
+        "type",
+        "vxlan",
+        "id",
+        "42",
+        "local",
+        "192.0.2.2",
+        "remote",
+        "192.0.2.1",
+        "dstport",
+        "4789",
+        "dev",
+        "ub",
+    ]);
+    for a in ["10.42.0.2/24", "2001:db8:42::2/64"] {
+        ip(&["-n", &k, "addr", "add", a, "dev", "vx0", "nodad"]);
+    }
+    ip(&["-n", &k, "link", "set", "vx0", "up"]);
+    ok("ip", &["netns", "exec", &k, "ethtool", "-K", "vx0", "tx", "off"]);
+    ip(&["-n", &k, "route", "add", "10.43.0.0/24", "via", "10.42.0.1"]);
+    ip(&["-n", &k, "-6", "route", "add", "2001:db8:43::/64", "via", "2001:db8:42::1"]);
+    host_behind(&u, &h, 43);
+
+    let node = start(topology(&u, "192.0.2.1", "192.0.2.2", 1, ""));
+    // The VR's own addresses over the tunnel, then through it to the host behind, both ways.
+    ping(&k, "10.42.0.1");
+    ping(&k, "2001:db8:42::1");
+    ping(&h, "10.42.0.2");
+    ping(&h, "2001:db8:42::2");
+    ping(&k, "10.43.0.2");
+    ping(&k, "2001:db8:43::2");
+    iperf(&k, &h, "10.42.0.2");
+    iperf(&h, &k, "10.43.0.2");
+    let status = node.status().unwrap();
+    node.stop().unwrap();
+    assert_clean_vxlan(&status);
+    assert_eq!(status["vrs"][0]["interfaces"][0]["mtu"], 1450, "{status:#}");
+}
+
+#[test]
+fn two_routeplex_hosts_carry_a_segment_over_vxlan() {
+    if !root() {
+        return;
+    }
+    let pid = std::process::id();
+    let [u1, u2, h1, h2] = ["rwu1", "rwu2", "rwh1", "rwh2"].map(|p| format!("{p}{pid}"));
+    let _guard = Namespaces(vec![u1.clone(), u2.clone(), h1.clone(), h2.clone()]);
+    for n in [&u1, &u2, &h1, &h2] {
+        ip(&["netns", "add", n]);
+        ip(&["-n", n, "link", "set", "lo", "up"]);
+    }
+    veth(&u1, "ua", &["192.0.2.1/24"], &u2, "ub", &["192.0.2.2/24"]);
+    host_behind(&u1, &h1, 43);
+    host_behind(&u2, &h2, 44);
+    // Each VR reaches the other's host over the segment.
+    let r = |p4: &str, via4: &str, p6: &str, via6: &str| {
+        format!("    routes:\n      - {{ prefix: {p4}, via: {via4} }}\n      - {{ prefix: \"{p6}\", via: \"{via6}\" }}\n")
+    };
+    let t1 = topology(
+        &u1,
+        "192.0.2.1",
+        "192.0.2.2",
+        1,
+        &r("10.44.0.0/24", "10.42.0.2", "2001:db8:44::/64", "2001:db8:42::2"),
+    );
+    // Host 2 starts with a stale remote; a fleet agent would correct it through the handle.
+    let t2 = topology(
+        &u2,
+        "192.0.2.2",
+        "192.0.2.9",
+        2,
+        &r("10.43.0.0/24", "10.42.0.1", "2001:db8:43::/64", "2001:db8:42::1"),
+    );
+    let n1 = start(t1);
+    let n2 = start(t2);
+    let h = n2.vxlan("vx").expect("a handle for port vx");
+    h.set_remotes(&["192.0.2.1".parse().unwrap()]).unwrap();
+    assert_eq!(h.remotes(), ["192.0.2.1".parse::<std::net::IpAddr>().unwrap()]);
+    assert!(n2.vxlan("pa").is_none());
+    ping(&h1, "10.44.0.2");
+    ping(&h1, "2001:db8:44::2");
+    ping(&h2, "10.43.0.2");
+    ping(&h2, "2001:db8:43::2");
+    iperf(&h2, &h1, "10.44.0.2");
+    let (s1, s2) = (n1.status().unwrap(), n2.status().unwrap());
+    n1.stop().unwrap();
+    n2.stop().unwrap();
+    assert_clean_vxlan(&s1);
+    assert_clean_vxlan(&s2);
+}

@@ -1,0 +1,937 @@
+//! The `vxlan` backend: one VXLAN segment (RFC 7348, one VNI) carried between hosts over their
+//! underlay addresses, encapsulated and decapsulated here rather than by a kernel `vxlan` device.
+//!
+//! Mechanism, and why: a UDP socket bound to `local:dstport` (4789 by default), read with
+//! `recvmmsg` and written with `sendmmsg`, one syscall per burst each way. The kernel builds and
+//! checks the outer IPv4/IPv6 and UDP headers, routes, resolves the next hop's MAC, fragments
+//! if it must and never answers our port with ICMP port-unreachable, so this port only adds and
+//! removes the 8-byte VXLAN header: received datagrams land in batch buffers 8 bytes before
+//! [`HEADROOM`], so the inner frame ends up exactly where every other backend puts a frame, and
+//! sending pushes the header into the frame's headroom (no copy). AF_PACKET/AF_XDP with
+//! routeplex building the outer headers would allow a per-flow UDP source port, but would need
+//! its own neighbour resolution, routing and ICMP suppression; that is later work. The price
+//! of the socket: every datagram leaves from source port `dstport` (RFC 7348 §5 asks for a
+//! per-flow source port so ECMP can spread flows; it is a SHOULD, and receivers, the Linux
+//! kernel included, accept any source port).
+//!
+//! Contract and checks:
+//! - Several VNIs may share one underlay address and port: the ports of one namespace, address
+//!   and UDP port share one socket (an *endpoint*). Whichever of them reads the socket keeps its
+//!   own VNI's frames and hands the others' buffers (swapped, not copied) to the owning port's
+//!   bounded inbox, which that port drains at its next `rx_burst`. A VNI no port has is dropped
+//!   and counted (`unknown_vni`).
+//! - Every received datagram is checked before a byte of it is used: truncated by the kernel
+//!   (longer than a jumbo frame: `too_long`), shorter than the VXLAN header and an Ethernet
+//!   header (`short`), the I flag clear (`bad_flags`; the reserved bits are ignored as §5
+//!   says), a source address that is not one of the port's remotes (`unknown_remote`), a full
+//!   inbox of a sibling VNI (`inbox_full`).
+//! - Forwarding per remote: the inner source MAC of each accepted frame is learned against the
+//!   remote it came from (a fixed table of [`FDB_SLOTS`] entries, aging out after
+//!   [`AGING_S`] s; replaced when full). A unicast frame to a learned MAC goes to that remote
+//!   only; unknown unicast, broadcast and multicast go to every remote (head-end replication:
+//!   one datagram per remote, all from the same buffer).
+//! - The remotes are configuration now and a fleet agent's later: [`VxlanHandle::set_remotes`]
+//!   changes them while the port runs. The port notices at its next burst (one atomic load),
+//!   copies the new set into storage it reserved at open, and forgets what it learned.
+//! - Counters by reason live in the port and are published to the handle after each burst
+//!   that changed them ([`VxlanHandle::counters`]), for `status`; the totals also show in
+//!   [`PortStats`] (`rx_dropped`, `tx_errors`, `tx_full`). `tx_packets` counts frames;
+//!   `tx_datagrams` counts what replication made of them.
+//! - Nothing allocates per packet: message headers, addresses and the learning table are made
+//!   at open.
+//!
+//! MTU: an inner frame of an IP MTU of M is M + 14 bytes; the datagram is M + 50 bytes on an
+//! IPv4 underlay ([`OVERHEAD_V4`]) and M + 70 on IPv6 ([`OVERHEAD_V6`]), so an interface on a
+//! vxlan port has an MTU of at most the underlay's MTU minus that overhead (the topology checks
+//! this). Longer frames are still sent (the kernel fragments the outer IPv4 datagram), but a
+//! peer need not reassemble them.
+
+use std::io;
+use std::mem::size_of;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Instant;
+
+use crate::sys::{self, NetNs};
+use crate::{Batch, PktBuf, Port, PortStats, HEADROOM, MAX_BURST, MAX_FRAME};
+
+const BACKEND: &str = "vxlan";
+/// The IANA port for VXLAN.
+pub const DEFAULT_DSTPORT: u16 = 4789;
+/// Bytes of the VXLAN header.
+pub const HEADER_LEN: usize = 8;
+/// Bytes a frame's IP MTU loses to VXLAN on an IPv4 underlay: inner Ethernet 14, VXLAN 8,
+/// UDP 8, IPv4 20.
+pub const OVERHEAD_V4: usize = 50;
+/// The same on an IPv6 underlay (IPv6 header 40).
+pub const OVERHEAD_V6: usize = 70;
+/// The largest VNI (24 bits). VNI 0 is refused: Linux reserves it for metadata mode.
+pub const VNI_MAX: u32 = (1 << 24) - 1;
+/// Remotes one port replicates to, at most.
+pub const MAX_REMOTES: usize = 256;
+/// Slots in the learning table (a power of two).
+pub const FDB_SLOTS: usize = 4096;
+/// Seconds a learned MAC stays without being seen again.
+pub const AGING_S: u32 = 300;
+/// Frames a port's inbox holds for it when a sibling VNI's port read them.
+const INBOX: usize = 256;
+/// Datagrams one `sendmmsg` carries at most.
+const TX_MSGS: usize = 1024;
+/// Probes per learning-table lookup.
+const PROBES: usize = 4;
+const ETH_HLEN: usize = 14;
+const FLAG_I: u8 = 0x08;
+
+/// Why a frame was dropped or a datagram lost, as counted per port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Reason {
+    /// Received: shorter than the VXLAN header and an Ethernet header.
+    Short,
+    /// Received: the I flag (a valid VNI) is clear.
+    BadFlags,
+    /// Received: a VNI no port on this underlay address has.
+    UnknownVni,
+    /// Received: from an address that is not one of the port's remotes.
+    UnknownRemote,
+    /// Received: longer than a packet buffer (truncated by the kernel).
+    TooLong,
+    /// Received for a sibling VNI whose inbox was full.
+    InboxFull,
+    /// Received: `recvmmsg` failed with something other than "nothing to read".
+    RecvError,
+    /// To send, but the port has no remotes.
+    NoRemote,
+    /// To send: shorter than an Ethernet header or longer than a jumbo frame.
+    BadLength,
+    /// To send, but the frame had no headroom for the VXLAN header.
+    NoHeadroom,
+    /// A datagram the socket's send buffer had no room for.
+    SendFull,
+    /// A datagram `sendmmsg` refused for another reason.
+    SendError,
+}
+
+impl Reason {
+    /// Every reason, in counter order.
+    pub const ALL: [Reason; 12] = [
+        Reason::Short,
+        Reason::BadFlags,
+        Reason::UnknownVni,
+        Reason::UnknownRemote,
+        Reason::TooLong,
+        Reason::InboxFull,
+        Reason::RecvError,
+        Reason::NoRemote,
+        Reason::BadLength,
+        Reason::NoHeadroom,
+        Reason::SendFull,
+        Reason::SendError,
+    ];
+
+    /// The name `status` and metrics show.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::Short => "short",
+            Reason::BadFlags => "bad_flags",
+            Reason::UnknownVni => "unknown_vni",
+            Reason::UnknownRemote => "unknown_remote",
+            Reason::TooLong => "too_long",
+            Reason::InboxFull => "inbox_full",
+            Reason::RecvError => "recv_error",
+            Reason::NoRemote => "no_remote",
+            Reason::BadLength => "bad_length",
+            Reason::NoHeadroom => "no_headroom",
+            Reason::SendFull => "send_full",
+            Reason::SendError => "send_error",
+        }
+    }
+
+    fn is_rx(self) -> bool {
+        (self as usize) <= Reason::RecvError as usize
+    }
+}
+
+const NREASONS: usize = Reason::ALL.len();
+/// Counter slots: the reasons, then datagrams sent, frames flooded, frames learned from.
+const C_DATAGRAMS: usize = NREASONS;
+const C_FLOODED: usize = NREASONS + 1;
+const NCOUNTERS: usize = NREASONS + 2;
+
+/// A port's VXLAN counters, as published after its last burst.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VxlanCounters {
+    /// Drops by [`Reason`], indexed by `reason as usize`.
+    pub drops: [u64; NREASONS],
+    /// Datagrams sent (a flooded frame is one per remote).
+    pub tx_datagrams: u64,
+    /// Frames sent to every remote because their destination was not learned.
+    pub tx_flooded: u64,
+}
+
+impl VxlanCounters {
+    /// Drops for `r`.
+    pub fn drop(&self, r: Reason) -> u64 {
+        self.drops[r as usize]
+    }
+
+    /// `(name, count)` of every reason with a non-zero count.
+    pub fn nonzero_drops(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Reason::ALL.iter().map(|&r| (r.name(), self.drop(r))).filter(|&(_, n)| n > 0)
+    }
+}
+
+/// The 8-byte VXLAN header for `vni`: flags with only I set, reserved bits zero.
+pub fn header(vni: u32) -> [u8; HEADER_LEN] {
+    let v = vni.to_be_bytes();
+    [FLAG_I, 0, 0, 0, v[1], v[2], v[3], 0]
+}
+
+/// The VNI of a received datagram (VXLAN header and inner frame), or why it is unusable.
+pub fn parse(datagram: &[u8]) -> Result<u32, Reason> {
+    if datagram.len() < HEADER_LEN + ETH_HLEN {
+        return Err(Reason::Short);
+    }
+    if datagram[0] & FLAG_I == 0 {
+        return Err(Reason::BadFlags);
+    }
+    Ok(u32::from_be_bytes([0, datagram[4], datagram[5], datagram[6]]))
+}
+
+/// How to open a [`VxlanPort`].
+#[derive(Clone, Debug)]
+pub struct VxlanOptions {
+    /// The segment's VNI, 1..=[`VNI_MAX`].
+    pub vni: u32,
+    /// This host's underlay address (the socket binds to it).
+    pub local: IpAddr,
+    /// The UDP port, both ours and the remotes'.
+    pub dstport: u16,
+    /// The other hosts' underlay addresses, of `local`'s family.
+    pub remotes: Vec<IpAddr>,
+    /// Bind the socket to this underlay interface (`SO_BINDTODEVICE`).
+    pub dev: Option<String>,
+    /// Open the socket in this network namespace (`/run/netns/NAME`) instead of the caller's.
+    pub netns: Option<PathBuf>,
+}
+
+impl VxlanOptions {
+    /// Options for `vni` between `local` and `remotes` on port 4789.
+    pub fn new(vni: u32, local: IpAddr, remotes: &[IpAddr]) -> Self {
+        VxlanOptions {
+            vni,
+            local,
+            dstport: DEFAULT_DSTPORT,
+            remotes: remotes.to_vec(),
+            dev: None,
+            netns: None,
+        }
+    }
+}
+
+/// Checks a remote set against the local address: same family, unicast, not local itself,
+/// no more than [`MAX_REMOTES`]; duplicates are removed.
+fn checked_remotes(local: IpAddr, remotes: &[IpAddr]) -> io::Result<Vec<IpAddr>> {
+    let bad = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
+    if remotes.len() > MAX_REMOTES {
+        return Err(bad(format!("{} remotes, at most {MAX_REMOTES}", remotes.len())));
+    }
+    let mut out: Vec<IpAddr> = Vec::with_capacity(remotes.len());
+    for &r in remotes {
+        if r.is_ipv4() != local.is_ipv4() {
+            return Err(bad(format!("remote {r} is not of the local address {local}'s family")));
+        }
+        if r.is_unspecified() || r.is_multicast() || r == IpAddr::V4(Ipv4Addr::BROADCAST) {
+            return Err(bad(format!("remote {r} is not a unicast address")));
+        }
+        if r == local {
+            return Err(bad(format!("remote {r} is the local address")));
+        }
+        if !out.contains(&r) {
+            out.push(r);
+        }
+    }
+    Ok(out)
+}
+
+/// What the port and the control path share: the remote set and the published counters.
+struct Shared {
+    vni: u32,
+    local: IpAddr,
+    remotes: Mutex<Vec<IpAddr>>,
+    /// Bumped on every `set_remotes`; the port compares it with the one it copied.
+    generation: AtomicU64,
+    counters: [AtomicU64; NCOUNTERS],
+}
+
+/// A handle on a running [`VxlanPort`] for the control path: change its remotes, read its
+/// counters. Cheap to clone; valid after the port is gone (it then changes nothing).
+#[derive(Clone)]
+pub struct VxlanHandle(Arc<Shared>);
+
+impl VxlanHandle {
+    /// The port's VNI.
+    pub fn vni(&self) -> u32 {
+        self.0.vni
+    }
+
+    /// The remotes the port replicates to now.
+    pub fn remotes(&self) -> Vec<IpAddr> {
+        self.0.remotes.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Replaces the remote set (checked as at open). The port takes it at its next burst and
+    /// forgets the MACs it learned.
+    pub fn set_remotes(&self, remotes: &[IpAddr]) -> io::Result<()> {
+        let r = checked_remotes(self.0.local, remotes)?;
+        *self.0.remotes.lock().unwrap_or_else(PoisonError::into_inner) = r;
+        self.0.generation.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// The counters as of the port's last burst.
+    pub fn counters(&self) -> VxlanCounters {
+        let c = |i: usize| self.0.counters[i].load(Relaxed);
+        let mut out = VxlanCounters {
+            tx_datagrams: c(C_DATAGRAMS),
+            tx_flooded: c(C_FLOODED),
+            ..Default::default()
+        };
+        for (i, d) in out.drops.iter_mut().enumerate() {
+            *d = c(i);
+        }
+        out
+    }
+}
+
+/// Frames a sibling port read for this one, with the address each came from.
+struct Inbox {
+    bufs: Vec<PktBuf>,
+    from: Vec<IpAddr>,
+    head: usize,
+    len: usize,
+}
+
+/// One socket shared by the ports of one namespace, address and UDP port.
+struct Endpoint {
+    sock: UdpSocket,
+    key: ((u64, u64), SocketAddr),
+    dev: Option<String>,
+    members: Mutex<Vec<(u32, Arc<Mutex<Inbox>>)>>,
+    count: AtomicUsize,
+}
+
+impl Endpoint {
+    /// Hands `buf` (a datagram for `vni`, from `from`) to that VNI's port; gives an empty
+    /// buffer back in its place. The error says why it stayed.
+    fn hand_over(&self, vni: u32, buf: &mut PktBuf, from: IpAddr) -> Result<(), Reason> {
+        let members = self.members.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some((_, inbox)) = members.iter().find(|(v, _)| *v == vni) else {
+            return Err(Reason::UnknownVni);
+        };
+        let mut q = inbox.lock().unwrap_or_else(PoisonError::into_inner);
+        if q.len == q.bufs.len() {
+            return Err(Reason::InboxFull);
+        }
+        let slot = (q.head + q.len) % q.bufs.len();
+        std::mem::swap(&mut q.bufs[slot], buf);
+        q.from[slot] = from;
+        q.len += 1;
+        Ok(())
+    }
+}
+
+/// Every open endpoint, so a second VNI on the same address joins the first's socket.
+static ENDPOINTS: Mutex<Vec<Weak<Endpoint>>> = Mutex::new(Vec::new());
+
+/// The endpoint for `o` in `ns`, made if none is open, with `vni` registered on it.
+fn join_endpoint(
+    ns: &NetNs,
+    o: &VxlanOptions,
+    name: &str,
+) -> io::Result<(Arc<Endpoint>, Arc<Mutex<Inbox>>)> {
+    let addr = SocketAddr::new(o.local, o.dstport);
+    let mut all = ENDPOINTS.lock().unwrap_or_else(PoisonError::into_inner);
+    all.retain(|w| w.strong_count() > 0);
+    // Port 0 (tests) asks the kernel for a fresh port: never someone else's socket.
+    let found =
+        all.iter().filter_map(Weak::upgrade).find(|e| o.dstport != 0 && e.key == (ns.id(), addr));
+    let ep = match found {
+        Some(e) => {
+            if e.dev != o.dev {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{BACKEND} {name}: {addr} is already open with dev {:?}", e.dev),
+                ));
+            }
+            e
+        }
+        None => {
+            let sock = ns.run_in(|| open_socket(addr, o.dev.as_deref()))?;
+            let key = (ns.id(), sock.local_addr()?);
+            let e = Arc::new(Endpoint {
+                sock,
+                key,
+                dev: o.dev.clone(),
+                members: Mutex::new(Vec::new()),
+                count: AtomicUsize::new(0),
+            });
+            all.push(Arc::downgrade(&e));
+            e
+        }
+    };
+    let mut members = ep.members.lock().unwrap_or_else(PoisonError::into_inner);
+    if members.iter().any(|(v, _)| *v == o.vni) {
+        return Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("{BACKEND} {name}: VNI {} is already open on {addr}", o.vni),
+        ));
+    }
+    let inbox = Arc::new(Mutex::new(Inbox {
+        bufs: (0..INBOX).map(|_| PktBuf::new()).collect(),
+        from: vec![o.local; INBOX],
+        head: 0,
+        len: 0,
+    }));
+    members.push((o.vni, inbox.clone()));
+    ep.count.store(members.len(), Relaxed);
+    drop(members);
+    Ok((ep, inbox))
+}
+
+fn open_socket(addr: SocketAddr, dev: Option<&str>) -> io::Result<UdpSocket> {
+    let err = |step: &str| {
+        let step = format!("{step} {addr}");
+        move |e| sys::step_err(BACKEND, dev.unwrap_or("-"), &step, e)
+    };
+    let sock = UdpSocket::bind(addr).map_err(err("bind"))?;
+    sock.set_nonblocking(true).map_err(err("set non-blocking"))?;
+    let fd = sock.as_fd().try_clone_to_owned()?;
+    if let Some(d) = dev {
+        let name = sys::check_ifname(BACKEND, d)?;
+        sys::setsockopt(&fd, libc::SOL_SOCKET, libc::SO_BINDTODEVICE, &name)
+            .map_err(err("SO_BINDTODEVICE"))?;
+    }
+    // A larger receive buffer rides out a worker's pause; refused sizes are not an error.
+    let _ = sys::setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &(4i32 << 20));
+    let _ = sys::setsockopt(&fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &(4i32 << 20));
+    Ok(sock)
+}
+
+/// The learning table: inner MAC to remote index, open addressing, [`PROBES`] slots per MAC.
+struct Fdb {
+    /// `mac | 1 << 48` (0: empty), remote index, second last seen.
+    slots: Box<[(u64, u16, u32)]>,
+}
+
+impl Fdb {
+    fn new() -> Self {
+        Fdb { slots: vec![(0, 0, 0); FDB_SLOTS].into_boxed_slice() }
+    }
+
+    fn key(mac: &[u8]) -> u64 {
+        let mut k = [0u8; 8];
+        k[2..].copy_from_slice(&mac[..6]);
+        u64::from_be_bytes(k) | 1 << 48
+    }
+
+    fn home(key: u64) -> usize {
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize & (FDB_SLOTS - 1)
+    }
+
+    fn lookup(&self, mac: &[u8], now: u32) -> Option<u16> {
+        let key = Self::key(mac);
+        let h = Self::home(key);
+        (0..PROBES)
+            .map(|p| self.slots[(h + p) & (FDB_SLOTS - 1)])
+            .find_map(|(k, r, seen)| (k == key && now.wrapping_sub(seen) <= AGING_S).then_some(r))
+    }
+
+    fn learn(&mut self, mac: &[u8], remote: u16, now: u32) {
+        let key = Self::key(mac);
+        let h = Self::home(key);
+        let mut victim = h;
+        for p in 0..PROBES {
+            let i = (h + p) & (FDB_SLOTS - 1);
+            let (k, _, seen) = self.slots[i];
+            if k == key || k == 0 {
+                victim = i;
+                break;
+            }
+            if now.wrapping_sub(seen) > now.wrapping_sub(self.slots[victim].2) {
+                victim = i;
+            }
+        }
+        self.slots[victim] = (key, remote, now);
+    }
+
+    fn clear(&mut self) {
+        self.slots.fill((0, 0, 0));
+    }
+}
+
+/// Scratch for `recvmmsg`/`sendmmsg`: headers, one iovec and one address each.
+struct Msgs {
+    hdrs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+    names: Vec<libc::sockaddr_storage>,
+}
+
+// SAFETY: the raw pointers in `hdrs` and `iovs` point into this struct's own vectors or into
+// batch buffers; they are rewritten before every syscall and only read by the syscall they
+// were written for, so moving the struct to another thread cannot make a use dangle or race.
+unsafe impl Send for Msgs {}
+
+impl Msgs {
+    fn new(n: usize) -> Self {
+        // SAFETY: these are plain C structs for which all-zero bytes are a valid value (null
+        // pointers, zero lengths).
+        let (h, i, s) = unsafe { (std::mem::zeroed(), std::mem::zeroed(), std::mem::zeroed()) };
+        Msgs { hdrs: vec![h; n], iovs: vec![i; n], names: vec![s; n] }
+    }
+
+    /// Points message `i` at `buf` and at address slot `name` (`namelen` bytes of it).
+    fn set(&mut self, i: usize, buf: *mut u8, len: usize, name: *mut libc::sockaddr_storage) {
+        self.iovs[i] = libc::iovec { iov_base: buf.cast(), iov_len: len };
+        let h = &mut self.hdrs[i];
+        h.msg_len = 0;
+        h.msg_hdr.msg_name = name.cast();
+        h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        h.msg_hdr.msg_iov = &mut self.iovs[i];
+        h.msg_hdr.msg_iovlen = 1;
+        h.msg_hdr.msg_control = std::ptr::null_mut();
+        h.msg_hdr.msg_controllen = 0;
+        h.msg_hdr.msg_flags = 0;
+    }
+
+    fn recv(&mut self, fd: RawFd, n: usize) -> io::Result<usize> {
+        // SAFETY: messages 0..n were set by `set` just before, to buffers and addresses that
+        // stay alive and unaliased for the duration of the call.
+        let r = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                n as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
+    }
+
+    fn send(&mut self, fd: RawFd, from: usize, to: usize) -> io::Result<usize> {
+        // SAFETY: messages from..to were set by `set` in this burst, to frames and addresses
+        // that are not touched until the call returns.
+        let r = unsafe {
+            libc::sendmmsg(
+                fd,
+                self.hdrs[from..to].as_mut_ptr(),
+                (to - from) as u32,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
+    }
+}
+
+/// The address in `s`, if it holds an IPv4 or IPv6 one.
+fn ip_of(s: &libc::sockaddr_storage) -> Option<IpAddr> {
+    match i32::from(s.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in, which is smaller.
+            let a = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for sockaddr_in6.
+            let a = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr)))
+        }
+        _ => None,
+    }
+}
+
+/// `a` as a socket address for `sendmmsg`.
+fn storage_of(a: SocketAddr) -> libc::sockaddr_storage {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut s: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let p = (&mut s as *mut libc::sockaddr_storage).cast::<u8>();
+    match a {
+        SocketAddr::V4(v) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from(*v.ip()).to_be() },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: a sockaddr_in fits in a sockaddr_storage, which is suitably aligned.
+            unsafe { p.cast::<libc::sockaddr_in>().write(sin) };
+        }
+        SocketAddr::V6(v) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v.port().to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr { s6_addr: v.ip().octets() },
+                sin6_scope_id: 0,
+            };
+            // SAFETY: as above, for sockaddr_in6.
+            unsafe { p.cast::<libc::sockaddr_in6>().write(sin6) };
+        }
+    }
+    s
+}
+
+/// A VXLAN segment over a UDP socket (see the module doc).
+pub struct VxlanPort {
+    name: String,
+    vni: u32,
+    ep: Arc<Endpoint>,
+    inbox: Arc<Mutex<Inbox>>,
+    shared: Arc<Shared>,
+    /// The remote set as of `generation`, and its socket addresses; capacity reserved at open.
+    remotes: Vec<IpAddr>,
+    remote_addrs: Vec<libc::sockaddr_storage>,
+    generation: u64,
+    fdb: Fdb,
+    rx: Msgs,
+    tx: Msgs,
+    stats: PortStats,
+    counters: [u64; NCOUNTERS],
+    dirty: bool,
+    started: Instant,
+    now: u32,
+}
+
+impl VxlanPort {
+    /// Opens the port: joins (or makes) the socket for `o.local:o.dstport` in `o.netns` and
+    /// registers `o.vni` on it. Errors name the port, the address and the failing step.
+    pub fn open(name: &str, o: &VxlanOptions) -> io::Result<VxlanPort> {
+        let bad = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
+        if o.vni == 0 || o.vni > VNI_MAX {
+            return Err(bad(format!("{BACKEND} {name}: VNI {} is not in 1..={VNI_MAX}", o.vni)));
+        }
+        if o.local.is_unspecified() || o.local.is_multicast() {
+            return Err(bad(format!(
+                "{BACKEND} {name}: local {} is not a unicast address",
+                o.local
+            )));
+        }
+        let remotes = checked_remotes(o.local, &o.remotes)
+            .map_err(|e| bad(format!("{BACKEND} {name}: {e}")))?;
+        let ns = NetNs::open_or_current(BACKEND, name, o.netns.as_deref())?;
+        let (ep, inbox) = join_endpoint(&ns, o, name)?;
+        let shared = Arc::new(Shared {
+            vni: o.vni,
+            local: o.local,
+            remotes: Mutex::new(remotes),
+            generation: AtomicU64::new(1),
+            counters: Default::default(),
+        });
+        let mut p = VxlanPort {
+            name: name.to_string(),
+            vni: o.vni,
+            ep,
+            inbox,
+            shared,
+            remotes: Vec::with_capacity(MAX_REMOTES),
+            remote_addrs: Vec::with_capacity(MAX_REMOTES),
+            generation: 0,
+            fdb: Fdb::new(),
+            rx: Msgs::new(MAX_BURST),
+            tx: Msgs::new(TX_MSGS),
+            stats: PortStats::default(),
+            counters: [0; NCOUNTERS],
+            dirty: false,
+            started: Instant::now(),
+            now: 0,
+        };
+        p.refresh();
+        Ok(p)
+    }
+
+    /// The handle the control path keeps (remotes, counters).
+    pub fn handle(&self) -> VxlanHandle {
+        VxlanHandle(self.shared.clone())
+    }
+
+    /// The socket's local address (the port it really bound when `dstport` was 0, in tests).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.ep.sock.local_addr()
+    }
+
+    /// Takes a new remote set if the handle changed it.
+    fn refresh(&mut self) {
+        let g = self.shared.generation.load(Relaxed);
+        if g == self.generation {
+            return;
+        }
+        self.generation = g;
+        let port = self.ep.key.1.port();
+        let r = self.shared.remotes.lock().unwrap_or_else(PoisonError::into_inner);
+        self.remotes.clear();
+        self.remotes.extend_from_slice(&r[..r.len().min(MAX_REMOTES)]);
+        self.remote_addrs.clear();
+        self.remote_addrs
+            .extend(self.remotes.iter().map(|&ip| storage_of(SocketAddr::new(ip, port))));
+        self.fdb.clear();
+    }
+
+    fn count(&mut self, r: Reason, n: u64) {
+        self.counters[r as usize] += n;
+        if r.is_rx() {
+            self.stats.rx_dropped += n;
+        } else if r == Reason::SendFull {
+            self.stats.tx_full += n;
+        } else {
+            self.stats.tx_errors += n;
+        }
+        self.dirty = true;
+    }
+
+    fn publish(&mut self) {
+        if std::mem::take(&mut self.dirty) {
+            for (a, &v) in self.shared.counters.iter().zip(&self.counters) {
+                a.store(v, Relaxed);
+            }
+        }
+    }
+
+    /// Accepts a datagram of this port's VNI from `from`: checks the remote, learns the inner
+    /// source MAC, strips the header. False if it was dropped (and counted).
+    fn accept(&mut self, buf: &mut PktBuf, from: IpAddr) -> bool {
+        let Some(ri) = self.remotes.iter().position(|&r| r == from) else {
+            self.count(Reason::UnknownRemote, 1);
+            return false;
+        };
+        let ok = buf.pull_front(HEADER_LEN);
+        debug_assert!(ok, "parse checked the length");
+        let src = &buf.frame()[6..12];
+        if src[0] & 1 == 0 {
+            self.fdb.learn(src, ri as u16, self.now);
+        }
+        self.stats.rx_packets += 1;
+        self.stats.rx_bytes += buf.len() as u64;
+        true
+    }
+
+    /// Moves frames sibling ports read for this one into `batch`.
+    fn drain_inbox(&mut self, batch: &mut Batch) {
+        let inbox = self.inbox.clone();
+        let mut q = inbox.lock().unwrap_or_else(PoisonError::into_inner);
+        while q.len > 0 && batch.room() > 0 {
+            let (h, from) = (q.head, q.from[q.head]);
+            q.head = (h + 1) % q.bufs.len();
+            q.len -= 1;
+            let i = batch.len();
+            batch.swap_buf(i, &mut q.bufs[h]);
+            batch.set_len(i + 1);
+            if !self.accept(batch.get_mut(i), from) {
+                batch.set_len(i);
+            }
+        }
+    }
+
+    /// One `recvmmsg` into `batch`'s spare slots; keeps this VNI's frames, hands the others'.
+    fn recv(&mut self, batch: &mut Batch, room: usize) {
+        let base = batch.len();
+        let start = HEADROOM - HEADER_LEN;
+        for (i, b) in batch.slots_mut()[base..base + room].iter_mut().enumerate() {
+            let (st, _) = b.storage_mut();
+            let win = &mut st[start..start + HEADER_LEN + MAX_FRAME];
+            let name = &mut self.rx.names[i] as *mut libc::sockaddr_storage;
+            self.rx.set(i, win.as_mut_ptr(), win.len(), name);
+        }
+        let got = match self.rx.recv(self.ep.sock.as_raw_fd(), room) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+            Err(_) => {
+                self.count(Reason::RecvError, 1);
+                0
+            }
+        };
+        let mut kept = base;
+        for i in 0..got {
+            let (len, flags) =
+                (self.rx.hdrs[i].msg_len as usize, self.rx.hdrs[i].msg_hdr.msg_flags);
+            let from = ip_of(&self.rx.names[i]);
+            let slot = &mut batch.slots_mut()[base + i];
+            slot.set_window(start, len.min(HEADER_LEN + MAX_FRAME));
+            let verdict = match (flags & libc::MSG_TRUNC != 0, from) {
+                (true, _) | (_, None) => Err(Reason::TooLong),
+                (false, Some(from)) => parse(slot.frame()).map(|vni| (vni, from)),
+            };
+            let keep = match verdict {
+                Ok((vni, from)) if vni == self.vni => self.accept(slot, from),
+                Ok((vni, from)) => {
+                    if let Err(r) = self.ep.hand_over(vni, slot, from) {
+                        self.count(r, 1);
+                    }
+                    false
+                }
+                Err(r) => {
+                    self.count(r, 1);
+                    false
+                }
+            };
+            if keep {
+                batch.slots_mut().swap(kept, base + i);
+                kept += 1;
+            }
+        }
+        batch.set_len(kept);
+    }
+
+    /// Queues message `m` for `frame` to remote `r`.
+    fn queue(&mut self, m: usize, frame: *mut u8, len: usize, r: usize) {
+        let name = &mut self.remote_addrs[r] as *mut libc::sockaddr_storage;
+        self.tx.set(m, frame, len, name);
+        let namelen = match self.remotes[r] {
+            IpAddr::V4(_) => size_of::<libc::sockaddr_in>(),
+            IpAddr::V6(_) => size_of::<libc::sockaddr_in6>(),
+        };
+        self.tx.hdrs[m].msg_hdr.msg_namelen = namelen as libc::socklen_t;
+    }
+
+    /// Adds the header to `b` and queues its datagrams after the `m` queued (sending those
+    /// first if there is no room); returns how many are queued now.
+    fn encap(&mut self, b: &mut PktBuf, mut m: usize) -> usize {
+        let len = b.len();
+        if !(ETH_HLEN..=MAX_FRAME).contains(&len) {
+            self.count(Reason::BadLength, 1);
+            return m;
+        }
+        let dst = &b.frame()[..6];
+        let to = if dst[0] & 1 == 0 { self.fdb.lookup(dst, self.now) } else { None };
+        if !b.push_front(HEADER_LEN) {
+            self.count(Reason::NoHeadroom, 1);
+            return m;
+        }
+        b.frame_mut()[..HEADER_LEN].copy_from_slice(&header(self.vni));
+        let (ptr, dlen) = (b.frame_mut().as_mut_ptr(), b.len());
+        let targets = match to {
+            Some(r) => usize::from(r)..usize::from(r) + 1,
+            None => {
+                self.counters[C_FLOODED] += 1;
+                0..self.remotes.len()
+            }
+        };
+        if m + targets.len() > TX_MSGS {
+            self.flush(m);
+            m = 0;
+        }
+        for r in targets {
+            self.queue(m, ptr, dlen, r);
+            m += 1;
+        }
+        self.stats.tx_packets += 1;
+        self.stats.tx_bytes += len as u64;
+        self.dirty = true;
+        m
+    }
+
+    /// Sends messages `0..m`; counts what the socket refused.
+    fn flush(&mut self, m: usize) {
+        let fd = self.ep.sock.as_raw_fd();
+        let mut off = 0;
+        while off < m {
+            match self.tx.send(fd, off, m) {
+                Ok(0) => break,
+                Ok(k) => {
+                    off += k;
+                    self.counters[C_DATAGRAMS] += k as u64;
+                    self.dirty = true;
+                }
+                Err(e) if matches!(sys::errno(&e), libc::EAGAIN | libc::ENOBUFS) => break,
+                Err(_) => {
+                    self.count(Reason::SendError, 1);
+                    off += 1;
+                }
+            }
+        }
+        if off < m {
+            self.count(Reason::SendFull, (m - off) as u64);
+        }
+    }
+}
+
+impl Drop for VxlanPort {
+    fn drop(&mut self) {
+        let mut members = self.ep.members.lock().unwrap_or_else(PoisonError::into_inner);
+        members.retain(|(v, _)| *v != self.vni);
+        self.ep.count.store(members.len(), Relaxed);
+    }
+}
+
+impl Port for VxlanPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn rx_burst(&mut self, batch: &mut Batch) -> usize {
+        self.refresh();
+        self.now = self.started.elapsed().as_secs() as u32;
+        let start = batch.len();
+        if self.ep.count.load(Relaxed) > 1 {
+            self.drain_inbox(batch);
+        }
+        let room = batch.room().min(MAX_BURST);
+        if room > 0 {
+            self.recv(batch, room);
+        }
+        self.publish();
+        batch.len() - start
+    }
+
+    fn tx_burst(&mut self, batch: &mut Batch, sel: &[u16]) -> usize {
+        self.refresh();
+        if self.remotes.is_empty() {
+            self.count(Reason::NoRemote, sel.len() as u64);
+            self.publish();
+            return sel.len();
+        }
+        let mut m = 0;
+        for &s in sel {
+            m = self.encap(batch.get_mut(usize::from(s)), m);
+        }
+        self.flush(m);
+        self.publish();
+        sel.len()
+    }
+
+    fn stats(&self) -> PortStats {
+        self.stats
+    }
+
+    fn mode_name(&self) -> Option<&'static str> {
+        Some("udp socket")
+    }
+
+    fn backend_counters(&self, out: &mut Vec<(&'static str, u64)>) {
+        out.extend(Reason::ALL.iter().map(|&r| (r.name(), self.counters[r as usize])));
+        out.push(("tx_datagrams", self.counters[C_DATAGRAMS]));
+        out.push(("tx_flooded", self.counters[C_FLOODED]));
+    }
+
+    fn wakeup_fds(&self, out: &mut Vec<RawFd>) -> bool {
+        out.push(self.ep.sock.as_raw_fd());
+        // A sibling VNI's port may read our frames off the socket into our inbox, which no
+        // descriptor signals: then the worker must keep its naps short.
+        self.ep.count.load(Relaxed) == 1
+    }
+}
+
+#[cfg(test)]
+#[path = "vxlan_tests.rs"]
+mod tests;
