@@ -6,8 +6,10 @@
 //! types, with every rejection naming the file, line, column, field and offending value — and
 //! building an engine from it ([`build`]), or cells for several workers, and running those
 //! workers as threads that can move VRs between them and change their reservations while
-//! traffic flows ([`runtime`]). Later: applying topology diffs, the API server, metrics and
-//! Linux control-plane sync.
+//! traffic flows ([`runtime`]). On top: the running host ([`Node`]), which diffs a topology
+//! against what runs (`plan.rs`: typed steps, the plan's text their `Display`) and serves the
+//! API with one handler file per object (`cmd/`); the daemon with its journal and
+//! checkpoints, the migration listener, metrics, and Linux control-plane sync.
 #![deny(unsafe_code)]
 
 pub mod api;

@@ -1,6 +1,6 @@
 //! The diff half of `apply`: what turns the running host into another topology, as typed
 //! [`Step`]s with everything they need built (route tables, VRs, cells, ports), or why it
-//! cannot be done live ([`Refusal`]). [`crate::Node`] carries the steps out; the plan's text
+//! cannot be done live ([`Refusal`]). The node carries the steps out; the plan's text
 //! ([`Plan`]) is each step's [`Display`](std::fmt::Display), so what is shown is what runs.
 //!
 //! A diff changes nothing on the running host: it reads the running topology, the workers'
