@@ -3,8 +3,9 @@
 //!
 //! Every change reaches the data plane as a typed operation on the worker that runs the VR,
 //! between two of its polls ([`Runtime::on_cell`]); no worker is ever stopped. [`Node::execute`]
-//! serves the API ([`crate::api::Command`]); [`Node::plan`] and [`Node::apply`] diff a topology
-//! against the running one and carry the difference out.
+//! serves the API ([`crate::api::Command`]), handing each command to its file in `cmd/`;
+//! [`Node::plan`] and [`Node::apply`] diff a topology against the running one (`plan.rs`) and
+//! carry the difference out, step by step.
 //!
 //! `apply` is all or nothing where it can be: the whole plan is computed and everything it
 //! needs (route tables, VRs, ports) is built before the first change to the running host, and

@@ -1,6 +1,6 @@
 //! The diff half of `apply`: what turns the running host into another topology, as typed
 //! [`Step`]s with everything they need built (route tables, VRs, cells, ports), or why it
-//! cannot be done live ([`Refusal`]). [`crate::Node`] carries the steps out; the plan's text
+//! cannot be done live ([`Refusal`]). The node carries the steps out; the plan's text
 //! ([`Plan`]) is each step's [`Display`](std::fmt::Display), so what is shown is what runs.
 //!
 //! A diff changes nothing on the running host: it reads the running topology, the workers'
@@ -525,7 +525,7 @@ impl Diff<'_> {
 
     /// New VRs: those on ports of a running cell join it; the others, on new ports only, are
     /// returned with their ports, to be grouped into new cells.
-    fn new_vrs(&mut self) -> Result<Vec<(Vec<String>, Vec<usize>)>, ControlError> {
+    fn new_vrs(&mut self) -> Result<Vec<Group>, ControlError> {
         let (cur, next, rt) = (self.cur.topo, self.next, self.cur.rt);
         let next_ports = by_name(next);
         let mut new_cells = Vec::new();
@@ -739,9 +739,12 @@ fn route_diff(old: &[RouteConfig], new: &[RouteConfig]) -> Vec<RouteOp> {
     ops
 }
 
+/// New VRs to run in one cell: its ports by name, and the VRs (indices into `next`).
+type Group = (Vec<String>, Vec<usize>);
+
 /// Groups new VRs that share ports into cells.
-fn merge_cells(mut groups: Vec<(Vec<String>, Vec<usize>)>) -> Vec<(Vec<String>, Vec<usize>)> {
-    let mut out: Vec<(Vec<String>, Vec<usize>)> = Vec::new();
+fn merge_cells(mut groups: Vec<Group>) -> Vec<Group> {
+    let mut out: Vec<Group> = Vec::new();
     while let Some((mut ports, mut vrs)) = groups.pop() {
         loop {
             let hit = out.iter().position(|(p, _)| p.iter().any(|x| ports.contains(x)));

@@ -473,3 +473,76 @@ fn up_after_sigkill_starts_from_the_checkpoint_and_refuses_a_damaged_one() {
     assert!(log.contains(&ckpt.display().to_string()), "the message names the file: {log}");
     assert!(!log.contains("took over from the checkpoint"), "{log}");
 }
+
+/// What the state of `vr`'s interface `iface` and reservation is, as `status` reports it:
+/// (MTU, reservation and pending reservation as text).
+fn mtu_and_reservation(s: &Service, vr: &str, iface: &str) -> (u64, String) {
+    let v = s.vr_status(vr);
+    let f = v["interfaces"].as_array().unwrap().iter().find(|f| f["name"] == iface).cloned();
+    let mtu = f.unwrap_or_else(|| panic!("no interface {iface}: {v}"))["mtu"].as_u64().unwrap();
+    (mtu, format!("{} {}", v["reservation"], v["pending_reservation"]))
+}
+
+/// Issue 27, finding 3: after SIGKILL + `up` (twice: the second start replays what the first
+/// compacted) the host is as it was acknowledged. An MTU and a reservation set live and then
+/// reverted by `apply` stay reverted; `vr_add` of another VR leaves r's live MTU and
+/// reservation alone (its plan has its own step only), and they come back after a crash.
+#[test]
+fn up_after_sigkill_comes_back_as_acknowledged_after_apply_and_vr_add() {
+    if !root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = Service::new(4);
+    s.ok("up", &[]);
+    assert!(s.reaches("10.62.0.2"), "the VR does not forward to b at all");
+    let api_ok = |req: &str| {
+        let r = s.api(req);
+        assert!(r["ok"].is_object(), "{req}: {r}");
+        r["ok"].clone()
+    };
+    let set_live = |mtu: u16| {
+        api_ok(&format!(
+            r#"{{"v":1,"id":1,"cmd":"interface_set","args":{{"vr":"r","interface":"eb","mtu":{mtu}}}}}"#
+        ));
+        api_ok(r#"{"v":1,"id":2,"cmd":"reserve","args":{"vr":"r","spec":["packets=1234"]}}"#);
+    };
+    let restart_twice = |want: &(u64, String)| {
+        for n in ["first", "second"] {
+            s.kill();
+            let mark = std::fs::read_to_string(s.run_dir().join("log")).unwrap().len();
+            s.ok("up", &[]);
+            let got = mtu_and_reservation(&s, "r", "eb");
+            assert_eq!(&got, want, "after the {n} SIGKILL: {}", log_since(&s, mark));
+            assert!(s.reaches("10.62.0.2"), "after the {n} SIGKILL");
+        }
+    };
+
+    // Live changes, then `apply` of the file with a static route: they go back to the file's.
+    set_live(1400);
+    let file_text = std::fs::read_to_string(&s.file).unwrap();
+    let applied = file_text.replacen(
+        "  - name: s\n",
+        "    routes: [{ prefix: 10.96.0.0/24, via: 10.62.0.2 }]\n  - name: s\n",
+        1,
+    );
+    let req = serde_json::json!({"v": 1, "id": 3, "cmd": "apply", "args": {
+        "topology": applied, "file": s.file.canonicalize().unwrap().display().to_string()}});
+    let plan = api_ok(&req.to_string())["plan"].to_string();
+    assert!(plan.contains("mtu 1400 -> 1500") && plan.contains("-> none"), "{plan}");
+    let reverted = mtu_and_reservation(&s, "r", "eb");
+    assert_eq!(reverted.0, 1500);
+    assert!(!reverted.1.contains("1234"), "{reverted:?}");
+    restart_twice(&reverted);
+
+    // Live changes again, then a VR added beside r: r keeps them, through crashes too.
+    set_live(1300);
+    let live = mtu_and_reservation(&s, "r", "eb");
+    assert!(live.0 == 1300 && live.1.contains("1234"), "{live:?}");
+    let add = r#"{"v":1,"id":4,"cmd":"vr_add","args":{"vr":{"name":"x","interfaces":[{"name":"a","port":"xm","mac":"02:00:00:00:63:01","addresses":["10.63.0.1/24"]}]},"ports":[{"name":"xm","kind":"mem"}]}}"#;
+    let plan = api_ok(add)["plan"].clone();
+    assert_eq!(plan, serde_json::json!(["+ vr x (new cell; opens xm)"]));
+    assert_eq!(mtu_and_reservation(&s, "r", "eb"), live);
+    restart_twice(&live);
+    assert!(s.routeplex("route", &["x", "list"]).status.success(), "vr x is gone");
+}
