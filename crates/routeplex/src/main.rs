@@ -470,6 +470,11 @@ mod tests {
         let e = control::ControlError::Io { context: "x.sock".into(), source: io };
         let once = e.to_string();
         assert_eq!(report(&anyhow::Error::from(e)), once);
+        // `up` with a bad file: the topology error is the control error's text and source.
+        let bad = control::Topology::parse("vrs: 7\n", "lab.yaml", std::path::Path::new("."));
+        let e = anyhow::Error::from(control::ControlError::from(bad.unwrap_err()));
+        let said = report(&e);
+        assert_eq!(said.matches("lab.yaml:1").count(), 1, "{said}");
         let e = anyhow::anyhow!("inner").context("outer");
         assert_eq!(report(&e), "outer: inner");
     }
