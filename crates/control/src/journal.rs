@@ -562,7 +562,7 @@ impl Reader {
     }
 
     /// The next record (kind, body), `None` at the end or at a torn tail ([`Reader::torn`]).
-    pub fn next(&mut self) -> Result<Option<(u8, &[u8])>, ControlError> {
+    pub fn next_record(&mut self) -> Result<Option<(u8, &[u8])>, ControlError> {
         let left = self.size - self.at;
         if left == 0 || self.torn > 0 {
             return Ok(None);
@@ -650,7 +650,7 @@ impl Reader {
 /// refuses to start before it serves anything. A torn tail is not an error.
 pub fn check(dir: &Path) -> Result<(), ControlError> {
     let Some(mut r) = Reader::open(&dir.join(FILE))? else { return Ok(()) };
-    while r.next()?.is_some() {}
+    while r.next_record()?.is_some() {}
     Ok(())
 }
 
@@ -716,7 +716,7 @@ fn replay(
     let name = r.path.display().to_string();
     loop {
         let at = r.good();
-        let Some((kind, body)) = r.next()? else { break };
+        let Some((kind, body)) = r.next_record()? else { break };
         match apply(kind, body, node, origin, &name, live) {
             Ok(routes) => {
                 rep.applied += 1;
@@ -871,7 +871,7 @@ mod tests {
     fn read_all(path: &Path) -> Result<(Vec<u8>, u64, u64), ControlError> {
         let mut r = Reader::open(path)?.expect("a journal");
         let mut kinds = Vec::new();
-        while let Some((k, _)) = r.next()? {
+        while let Some((k, _)) = r.next_record()? {
             kinds.push(k);
         }
         Ok((kinds, r.good(), r.torn))
