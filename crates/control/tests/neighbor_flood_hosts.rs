@@ -58,6 +58,9 @@ impl Lab {
         let ns = Namespaces(vec![mid.clone(), a.clone(), b.clone()]);
         for n in &ns.0 {
             ip(&["netns", "add", n]);
+            // No duplicate address detection on the links to come (link-local addresses
+            // included): a tentative address would hold up the first solicitations.
+            sysctl(n, "net.ipv6.conf.default.accept_dad=0");
         }
         let sides = [
             (&a, "10.1.0.2/24", "2001:db8:1::2/64", "1"),
@@ -113,11 +116,19 @@ impl Lab {
         sysctl(&self.mid, "net.ipv6.conf.all.forwarding=1");
     }
 
-    /// Pings from `a` to `b` until both families answer (neighbours resolved both ways).
+    /// Pings from `a` to `b` until both families answer (neighbours resolved both ways),
+    /// for up to 25 pings each.
     fn warm_up(&self) {
         for dst in ["10.2.0.2", "2001:db8:2::2"] {
-            let (got, out) = ping(&self.a, dst, 5, "0.2");
-            assert!(got > 0, "no reply from {dst} before the flood\n{out}");
+            let mut tries = 0;
+            loop {
+                let (got, out) = ping(&self.a, dst, 5, "0.2");
+                tries += 1;
+                if got > 0 {
+                    break;
+                }
+                assert!(tries < 5, "no reply from {dst} before the flood\n{out}");
+            }
         }
     }
 

@@ -944,7 +944,7 @@ fn echo_reply_over_the_mtu() {
         .iter()
         .map(|&(off, len)| eth(H0, M0, None, ET_IP6, &frag6(r, h, 58, &rep, off, len, 1).bytes()))
         .collect();
-    assert_eq!(want.iter().map(|f| f.len() - 14).collect::<Vec<_>>(), [1500, 40 + 8 + 160]);
+    assert_eq!(want.iter().map(|f| f.len() - 14).collect::<Vec<_>>(), [1496, 40 + 8 + 160]);
     lab.expect(0, &want);
     lab.expect_silence();
     for f in &frames {

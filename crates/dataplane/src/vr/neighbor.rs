@@ -270,8 +270,11 @@ pub(crate) struct NeighborTable {
     per_iface: u32,
     /// Multicast probes' budget (`None`: unlimited).
     solicit: Option<Bucket>,
-    /// The share of it each lane of sources may take for new resolutions (empty: unlimited).
+    /// The share of it each lane of sources may take for new resolutions (empty until first
+    /// needed), and the budget's rate and burst they are made from.
     lanes: Box<[Bucket]>,
+    solicit_rate: u32,
+    solicit_burst: u32,
     /// Addresses probed lately, and until when an answer counts as solicited.
     recent: Box<[(NKey, u64)]>,
     /// Packets (transit, generated) dropped from the queues of entries evicted, not yet counted.
@@ -314,13 +317,9 @@ impl NeighborTable {
             },
             solicit: (l.solicitations_per_sec > 0)
                 .then(|| Bucket::new(l.solicitations_per_sec, l.solicitations_burst.max(1))),
-            lanes: if l.solicitations_per_sec > 0 {
-                let rate = (l.solicitations_per_sec / SHARE).max(1);
-                let burst = (l.solicitations_burst / SHARE).max(1);
-                (0..LANES).map(|_| Bucket::new(rate, burst)).collect()
-            } else {
-                Box::default()
-            },
+            lanes: Box::default(),
+            solicit_rate: l.solicitations_per_sec,
+            solicit_burst: l.solicitations_burst,
             recent: vec![(NKey { ip: 0, iface: u16::MAX }, 0); RECENT].into_boxed_slice(),
             evicted: (0, 0),
             gave_up: VecDeque::new(),
@@ -488,12 +487,16 @@ impl NeighborTable {
     #[inline]
     fn solicit_allowed(&mut self, now: u64, lane: Option<usize>) -> bool {
         let Some(b) = self.solicit.as_mut() else { return true };
-        let Some(l) = lane.and_then(|l| self.lanes.get_mut(l % LANES)) else {
-            return b.take(now);
-        };
+        let Some(lane) = lane else { return b.take(now) };
         if b.over_half(now) {
             return b.take(now);
         }
+        if self.lanes.is_empty() {
+            self.make_lanes(now);
+        }
+        let (Some(b), Some(l)) = (self.solicit.as_mut(), self.lanes.get_mut(lane % LANES)) else {
+            return false;
+        };
         if !l.take(now) {
             return false;
         }
@@ -502,6 +505,21 @@ impl NeighborTable {
             return false;
         }
         true
+    }
+
+    /// The lanes, made the first time the budget runs down to half (most VRs never do), full
+    /// as of `now`.
+    #[cold]
+    fn make_lanes(&mut self, now: u64) {
+        let rate = (self.solicit_rate / SHARE).max(1);
+        let burst = (self.solicit_burst / SHARE).max(1);
+        self.lanes = (0..LANES)
+            .map(|_| {
+                let mut b = Bucket::new(rate, burst);
+                b.refill(now);
+                b
+            })
+            .collect();
     }
 
     /// Makes entry `e` incomplete and schedules its first probe (its token is spent).
