@@ -1007,6 +1007,9 @@ pub fn down(file: &Path, say: &mut dyn FnMut(String)) -> Result<(), ControlError
 /// Removes the service's files and then its directory: exactly what it made, nothing else.
 fn remove_dir(p: &Paths) -> Result<(), ControlError> {
     let journal = [
+        // What the fleet agent (crates/fleet) last knew of the fleet, beside the data plane.
+        p.dir.join("fleet.json"),
+        p.dir.join("fleet.json.tmp"),
         p.dir.join(crate::journal::FILE),
         p.dir.join(format!(".{}.tmp", crate::journal::FILE)),
         p.dir.join(crate::checkpoint::FILE),

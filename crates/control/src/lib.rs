@@ -8,7 +8,7 @@
 //! - building engines and cells from it ([`build`]) and running them as worker threads that
 //!   move VRs and change reservations while traffic flows ([`runtime`]);
 //! - the running host ([`node`]): every VR's routes by source and its FIB writers, `apply`'s
-//!   plans ([`plan`]: a diff of the running topology against an edited file as typed steps,
+//!   plans (`plan.rs`: a diff of the running topology against an edited file as typed steps,
 //!   the plan's text their `Display`, refused whole when it cannot be made live), the API's
 //!   handlers (one file per object in `cmd/`), snapshots, checkpoints and the route journal;
 //! - the service around it ([`daemon`]): run directory, `up`/`down`, and the control socket

@@ -109,10 +109,12 @@ impl Drop for Cluster {
     }
 }
 
+/// A VR's name and its interfaces (name, up).
+type Vr = (String, Vec<(String, bool)>);
+
 /// A host's control API that records what it is asked and answers from a list of VRs.
 struct Recorder {
-    /// VR name → its interfaces (name, up).
-    vrs: Mutex<Vec<(String, Vec<(String, bool)>)>>,
+    vrs: Mutex<Vec<Vr>>,
     applied: Mutex<Vec<(String, String)>>,
 }
 

@@ -225,6 +225,9 @@ enum Cmd {
         #[arg(long)]
         state_dir: Option<PathBuf>,
     },
+    /// The fleet of routeplex hosts whose state is in etcd (docs/fleet.md).
+    #[command(subcommand)]
+    Fleet(FleetCmd),
     /// A packet generator and sink on memif sockets, as a separate process (netmap's pkt-gen).
     Pktgen(pktgen::Args),
     /// Benchmarks (JSON with --json).
@@ -266,6 +269,20 @@ enum RouteCmd {
         source: Option<String>,
         #[arg(long)]
         limit: Option<usize>,
+    },
+}
+
+#[derive(Subcommand)]
+enum FleetCmd {
+    /// Hosts (lease age, capacity offered and used, applied revision, fenced) and their VRs,
+    /// read from etcd, as tables; with --json, for machines.
+    Status {
+        /// etcd client URLs, comma-separated: http://HOST:PORT[,http://HOST:PORT...]
+        #[arg(long, value_delimiter = ',', required = true)]
+        etcd: Vec<String>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -353,6 +370,7 @@ fn main() -> ExitCode {
             .map(|t| println!("{}", t.summary().trim_end()))
             .map_err(anyhow::Error::from),
         Cmd::Pktgen(a) => pktgen::run(a),
+        Cmd::Fleet(FleetCmd::Status { etcd, json }) => service::fleet_status(&etcd, json),
         Cmd::Up { file } => service::up(&file),
         Cmd::Down { file } => service::down(&file),
         Cmd::Run { file, state_dir, burst } => service::run(&file, state_dir.as_deref(), burst),

@@ -34,6 +34,9 @@ pub fn down(file: &Path) -> Result<()> {
 /// `state_dir` is given), until SIGTERM/SIGINT or `stop`.
 pub fn run(file: &Path, state_dir: Option<&Path>, burst: usize) -> Result<()> {
     let topo = Topology::load(file)?;
+    // A `fleet:` section: the agent runs beside the data plane, a client of its control
+    // socket, and leaves the fleet (revokes its lease) when the data plane stops.
+    let _agent = fleet_agent(file, state_dir)?;
     sys::stop_on_signals(&STOP);
     let mut opts = Options::for_topology(&topo);
     opts.pin = Some(sys::pin);
@@ -42,6 +45,47 @@ pub fn run(file: &Path, state_dir: Option<&Path>, burst: usize) -> Result<()> {
     // sleep on the ports' descriptors once there is none).
     // What it does is logged (stderr, the service log under `up`): see `crate::logs` and `control::daemon`.
     Ok(daemon::run(file, topo, state_dir, burst, opts, &STOP)?)
+}
+
+/// Starts the fleet agent when the topology has a `fleet:` section.
+fn fleet_agent(file: &Path, state_dir: Option<&Path>) -> Result<Option<fleet::Handle>> {
+    let text =
+        yamlpath::read_file(file, 16 << 20).with_context(|| format!("{}", file.display()))?;
+    let Some(cfg) = fleet::FleetConfig::from_topology(&text, &file.display().to_string())? else {
+        return Ok(None);
+    };
+    let Some(dir) = state_dir else {
+        anyhow::bail!(
+            "{}: the fleet agent talks to the data plane through its control socket: run with --state-dir (as `routeplex up` does)",
+            file.display()
+        );
+    };
+    let local = std::sync::Arc::new(fleet::local::Socket::new(dir.join("control.sock")));
+    Ok(Some(fleet::Agent::spawn(cfg, local, Some(dir.join(FLEET_FILE)))?))
+}
+
+/// What the fleet agent last knew of the fleet, in the service's directory.
+const FLEET_FILE: &str = "fleet.json";
+
+/// `routeplex fleet status --etcd URL[,URL] [--json]`.
+pub fn fleet_status(etcd: &[String], json: bool) -> Result<()> {
+    let v = fleet::view::read(etcd, std::time::Duration::from_secs(2))?;
+    if json {
+        println!("{}", serde_json::to_string(&v)?);
+    } else {
+        print!("{}", fleet::view::render(&v, fleet::record::now_ms()));
+    }
+    Ok(())
+}
+
+/// The host's `fleet.json`, if its agent wrote one.
+fn fleet_file(file: &Path, state_dir: Option<&Path>) -> Option<fleet::record::FleetStatus> {
+    let dir = match state_dir {
+        Some(d) => d.to_path_buf(),
+        None => Paths::for_file(file).ok()?.dir,
+    };
+    let text = yamlpath::read_file(&dir.join(FLEET_FILE), 1 << 20).ok()?;
+    serde_json::from_str(&text).ok()
 }
 
 /// The control socket of the service running `file` (or kept in `state_dir`).
@@ -170,7 +214,11 @@ pub fn trace(file: &Path, state_dir: Option<&Path>, vr: &str, count: u32) -> Res
 /// `routeplex status FILE [--json]`: tables for people, or the API's answer as one JSON line.
 pub fn status(file: &Path, state_dir: Option<&Path>, json: bool) -> Result<()> {
     let mut v = ask(file, state_dir, Command::Status)?;
+    let fleet = fleet_file(file, state_dir);
     if json {
+        if let (Some(f), Some(o)) = (&fleet, v.as_object_mut()) {
+            o.insert("fleet".into(), serde_json::to_value(f)?);
+        }
         println!("{v}");
     } else {
         // The tables name ports as the file does; --json keeps the API's answer as it is.
@@ -187,6 +235,9 @@ pub fn status(file: &Path, state_dir: Option<&Path>, json: bool) -> Result<()> {
             for m in sw["members"].as_array_mut().into_iter().flatten() {
                 rename(&mut m["port"]);
             }
+        }
+        if let Some(f) = &fleet {
+            print!("{}", f.render(fleet::record::now_ms()));
         }
         print!("{}", crate::status_table::render(&v));
     }

@@ -395,8 +395,20 @@ pub enum PortKind {
 }
 
 /// Keys of the top-level mapping.
-const TOP_KEYS: &[&str] =
-    &["workers", "idle", "metrics", "migration", "hosts", "ports", "switches", "vrs", "msrs"];
+// `fleet` is read by the fleet crate (`routeplex run` starts its agent): control only lets
+// the section through, so it never learns the fleet's types.
+const TOP_KEYS: &[&str] = &[
+    "workers",
+    "idle",
+    "metrics",
+    "migration",
+    "hosts",
+    "ports",
+    "switches",
+    "vrs",
+    "msrs",
+    "fleet",
+];
 /// Port kinds this build provides.
 const PORT_KINDS: &[&str] = &["mem", "memif", "afxdp", "afpacket", "tap", "vhost-user", "vxlan"];
 /// Port kinds the design names but this build lacks: asking for one is `ErrorKind::Unavailable`

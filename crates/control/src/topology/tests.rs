@@ -126,7 +126,7 @@ fn unknown_keys_are_rejected_with_the_allowed_ones() {
         (1, "port"),
         "port",
         Some("port"),
-        "unknown key \"port\" (allowed: workers, idle, metrics, migration, hosts, ports, switches, vrs, msrs)",
+        "unknown key \"port\" (allowed: workers, idle, metrics, migration, hosts, ports, switches, vrs, msrs, fleet)",
     );
     let text =
         vr1("      - { name: eth2, port: p1, mac: 02:00:00:00:01:02, adresses: [10.0.2.1/24] }\n");
