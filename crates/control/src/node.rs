@@ -149,6 +149,11 @@ enum Step {
         vr: String,
         sched: VrSchedule,
     },
+    /// A port's impairment set, changed or ended (`impair:`).
+    Impair {
+        port: String,
+        cfg: Option<dataplane::impair::ImpairConfig>,
+    },
 }
 
 /// Installs adjacency list `list` in VR `vr` on its worker, in every replica of a replicated
@@ -1245,6 +1250,7 @@ impl Node {
                 info!(vr = %name, cell, "vr added");
                 format!("added vr {name} to cell {cell}")
             }
+            Step::Impair { port, cfg } => crate::impair::set(&self.rt, &port, cfg)?,
             Step::Idle(idle) => {
                 self.rt.set_idle(idle)?;
                 info!(idle = ?idle, "idle set");
@@ -1601,6 +1607,10 @@ impl Node {
             for &i in &vrs {
                 steps.extend(down_steps(next, i));
             }
+        }
+        for (port, cfg, line) in crate::impair::changes(cur, next) {
+            plan.steps.push(line);
+            steps.push(Step::Impair { port: rt_port(next, &port), cfg });
         }
         if !refused.is_empty() {
             let mut msg =
