@@ -150,6 +150,13 @@ pub enum Command {
     /// One round of gratuitous ARP and unsolicited neighbor advertisements for the VR's
     /// addresses, out of each of its interfaces.
     Announce { vr: String },
+    /// Sets (or with `impair` left out, ends) the impairment of what leaves by port `port`:
+    /// as `apply` of the running topology with that port's `impair:` changed.
+    Impair {
+        port: String,
+        #[serde(default)]
+        impair: Option<crate::model::ImpairDoc>,
+    },
     /// Stops the data plane.
     Stop,
 }
@@ -181,6 +188,7 @@ impl Command {
         "migrate",
         "migrate_commit",
         "announce",
+        "impair",
         "stop",
     ];
 
@@ -211,6 +219,7 @@ impl Command {
             Command::Migrate { .. } => "migrate",
             Command::MigrateCommit { .. } => "migrate_commit",
             Command::Announce { .. } => "announce",
+            Command::Impair { .. } => "impair",
             Command::Stop => "stop",
         }
     }
@@ -366,6 +375,7 @@ mod tests {
             Command::Migrate { vr: String::new(), to: String::new() },
             Command::MigrateCommit { vr: String::new(), neighbors: vec![], counters: vec![] },
             Command::Announce { vr: String::new() },
+            Command::Impair { port: String::new(), impair: None },
             Command::Stop,
         ];
         let names: Vec<&str> = all.iter().map(Command::name).collect();

@@ -17,7 +17,7 @@ use crate::{ControlError, PortKind, Topology};
 pub(crate) fn changes(cur: &Topology, next: &Topology) -> Vec<(String, Option<ImpairConfig>, String)> {
     next.ports
         .iter()
-        .filter(|p| !matches!(p.kind, PortKind::Link { .. } | PortKind::Mirror { .. }))
+        .filter(|p| is_user_port(&p.kind))
         .filter_map(|p| {
             let old = cur.ports.iter().find(|q| q.name == p.name).and_then(|q| q.impair);
             (old != p.impair).then(|| {
@@ -77,4 +77,35 @@ pub fn describe(c: &ImpairConfig) -> String {
     }
     w.push(format!("limit {} seed {}", c.limit, c.seed));
     w.join(" ")
+}
+
+/// The `impair` command: the running topology's text with port `port`'s `impair:` replaced
+/// (`None`: removed), applied as `apply` would.
+pub(crate) fn command(
+    node: &mut crate::Node,
+    port: &str,
+    impair: Option<crate::model::ImpairDoc>,
+) -> Result<crate::Plan, ControlError> {
+    if !node.topology().ports.iter().any(|p| p.name == port && is_user_port(&p.kind)) {
+        return Err(ControlError::BadRequest(format!("no port {port:?} in the topology")));
+    }
+    let value = impair.map(|d| serde_json::to_value(d).expect("documents serialize"));
+    node.edit_source(|doc| {
+        let ports = doc.get_mut("ports").and_then(|p| p.as_array_mut());
+        for p in ports.into_iter().flatten() {
+            if p.get("name").and_then(|n| n.as_str()) != Some(port) {
+                continue;
+            }
+            let Some(m) = p.as_object_mut() else { continue };
+            match &value {
+                Some(v) => drop(m.insert("impair".into(), v.clone())),
+                None => drop(m.remove("impair")),
+            }
+        }
+    })
+}
+
+/// Ports the topology file declares (not the internal links and mirrors made for it).
+fn is_user_port(k: &PortKind) -> bool {
+    !matches!(k, PortKind::Link { .. } | PortKind::Mirror { .. })
 }

@@ -1020,6 +1020,10 @@ impl Node {
                 let n = crate::migrate::announce(self, &vr)?;
                 Ok(json!({ "vr": vr, "frames": n }))
             }
+            Command::Impair { port, impair } => {
+                let plan = crate::impair::command(self, &port, impair)?;
+                Ok(json!({ "port": port, "plan": plan.steps }))
+            }
             Command::Stop => {
                 info!("stop requested through the control socket");
                 self.stop_requested = true;
@@ -1031,7 +1035,10 @@ impl Node {
     /// Applies the running topology's text as `edit` changes it, and keeps the result as the
     /// new text. The text is read as plain data (scalars stay text, keys and order as
     /// written), so whatever the file holds survives the edit, comments aside.
-    fn edit_source(&mut self, edit: impl FnOnce(&mut Value)) -> Result<Plan, ControlError> {
+    pub(crate) fn edit_source(
+        &mut self,
+        edit: impl FnOnce(&mut Value),
+    ) -> Result<Plan, ControlError> {
         let Some((text, file)) = self.source.clone() else {
             return Err(ControlError::Invalid(
                 "this host was started without its topology's text: use apply with the whole file"

@@ -9,13 +9,15 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{frame_to, seq_of, DEADLINE};
+use control::api::Command;
+use control::model::ImpairDoc;
 use control::runtime::{Idle, Options};
 use control::{Node, Topology};
 use ports::mem::MemPort;
 use ports::{Batch, Port};
 
-fn topo(impair: &str) -> Topology {
-    let text = format!(
+fn text(impair: &str) -> String {
+    format!(
         "\
 ports:
   - {{ name: p0, kind: mem }}
@@ -28,8 +30,11 @@ vrs:
     routes: [{{ prefix: 198.51.100.0/24, via: 10.0.1.2 }}]
     neighbors: [{{ address: 10.0.1.2, mac: 02:00:00:00:0b:01, interface: b }}]
 "
-    );
-    Topology::parse(&text, "impair.yaml", Path::new(".")).unwrap()
+    )
+}
+
+fn topo(impair: &str) -> Topology {
+    Topology::parse(&text(impair), "impair.yaml", Path::new(".")).unwrap()
 }
 
 fn send(p: &mut MemPort, seqs: std::ops::Range<u64>) {
@@ -115,5 +120,25 @@ fn delay_is_held_changed_live_and_ended_without_losing_frames() {
     assert!(port_status(&n, "p1")["impair"].is_null());
     send(&mut tx, 20..21);
     assert_eq!(recv(&mut rx, 1), [20]);
+
+    // The API command: as apply of the running text with the port's impair: replaced.
+    let apply = Command::Apply { topology: text(""), file: "impair.yaml".into(), dry_run: false };
+    n.execute(apply).unwrap();
+    let doc = ImpairDoc { delay: Some("250ms".into()), seed: Some(9), ..ImpairDoc::default() };
+    let r = n.execute(Command::Impair { port: "p1".into(), impair: Some(doc) }).unwrap();
+    assert_eq!(r["plan"][0], "+ port p1: impair delay 250ms limit 1000 seed 9", "{r}");
+    assert!(n.source_text().unwrap().contains("250ms"));
+    let t2 = Instant::now();
+    send(&mut tx, 21..22);
+    assert_eq!(recv(&mut rx, 1), [21]);
+    assert!(t2.elapsed() >= Duration::from_millis(250));
+    let r = n.execute(Command::Impair { port: "p1".into(), impair: None }).unwrap();
+    assert_eq!(r["plan"][0], "~ port p1: impairment ends", "{r}");
+    assert!(port_status(&n, "p1")["impair"].is_null());
+    let bad = ImpairDoc { rate: Some("10mbps".into()), ..ImpairDoc::default() };
+    let e = n.execute(Command::Impair { port: "p1".into(), impair: Some(bad) }).unwrap_err();
+    assert!(e.to_string().contains("ports[1].impair.rate"), "{e}");
+    let e = n.execute(Command::Impair { port: "nope".into(), impair: None }).unwrap_err();
+    assert_eq!(e.code(), "bad_request");
     n.stop().unwrap();
 }
