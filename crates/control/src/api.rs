@@ -155,7 +155,7 @@ pub enum Command {
     Impair {
         port: String,
         #[serde(default)]
-        impair: Option<crate::model::ImpairDoc>,
+        impair: Option<Box<crate::model::ImpairDoc>>,
     },
     /// Stops the data plane.
     Stop,

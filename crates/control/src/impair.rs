@@ -14,7 +14,10 @@ use crate::{ControlError, PortKind, Topology};
 
 /// The ports of `next` whose impairment differs from `cur`'s (a new port with one included),
 /// each with its new settings (`None`: ended) and the line `apply`'s plan shows.
-pub(crate) fn changes(cur: &Topology, next: &Topology) -> Vec<(String, Option<ImpairConfig>, String)> {
+pub(crate) fn changes(
+    cur: &Topology,
+    next: &Topology,
+) -> Vec<(String, Option<ImpairConfig>, String)> {
     next.ports
         .iter()
         .filter(|p| is_user_port(&p.kind))
@@ -84,7 +87,7 @@ pub fn describe(c: &ImpairConfig) -> String {
 pub(crate) fn command(
     node: &mut crate::Node,
     port: &str,
-    impair: Option<crate::model::ImpairDoc>,
+    impair: Option<Box<crate::model::ImpairDoc>>,
 ) -> Result<crate::Plan, ControlError> {
     if !node.topology().ports.iter().any(|p| p.name == port && is_user_port(&p.kind)) {
         return Err(ControlError::BadRequest(format!("no port {port:?} in the topology")));

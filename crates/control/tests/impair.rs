@@ -92,7 +92,10 @@ fn delay_is_held_changed_live_and_ended_without_losing_frames() {
     let t1 = Instant::now();
     std::thread::sleep(Duration::from_millis(20));
     let plan = n.apply(topo(", impair: { delay: 1ms, seed: 5 }"), false).unwrap();
-    assert!(plan.steps.iter().any(|s| s == "~ port p1: impair delay 1ms limit 1000 seed 5"), "{plan:?}");
+    assert!(
+        plan.steps.iter().any(|s| s == "~ port p1: impair delay 1ms limit 1000 seed 5"),
+        "{plan:?}"
+    );
     send(&mut tx, 10..15);
     let got = recv(&mut rx, 10);
     assert_eq!(got, [10, 11, 12, 13, 14, 5, 6, 7, 8, 9]);
@@ -107,7 +110,11 @@ fn delay_is_held_changed_live_and_ended_without_losing_frames() {
         if p["impair"]["drops"]["impair_loss"] == 5 {
             assert_eq!(p["impair"]["offered"], 20);
             assert_eq!(p["impair"]["sent"], 15);
-            assert_eq!(p["drops"]["impair_loss"], serde_json::Value::Null, "the link's, not demux's");
+            assert_eq!(
+                p["drops"]["impair_loss"],
+                serde_json::Value::Null,
+                "the link's, not demux's"
+            );
             break;
         }
         assert!(t.elapsed() < DEADLINE, "{p}");
@@ -125,7 +132,7 @@ fn delay_is_held_changed_live_and_ended_without_losing_frames() {
     let apply = Command::Apply { topology: text(""), file: "impair.yaml".into(), dry_run: false };
     n.execute(apply).unwrap();
     let doc = ImpairDoc { delay: Some("250ms".into()), seed: Some(9), ..ImpairDoc::default() };
-    let r = n.execute(Command::Impair { port: "p1".into(), impair: Some(doc) }).unwrap();
+    let r = n.execute(Command::Impair { port: "p1".into(), impair: Some(Box::new(doc)) }).unwrap();
     assert_eq!(r["plan"][0], "+ port p1: impair delay 250ms limit 1000 seed 9", "{r}");
     assert!(n.source_text().unwrap().contains("250ms"));
     let t2 = Instant::now();
@@ -136,7 +143,8 @@ fn delay_is_held_changed_live_and_ended_without_losing_frames() {
     assert_eq!(r["plan"][0], "~ port p1: impairment ends", "{r}");
     assert!(port_status(&n, "p1")["impair"].is_null());
     let bad = ImpairDoc { rate: Some("10mbps".into()), ..ImpairDoc::default() };
-    let e = n.execute(Command::Impair { port: "p1".into(), impair: Some(bad) }).unwrap_err();
+    let e =
+        n.execute(Command::Impair { port: "p1".into(), impair: Some(Box::new(bad)) }).unwrap_err();
     assert!(e.to_string().contains("ports[1].impair.rate"), "{e}");
     let e = n.execute(Command::Impair { port: "nope".into(), impair: None }).unwrap_err();
     assert_eq!(e.code(), "bad_request");

@@ -99,7 +99,10 @@ fn hosts_see_the_delay_and_the_rate_of_an_impaired_link() {
 
     // Live: a 10 Mbit/s rate with a short queue instead of the delay.
     let plan = node.apply(topo(&pns, ", impair: { rate: 10mbit, limit: 100 }"), false).unwrap();
-    assert!(plan.steps.iter().any(|s| s.starts_with("~ port pb: impair rate 10000000bit")), "{plan:?}");
+    assert!(
+        plan.steps.iter().any(|s| s.starts_with("~ port pb: impair rate 10000000bit")),
+        "{plan:?}"
+    );
     let server = in_ns(&h2, &["iperf3", "-s", "-D", "-1", "-p", "5211"]);
     assert!(server.status.success(), "{}", text(&server));
     std::thread::sleep(Duration::from_millis(300));

@@ -38,8 +38,7 @@ fn sections() -> Vec<(&'static str, Vec<String>)> {
             "`ports[].impair` (link impairments: what frames leaving by the port suffer)",
             vec![
                 "ports:\n  - { name: p, kind: mem, impair: { zz: 1 } }\n".into(),
-                "ports:\n  - { name: p, kind: afpacket, interface: v, impair: { zz: 1 } }\n"
-                    .into(),
+                "ports:\n  - { name: p, kind: afpacket, interface: v, impair: { zz: 1 } }\n".into(),
             ],
         ),
         (

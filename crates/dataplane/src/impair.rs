@@ -67,7 +67,7 @@ impl Chance {
     }
 
     /// The chance of the opposite.
-    pub fn not(self) -> Chance {
+    pub fn complement(self) -> Chance {
         Chance((1 << 32) - self.0.min(1 << 32))
     }
 
@@ -606,7 +606,7 @@ fn normal_quantile(u: f64) -> f64 {
         -3.969683028665376e+01,
         2.209460984245205e+02,
         -2.759285104469687e+02,
-        1.383577518672690e+02,
+        1.38357751867269e+02,
         -3.066479806614716e+01,
         2.506628277459239e+00,
     ];

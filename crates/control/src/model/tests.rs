@@ -399,7 +399,12 @@ fn every_field() -> TopologyDoc {
             mtu: Some(1),
         }],
         ports: vec![
-            PortDoc { name: s("mem"), kind: PortKindDoc::Mem { ring: Some(1) }, burst: Some(1), impair: Some(impair()) },
+            PortDoc {
+                name: s("mem"),
+                kind: PortKindDoc::Mem { ring: Some(1) },
+                burst: Some(1),
+                impair: Some(impair()),
+            },
             PortDoc {
                 name: s("memif"),
                 kind: PortKindDoc::Memif(MemifDoc {
@@ -421,7 +426,12 @@ fn every_field() -> TopologyDoc {
                 burst: Some(1),
                 impair: Some(impair()),
             },
-            PortDoc { name: s("afpacket"), kind: PortKindDoc::Afpacket(kernel), burst: Some(1), impair: Some(impair()) },
+            PortDoc {
+                name: s("afpacket"),
+                kind: PortKindDoc::Afpacket(kernel),
+                burst: Some(1),
+                impair: Some(impair()),
+            },
             PortDoc {
                 name: s("tap"),
                 kind: PortKindDoc::Tap { interface: s("t") },

@@ -48,9 +48,15 @@ pub(super) fn impair(v: &Value) -> Result<Option<ImpairConfig>> {
     }
     if let Some(d) = m.get("distribution") {
         let t = d.text()?;
-        c.distribution = Distribution::ALL.into_iter().find(|x| x.name() == t).ok_or_else(|| {
-            d.bad(t, format_args!("unknown distribution {t:?} (uniform, normal, pareto, paretonormal)"))
-        })?;
+        c.distribution =
+            Distribution::ALL.into_iter().find(|x| x.name() == t).ok_or_else(|| {
+                d.bad(
+                    t,
+                    format_args!(
+                        "unknown distribution {t:?} (uniform, normal, pareto, paretonormal)"
+                    ),
+                )
+            })?;
         if c.jitter_ns == 0 {
             return Err(d.bad(t, "a distribution shapes the jitter: give a jitter too"));
         }
@@ -58,11 +64,9 @@ pub(super) fn impair(v: &Value) -> Result<Option<ImpairConfig>> {
     if let Some(l) = m.get("loss") {
         c.loss = loss(&l)?;
     }
-    for (key, field) in [
-        ("duplicate", &mut c.duplicate),
-        ("reorder", &mut c.reorder),
-        ("corrupt", &mut c.corrupt),
-    ] {
+    for (key, field) in
+        [("duplicate", &mut c.duplicate), ("reorder", &mut c.reorder), ("corrupt", &mut c.corrupt)]
+    {
         if let Some(x) = m.get(key) {
             *field = percent(&x)?;
         }
@@ -92,7 +96,7 @@ fn loss(v: &Value) -> Result<Loss> {
     }
     let m = v.map(GEMODEL_KEYS)?;
     let p = percent(&m.req("p")?)?;
-    let r = m.get("r").map(|x| percent(&x)).transpose()?.unwrap_or(p.not());
+    let r = m.get("r").map(|x| percent(&x)).transpose()?.unwrap_or(p.complement());
     let bad = m.get("1-h").map(|x| percent(&x)).transpose()?.unwrap_or(Chance::ALWAYS);
     let good = m.get("1-k").map(|x| percent(&x)).transpose()?.unwrap_or(Chance::NEVER);
     if r.0 == 0 && p.0 > 0 {
@@ -127,7 +131,9 @@ fn duration(v: &Value) -> Result<u64> {
     match parsed {
         Some(ns) if ns <= dataplane::impair::MAX_DELAY_NS as f64 => Ok(ns.round() as u64),
         Some(_) => Err(v.bad(t, "at most 10s")),
-        None => Err(v.bad(t, format_args!("{t:?} is not a duration: a number and ns, us, ms or s"))),
+        None => {
+            Err(v.bad(t, format_args!("{t:?} is not a duration: a number and ns, us, ms or s")))
+        }
     }
 }
 
@@ -150,6 +156,9 @@ fn rate(v: &Value) -> Result<u64> {
             t,
             "give the rate in bits a second (kbit, mbit, gbit): netem's bps means bytes, a trap",
         )),
-        None => Err(v.bad(t, format_args!("{t:?} is not a rate: a number and bit, kbit, mbit, gbit or tbit"))),
+        None => Err(v.bad(
+            t,
+            format_args!("{t:?} is not a rate: a number and bit, kbit, mbit, gbit or tbit"),
+        )),
     }
 }

@@ -820,8 +820,18 @@ vrs:
     assert_eq!(
         t.ports,
         vec![
-            PortSpec { name: "p0".into(), kind: PortKind::Mem { ring: 512 }, burst: None, impair: None },
-            PortSpec { name: "p1".into(), kind: PortKind::Mem { ring: 1024 }, burst: None, impair: None },
+            PortSpec {
+                name: "p0".into(),
+                kind: PortKind::Mem { ring: 512 },
+                burst: None,
+                impair: None
+            },
+            PortSpec {
+                name: "p1".into(),
+                kind: PortKind::Mem { ring: 1024 },
+                burst: None,
+                impair: None
+            },
         ]
     );
     let vr = &t.vrs[0];
@@ -2155,11 +2165,17 @@ fn impairments_are_read_with_netems_units() {
         })
     );
     let p1 = t.ports[1].impair.unwrap();
-    assert_eq!(p1.loss, Loss::Gilbert { p: pct(1.0), r: pct(25.0), bad: pct(90.0), good: pct(0.5) });
+    assert_eq!(
+        p1.loss,
+        Loss::Gilbert { p: pct(1.0), r: pct(25.0), bad: pct(90.0), good: pct(0.5) }
+    );
     assert_eq!((p1.rate_bps, p1.limit, p1.seed), (1_500_000_000, 1000, 0));
     // netem's defaults: r = 1 - p, 1-h = 100 %, 1-k = 0 %.
     let p2 = t.ports[2].impair.unwrap();
-    assert_eq!(p2.loss, Loss::Gilbert { p: pct(2.0), r: pct(98.0), bad: Chance::ALWAYS, good: Chance::NEVER });
+    assert_eq!(
+        p2.loss,
+        Loss::Gilbert { p: pct(2.0), r: pct(98.0), bad: Chance::ALWAYS, good: Chance::NEVER }
+    );
     // Settings that impair nothing are no impairment.
     assert_eq!((t.ports[3].impair, t.ports[4].impair), (None, None));
 }
@@ -2168,17 +2184,71 @@ fn impairments_are_read_with_netems_units() {
 fn impairment_values_are_checked_where_they_stand() {
     let port = |imp: &str| format!("ports:\n  - name: p0\n    kind: mem\n    impair: {imp}\n");
     let cases: &[(&str, &str, &str, &str, &str)] = &[
-        ("{ delay: 20 }", "20", "ports[0].impair.delay", "20", "\"20\" is not a duration: a number and ns, us, ms or s"),
+        (
+            "{ delay: 20 }",
+            "20",
+            "ports[0].impair.delay",
+            "20",
+            "\"20\" is not a duration: a number and ns, us, ms or s",
+        ),
         ("{ delay: 11s }", "11s", "ports[0].impair.delay", "11s", "at most 10s"),
-        ("{ jitter: -1ms }", "-1ms", "ports[0].impair.jitter", "-1ms", "\"-1ms\" is not a duration: a number and ns, us, ms or s"),
-        ("{ loss: 101% }", "101%", "ports[0].impair.loss", "101%", "\"101%\" is not a percentage in 0%..=100%"),
-        ("{ loss: { p: 1%, r: 0% } }", "0%", "ports[0].impair.loss.r", "0%", "r 0% never leaves the bad state once in it"),
-        ("{ rate: 10mbps }", "10mbps", "ports[0].impair.rate", "10mbps", "give the rate in bits a second (kbit, mbit, gbit): netem's bps means bytes, a trap"),
+        (
+            "{ jitter: -1ms }",
+            "-1ms",
+            "ports[0].impair.jitter",
+            "-1ms",
+            "\"-1ms\" is not a duration: a number and ns, us, ms or s",
+        ),
+        (
+            "{ loss: 101% }",
+            "101%",
+            "ports[0].impair.loss",
+            "101%",
+            "\"101%\" is not a percentage in 0%..=100%",
+        ),
+        (
+            "{ loss: { p: 1%, r: 0% } }",
+            "0%",
+            "ports[0].impair.loss.r",
+            "0%",
+            "r 0% never leaves the bad state once in it",
+        ),
+        (
+            "{ rate: 10mbps }",
+            "10mbps",
+            "ports[0].impair.rate",
+            "10mbps",
+            "give the rate in bits a second (kbit, mbit, gbit): netem's bps means bytes, a trap",
+        ),
         ("{ rate: 10bit }", "10bit", "ports[0].impair.rate", "10bit", "a rate in 1kbit..=1tbit"),
-        ("{ rate: fast }", "fast", "ports[0].impair.rate", "fast", "\"fast\" is not a rate: a number and bit, kbit, mbit, gbit or tbit"),
-        ("{ jitter: 1ms, distribution: gauss }", "gauss", "ports[0].impair.distribution", "gauss", "unknown distribution \"gauss\" (uniform, normal, pareto, paretonormal)"),
-        ("{ distribution: normal }", "normal", "ports[0].impair.distribution", "normal", "a distribution shapes the jitter: give a jitter too"),
-        ("{ reorder: 5% }", "5%", "ports[0].impair.reorder", "5%", "reorder sends a share without the delay: give a delay too"),
+        (
+            "{ rate: fast }",
+            "fast",
+            "ports[0].impair.rate",
+            "fast",
+            "\"fast\" is not a rate: a number and bit, kbit, mbit, gbit or tbit",
+        ),
+        (
+            "{ jitter: 1ms, distribution: gauss }",
+            "gauss",
+            "ports[0].impair.distribution",
+            "gauss",
+            "unknown distribution \"gauss\" (uniform, normal, pareto, paretonormal)",
+        ),
+        (
+            "{ distribution: normal }",
+            "normal",
+            "ports[0].impair.distribution",
+            "normal",
+            "a distribution shapes the jitter: give a jitter too",
+        ),
+        (
+            "{ reorder: 5% }",
+            "5%",
+            "ports[0].impair.reorder",
+            "5%",
+            "reorder sends a share without the delay: give a delay too",
+        ),
     ];
     for (imp, at, field, value, message) in cases {
         rejects(&port(imp), (4, at), field, Some(value), message);

@@ -213,7 +213,8 @@ fn computed_distributions_match_iproute2_tables() {
         eprintln!("skipped: no iproute2 distribution tables in {dirs:?}");
         return;
     };
-    let cases: [(&str, fn(f64) -> f64); 3] = [
+    type Deviate = fn(f64) -> f64;
+    let cases: [(&str, Deviate); 3] = [
         ("normal", normal_quantile),
         ("pareto", pareto),
         ("paretonormal", |u| (normal_quantile(u) + 3.0 * pareto(u)) / 4.0),
