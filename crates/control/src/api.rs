@@ -154,6 +154,13 @@ pub enum Command {
     /// One round of gratuitous ARP and unsolicited neighbor advertisements for the VR's
     /// addresses, out of each of its interfaces.
     Announce { vr: String },
+    /// Sets (or with `impair` left out, ends) the impairment of what leaves by port `port`:
+    /// as `apply` of the running topology with that port's `impair:` changed.
+    Impair {
+        port: String,
+        #[serde(default)]
+        impair: Option<Box<crate::model::ImpairDoc>>,
+    },
     /// Stops the data plane.
     Stop,
 }
@@ -185,6 +192,7 @@ impl Command {
         "migrate",
         "migrate_commit",
         "announce",
+        "impair",
         "stop",
     ];
 
@@ -215,6 +223,7 @@ impl Command {
             Command::Migrate { .. } => "migrate",
             Command::MigrateCommit { .. } => "migrate_commit",
             Command::Announce { .. } => "announce",
+            Command::Impair { .. } => "impair",
             Command::Stop => "stop",
         }
     }
@@ -375,6 +384,7 @@ mod tests {
                 not_after_ns: None,
             },
             Command::Announce { vr: String::new() },
+            Command::Impair { port: String::new(), impair: None },
             Command::Stop,
         ];
         let names: Vec<&str> = all.iter().map(Command::name).collect();

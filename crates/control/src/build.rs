@@ -405,7 +405,7 @@ pub fn open_port(
     Ok((ours.remove(0), outside.remove(0)))
 }
 
-/// Applies the topology's per-port bursts (`ports[i]` is the cell's port `i`) and the schedule
+/// Applies the topology's per-port bursts and impairments (`ports[i]` is the cell's port `i`) and the schedule
 /// of the VRs called `names` (the cell's VRs, in order).
 fn configure(
     topo: &Topology,
@@ -417,6 +417,9 @@ fn configure(
     for (i, &p) in ports.iter().enumerate() {
         if let Some(b) = topo.ports[p].burst {
             cell.set_port_burst(i, usize::from(b)).map_err(err)?;
+        }
+        if let Some(imp) = topo.ports[p].impair {
+            cell.set_impair(i, Some(imp)).map_err(err)?;
         }
     }
     // Mirror ports: joined to their VR interfaces, with the VR's punt limit.

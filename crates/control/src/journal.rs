@@ -5,7 +5,7 @@
 //! What is journaled, once it succeeded:
 //! - every route change made through the API (`route_add`, `route_replace`, `route_delete`),
 //!   as the command itself;
-//! - every live change of the topology's text (`apply`, `vr_add`, `vr_remove`), as the whole
+//! - every live change of the topology's text (`apply`, `vr_add`, `vr_remove`, `impair`), as the whole
 //!   text that runs after it, with a fingerprint of the text the data plane started from;
 //! - every `interface_set`, `reserve` and `move`, as the command itself;
 //! - every `restore`, as a snapshot of the VR it made, taken right after it (the snapshot
@@ -115,7 +115,10 @@ fn is_route_change(cmd: &Command) -> bool {
 fn changes_text(cmd: &Command) -> bool {
     matches!(
         cmd,
-        Command::Apply { dry_run: false, .. } | Command::VrAdd { .. } | Command::VrRemove { .. }
+        Command::Apply { dry_run: false, .. }
+            | Command::VrAdd { .. }
+            | Command::VrRemove { .. }
+            | Command::Impair { .. }
     )
 }
 

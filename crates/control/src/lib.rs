@@ -25,6 +25,7 @@ pub mod checkpoint;
 pub mod cpsync;
 pub mod daemon;
 mod error;
+pub mod impair;
 pub mod journal;
 pub mod metrics;
 pub mod migrate;

@@ -480,13 +480,19 @@ impl Collector for Collect {
         counter(
             e,
             "routeplex_port_dropped_total",
-            "Frames dropped at the port, by reason (classification, or the backend's rx_dropped, tx_full, tx_errors)",
+            "Frames dropped at the port, by reason (classification, the backend's rx_dropped, tx_full, tx_errors, and on an impaired port its impairment's impair_loss, impair_limit, impair_rate, impair_tx_full)",
             p().flat_map(|p| {
                 let backend = [p.stats.rx_dropped, p.stats.tx_full, p.stats.tx_errors];
+                let impair = p.impair.iter().flat_map(|i| {
+                    dataplane::impair::ImpairDrop::ALL
+                        .iter()
+                        .map(|&r| (r.name(), i.counters.dropped(r)))
+                });
                 PortDrop::ALL
                     .iter()
                     .map(|&r| (r.name(), p.counters.dropped(r)))
                     .chain(PORT_BACKEND_DROPS.into_iter().zip(backend))
+                    .chain(impair)
                     .map(|(r, n)| (vec![("port", p.name.clone()), ("reason", r.to_string())], n))
                     .collect::<Vec<_>>()
             }),

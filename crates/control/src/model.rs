@@ -142,6 +142,55 @@ pub struct PortDoc {
     pub kind: PortKindDoc,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u64>,
+    /// What frames leaving by the port suffer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub impair: Option<ImpairDoc>,
+}
+
+/// A port's `impair:` (durations, percentages and rates as the file writes them: `20ms`,
+/// `1%`, `10mbit`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImpairDoc {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distribution: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss: Option<LossDoc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicate: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reorder: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corrupt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+}
+
+/// `impair.loss:`: a percentage (random), or Gilbert-Elliott's four.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum LossDoc {
+    Random(String),
+    Gilbert(GilbertDoc),
+}
+
+/// Gilbert-Elliott loss (netem's `gemodel p r 1-h 1-k`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GilbertDoc {
+    pub p: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub r: Option<String>,
+    #[serde(rename = "1-h", default, skip_serializing_if = "Option::is_none")]
+    pub h: Option<String>,
+    #[serde(rename = "1-k", default, skip_serializing_if = "Option::is_none")]
+    pub k: Option<String>,
 }
 
 /// A port's `kind:` with its own keys.
@@ -447,7 +496,7 @@ pub fn to_yaml<T: Serialize>(doc: &T) -> String {
 impl PortDoc {
     /// A port with the worker's default burst.
     pub fn new(name: impl Into<String>, kind: PortKindDoc) -> PortDoc {
-        PortDoc { name: name.into(), kind, burst: None }
+        PortDoc { name: name.into(), kind, burst: None, impair: None }
     }
 }
 

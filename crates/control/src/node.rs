@@ -618,6 +618,7 @@ impl Node {
                 info!(vr = %name, cell, "vr added");
                 format!("added vr {name} to cell {cell}")
             }
+            Step::Impair { port, cfg, .. } => crate::impair::set(&self.rt, &port, cfg)?,
             Step::Idle { to, .. } => {
                 self.rt.set_idle(to)?;
                 info!(idle = ?to, "idle set");

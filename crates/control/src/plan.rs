@@ -134,6 +134,14 @@ pub(crate) enum Step {
         joins: Vec<String>,
         opens: Vec<String>,
     },
+    /// A port's impairment set, changed or ended (`impair:`): runtime port `port`, named
+    /// `name` in the file; `new` when it had none.
+    Impair {
+        port: String,
+        name: String,
+        new: bool,
+        cfg: Option<dataplane::impair::ImpairConfig>,
+    },
     /// A VR's worker, reservation and batch; `from` what ran (`None`: a new VR, not shown).
     Schedule {
         vr: String,
@@ -201,6 +209,11 @@ impl fmt::Display for Step {
                 write!(f, ")")
             }
             Step::Schedule { vr, sched, from: Some(os) } => schedule_text(f, vr, os, sched),
+            Step::Impair { name, cfg: None, .. } => write!(f, "~ port {name}: impairment ends"),
+            Step::Impair { name, new, cfg: Some(c), .. } => {
+                let sign = if *new { '+' } else { '~' };
+                write!(f, "{sign} port {name}: impair {}", crate::impair::describe(c))
+            }
         }
     }
 }
@@ -292,6 +305,9 @@ pub(crate) fn diff(cur: &Current, next: &Topology) -> Result<Vec<Step>, Refusal>
     let new_cells = d.new_vrs()?;
     for (ports_of, vrs) in merge_cells(new_cells) {
         d.new_cell(ports_of, vrs)?;
+    }
+    for (name, new, cfg) in crate::impair::changes(cur.topo, next) {
+        d.steps.push(Step::Impair { port: rt_port(next, &name), name, new, cfg });
     }
     if !d.refused.is_empty() {
         return Err(Refusal::NotLive(d.refused));

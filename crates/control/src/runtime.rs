@@ -282,6 +282,45 @@ pub struct PortRow {
     pub mode: Option<&'static str>,
     /// The backend's own counters by name (`vxlan`: drops by reason, datagrams sent).
     pub backend: Vec<(&'static str, u64)>,
+    /// Its impairment (of what leaves by it), if it has one.
+    pub impair: Option<ImpairRow>,
+}
+
+/// A port's impairment as a snapshot saw it.
+#[derive(Clone, Debug)]
+pub struct ImpairRow {
+    pub config: dataplane::impair::ImpairConfig,
+    pub counters: dataplane::impair::ImpairCounters,
+    /// Frames waiting on the link now.
+    pub held: usize,
+}
+
+impl ImpairRow {
+    /// As JSON: the settings, the counters, drops by reason, frames waiting.
+    pub fn to_json(&self) -> Value {
+        let (c, k) = (&self.config, &self.counters);
+        let drops: serde_json::Map<_, _> = dataplane::impair::ImpairDrop::ALL
+            .iter()
+            .map(|&r| (r.name().to_string(), json!(k.dropped(r))))
+            .collect();
+        let loss = match c.loss {
+            dataplane::impair::Loss::None => Value::Null,
+            dataplane::impair::Loss::Random(p) => json!({ "random_pct": p.percent() }),
+            dataplane::impair::Loss::Gilbert { p, r, bad, good } => json!({
+                "p_pct": p.percent(), "r_pct": r.percent(),
+                "1-h_pct": bad.percent(), "1-k_pct": good.percent(),
+            }),
+        };
+        json!({
+            "delay_ns": c.delay_ns, "jitter_ns": c.jitter_ns,
+            "distribution": c.distribution.name(), "loss": loss,
+            "duplicate_pct": c.duplicate.percent(), "reorder_pct": c.reorder.percent(),
+            "corrupt_pct": c.corrupt.percent(), "rate_bps": c.rate_bps, "limit": c.limit,
+            "seed": c.seed, "offered": k.offered, "sent": k.sent, "duplicated": k.duplicated,
+            "corrupted": k.corrupted, "reordered": k.reordered, "held": self.held,
+            "drops": drops,
+        })
+    }
 }
 
 /// One cell as a snapshot saw it.
@@ -448,6 +487,7 @@ impl Snapshot {
                     "rx_dropped": p.stats.rx_dropped, "tx_full": p.stats.tx_full,
                     "drops": drops, "status": status, "burst": p.burst, "mode": p.mode,
                     "backend": p.backend.iter().map(|&(k, n)| (k.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
+                    "impair": p.impair.as_ref().map(ImpairRow::to_json),
                 })
             })
             .collect();
@@ -583,6 +623,29 @@ impl Runtime {
             ),
         )?;
         answer(&rx, w)
+    }
+
+    /// Runs `f` on port `name` (its cell and index in the cell) in every cell holding it (a
+    /// replicated VR's cells each hold a queue of its ports), between two polls; returns what
+    /// each returned. Fails if no cell holds it.
+    pub fn on_port<T: Send + 'static>(
+        &self,
+        name: &str,
+        f: impl Fn(&mut Cell, usize) -> T + Clone + Send + 'static,
+    ) -> Result<Vec<T>, RuntimeError> {
+        let held: Vec<(usize, usize)> = (0..self.cells.len())
+            .filter(|&c| self.cells[c].live)
+            .filter_map(|c| Some((c, self.cells[c].ports.iter().position(|p| p == name)?)))
+            .collect();
+        if held.is_empty() {
+            return err(format!("no port {name}"));
+        }
+        held.into_iter()
+            .map(|(c, p)| {
+                let f = f.clone();
+                self.on_cell(c, move |cell| f(cell, p))
+            })
+            .collect()
     }
 
     /// Runs `f` on VR `name` (its cell and index) on its worker, between two polls.
@@ -904,9 +967,9 @@ struct Sleeper {
 
 impl Sleeper {
     /// Sleeps on `cells`' port descriptors and the worker's waker until one is readable or
-    /// the timeout passes: [`BLOCK_TIMEOUT`], or [`NAP`] if a port has no descriptor. Does
-    /// not sleep if a port has frames waiting already, a command is pending or the worker
-    /// must stop.
+    /// the timeout passes: [`BLOCK_TIMEOUT`], or [`NAP`] if a port has no descriptor, or less
+    /// when a frame an impairment holds is due sooner. Does not sleep if a port has frames
+    /// waiting already, a held frame is due, a command is pending or the worker must stop.
     fn sleep(&mut self, ctx: &Ctx, cells: &mut [Cell]) {
         self.fds.clear();
         let mut all = true;
@@ -920,8 +983,14 @@ impl Sleeper {
         }
         if !waiting {
             ctx.wake.asleep.store(true, Ordering::SeqCst);
-            if !ctx.pending.load(Ordering::SeqCst) && !ctx.stop.load(Ordering::SeqCst) {
+            // Frames an impairment holds leave at their time: never sleep past the first.
+            let due = cells.iter().filter_map(Cell::next_due).min().map(|d| {
+                Duration::from_nanos(d.saturating_sub(ctx.epoch.elapsed().as_nanos() as u64))
+            });
+            let soon = due.is_some_and(|d| d.is_zero());
+            if !soon && !ctx.pending.load(Ordering::SeqCst) && !ctx.stop.load(Ordering::SeqCst) {
                 let timeout = if all { BLOCK_TIMEOUT } else { NAP };
+                let timeout = due.map_or(timeout, |d| d.min(timeout));
                 let t0 = Instant::now();
                 if self.poller.wait(&self.fds, timeout).is_err() {
                     // Cannot poll (out of memory, too many descriptors): sleep it off.
@@ -1082,6 +1151,11 @@ fn status(id: usize, c: &Cell) -> CellStatus {
             burst: c.port_burst(p),
             mode: c.port_mode(p),
             backend: c.port_backend_counters(p),
+            impair: c.port_impair(p).map(|i| ImpairRow {
+                config: *i.config(),
+                counters: *i.counters(),
+                held: i.held(),
+            }),
         })
         .collect();
     let switches = c

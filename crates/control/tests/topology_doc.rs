@@ -35,6 +35,17 @@ fn sections() -> Vec<(&'static str, Vec<String>)> {
             vec![port("vhost-user")],
         ),
         ("`kind: vxlan` (a segment to other hosts over VXLAN)", vec![port("vxlan")]),
+        (
+            "`ports[].impair` (link impairments: what frames leaving by the port suffer)",
+            vec![
+                "ports:\n  - { name: p, kind: mem, impair: { zz: 1 } }\n".into(),
+                "ports:\n  - { name: p, kind: afpacket, interface: v, impair: { zz: 1 } }\n".into(),
+            ],
+        ),
+        (
+            "`ports[].impair.loss` (Gilbert-Elliott, mapping form)",
+            vec!["ports:\n  - { name: p, kind: mem, impair: { loss: { zz: 1 } } }\n".into()],
+        ),
         ("`switches[]`", vec!["switches:\n  - { zz: 1 }\n".into()]),
         ("`switches[].members[]`", vec![sw("members: [{ zz: 1 }]")]),
         ("`switches[].static_macs[]`", vec![sw("static_macs: [{ zz: 1 }]")]),

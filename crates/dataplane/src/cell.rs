@@ -22,6 +22,7 @@ use crate::config::Reservation;
 use crate::counters::{PortCounters, StageCounters, TxTally, VrDrop};
 use crate::demux::{Conflict, Demux, Target, NO_KEY};
 use crate::egress::{Egress, Links, TxOutcome};
+use crate::impair::{Impair, ImpairConfig};
 use crate::observe::{Dir, Observe, Reason, Tap, Trace, TraceRecord};
 use crate::switch::Switch;
 use crate::vr::{BuildError, Fate, Lookup, Meta, OutQueue, Vr, VrAnswer, VrChange};
@@ -378,6 +379,36 @@ impl Cell {
         })
     }
 
+    /// Impairs what leaves port `p` ([`crate::impair`]); `None` (or settings that impair
+    /// nothing) ends it. A change applies to frames sent from now on: frames waiting keep
+    /// their times, and leave at them even once the impairment is gone. The pool of a new
+    /// (or larger) limit is made here, between polls. On error nothing changes.
+    pub fn set_impair(&mut self, p: usize, cfg: Option<ImpairConfig>) -> Result<(), BuildError> {
+        if p >= self.ports.len() {
+            return Err(BuildError(format!("no port {p} (there are {})", self.ports.len())));
+        }
+        let cfg = cfg.filter(|c| !c.is_none());
+        let slot = self.egress.impair_mut(p);
+        match (slot.as_deref_mut(), cfg) {
+            (Some(i), c) => i.reconfigure(c.unwrap_or_default())?,
+            (None, Some(c)) => *slot = Some(Box::new(Impair::new(c)?)),
+            (None, None) => {}
+        }
+        self.egress.tidy_impairs();
+        Ok(())
+    }
+
+    /// Port `p`'s impairment: its settings, counters and frames waiting.
+    pub fn port_impair(&self, p: usize) -> Option<&Impair> {
+        self.egress.impair(p)
+    }
+
+    /// When the earliest frame an impairment holds is due (the poll `now`'s clock), if one is
+    /// held: a worker must not sleep past it.
+    pub fn next_due(&self) -> Option<u64> {
+        self.egress.next_due()
+    }
+
     /// Per-stage bursts and packets (receive, VR pipeline, transmit).
     pub fn stages(&self) -> StageCounters {
         self.stages
@@ -398,6 +429,7 @@ impl Cell {
     pub(crate) fn poll(&mut self, w: &mut Worker, now: u64) -> usize {
         let timed = w.has_clock();
         let mut total = 0;
+        self.egress.release(&mut self.ports, &mut self.pcs, now);
         if self.handoff.is_some() {
             total += self.poll_feeds(w, now, timed);
         }

@@ -4,16 +4,28 @@
 //! frames). What a port refuses is accounted by whoever staged the frames ([`TxOutcome`]): on
 //! the VRs that made them (`tx_full`, `generated_dropped`) or on the switch member that was to
 //! send them (`tx_full`).
+//!
+//! A port with an impairment ([`Impair`], `impair.rs`) is sent to through it: its frames are
+//! all taken (the impairment drops, holds or passes each and counts what it drops), and what
+//! is due leaves at once; what waits leaves on a later poll ([`Egress::release`]). A port
+//! without one costs a check per burst.
 
 use ports::{Batch, Port, MAX_BURST};
 
 use crate::counters::PortCounters;
+use crate::impair::Impair;
 
 /// Per-port transmit lists (512 bytes a port), for the cell's ports.
 pub(crate) struct Egress {
     sel: Vec<Vec<u16>>,
     /// Ports with a list, in order of their first frame.
     touched: Vec<u16>,
+    /// Per port: its impairment, if it has one (or had one with frames still waiting).
+    imp: Vec<Option<Box<Impair>>>,
+    /// Whether any port has an impairment: the one check per poll for releases.
+    impaired: bool,
+    /// The poll's time, for impairments.
+    pub now: u64,
 }
 
 /// What a flush asks of the frames' owner around each port's `tx_burst`.
@@ -27,7 +39,13 @@ pub(crate) trait TxOutcome {
 
 impl Egress {
     pub fn new(ports: usize) -> Egress {
-        let mut e = Egress { sel: Vec::new(), touched: Vec::with_capacity(ports) };
+        let mut e = Egress {
+            sel: Vec::new(),
+            touched: Vec::with_capacity(ports),
+            imp: Vec::new(),
+            impaired: false,
+            now: 0,
+        };
         e.add_ports(ports);
         e
     }
@@ -35,7 +53,61 @@ impl Egress {
     /// Room for `n` more ports.
     pub fn add_ports(&mut self, n: usize) {
         self.sel.extend((0..n).map(|_| Vec::with_capacity(MAX_BURST)));
+        self.imp.extend((0..n).map(|_| None));
         self.touched.reserve(n);
+    }
+
+    /// Port `p`'s impairment.
+    pub fn impair(&self, p: usize) -> Option<&Impair> {
+        self.imp.get(p).and_then(|i| i.as_deref())
+    }
+
+    /// Port `p`'s impairment, to change it.
+    pub fn impair_mut(&mut self, p: usize) -> &mut Option<Box<Impair>> {
+        &mut self.imp[p]
+    }
+
+    /// After a change of impairments: whether any is left, dropping those that impair nothing
+    /// and hold nothing.
+    pub fn tidy_impairs(&mut self) {
+        for i in &mut self.imp {
+            if i.as_ref().is_some_and(|x| x.config().is_none() && x.held() == 0) {
+                *i = None;
+            }
+        }
+        self.impaired = self.imp.iter().any(Option::is_some);
+    }
+
+    /// Sends what impairments hold that is due by `now`, counting it on the ports.
+    #[inline]
+    pub fn release(&mut self, ports: &mut [Box<dyn Port>], pcs: &mut [PortCounters], now: u64) {
+        self.now = now;
+        if self.impaired {
+            self.release_all(ports, pcs, now);
+        }
+    }
+
+    #[cold]
+    fn release_all(&mut self, ports: &mut [Box<dyn Port>], pcs: &mut [PortCounters], now: u64) {
+        let mut drained = false;
+        for (p, i) in self.imp.iter_mut().enumerate() {
+            if let Some(i) = i {
+                pcs[p].tx_packets += i.release(now, &mut *ports[p]) as u64;
+                drained |= i.config().is_none() && i.held() == 0;
+            }
+        }
+        if drained {
+            // An impairment removed while frames waited: gone once the last has left.
+            self.tidy_impairs();
+        }
+    }
+
+    /// The earliest time a frame held by an impairment is due, if one is held.
+    pub fn next_due(&self) -> Option<u64> {
+        if !self.impaired {
+            return None;
+        }
+        self.imp.iter().flatten().filter_map(|i| i.next_due()).min()
     }
 
     /// Stages slot `i` of the burst's batch on port `port`.
@@ -60,7 +132,8 @@ impl Egress {
         for &p in &self.touched {
             let sel = &mut self.sel[p as usize];
             acct.before(p, batch, sel);
-            let k = send(&mut *ports[p as usize], &mut pcs[p as usize], batch, sel);
+            let (port, pc) = (&mut *ports[p as usize], &mut pcs[p as usize]);
+            let k = send(port, pc, self.imp[p as usize].as_deref_mut(), self.now, batch, sel);
             acct.after(p, sel, k);
             sel.clear();
         }
@@ -85,20 +158,42 @@ impl Links<'_> {
     /// Offers `sel` of `batch` to port `p` at once (frames not staged: a switch's copies).
     #[inline]
     pub fn send(&mut self, p: usize, batch: &mut Batch, sel: &[u16]) -> usize {
-        send(&mut *self.ports[p], &mut self.pcs[p], batch, sel)
+        let imp = self.egress.imp[p].as_deref_mut();
+        send(&mut *self.ports[p], &mut self.pcs[p], imp, self.egress.now, batch, sel)
     }
 }
 
 /// Offers `sel` of `batch` to `port` in one `tx_burst`, counting what it took on the port;
-/// returns that count (the frames it took are the first ones of `sel`).
+/// returns that count (the frames it took are the first ones of `sel`). Through an
+/// impairment, every frame is taken: what becomes of each is the impairment's to count.
 #[inline]
 pub(crate) fn send(
     port: &mut dyn Port,
     pc: &mut PortCounters,
+    imp: Option<&mut Impair>,
+    now: u64,
     batch: &mut Batch,
     sel: &[u16],
 ) -> usize {
+    if let Some(i) = imp {
+        return impaired(port, pc, i, now, batch, sel);
+    }
     let k = port.tx_burst(batch, sel);
     pc.tx_packets += k as u64;
     k
+}
+
+#[cold]
+#[inline(never)]
+fn impaired(
+    port: &mut dyn Port,
+    pc: &mut PortCounters,
+    imp: &mut Impair,
+    now: u64,
+    batch: &mut Batch,
+    sel: &[u16],
+) -> usize {
+    imp.offer(batch, sel, now);
+    pc.tx_packets += imp.release(now, port) as u64;
+    sel.len()
 }

@@ -30,6 +30,7 @@ mod demux;
 mod egress;
 mod engine;
 pub mod flowhash;
+pub mod impair;
 mod l2;
 pub mod msr;
 pub mod observe;

@@ -1,5 +1,6 @@
 //! docs/dataplane.md has a row for every drop reason, and no row for a reason that is gone.
 
+use dataplane::impair::ImpairDrop;
 use dataplane::{PortDrop, VrDrop};
 
 const DOC: &str = include_str!("../../../docs/dataplane.md");
@@ -10,6 +11,7 @@ fn every_drop_reason_is_documented() {
         .iter()
         .map(|r| r.name())
         .chain(PortDrop::ALL.iter().map(|r| r.name()))
+        .chain(ImpairDrop::ALL.iter().map(|r| r.name()))
         .collect();
     for n in &names {
         assert!(DOC.contains(&format!("| `{n}` | ")), "docs/dataplane.md has no row for `{n}`");

@@ -296,6 +296,55 @@ fn forward_a_million(observe: bool) {
     }
 }
 
+/// Through an impaired egress (delay with normal jitter, loss, duplicates, reordering,
+/// corruption, a rate): frames wait in the impairment's pool and leave on later polls, and
+/// none of it allocates.
+#[test]
+fn forwarding_a_million_packets_impaired_allocates_nothing() {
+    use dataplane::impair::{Chance, Distribution, ImpairConfig, ImpairDrop, Loss};
+    let (c, v4, v6) = big_vr(VrLimits::default());
+    let mut rig = Rig::new(&c);
+    let pct = |x| Chance::from_percent(x).unwrap();
+    let cfg = ImpairConfig {
+        delay_ns: 100_000,
+        jitter_ns: 20_000,
+        distribution: Distribution::Normal,
+        loss: Loss::Random(pct(1.0)),
+        duplicate: pct(1.0),
+        reorder: pct(5.0),
+        corrupt: pct(1.0),
+        rate_bps: 400_000_000_000,
+        limit: 4096,
+        seed: 3,
+    };
+    rig.e.cell_mut().set_impair(1, Some(cfg)).unwrap();
+    let frames = forwarding_frames(&v4, &v6, 4096);
+    let mut at = 0;
+    for _ in 0..64 {
+        rig.round(&frames, &mut at, 256); // warm-up
+    }
+    let before = rig.counters();
+    let imp0 = *rig.e.cell().port_impair(1).unwrap().counters();
+    const N: usize = 1_000_000;
+    let ((), allocs, bytes) = counted(|| {
+        let mut left = N;
+        while left > 0 {
+            let n = left.min(256);
+            rig.round(&frames, &mut at, n);
+            left -= n;
+        }
+    });
+    let after = rig.counters();
+    let imp = rig.e.cell().port_impair(1).unwrap();
+    let c = *imp.counters();
+    assert_eq!(after.forwarded - before.forwarded, N as u64, "{}", rig.e.dump());
+    assert_eq!(c.offered - imp0.offered, N as u64);
+    assert!(c.sent > imp0.sent + (N as u64) * 9 / 10, "{c:?}");
+    assert!(c.dropped(ImpairDrop::Loss) > 0 && c.duplicated > 0 && c.reordered > 0);
+    assert!(c.corrupted > 0);
+    assert_eq!(allocs, 0, "{allocs} allocations ({bytes} bytes) while forwarding {N} packets");
+}
+
 /// A mix of slow paths: TTL expiry (ICMP errors), no route (ICMPv6 errors), pings (replies),
 /// bad checksums, packets to lan hosts that must be resolved (ARP requests, answered by the
 /// test from prebuilt frames, or never for some hosts: retransmits, failure, hold), pings from

@@ -13,7 +13,7 @@ mod routes;
 mod state;
 mod vrs;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::api::Command;
 use crate::{ControlError, Node};
@@ -56,6 +56,10 @@ impl Node {
                 self.migrate_commit(vr, neighbors, counters, not_after_ns)
             }
             Command::Announce { vr } => self.announce(vr),
+            Command::Impair { port, impair } => {
+                let plan = crate::impair::command(self, &port, impair)?;
+                Ok(json!({ "port": port, "plan": plan.steps }))
+            }
         }
     }
 }

@@ -348,6 +348,26 @@ fn keys(v: &Json) -> BTreeSet<String> {
 
 /// A doc with every field of the model set (not a valid topology: it only has to serialize).
 /// Struct literals without `..`, so a new field must be given a value here.
+fn impair() -> ImpairDoc {
+    ImpairDoc {
+        delay: Some(s("d")),
+        jitter: Some(s("j")),
+        distribution: Some(s("x")),
+        loss: Some(LossDoc::Gilbert(GilbertDoc {
+            p: s("p"),
+            r: Some(s("r")),
+            h: Some(s("h")),
+            k: Some(s("k")),
+        })),
+        duplicate: Some(s("d")),
+        reorder: Some(s("r")),
+        corrupt: Some(s("c")),
+        rate: Some(s("r")),
+        limit: Some(1),
+        seed: Some(1),
+    }
+}
+
 fn every_field() -> TopologyDoc {
     let kernel = KernelDoc {
         interface: Some(s("i")),
@@ -380,7 +400,12 @@ fn every_field() -> TopologyDoc {
             mtu: Some(1),
         }],
         ports: vec![
-            PortDoc { name: s("mem"), kind: PortKindDoc::Mem { ring: Some(1) }, burst: Some(1) },
+            PortDoc {
+                name: s("mem"),
+                kind: PortKindDoc::Mem { ring: Some(1) },
+                burst: Some(1),
+                impair: Some(impair()),
+            },
             PortDoc {
                 name: s("memif"),
                 kind: PortKindDoc::Memif(MemifDoc {
@@ -394,17 +419,25 @@ fn every_field() -> TopologyDoc {
                     rx_mode: Some(s("m")),
                 }),
                 burst: Some(1),
+                impair: Some(impair()),
             },
             PortDoc {
                 name: s("afxdp"),
                 kind: PortKindDoc::Afxdp(KernelDoc { xdp, ..kernel.clone() }),
                 burst: Some(1),
+                impair: Some(impair()),
             },
-            PortDoc { name: s("afpacket"), kind: PortKindDoc::Afpacket(kernel), burst: Some(1) },
+            PortDoc {
+                name: s("afpacket"),
+                kind: PortKindDoc::Afpacket(kernel),
+                burst: Some(1),
+                impair: Some(impair()),
+            },
             PortDoc {
                 name: s("tap"),
                 kind: PortKindDoc::Tap { interface: s("t") },
                 burst: Some(1),
+                impair: Some(impair()),
             },
             PortDoc {
                 name: s("vhost-user"),
@@ -414,6 +447,7 @@ fn every_field() -> TopologyDoc {
                     queues: Some(1),
                 }),
                 burst: Some(1),
+                impair: Some(impair()),
             },
         ],
         switches: vec![SwitchDoc {
@@ -524,6 +558,16 @@ fn the_model_has_exactly_the_keys_the_parser_accepts() {
         ("ports[] afpacket", port("afpacket"), port_probe("afpacket")),
         ("ports[] tap", port("tap"), port_probe("tap")),
         ("ports[] vhost-user", port("vhost-user"), port_probe("vhost-user")),
+        (
+            "ports[].impair",
+            port("mem")["impair"].clone(),
+            s("ports:\n  - { name: p, kind: mem, impair: { zz: 1 } }\n"),
+        ),
+        (
+            "ports[].impair.loss",
+            port("mem")["impair"]["loss"].clone(),
+            s("ports:\n  - { name: p, kind: mem, impair: { loss: { zz: 1 } } }\n"),
+        ),
         ("switches[]", sw.clone(), s("switches:\n  - { zz: 1 }\n")),
         ("members[]", sw["members"][0].clone(), sw_probe("members: [{ zz: 1 }]")),
         ("static_macs[]", sw["static_macs"][0].clone(), sw_probe("static_macs: [{ zz: 1 }]")),

@@ -159,6 +159,7 @@
 mod cp;
 mod error;
 mod hosts;
+mod impair;
 mod msr;
 mod run;
 mod summary;
@@ -235,6 +236,8 @@ pub struct PortSpec {
     pub kind: PortKind,
     /// Frames received per poll (1..=256); `None`: the worker's default.
     pub burst: Option<u16>,
+    /// What frames leaving by this port suffer (`impair:`); `None`: nothing.
+    pub impair: Option<dataplane::impair::ImpairConfig>,
 }
 
 /// How a kernel-facing port reaches its Linux interface.
@@ -416,10 +419,10 @@ const PORT_KINDS: &[&str] = &["mem", "memif", "afxdp", "afpacket", "tap", "vhost
 const PLANNED_PORT_KINDS: &[&str] = &[];
 const MEMIF_KEYS: &[&str] = &[
     "name", "kind", "role", "socket", "id", "secret", "queues", "ring", "buffer", "rx_mode",
-    "burst",
+    "burst", "impair",
 ];
-const MEM_KEYS: &[&str] = &["name", "kind", "ring", "burst"];
-const KERNEL_KEYS: &[&str] = &["name", "kind", "interface", "host", "netns", "burst"];
+const MEM_KEYS: &[&str] = &["name", "kind", "ring", "burst", "impair"];
+const KERNEL_KEYS: &[&str] = &["name", "kind", "interface", "host", "netns", "burst", "impair"];
 const AFXDP_KEYS: &[&str] = &[
     "name",
     "kind",
@@ -427,6 +430,7 @@ const AFXDP_KEYS: &[&str] = &[
     "host",
     "netns",
     "burst",
+    "impair",
     "ring",
     "frame_size",
     "xdp_mode",
@@ -434,8 +438,8 @@ const AFXDP_KEYS: &[&str] = &[
     "threaded_napi",
     "queues",
 ];
-const TAP_KEYS: &[&str] = &["name", "kind", "interface", "burst"];
-const VHOST_USER_KEYS: &[&str] = &["name", "kind", "socket", "mode", "queues", "burst"];
+const TAP_KEYS: &[&str] = &["name", "kind", "interface", "burst", "impair"];
+const VHOST_USER_KEYS: &[&str] = &["name", "kind", "socket", "mode", "queues", "burst", "impair"];
 /// The root-namespace end of a host's veth is this prefix and the port's name.
 const VETH_PREFIX: &str = "rpx-";
 const DEFAULT_RING: usize = 1024;
@@ -540,6 +544,7 @@ impl Topology {
                         name: format!("{}/{}/{}", cp.netns, vrs[v].name, f.name),
                         kind: PortKind::Mirror { netns: cp.netns.clone(), vr: v, iface: i as u16 },
                         burst: None,
+                        impair: None,
                     });
                 }
             }
@@ -777,11 +782,12 @@ impl Host {
             }
         };
         let burst = m.get("burst").map(|b| run::burst(&b)).transpose()?;
+        let impair = m.get("impair").map(|i| impair::impair(&i)).transpose()?.flatten();
         let id = PortId::try_from(self.port_names.len())
             .map_err(|_| v.error(format_args!("more than {} ports", PortId::MAX)))?;
         self.ports.insert(name.clone(), (id, name_v.line()));
         self.port_names.push(name.clone());
-        Ok(PortSpec { name, kind, burst })
+        Ok(PortSpec { name, kind, burst, impair })
     }
 
     /// The largest MTU an interface on `s` may have because a vxlan port carries the segment,
@@ -831,7 +837,12 @@ impl Host {
         for (n, (id, peer)) in names.into_iter().zip([(a, b), (b, a)]) {
             self.ports.insert(n.clone(), (id, v.line()));
             self.port_names.push(n.clone());
-            self.specs.push(PortSpec { name: n, kind: PortKind::Link { peer }, burst: None });
+            self.specs.push(PortSpec {
+                name: n,
+                kind: PortKind::Link { peer },
+                burst: None,
+                impair: None,
+            });
         }
         self.switches[sw].members.push(dataplane::MemberConfig {
             port: b,

@@ -220,7 +220,7 @@ fn port_kinds_are_checked() {
         (2, "socket"),
         "ports[0].socket",
         Some("socket"),
-        "unknown key \"socket\" (allowed: name, kind, ring, burst)",
+        "unknown key \"socket\" (allowed: name, kind, ring, burst, impair)",
     );
 }
 
@@ -277,7 +277,7 @@ fn vhost_user_ports() {
         (2, "ring"),
         "ports[0].ring",
         Some("ring"),
-        "unknown key \"ring\" (allowed: name, kind, socket, mode, queues, burst)",
+        "unknown key \"ring\" (allowed: name, kind, socket, mode, queues, burst, impair)",
     );
 }
 
@@ -838,8 +838,18 @@ vrs:
     assert_eq!(
         t.ports,
         vec![
-            PortSpec { name: "p0".into(), kind: PortKind::Mem { ring: 512 }, burst: None },
-            PortSpec { name: "p1".into(), kind: PortKind::Mem { ring: 1024 }, burst: None },
+            PortSpec {
+                name: "p0".into(),
+                kind: PortKind::Mem { ring: 512 },
+                burst: None,
+                impair: None
+            },
+            PortSpec {
+                name: "p1".into(),
+                kind: PortKind::Mem { ring: 1024 },
+                burst: None,
+                impair: None
+            },
         ]
     );
     let vr = &t.vrs[0];
@@ -1609,7 +1619,7 @@ fn afxdp_ring_frame_size_mode_and_zero_copy() {
         (4, "frame_size"),
         "ports[0].frame_size",
         Some("frame_size"),
-        "unknown key \"frame_size\" (allowed: name, kind, interface, host, netns, burst)",
+        "unknown key \"frame_size\" (allowed: name, kind, interface, host, netns, burst, impair)",
     );
 }
 
@@ -2136,4 +2146,135 @@ fn metrics_is_off_by_default_and_its_address_is_checked() {
     assert_eq!(e.message(), "unknown key \"port\" (allowed: listen)");
     let e = listen("metrics: 127.0.0.1:9469").unwrap_err();
     assert_eq!(e.field(), "metrics", "{e}");
+}
+
+#[test]
+fn impairments_are_read_with_netems_units() {
+    use dataplane::impair::{Chance, Distribution, ImpairConfig, Loss};
+    let t = accepts(
+        "ports:
+  - name: p0
+    kind: mem
+    impair: { delay: 20ms, jitter: 2.5ms, distribution: paretonormal, loss: 1%, duplicate: 0.5%, reorder: 25%, corrupt: 0.1, rate: 10mbit, limit: 500, seed: 42 }
+  - name: p1
+    kind: mem
+    impair:
+      loss: { p: 1%, r: 25%, 1-h: 90%, 1-k: 0.5% }
+      rate: 1.5Gbit
+  - { name: p2, kind: mem, impair: { loss: { p: 2% } } }
+  - { name: p3, kind: mem, impair: { delay: 0, limit: 10 } }
+  - { name: p4, kind: mem }
+",
+    );
+    let pct = |x| Chance::from_percent(x).unwrap();
+    assert_eq!(
+        t.ports[0].impair,
+        Some(ImpairConfig {
+            delay_ns: 20_000_000,
+            jitter_ns: 2_500_000,
+            distribution: Distribution::ParetoNormal,
+            loss: Loss::Random(pct(1.0)),
+            duplicate: pct(0.5),
+            reorder: pct(25.0),
+            corrupt: pct(0.1),
+            rate_bps: 10_000_000,
+            limit: 500,
+            seed: 42,
+        })
+    );
+    let p1 = t.ports[1].impair.unwrap();
+    assert_eq!(
+        p1.loss,
+        Loss::Gilbert { p: pct(1.0), r: pct(25.0), bad: pct(90.0), good: pct(0.5) }
+    );
+    assert_eq!((p1.rate_bps, p1.limit, p1.seed), (1_500_000_000, 1000, 0));
+    // netem's defaults: r = 1 - p, 1-h = 100 %, 1-k = 0 %.
+    let p2 = t.ports[2].impair.unwrap();
+    assert_eq!(
+        p2.loss,
+        Loss::Gilbert { p: pct(2.0), r: pct(98.0), bad: Chance::ALWAYS, good: Chance::NEVER }
+    );
+    // Settings that impair nothing are no impairment.
+    assert_eq!((t.ports[3].impair, t.ports[4].impair), (None, None));
+}
+
+#[test]
+fn impairment_values_are_checked_where_they_stand() {
+    let port = |imp: &str| format!("ports:\n  - name: p0\n    kind: mem\n    impair: {imp}\n");
+    let cases: &[(&str, &str, &str, &str, &str)] = &[
+        (
+            "{ delay: 20 }",
+            "20",
+            "ports[0].impair.delay",
+            "20",
+            "\"20\" is not a duration: a number and ns, us, ms or s",
+        ),
+        ("{ delay: 11s }", "11s", "ports[0].impair.delay", "11s", "at most 10s"),
+        (
+            "{ jitter: -1ms }",
+            "-1ms",
+            "ports[0].impair.jitter",
+            "-1ms",
+            "\"-1ms\" is not a duration: a number and ns, us, ms or s",
+        ),
+        (
+            "{ loss: 101% }",
+            "101%",
+            "ports[0].impair.loss",
+            "101%",
+            "\"101%\" is not a percentage in 0%..=100%",
+        ),
+        (
+            "{ loss: { p: 1%, r: 0% } }",
+            "0%",
+            "ports[0].impair.loss.r",
+            "0%",
+            "r 0% never leaves the bad state once in it",
+        ),
+        (
+            "{ rate: 10mbps }",
+            "10mbps",
+            "ports[0].impair.rate",
+            "10mbps",
+            "give the rate in bits a second (kbit, mbit, gbit): netem's bps means bytes, a trap",
+        ),
+        ("{ rate: 10bit }", "10bit", "ports[0].impair.rate", "10bit", "a rate in 1kbit..=1tbit"),
+        (
+            "{ rate: fast }",
+            "fast",
+            "ports[0].impair.rate",
+            "fast",
+            "\"fast\" is not a rate: a number and bit, kbit, mbit, gbit or tbit",
+        ),
+        (
+            "{ jitter: 1ms, distribution: gauss }",
+            "gauss",
+            "ports[0].impair.distribution",
+            "gauss",
+            "unknown distribution \"gauss\" (uniform, normal, pareto, paretonormal)",
+        ),
+        (
+            "{ distribution: normal }",
+            "normal",
+            "ports[0].impair.distribution",
+            "normal",
+            "a distribution shapes the jitter: give a jitter too",
+        ),
+        (
+            "{ reorder: 5% }",
+            "5%",
+            "ports[0].impair.reorder",
+            "5%",
+            "reorder sends a share without the delay: give a delay too",
+        ),
+    ];
+    for (imp, at, field, value, message) in cases {
+        rejects(&port(imp), (4, at), field, Some(value), message);
+    }
+    let e = parse(&port("{ limit: 0 }")).unwrap_err();
+    assert_eq!((e.line(), e.field(), e.value()), (4, "ports[0].impair.limit", Some("0")));
+    let e = parse(&port("{ seed: x }")).unwrap_err();
+    assert_eq!((e.line(), e.field()), (4, "ports[0].impair.seed"));
+    let e = parse(&port("{ dealy: 1ms }")).unwrap_err();
+    assert!(e.message().contains("unknown key \"dealy\" (allowed: delay, jitter"), "{e}");
 }
