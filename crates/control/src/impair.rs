@@ -14,7 +14,10 @@ use crate::{ControlError, PortKind, Topology};
 
 /// The ports of `next` whose impairment differs from `cur`'s (a new port with one included),
 /// each with whether it had none before and its new settings (`None`: ended).
-pub(crate) fn changes(cur: &Topology, next: &Topology) -> Vec<(String, bool, Option<ImpairConfig>)> {
+pub(crate) fn changes(
+    cur: &Topology,
+    next: &Topology,
+) -> Vec<(String, bool, Option<ImpairConfig>)> {
     next.ports
         .iter()
         .filter(|p| is_user_port(&p.kind))
