@@ -207,7 +207,14 @@ impl Run {
         if self.held.is_none() {
             self.grant().await?;
         }
-        self.renew().await?;
+        match self.renew().await {
+            // One call may go to a member that is down (the client's balancer keeps it for a
+            // while): once more, on a fresh keep-alive stream, before the tick counts it lost.
+            Err(FleetError::Etcd(_) | FleetError::Timeout { .. }) if self.held.is_some() => {
+                self.renew().await?
+            }
+            r => r?,
+        }
         self.read_local().await;
         let desired = self.read_desired().await?;
         self.unfence(desired.as_ref()).await;
@@ -255,12 +262,26 @@ impl Run {
         let held = self.held.as_mut().expect("granted before renewal");
         let id = held.id;
         if held.keeper.is_none() {
-            let k = tokio::time::timeout(timing.call, c.lease_keep_alive(id)).await;
-            let k = k.map_err(|_| FleetError::Timeout {
-                what: "lease keep-alive stream",
-                ms: timing.call.as_millis() as u64,
-            })??;
-            held.keeper = Some(k);
+            // Opening the stream renews once (the client sends a keep-alive and reads its
+            // answer), and says so when etcd no longer knows the lease.
+            let sent = Instant::now();
+            let sent_ms = now_ms();
+            match tokio::time::timeout(timing.call, c.lease_keep_alive(id)).await {
+                Ok(Ok(k)) => {
+                    held.keeper = Some(k);
+                    self.renewed = Some(sent);
+                    self.st.renewed_ms = Some(sent_ms);
+                    return Ok(());
+                }
+                Ok(Err(etcd_client::Error::LeaseKeepAliveError(m))) if m.contains("not found") => {
+                    return Err(self.lost(id));
+                }
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) => {
+                    let ms = timing.call.as_millis() as u64;
+                    return Err(FleetError::Timeout { what: "lease keep-alive stream", ms });
+                }
+            }
         }
         let (keeper, stream) = held.keeper.as_mut().expect("opened above");
         let sent = Instant::now();
@@ -276,13 +297,8 @@ impl Run {
                 self.st.renewed_ms = Some(sent_ms);
                 Ok(())
             }
-            Ok(Ok(Some(_))) => {
-                // TTL 0: etcd no longer knows the lease (it expired or was revoked).
-                warn!(host = %self.cfg.host, lease = format_args!("{id:x}"), "fleet: lease lost; registering again");
-                self.held = None;
-                self.st.lease = None;
-                Err(FleetError::LeaseLost(id))
-            }
+            // TTL 0: etcd no longer knows the lease (it expired or was revoked).
+            Ok(Ok(Some(_))) => Err(self.lost(id)),
             Ok(Ok(None)) => {
                 held.keeper = None;
                 Err(FleetError::Etcd(etcd_client::Error::LeaseKeepAliveError(
@@ -301,6 +317,14 @@ impl Run {
                 })
             }
         }
+    }
+
+    /// The lease is gone: the next tick grants another and registers again.
+    fn lost(&mut self, id: i64) -> FleetError {
+        warn!(host = %self.cfg.host, lease = format_args!("{id:x}"), "fleet: lease lost; registering again");
+        self.held = None;
+        self.st.lease = None;
+        FleetError::LeaseLost(id)
     }
 
     async fn read_local(&mut self) {
@@ -362,9 +386,7 @@ impl Run {
             Err(FleetError::Etcd(etcd_client::Error::GRpcStatus(s)))
                 if s.message().contains("lease not found") =>
             {
-                self.held = None;
-                self.st.lease = None;
-                Err(FleetError::LeaseLost(id))
+                Err(self.lost(id))
             }
             r => r.map(drop),
         }
@@ -446,6 +468,7 @@ impl Run {
                     Ok(_) => {
                         info!(host = %self.cfg.host, lease = format_args!("{id:x}"), "fleet: left (lease revoked)");
                         last = None;
+                        self.st.last_error = None;
                         break;
                     }
                     Err(e) => last = Some(e),
