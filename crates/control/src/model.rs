@@ -51,6 +51,46 @@ pub struct TopologyDoc {
     pub vrs: Vec<VrDoc>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub msrs: Vec<MsrDoc>,
+    /// `fleet:`, checked by the fleet crate when the host starts; kept here so an edited text
+    /// keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetDoc>,
+}
+
+/// `fleet:`: `etcd` (one endpoint or a list), `host`, `underlay`, `offer`, `lease_ttl_s`,
+/// `policy`, as the file writes them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetDoc {
+    pub etcd: EndpointsDoc,
+    pub host: String,
+    pub underlay: String,
+    pub offer: FleetOfferDoc,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ttl_s: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+}
+
+/// `fleet.etcd:`: one endpoint, or a list.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EndpointsDoc {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Default for EndpointsDoc {
+    fn default() -> Self {
+        EndpointsDoc::Many(Vec::new())
+    }
+}
+
+/// `fleet.offer:`: what the host lets the fleet place on it (`cpu_share` as written, `0.5`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetOfferDoc {
+    pub workers: u64,
+    pub cpu_share: String,
+    pub memory_mib: u64,
 }
 
 /// One `msrs[]` entry: a multistage router over replicated VR `vr`.

@@ -1,4 +1,5 @@
-//! docs/dataplane.md has a row for every drop reason, and no row for a reason that is gone.
+//! docs/dataplane.md has a row for every drop reason (the VR's, the port's, the impaired
+//! link's and the vxlan port's), and no row for a reason that is gone.
 
 use dataplane::impair::ImpairDrop;
 use dataplane::{PortDrop, VrDrop};
@@ -12,6 +13,7 @@ fn every_drop_reason_is_documented() {
         .map(|r| r.name())
         .chain(PortDrop::ALL.iter().map(|r| r.name()))
         .chain(ImpairDrop::ALL.iter().map(|r| r.name()))
+        .chain(ports::vxlan::Reason::ALL.iter().map(|r| r.name()))
         .collect();
     for n in &names {
         assert!(DOC.contains(&format!("| `{n}` | ")), "docs/dataplane.md has no row for `{n}`");

@@ -740,6 +740,8 @@ fn down_of_a_topology_never_up_fails() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("is not up"), "{}", text(&o));
     let o = s.routeplex("status");
     assert!(!o.status.success(), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("is the data plane up?"), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no data plane answers for"), "{}", text(&o));
+    assert!(err.contains("`routeplex up FILE` starts one"), "{}", text(&o));
     assert!(!s.sdir().exists(), "nothing made");
 }

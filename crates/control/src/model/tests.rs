@@ -211,6 +211,7 @@ fn representative() -> TopologyDoc {
         }],
         vrs: vec![vr1, vr2],
         msrs: vec![],
+        fleet: None,
     }
 }
 
@@ -387,6 +388,14 @@ fn every_field() -> TopologyDoc {
         workers: Some(WorkersDoc::Count(1)),
         idle: Some(s("poll")),
         metrics: Some(MetricsDoc { listen: Some(s("l")) }),
+        fleet: Some(FleetDoc {
+            etcd: EndpointsDoc::Many(strings(&["e"])),
+            host: s("h"),
+            underlay: s("u"),
+            offer: FleetOfferDoc { workers: 1, cpu_share: s("c"), memory_mib: 1 },
+            lease_ttl_s: Some(1),
+            policy: Some(s("p")),
+        }),
         migration: Some(MigrationDoc {
             listen: Some(s("l")),
             secret: s("s"),
