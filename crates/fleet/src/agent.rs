@@ -126,6 +126,8 @@ struct Run {
     renewed: Option<Instant>,
     /// The desired revision last tried (applied or refused): not tried again.
     tried: i64,
+    /// Fenced and not yet back: a host with no interface up fences once, not every tick.
+    fenced: bool,
     /// The host's last status.
     last: LocalStatus,
     /// The last error logged, so a repeated one is not logged every tick.
@@ -151,6 +153,7 @@ impl Run {
             held: None,
             renewed: None,
             tried: 0,
+            fenced: false,
             last: LocalStatus::default(),
             logged: None,
         }
@@ -364,7 +367,13 @@ impl Run {
                 self.st.applied_revision = rev;
             }
             Ok(Err(e)) => {
-                error!(host = %self.cfg.host, revision = rev, error = %e, "fleet: desired topology refused");
+                // The host did not answer (not listening yet, restarting): not a refusal, so
+                // the revision is tried again next tick.
+                if matches!(e, FleetError::Local(control::ControlError::Io { .. })) {
+                    self.tried = 0;
+                } else {
+                    error!(host = %self.cfg.host, revision = rev, error = %e, "fleet: desired topology refused");
+                }
                 self.failed(e);
             }
             Err(e) => self.failed(FleetError::Record { what: source, msg: e.to_string() }),
@@ -394,7 +403,7 @@ impl Run {
 
     async fn fence_if_due(&mut self) {
         let due = self.renewed.is_some_and(|t| self.timing.must_fence(t.elapsed()));
-        if !due || self.cfg.policy != Policy::Fence || !self.st.fenced.is_empty() {
+        if !due || self.cfg.policy != Policy::Fence || self.fenced {
             return;
         }
         let local = self.local.clone();
@@ -416,6 +425,7 @@ impl Run {
                 error!(host = %self.cfg.host, interfaces = down.len(), ms_since_renewal = since, "fleet: lease not renewed in time: fenced (VRs' interfaces down)");
                 self.st.fences += 1;
                 self.st.fenced = down;
+                self.fenced = true;
                 if let Some(e) = err {
                     self.failed(e);
                 }
@@ -428,7 +438,7 @@ impl Run {
     /// With a lease again: brings fenced interfaces back up where the desired topology still
     /// places their VR here (or there is none).
     async fn unfence(&mut self, desired: Option<&(i64, String)>) {
-        if self.st.fenced.is_empty() {
+        if !self.fenced {
             return;
         }
         let here = match desired.map(|(_, t)| desired_vrs(t)) {
@@ -440,6 +450,7 @@ impl Run {
             }
         };
         let fenced = std::mem::take(&mut self.st.fenced);
+        let kept = fenced.clone();
         let local = self.local.clone();
         let r = tokio::task::spawn_blocking(move || {
             let mut still = Vec::new();
@@ -452,8 +463,10 @@ impl Run {
             still
         })
         .await;
-        let still = r.unwrap_or_default();
+        // A task that panicked brought nothing back up: every interface is still down.
+        let still = r.unwrap_or(kept);
         info!(host = %self.cfg.host, still_down = still.len(), "fleet: lease held again: unfenced");
+        self.fenced = !still.is_empty();
         self.st.fenced = still;
     }
 
@@ -511,10 +524,22 @@ pub fn desired_vrs(text: &str) -> Result<Vec<String>, FleetError> {
     Ok(names)
 }
 
+/// Writes `st` to `path` through a temporary file, 0600 whatever the umask, as every file in
+/// the run directory is.
 fn write_atomic(path: &std::path::Path, st: &FleetStatus) -> Result<(), FleetError> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let io = |e| FleetError::Io { path: path.display().to_string(), source: e };
     let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(st).expect("status serialises")).map_err(io)?;
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+    f.write_all(&serde_json::to_vec_pretty(st).expect("status serialises")).map_err(io)?;
     std::fs::rename(&tmp, path).map_err(io)
 }
 
