@@ -311,6 +311,9 @@ impl VxlanHandle {
 struct Inbox {
     bufs: Vec<PktBuf>,
     from: Vec<IpAddr>,
+    /// The owner's remotes (a copy it refreshes): a sibling queues only what they sent, so a
+    /// spoofed flood for this VNI cannot fill the inbox ahead of the owner's own check.
+    remotes: Vec<IpAddr>,
     head: usize,
     len: usize,
 }
@@ -333,6 +336,9 @@ impl Endpoint {
             return Err(Reason::UnknownVni);
         };
         let mut q = inbox.lock().unwrap_or_else(PoisonError::into_inner);
+        if !q.remotes.contains(&from) {
+            return Err(Reason::UnknownRemote);
+        }
         if q.len == q.bufs.len() {
             return Err(Reason::InboxFull);
         }
@@ -393,6 +399,7 @@ fn join_endpoint(
     let inbox = Arc::new(Mutex::new(Inbox {
         bufs: (0..INBOX).map(|_| PktBuf::new()).collect(),
         from: vec![o.local; INBOX],
+        remotes: Vec::with_capacity(MAX_REMOTES),
         head: 0,
         len: 0,
     }));
@@ -686,6 +693,9 @@ impl VxlanPort {
         self.remote_addrs
             .extend(self.remotes.iter().map(|&ip| storage_of(SocketAddr::new(ip, port))));
         self.fdb.clear();
+        let mut q = self.inbox.lock().unwrap_or_else(PoisonError::into_inner);
+        q.remotes.clear();
+        q.remotes.extend_from_slice(&self.remotes);
     }
 
     fn count(&mut self, r: Reason, n: u64) {

@@ -263,6 +263,46 @@ fn vnis_sharing_an_address_are_demultiplexed_and_unknown_vnis_counted() {
 }
 
 #[test]
+fn a_spoofed_flood_for_a_sibling_vni_never_fills_its_inbox() {
+    let net = 16;
+    let mut b10 = open(net, 2, 0, 10, &[1]);
+    let port = b10.local_addr().unwrap().port();
+    let mut b20 = open(net, 2, port, 20, &[1]);
+    let mut a20 = open(net, 1, port, 20, &[2]);
+    // More than an inbox holds, for VNI 20, from an address that is none of b20's remotes,
+    // all read by b10.
+    let stranger = UdpSocket::bind((Ipv4Addr::new(127, 0, net, 9), 0)).unwrap();
+    let mut d = header(20).to_vec();
+    d.extend(frame(BCAST, MAC_A, 0, 60));
+    // In rounds, so the socket's receive buffer never overflows and each datagram is read.
+    for round in 1..=6u64 {
+        for _ in 0..50 {
+            stranger.send_to(&d, b10.local_addr().unwrap()).unwrap();
+        }
+        until(&mut b10, "the flood read and refused", |c| {
+            c.drop(Reason::UnknownRemote) == 50 * round
+        });
+    }
+    assert_eq!(b10.handle().counters().drop(Reason::InboxFull), 0);
+    // b20's real remote still gets through: nothing of the flood waits in its inbox.
+    send(&mut a20, &[frame(BCAST, MAC_A, 7, 64)]);
+    let mut got = Vec::new();
+    let mut batch = Batch::new(4);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.is_empty() {
+        assert!(Instant::now() < deadline, "b20 got nothing");
+        batch.clear();
+        b10.rx_burst(&mut batch);
+        assert!(batch.is_empty(), "b10 must not deliver VNI 20 frames");
+        b20.rx_burst(&mut batch);
+        got.extend(batch.packets().iter().map(|b| b.frame().to_vec()));
+    }
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0][17], 7);
+    assert_eq!(b20.handle().counters().drop(Reason::UnknownRemote), 0);
+}
+
+#[test]
 fn bad_datagrams_are_dropped_by_reason() {
     let (_a, mut b, _) = pair(14, 5);
     let to = b.local_addr().unwrap();
