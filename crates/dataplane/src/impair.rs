@@ -125,8 +125,10 @@ pub enum Loss {
     },
 }
 
-/// The most frames one link holds (`limit`).
-pub const MAX_LIMIT: u32 = 65_536;
+/// The most frames one link holds (`limit`). Each is a whole packet buffer made when the
+/// impairment is set (on the worker, between two polls), so the bound is also the most memory
+/// one impaired port can take: 16,384 buffers are about 150 MB.
+pub const MAX_LIMIT: u32 = 16_384;
 /// `limit` when none is given (netem's default).
 pub const DEFAULT_LIMIT: u32 = 1000;
 /// The longest `delay` (and `jitter`).
