@@ -832,7 +832,9 @@ fn wait_released(p: &Paths, st: &State, topo: &crate::Topology) -> Result<(), Co
         }
         if t0.elapsed() > RELEASE_WAIT {
             return Err(ControlError::State(format!(
-                "{}: {} s after its data plane (pid {}) died, {} thread(s) of it still run and                  these taps still exist: {}; if another process holds them, stop it or remove                  them (ip link del NAME), then run `routeplex up` again",
+                "{}: {} s after its data plane (pid {}) died, {} thread(s) of it still run and \
+                these taps still exist: {}; if another process holds them, stop it or remove \
+                them (ip link del NAME), then run `routeplex up` again",
                 p.name,
                 RELEASE_WAIT.as_secs(),
                 st.pid,

@@ -492,14 +492,16 @@ pub(crate) fn open_regular(
     let md = f.metadata().map_err(|e| err(path, e))?;
     if !md.is_file() {
         return Err(ControlError::State(format!(
-            "{what} {}: not a regular file ({:?}); routeplex only ever writes a regular file              there: move it away and start again",
+            "{what} {}: not a regular file ({:?}); routeplex only ever writes a regular file \
+            there: move it away and start again",
             path.display(),
             md.file_type()
         )));
     }
     if md.len() > max {
         return Err(ControlError::State(format!(
-            "{what} {}: {} bytes, more than the {max} one may hold; routeplex never writes one              that large: move it away and start again",
+            "{what} {}: {} bytes, more than the {max} one may hold; routeplex never writes one \
+            that large: move it away and start again",
             path.display(),
             md.len()
         )));

@@ -925,7 +925,10 @@ impl RouteTable {
     /// this table (built from the routes the checkpoint claims), looked up at every boundary
     /// of this table's RIB: address 0, and each prefix's first and last address and the one
     /// after it. `None` when they agree at all of them. A checkpoint can pass its checksum
-    /// and still be wrong (edited, or written from a table that was): this is what says so.
+    /// and still be wrong (edited, or written from a table that was): this finds a route
+    /// missing, changed, or one more that covers a boundary of this table; a forged route
+    /// strictly inside one of this table's prefixes, touching none of its boundaries, is not
+    /// looked at.
     pub fn disagreement(&self, stand_in: &RouteTable) -> Option<IpAddr> {
         let adj = |t: &RouteTable, nh: NextHop| t.slots.get(nh as usize).map(|s| s.adj);
         let (a4, b4) = (self.fib4.current(), stand_in.fib4.current());

@@ -154,7 +154,9 @@ pub(super) fn vxlan_spec(m: &Map, claims: &mut VniClaims) -> Result<VxlanSpec> {
         None => DEFAULT_UNDERLAY_MTU,
         Some(mv) => {
             // The smallest underlay that still carries IPv4's 68-byte minimum inside.
-            let min = 68 + if local.is_ipv4() { 50 } else { 70 };
+            let overhead =
+                if local.is_ipv4() { ports::vxlan::OVERHEAD_V4 } else { ports::vxlan::OVERHEAD_V6 };
+            let min = 68 + overhead as u64;
             mv.int::<u16>("underlay MTU", min, 65535)?
         }
     };
