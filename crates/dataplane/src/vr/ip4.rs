@@ -423,27 +423,12 @@ impl Core {
         buf.set_len(l3 + ihl + step);
         self.counters.fragments_sent += 1;
         let fate = self.output(buf, l3, nh, key, false, now);
-        let mut spill = std::mem::take(&mut self.spill);
-        let mut at = step;
-        while at < payload {
-            let n = step.min(payload - at);
-            let o = &mut spill[self.spill_n];
-            let hdr = l2::ETH_LEN;
-            o.reset();
-            o.set_len(hdr + ihl + n);
-            let p = o.frame_mut();
-            p[hdr..hdr + ihl].copy_from_slice(&self.frag_copy[l3..l3 + ihl]);
+        self.spill_fragments((step, payload, ihl), nh, key, now, |whole, at, n, p| {
+            p[..ihl].copy_from_slice(&whole[l3..l3 + ihl]);
             let from = l3 + ihl + at;
-            p[hdr + ihl..].copy_from_slice(&self.frag_copy[from..from + n]);
-            set_fragment(&mut p[hdr..], ihl + n, at, at + n < payload);
-            self.counters.fragments_sent += 1;
-            if let Fate::Tx { port, .. } = self.output(o, hdr, nh, key, false, now) {
-                self.spill_port[self.spill_n] = port;
-                self.spill_n += 1;
-            }
-            at += n;
-        }
-        self.spill = spill;
+            p[ihl..].copy_from_slice(&whole[from..from + n]);
+            set_fragment(p, ihl + n, at, at + n < payload);
+        });
         fate
     }
 

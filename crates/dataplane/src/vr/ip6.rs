@@ -419,23 +419,10 @@ impl Core {
         buf.set_len(l3 + n);
         self.counters.fragments_sent += 1;
         let fate = self.output(buf, l3, nh, key, false, now);
-        let mut spill = std::mem::take(&mut self.spill);
-        let mut at = step;
-        while at < payload {
-            let n = step.min(payload - at);
-            let o = &mut spill[self.spill_n];
-            let hdr = l2::ETH_LEN;
-            o.reset();
-            o.set_len(hdr + ipv6::HEADER_LEN + FRAG_HDR + n);
-            write_fragment6(&self.frag_copy[..whole], at, n, ident, &mut o.frame_mut()[hdr..]);
-            self.counters.fragments_sent += 1;
-            if let Fate::Tx { port, .. } = self.output(o, hdr, nh, key, false, now) {
-                self.spill_port[self.spill_n] = port;
-                self.spill_n += 1;
-            }
-            at += n;
-        }
-        self.spill = spill;
+        let hlen = ipv6::HEADER_LEN + FRAG_HDR;
+        self.spill_fragments((step, payload, hlen), nh, key, now, |copy, at, n, p| {
+            write_fragment6(&copy[..whole], at, n, ident, p);
+        });
         fate
     }
 

@@ -836,6 +836,37 @@ impl Core {
         self.spill.resize_with(SPILL, PktBuf::new);
     }
 
+    /// Sends the fragments after the first of a packet the VR made (held whole in
+    /// `frag_copy`), from the spill buffers: one for each `step` of the `payload` bytes past
+    /// the first `step`. `write(whole, at, n, l3)` writes the fragment carrying payload bytes
+    /// `at..at + n` at `l3`, which is `hlen + n` bytes long. IPv4 and IPv6 differ only there.
+    fn spill_fragments(
+        &mut self,
+        (step, payload, hlen): (usize, usize, usize),
+        nh: NextHop,
+        key: NKey,
+        now: u64,
+        write: impl Fn(&[u8], usize, usize, &mut [u8]),
+    ) {
+        let mut spill = std::mem::take(&mut self.spill);
+        let hdr = l2::ETH_LEN;
+        let mut at = step;
+        while at < payload {
+            let n = step.min(payload - at);
+            let o = &mut spill[self.spill_n];
+            o.reset();
+            o.set_len(hdr + hlen + n);
+            write(&self.frag_copy, at, n, &mut o.frame_mut()[hdr..]);
+            self.counters.fragments_sent += 1;
+            if let Fate::Tx { port, .. } = self.output(o, hdr, nh, key, false, now) {
+                self.spill_port[self.spill_n] = port;
+                self.spill_n += 1;
+            }
+            at += n;
+        }
+        self.spill = spill;
+    }
+
     fn drop(&mut self, r: VrDrop) -> Fate {
         self.counters.drops[r as usize] += 1;
         Fate::Done
