@@ -269,14 +269,7 @@ fn forward_a_million(observe: bool) {
     }
     let before = rig.counters();
     const N: usize = 1_000_000;
-    let ((), allocs, bytes) = counted(|| {
-        let mut left = N;
-        while left > 0 {
-            let n = left.min(256);
-            rig.round(&frames, &mut at, n);
-            left -= n;
-        }
-    });
+    let (allocs, bytes) = forward_counted(&mut rig, &frames, &mut at, N);
     let after = rig.counters();
     assert_eq!(
         after.forwarded - before.forwarded,
@@ -294,6 +287,20 @@ fn forward_a_million(observe: bool) {
         assert!(drained > 0);
         assert_eq!(rig.e.cell_mut().take_trace().0.len(), 10_000);
     }
+}
+
+/// Forwards `n` frames of `frames` (from `at` on) through `rig` in bursts of 256, counting
+/// the allocations and bytes allocated meanwhile.
+fn forward_counted(rig: &mut Rig, frames: &[Vec<u8>], at: &mut usize, n: usize) -> (u64, u64) {
+    let ((), allocs, bytes) = counted(|| {
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(256);
+            rig.round(frames, at, k);
+            left -= k;
+        }
+    });
+    (allocs, bytes)
 }
 
 /// Through an impaired egress (delay with normal jitter, loss, duplicates, reordering,
@@ -326,14 +333,7 @@ fn forwarding_a_million_packets_impaired_allocates_nothing() {
     let before = rig.counters();
     let imp0 = *rig.e.cell().port_impair(1).unwrap().counters();
     const N: usize = 1_000_000;
-    let ((), allocs, bytes) = counted(|| {
-        let mut left = N;
-        while left > 0 {
-            let n = left.min(256);
-            rig.round(&frames, &mut at, n);
-            left -= n;
-        }
-    });
+    let (allocs, bytes) = forward_counted(&mut rig, &frames, &mut at, N);
     let after = rig.counters();
     let imp = rig.e.cell().port_impair(1).unwrap();
     let c = *imp.counters();
