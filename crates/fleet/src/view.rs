@@ -128,7 +128,7 @@ pub fn render(v: &FleetView, now_ms: u64) -> String {
             if r.fenced { "FENCED".into() } else { "ok".into() },
         ]);
     }
-    table(&mut out, &rows);
+    control::topology::text_table(&mut out, "", &rows);
     let mut rows = vec![["vr", "host", "worker", "interfaces up", "received", "forwarded"]
         .map(String::from)
         .to_vec()];
@@ -145,26 +145,11 @@ pub fn render(v: &FleetView, now_ms: u64) -> String {
         }
     }
     out.push('\n');
-    table(&mut out, &rows);
+    control::topology::text_table(&mut out, "", &rows);
     for u in &v.unreadable {
         let _ = writeln!(out, "unreadable: {u}");
     }
     out
-}
-
-/// Rows as columns padded to their widest cell.
-fn table(out: &mut String, rows: &[Vec<String>]) {
-    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let w: Vec<usize> = (0..cols)
-        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
-        .collect();
-    for r in rows {
-        let mut line = String::new();
-        for (c, cell) in r.iter().enumerate() {
-            let _ = write!(line, "{cell:<width$}  ", width = w[c]);
-        }
-        let _ = writeln!(out, "{}", line.trim_end());
-    }
 }
 
 #[cfg(test)]

@@ -163,6 +163,7 @@ mod impair;
 mod msr;
 mod run;
 mod summary;
+pub use summary::table as text_table;
 mod switch;
 mod table;
 mod vr;

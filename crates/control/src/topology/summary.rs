@@ -272,7 +272,7 @@ fn count(n: usize, what: &str) -> String {
 }
 
 /// Writes rows as left-aligned columns two spaces apart; the last column is not padded.
-fn table(out: &mut String, indent: &str, rows: &[Vec<String>]) {
+pub fn table(out: &mut String, indent: &str, rows: &[Vec<String>]) {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
