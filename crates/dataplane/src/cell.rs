@@ -17,7 +17,7 @@
 
 use ports::{Batch, Port, PortStats, PortStatus, MAX_BURST};
 
-use crate::budget::{Account, Admit};
+use crate::budget::Account;
 use crate::config::Reservation;
 use crate::counters::{PortCounters, StageCounters, TxTally, VrDrop};
 use crate::demux::{Conflict, Demux, Target, NO_KEY};
@@ -25,13 +25,13 @@ use crate::egress::{Egress, Links, TxOutcome};
 use crate::impair::{Impair, ImpairConfig};
 use crate::observe::{Dir, Observe, Reason, Tap, Trace, TraceRecord};
 use crate::switch::Switch;
-use crate::vr::{BuildError, Fate, Lookup, Meta, OutQueue, Vr, VrAnswer, VrChange};
-use crate::worker::Worker;
+use crate::types::{BuildError, Burst, Fate, Lookup, Meta, OutQueue, Transmit, NONE};
+use crate::vr::{Vr, VrAnswer, VrChange};
+use crate::worker::{Run, TxInfo, Worker};
 
 mod handoff;
 pub use handoff::{Feed, Redirect};
 
-pub(crate) const NONE: u16 = u16::MAX;
 /// How often VR timers run, in nanoseconds.
 const HOUSEKEEPING_NS: u64 = 1_000_000;
 /// Ports whose control path (`Port::service`, link state) one housekeeping run looks at, in
@@ -41,21 +41,6 @@ const HOUSEKEEPING_NS: u64 = 1_000_000;
 const SERVICE_PER_RUN: usize = 64;
 /// How often switches age their MAC tables.
 const AGING_NS: u64 = 1_000_000_000;
-
-/// What to count once a port has taken, or refused, a packet.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct TxInfo {
-    vr: u16,
-    len: u16,
-    transit: bool,
-}
-
-/// One VR's part of a burst: what it was admitted and the clock time of its pipeline run.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct Run {
-    admit: Admit,
-    ns: u64,
-}
 
 /// The transmit side of a cell for one burst: its ports, their counters and transmit lists,
 /// and how what the VRs send is accounted.
@@ -105,7 +90,9 @@ impl Tx<'_> {
     fn flush(&mut self, batch: &mut Batch) {
         self.links.flush(batch, &mut self.tally);
     }
+}
 
+impl Transmit for Tx<'_> {
     /// Transmits what VRs made (`out`) and empties it.
     fn transmit(&mut self, out: &mut OutQueue) {
         if out.batch.is_empty() {
@@ -120,30 +107,13 @@ impl Tx<'_> {
     }
 }
 
-/// What one burst's VR runs share: its time, the lookup scratch, the queue of packets the VRs
-/// make, and the cell's transmit side, so a VR can have that queue sent before the burst ends.
-pub(crate) struct Burst<'a> {
-    pub now: u64,
-    pub lookup: &'a mut Lookup,
-    pub out: &'a mut OutQueue,
-    tx: Tx<'a>,
-}
-
-impl Burst<'_> {
-    /// Sends `out` now, counting outcomes on the VRs concerned: fragmentation can make more
-    /// packets than `out` holds.
-    pub fn flush_out(&mut self) {
-        self.tx.transmit(self.out);
-    }
-}
-
 /// Counts packets `sel` of `batch` as demuxed to `vr` and dropped for `r` before it saw them.
 fn refuse(vr: &mut Vr, batch: &Batch, sel: &[u16], r: VrDrop) {
     if sel.is_empty() {
         return;
     }
     let bytes = sel.iter().map(|&i| batch.get(i as usize).len() as u64).sum();
-    vr.core.counters.refuse(r, sel.len() as u64, bytes);
+    vr.counters.refuse(r, sel.len() as u64, bytes);
 }
 
 /// Where and when observed packets were: VR `vr`, received on port `port`, at `now`.
@@ -174,7 +144,7 @@ fn observe_before(
     lookup: &mut Lookup,
 ) {
     if let Some(o) = obs.as_deref_mut() {
-        o.before = vr.core.counters.drops;
+        o.before = vr.counters.drops;
         o.rx_len = pkt.len() as u16;
     }
     lookup.mark();
@@ -194,7 +164,7 @@ fn observe_after(
     lookup: &Lookup,
 ) {
     let Some(o) = obs.as_deref_mut() else { return };
-    let after = &vr.core.counters.drops;
+    let after = &vr.counters.drops;
     let drop = VrDrop::ALL.iter().copied().find(|&r| after[r as usize] != o.before[r as usize]);
     let found = lookup.single().map(|(a, nh)| (a, nh, vr.adj(nh)));
     let i = i as usize;
@@ -210,7 +180,7 @@ fn observed_fate(
     pkt: &ports::PktBuf,
     rx_len: u16,
     m: &Meta,
-    lookup: Option<(std::net::IpAddr, fib::NextHop, crate::vr::Adj)>,
+    lookup: Option<(std::net::IpAddr, fib::NextHop, crate::routes::Adj)>,
     drop: Option<VrDrop>,
 ) {
     if let (Some(t), Some(r)) = (o.tap.as_mut(), drop) {
@@ -504,13 +474,13 @@ impl Cell {
         let vr = &mut self.vrs[v];
         for i in base..base + n {
             w.meta[i].fate = Fate::Done;
-            if let Some(port) = vr.core.inject(w.batch.get_mut(i), t.iface) {
+            if let Some(port) = vr.inject(w.batch.get_mut(i), t.iface) {
                 w.info[i] = TxInfo { vr: t.vr, len: w.batch.get(i).len() as u16, transit: false };
                 self.egress.add(port, i as u16);
             }
         }
         self.tx(&mut w.info[..]).flush(&mut w.batch);
-        self.vrs[v].core.counters.add(&std::mem::take(&mut self.tallies[v]));
+        self.vrs[v].counters.add(&std::mem::take(&mut self.tallies[v]));
     }
 
     /// Observed burst, before classification: copies what port `p` received, and marks every
@@ -689,8 +659,8 @@ impl Cell {
                 };
                 let links =
                     Links { ports: &mut ports[..], pcs: &mut pcs[..], egress: &mut *egress };
-                let tx = Tx { links, tally };
-                let mut cx = Burst { now, lookup, out, tx };
+                let mut tx = Tx { links, tally };
+                let mut cx = Burst { now, lookup, out, tx: &mut tx };
                 // Observed: one packet at a time, to learn each one's fate (one call site of
                 // the pipeline either way, so the fast path's code is what it was).
                 let step = if slow { 1 } else { k };
@@ -729,7 +699,7 @@ impl Cell {
         let timed = w.has_clock();
         for (j, &v) in w.touched.iter().enumerate() {
             let v = v as usize;
-            vrs[v].core.counters.add(&std::mem::take(&mut tallies[v]));
+            vrs[v].counters.add(&std::mem::take(&mut tallies[v]));
             if timed {
                 let r = w.runs[j];
                 let share = (u128::from(common) * r.admit.total() as u128 / n as u128) as u64;
@@ -790,7 +760,7 @@ impl Cell {
             let tally = Tally { info, tallies: &mut tallies[..], stages, tap, staged: 0 };
             let mut tx = Tx { links: Links { ports, pcs, egress }, tally };
             tx.transmit(&mut w.out);
-            vr.core.counters.add(&std::mem::take(&mut tallies[v]));
+            vr.counters.add(&std::mem::take(&mut tallies[v]));
         }
     }
 
@@ -814,7 +784,7 @@ impl Cell {
         let Some(vr) = self.vrs.get_mut(v) else {
             return Err(BuildError(format!("no VR {v} (there are {})", self.vrs.len())));
         };
-        let Some(f) = vr.core.ifaces.get_mut(iface as usize) else {
+        let Some(f) = vr.ifaces.get_mut(iface as usize) else {
             return Err(BuildError(format!("vr {}: no interface {iface}", vr.name())));
         };
         let old = f.mirror.replace(mirror);
@@ -827,7 +797,7 @@ impl Cell {
                 Ok(())
             }
             Err(e) => {
-                self.vrs[v].core.ifaces[iface as usize].mirror = old;
+                self.vrs[v].ifaces[iface as usize].mirror = old;
                 Err(e)
             }
         }
@@ -1018,6 +988,24 @@ impl Cell {
             }
         }
         s
+    }
+}
+
+/// A worker runs cells: its pass over them lives here, beside what it drives, so the worker's
+/// own state (`worker.rs`) needs nothing of the cell's.
+impl Worker {
+    /// One pass over every cell. `now` is a monotonic time in nanoseconds; it drives periods,
+    /// neighbor timers and ICMP rate limits. Returns the number of frames received.
+    pub fn poll(&mut self, cells: &mut [Cell], now: u64) -> usize {
+        self.spare.roll(now);
+        let mut n = 0;
+        for c in cells {
+            n += c.poll(self, now);
+        }
+        if n == 0 {
+            self.busy_since = None;
+        }
+        n
     }
 }
 

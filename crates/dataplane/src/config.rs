@@ -9,8 +9,6 @@ use std::net::IpAddr;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use wire::MacAddr;
 
-pub use crate::routes::RouteSource;
-
 /// The smallest IPv4 MTU (RFC 791).
 pub const MIN_MTU: u16 = 68;
 /// The smallest MTU of an interface with IPv6 (RFC 8200 §5).
@@ -187,8 +185,8 @@ impl Reservation {
     }
 
     /// Why the reservation cannot be used, if it cannot: a zero period or budget.
-    pub fn check(&self) -> Result<(), crate::BuildError> {
-        let err = |m: &str| Err(crate::BuildError(m.into()));
+    pub fn check(&self) -> Result<(), BuildError> {
+        let err = |m: &str| Err(BuildError(m.into()));
         if self.period_ns == 0 {
             return err("a reservation's period must be longer than 0");
         }
@@ -210,5 +208,67 @@ impl std::fmt::Display for Reservation {
             write!(f, ", weight {}", self.weight)?;
         }
         Ok(())
+    }
+}
+
+/// Why a VR could not be built from its config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildError(pub String);
+
+impl std::fmt::Display for BuildError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+/// Where a route came from, best first: when two sources hold the same prefix, the FIB uses
+/// the one listed first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum RouteSource {
+    /// The VR's own addresses and connected broadcast addresses (from its interfaces).
+    Local,
+    /// Connected subnets (from its interfaces).
+    Connected,
+    /// Static routes of the topology file.
+    #[default]
+    Static,
+    /// Routes added through the control API.
+    Api,
+    /// Routes the kernel of the VR's Linux control-plane mirror holds (put there by its
+    /// routing daemons), synced from netlink.
+    Kernel,
+    /// Bulk tables of the topology file (`tables:`).
+    Table,
+}
+
+impl RouteSource {
+    /// Every source, best first.
+    pub const ALL: [RouteSource; 6] = [
+        RouteSource::Local,
+        RouteSource::Connected,
+        RouteSource::Static,
+        RouteSource::Api,
+        RouteSource::Kernel,
+        RouteSource::Table,
+    ];
+
+    /// The name in status output and the API.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RouteSource::Local => "local",
+            RouteSource::Connected => "connected",
+            RouteSource::Static => "static",
+            RouteSource::Api => "api",
+            RouteSource::Kernel => "kernel",
+            RouteSource::Table => "table",
+        }
+    }
+
+    /// Whether routes of this source may be added or removed by route operations (local and
+    /// connected routes follow the interfaces).
+    pub const fn is_operable(self) -> bool {
+        !matches!(self, RouteSource::Local | RouteSource::Connected)
     }
 }

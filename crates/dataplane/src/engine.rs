@@ -8,7 +8,8 @@ use crate::cell::Cell;
 use crate::config::{Reservation, VrConfig};
 use crate::counters::PortCounters;
 use crate::switch::Switch;
-use crate::vr::{BuildError, Vr};
+use crate::types::BuildError;
+use crate::vr::Vr;
 use crate::worker::{Clock, Worker};
 
 /// One worker and the one cell it runs: its ports, the VRs and switches on them.

@@ -42,7 +42,7 @@
 
 use ports::{Batch, PktBuf, Port, MAX_BURST};
 
-use crate::vr::BuildError;
+use crate::types::BuildError;
 
 /// A chance in units of 2^-32: 0 never, [`Chance::ALWAYS`] always (netem's u32 scale, with
 /// room for an exact 100 %).

@@ -37,15 +37,18 @@ pub mod observe;
 pub mod replica;
 pub mod routes;
 pub mod switch;
+mod types;
 mod vr;
 mod worker;
 
 pub use budget::SPARE_WINDOW_NS;
 pub use cell::{Cell, Feed, Redirect};
+pub use config::BuildError;
 pub use config::{Budget, Reservation};
 pub use counters::{PortCounters, PortDrop, StageCounters, VrCounters, VrDrop};
 pub use engine::Engine;
 pub use observe::{CaptureRing, Captured, Dir, Reason, Tap, TraceRecord};
+pub use routes::Adj;
 pub use routes::{Forward, RouteError, RouteOp, RouteSource, RouteTable};
 pub use switch::{
     GroupRow, MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters,
@@ -53,8 +56,7 @@ pub use switch::{
 };
 pub use vr::NeighborShare;
 pub use vr::{
-    interface_link_local, restorable, Adj, BuildError, NeighborRow, NeighborState,
-    RestoredNeighbor, RestoredState, Vr, VrAnswer, VrChange, DEFAULT_PUNT_BURST,
-    DEFAULT_PUNT_PER_SEC,
+    interface_link_local, restorable, NeighborRow, NeighborState, RestoredNeighbor, RestoredState,
+    Vr, VrAnswer, VrChange, DEFAULT_PUNT_BURST, DEFAULT_PUNT_PER_SEC,
 };
 pub use worker::{Clock, Worker, AWAY_NS};

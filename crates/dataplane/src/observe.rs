@@ -17,7 +17,7 @@ use std::sync::Arc;
 use ports::PktBuf;
 
 use crate::counters::{PortDrop, VrDrop};
-use crate::vr::Adj;
+use crate::routes::Adj;
 
 /// Bytes of a frame a capture keeps (a frame buffer's size: whole frames).
 pub const SNAP_LEN: usize = ports::BUF_SIZE;

@@ -25,7 +25,8 @@ use ports::{Batch, Port, PortStats, PortStatus};
 use crate::config::VrConfig;
 use crate::flowhash::{flow_hash, pick};
 use crate::routes::RouteView;
-use crate::vr::{BuildError, NeighborShare, Vr};
+use crate::types::BuildError;
+use crate::vr::{NeighborShare, Vr};
 
 /// The most replicas a VR may have.
 pub const MAX_REPLICAS: usize = 64;

@@ -20,58 +20,37 @@ use fib::{Change, Fib, FibReader, NextHop, NO_ROUTE};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use rustc_hash::FxHashMap;
 
+pub use crate::config::RouteSource;
 use crate::config::{IfaceId, RouteConfig, RouteTarget, VrConfig};
-use crate::vr::{link_local, nkey_ip, Adj, BuildError};
+use crate::types::{link_local, nkey_ip, BuildError};
 
-/// Where a route came from, best first: when two sources hold the same prefix, the FIB uses
-/// the one listed first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub enum RouteSource {
-    /// The VR's own addresses and connected broadcast addresses (from its interfaces).
+/// What a next-hop index (a FIB leaf) means: an adjacency, VPP's word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Adj {
+    /// No route (index 0, [`fib::NO_ROUTE`]).
+    None,
+    /// One of the VR's own addresses.
     Local,
-    /// Connected subnets (from its interfaces).
-    Connected,
-    /// Static routes of the topology file.
-    #[default]
-    Static,
-    /// Routes added through the control API.
-    Api,
-    /// Routes the kernel of the VR's Linux control-plane mirror holds (put there by its
-    /// routing daemons), synced from netlink.
-    Kernel,
-    /// Bulk tables of the topology file (`tables:`).
-    Table,
+    Blackhole,
+    /// The broadcast address of a connected IPv4 subnet.
+    Broadcast,
+    /// A connected subnet: the destination itself is the neighbor.
+    Glean(IfaceId),
+    /// Through a gateway (IPv4-mapped for IPv4).
+    Via {
+        iface: IfaceId,
+        gw: u128,
+    },
+    /// Several next hops (each a `Via` or `Glean` slot), one per flow by its hash.
+    Multi(Paths),
+    /// A reject route: ICMP destination unreachable, net unreachable (ICMPv6 no route).
+    Unreachable,
+    /// A reject route: ICMP destination unreachable, administratively prohibited.
+    Prohibit,
 }
 
-impl RouteSource {
-    /// Every source, best first.
-    pub const ALL: [RouteSource; 6] = [
-        RouteSource::Local,
-        RouteSource::Connected,
-        RouteSource::Static,
-        RouteSource::Api,
-        RouteSource::Kernel,
-        RouteSource::Table,
-    ];
-
-    /// The name in status output and the API.
-    pub const fn name(self) -> &'static str {
-        match self {
-            RouteSource::Local => "local",
-            RouteSource::Connected => "connected",
-            RouteSource::Static => "static",
-            RouteSource::Api => "api",
-            RouteSource::Kernel => "kernel",
-            RouteSource::Table => "table",
-        }
-    }
-
-    /// Whether routes of this source may be added or removed by route operations (local and
-    /// connected routes follow the interfaces).
-    pub const fn is_operable(self) -> bool {
-        !matches!(self, RouteSource::Local | RouteSource::Connected)
-    }
-}
+// A multipath adjacency is sized to keep every adjacency as small as a gateway's.
+const _: () = assert!(std::mem::size_of::<Adj>() == 32);
 
 const SOURCES: usize = RouteSource::ALL.len();
 

@@ -666,7 +666,7 @@ impl Switch {
     /// multicast at all) or unregistered, else to its group.
     #[inline]
     fn group_way(&self, vlan: u16, addr: u128) -> Mcast {
-        let sn = self.snoop.as_ref().expect("snooping");
+        let Some(sn) = self.snoop.as_ref() else { return Mcast::Flood };
         match registrable(addr) {
             false => Mcast::Flood,
             true => sn.index.get(&(vlan, addr)).map_or(Mcast::Flood, |&g| Mcast::Group(g)),
@@ -719,7 +719,7 @@ impl Switch {
 
     /// A query: its member is a router port for the group timeout. Queries reach everyone.
     fn query(&mut self, from: u16, now: u64) -> Mcast {
-        let sn = self.snoop.as_mut().expect("snooping");
+        let Some(sn) = self.snoop.as_mut() else { return Mcast::Flood };
         sn.router_until[from as usize] = now + sn.timeout;
         self.counters.queries += 1;
         Mcast::Flood
@@ -728,7 +728,7 @@ impl Switch {
     /// Reports and leaves go to the router ports of their VLAN, or everywhere while none is
     /// known.
     fn to_routers(&self, vlan: u16, now: u64) -> Mcast {
-        let sn = self.snoop.as_ref().expect("snooping");
+        let Some(sn) = self.snoop.as_ref() else { return Mcast::Flood };
         let set = self.flood_sets.get(&vlan).map_or(&[][..], |s| &s[..]);
         match set.iter().any(|&d| sn.is_router(d, now)) {
             true => Mcast::Routers,
@@ -756,7 +756,7 @@ impl Switch {
             return;
         }
         let n = self.members.len();
-        let sn = self.snoop.as_mut().expect("snooping");
+        let Some(sn) = self.snoop.as_mut() else { return };
         let gi = match sn.index.get(&(vlan, g)) {
             Some(&gi) => gi,
             None => {
@@ -779,7 +779,7 @@ impl Switch {
 
     /// Member `from` leaves group `g`, at once.
     fn leave(&mut self, from: u16, vlan: u16, g: u128) {
-        let sn = self.snoop.as_mut().expect("snooping");
+        let Some(sn) = self.snoop.as_mut() else { return };
         if let Some(&gi) = sn.index.get(&(vlan, g)) {
             if sn.has(gi, from) {
                 sn.remove(gi, from);

@@ -17,9 +17,8 @@
 
 use ports::{Batch, MAX_BURST};
 
-use crate::budget::{Spare, SPARE_WINDOW_NS};
-use crate::cell::{Cell, Run, TxInfo, NONE};
-use crate::vr::{Lookup, Meta, OutQueue};
+use crate::budget::{Admit, Spare, SPARE_WINDOW_NS};
+use crate::types::{Lookup, Meta, OutQueue, NONE};
 
 /// Where a worker reads the time it charges to VRs: nanoseconds, monotonic, any origin.
 /// Injected, because the data plane makes no system call of its own: a runtime passes the TSC,
@@ -30,6 +29,21 @@ pub type Clock = Box<dyn FnMut() -> u64 + Send>;
 /// bursts (see the module docs). A real step is far shorter: one VR's run over a full burst
 /// of 256 packets would have to cost 780 ns a packet to reach it.
 pub const AWAY_NS: u64 = 200_000;
+
+/// What to count once a port has taken, or refused, a packet.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct TxInfo {
+    pub vr: u16,
+    pub len: u16,
+    pub transit: bool,
+}
+
+/// One VR's part of a burst: what it was admitted and the clock time of its pipeline run.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Run {
+    pub admit: Admit,
+    pub ns: u64,
+}
 
 /// One worker's scratch, clock and spare-capacity account.
 pub struct Worker {
@@ -131,20 +145,6 @@ impl Worker {
     /// The spare capacity measured in the last window closed, in nanoseconds.
     pub fn spare_ns(&self) -> u64 {
         self.spare.pool()
-    }
-
-    /// One pass over every cell. `now` is a monotonic time in nanoseconds; it drives periods,
-    /// neighbor timers and ICMP rate limits. Returns the number of frames received.
-    pub fn poll(&mut self, cells: &mut [Cell], now: u64) -> usize {
-        self.spare.roll(now);
-        let mut n = 0;
-        for c in cells {
-            n += c.poll(self, now);
-        }
-        if n == 0 {
-            self.busy_since = None;
-        }
-        n
     }
 
     /// The worker's time (see [`Timer`]); 0 without a clock.

@@ -14,7 +14,7 @@
 use ports::PktBuf;
 
 use super::{Cell, Target, NONE, NO_KEY};
-use crate::vr::BuildError;
+use crate::types::BuildError;
 use crate::worker::Worker;
 
 /// Where a redirected VR's frames go.
@@ -68,7 +68,7 @@ impl Handoff {
     /// Whether port `p` waits for a feed (see [`Feed::holding`]).
     pub(super) fn holds(&self, p: usize, vrs: &[crate::vr::Vr]) -> bool {
         self.feeds.iter().any(|(v, f)| {
-            f.holding() && vrs[*v as usize].core.ifaces.iter().any(|i| i.port as usize == p)
+            f.holding() && vrs[*v as usize].ifaces.iter().any(|i| i.port as usize == p)
         })
     }
 
@@ -161,7 +161,7 @@ impl Cell {
                 let (v, feed) = &mut h.feeds[k];
                 let Some(iface) = feed.recv(buf) else { break };
                 // The peer names the interface: it must be this VR's, and demux must agree.
-                let port = self.vrs[*v as usize].core.ifaces.get(iface as usize).map(|f| f.port);
+                let port = self.vrs[*v as usize].ifaces.get(iface as usize).map(|f| f.port);
                 let mut last = (NO_KEY, Target { vr: 0, iface: 0 });
                 let ours = port.is_some_and(|p| {
                     self.demux

@@ -6,13 +6,13 @@ use ports::PktBuf;
 use wire::{arp, MacAddr};
 
 use super::neighbor::Learn;
-use super::{Core, Fate, Meta, NKey};
+use super::{Fate, Meta, NKey, Vr};
 use crate::counters::VrDrop;
 use crate::l2;
 
 const ARP_ETH: u16 = wire::ethertype::ARP;
 
-impl Core {
+impl Vr {
     /// An ARP packet for one of our interfaces: learn the sender, answer requests for the
     /// interface's own addresses in place.
     pub(super) fn arp_in(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Fate {

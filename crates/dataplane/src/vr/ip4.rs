@@ -6,8 +6,7 @@ use fib::NextHop;
 use ports::PktBuf;
 use wire::{checksum, icmpv4, ip_proto, ipv4};
 
-use super::{ip4opt, reasm, Adj, Core, Fate, Icmp, Ingress, Meta, NKey};
-use crate::cell::Burst;
+use super::{ip4opt, reasm, Adj, Burst, Fate, Icmp, Ingress, Meta, NKey, Vr};
 use crate::counters::VrDrop;
 use crate::l2;
 
@@ -18,7 +17,7 @@ const ICMP_ERROR_MAX: usize = 576;
 const LINK_LOCAL: u32 = 0xa9fe;
 
 /// What an address's first octet may make it, so that one table look-up per address clears
-/// almost every packet of all the checks in [`Core::martian4`].
+/// almost every packet of all the checks in [`Vr::martian4`].
 const FIRST_OCTET_OK: u8 = 0;
 /// This network (0/8), loopback (127/8), class E including limited broadcast (240/4).
 const FIRST_OCTET_MARTIAN: u8 = 1;
@@ -39,7 +38,7 @@ static FIRST_OCTET: [u8; 256] = {
     t
 };
 
-impl Core {
+impl Vr {
     /// Pass 1 for IPv4: RFC 1812 §5.2.2 header checks, then martians.
     #[inline]
     pub(super) fn ingress4(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Ingress {
@@ -322,7 +321,7 @@ impl Core {
         self.icmp4_reply(buf, m, e.0, e.1, e.2, now)
     }
 
-    /// The answer half of [`Core::icmp4_error`], for a packet whose drop is already counted.
+    /// The answer half of [`Vr::icmp4_error`], for a packet whose drop is already counted.
     pub(super) fn icmp4_reply(
         &mut self,
         buf: &mut PktBuf,

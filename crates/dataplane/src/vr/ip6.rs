@@ -7,8 +7,7 @@ use ports::PktBuf;
 use wire::{icmpv6, ip_proto, ipv6, ndp, MacAddr};
 
 use super::neighbor::Learn;
-use super::{reasm, Adj, Core, Fate, Icmp, Ingress, Meta, NKey};
-use crate::cell::Burst;
+use super::{reasm, Adj, Burst, Fate, Icmp, Ingress, Meta, NKey, Vr};
 use crate::config::{IfaceId, IPV6_MIN_MTU};
 use crate::counters::VrDrop;
 use crate::l2;
@@ -48,7 +47,7 @@ fn our_group(a: u128) -> bool {
     a == ALL_NODES || a >> 24 == SOLICITED_NODES >> 24
 }
 
-impl Core {
+impl Vr {
     /// Pass 1 for IPv6.
     #[inline]
     pub(super) fn ingress6(&mut self, buf: &mut PktBuf, m: &Meta, now: u64) -> Ingress {
@@ -293,7 +292,7 @@ impl Core {
         self.icmp6_reply(buf, m, e.0, e.1, e.2, now)
     }
 
-    /// The answer half of [`Core::icmp6_error`], for a packet whose drop is already counted.
+    /// The answer half of [`Vr::icmp6_error`], for a packet whose drop is already counted.
     pub(super) fn icmp6_reply(
         &mut self,
         buf: &mut PktBuf,

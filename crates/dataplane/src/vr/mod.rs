@@ -16,6 +16,7 @@
 //! the engine) is built.
 
 mod arp;
+mod bucket;
 mod ip4;
 mod ip4opt;
 mod ip6;
@@ -25,80 +26,24 @@ mod share;
 mod snap;
 
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use fib::{FibReader, NextHop};
 use ipnet::{Ipv4Net, Ipv6Net};
-use ports::{Batch, PktBuf, MAX_BURST};
+use ports::PktBuf;
 use wire::MacAddr;
 
-use crate::cell::Burst;
 use crate::config::{IfaceId, PortId, VrConfig, VrLimits, IPV6_MIN_MTU, MAX_MTU, MIN_MTU};
 use crate::counters::{VrCounters, VrDrop};
 use crate::l2;
-use crate::routes::{RouteTable, RouteView};
+use crate::routes::{Adj, RouteTable, RouteView};
+use crate::types::{link_local, BuildError, Burst, Fate, Meta, OutQueue};
+use bucket::Bucket;
+pub use bucket::{DEFAULT_PUNT_BURST, DEFAULT_PUNT_PER_SEC};
 use neighbor::{NKey, NeighborTable, Resolve};
 pub use neighbor::{NeighborRow, NeighborState};
 pub use share::NeighborShare;
 pub use snap::{interface_link_local, restorable, RestoredNeighbor, RestoredState};
-
-/// Where a packet goes when the VR is done with it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Fate {
-    /// Nothing to send: dropped, consumed or queued (and counted).
-    Done,
-    /// Send out of `port`. `transit` marks forwarded traffic, as opposed to packets the VR made.
-    Tx { port: PortId, transit: bool },
-}
-
-/// Per-packet state from classification to egress.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Meta {
-    pub vr: u16,
-    pub iface: IfaceId,
-    pub l3: u16,
-    pub ethertype: u16,
-    pub fate: Fate,
-}
-
-impl Default for Meta {
-    fn default() -> Self {
-        Meta { vr: 0, iface: 0, l3: 0, ethertype: 0, fate: Fate::Done }
-    }
-}
-
-/// What a next-hop index (a FIB leaf) means: an adjacency, VPP's word.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Adj {
-    /// No route (index 0, [`fib::NO_ROUTE`]).
-    None,
-    /// One of the VR's own addresses.
-    Local,
-    Blackhole,
-    /// The broadcast address of a connected IPv4 subnet.
-    Broadcast,
-    /// A connected subnet: the destination itself is the neighbor.
-    Glean(IfaceId),
-    /// Through a gateway (IPv4-mapped for IPv4).
-    Via {
-        iface: IfaceId,
-        gw: u128,
-    },
-    /// Several next hops (each a `Via` or `Glean` slot), one per flow by its hash.
-    Multi(crate::routes::Paths),
-    /// A reject route: ICMP destination unreachable, net unreachable (ICMPv6 no route).
-    Unreachable,
-    /// A reject route: ICMP destination unreachable, administratively prohibited.
-    Prohibit,
-}
-
-// A multipath adjacency is sized to keep every adjacency as small as a gateway's.
-const _: () = assert!(std::mem::size_of::<Adj>() == 32);
-
-/// A gateway address as adjacencies and the neighbor table key it (IPv4-mapped for IPv4).
-pub(crate) fn nkey_ip(a: IpAddr) -> u128 {
-    NKey::from_ip(0, a).ip
-}
 
 /// A gateway adjacency's ready-made L2 header (VPP's adjacency rewrite). The fast path copies
 /// it instead of asking the neighbor table; it is trusted only while the table's epoch is the
@@ -140,7 +85,7 @@ pub(crate) struct Iface {
     /// (`interface_down`).
     pub up: bool,
     /// The port of its Linux control-plane mirror interface, if the VR has one: packets for
-    /// the VR that the data plane does not answer go there (see [`Core::punt`]).
+    /// the VR that the data plane does not answer go there (see [`Vr::punt`]).
     pub mirror: Option<PortId>,
 }
 
@@ -153,114 +98,16 @@ impl Iface {
     }
 }
 
-/// Packets VRs make beyond those they received, with their egress: one per worker, lent to
-/// each VR while it runs, and emptied by the engine after it.
-pub(crate) struct OutQueue {
-    pub batch: Batch,
-    /// Per packet: egress port, transit or made by the VR, and which VR.
-    pub dest: Vec<(PortId, bool, u16)>,
-    /// The VR now running (set by the engine).
-    pub vr: u16,
-}
-
-impl OutQueue {
-    pub fn new(cap: usize) -> OutQueue {
-        OutQueue { batch: Batch::new(cap), dest: Vec::with_capacity(cap), vr: 0 }
-    }
-
-    /// Builds a packet in the next spare slot with `f`; keeps it if `f` says to send it.
-    /// False if there is no spare slot or `f` decided not to send.
-    fn emit(&mut self, f: impl FnOnce(&mut PktBuf) -> Fate) -> bool {
-        let Some(buf) = self.batch.spare_mut() else { return false };
-        match f(buf) {
-            Fate::Tx { port, transit } => {
-                self.batch.commit();
-                self.dest.push((port, transit, self.vr));
-                true
-            }
-            Fate::Done => false,
-        }
-    }
-
-    pub fn clear(&mut self) {
-        self.batch.clear();
-        self.dest.clear();
-    }
-}
-
 /// An ICMP or ICMPv6 error to answer with: its type, code and the word after the checksum
 /// (an MTU, a pointer, or 0).
 #[derive(Clone, Copy)]
 pub(crate) struct Icmp(pub u8, pub u8, pub u32);
 
-/// Why a VR could not be built from its config.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BuildError(pub String);
-
-impl std::fmt::Display for BuildError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BuildError {}
-
-/// A token bucket (ICMP errors, solicitations): `rate` per second, `burst` deep, in nanotokens.
-struct Bucket {
-    rate: u64,
-    cap: u64,
-    tokens: u64,
-    last: u64,
-}
-
-const TOKEN: u64 = 1_000_000_000;
-
-/// Packets per second a VR may punt to its Linux mirror by default: a full BGP table in
-/// 1448-byte TCP segments is a few tens of thousands of segments, so a session converges in
-/// seconds, while a flood at the VR costs the worker no more than this many tap writes.
-pub const DEFAULT_PUNT_PER_SEC: u32 = 20_000;
-/// Burst of that token bucket.
-pub const DEFAULT_PUNT_BURST: u32 = 2_000;
-
-impl Bucket {
-    fn new(rate: u32, burst: u32) -> Bucket {
-        let cap = burst as u64 * TOKEN;
-        Bucket { rate: rate as u64, cap, tokens: cap, last: 0 }
-    }
-
-    /// Gives back a token just taken (what it was for did not happen).
-    fn refund(&mut self) {
-        self.tokens = (self.tokens + TOKEN).min(self.cap);
-    }
-
-    /// Whether more than half the burst is there (at `now`).
-    fn over_half(&mut self, now: u64) -> bool {
-        self.refill(now);
-        self.tokens > self.cap / 2
-    }
-
-    fn refill(&mut self, now: u64) {
-        let dt = now.saturating_sub(self.last);
-        self.last = self.last.max(now);
-        self.tokens = self.tokens.saturating_add(dt.saturating_mul(self.rate)).min(self.cap);
-    }
-
-    fn take(&mut self, now: u64) -> bool {
-        self.refill(now);
-        if self.rate > 0 && self.tokens >= TOKEN {
-            self.tokens -= TOKEN;
-            true
-        } else {
-            false
-        }
-    }
-}
-
-/// Everything but the output queue and lookup scratch, so the pipeline can borrow the parts
-/// apart.
-pub(crate) struct Core {
-    pub name: String,
-    pub ifaces: Vec<Iface>,
+/// A virtual router. The output queue and the lookup scratch are the worker's, lent to each VR
+/// while it runs ([`OutQueue`], [`Lookup`]), so a thousand VRs do not each carry them.
+pub struct Vr {
+    pub(crate) name: String,
+    pub(crate) ifaces: Vec<Iface>,
     adj: Vec<Adj>,
     /// Per adjacency: the neighbor entry it last resolved to.
     adj_hint: Vec<u32>,
@@ -292,7 +139,7 @@ pub(crate) struct Core {
     ident6: u32,
     /// FIB generations (IPv4, IPv6) the last batch looked up in.
     seen: (u64, u64),
-    pub counters: VrCounters,
+    pub(crate) counters: VrCounters,
     /// A replica's link to its siblings' neighbor tables (see `share.rs`); `None` for a VR
     /// that is not replicated.
     share: Option<Box<NeighborShare>>,
@@ -302,52 +149,6 @@ pub(crate) struct Core {
 /// reply as large as a buffer holds over any MTU of 576 bytes or more (RFC 791's datagram
 /// every host accepts); below that, such a reply is dropped.
 pub(crate) const SPILL: usize = 4;
-
-/// Lookup scratch for one batch: one per worker, lent to each VR while it runs (1024 VRs
-/// would otherwise carry 7 KiB each).
-pub(crate) struct Lookup {
-    keys4: [u32; MAX_BURST],
-    keys6: [u128; MAX_BURST],
-    nh4: [NextHop; MAX_BURST],
-    nh6: [NextHop; MAX_BURST],
-    at4: [u16; MAX_BURST],
-    at6: [u16; MAX_BURST],
-}
-
-impl Lookup {
-    pub fn new() -> Box<Lookup> {
-        Box::new(Lookup {
-            keys4: [0; MAX_BURST],
-            keys6: [0; MAX_BURST],
-            nh4: [0; MAX_BURST],
-            nh6: [0; MAX_BURST],
-            at4: [0; MAX_BURST],
-            at6: [0; MAX_BURST],
-        })
-    }
-
-    /// Before a one-packet run: marks the first next-hop slots as unused.
-    pub(crate) fn mark(&mut self) {
-        self.nh4[0] = NextHop::MAX;
-        self.nh6[0] = NextHop::MAX;
-    }
-
-    /// After a one-packet run: the destination it looked up and the next hop found, if any.
-    pub(crate) fn single(&self) -> Option<(IpAddr, NextHop)> {
-        if self.nh4[0] != NextHop::MAX {
-            Some((IpAddr::V4(Ipv4Addr::from(self.keys4[0])), self.nh4[0]))
-        } else if self.nh6[0] != NextHop::MAX {
-            Some((IpAddr::V6(Ipv6Addr::from(self.keys6[0])), self.nh6[0]))
-        } else {
-            None
-        }
-    }
-}
-
-/// A virtual router.
-pub struct Vr {
-    pub(crate) core: Core,
-}
 
 /// A change to a running VR, applied by its worker between two bursts ([`Vr::change`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -395,12 +196,12 @@ impl Vr {
     /// Builds the VR from its config, forwarding with the FIBs and adjacencies of `view`
     /// (from the [`RouteTable`] its owner keeps, made from the same config).
     pub fn with_routes(cfg: &VrConfig, view: RouteView) -> Result<Vr, BuildError> {
-        Ok(Vr { core: Core::new(cfg, view)? })
+        Vr::build(cfg, view)
     }
 
     /// Applies one change between two bursts (see [`VrChange`]).
     pub fn change(&mut self, ch: VrChange) -> Result<VrAnswer, BuildError> {
-        let c = &mut self.core;
+        let c = &mut *self;
         let name = c.name.clone();
         let err = move |m: String| BuildError(format!("vr {name}: {m}"));
         match ch {
@@ -448,7 +249,7 @@ impl Vr {
     /// Takes over `old`'s counters, and its neighbors when both have the same interfaces on
     /// the same segments (a VR rebuilt with a new config replacing the one that ran).
     pub fn inherit(&mut self, old: &mut Vr) {
-        let (n, o) = (&mut self.core, &mut old.core);
+        let (n, o) = (&mut *self, &mut *old);
         n.counters = o.counters;
         n.ident = o.ident;
         let same = |a: &Iface, b: &Iface| (a.port, a.vlan, a.mac) == (b.port, b.vlan, b.mac);
@@ -465,7 +266,7 @@ impl Vr {
     /// Keeps `old`'s Linux mirrors (and punt limit) for the interfaces it has by the same
     /// name on the same port: a VR rebuilt with a new config goes on punting to them.
     pub(crate) fn carry_mirrors(&mut self, old: &Vr) {
-        let (n, o) = (&mut self.core, &old.core);
+        let (n, o) = (&mut *self, old);
         for f in &mut n.ifaces {
             if let Some(m) = o.ifaces.iter().find(|g| g.name == f.name && g.port == f.port) {
                 f.mirror = f.mirror.or(m.mirror);
@@ -482,7 +283,7 @@ impl Vr {
     /// and entries that failed meanwhile would hold resolution back. They are forgotten, and
     /// what waited on them dropped (`interface_down`). Nothing happens if no interface is on it.
     pub(crate) fn link_changed(&mut self, port: PortId) {
-        let c = &mut self.core;
+        let c = &mut *self;
         for i in 0..c.ifaces.len() {
             if c.ifaces[i].port == port {
                 c.flush_neighbors(Some(i as IfaceId), VrDrop::InterfaceDown);
@@ -494,63 +295,63 @@ impl Vr {
     /// rate; 0 punts nothing), `burst` deep. Beyond it, punts are dropped
     /// (`punt_rate_limited`).
     pub fn set_punt_limit(&mut self, per_sec: u32, burst: u32) {
-        self.core.punt_bucket = Bucket::new(per_sec, burst);
+        self.punt_bucket = Bucket::new(per_sec, burst);
     }
 
     /// Interface `iface`'s mirror port, if it has one.
     pub fn mirror(&self, iface: IfaceId) -> Option<PortId> {
-        self.core.ifaces.get(iface as usize).and_then(|f| f.mirror)
+        self.ifaces.get(iface as usize).and_then(|f| f.mirror)
     }
 
     /// Its interfaces' names, MTUs and whether they are up, in configuration order.
     pub fn interfaces(&self) -> Vec<(String, u16, bool)> {
-        self.core.ifaces.iter().map(|f| (f.name.clone(), f.mtu, f.up)).collect()
+        self.ifaces.iter().map(|f| (f.name.clone(), f.mtu, f.up)).collect()
     }
 
     /// The FIB generations (IPv4, IPv6) its last batch looked up in: a published update is in
     /// use once these reach the generation the publish returned.
     pub fn fib_generations_seen(&self) -> (u64, u64) {
-        self.core.seen
+        self.seen
     }
 
     /// How much of its neighbor table is used, and its size.
     pub fn neighbor_occupancy(&self) -> (usize, usize) {
-        self.core.neigh.occupancy()
+        self.neigh.occupancy()
     }
 
     /// What next hop `nh` means.
     pub(crate) fn adj(&self, nh: NextHop) -> Adj {
-        self.core.adj.get(nh as usize).copied().unwrap_or(Adj::None)
+        self.adj.get(nh as usize).copied().unwrap_or(Adj::None)
     }
 
     /// The VR's name.
     pub fn name(&self) -> &str {
-        &self.core.name
+        &self.name
     }
 
     /// Its counters.
     pub fn counters(&self) -> &VrCounters {
-        &self.core.counters
+        &self.counters
     }
 
     /// Its neighbor table.
     pub fn neighbors(&self) -> Vec<NeighborRow> {
-        self.core.neigh.rows()
+        self.neigh.rows()
     }
 
     /// Packets waiting for neighbor resolution.
     pub fn queued(&self) -> usize {
-        self.core.neigh.queued()
+        self.neigh.queued()
     }
 
     /// Fragments held until the rest of their datagram (addressed to the VR) comes.
     pub fn reassembling(&self) -> usize {
-        self.core.reasm.held()
+        self.reasm.held()
     }
 
     /// The interfaces, in configuration order.
     pub(crate) fn ifaces(&self) -> &[Iface] {
-        &self.core.ifaces
+        &self.ifaces
     }
 
     /// Runs the pipeline over `pkts[sel[..]]`, setting each packet's fate in `meta`.
@@ -568,7 +369,7 @@ impl Vr {
             let m = &mut meta[i as usize];
             bytes += pkts[i as usize].len() as u64;
             let s = &mut *cx.lookup;
-            match self.core.ingress(&mut pkts[i as usize], m, now) {
+            match self.ingress(&mut pkts[i as usize], m, now) {
                 Ingress::Lookup4(a) => {
                     s.keys4[n4] = a;
                     s.at4[n4] = i;
@@ -582,28 +383,28 @@ impl Vr {
                 Ingress::Done(f) => m.fate = f,
             }
         }
-        self.core.counters.rx_packets += sel.len() as u64;
-        self.core.counters.rx_bytes += bytes;
+        self.counters.rx_packets += sel.len() as u64;
+        self.counters.rx_bytes += bytes;
         if n4 > 0 {
-            let t = self.core.r4.load();
-            self.core.seen.0 = t.generation();
+            let t = self.r4.load();
+            self.seen.0 = t.generation();
             let s = &mut *cx.lookup;
             t.lookup_batch(&s.keys4[..n4], &mut s.nh4[..n4]);
             drop(t);
             for k in 0..n4 {
                 let (i, nh) = (cx.lookup.at4[k] as usize, cx.lookup.nh4[k]);
-                meta[i].fate = self.core.forward4(cx, &mut pkts[i], &meta[i], nh);
+                meta[i].fate = self.forward4(cx, &mut pkts[i], &meta[i], nh);
             }
         }
         if n6 > 0 {
-            let t = self.core.r6.load();
-            self.core.seen.1 = t.generation();
+            let t = self.r6.load();
+            self.seen.1 = t.generation();
             let s = &mut *cx.lookup;
             t.lookup_batch(&s.keys6[..n6], &mut s.nh6[..n6]);
             drop(t);
             for k in 0..n6 {
                 let (i, nh) = (cx.lookup.at6[k] as usize, cx.lookup.nh6[k]);
-                meta[i].fate = self.core.forward6(cx, &mut pkts[i], &meta[i], nh);
+                meta[i].fate = self.forward6(cx, &mut pkts[i], &meta[i], nh);
             }
         }
         self.drain(cx.out);
@@ -611,20 +412,20 @@ impl Vr {
 
     /// Timers: neighbor retransmissions and failures. Cheap when nothing is pending.
     pub(crate) fn tick(&mut self, now: u64, out: &mut OutQueue) {
-        self.core.expire_reassembly(now, out);
+        self.expire_reassembly(now, out);
         self.learn_shared(now);
-        let (transit, generated) = self.core.neigh.tick(now);
-        self.core.counters.drops[VrDrop::NoNeighbor as usize] += transit;
-        self.core.counters.generated_dropped += generated;
+        let (transit, generated) = self.neigh.tick(now);
+        self.counters.drops[VrDrop::NoNeighbor as usize] += transit;
+        self.counters.generated_dropped += generated;
         if transit > 0 {
-            self.core.answer_gave_up(now, out);
+            self.answer_gave_up(now, out);
         }
         self.drain(out);
     }
 
     /// Moves due probes and resolved queues into `out`, as far as it has room.
     fn drain(&mut self, out: &mut OutQueue) {
-        let c = &mut self.core;
+        let c = &mut *self;
         if c.spill_n > 0 && out.batch.room() >= c.spill_n {
             for i in 0..c.spill_n {
                 let Some(buf) = out.batch.spare_mut() else { break };
@@ -651,7 +452,7 @@ impl Vr {
 
     /// Interfaces, routes by kind, neighbors and counters, for `show` and test failures.
     pub fn dump(&self) -> String {
-        let c = &self.core;
+        let c = self;
         let mut s = format!("vr {}\n", c.name);
         for (i, f) in c.ifaces.iter().enumerate() {
             let _ = writeln!(
@@ -683,31 +484,8 @@ impl Vr {
     }
 }
 
-/// The EUI-64 link-local address of a MAC (RFC 4291 appendix A).
-pub(crate) fn link_local(mac: MacAddr) -> Ipv6Addr {
-    let m = mac.0;
-    Ipv6Addr::from([
-        0xfe,
-        0x80,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        m[0] ^ 2,
-        m[1],
-        m[2],
-        0xff,
-        0xfe,
-        m[3],
-        m[4],
-        m[5],
-    ])
-}
-
-impl Core {
-    fn new(cfg: &VrConfig, view: RouteView) -> Result<Core, BuildError> {
+impl Vr {
+    fn build(cfg: &VrConfig, view: RouteView) -> Result<Vr, BuildError> {
         let err = |m: String| Err(BuildError(format!("vr {}: {m}", cfg.name)));
         let ifaces: Vec<Iface> = cfg
             .interfaces
@@ -755,7 +533,7 @@ impl Core {
         }
         let VrLimits { icmp_errors_per_sec, icmp_errors_burst, .. } = cfg.limits;
         let RouteView { adj, glean, r4, r6 } = view;
-        Ok(Core {
+        Ok(Vr {
             name: cfg.name.clone(),
             r4,
             r6,
@@ -1216,16 +994,5 @@ mod tests {
     fn link_local_is_eui64() {
         let ll = link_local("02:00:00:00:01:00".parse().unwrap());
         assert_eq!(ll, "fe80::ff:fe00:100".parse::<Ipv6Addr>().unwrap());
-    }
-
-    #[test]
-    fn bucket_rate_and_burst() {
-        let mut b = Bucket::new(10, 2);
-        assert!(b.take(0) && b.take(0));
-        assert!(!b.take(0));
-        assert!(!b.take(50_000_000), "half a token after 50 ms");
-        assert!(b.take(100_000_000));
-        assert!(b.take(10 * TOKEN) && b.take(10 * TOKEN) && !b.take(10 * TOKEN), "capped at burst");
-        assert!(!Bucket::new(0, 5).take(0), "rate 0 disables");
     }
 }

@@ -53,7 +53,7 @@ use ports::PktBuf;
 use rustc_hash::FxHashMap;
 use wire::MacAddr;
 
-use super::Bucket;
+use super::bucket::Bucket;
 use crate::config::VrLimits;
 use crate::counters::VrDrop;
 

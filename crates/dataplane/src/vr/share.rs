@@ -117,22 +117,22 @@ impl super::Vr {
     /// Makes this VR one replica of a group (see the module doc): what it learns from the
     /// wire is relayed to its siblings, and what they learn is applied here.
     pub fn join_replicas(&mut self, share: NeighborShare) {
-        self.core.share = Some(Box::new(share));
+        self.share = Some(Box::new(share));
     }
 
     /// Its index among its replicas, if it is one.
     pub fn replica_index(&self) -> Option<usize> {
-        self.core.share.as_ref().map(|s| s.me)
+        self.share.as_ref().map(|s| s.me)
     }
 
     /// Relayed notes its group dropped because a mailbox was full (0 if not a replica).
     pub fn replica_notes_lost(&self) -> u64 {
-        self.core.share.as_ref().map_or(0, |s| s.lost())
+        self.share.as_ref().map_or(0, |s| s.lost())
     }
 
     /// Applies what siblings learned (housekeeping, before the neighbor timers run).
     pub(crate) fn learn_shared(&mut self, now: u64) {
-        let c = &mut self.core;
+        let c = &mut *self;
         let Some(s) = c.share.as_deref_mut() else { return };
         let notes = s.take();
         if notes.is_empty() {

@@ -13,7 +13,7 @@ use std::net::IpAddr;
 use wire::MacAddr;
 
 use super::neighbor::{Learn, NKey, NeighborState};
-use super::{Adj, Core};
+use super::{Adj, Vr};
 use crate::counters::VrCounters;
 use crate::routes::RouteView;
 
@@ -38,7 +38,7 @@ pub struct RestoredState {
     pub now: u64,
 }
 
-impl Core {
+impl Vr {
     /// Puts `st` into the VR; returns how many neighbors it took (an interface out of range
     /// or a full table skips the entry, never fails the whole).
     pub(super) fn restore(&mut self, st: RestoredState) -> usize {
