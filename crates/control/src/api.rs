@@ -17,6 +17,10 @@ use serde_json::Value;
 /// The protocol version this build speaks.
 pub const API_VERSION: u32 = 1;
 
+/// Longest request line from a client allowed to change state (a batch of ~100k routes); the
+/// migration protocol frames its lines with the same bound.
+pub const MAX_LINE: usize = 32 << 20;
+
 /// One request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Request {

@@ -47,8 +47,7 @@ use crate::ControlError;
 
 /// Clients served at once; more are told so and closed.
 pub const MAX_CLIENTS: usize = 64;
-/// Longest request line from a client allowed to change state (a batch of ~100k routes).
-pub const MAX_LINE: usize = 32 << 20;
+pub use crate::api::MAX_LINE;
 /// Longest request line from a read-only client.
 pub const MAX_READ_ONLY_LINE: usize = 64 << 10;
 /// How long a client may take to send one line.

@@ -223,7 +223,7 @@ fn command(cmd: &Command) -> Vec<u8> {
 
 /// A restore record: VR `name` as it runs now.
 fn restore_record(node: &Node, name: &str, down: bool) -> Result<Vec<u8>, ControlError> {
-    let snap = snapshot::take(node, name)?.encode();
+    let snap = crate::vr_state::take(node, name)?.encode();
     let mut body = Vec::with_capacity(3 + name.len() + snap.len());
     body.extend_from_slice(&(name.len() as u16).to_le_bytes());
     body.extend_from_slice(name.as_bytes());
@@ -278,7 +278,7 @@ fn header() -> Vec<u8> {
 
 /// A VR's journaled routes as a base record, or `None` when it has none.
 fn base(node: &Node, vr: &str) -> Result<Option<Vec<u8>>, ControlError> {
-    let mut s = snapshot::take(node, vr)?;
+    let mut s = crate::vr_state::take(node, vr)?;
     let keep: Vec<u8> = s
         .meta
         .sources
@@ -776,7 +776,7 @@ fn apply(
             if node.table(&name).is_some() {
                 node.execute(Command::VrRemove { vr: name.clone() })?;
             }
-            snapshot::restore(node, s, Some(name.clone()), down)?;
+            crate::vr_state::restore(node, s, Some(name.clone()), down)?;
             live.note(&Command::Stop, Some((name, down)));
             Ok(routes)
         }

@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod model;
 pub mod msr;
+mod msr_state;
 pub mod netns;
 pub mod node;
 pub mod pcapng;
@@ -41,6 +42,7 @@ pub mod runtime;
 pub mod snapshot;
 pub mod sys;
 pub mod topology;
+pub mod vr_state;
 
 pub use error::ControlError;
 pub use node::Node;

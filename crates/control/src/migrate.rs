@@ -410,7 +410,7 @@ pub fn migrate(node: &mut Node, vr: &str, to: SocketAddr) -> Result<Value, Contr
     }
     let mut ch = Channel::connect(to, &cfg.secret)?;
     // Pre-copy, while the VR forwards.
-    let snap = snapshot::take(node, vr)?;
+    let snap = crate::vr_state::take(node, vr)?;
     let gens = node.table(vr).map(|t| t.generations());
     let mut meta = snap.meta.clone();
     if let Some(cp) = meta.vr.control_plane.as_mut().filter(|c| c.migrate_netns.is_some()) {
@@ -757,7 +757,7 @@ impl Local {
         self.w.write_all(&line).map_err(|e| ControlError::io("control socket", e))?;
         let mut reply = Vec::new();
         (&mut self.r)
-            .take(crate::daemon::MAX_LINE as u64)
+            .take(crate::api::MAX_LINE as u64)
             .read_until(b'\n', &mut reply)
             .map_err(|e| ControlError::io("control socket", e))?;
         let reply: crate::api::Reply = serde_json::from_slice(&reply)

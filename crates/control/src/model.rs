@@ -779,5 +779,16 @@ mod emit {
     }
 }
 
+/// A YAML document as plain JSON data: mappings, lists, and every scalar as text.
+pub(crate) fn plain(n: &marked_yaml::Node) -> serde_json::Value {
+    match n {
+        marked_yaml::Node::Scalar(s) => serde_json::Value::String(s.as_str().to_string()),
+        marked_yaml::Node::Sequence(l) => serde_json::Value::Array(l.iter().map(plain).collect()),
+        marked_yaml::Node::Mapping(m) => serde_json::Value::Object(
+            m.iter().map(|(k, v)| (k.as_str().to_string(), plain(v))).collect(),
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -17,7 +17,6 @@ use std::collections::HashMap;
 use dataplane::config::VrConfig;
 use dataplane::{RouteError, RouteOp, RouteTable, Vr, VrAnswer, VrChange};
 use ports::mem::MemPort;
-use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use crate::build;
@@ -61,7 +60,7 @@ pub struct Node {
     stale_next: HashMap<String, Vec<ipnet::IpNet>>,
     /// Each MSR's shared state (back-end states and counters), by its VR's name, made at start
     /// so that `status` has it before the front end is taken ([`crate::msr::Msr::take`]).
-    msrs: HashMap<String, crate::msr::MsrState>,
+    msrs: HashMap<String, crate::msr_state::MsrState>,
     /// VRs started from a checkpoint: their tables being built from the routes.
     building: Vec<(String, std::thread::JoinHandle<Result<RouteTable, String>>)>,
     /// Their stand-ins, replaced in `tables` by [`Node::settle`], until [`Node::take_over`],
@@ -151,7 +150,7 @@ impl Node {
                 syncs.push(s);
             }
         }
-        let msrs = crate::msr::MsrState::for_topology(&topo);
+        let msrs = crate::msr_state::MsrState::for_topology(&topo);
         Ok(Node {
             msrs,
             topo,
@@ -302,7 +301,7 @@ impl Node {
     }
 
     /// MSR `vr`'s state (`None`: no `msrs[]` entry names `vr`).
-    pub fn msr_state(&mut self, vr: &str) -> Option<&mut crate::msr::MsrState> {
+    pub fn msr_state(&mut self, vr: &str) -> Option<&mut crate::msr_state::MsrState> {
         self.msrs.get_mut(vr)
     }
 
@@ -684,17 +683,6 @@ impl Node {
         }
         info!(vr, batch, worker = ?sched.worker, reservation = ?sched.reservation, "vr schedule set");
         Ok(format!("vr {vr}: schedule"))
-    }
-}
-
-/// A YAML document as plain JSON data: mappings, lists, and every scalar as text.
-pub(crate) fn plain(n: &marked_yaml::Node) -> Value {
-    match n {
-        marked_yaml::Node::Scalar(s) => Value::String(s.as_str().to_string()),
-        marked_yaml::Node::Sequence(l) => Value::Array(l.iter().map(plain).collect()),
-        marked_yaml::Node::Mapping(m) => {
-            Value::Object(m.iter().map(|(k, v)| (k.as_str().to_string(), plain(v))).collect())
-        }
     }
 }
 

@@ -40,7 +40,9 @@ use ports::wait::{Poller, Waker};
 use ports::{PortStats, PortStatus};
 use serde_json::{json, Value};
 
+pub use crate::build::monotonic_clock;
 use crate::build::Placed;
+pub use crate::topology::Idle;
 use crate::Topology;
 
 /// How long the control side waits for a worker to answer.
@@ -59,51 +61,6 @@ pub const BLOCK_TIMEOUT: Duration = Duration::from_millis(5);
 /// The sleep of a worker with a port that has no descriptor (`mem`): frames there are seen
 /// only when it wakes.
 pub const NAP: Duration = Duration::from_micros(100);
-
-/// A clock for workers: nanoseconds since it was made, from the monotonic clock (the vDSO,
-/// which reads the TSC on x86). The CLI passes a raw TSC clock instead, which is cheaper.
-pub fn monotonic_clock() -> Clock {
-    let t0 = Instant::now();
-    Box::new(move || t0.elapsed().as_nanos() as u64)
-}
-
-/// What a worker does when a poll found nothing.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Idle {
-    /// Spin (lowest latency; the CPU is the worker's). A topology's `idle: poll`.
-    Spin,
-    /// Spin a few polls, then yield the CPU between empty polls, never sleeping (for CPUs
-    /// shared with other threads: tests, a generator on the same machine).
-    Yield,
-    /// Spin while there is traffic; after [`SPIN_NS`] of empty polls yield, after
-    /// [`BLOCK_AFTER_NS`] sleep on the ports' descriptors until frames, a command or
-    /// [`BLOCK_TIMEOUT`] (the default).
-    #[default]
-    Adaptive,
-    /// Sleep on the ports' descriptors as soon as a poll finds nothing (least CPU; every
-    /// pause in traffic costs a wakeup).
-    Interrupt,
-}
-
-impl Idle {
-    /// Every mode.
-    pub const ALL: [Idle; 4] = [Idle::Spin, Idle::Yield, Idle::Adaptive, Idle::Interrupt];
-
-    /// Its name in a topology file (`yield` is not allowed there) and in status.
-    pub fn name(self) -> &'static str {
-        match self {
-            Idle::Spin => "poll",
-            Idle::Yield => "yield",
-            Idle::Adaptive => "adaptive",
-            Idle::Interrupt => "interrupt",
-        }
-    }
-
-    /// The mode called `name` (see [`Idle::name`]).
-    pub fn from_name(name: &str) -> Option<Idle> {
-        Idle::ALL.into_iter().find(|i| i.name() == name)
-    }
-}
 
 /// How to run the workers.
 #[derive(Clone, Debug)]

@@ -284,7 +284,7 @@ fn learn_neighbors(node: &mut Node, dir: &Path) -> Vec<SnapNeighbor> {
         n(1, "10.0.1.8", "02:00:00:00:0b:08", false),
         n(0, "2001:db8::9", "02:00:00:00:0b:09", true),
     ];
-    let mut s = snapshot::take(node, "a").unwrap();
+    let mut s = control::vr_state::take(node, "a").unwrap();
     s.meta.neighbors = learned.clone();
     let file = dir.join("learned.snap");
     snapshot::write_atomic(&file, &s.encode()).unwrap();
@@ -334,7 +334,7 @@ fn learned_neighbors_move_with_the_vr_and_stay_when_it_does_not() {
     src.execute(Command::Migrate { vr: "a".into(), to: dest.addr().to_string() }).unwrap();
     let mut dst = dest.finish();
     assert_eq!(learned_rows(&mut dst), rows_of(&learned));
-    let snap = snapshot::take(&dst, "a").unwrap();
+    let snap = control::vr_state::take(&dst, "a").unwrap();
     assert_eq!(rows_of(&snap.meta.neighbors), rows_of(&learned));
     dst.stop().unwrap();
     src.stop().unwrap();
@@ -433,7 +433,7 @@ fn migrations_past_the_bound_are_refused_at_once_and_the_next_one_goes() {
 fn neighbors_with_a_group_mac_are_refused_at_the_commit() {
     let d = TempDir::new("groupmac");
     let src = start(&source_text(), &d.0.join("src.yaml"));
-    let meta = snapshot::take(&src, "a").unwrap().meta;
+    let meta = control::vr_state::take(&src, "a").unwrap().meta;
     src.stop().unwrap();
     let dest = start_dest(&d.0, SECRET, vec![]);
     // A source that knows the secret and sends a broadcast MAC as a neighbor's.

@@ -303,7 +303,7 @@ fn learned_neighbors_come_back_with_their_state() {
     let dir = TempDir::new("neigh");
     let text = topology(&dir.0);
     let mut src = start(&text, &dir.0.join("src.yaml"));
-    let s = snapshot::take(&src, "a").unwrap();
+    let s = control::vr_state::take(&src, "a").unwrap();
     let mut s2 = s.clone();
     s2.meta.neighbors = vec![
         SnapNeighbor {
@@ -335,7 +335,7 @@ fn learned_neighbors_come_back_with_their_state() {
     assert_eq!(find("2001:db8::7")["state"], "stale");
     assert_eq!(find("10.0.1.2")["state"], "static");
     // And a snapshot taken now carries them.
-    let again = snapshot::take(&src, "a").unwrap();
+    let again = control::vr_state::take(&src, "a").unwrap();
     assert_eq!(again.meta.neighbors.len(), 2);
     src.stop().unwrap();
 }
@@ -345,7 +345,7 @@ fn a_neighbor_with_a_group_or_zero_mac_is_refused() {
     let dir = TempDir::new("badmac");
     let text = topology(&dir.0);
     let mut src = start(&text, &dir.0.join("src.yaml"));
-    let s = snapshot::take(&src, "a").unwrap();
+    let s = control::vr_state::take(&src, "a").unwrap();
     src.execute(Command::VrRemove { vr: "a".into() }).unwrap();
     for mac in ["ff:ff:ff:ff:ff:ff", "01:00:5e:00:00:01", "33:33:00:00:00:01", "00:00:00:00:00:00"]
     {
@@ -385,7 +385,7 @@ fn damaged_snapshots_are_refused_and_change_nothing() {
     let dir = TempDir::new("bad");
     let text = topology(&dir.0);
     let mut src = start(&text, &dir.0.join("src.yaml"));
-    let good = snapshot::take(&src, "a").unwrap().encode();
+    let good = control::vr_state::take(&src, "a").unwrap().encode();
     assert!(matches!(
         snapshot::decode("x", &good).unwrap(),
         Snapshot::V1(ref s) if s.meta.vr.name == "a"

@@ -48,7 +48,7 @@ impl Node {
             }
         }
         j["replicated"] = crate::replicas::status_json(&self.topo, &snap, &self.tables);
-        j["msrs"] = crate::msr::status_json(&self.topo, &snap, &self.msrs);
+        j["msrs"] = crate::msr_state::status_json(&self.topo, &snap, &self.msrs);
         j["state"] = json!("running");
         j["memory"] = json!({ "rss_bytes": rss_bytes() });
         Ok(j)

@@ -10,7 +10,7 @@ use crate::{ControlError, Node};
 
 impl Node {
     pub(super) fn snapshot(&self, vr: &str, out: &str) -> Result<Value, ControlError> {
-        crate::snapshot::snapshot_to_file(self, vr, Path::new(out))
+        crate::vr_state::snapshot_to_file(self, vr, Path::new(out))
     }
 
     pub(super) fn restore(
@@ -20,7 +20,7 @@ impl Node {
         down: bool,
     ) -> Result<Value, ControlError> {
         let s = crate::snapshot::read(Path::new(snapshot))?;
-        crate::snapshot::restore(self, s.into_current(), name, down)
+        crate::vr_state::restore(self, s.into_current(), name, down)
     }
 
     /// Moves VR `vr` to the host listening at `to` (IP:PORT).

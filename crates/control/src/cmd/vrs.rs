@@ -9,8 +9,8 @@ use ipnet::IpNet;
 use serde_json::{json, Value};
 use tracing::info;
 
+use crate::model::plain;
 use crate::model::{PortDoc, VrDoc};
-use crate::node::plain;
 use crate::runtime::reservation_json;
 use crate::topology::reservation_from_words;
 use crate::{ControlError, Node, Plan, Topology};

@@ -186,8 +186,8 @@ pub use error::{ErrorKind, TopologyError};
 pub use hosts::{HostSpec, HOST_IFNAME};
 pub use msr::MsrSpec;
 pub use run::{
-    cells, reservation_from_words, CellPlan, MetricsConfig, MigrationConfig, ReservationWordsError,
-    VrSchedule, Workers, DEFAULT_METRICS_LISTEN, DEFAULT_PERIOD_US,
+    cells, reservation_from_words, CellPlan, Idle, MetricsConfig, MigrationConfig,
+    ReservationWordsError, VrSchedule, Workers, DEFAULT_METRICS_LISTEN, DEFAULT_PERIOD_US,
 };
 pub use vr::bad_prefix_length;
 pub use vxlan::VxlanSpec;
@@ -211,7 +211,7 @@ pub struct Topology {
     /// How many workers run the data plane, and on which CPUs.
     pub workers: Workers,
     /// What workers do when their ports are quiet (`idle:`; default adaptive).
-    pub idle: crate::runtime::Idle,
+    pub idle: Idle,
     /// Where the Prometheus endpoint listens (`metrics:`); `None`: no endpoint (the default).
     pub metrics: Option<MetricsConfig>,
     /// VR migration (`migration:`); `None`: this host neither sends nor takes VRs.

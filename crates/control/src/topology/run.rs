@@ -11,7 +11,44 @@ use dataplane::{Budget, Reservation, SwitchConfig};
 
 use super::yaml::{Result, Value};
 use super::{PortKind, PortSpec};
-use crate::runtime::Idle;
+
+/// What a worker does when a poll found nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Idle {
+    /// Spin (lowest latency; the CPU is the worker's). A topology's `idle: poll`.
+    Spin,
+    /// Spin a few polls, then yield the CPU between empty polls, never sleeping (for CPUs
+    /// shared with other threads: tests, a generator on the same machine).
+    Yield,
+    /// Spin while there is traffic; after [`crate::runtime::SPIN_NS`] of empty polls yield, after
+    /// [`crate::runtime::BLOCK_AFTER_NS`] sleep on the ports' descriptors until frames, a command or
+    /// [`crate::runtime::BLOCK_TIMEOUT`] (the default).
+    #[default]
+    Adaptive,
+    /// Sleep on the ports' descriptors as soon as a poll finds nothing (least CPU; every
+    /// pause in traffic costs a wakeup).
+    Interrupt,
+}
+
+impl Idle {
+    /// Every mode.
+    pub const ALL: [Idle; 4] = [Idle::Spin, Idle::Yield, Idle::Adaptive, Idle::Interrupt];
+
+    /// Its name in a topology file (`yield` is not allowed there) and in status.
+    pub fn name(self) -> &'static str {
+        match self {
+            Idle::Spin => "poll",
+            Idle::Yield => "yield",
+            Idle::Adaptive => "adaptive",
+            Idle::Interrupt => "interrupt",
+        }
+    }
+
+    /// The mode called `name` (see [`Idle::name`]).
+    pub fn from_name(name: &str) -> Option<Idle> {
+        Idle::ALL.into_iter().find(|i| i.name() == name)
+    }
+}
 
 /// How many workers run the data plane, and where.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -25,7 +25,7 @@ pub(super) fn summary(t: &Topology) -> String {
             let _ = writeln!(out, "workers: {} on CPUs {}", c.len(), cpus.join(", "));
         }
     }
-    if t.idle != crate::runtime::Idle::default() {
+    if t.idle != super::Idle::default() {
         let _ = writeln!(out, "idle: {}", t.idle.name());
     }
     let mut rows = vec![row(["PORT", "KIND", "SETTINGS"])];
