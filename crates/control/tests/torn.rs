@@ -249,7 +249,9 @@ fn change(rng: &mut Rng, m: &Model, has_x: bool, serial: &mut u32) -> Command {
             let start = rng.below((have.len() - n + 1) as u64) as usize;
             let prefixes = &have[start..start + n];
             if rng.below(2) == 0 {
-                command(json!({ "cmd": "route_delete", "args": { "vr": vr, "prefixes": prefixes } }))
+                command(
+                    json!({ "cmd": "route_delete", "args": { "vr": vr, "prefixes": prefixes } }),
+                )
             } else {
                 let routes: Vec<Value> = prefixes
                     .iter()
@@ -344,7 +346,12 @@ fn history(rng: &mut Rng, changes: usize, dir: &RunDir) -> History {
 
 /// Starts from `journal_bytes` (and `ckpt`): the state it comes back with, what the replay
 /// reported, and whether the run directory then reads whole.
-fn recovered(dir: &RunDir, journal_bytes: &[u8], ckpt: Option<&[u8]>, fib: bool) -> (String, Replayed) {
+fn recovered(
+    dir: &RunDir,
+    journal_bytes: &[u8],
+    ckpt: Option<&[u8]>,
+    fib: bool,
+) -> (String, Replayed) {
     let d = dir.with(journal_bytes, ckpt).to_path_buf();
     let (n, j, rep, _) = start(&d).unwrap_or_else(|e| panic!("start refused: {e}"));
     let s = state(&n);
@@ -393,8 +400,7 @@ fn a_journal_cut_anywhere_comes_back_as_the_acknowledged_prefix_and_a_flipped_by
     let path = dir.0.join(journal::FILE);
     // Every byte of every record's head (length, checksum, kind), then random ones.
     let heads = h.ends[..last].iter().flat_map(|&e| e as usize..e as usize + 9);
-    let random: Vec<usize> =
-        (0..60).map(|_| rng.below(h.bytes.len() as u64) as usize).collect();
+    let random: Vec<usize> = (0..60).map(|_| rng.below(h.bytes.len() as u64) as usize).collect();
     for at in heads.chain(random) {
         let mut b = h.bytes.clone();
         b[at] ^= 1 << rng.below(8);
