@@ -233,9 +233,9 @@ fn change(rng: &mut Rng, m: &Model, has_x: bool, serial: &mut u32) -> Command {
                 .map(|_| {
                     *serial += 1;
                     let k = *serial;
-                    if vr == "r" && k % 5 == 0 {
+                    if vr == "r" && k.is_multiple_of(5) {
                         json!({ "prefix": format!("2001:db8:{:x}::/48", 0x100 + k), "via": "2001:db8::2" })
-                    } else if k % 7 == 0 {
+                    } else if k.is_multiple_of(7) {
                         json!({ "prefix": format!("172.{}.{}.{}/32", 16 + (k >> 16) % 16, (k >> 8) & 255, k & 255), "blackhole": true })
                     } else {
                         json!({ "prefix": format!("172.{}.{}.0/24", 16 + (k >> 16) % 16, (k >> 8) & 255), "via": gateway(vr, rng) })
@@ -462,7 +462,7 @@ fn a_checkpoint_cut_or_flipped_is_refused_and_the_routes_come_back_as_acknowledg
         assert!(e.starts_with(&format!("checkpoint {}: ", path.display())), "{what}: {e}");
         assert!(checkpoint::usable(d, &file_topology().vrs).is_empty(), "{what}");
         // Every fifth: a whole start, from the routes.
-        if i % 5 == 0 {
+        if i.is_multiple_of(5) {
             assert_eq!(recovered(&dir, &h.bytes, Some(b), false).0, *want, "{what}");
         }
     }

@@ -197,9 +197,9 @@ fn change(rng: &mut Rng, m: &Model, tag: &str, serial: &mut u32) -> Change {
                     *serial += 1;
                     let k = *serial;
                     let (hi, lo) = (16 + (k >> 8) % 16, k & 255);
-                    if vr == "r" && k % 5 == 0 {
+                    if vr == "r" && k.is_multiple_of(5) {
                         json!({ "prefix": format!("2001:db8:{:x}::/48", 0x100 + k % 0xfe00), "via": "2001:db8::2" })
-                    } else if k % 7 == 0 {
+                    } else if k.is_multiple_of(7) {
                         json!({ "prefix": format!("172.{hi}.{lo}.7/32"), "blackhole": true })
                     } else {
                         json!({ "prefix": format!("172.{hi}.{lo}.0/24"), "via": gateway(&vr, rng) })
