@@ -42,7 +42,8 @@
 //! records (compaction syncs). The journal is read one record at a time ([`Reader`]: at most
 //! [`MAX_RECORD`] in memory, a file of at most [`MAX_FILE`], a regular file only). A torn tail
 //! (the file ends inside its last record, its length in bounds, or only zeros follow the last
-//! good one: what an interrupted append or a power cut leaves) ends the replay there, is logged, and is cut off
+//! good one: what an interrupted append or a power cut leaves; not when the bytes after its
+//! head are a whole record after all, with only its length damaged) ends the replay there, is logged, and is cut off
 //! (the file is truncated to the last good record and synced). Anything else wrong (no header,
 //! another version, a record length out of bounds, a checksum that fails with the record
 //! whole) is damage: the data plane does not start, and the error names the file, the offset,
@@ -580,7 +581,16 @@ impl Reader {
             return Err(self.damage(&format!("a record length of {len} (1 to {MAX_RECORD} bytes)")));
         }
         if n < 8 || u64::from(len) + 8 > left {
-            // The file ends inside this record: an append cut short.
+            // The file ends inside this record: an append cut short, unless what follows is
+            // a whole record after all (its length damaged), which a torn append never leaves.
+            let crc = u32::from_le_bytes(head[4..].try_into().expect("4"));
+            if n == 8 && self.whole_after_all(crc, left - 8)? {
+                return Err(self.damage(&format!(
+                    "a record length of {len} past the end of the file, while the bytes after it \
+                     are a whole record (its checksum matches) with more after it: the length \
+                     is damaged, not an append cut short"
+                )));
+            }
             self.torn = left;
             return Ok(None);
         }
@@ -619,6 +629,41 @@ impl Reader {
             }
         }
         Ok(n)
+    }
+
+    /// Whether the `rest` bytes after a record head whose length runs past the end of the
+    /// file (`rest` < that length <= [`MAX_RECORD`], so bounded) hold a whole record after
+    /// all: a body (kind and bytes) of checksum `crc` that ends at the end of the file or
+    /// where the head of another record of a known kind and a length in bounds starts. An
+    /// interrupted append leaves a part of its record and nothing after it, so this tells a
+    /// damaged length (one flipped bit) from a torn tail: without it, every record after
+    /// the damaged one would be dropped as torn. A torn body matches only by chance (one in
+    /// 2^32 per place a record head could start).
+    fn whole_after_all(&mut self, crc: u32, rest: u64) -> Result<bool, ControlError> {
+        let mut body = std::mem::take(&mut self.body);
+        body.resize(rest as usize, 0);
+        let got = self.fill(&mut body);
+        let whole = got.map(|k| {
+            let b = &body[..k];
+            let head_at = |p: usize| {
+                let len = b.get(p..p + 4).map(|l| u32::from_le_bytes(l.try_into().expect("4")));
+                let kind = b.get(p + 8).copied();
+                matches!(len, Some(l) if (1..=MAX_RECORD as u32).contains(&l))
+                    && matches!(kind, Some(KIND_COMMAND..=KIND_RESTORE))
+            };
+            let mut h = crc32fast::Hasher::new();
+            let mut done = 0;
+            (1..=k).any(|p| {
+                if p < k && !head_at(p) {
+                    return false;
+                }
+                h.update(&b[done..p]);
+                done = p;
+                h.clone().finalize() == crc
+            })
+        });
+        self.body = body;
+        whole
     }
 
     /// Whether the next `n` bytes are all zero (reading them).
@@ -931,6 +976,15 @@ mod tests {
         x.extend(vec![7u8; 100]);
         let e = read_all(&d.journal(&x)).unwrap_err().to_string();
         assert!(e.contains(&format!("offset {}: a record length of", ends[0])), "{e}");
+        // A length damaged to run past the end of the file, in the first record and in the
+        // last: the bytes after it are whole records (or one), not a torn append.
+        for (at, good) in [(HEADER + 2, HEADER), (ends[1] + 2, ends[1])] {
+            let mut x = b.clone();
+            x[at] ^= 0x04;
+            let e = read_all(&d.journal(&x)).unwrap_err().to_string();
+            assert!(e.contains(&format!("offset {good}: a record length of")), "{e}");
+            assert!(e.contains("the length is damaged"), "{e}");
+        }
         // A zero length followed by something other than zeros.
         let mut x = b[..ends[1]].to_vec();
         x.extend([0u8; 8]);
