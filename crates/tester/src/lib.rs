@@ -30,6 +30,7 @@ pub mod frames;
 mod gen;
 pub mod method;
 pub mod pacer;
+pub mod pairs;
 pub mod plot;
 pub mod progress;
 pub mod report;
