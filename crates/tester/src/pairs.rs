@@ -103,6 +103,18 @@ fn compute() -> f64 {
 pub struct Measured<T> {
     pub value: T,
     pub probes: Probes,
+    /// [`load_average`] read just before the probes.
+    pub load_average: Option<[f64; 3]>,
+}
+
+/// [`interleave`] with the real probes ([`Prober`]).
+pub fn run<TA, TB, E>(
+    pairs: usize,
+    a: impl FnMut(usize) -> Result<TA, E>,
+    b: impl FnMut(usize) -> Result<TB, E>,
+) -> Result<Vec<(Measured<TA>, Measured<TB>)>, E> {
+    let prober = Prober::new();
+    interleave(pairs, || prober.probe(), a, b)
 }
 
 /// Runs `a` and `b` alternately, `pairs` times (A B A B …), calling `probe` before every
@@ -115,11 +127,16 @@ pub fn interleave<TA, TB, E>(
 ) -> Result<Vec<(Measured<TA>, Measured<TB>)>, E> {
     let mut out = Vec::with_capacity(pairs);
     for i in 0..pairs {
+        let la = load_average();
         let pa = probe();
         let va = a(i)?;
+        let lb = load_average();
         let pb = probe();
         let vb = b(i)?;
-        out.push((Measured { value: va, probes: pa }, Measured { value: vb, probes: pb }));
+        out.push((
+            Measured { value: va, probes: pa, load_average: la },
+            Measured { value: vb, probes: pb, load_average: lb },
+        ));
     }
     Ok(out)
 }
@@ -192,7 +209,7 @@ pub struct PairRow {
     pub compute_probe_difference: f64,
     /// Either difference above [`PROBE_TOLERANCE`]: the machine changed speed within the pair.
     pub flagged: bool,
-    /// The load average when the pair's summary was made (see [`Summary::new`]'s `loads`).
+    /// The load average (1, 5, 15 min) just before the pair's first trial.
     pub load_average: Option<[f64; 3]>,
 }
 
@@ -220,7 +237,7 @@ pub struct Summary {
 
 impl Summary {
     /// `values[i]`: pair i's (A's figure, A's probes, B's figure, B's probes); `loads[i]` the
-    /// load average recorded with it (missing entries are `None`).
+    /// load average recorded before it (missing entries are `None`).
     pub fn new(
         a_name: &str,
         b_name: &str,
@@ -275,13 +292,13 @@ impl Summary {
         b_name: &str,
         unit: &str,
         runs: &[(Measured<TA>, Measured<TB>)],
-        loads: &[Option<[f64; 3]>],
         fa: impl Fn(&TA) -> f64,
         fb: impl Fn(&TB) -> f64,
     ) -> Summary {
         let v: Vec<_> =
             runs.iter().map(|(a, b)| (fa(&a.value), a.probes, fb(&b.value), b.probes)).collect();
-        Summary::new(a_name, b_name, unit, &v, loads)
+        let loads: Vec<_> = runs.iter().map(|(a, _)| a.load_average).collect();
+        Summary::new(a_name, b_name, unit, &v, &loads)
     }
 
     /// The human-readable form: one line per pair, then the medians and the ratio.
@@ -458,8 +475,12 @@ mod tests {
             })
             .collect();
         assert_eq!(got, [(10.0, 1.0, 1.0, 2.0), (11.0, 3.0, 2.0, 4.0), (12.0, 5.0, 3.0, 6.0)]);
-        let s = Summary::from_measured("a", "b", "x", &runs, &[], |v| *v, |v| *v);
+        let s = Summary::from_measured("a", "b", "x", &runs, |v| *v, |v| *v);
         assert_eq!(s.pairs.iter().map(|r| r.ratio).collect::<Vec<_>>(), [10.0, 5.5, 4.0]);
+        // Each pair's load average is the one read before its first trial.
+        for (r, (a, _)) in s.pairs.iter().zip(&runs) {
+            assert_eq!(r.load_average, a.load_average);
+        }
     }
 
     #[test]
