@@ -181,7 +181,6 @@ pub fn run(a: Args) -> Result<()> {
         },
         |_| Ok(rate(a.seconds, &mut churn)),
     )?;
-    drop(churn);
     // The ratio is during / before, as the goal states it.
     let values: Vec<_> = runs.iter().map(|(b, d)| (d.value, d.probes, b.value, b.probes)).collect();
     let loads: Vec<_> = runs.iter().map(|(b, _)| b.load_average).collect();

@@ -107,12 +107,15 @@ pub struct Measured<T> {
     pub load_average: Option<[f64; 3]>,
 }
 
+/// One pair's two trials, A's first.
+pub type Pair<TA, TB> = (Measured<TA>, Measured<TB>);
+
 /// [`interleave`] with the real probes ([`Prober`]).
 pub fn run<TA, TB, E>(
     pairs: usize,
     a: impl FnMut(usize) -> Result<TA, E>,
     b: impl FnMut(usize) -> Result<TB, E>,
-) -> Result<Vec<(Measured<TA>, Measured<TB>)>, E> {
+) -> Result<Vec<Pair<TA, TB>>, E> {
     let prober = Prober::new();
     interleave(pairs, || prober.probe(), a, b)
 }
@@ -124,7 +127,7 @@ pub fn interleave<TA, TB, E>(
     mut probe: impl FnMut() -> Probes,
     mut a: impl FnMut(usize) -> Result<TA, E>,
     mut b: impl FnMut(usize) -> Result<TB, E>,
-) -> Result<Vec<(Measured<TA>, Measured<TB>)>, E> {
+) -> Result<Vec<Pair<TA, TB>>, E> {
     let mut out = Vec::with_capacity(pairs);
     for i in 0..pairs {
         let la = load_average();
@@ -291,7 +294,7 @@ impl Summary {
         a_name: &str,
         b_name: &str,
         unit: &str,
-        runs: &[(Measured<TA>, Measured<TB>)],
+        runs: &[Pair<TA, TB>],
         fa: impl Fn(&TA) -> f64,
         fb: impl Fn(&TB) -> f64,
     ) -> Summary {
