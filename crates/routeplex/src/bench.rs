@@ -38,6 +38,13 @@ pub struct FibArgs {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// Another routeplex binary (the previous release) to measure against, in interleaved
+    /// pairs of child processes running the same options (`lookups_per_sec`).
+    #[arg(long)]
+    baseline: Option<PathBuf>,
+    /// With --baseline: pairs (this build, baseline, …), 1..=100.
+    #[arg(long, default_value_t = 5)]
+    pairs: usize,
 }
 
 /// Options of `routeplex bench pipeline`.
@@ -66,9 +73,38 @@ pub struct PipelineArgs {
     /// replica in the same run.
     #[arg(long)]
     replicas: Option<usize>,
+    /// Another routeplex binary (the previous release) to measure against, in interleaved
+    /// pairs of child processes running the same options (`mpps`).
+    #[arg(long)]
+    baseline: Option<PathBuf>,
+    /// Pairs, 1..=100: with --baseline (this build, baseline, …); with --replicas N > 1
+    /// (N replicas, 1 replica, …).
+    #[arg(long, default_value_t = 5)]
+    pairs: usize,
 }
 
 pub fn fib(a: FibArgs) -> Result<()> {
+    if let Some(base) = &a.baseline {
+        let mut args = vec!["fib".to_string(), "--family".into()];
+        args.push(match a.family {
+            Family::Ipv4 => "ipv4".into(),
+            Family::Ipv6 => "ipv6".into(),
+        });
+        if let Some(p) = &a.prefixes {
+            args.extend(["--prefixes".into(), p.display().to_string()]);
+        }
+        for (k, v) in [("--addresses", a.addresses), ("--rounds", a.rounds), ("--batch", a.batch)] {
+            args.extend([k.to_string(), v.to_string()]);
+        }
+        return crate::bench_pairs::against_baseline(
+            base,
+            &args,
+            "lookups_per_sec",
+            "lookups/s",
+            a.pairs,
+            a.json,
+        );
+    }
     anyhow::ensure!(a.addresses > 0 && a.rounds > 0, "--addresses and --rounds must be positive");
     anyhow::ensure!((1..=4096).contains(&a.batch), "--batch {} is outside 1..=4096", a.batch);
     let fam = match a.family {
@@ -136,6 +172,23 @@ pub fn fib(a: FibArgs) -> Result<()> {
 }
 
 pub fn pipeline(a: PipelineArgs) -> Result<()> {
+    if let Some(base) = &a.baseline {
+        let mut args = vec!["pipeline".to_string()];
+        if let Some(p) = &a.prefixes {
+            args.extend(["--prefixes".into(), p.display().to_string()]);
+        }
+        for (k, v) in
+            [("--packets", a.packets), ("--batch", a.batch as u64), ("--flows", a.flows as u64)]
+        {
+            args.extend([k.to_string(), v.to_string()]);
+        }
+        for (k, v) in [("--workers", a.workers), ("--replicas", a.replicas)] {
+            if let Some(v) = v {
+                args.extend([k.to_string(), v.to_string()]);
+            }
+        }
+        return crate::bench_pairs::against_baseline(base, &args, "mpps", "Mpps", a.pairs, a.json);
+    }
     if a.workers.is_some() || a.replicas.is_some() {
         let n = a.replicas.or(a.workers).unwrap_or(1);
         return crate::bench_pvr::run(crate::bench_pvr::Opts {
@@ -146,6 +199,7 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
             flows: a.flows,
             prefixes: a.prefixes,
             json: a.json,
+            pairs: a.pairs,
         });
     }
     anyhow::ensure!(

@@ -49,6 +49,10 @@ pub struct Args {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// Interleaved pairs of loads (Linux, the VR, Linux, …; the table withdrawn from both
+    /// between pairs), 1..=100.
+    #[arg(long, default_value_t = 5)]
+    pairs: usize,
 }
 
 /// What the bench made, removed when dropped: daemons, namespaces, a veth, a directory.
@@ -249,6 +253,7 @@ pub fn run(a: Args) -> Result<()> {
         control::sys::euid() == 0,
         "bench control-plane needs root (namespaces, taps, BIRD)"
     );
+    anyhow::ensure!((1..=100).contains(&a.pairs), "--pairs {} is outside 1..=100", a.pairs);
     let table = match &a.prefixes {
         Some(p) => Table::from_file(p)?,
         None => match fib::prefix_file::cached(fib::prefix_file::Family::Ipv4) {
@@ -314,9 +319,14 @@ pub fn run(a: Args) -> Result<()> {
     birdc(&spk_ns, &spk_sock, "show status", 300)?;
     let speaker_load_s = t_parse.elapsed().as_secs_f64();
 
-    // Anchor: the table into a plain namespace's kernel FIB.
+    // Anchor: the table into a plain namespace's kernel FIB. Pair 1's Linux side.
+    let prober = tester::pairs::Prober::new();
+    let mut values: Vec<(f64, tester::pairs::Probes, f64, tester::pairs::Probes)> = Vec::new();
+    let mut loads = vec![tester::pairs::load_average()];
+    let linux_probes = prober.probe();
     let mut lnx = Follow::open(&lnx_ns)?;
-    lnx.poll()?;
+    // What the namespace holds without BGP: a withdrawal is over when it is back to this.
+    let lnx_base = lnx.poll()?;
     birdc(&spk_ns, &spk_sock, "enable lnx", 10)?;
     let mut fill = Fill::new(n, a.timeout);
     let (linux_seconds, linux_installed) = loop {
@@ -324,23 +334,30 @@ pub fn run(a: Args) -> Result<()> {
             break done?;
         }
     };
-    drop(lnx);
 
     // The VR's forwarding rate, flat out, then half of it during the load.
     let mut rng = Rng::new(0x5eed);
     let frames =
         lab::udp_frames(table.destinations_v4(65_536, &mut rng)?, "02:00:00:00:01:00".parse()?);
     let stop = Arc::new(AtomicBool::new(false));
+    // Set while a later pair loads Linux: its anchor ran with no traffic in pair 1 as well.
+    let pause = Arc::new(AtomicBool::new(false));
     let rate = Arc::new(AtomicU64::new(0));
     let offered = Arc::new(AtomicU64::new(0));
     let traffic = {
-        let (stop, rate, offered) = (stop.clone(), rate.clone(), offered.clone());
+        let (stop, pause, rate, offered) =
+            (stop.clone(), pause.clone(), rate.clone(), offered.clone());
         std::thread::spawn(move || {
             let mut gen = Generator::new(frames);
             let (mut tx, mut rx, mut sink) =
                 (Batch::new(256), Batch::new(ports::MAX_BURST), Sink::default());
             let (mut t0, mut base, mut last_rate) = (Instant::now(), 0u64, 0u64);
             while !stop.load(Ordering::Relaxed) {
+                if pause.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(1));
+                    last_rate = u64::MAX;
+                    continue;
+                }
                 let r = rate.load(Ordering::Relaxed);
                 if r != last_rate {
                     (t0, base, last_rate) = (Instant::now(), gen.total(), r);
@@ -380,6 +397,8 @@ pub fn run(a: Args) -> Result<()> {
             t.counts().iter().find(|(s, _)| *s == RouteSource::Kernel).map_or(0, |c| c.1)
         })
     };
+    let vr_base = kernel_count(&node);
+    let vr_probes = prober.probe();
     let (o0, f0) = (offered.load(Ordering::Relaxed), forwarded(&node)?);
     birdc(&spk_ns, &spk_sock, "enable dut", 10)?;
     let mut fill = Fill::new(n, a.timeout);
@@ -402,8 +421,61 @@ pub fn run(a: Args) -> Result<()> {
         Some(x) => x,
         None => (offered.load(Ordering::Relaxed), forwarded(&node)?),
     };
+    values.push((seconds_to_full_fib, vr_probes, linux_seconds, linux_probes));
+    let mut during_ratios = vec![(f1 - f0) as f64 / (o1 - o0).max(1) as f64];
+
+    // Pairs 2..: the table withdrawn from both, then loaded into Linux (no traffic), then into
+    // the VR (traffic at the same half rate), each until it holds what it held in pair 1.
+    for _ in 1..a.pairs {
+        birdc(&spk_ns, &spk_sock, "disable lnx", 10)?;
+        birdc(&spk_ns, &spk_sock, "disable dut", 10)?;
+        let t = Instant::now();
+        loop {
+            node.sync_control_planes();
+            if lnx.poll()? <= lnx_base && kernel_count(&node) <= vr_base {
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(a.timeout) {
+                bail!("the withdrawn table is still in a FIB after {} s", a.timeout);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        pause.store(true, Ordering::Relaxed);
+        loads.push(tester::pairs::load_average());
+        let lp = prober.probe();
+        birdc(&spk_ns, &spk_sock, "enable lnx", 10)?;
+        let mut fill = Fill::new(linux_installed, a.timeout);
+        let (ls, _) = loop {
+            if let Some(done) = fill.step(lnx.poll()?) {
+                break done?;
+            }
+        };
+        pause.store(false, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(200));
+        let vp = prober.probe();
+        let (o0, f0) = (offered.load(Ordering::Relaxed), forwarded(&node)?);
+        birdc(&spk_ns, &spk_sock, "enable dut", 10)?;
+        let mut fill = Fill::new(vr_installed, a.timeout);
+        let (vs, _) = loop {
+            node.sync_control_planes();
+            if let Some(done) = fill.step(kernel_count(&node)) {
+                break done?;
+            }
+        };
+        let (o1, f1) = (offered.load(Ordering::Relaxed), forwarded(&node)?);
+        during_ratios.push((f1 - f0) as f64 / (o1 - o0).max(1) as f64);
+        values.push((vs, vp, ls, lp));
+    }
     stop.store(true, Ordering::Relaxed);
     let _ = traffic.join();
+    drop(lnx);
+    let pairs = tester::pairs::Summary::new(
+        "VR (seconds_to_full_fib)",
+        "Linux (linux_seconds)",
+        "s",
+        &values,
+        &loads,
+    );
 
     // The VR against its namespace's kernel table.
     std::thread::sleep(Duration::from_millis(500));
@@ -446,9 +518,11 @@ pub fn run(a: Args) -> Result<()> {
         "prefixes": n,
         "installed": vr_installed,
         "linux_installed": linux_installed,
-        "seconds_to_full_fib": seconds_to_full_fib,
-        "linux_seconds": linux_seconds,
-        "ratio_to_linux": seconds_to_full_fib / linux_seconds.max(1e-9),
+        "seconds_to_full_fib": pairs.a.median,
+        "linux_seconds": pairs.b.median,
+        "ratio_to_linux": pairs.ratio.median,
+        "pairs": pairs,
+        "forwarded_ratio_during_each_pair": during_ratios,
         "fib_bytes": fib_bytes,
         "forwarded_ratio_during": forwarded_during as f64 / offered_during.max(1) as f64,
         "offered_during": offered_during,
@@ -466,12 +540,16 @@ pub fn run(a: Args) -> Result<()> {
         } else {
             "route sync and the kernel install"
         },
-        "method": "linux_seconds and seconds_to_full_fib each run from the first route to the last in their FIB (the namespace's kernel table; the VR's kernel-source routes), the last being the table or, where a kernel refuses some prefixes (224/4, 240/4, 255.255.255.255/32), the last growth before 5 s without any (installed, linux_installed); the anchor runs first, alone, in the same run; forwarded_ratio_during runs from the session's enable to the last prefix",
+        "method": "interleaved pairs (--pairs): Linux, then the VR, then the table withdrawn from both (BGP sessions disabled at the speaker) and again; a fixed memory probe (dependent random reads over 8 MiB) and compute probe timed before each load; seconds_to_full_fib and linux_seconds are the medians over the pairs, ratio_to_linux the median of the per-pair ratios VR / Linux (pairs.ratio has min and max; lower is better); a pair is flagged when its two loads' probes differ by more than 10 %; in every pair Linux loads with the traffic paused and the VR with it at half the VR's rate; after pair 1 each load runs until its FIB holds what it held in pair 1. linux_seconds and seconds_to_full_fib each run from the first route to the last in their FIB (the namespace's kernel table; the VR's kernel-source routes), the last being the table or, where a kernel refuses some prefixes (224/4, 240/4, 255.255.255.255/32), the last growth before 5 s without any (installed, linux_installed); forwarded_ratio_during (pair 1; each pair's in forwarded_ratio_during_each_pair) runs from the session's enable to the last prefix",
     });
     if a.json {
         println!("{out}");
     } else {
         println!("{}", serde_json::to_string_pretty(&out)?);
+        println!("time to a full FIB, the VR against Linux, {} interleaved pairs:", a.pairs);
+        for l in pairs.lines() {
+            println!("{l}");
+        }
     }
     node.stop()?;
     drop(lab);

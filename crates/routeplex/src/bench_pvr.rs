@@ -48,6 +48,8 @@ pub struct Opts {
     pub flows: usize,
     pub prefixes: Option<PathBuf>,
     pub json: bool,
+    /// Interleaved pairs (N replicas, 1 replica, …) when N > 1.
+    pub pairs: usize,
 }
 
 /// One configuration's outcome.
@@ -104,23 +106,54 @@ pub fn run(o: Opts) -> Result<()> {
         }],
         Duration::from_millis(10),
     );
-    let base = measure(&o, &table, &dsts, 1, online)?;
-    let many =
-        if o.replicas > 1 { Some(measure(&o, &table, &dsts, o.replicas, online)?) } else { None };
+    ensure!((1..=100).contains(&o.pairs), "--pairs {} is outside 1..=100", o.pairs);
+    // N replicas and one alternate, so both see the same machine; the scaling is the median
+    // of the pairs' ratios.
+    let (base, many, pairs, mut reordered, mut lost) = if o.replicas > 1 {
+        let runs = tester::pairs::run(
+            o.pairs,
+            |_| measure(&o, &table, &dsts, o.replicas, online),
+            |_| measure(&o, &table, &dsts, 1, online),
+        )?;
+        let s = tester::pairs::Summary::from_measured(
+            &format!("{} replicas", o.replicas),
+            "1 replica",
+            "Mpps",
+            &runs,
+            Outcome::mpps,
+            Outcome::mpps,
+        );
+        let sum = |f: &dyn Fn(&Outcome) -> u64| -> u64 {
+            runs.iter().map(|(m, b)| f(&m.value) + f(&b.value)).sum()
+        };
+        let (r, l) = (sum(&|x| x.reordered), sum(&|x| x.lost));
+        let (m, b) = runs.into_iter().last().context("no pairs")?;
+        (b.value, Some(m.value), Some(s), r, l)
+    } else {
+        let b = measure(&o, &table, &dsts, 1, online)?;
+        (b, None, None, 0, 0)
+    };
     let placement = sampler.finish();
     let top = many.as_ref().unwrap_or(&base);
-    let scaling = top.mpps() / base.mpps();
+    if many.is_none() {
+        (reordered, lost) = (base.reordered, base.lost);
+    }
+    let scaling = pairs.as_ref().map_or(1.0, |p| p.ratio.median);
+    let top_mpps = pairs.as_ref().map_or(base.mpps(), |p| p.a.median);
+    let base_mpps = pairs.as_ref().map_or(base.mpps(), |p| p.b.median);
     let limited_by = if online < o.replicas + 1 {
         format!("{online} online CPU(s) for {} workers and the generator: workers share CPUs with each other or with the generator's waits, so scaling is bounded by the CPUs, not the design", o.replicas)
     } else {
         "the workers, each on its own CPU while timed (the generator waits at the barrier)".into()
     };
     let out = json!({
-        "mpps": top.mpps(),
-        "mpps_per_worker": top.mpps() / o.workers as f64,
+        "mpps": top_mpps,
+        "mpps_per_worker": top_mpps / o.workers as f64,
+        "one_replica_mpps": base_mpps,
         "scaling": scaling,
-        "reordered": top.reordered + base.reordered,
-        "lost": top.lost + base.lost,
+        "pairs": pairs,
+        "reordered": reordered,
+        "lost": lost,
         "workers": o.workers,
         "replicas": o.replicas,
         "packets": top.forwarded,
@@ -134,21 +167,26 @@ pub fn run(o: Opts) -> Result<()> {
         "placement": placement.to_json(),
         "online_cpus": online,
         "limited_by": limited_by,
-        "method": "rings pre-filled by the generator while the workers wait at a barrier; timed: barrier release to each worker's last frame, slowest worker per round; reordered from per-flow sequence numbers at the sink; one replica and N replicas measured in the same run",
+        "method": "rings pre-filled by the generator while the workers wait at a barrier; timed: barrier release to each worker's last frame, slowest worker per round; reordered from per-flow sequence numbers at the sink; one replica and N replicas measured in the same run, interleaved in pairs (N, 1, N, 1, ...; --pairs) with a fixed memory probe (dependent random reads over 8 MiB) and compute probe timed before each; mpps and one_replica_mpps are the medians, scaling the median of the per-pair ratios (pairs.ratio has min and max), a pair flagged when its two trials' probes differ by more than 10 %; one_replica and replicated are the last pair's",
     });
     if o.json {
         println!("{out}");
     } else {
         println!(
             "one VR, {} IPv4 routes ({}), 60-byte frames, {} flows: 1 replica {:.2} Mpps; {} replicas on {} workers {:.2} Mpps ({:.2} per worker): scaling {:.2}x; {} reordered, {} lost",
-            table.v4.len(), table.label, o.flows, base.mpps(), o.replicas, o.workers, top.mpps(),
-            top.mpps() / o.workers as f64, scaling, top.reordered + base.reordered, top.lost + base.lost
+            table.v4.len(), table.label, o.flows, base_mpps, o.replicas, o.workers, top_mpps,
+            top_mpps / o.workers as f64, scaling, reordered, lost
         );
+        if let Some(p) = &pairs {
+            for l in p.lines() {
+                println!("{l}");
+            }
+        }
         println!("{}", placement.summary());
         println!("limited by: {limited_by}");
     }
-    if top.reordered + base.reordered > 0 {
-        bail!("{} frames were reordered", top.reordered + base.reordered);
+    if reordered > 0 {
+        bail!("{reordered} frames were reordered");
     }
     Ok(())
 }

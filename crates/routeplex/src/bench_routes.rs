@@ -38,9 +38,12 @@ pub struct Args {
     /// Route operations per batch (half withdrawals, half re-announcements).
     #[arg(long, default_value_t = 10_000)]
     batch: usize,
-    /// Seconds of forwarding measured without churn, then with it.
+    /// Seconds of forwarding measured without churn, then with it, in each pair.
     #[arg(long, default_value_t = 3.0)]
     seconds: f64,
+    /// Interleaved pairs of phases (without churn, with churn, without, …), 1..=100.
+    #[arg(long, default_value_t = 5)]
+    pairs: usize,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -49,6 +52,7 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.batch >= 2, "--batch must be at least 2");
     anyhow::ensure!(a.seconds > 0.0, "--seconds must be positive");
+    anyhow::ensure!((1..=100).contains(&a.pairs), "--pairs {} is outside 1..=100", a.pairs);
     let table = match &a.prefixes {
         Some(p) => Table::from_file(p)?,
         None => Table::real_or_generated(500_000, 0, 1)?,
@@ -108,7 +112,6 @@ pub fn run(a: Args) -> Result<()> {
         (forwarded.load(Ordering::Relaxed) - f0) as f64 / t0.elapsed().as_secs_f64() / 1e6
     };
     std::thread::sleep(Duration::from_millis(300));
-    let before = rate(a.seconds, &mut || std::thread::sleep(Duration::from_millis(10)));
 
     // Churn: batch k withdraws a random set and re-announces batch k-1's.
     let half = a.batch / 2;
@@ -117,7 +120,7 @@ pub fn run(a: Args) -> Result<()> {
     let (mut updates, mut lat) = (0u64, Vec::new());
     let mut churn_s = 0.0;
     let mut failure = None;
-    let during = rate(a.seconds, &mut || {
+    let mut churn = || {
         let mut ops = Vec::with_capacity(a.batch);
         for (prefix, target) in pending.drain(..) {
             ops.push(RouteOp::Replace(dataplane::routes::route(
@@ -166,7 +169,24 @@ pub fn run(a: Args) -> Result<()> {
                 pending.clear();
             }
         }
-    });
+    };
+    // Phases without and with churn alternate, so a change of the machine's speed shows in
+    // the pairs' probes instead of in the ratio.
+    let runs = tester::pairs::run(
+        a.pairs,
+        |_| {
+            Ok::<f64, anyhow::Error>(rate(a.seconds, &mut || {
+                std::thread::sleep(Duration::from_millis(10))
+            }))
+        },
+        |_| Ok(rate(a.seconds, &mut churn)),
+    )?;
+    // The ratio is during / before, as the goal states it.
+    let values: Vec<_> = runs.iter().map(|(b, d)| (d.value, d.probes, b.value, b.probes)).collect();
+    let loads: Vec<_> = runs.iter().map(|(b, _)| b.load_average).collect();
+    let pairs =
+        tester::pairs::Summary::new("during churn", "before (no churn)", "Mpps", &values, &loads);
+    let (before, during) = (pairs.b.median, pairs.a.median);
     stop.store(true, Ordering::Relaxed);
     let _ = traffic.join();
     let placement = sampler.finish();
@@ -207,12 +227,13 @@ pub fn run(a: Args) -> Result<()> {
     let out = json!({
         "updates": updates,
         "updates_per_sec": updates as f64 / churn_s.max(1e-9),
-        "updates_per_sec_wall": updates as f64 / a.seconds,
+        "updates_per_sec_wall": updates as f64 / (a.seconds * a.pairs as f64),
         "batch": a.batch,
         "batches": lat.len(),
         "forwarding_mpps_before": before,
         "forwarding_mpps_during": during,
-        "ratio": during / before,
+        "ratio": pairs.ratio.median,
+        "pairs": pairs,
         "publish_latency_us": { "p50": pct(0.5), "p99": pct(0.99), "max": lat.last().copied().unwrap_or(0.0) },
         "mismatches": mismatches,
         "checked": checked,
@@ -228,12 +249,17 @@ pub fn run(a: Args) -> Result<()> {
         } else {
             "dut"
         },
+        "pairs_method": "phases of --seconds without churn and with it alternate (--pairs pairs), a fixed memory probe (dependent random reads over 8 MiB) and compute probe timed before each phase; forwarding_mpps_before/during are the phases' medians, ratio the median of the per-pair during / before (pairs.ratio has min and max); a pair is flagged when its two phases' probes differ by more than 10 %; updates, publish latencies and updates_per_sec cover every churn phase",
         "updates_per_sec_method": "route operations over the time spent inside the route_ops calls (validate, install, patch and publish); updates_per_sec_wall divides by the whole churn phase",
     });
     if a.json {
         println!("{out}");
     } else {
         println!("{}", serde_json::to_string_pretty(&out)?);
+        println!("forwarding during churn against before, {} interleaved pairs:", a.pairs);
+        for l in pairs.lines() {
+            println!("{l}");
+        }
     }
     node.stop()?;
     anyhow::ensure!(mismatches == 0, "{mismatches} FIB lookups disagreed with the RIB");

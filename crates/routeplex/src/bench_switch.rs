@@ -52,9 +52,13 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// `dpdk`: also run DPDK 22.11's own memif client→server pair (no switch) on the same
-    /// CPUs, at 60 and 1514 B, and print each size's `ratio_to_dpdk_pair`.
+    /// CPUs, at 60 and 1514 B, interleaved with the switch (--pairs), and print each size's
+    /// pairs, probes and median `ratio_to_dpdk_pair`.
     #[arg(long, value_parser = ["dpdk"])]
     compare: Option<String>,
+    /// With --compare: interleaved pairs per size (routeplex, DPDK, routeplex, …), 1..=100.
+    #[arg(long, default_value_t = 5)]
+    pairs: usize,
 }
 
 /// The MAC the unicast sink announces so the switch learns it.
@@ -346,6 +350,7 @@ pub fn run(a: Args) -> Result<()> {
         a.batch
     );
     anyhow::ensure!(a.seconds > 0.0, "--seconds must be positive");
+    anyhow::ensure!((1..=100).contains(&a.pairs), "--pairs {} is outside 1..=100", a.pairs);
     let members = a.members.unwrap_or(a.destinations + 1);
     anyhow::ensure!(
         (a.destinations + 1..=1024).contains(&members),
@@ -377,43 +382,69 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 /// The switched path (generator → memif → switch → memif → sink) against DPDK's direct memif
-/// pair (client → memif → server), both at 60 and 1514 B, one after the other on the same
-/// CPUs.
+/// pair (client → memif → server), at 60 and 1514 B, in interleaved pairs (switch, pair,
+/// switch, pair, …) on the same CPUs, the probes of [`tester::pairs`] timed before each trial.
 fn compare_dpdk(a: &Args, pinning: &str) -> Result<()> {
     let bin = dpdk_pair::binary()?;
-    let load = || {
-        let l = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-        l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-    };
-    let load_before = load();
     let (tx_cpu, rx_cpu) = (0, switch_cpu().unwrap_or(0));
-    let mut rows = Vec::new();
+    let load_before = tester::pairs::load_average();
+    let mut sizes = Vec::new();
     for size in [60, 1514] {
-        let p = point(size, 1, a.batch, a.seconds, 0)?;
-        let d = dpdk_pair::measure(&bin, size, 0.5, a.seconds, tx_cpu, rx_cpu)?;
-        let ratio = if d.mpps > 0.0 { p.mpps / d.mpps } else { f64::NAN };
+        let runs = tester::pairs::run(
+            a.pairs,
+            |_| point(size, 1, a.batch, a.seconds, 0),
+            |_| {
+                // On a loaded host the pair's memif link sometimes never comes up (a start-up
+                // failure, not a measurement): one more start, saying so.
+                dpdk_pair::measure(&bin, size, 0.5, a.seconds, tx_cpu, rx_cpu).or_else(|e| {
+                    eprintln!("the DPDK pair failed to start ({e:#}); starting it once more");
+                    dpdk_pair::measure(&bin, size, 0.5, a.seconds, tx_cpu, rx_cpu)
+                })
+            },
+        )?;
+        let summary = tester::pairs::Summary::from_measured(
+            "routeplex switch",
+            "DPDK memif pair",
+            "Mpps",
+            &runs,
+            |p| p.mpps,
+            |d| d.mpps,
+        );
         if !a.json {
             println!(
-                "{size} B ({} B on the wire): routeplex switch {:.2} Mpps ({:.2} Gbit/s, limited by {}), DPDK memif pair {:.2} Mpps ({:.2} Gbit/s, limited by {}): ratio_to_dpdk_pair {ratio:.2}",
-                size + 4, p.mpps, p.gbps(), p.limited_by, d.mpps, d.gbps(), d.limited_by
+                "{size} B ({} B on the wire), {} interleaved pairs, ratio = routeplex / DPDK:",
+                size + 4,
+                a.pairs
             );
-            println!("  routeplex: {}", p.placement.summary());
-            println!("  dpdk pair: {}", d.placement.summary());
+            for (i, (p, d)) in runs.iter().enumerate() {
+                println!(
+                    "  pair {}: routeplex limited by {}, {}; DPDK limited by {}, {}",
+                    i + 1,
+                    p.value.limited_by,
+                    p.value.placement.summary(),
+                    d.value.limited_by,
+                    d.value.placement.summary()
+                );
+            }
+            for l in summary.lines() {
+                println!("{l}");
+            }
         }
-        rows.push((p, d, ratio));
+        sizes.push(json!({
+            "size": size,
+            "wire_size": size + 4,
+            "pairs": summary,
+            "ratio_to_dpdk_pair": summary.ratio.median,
+            "routeplex": runs.iter().map(|(p, _)| p.value.to_json()).collect::<Vec<_>>(),
+            "dpdk_pair": runs.iter().map(|(_, d)| d.value.to_json()).collect::<Vec<_>>(),
+        }));
     }
     let j = json!({
         "pinning": pinning,
-        "method": "the same sizes, one after the other: routeplex's learning switch in a `routeplex run` child between two memif ports (this process's generator and sink are the memif clients; two memif hops), then DPDK 22.11's net_memif client -> server pair (two processes of bench_switch_pair.c, copy mode, one memif hop, no switch), its client on the generator's CPU and its server on the switch worker's; mpps is what reached the sink; ratio_to_dpdk_pair = routeplex mpps / DPDK pair mpps; limited_by: generator if the sender's ring took its bursts whole >= 90 % of the time (the receiver kept up), else dut (the switch, or the DPDK server), ring if frames were lost",
+        "method": "per size, interleaved pairs (routeplex, DPDK, routeplex, DPDK, ...; --pairs), a fixed memory probe (dependent random reads over 8 MiB) and compute probe timed before every trial: routeplex's learning switch in a `routeplex run` child between two memif ports (this process's generator and sink are the memif clients; two memif hops), then DPDK 22.11's net_memif client -> server pair (two processes of bench_switch_pair.c, copy mode, one memif hop, no switch), its client on the generator's CPU and its server on the switch worker's; mpps is what reached the sink; ratio_to_dpdk_pair = the median over the pairs of routeplex mpps / DPDK pair mpps (pairs.ratio has min and max); a pair is flagged when its two trials' probes differ by more than 10 % (the machine changed speed between them); limited_by: generator if the sender's ring took its bursts whole >= 90 % of the time (the receiver kept up), else dut (the switch, or the DPDK server), ring if frames were lost",
         "load_average_before": load_before,
-        "load_average_after": load(),
-        "routeplex": rows.iter().map(|(p, _, _)| p.to_json()).collect::<Vec<_>>(),
-        "dpdk_pair": rows.iter().map(|(_, d, _)| d.to_json()).collect::<Vec<_>>(),
-        "ratio_to_dpdk_pair": rows.iter().map(|(p, d, r)| json!({
-            "size": p.size, "wire_size": p.size + 4, "ratio": r,
-            "routeplex_mpps": p.mpps, "routeplex_gbps": p.gbps(), "routeplex_limited_by": p.limited_by,
-            "dpdk_pair_mpps": d.mpps, "dpdk_pair_gbps": d.gbps(), "dpdk_pair_limited_by": d.limited_by,
-        })).collect::<Vec<_>>(),
+        "load_average_after": tester::pairs::load_average(),
+        "sizes": sizes,
     });
     if a.json {
         println!("{j}");

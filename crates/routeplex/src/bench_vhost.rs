@@ -29,6 +29,9 @@ pub struct Args {
     /// Seconds per measurement.
     #[arg(long, default_value_t = 2.0)]
     seconds: f64,
+    /// Interleaved pairs per size (vhost-user, memif, vhost-user, …), 1..=100.
+    #[arg(long, default_value_t = 5)]
+    pairs: usize,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -267,11 +270,23 @@ pub fn run(a: Args) -> Result<()> {
     let bin = peer_binary()?;
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    anyhow::ensure!((1..=100).contains(&a.pairs), "--pairs {} is outside 1..=100", a.pairs);
     let mut points = Vec::new();
+    let mut sizes = Vec::new();
     for size in [64usize, 1518] {
-        for kind in [Kind::Vhost, Kind::Memif] {
-            let mut p = point(&bin, kind, size, a.seconds)?;
-            p["limited_by"] = json!(limited_by(&p));
+        let trial = |kind: Kind| {
+            point(&bin, kind, size, a.seconds).map(|mut p| {
+                p["limited_by"] = json!(limited_by(&p));
+                p
+            })
+        };
+        let runs = tester::pairs::run(a.pairs, |_| trial(Kind::Vhost), |_| trial(Kind::Memif))?;
+        let mpps = |p: &serde_json::Value| p["mpps"].as_f64().unwrap_or(f64::NAN);
+        let summary =
+            tester::pairs::Summary::from_measured("vhost-user", "memif", "Mpps", &runs, mpps, mpps);
+        let trials =
+            runs.into_iter().flat_map(|(v, m)| [(Kind::Vhost, v.value), (Kind::Memif, m.value)]);
+        for (kind, p) in trials {
             if !a.json {
                 println!(
                     "{:>10} {:>5} B: {:.3} Mpps, {:.2} Gbit/s (offered {:.3} Mpps, {} lost); limited by {}",
@@ -286,12 +301,23 @@ pub fn run(a: Args) -> Result<()> {
             }
             points.push(p);
         }
+        if !a.json {
+            println!("{size} B, vhost-user against memif in {} interleaved pairs:", a.pairs);
+            for l in summary.lines() {
+                println!("{l}");
+            }
+        }
+        sizes.push(
+            json!({ "size": size, "pairs": summary, "ratio_vhost_to_memif": summary.ratio.median }),
+        );
     }
     let j = json!({
         "method": "one DPDK 22.11 process (virtio_user or net_memif, --no-huge) sends unicast \
                    frames on its port 0 through routeplex's learning switch (a `routeplex run` \
-                   child) to its port 1, which counts them; vhost-user and memif run back to back \
-                   in one invocation",
+                   child) to its port 1, which counts them; vhost-user and memif interleaved in pairs \
+                   (--pairs) in one invocation, a fixed memory probe (dependent random reads over \
+                   8 MiB) and compute probe timed before each trial; a pair is flagged when its \
+                   two trials' probes differ by more than 10 %",
         "placement": format!("{cpus} CPU(s): DPDK on CPU 0, the switch's worker on CPU {}", cpus - 1),
         "copies": "routeplex copies every frame twice on either port kind (peer buffer -> batch \
                    -> peer buffer); vhost-user also writes a 12-byte virtio-net header per frame \
@@ -303,6 +329,7 @@ pub fn run(a: Args) -> Result<()> {
                  state, which the load averages describe (a load above the CPU count means other \
                  work took CPU time from the switch or the generator)",
         "points": points,
+        "sizes": sizes,
     });
     if a.json {
         println!("{j}");

@@ -4,6 +4,7 @@ mod alloc_count;
 mod bench;
 mod bench_cp;
 mod bench_idle;
+mod bench_pairs;
 mod bench_pvr;
 mod bench_routes;
 mod bench_switch;

@@ -14,7 +14,7 @@ fn bench_pipeline_with_replicas_prints_scaling_and_reorders_nothing() {
     std::fs::write(&prefixes, lines).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_routeplex"))
         .args(["bench", "pipeline", "--workers", "2", "--replicas", "2", "--packets", "120000"])
-        .args(["--flows", "512", "--json", "--prefixes"])
+        .args(["--flows", "512", "--pairs", "2", "--json", "--prefixes"])
         .arg(&prefixes)
         .output()
         .unwrap();
@@ -25,6 +25,10 @@ fn bench_pipeline_with_replicas_prints_scaling_and_reorders_nothing() {
     for k in ["mpps", "mpps_per_worker", "scaling", "reordered", "placement", "limited_by"] {
         assert!(!v[k].is_null(), "no {k} in {v}");
     }
+    // 2 replicas against 1, interleaved: two pairs, scaling their ratios' median.
+    let pairs = v["pairs"]["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 2, "{v}");
+    assert_eq!(v["scaling"], v["pairs"]["ratio"]["median"]);
     assert_eq!(v["reordered"], 0);
     assert_eq!(v["lost"], 0);
     assert_eq!(v["workers"], 2);

@@ -151,8 +151,9 @@ fn reported_placement_is_where_the_threads_ran() {
     assert!((0.0..=1.0).contains(&busy), "{busy}");
 }
 
-/// `--compare dpdk`: the switch and DPDK's own memif pair at 60 and 1514 B in one run, each
-/// side's placement read back, and the ratio of the two rates. Skipped without libdpdk-dev.
+/// `--compare dpdk`: the switch and DPDK's own memif pair at 60 and 1514 B in interleaved
+/// pairs, each side's placement read back, the probes before every trial, and the median of
+/// the per-pair ratios. Skipped without libdpdk-dev. No figure is asserted.
 #[test]
 fn compare_dpdk_reports_both_sides_and_their_ratio() {
     let dpdk = Command::new("pkg-config").args(["--exists", "libdpdk"]).status();
@@ -160,26 +161,42 @@ fn compare_dpdk_reports_both_sides_and_their_ratio() {
         eprintln!("skipped: libdpdk-dev is not installed (scripts/setup installs it)");
         return;
     }
-    let j = json(&["--compare", "dpdk"]);
-    let ratios = j["ratio_to_dpdk_pair"].as_array().expect("ratio_to_dpdk_pair");
-    let sizes: Vec<u64> = ratios.iter().map(|r| r["size"].as_u64().unwrap()).collect();
-    assert_eq!(sizes, [60, 1514], "{j}");
-    for (i, r) in ratios.iter().enumerate() {
-        let (rpx, pair) = (&j["routeplex"][i], &j["dpdk_pair"][i]);
-        let (a, b) = (rpx["mpps"].as_f64().unwrap(), pair["mpps"].as_f64().unwrap());
-        assert!(a > 0.0 && b > 0.0, "a side delivered nothing: {r}");
-        let ratio = r["ratio"].as_f64().unwrap();
-        assert!((ratio - a / b).abs() <= 1e-9 * ratio.max(1.0), "{r}");
-        for side in [rpx, pair] {
-            let l = side["limited_by"].as_str().expect("limited_by");
-            assert!(["generator", "dut", "ring"].contains(&l), "{side}");
+    let j = json(&["--compare", "dpdk", "--pairs", "2"]);
+    let sizes = j["sizes"].as_array().expect("sizes");
+    let got: Vec<u64> = sizes.iter().map(|r| r["size"].as_u64().unwrap()).collect();
+    assert_eq!(got, [60, 1514], "{j}");
+    for s in sizes {
+        let pairs = s["pairs"]["pairs"].as_array().expect("pairs");
+        assert_eq!(pairs.len(), 2, "{s}");
+        for (i, p) in pairs.iter().enumerate() {
+            let (rpx, pair) = (&s["routeplex"][i], &s["dpdk_pair"][i]);
+            let (a, b) = (rpx["mpps"].as_f64().unwrap(), pair["mpps"].as_f64().unwrap());
+            assert!(a > 0.0 && b > 0.0, "a side delivered nothing: {s}");
+            assert_eq!(p["a"].as_f64().unwrap(), a, "{p}");
+            assert_eq!(p["b"].as_f64().unwrap(), b, "{p}");
+            assert!((p["ratio"].as_f64().unwrap() - a / b).abs() <= 1e-9 * (a / b).max(1.0));
+            for side in ["a_probes", "b_probes"] {
+                for probe in ["memory_ns_per_read", "compute_ns_per_step"] {
+                    assert!(p[side][probe].as_f64().unwrap() > 0.0, "{p}");
+                }
+            }
+            assert!(p["flagged"].is_boolean(), "{p}");
+            for side in [rpx, pair] {
+                let l = side["limited_by"].as_str().expect("limited_by");
+                assert!(["generator", "dut", "ring"].contains(&l), "{side}");
+            }
+            // The DPDK processes' placement is read back, not assumed: both lcores were seen.
+            let threads = pair["placement"]["threads"].as_array().expect("pair placement");
+            for role in ["dpdk server (receives)", "dpdk client (sends)"] {
+                let t = threads.iter().find(|t| t["role"] == role);
+                let t = t.unwrap_or_else(|| panic!("no {role:?} thread in {pair}"));
+                assert!(t["samples"].as_u64().unwrap() > 0 && t["cpu"].is_u64(), "{t}");
+            }
         }
-        // The DPDK processes' placement is read back, not assumed: both lcores were seen.
-        let threads = pair["placement"]["threads"].as_array().expect("pair placement");
-        for role in ["dpdk server (receives)", "dpdk client (sends)"] {
-            let t = threads.iter().find(|t| t["role"] == role);
-            let t = t.unwrap_or_else(|| panic!("no {role:?} thread in {pair}"));
-            assert!(t["samples"].as_u64().unwrap() > 0 && t["cpu"].is_u64(), "{t}");
-        }
+        // The reported ratio is the median of the per-pair ratios (two pairs: their mean).
+        let r: Vec<f64> = pairs.iter().map(|p| p["ratio"].as_f64().unwrap()).collect();
+        let m = s["ratio_to_dpdk_pair"].as_f64().unwrap();
+        assert!((m - (r[0] + r[1]) / 2.0).abs() <= 1e-9 * m.max(1.0), "{s}");
+        assert_eq!(s["pairs"]["ratio"]["median"].as_f64().unwrap(), m);
     }
 }

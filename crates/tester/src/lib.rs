@@ -6,6 +6,9 @@
 //! frame loss rate, back-to-back) and CSIT-style NDR/PDR search, against any [`Dut`].
 //! [`scenario`] runs a whole experiment described in a file (a DUT built per point from a few
 //! parameters, an axis, the traffic and the method) and writes its table, JSON, CSV and plots.
+//! [`pairs`] runs the benchmarks' comparisons as interleaved pairs with memory and compute
+//! probes before each trial, so a change of the machine's speed shows instead of skewing a
+//! ratio.
 //!
 //! Contract:
 //! - Frames are built once, before a run. Sending copies a prepared frame into a batch buffer
@@ -30,6 +33,7 @@ pub mod frames;
 mod gen;
 pub mod method;
 pub mod pacer;
+pub mod pairs;
 pub mod plot;
 pub mod progress;
 pub mod report;
