@@ -109,6 +109,7 @@
 
 mod output;
 mod run;
+pub mod timeline;
 mod yaml;
 
 use std::path::Path;
