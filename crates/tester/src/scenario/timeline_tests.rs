@@ -87,7 +87,7 @@ fn bad_events_name_file_line_column_and_field() {
     assert!(e.contains("events[3].impair.set"), "{e}");
     let e = err(&GOOD.replace("rate: 1000", "rate: 20k"));
     assert!(
-        e.starts_with("t.yaml:9:52: flows[0].rate: rate 20000 is out of range 1..=10000"),
+        e.starts_with("t.yaml:9:48: flows[0].rate: rate 20000 is out of range 1..=10000"),
         "{e}"
     );
     let e = err(&GOOD.replace("to: 10.80.3.2", "to: 10.80.3"));
