@@ -46,6 +46,9 @@ const MAGIC: [u8; 4] = *b"RPTL";
 /// The sequence number of the probes sent before time 0 (is the flow delivering yet?).
 const WARM: u64 = u64::MAX;
 const PROBE_LEN: usize = 24;
+/// A probe sent less than this before an action was on its way when it happened and counts
+/// in the action's window (see `tester::scenario::timeline::outages`).
+const IN_FLIGHT: Duration = Duration::from_millis(50);
 /// How long receivers wait for late probes after the last was sent.
 const DRAIN: Duration = Duration::from_millis(500);
 
@@ -122,13 +125,6 @@ impl Lab {
     }
 }
 
-/// One flow's threads and where its probes go.
-struct FlowRun {
-    sender: JoinHandle<Result<Vec<u64>>>,
-    receiver: JoinHandle<Result<(Vec<bool>, u64)>>,
-    warm: Arc<AtomicBool>,
-}
-
 /// What every probe thread reads: the phase and time 0.
 struct Shared {
     phase: AtomicU8,
@@ -150,28 +146,39 @@ fn execute(tl: &Timeline) -> Result<Value> {
     }
 
     let shared = Arc::new(Shared { phase: AtomicU8::new(PHASE_WARM), t0: OnceLock::new() });
-    let mut flows = Vec::new();
+    let (mut senders, mut receivers, mut warms) = (Vec::new(), Vec::new(), Vec::new());
     for (i, f) in tl.flows.iter().enumerate() {
         let to_host = host_of(&topo, f.to).expect("checked");
         let n = (f.rate as f64 * tl.duration).ceil() as usize;
         let port = PORT + i as u16;
         let warm = Arc::new(AtomicBool::new(false));
-        let receiver = receiver(to_host, f.to, port, i as u32, n, shared.clone(), warm.clone());
-        let sender = sender(f.from.clone(), f.to, port, i as u32, f.rate, n, shared.clone());
-        flows.push(FlowRun { sender, receiver, warm });
+        receivers.push(receiver(to_host, f.to, port, i as u32, n, shared.clone(), warm.clone()));
+        senders.push(sender(f.from.clone(), f.to, port, i as u32, f.rate, n, shared.clone()));
+        warms.push(warm);
     }
     let stop_all = |shared: &Shared| shared.phase.store(PHASE_STOP, Ordering::Release);
 
     // Convergence: every flow delivers its warm-up probes.
     let begin = Instant::now();
-    while !flows.iter().all(|f| f.warm.load(Ordering::Acquire)) {
+    while !warms.iter().all(|w| w.load(Ordering::Acquire)) {
+        // A probe thread that ended before time 0 failed (a namespace, a socket): say why.
+        if let Some(k) = senders.iter().position(JoinHandle::is_finished) {
+            stop_all(&shared);
+            let e = senders.swap_remove(k).join().map(|r| r.err());
+            bail!("flow {}'s sender: {:?}", tl.flows[k].name, e.ok().flatten());
+        }
+        if let Some(k) = receivers.iter().position(JoinHandle::is_finished) {
+            stop_all(&shared);
+            let e = receivers.swap_remove(k).join().map(|r| r.err());
+            bail!("flow {}'s receiver: {:?}", tl.flows[k].name, e.ok().flatten());
+        }
         if begin.elapsed().as_secs_f64() > tl.converge {
             stop_all(&shared);
             let waiting: Vec<&str> = tl
                 .flows
                 .iter()
-                .zip(&flows)
-                .filter(|(_, r)| !r.warm.load(Ordering::Acquire))
+                .zip(&warms)
+                .filter(|(_, w)| !w.load(Ordering::Acquire))
                 .map(|(f, _)| f.name.as_str())
                 .collect();
             bail!(
@@ -204,16 +211,15 @@ fn execute(tl: &Timeline) -> Result<Value> {
         sync_for(lab.node(), Duration::from_millis(2));
     }
     let mut sent = Vec::new();
-    for f in &mut flows {
-        // Senders end by themselves after their last probe.
-        let s = std::mem::replace(&mut f.sender, std::thread::spawn(|| Ok(Vec::new())));
+    // Senders end by themselves after their last probe.
+    for s in senders {
         sent.push(s.join().map_err(|_| anyhow!("a sender panicked"))?);
     }
     sync_for(lab.node(), DRAIN);
     stop_all(&shared);
     let mut got = Vec::new();
-    for f in flows {
-        got.push(f.receiver.join().map_err(|_| anyhow!("a receiver panicked"))?);
+    for r in receivers {
+        got.push(r.join().map_err(|_| anyhow!("a receiver panicked"))?);
     }
     let sent: Vec<Vec<u64>> = sent.into_iter().collect::<Result<_>>()?;
     let got: Vec<(Vec<bool>, u64)> = got.into_iter().collect::<Result<_>>()?;
@@ -481,7 +487,10 @@ fn report(
     let per_flow: Vec<Vec<Window>> = sent
         .iter()
         .zip(got)
-        .map(|(s, (g, _))| outages(s, &g[..s.len().min(g.len())], applied_ns, end_ns))
+        .map(|(s, (g, _))| {
+            let in_flight = IN_FLIGHT.as_nanos() as u64;
+            outages(s, &g[..s.len().min(g.len())], applied_ns, end_ns, in_flight)
+        })
         .collect();
     let flows: Vec<Value> = tl
         .flows
@@ -523,6 +532,7 @@ fn report(
         "converged_s": converged_s,
         "settle_s": tl.settle,
         "duration_s": tl.duration,
+        "in_flight_ms": IN_FLIGHT.as_millis() as u64,
         "flows": flows,
         "before_events": window(0),
         "events": events,
@@ -561,29 +571,35 @@ fn text(r: &Value) -> String {
         "\n{:>9}  {:<22} {:<12} {:>7} {:>6} {:>5} {:>10} {:>10} {:>9}\n",
         "at (ms)", "event", "flow", "sent", "lost", "gaps", "outage ms", "back (ms)", "recovered"
     );
-    let mut row = |at: &str, what: &str, flows: &Value| {
+    let row = |at: &str, what: &str, flows: &Value| {
+        let mut s = String::new();
         for (name, w) in flows.as_object().into_iter().flatten() {
             s += &format!(
                 "{:>9}  {:<22} {:<12} {:>7} {:>6} {:>5} {:>10} {:>10} {:>9}\n",
                 at,
                 what,
                 name,
-                w["sent"],
-                w["lost"],
-                w["gaps"],
+                w["sent"].to_string(),
+                w["lost"].to_string(),
+                w["gaps"].to_string(),
                 ms(&w["outage_ms"]),
                 ms(&w["back_ms"]),
                 if w["recovered"].as_bool() == Some(true) { "yes" } else { "NO" }
             );
         }
+        s
     };
-    row("0", "(before events)", &r["before_events"]);
+    s += &row("0", "(before events)", &r["before_events"]);
     for e in r["events"].as_array().into_iter().flatten() {
-        row(&ms(&e["applied_ms"]), e["action"].as_str().unwrap_or(""), &e["flows"]);
+        s += &row(&ms(&e["applied_ms"]), e["action"].as_str().unwrap_or(""), &e["flows"]);
         if let Some(err) = e["result"]["error"].as_str() {
             s += &format!("           the action failed: {err}\n");
         }
     }
-    s += "\nback: from the event to the first probe delivered after its last loss\n";
+    s += &format!(
+        "\ntimes in ms from the event; a probe sent up to {} ms before an event counts in its \
+         window; back: the first probe delivered after the last loss\n",
+        r["in_flight_ms"]
+    );
     s
 }

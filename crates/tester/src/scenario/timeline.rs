@@ -436,22 +436,27 @@ fn impair(v: &Value) -> Result<serde_json::Value> {
 /// What one flow saw in one window: from an action (or time 0) to the next (or the end).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Window {
-    /// Its start and end, ms from time 0.
+    /// When its action was applied (0 for the window before the first), ms from time 0; the
+    /// times below count from it.
     pub start_ms: f64,
+    /// The probes it holds were sent from `from_ms` (`start_ms` less the in-flight margin)
+    /// to `end_ms`, ms from time 0.
+    pub from_ms: f64,
     pub end_ms: f64,
     /// Probes sent in it, and of those, lost.
     pub sent: u64,
     pub lost: u64,
     /// Runs of consecutive lost probes.
     pub gaps: u64,
-    /// When the first and last lost probes were sent, ms from the window's start.
+    /// When the first and last lost probes were sent, ms from the action (negative: sent in
+    /// the in-flight margin before it).
     pub first_loss_ms: Option<f64>,
     pub last_loss_ms: Option<f64>,
     /// First loss to last loss, ms (0 for a single lost probe; `lost` / rate says how long
     /// in probe time).
     pub outage_ms: Option<f64>,
-    /// When the first probe after the last loss that arrived was sent, ms from the window's
-    /// start: forwarding was back. `None` when nothing was lost, or when no probe after the
+    /// When the first probe after the last loss that arrived was sent, ms from the action:
+    /// forwarding was back. `None` when nothing was lost, or when no probe after the
     /// last loss arrived (see `recovered`).
     pub back_ms: Option<f64>,
     /// Whether the flow delivered at the window's end: nothing lost, or a probe after the
@@ -459,27 +464,37 @@ pub struct Window {
     pub recovered: bool,
 }
 
-/// The outage arithmetic: cuts one flow's probes into windows at `starts_ns` (sorted; a
-/// window before the first start, from 0, comes first) and reports each. `sent_ns[i]` is when
-/// probe `i` was sent (ns from time 0, not decreasing), `received[i]` whether it arrived;
-/// both are as long as the probes sent. `end_ns` ends the last window.
-pub fn outages(sent_ns: &[u64], received: &[bool], starts_ns: &[u64], end_ns: u64) -> Vec<Window> {
+/// The outage arithmetic: cuts one flow's probes into windows at `starts_ns` (the actions'
+/// times, sorted; a window before the first, from 0, comes first) and reports each.
+/// `sent_ns[i]` is when probe `i` was sent (ns from time 0, not decreasing), `received[i]`
+/// whether it arrived. A probe sent less than `in_flight_ns` before an action was on its way
+/// when it happened and may be lost by it: it belongs to the action's window, whose times
+/// are still counted from the action (so a first loss may be negative). `end_ns` ends the
+/// last window, which also takes any probe sent after it.
+pub fn outages(
+    sent_ns: &[u64],
+    received: &[bool],
+    starts_ns: &[u64],
+    end_ns: u64,
+    in_flight_ns: u64,
+) -> Vec<Window> {
     let n = sent_ns.len().min(received.len());
-    let mut bounds = Vec::with_capacity(starts_ns.len() + 2);
-    bounds.push(0);
-    bounds.extend_from_slice(starts_ns);
-    bounds.push(end_ns.max(starts_ns.last().copied().unwrap_or(0)));
+    // (origin, covered from), per window.
+    let mut bounds = Vec::with_capacity(starts_ns.len() + 1);
+    bounds.push((0, 0));
+    bounds.extend(starts_ns.iter().map(|&s| (s, s.saturating_sub(in_flight_ns))));
     let ms = |ns: u64| ns as f64 / 1e6;
-    let mut out = Vec::with_capacity(bounds.len() - 1);
+    let mut out = Vec::with_capacity(bounds.len());
     let mut i = 0;
-    for w in bounds.windows(2) {
-        let (start, end) = (w[0], w[1]);
-        let last_window = out.len() + 2 == bounds.len();
-        let mut win = Window { start_ms: ms(start), end_ms: ms(end), ..Window::default() };
+    for (k, &(origin, from)) in bounds.iter().enumerate() {
+        let next = bounds.get(k + 1).map(|b| b.1);
+        let end = next.unwrap_or(end_ns.max(origin));
+        let mut win =
+            Window { start_ms: ms(origin), from_ms: ms(from), end_ms: ms(end), ..Window::default() };
         let (mut first, mut last, mut back) = (None, None, None);
         let mut in_gap = false;
-        while i < n && (sent_ns[i] < end || last_window) {
-            let t = sent_ns[i].saturating_sub(start);
+        while i < n && next.is_none_or(|e| sent_ns[i] < e) {
+            let t = (sent_ns[i] as f64 - origin as f64) / 1e6;
             win.sent += 1;
             if received[i] {
                 if in_gap {
@@ -498,10 +513,10 @@ pub fn outages(sent_ns: &[u64], received: &[bool], starts_ns: &[u64], end_ns: u6
             }
             i += 1;
         }
-        win.first_loss_ms = first.map(ms);
-        win.last_loss_ms = last.map(ms);
-        win.outage_ms = first.zip(last).map(|(f, l)| ms(l - f));
-        win.back_ms = back.map(ms);
+        win.first_loss_ms = first;
+        win.last_loss_ms = last;
+        win.outage_ms = first.zip(last).map(|(f, l)| l - f);
+        win.back_ms = back;
         win.recovered = last.is_none() || back.is_some();
         out.push(win);
     }

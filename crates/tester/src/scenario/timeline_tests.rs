@@ -143,7 +143,7 @@ fn probes(n: usize, lost: &[usize]) -> (Vec<u64>, Vec<bool>) {
 #[test]
 fn outage_without_loss() {
     let (s, r) = probes(100, &[]);
-    let w = outages(&s, &r, &[50_000_000], 100_000_000);
+    let w = outages(&s, &r, &[50_000_000], 100_000_000, 0);
     assert_eq!(w.len(), 2);
     assert_eq!((w[0].sent, w[0].lost, w[1].sent, w[1].lost), (50, 0, 50, 0));
     for x in &w {
@@ -156,7 +156,7 @@ fn outage_without_loss() {
 fn outage_one_gap() {
     // Event at 40 ms; probes 45..=54 lost; 55 arrives.
     let (s, r) = probes(100, &(45..55).collect::<Vec<_>>());
-    let w = outages(&s, &r, &[40_000_000], 100_000_000);
+    let w = outages(&s, &r, &[40_000_000], 100_000_000, 0);
     assert_eq!((w[0].sent, w[0].lost), (40, 0));
     let e = &w[1];
     assert_eq!((e.sent, e.lost, e.gaps), (60, 10, 1));
@@ -170,7 +170,7 @@ fn outage_one_gap() {
 fn outage_two_gaps_spans_both() {
     let lost: Vec<usize> = (12..15).chain(20..30).collect();
     let (s, r) = probes(60, &lost);
-    let w = outages(&s, &r, &[10_000_000], 60_000_000);
+    let w = outages(&s, &r, &[10_000_000], 60_000_000, 0);
     let e = &w[1];
     assert_eq!((e.lost, e.gaps), (13, 2));
     assert_eq!((e.first_loss_ms, e.last_loss_ms, e.outage_ms), (Some(2.0), Some(19.0), Some(17.0)));
@@ -180,7 +180,7 @@ fn outage_two_gaps_spans_both() {
 #[test]
 fn outage_loss_at_the_end_is_not_back() {
     let (s, r) = probes(30, &(25..30).collect::<Vec<_>>());
-    let w = outages(&s, &r, &[20_000_000], 30_000_000);
+    let w = outages(&s, &r, &[20_000_000], 30_000_000, 0);
     let e = &w[1];
     assert_eq!((e.sent, e.lost, e.gaps, e.outage_ms), (10, 5, 1, Some(4.0)));
     assert_eq!((e.back_ms, e.recovered), (None, false));
@@ -190,7 +190,7 @@ fn outage_loss_at_the_end_is_not_back() {
 fn outage_windows_split_losses_and_count_every_probe() {
     // Two events; loss before the first, a gap across the second's start.
     let (s, r) = probes(100, &[3, 38, 39, 40, 41, 99]);
-    let w = outages(&s, &r, &[20_000_000, 40_000_000], 90_000_000);
+    let w = outages(&s, &r, &[20_000_000, 40_000_000], 90_000_000, 0);
     assert_eq!(w.len(), 3);
     assert_eq!(
         w.iter().map(|x| x.sent).sum::<u64>(),
@@ -207,8 +207,20 @@ fn outage_windows_split_losses_and_count_every_probe() {
 
 #[test]
 fn outage_with_no_probes_or_an_event_at_zero() {
-    assert_eq!(outages(&[], &[], &[], 10).len(), 1);
+    assert_eq!(outages(&[], &[], &[], 10, 0).len(), 1);
     let (s, r) = probes(10, &[0, 1]);
-    let w = outages(&s, &r, &[0], 10_000_000);
+    let w = outages(&s, &r, &[0], 10_000_000, 0);
     assert_eq!((w[0].sent, w[1].sent, w[1].lost, w[1].back_ms), (0, 10, 2, Some(2.0)));
+}
+
+#[test]
+fn outage_counts_probes_in_flight_at_an_action_in_its_window() {
+    // Event at 20 ms, 5 ms in flight: probe 16 (sent at 16 ms) and 17 were lost by it.
+    let (s, r) = probes(40, &[16, 17, 18, 19, 20, 21]);
+    let w = outages(&s, &r, &[20_000_000], 40_000_000, 5_000_000);
+    assert_eq!((w[0].sent, w[0].lost, w[0].end_ms), (15, 0, 15.0));
+    let e = &w[1];
+    assert_eq!((e.start_ms, e.from_ms, e.sent, e.lost), (20.0, 15.0, 25, 6));
+    assert_eq!((e.first_loss_ms, e.last_loss_ms, e.outage_ms), (Some(-4.0), Some(1.0), Some(5.0)));
+    assert_eq!((e.back_ms, e.recovered), (Some(2.0), true));
 }
