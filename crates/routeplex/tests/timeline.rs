@@ -11,7 +11,10 @@ use std::process::Command;
 use serde_json::Value;
 
 fn have(cmd: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {cmd}")]).output().is_ok_and(|o| o.status.success())
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// Removes the run's files when dropped.
@@ -115,12 +118,16 @@ fn ospf_square_reconverges_after_a_cut() {
         assert!(u(&cut["lost"]) > 0, "{name}: nothing lost when the link was cut: {cut:#}");
         assert_eq!(cut["recovered"], true, "{name}: not back before the link came up: {cut:#}");
         let back = cut["back_ms"].as_f64().expect("a finite reconvergence time");
-        let (first, last) = (cut["first_loss_ms"].as_f64().unwrap(), cut["last_loss_ms"].as_f64().unwrap());
+        let (first, last) =
+            (cut["first_loss_ms"].as_f64().unwrap(), cut["last_loss_ms"].as_f64().unwrap());
         assert!(first <= last && last < back, "{name}: {cut:#}");
         assert_eq!(cut["outage_ms"].as_f64().unwrap(), last - first, "{name}: {cut:#}");
         assert!(u(&cut["gaps"]) >= 1 && u(&cut["gaps"]) <= u(&cut["lost"]), "{name}: {cut:#}");
         assert!(back < cut["end_ms"].as_f64().unwrap() - cut["start_ms"].as_f64().unwrap());
-        eprintln!("{name}: {} probes lost at the cut, forwarding back after {back:.0} ms", cut["lost"]);
+        eprintln!(
+            "{name}: {} probes lost at the cut, forwarding back after {back:.0} ms",
+            cut["lost"]
+        );
     }
     // The probes went through the VRs: r1 and r3 forwarded at least every probe delivered
     // through them, r2 most (the preferred path), r4 some (the detour during the cut).

@@ -229,14 +229,18 @@ fn execute(tl: &Timeline) -> Result<Value> {
 
 /// Refuses a timeline whose names the topology lacks, before anything is made.
 fn check(tl: &Timeline, topo: &Topology) -> Result<()> {
-    let err = |p: &tester::scenario::timeline::Place, m: String| anyhow!("{}", p.error(&tl.file, m));
+    let err =
+        |p: &tester::scenario::timeline::Place, m: String| anyhow!("{}", p.error(&tl.file, m));
     let vr = |name: &str| topo.vrs.iter().find(|v| v.name == name);
     for d in &tl.daemons {
         let Some(v) = topo.vr_index(&d.vr) else {
             return Err(err(&d.at, format!("no VR {:?} in {}", d.vr, tl.topology.display())));
         };
         if topo.control_plane(v).is_none() {
-            return Err(err(&d.at, format!("VR {:?} has no control_plane (linux) to run a daemon in", d.vr)));
+            return Err(err(
+                &d.at,
+                format!("VR {:?} has no control_plane (linux) to run a daemon in", d.vr),
+            ));
         }
         if !d.config.is_file() {
             return Err(err(&d.at, format!("no file {}", d.config.display())));
@@ -257,7 +261,10 @@ fn check(tl: &Timeline, topo: &Topology) -> Result<()> {
                     return Err(err(&a.place, format!("no VR {name:?} in the topology")));
                 };
                 if !v.interfaces.iter().any(|i| &i.name == interface) {
-                    return Err(err(&a.place, format!("VR {name:?} has no interface {interface:?}")));
+                    return Err(err(
+                        &a.place,
+                        format!("VR {name:?} has no interface {interface:?}"),
+                    ));
                 }
             }
             ActionKind::Vr { vr: name, .. } if vr(name).is_none() => {
@@ -457,9 +464,7 @@ fn receiver(
                 }
                 Err(e) => return Err(e.into()),
             };
-            let ok = len == PROBE_LEN
-                && buf[..4] == MAGIC
-                && buf[4..8] == flow.to_be_bytes();
+            let ok = len == PROBE_LEN && buf[..4] == MAGIC && buf[4..8] == flow.to_be_bytes();
             let seq = u64::from_be_bytes(buf[8..16].try_into().expect("8 bytes"));
             match usize::try_from(seq) {
                 _ if !ok => stray += 1,
@@ -543,9 +548,11 @@ fn report(
 }
 
 fn text(r: &Value) -> String {
-    let mut s = format!("{} — {}\n", r["name"].as_str().unwrap_or(""), r["title"].as_str().unwrap_or(""));
+    let mut s =
+        format!("{} — {}\n", r["name"].as_str().unwrap_or(""), r["title"].as_str().unwrap_or(""));
     if let Some(t) = r["timers"].as_object().filter(|t| !t.is_empty()) {
-        let t: Vec<String> = t.iter().map(|(k, v)| format!("{k} {}", v.as_str().unwrap_or(""))).collect();
+        let t: Vec<String> =
+            t.iter().map(|(k, v)| format!("{k} {}", v.as_str().unwrap_or(""))).collect();
         s += &format!("timers: {}\n", t.join(", "));
     }
     s += &format!(

@@ -489,8 +489,12 @@ pub fn outages(
     for (k, &(origin, from)) in bounds.iter().enumerate() {
         let next = bounds.get(k + 1).map(|b| b.1);
         let end = next.unwrap_or(end_ns.max(origin));
-        let mut win =
-            Window { start_ms: ms(origin), from_ms: ms(from), end_ms: ms(end), ..Window::default() };
+        let mut win = Window {
+            start_ms: ms(origin),
+            from_ms: ms(from),
+            end_ms: ms(end),
+            ..Window::default()
+        };
         let (mut first, mut last, mut back) = (None, None, None);
         let mut in_gap = false;
         while i < n && next.is_none_or(|e| sent_ns[i] < e) {
