@@ -205,7 +205,7 @@ fn execute(tl: &Timeline) -> Result<Value> {
         while next < tl.actions.len() && t0.elapsed().as_secs_f64() >= tl.actions[next].at {
             applied_ns.push(t0.elapsed().as_nanos() as u64);
             let r = apply(&mut lab, &tl.actions[next].what);
-            results.push(r.map_or_else(|e| json!({ "error": e.to_string() }), |v| v));
+            results.push(r.unwrap_or_else(|e| json!({ "error": e.to_string() })));
             next += 1;
         }
         sync_for(lab.node(), Duration::from_millis(2));
