@@ -7,6 +7,7 @@ pub mod migration;
 mod peers;
 mod scenario;
 mod switch_dut;
+mod timeline;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -51,6 +52,10 @@ pub enum TestCmd {
     /// under 64 B and 1500 B streams and pings, with 0, 10k and the real table's routes;
     /// downtime, loss, reordering, total time, bytes moved and RTT, with 99 % CIs.
     Migration(Box<migration::MigrationArgs>),
+    /// A failure timeline (root): a topology with routing daemons in its VRs, probe flows
+    /// between its hosts, events (links cut, flaps, impairments, VRs stopped, daemons killed)
+    /// at set times; per event and flow the outage, frames lost and when forwarding was back.
+    Timeline(Box<timeline::TimelineArgs>),
 }
 
 /// Options every test takes.
@@ -207,6 +212,7 @@ pub fn run(cmd: TestCmd) -> Result<()> {
         TestCmd::Peers(a) => peers::run(*a),
         TestCmd::Scenario(a) => scenario::run(*a),
         TestCmd::Migration(a) => migration::run(*a),
+        TestCmd::Timeline(a) => timeline::run(*a),
     }
 }
 

@@ -437,6 +437,9 @@ fn memif_sockets() -> String {
 
 /// Runs the scenario of `a`.
 pub fn run(a: ScenarioArgs) -> Result<()> {
+    if super::timeline::is_timeline_file(&a.file) {
+        return super::timeline::run_file(&a.file, a.json);
+    }
     if let Some(m) = super::migration::scenario_file(&a.file)? {
         let out = a.out.clone().unwrap_or_else(|| default_results_dir().join(&m.about.name));
         return super::migration::run_scenario(m, a.quick, a.json, &out, a.quiet);

@@ -3,6 +3,8 @@
 //! its values, the traffic (frame size, flows, which VRs get what share or rate), the method
 //! per point (maximum forwarded rate, a paced rate, a sweep, an NDR/PDR search) with its
 //! duration and repetitions, and what to report (table columns, plot, derived figures).
+//! A file of `kind: timeline` is a failure timeline instead: routing daemons, probe flows and
+//! `events:` at set times (see [`timeline`]).
 //!
 //! # Format
 //!
@@ -109,6 +111,7 @@
 
 mod output;
 mod run;
+pub mod timeline;
 mod yaml;
 
 use std::path::Path;
