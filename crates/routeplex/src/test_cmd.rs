@@ -6,6 +6,7 @@ mod kernel_net;
 pub mod migration;
 mod peers;
 mod scenario;
+mod soak;
 mod switch_dut;
 
 use std::path::PathBuf;
@@ -51,6 +52,11 @@ pub enum TestCmd {
     /// under 64 B and 1500 B streams and pings, with 0, 10k and the real table's routes;
     /// downtime, loss, reordering, total time, bytes moved and RTT, with 99 % CIs.
     Migration(Box<migration::MigrationArgs>),
+    /// Issue 27's soak (root): traffic through four VRs in namespaces while routes churn,
+    /// `apply` changes the topology, a VR migrates back and forth, captures and neighbour
+    /// floods come and go; the daemons' RSS, descriptors and threads sampled, with slopes per
+    /// hour; fails on growth or on a frame lost outside the activity that may lose it.
+    Soak(Box<soak::SoakArgs>),
 }
 
 /// Options every test takes.
@@ -207,6 +213,7 @@ pub fn run(cmd: TestCmd) -> Result<()> {
         TestCmd::Peers(a) => peers::run(*a),
         TestCmd::Scenario(a) => scenario::run(*a),
         TestCmd::Migration(a) => migration::run(*a),
+        TestCmd::Soak(a) => soak::run(*a),
     }
 }
 
