@@ -56,6 +56,8 @@ const VRS: usize = 4;
 const MAX_SEQ: u64 = 1 << 25;
 /// Activity failures kept for the report (the rest only counted).
 const MAX_ERRORS: usize = 100;
+/// The data planes, by index (the migration lab's namespaces).
+const PLANE_NAMES: [&str; 2] = ["s", "d"];
 /// Frames sent this long before an activity started may still be in a ring when it takes
 /// effect, so they may be lost by it too.
 const LEAD: u64 = 200;
@@ -950,7 +952,7 @@ fn report(
         .enumerate()
         .map(|(k, v)| {
             json!({
-                "plane": ["s", "d"][k], "pid": pids[k], "figures": figures(v, warm_s),
+                "plane": PLANE_NAMES[k], "pid": pids[k], "figures": figures(v, warm_s),
                 "samples": v.iter().map(|x| json!([x.t_s, x.rss_kib, x.fds, x.threads])).collect::<Vec<_>>(),
             })
         })
@@ -997,10 +999,10 @@ fn text(v: &Value) -> String {
         t += &format!(
             "{:<18} {:>9} {:>9} {:>13} {:>15}  {}\n",
             f["name"].as_str().unwrap_or_default(),
-            f["sent"],
-            f["received"],
-            f["lost_expected"],
-            f["lost_unexpected"],
+            f["sent"].as_u64().unwrap_or(0),
+            f["received"].as_u64().unwrap_or(0),
+            f["lost_expected"].as_u64().unwrap_or(0),
+            f["lost_unexpected"].as_u64().unwrap_or(0),
             f["expected_losses"].as_str().unwrap_or_default()
         );
     }
