@@ -479,7 +479,7 @@ fn write_routes(dir: &Path, routes: Routes) -> Result<Option<PathBuf>> {
 }
 
 /// Runs `f` on a thread inside namespace `ns` (setns(2) moves only the calling thread).
-fn in_netns<T: Send + 'static>(
+pub(super) fn in_netns<T: Send + 'static>(
     ns: &str,
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> std::thread::JoinHandle<Result<T>> {
@@ -529,7 +529,8 @@ fn now_epoch() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
-fn udp_errors(lab: &Lab) -> u64 {
+/// Datagrams host b's kernel dropped for a full socket buffer so far (all sockets).
+pub(super) fn udp_errors(lab: &Lab) -> u64 {
     let out = sh(&["ip", "netns", "exec", &lab.ns("b"), "cat", "/proc/net/snmp"])
         .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
         .unwrap_or_default();

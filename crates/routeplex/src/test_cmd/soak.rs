@@ -26,7 +26,6 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -38,7 +37,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
 
-use super::migration::{Lab, LINK, MIGRATION_PORT, SECRET};
+use super::migration::{in_netns, udp_errors, Lab, LINK, MIGRATION_PORT, SECRET};
 
 /// How long after a migration returned a frame of `r1`'s flow may still be missing: the
 /// source drains for up to 1 s after the commit (docs/api.md, `migrate`), and the
@@ -224,19 +223,6 @@ fn api(state: &Path, cmd: &str, args: Value) -> Result<Value> {
     Ok(v["ok"].clone())
 }
 
-/// Runs `f` on a thread inside namespace `ns` (setns(2) moves only the calling thread).
-fn in_netns<T: Send + 'static>(
-    ns: String,
-    f: impl FnOnce() -> Result<T> + Send + 'static,
-) -> JoinHandle<Result<T>> {
-    std::thread::spawn(move || {
-        let path = format!("/run/netns/{ns}");
-        let fd = std::fs::File::open(&path).with_context(|| path.clone())?;
-        crate::sys::setns_net(fd.as_raw_fd()).with_context(|| format!("setns {path}"))?;
-        f()
-    })
-}
-
 /// A flow from host a to host b.
 #[derive(Clone, Debug)]
 struct Flow {
@@ -330,7 +316,7 @@ fn generator(
     stop: Arc<AtomicBool>,
 ) -> JoinHandle<Result<Sent>> {
     let flows = flows.to_vec();
-    in_netns(lab.ns("a"), move || {
+    in_netns(&lab.ns("a"), move || {
         let socks: Vec<UdpSocket> = flows
             .iter()
             .map(|f| {
@@ -366,7 +352,7 @@ fn generator(
 
 /// Which sequence numbers host b got, per flow.
 fn sink(lab: &Lab, n: usize, stop: Arc<AtomicBool>) -> JoinHandle<Result<Vec<Vec<bool>>>> {
-    in_netns(lab.ns("b"), move || {
+    in_netns(&lab.ns("b"), move || {
         let s = UdpSocket::bind(("0.0.0.0", SINK_PORT))?;
         control::sys::set_rcvbuf(&s, 8 << 20)?;
         s.set_read_timeout(Some(Duration::from_millis(200)))?;
@@ -646,7 +632,7 @@ impl Soak<'_> {
 
     fn apply(&mut self) -> Result<()> {
         let mut next = self.shape;
-        if self.counts.applies % 2 == 0 {
+        if self.counts.applies.is_multiple_of(2) {
             next.extra_address = !next.extra_address;
         } else {
             next.vr_x = !next.vr_x;
@@ -688,7 +674,7 @@ impl Soak<'_> {
 
     fn capture(&mut self) -> Result<()> {
         let state = self.lab.planes[0].1.clone();
-        let point = if self.counts.captures % 2 == 0 { "seg2" } else { "r3:e1" };
+        let point = if self.counts.captures.is_multiple_of(2) { "seg2" } else { "r3:e1" };
         let c = api(&state, "capture_start", json!({ "point": point, "count": 0, "ring": 1024 }))?;
         let id = c["id"].clone();
         let mut frames = 0;
@@ -711,7 +697,7 @@ impl Soak<'_> {
         let k = self.rng.below(VRS as u64) as usize;
         let seed = self.rng.next();
         let total = self.flood_frames.clone();
-        self.flood = Some(in_netns(self.lab.ns("a"), move || {
+        self.flood = Some(in_netns(&self.lab.ns("a"), move || {
             let s = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::new(10, 70 + k as u8, 1, 2), 0))?;
             let mut rng = Rng(seed);
             let t = Instant::now();
@@ -782,19 +768,6 @@ impl Soak<'_> {
     }
 }
 
-fn udp_rcvbuf_errors(lab: &Lab) -> u64 {
-    let out = std::process::Command::new("ip")
-        .args(["netns", "exec", &lab.ns("b"), "cat", "/proc/net/snmp"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
-        .unwrap_or_default();
-    let udp: Vec<&str> = out.lines().filter(|l| l.starts_with("Udp: ")).collect();
-    udp.first()
-        .and_then(|h| h.split_whitespace().position(|k| k == "RcvbufErrors"))
-        .and_then(|k| udp.get(1)?.split_whitespace().nth(k)?.parse::<u64>().ok())
-        .unwrap_or(0)
-}
-
 fn check(a: &SoakArgs) -> Result<()> {
     if !(0.2..=1440.0).contains(&a.minutes) {
         bail!("--minutes {}: 0.2..=1440", a.minutes);
@@ -845,7 +818,7 @@ fn soak(a: &SoakArgs) -> Result<Value> {
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicBool::new(false)),
     );
-    let drops0 = udp_rcvbuf_errors(&lab);
+    let drops0 = udp_errors(&lab);
     let sink = sink(&lab, flows.len(), stop_sink.clone());
     let gen = generator(&lab, &flows, a.rate, t0, stop_traffic.clone());
     let samples =
@@ -898,7 +871,7 @@ fn soak(a: &SoakArgs) -> Result<Value> {
     let got = sink.join().map_err(|_| anyhow::anyhow!("sink panicked"))??;
     stop_sampler.store(true, Ordering::Relaxed);
     let per = samples.join().map_err(|_| anyhow::anyhow!("sampler panicked"))??;
-    let sink_drops = udp_rcvbuf_errors(&lab).saturating_sub(drops0);
+    let sink_drops = udp_errors(&lab).saturating_sub(drops0);
     report(a, &s, &flows, &sent, &got, &per, sink_drops, &pids)
 }
 
@@ -1085,8 +1058,8 @@ mod tests {
     fn steady_resources_pass_and_growth_fails_by_the_rule() {
         // A sawtooth of 8 MiB (a VR and its port coming and going) and transient fds pass.
         let ok = samples(|t| {
-            let saw = if (t as u64 / 20) % 2 == 0 { 0 } else { 8 << 10 };
-            ((100 << 10) + saw, 40 + (t as u64 % 6 == 0) as u64 * 3, 5)
+            let saw = if (t as u64 / 20).is_multiple_of(2) { 0 } else { 8 << 10 };
+            ((100 << 10) + saw, 40 + u64::from((t as u64).is_multiple_of(6)) * 3, 5)
         });
         assert!(growth_failures(&figures(&ok, 20.0)).is_empty());
         // 40 MiB over four minutes, a descriptor every 10 s, a thread every 40 s: each caught.
