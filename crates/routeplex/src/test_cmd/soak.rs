@@ -980,7 +980,7 @@ fn text(v: &Value) -> String {
         );
     }
     t += &format!(
-        "{:<10} {:>10} {:>10} {:>10} {:>10} {:>14} {:>12} {:>12}\n",
+        "{:<15} {:>10} {:>10} {:>10} {:>10} {:>14} {:>12} {:>12}\n",
         "resource", "first", "last", "min", "max", "slope/hour", "min 1st 3rd", "min last 3rd"
     );
     let mut row = |who: &str, f: &Value| {
@@ -988,7 +988,7 @@ fn text(v: &Value) -> String {
             let x = &f[k];
             let n = |key: &str| x[key].as_f64().map_or("-".into(), |v| format!("{v:.1}"));
             t += &format!(
-                "{:<10} {:>10} {:>10} {:>10} {:>10} {:>14} {:>12} {:>12}\n",
+                "{:<15} {:>10} {:>10} {:>10} {:>10} {:>14} {:>12} {:>12}\n",
                 format!("{who} {unit}"),
                 n("first"),
                 n("last"),
