@@ -6,6 +6,7 @@ mod kernel_net;
 pub mod migration;
 mod peers;
 mod scenario;
+mod soak;
 mod switch_dut;
 mod timeline;
 
@@ -56,6 +57,11 @@ pub enum TestCmd {
     /// between its hosts, events (links cut, flaps, impairments, VRs stopped, daemons killed)
     /// at set times; per event and flow the outage, frames lost and when forwarding was back.
     Timeline(Box<timeline::TimelineArgs>),
+    /// A soak (root): traffic through four VRs in namespaces while routes churn,
+    /// `apply` changes the topology, a VR migrates back and forth, captures and neighbour
+    /// floods come and go; the daemons' RSS, descriptors and threads sampled, with slopes per
+    /// hour; fails on growth or on a frame lost outside the activity that may lose it.
+    Soak(Box<soak::SoakArgs>),
 }
 
 /// Options every test takes.
@@ -213,6 +219,7 @@ pub fn run(cmd: TestCmd) -> Result<()> {
         TestCmd::Scenario(a) => scenario::run(*a),
         TestCmd::Migration(a) => migration::run(*a),
         TestCmd::Timeline(a) => timeline::run(*a),
+        TestCmd::Soak(a) => soak::run(*a),
     }
 }
 

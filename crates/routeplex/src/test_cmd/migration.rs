@@ -31,10 +31,10 @@ use serde_json::{json, Value};
 use tester::plot::{self, XScale, XySeries};
 use tester::stats::ci_half_width;
 
-const SECRET: &str = "7d1c9e0a4b2f68e3a5c7d9e1f3b5a7c9";
+pub(super) const SECRET: &str = "7d1c9e0a4b2f68e3a5c7d9e1f3b5a7c9";
 /// The two data planes' addresses on the migration link, and the port each listens on.
-const LINK: [&str; 2] = ["10.255.0.1", "10.255.0.2"];
-const MIGRATION_PORT: u16 = 9470;
+pub(super) const LINK: [&str; 2] = ["10.255.0.1", "10.255.0.2"];
+pub(super) const MIGRATION_PORT: u16 = 9470;
 /// Traffic before the move and after it returns.
 const LEAD: Duration = Duration::from_millis(300);
 const TAIL: Duration = Duration::from_millis(600);
@@ -173,7 +173,7 @@ fn sh(args: &[&str]) -> Result<Output> {
     Command::new(args[0]).args(&args[1..]).output().with_context(|| format!("{args:?}"))
 }
 
-fn ok(args: &[&str]) -> Result<()> {
+pub(super) fn ok(args: &[&str]) -> Result<()> {
     let o = sh(args)?;
     if !o.status.success() {
         bail!(
@@ -206,7 +206,7 @@ impl Lab {
         format!("rsm{n}{}", self.t)
     }
 
-    fn nsx(&self, n: &str, args: &[&str]) -> Result<()> {
+    pub(super) fn nsx(&self, n: &str, args: &[&str]) -> Result<()> {
         let ns = self.ns(n);
         let mut all = vec!["ip", "netns", "exec", ns.as_str()];
         all.extend(args);
@@ -297,7 +297,8 @@ vrs:
         Ok(())
     }
 
-    fn daemon(&mut self, n: &str, yaml: &str) -> Result<(PathBuf, PathBuf)> {
+    /// Starts a data plane in namespace `n` from `yaml`; its topology file and state directory.
+    pub(super) fn daemon(&mut self, n: &str, yaml: &str) -> Result<(PathBuf, PathBuf)> {
         let file = self.dir.join(format!("{n}.yaml"));
         std::fs::write(&file, yaml)?;
         let state = self.dir.join(format!("state-{n}"));
@@ -323,6 +324,11 @@ vrs:
             std::thread::sleep(Duration::from_millis(50));
         }
         Ok((file, state))
+    }
+
+    /// The data planes' process ids (`ip netns exec` execs the daemon in its place).
+    pub fn pids(&self) -> Vec<u32> {
+        self.daemons.iter().map(Child::id).collect()
     }
 
     pub fn log(&self, n: &str) -> String {
@@ -394,6 +400,11 @@ vrs:
 
     /// `routeplex migrate` from data plane `from` to the other; its JSON.
     pub fn migrate(&self, from: usize) -> Result<Value> {
+        self.migrate_vr(from, "r")
+    }
+
+    /// `routeplex migrate` of VR `vr` from data plane `from` to the other; its JSON.
+    pub fn migrate_vr(&self, from: usize, vr: &str) -> Result<Value> {
         let (f, s) = &self.planes[from];
         let to = format!("{}:{MIGRATION_PORT}", LINK[1 - from]);
         let m = self.routeplex(
@@ -401,7 +412,7 @@ vrs:
             &[
                 "migrate",
                 &f.display().to_string(),
-                "r",
+                vr,
                 "--to",
                 &to,
                 "--state-dir",
@@ -468,7 +479,7 @@ fn write_routes(dir: &Path, routes: Routes) -> Result<Option<PathBuf>> {
 }
 
 /// Runs `f` on a thread inside namespace `ns` (setns(2) moves only the calling thread).
-fn in_netns<T: Send + 'static>(
+pub(super) fn in_netns<T: Send + 'static>(
     ns: &str,
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> std::thread::JoinHandle<Result<T>> {
@@ -518,7 +529,8 @@ fn now_epoch() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
-fn udp_errors(lab: &Lab) -> u64 {
+/// Datagrams host b's kernel dropped for a full socket buffer so far (all sockets).
+pub(super) fn udp_errors(lab: &Lab) -> u64 {
     let out = sh(&["ip", "netns", "exec", &lab.ns("b"), "cat", "/proc/net/snmp"])
         .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
         .unwrap_or_default();
