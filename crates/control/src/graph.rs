@@ -8,9 +8,9 @@
 //! that impairment's label (`delay 20ms ±5ms, loss 1%`), and names the port whose counters
 //! the live page shows beside it.
 //!
-//! [`Graph::svg`] lays the nodes out in four fixed columns (hosts, ports, switches, VRs), each
-//! in file order, so one topology always gives the same drawing; no graph layout engine is
-//! involved. Every name is XML-escaped: topology names are free text up to the parser's
+//! [`Graph::svg`] lays the nodes out in up to four columns (hosts, ports, switches, VRs; an
+//! empty one is left out), each in file order, so one topology always gives the same drawing;
+//! no graph layout engine is involved. Every name is XML-escaped: topology names are free text up to the parser's
 //! limits. Elements carry `data-port` / `data-vr` attributes for the page's script.
 
 use std::fmt::Write;
@@ -234,18 +234,29 @@ impl Graph {
     /// Where each node's box is: `(x, y)` of its top left corner.
     fn layout(&self) -> (Vec<(u32, u32)>, u32, u32) {
         let mut rows = [0u32; 4];
-        let pos: Vec<(u32, u32)> = self
+        for n in &self.nodes {
+            rows[n.kind.column()] += 1;
+        }
+        // Columns with nodes, left to right (a topology without hosts starts with its ports).
+        let mut x = [0u32; 4];
+        let mut used = 0;
+        for (c, &r) in rows.iter().enumerate() {
+            x[c] = MARGIN + used * COLUMN;
+            used += u32::from(r > 0);
+        }
+        let tallest = rows.iter().copied().max().unwrap_or(0).max(1);
+        let mut next = [0u32; 4];
+        let pos = self
             .nodes
             .iter()
             .map(|n| {
                 let c = n.kind.column();
-                let p = (MARGIN + c as u32 * COLUMN, MARGIN + rows[c] * ROW);
-                rows[c] += 1;
-                p
+                next[c] += 1;
+                (x[c], MARGIN + (next[c] - 1) * ROW)
             })
             .collect();
-        let tallest = rows.iter().copied().max().unwrap_or(0).max(1);
-        (pos, MARGIN * 2 + 3 * COLUMN + BOX_W, MARGIN * 2 + (tallest - 1) * ROW + BOX_H)
+        let width = MARGIN * 2 + used.max(1).saturating_sub(1) * COLUMN + BOX_W;
+        (pos, width, MARGIN * 2 + (tallest - 1) * ROW + BOX_H)
     }
 
     /// The drawing as a standalone SVG document (no external references).
