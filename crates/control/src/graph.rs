@@ -126,7 +126,7 @@ fn pct(p: f64) -> String {
 
 fn rate(bps: u64) -> String {
     for (unit, n) in [("gbit", 1_000_000_000), ("mbit", 1_000_000), ("kbit", 1_000)] {
-        if bps >= n && bps % n == 0 {
+        if bps >= n && bps.is_multiple_of(n) {
             return format!("{}{unit}", bps / n);
         }
     }

@@ -34,6 +34,9 @@ fn graph() -> Graph {
     Graph::of(&t)
 }
 
+/// An edge as the test writes it: its ends' names, label, port, impairment.
+type EdgeRow<'a> = ((String, String), &'a str, Option<&'a str>, Option<&'a str>);
+
 fn names(g: &Graph, e: &Edge) -> (String, String) {
     (g.nodes[e.a].name.clone(), g.nodes[e.b].name.clone())
 }
@@ -56,7 +59,7 @@ fn nodes_and_edges_of_a_topology() {
             (NodeKind::Vr, "vr2"),
         ]
     );
-    let edges: Vec<((String, String), &str, Option<&str>, Option<&str>)> = g
+    let edges: Vec<EdgeRow> = g
         .edges
         .iter()
         .map(|e| (names(&g, e), e.label.as_str(), e.port.as_deref(), e.impair.as_deref()))
