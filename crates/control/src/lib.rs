@@ -13,7 +13,8 @@
 //!   handlers (one file per object in `cmd/`), snapshots, checkpoints and the route journal;
 //! - the service around it ([`daemon`]): run directory, `up`/`down`, and the control socket
 //!   serving the versioned JSON API ([`api`]); capture and trace ([`capture`]);
-//! - the Prometheus endpoint ([`metrics`]), Linux control-plane sync ([`rtsync`], [`cpsync`]),
+//! - the Prometheus endpoint and the live topology page ([`metrics`], drawn by [`graph`]),
+//!   Linux control-plane sync ([`rtsync`], [`cpsync`]),
 //!   live migration between hosts ([`migrate`]) and multistage routers ([`msr`]).
 #![deny(unsafe_code)]
 
@@ -25,6 +26,7 @@ pub mod checkpoint;
 pub mod cpsync;
 pub mod daemon;
 mod error;
+pub mod graph;
 pub mod impair;
 pub mod journal;
 pub mod metrics;

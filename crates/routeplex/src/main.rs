@@ -20,7 +20,7 @@ mod status_table;
 mod sys;
 mod test_cmd;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
@@ -61,6 +61,15 @@ enum Cmd {
     Show {
         /// The topology file (YAML).
         file: PathBuf,
+    },
+    /// Draw a topology (hosts, ports, switches, VRs, links with their impairments) as SVG,
+    /// offline. A running host's metrics endpoint serves the same drawing, live, at `/`.
+    Graph {
+        /// The topology file (YAML).
+        file: PathBuf,
+        /// Where to write the SVG (`-`: standard output).
+        #[arg(long, default_value = "-")]
+        out: PathBuf,
     },
     /// Make a topology's hosts (namespaces, veths) and run its data plane in the background
     /// (root). Returns once forwarding runs; harmless if it is up already.
@@ -362,6 +371,18 @@ fn absolute(p: &std::path::Path) -> PathBuf {
     std::env::current_dir().map_or_else(|_| p.to_path_buf(), |d| d.join(p))
 }
 
+/// `routeplex graph`: the drawing to a file or standard output.
+fn graph(file: &Path, out: &Path) -> anyhow::Result<()> {
+    let t = control::Topology::load(file)?;
+    let svg = control::graph::Graph::of(&t).svg();
+    if out == Path::new("-") {
+        print!("{svg}");
+        return Ok(());
+    }
+    std::fs::write(out, svg).map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?;
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     logs::init(cli.log_format, matches!(cli.cmd, Cmd::Run { .. }));
@@ -370,6 +391,7 @@ fn main() -> ExitCode {
         Cmd::Show { file } => control::Topology::load(&file)
             .map(|t| println!("{}", t.summary().trim_end()))
             .map_err(anyhow::Error::from),
+        Cmd::Graph { file, out } => graph(&file, &out),
         Cmd::Pktgen(a) => pktgen::run(a),
         Cmd::Fleet(FleetCmd::Status { etcd, json }) => service::fleet_status(&etcd, json),
         Cmd::Up { file } => service::up(&file),
