@@ -8,9 +8,6 @@
 //! ([`Recorder`]): this test is about the fleet protocol, and `control`'s own tests cover what
 //! `apply` and `interface_set` do to a data plane.
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,96 +15,8 @@ use fleet::local::Local;
 use fleet::record::LocalStatus;
 use fleet::{Agent, FleetConfig, FleetError};
 
-const ETCD: &str = "/usr/bin/etcd";
-
-/// A 3-member etcd cluster on free loopback ports; every process killed and its data removed
-/// on drop, even when the test fails.
-struct Cluster {
-    dir: PathBuf,
-    args: Vec<Vec<String>>,
-    members: Vec<Option<Child>>,
-    clients: Vec<String>,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-impl Cluster {
-    fn start() -> Cluster {
-        let dir = std::env::temp_dir().join(format!("rpx-fleet-etcd-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
-        let initial: Vec<String> =
-            (0..3).map(|i| format!("m{i}=http://127.0.0.1:{}", ports[i].1)).collect();
-        let mut c = Cluster {
-            dir: dir.clone(),
-            args: Vec::new(),
-            members: Vec::new(),
-            clients: Vec::new(),
-        };
-        for (i, (client, peer)) in ports.iter().enumerate() {
-            let cu = format!("http://127.0.0.1:{client}");
-            let pu = format!("http://127.0.0.1:{peer}");
-            let args = vec![
-                format!("--name=m{i}"),
-                format!("--data-dir={}", dir.join(format!("m{i}")).display()),
-                format!("--listen-client-urls={cu}"),
-                format!("--advertise-client-urls={cu}"),
-                format!("--listen-peer-urls={pu}"),
-                format!("--initial-advertise-peer-urls={pu}"),
-                format!("--initial-cluster={}", initial.join(",")),
-                "--initial-cluster-state=new".into(),
-                format!("--initial-cluster-token=rpx-{}", std::process::id()),
-            ];
-            c.args.push(args);
-            c.clients.push(cu);
-            c.members.push(None);
-        }
-        for i in 0..3 {
-            c.run(i);
-        }
-        c
-    }
-
-    /// Starts member `i` (again: its data directory makes it rejoin).
-    fn run(&mut self, i: usize) {
-        let log = std::fs::File::create(self.dir.join(format!("m{i}.log"))).unwrap();
-        let child = Command::new(ETCD)
-            .args(&self.args[i])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("etcd starts");
-        self.members[i] = Some(child);
-    }
-
-    fn kill(&mut self, i: usize) {
-        if let Some(mut c) = self.members[i].take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for i in 0..self.members.len() {
-            self.kill(i);
-        }
-        if std::thread::panicking() {
-            for i in 0..3 {
-                let log = std::fs::read_to_string(self.dir.join(format!("m{i}.log")));
-                let log = log.unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(5).collect();
-                eprintln!("etcd m{i} log tail: {tail:?}");
-            }
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+mod etcd;
+use etcd::{Cluster, ETCD};
 
 /// A VR's name and its interfaces (name, up).
 type Vr = (String, Vec<(String, bool)>);
@@ -212,7 +121,7 @@ fn hosts_register_converge_survive_a_member_and_fence_without_quorum() {
     // 5 s rather than the default 3: on a loaded 2-core machine, the election after the
     // leader is killed has been seen to outlast ¾ of a 3 s TTL, and the host fenced.
     let ttl = Duration::from_secs(5);
-    let mut cluster = Cluster::start();
+    let mut cluster = Cluster::start(std::net::Ipv4Addr::LOCALHOST.into(), "fleet");
     let etcd = cluster.clients.clone();
     wait(Duration::from_secs(30), "etcd cluster serving", || hosts(&etcd));
 

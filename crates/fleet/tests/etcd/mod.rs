@@ -1,0 +1,103 @@
+//! A real 3-member etcd cluster for tests: members on free ports of one address (loopback,
+//! or an underlay bridge's address that hosts in network namespaces reach), a temporary data
+//! directory, every process killed and the directory removed on drop, even when the test
+//! fails. Shared by fleet's `etcd_cluster` test and routeplex's `fleet_hosts` test (included
+//! there by path).
+#![allow(dead_code)]
+
+use std::net::{IpAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+pub const ETCD: &str = "/usr/bin/etcd";
+
+pub struct Cluster {
+    pub dir: PathBuf,
+    args: Vec<Vec<String>>,
+    members: Vec<Option<Child>>,
+    /// Each member's client URL, `http://ADDR:PORT`.
+    pub clients: Vec<String>,
+}
+
+fn free_port(addr: IpAddr) -> u16 {
+    TcpListener::bind((addr, 0)).unwrap().local_addr().unwrap().port()
+}
+
+impl Cluster {
+    /// Three members on `addr`, data under a directory named after `tag` and this process.
+    pub fn start(addr: IpAddr, tag: &str) -> Cluster {
+        let pid = std::process::id();
+        let dir = std::env::temp_dir().join(format!("rpx-{tag}-etcd-{pid}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(addr), free_port(addr))).collect();
+        let initial: Vec<String> =
+            (0..3).map(|i| format!("m{i}=http://{addr}:{}", ports[i].1)).collect();
+        let mut c = Cluster {
+            dir: dir.clone(),
+            args: Vec::new(),
+            members: Vec::new(),
+            clients: Vec::new(),
+        };
+        for (i, (client, peer)) in ports.iter().enumerate() {
+            let cu = format!("http://{addr}:{client}");
+            let pu = format!("http://{addr}:{peer}");
+            let args = vec![
+                format!("--name=m{i}"),
+                format!("--data-dir={}", dir.join(format!("m{i}")).display()),
+                format!("--listen-client-urls={cu}"),
+                format!("--advertise-client-urls={cu}"),
+                format!("--listen-peer-urls={pu}"),
+                format!("--initial-advertise-peer-urls={pu}"),
+                format!("--initial-cluster={}", initial.join(",")),
+                "--initial-cluster-state=new".into(),
+                format!("--initial-cluster-token=rpx-{tag}-{pid}"),
+            ];
+            c.args.push(args);
+            c.clients.push(cu);
+            c.members.push(None);
+        }
+        for i in 0..3 {
+            c.run(i);
+        }
+        c
+    }
+
+    /// Starts member `i` (again: its data directory makes it rejoin).
+    pub fn run(&mut self, i: usize) {
+        let log = std::fs::File::create(self.dir.join(format!("m{i}.log"))).unwrap();
+        let child = Command::new(ETCD)
+            .args(&self.args[i])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("etcd starts");
+        self.members[i] = Some(child);
+    }
+
+    /// SIGKILLs member `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+        if std::thread::panicking() {
+            for i in 0..3 {
+                let log = std::fs::read_to_string(self.dir.join(format!("m{i}.log")));
+                let log = log.unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                eprintln!("etcd m{i} log tail: {tail:?}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
