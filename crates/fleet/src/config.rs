@@ -22,7 +22,18 @@ use yamlpath::{Located, Value};
 
 use crate::FleetError;
 
-const FLEET_KEYS: &[&str] = &["etcd", "host", "underlay", "offer", "lease_ttl_s", "policy"];
+const FLEET_KEYS: &[&str] = &[
+    "etcd",
+    "host",
+    "underlay",
+    "underlay_dev",
+    "underlay_netns",
+    "underlay_mtu",
+    "offer",
+    "lease_ttl_s",
+    "policy",
+    "controller",
+];
 const OFFER_KEYS: &[&str] = &["workers", "cpu_share", "memory_mib"];
 /// At most this many etcd endpoints (a cluster has 3, 5 or 7 members).
 pub const MAX_ENDPOINTS: usize = 16;
@@ -65,10 +76,18 @@ pub struct FleetConfig {
     pub host: String,
     /// The address VXLAN and migration reach this host at.
     pub underlay: IpAddr,
+    /// The underlay interface the fleet's VXLAN ports bind to, if any.
+    pub underlay_dev: Option<String>,
+    /// The namespace the underlay is in (`/run/netns/NAME`), if not routeplex's own.
+    pub underlay_netns: Option<String>,
+    /// The underlay's MTU, if not 1500.
+    pub underlay_mtu: Option<u16>,
     pub offer: Offer,
     /// The lease's time to live.
     pub lease_ttl: Duration,
     pub policy: Policy,
+    /// This host also runs a fleet controller (one leads at a time).
+    pub controller: bool,
 }
 
 impl FleetConfig {
@@ -95,6 +114,21 @@ fn parse(v: &Value<'_>) -> Result<FleetConfig, Located> {
     let host_v = m.req("host")?;
     let host = host_name(&host_v)?;
     let underlay = m.req("underlay")?.parse::<IpAddr>("IP address")?;
+    // Interface names are 15 bytes at most (IFNAMSIZ); namespaces are files in /run/netns.
+    let ifname = |k: &str, max: usize| -> Result<Option<String>, Located> {
+        let Some(v) = m.get(k) else { return Ok(None) };
+        let s = v.text()?;
+        if s.len() > max || s.contains(['/', ' ']) || s == "." || s == ".." {
+            return Err(v.bad(
+                s,
+                format_args!("{k} {s:?} is not an interface or namespace name (1..={max} characters, no '/' or space)"),
+            ));
+        }
+        Ok(Some(s.to_string()))
+    };
+    let (underlay_dev, underlay_netns) = (ifname("underlay_dev", 15)?, ifname("underlay_netns", 32)?);
+    let underlay_mtu = m.get("underlay_mtu").map(|v| v.int("underlay_mtu", 576, 65535)).transpose()?;
+    let controller = m.get("controller").map(|v| v.bool()).transpose()?.unwrap_or(false);
     let ov = m.req("offer")?;
     let o = ov.map(OFFER_KEYS)?;
     let share_v = o.req("cpu_share")?;
@@ -123,7 +157,18 @@ fn parse(v: &Value<'_>) -> Result<FleetConfig, Located> {
             s => return Err(p.bad(s, format_args!("policy must be fence or keep, not {s:?}"))),
         },
     };
-    Ok(FleetConfig { etcd, host, underlay, offer, lease_ttl: Duration::from_secs(ttl_s), policy })
+    Ok(FleetConfig {
+        etcd,
+        host,
+        underlay,
+        underlay_dev,
+        underlay_netns,
+        underlay_mtu,
+        offer,
+        lease_ttl: Duration::from_secs(ttl_s),
+        policy,
+        controller,
+    })
 }
 
 /// `http://HOST:PORT` (or `HOST:PORT`, taken as http): TLS is not built yet.
@@ -178,6 +223,18 @@ vrs: []
         let keep = GOOD.replace("vrs: []", "  policy: keep\n  lease_ttl_s: 1\nvrs: []");
         let c = FleetConfig::from_topology(&keep, "t.yaml").unwrap().unwrap();
         assert_eq!((c.policy, c.lease_ttl), (Policy::Keep, Duration::from_secs(1)));
+        assert_eq!((c.underlay_dev.as_deref(), c.underlay_mtu, c.controller), (None, None, false));
+        let under = GOOD.replace(
+            "vrs: []",
+            "  underlay_dev: eth1\n  underlay_netns: under\n  underlay_mtu: 9000\n  controller: true\nvrs: []",
+        );
+        let c = FleetConfig::from_topology(&under, "t.yaml").unwrap().unwrap();
+        assert_eq!(c.underlay_dev.as_deref(), Some("eth1"));
+        assert_eq!((c.underlay_netns.as_deref(), c.underlay_mtu, c.controller), (Some("under"), Some(9000), true));
+        let e = err(&GOOD.replace("vrs: []", "  underlay_dev: a/b\nvrs: []"));
+        assert!(e.contains("fleet.underlay_dev: underlay_dev \"a/b\" is not an interface"), "{e}");
+        let e = err(&GOOD.replace("vrs: []", "  underlay_mtu: 100\nvrs: []"));
+        assert!(e.contains("fleet.underlay_mtu: underlay_mtu 100 is out of range 576..=65535"), "{e}");
     }
 
     #[test]

@@ -18,10 +18,14 @@
 
 pub mod agent;
 pub mod config;
+pub mod controller;
 mod error;
+pub mod fleetdoc;
 pub mod keys;
 pub mod local;
+pub mod placement;
 pub mod record;
+pub mod tree;
 pub mod view;
 
 pub use agent::{Agent, Handle};
