@@ -363,7 +363,8 @@ impl Ctl {
         let mut ops: Vec<TxnOp> =
             out.topologies.iter().map(|(h, t)| TxnOp::put(keys::desired(h), t.as_str(), None)).collect();
         let mut stored = out.placement.clone();
-        if inp.prev.as_ref() != Some(&stored) {
+        // No fleet desired state yet: nothing to say (hand-written desired keys stay as they are).
+        if inp.doc.is_some() && inp.prev.as_ref() != Some(&stored) {
             stored.v = PLACEMENT_VERSION;
             let json = serde_json::to_vec(&stored)
                 .map_err(|e| FleetError::Record { what: keys::PLACEMENT.into(), msg: e.to_string() })?;
