@@ -242,6 +242,7 @@ impl Run {
         let desired = self.read_desired().await?;
         self.unfence(desired.as_ref()).await;
         if let Some((rev, text)) = desired {
+            let text = self.cfg.with_host_settings(&text);
             self.converge(rev, &text).await;
         }
         self.publish().await

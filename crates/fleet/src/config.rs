@@ -88,7 +88,14 @@ pub struct FleetConfig {
     pub policy: Policy,
     /// This host also runs a fleet controller (one leads at a time).
     pub controller: bool,
+    /// The host's own host-wide settings (`workers`, `idle`, `metrics`, `migration`), as its
+    /// file gives them: a controller's topology carries none, and `apply` refuses a change of
+    /// most of them, so the agent adds them to one (see [`FleetConfig::with_host_settings`]).
+    pub host_settings: Vec<(String, crate::tree::Y)>,
 }
+
+/// The top-level keys a controller leaves to each host's own file.
+pub const HOST_SETTINGS: &[&str] = &["workers", "idle", "metrics", "migration"];
 
 impl FleetConfig {
     /// The `fleet:` section of a topology's text, if it has one; `file` names it in errors.
@@ -96,7 +103,35 @@ impl FleetConfig {
         let wrap = |at: Located| FleetError::Config { file: file.to_string(), at };
         let doc = yamlpath::parse_document(text, "fleet:, vrs:, ...").map_err(wrap)?;
         let top = Value::<Located>::root(&doc).mapping().map_err(wrap)?;
-        top.get("fleet").map(|v| parse(&v)).transpose().map_err(wrap)
+        let Some(mut cfg) = top.get("fleet").map(|v| parse(&v)).transpose().map_err(wrap)? else {
+            return Ok(None);
+        };
+        for k in HOST_SETTINGS {
+            if let Some(v) = top.get(k) {
+                cfg.host_settings
+                    .push((k.to_string(), crate::tree::Y::from_value(&v).map_err(wrap)?));
+            }
+        }
+        Ok(Some(cfg))
+    }
+
+    /// A desired topology the fleet controller wrote (it starts with
+    /// [`crate::controller::HEADER`]) with the host's own settings added where it has none;
+    /// any other text as it is (a person's desired topology says what it means).
+    pub fn with_host_settings(&self, text: &str) -> String {
+        if self.host_settings.is_empty() || !text.starts_with(crate::controller::HEADER) {
+            return text.to_string();
+        }
+        let Ok(doc) = yamlpath::parse_document(text, "vrs:") else { return text.to_string() };
+        let Ok(mut y) = crate::tree::Y::from_value(&Value::<Located>::root(&doc)) else {
+            return text.to_string();
+        };
+        for (k, v) in &self.host_settings {
+            if y.get(k).is_none() {
+                y.set(k, v.clone());
+            }
+        }
+        format!("{}{}", crate::controller::HEADER, y.emit())
     }
 }
 
@@ -126,8 +161,10 @@ fn parse(v: &Value<'_>) -> Result<FleetConfig, Located> {
         }
         Ok(Some(s.to_string()))
     };
-    let (underlay_dev, underlay_netns) = (ifname("underlay_dev", 15)?, ifname("underlay_netns", 32)?);
-    let underlay_mtu = m.get("underlay_mtu").map(|v| v.int("underlay_mtu", 576, 65535)).transpose()?;
+    let (underlay_dev, underlay_netns) =
+        (ifname("underlay_dev", 15)?, ifname("underlay_netns", 32)?);
+    let underlay_mtu =
+        m.get("underlay_mtu").map(|v| v.int("underlay_mtu", 576, 65535)).transpose()?;
     let controller = m.get("controller").map(|v| v.bool()).transpose()?.unwrap_or(false);
     let ov = m.req("offer")?;
     let o = ov.map(OFFER_KEYS)?;
@@ -168,6 +205,7 @@ fn parse(v: &Value<'_>) -> Result<FleetConfig, Located> {
         lease_ttl: Duration::from_secs(ttl_s),
         policy,
         controller,
+        host_settings: Vec::new(),
     })
 }
 
@@ -230,11 +268,30 @@ vrs: []
         );
         let c = FleetConfig::from_topology(&under, "t.yaml").unwrap().unwrap();
         assert_eq!(c.underlay_dev.as_deref(), Some("eth1"));
-        assert_eq!((c.underlay_netns.as_deref(), c.underlay_mtu, c.controller), (Some("under"), Some(9000), true));
+        assert_eq!(
+            (c.underlay_netns.as_deref(), c.underlay_mtu, c.controller),
+            (Some("under"), Some(9000), true)
+        );
         let e = err(&GOOD.replace("vrs: []", "  underlay_dev: a/b\nvrs: []"));
         assert!(e.contains("fleet.underlay_dev: underlay_dev \"a/b\" is not an interface"), "{e}");
         let e = err(&GOOD.replace("vrs: []", "  underlay_mtu: 100\nvrs: []"));
-        assert!(e.contains("fleet.underlay_mtu: underlay_mtu 100 is out of range 576..=65535"), "{e}");
+        assert!(
+            e.contains("fleet.underlay_mtu: underlay_mtu 100 is out of range 576..=65535"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_controllers_topology_gets_the_hosts_own_settings() {
+        let text = GOOD.replace("workers: 1", "workers: [0, 2]\nmetrics: { listen: 127.0.0.1:9 }");
+        let c = FleetConfig::from_topology(&text, "t.yaml").unwrap().unwrap();
+        let gen = format!("{}vrs: []\n", crate::controller::HEADER);
+        let t = c.with_host_settings(&gen);
+        let topo = control::topology::Topology::parse(&t, "x", std::path::Path::new(".")).unwrap();
+        assert_eq!(topo.workers, control::topology::Workers::Cpus(vec![0, 2]), "{t}");
+        assert!(topo.metrics.is_some(), "{t}");
+        // A person's desired topology is applied as written.
+        assert_eq!(c.with_host_settings("vrs: []\n"), "vrs: []\n");
     }
 
     #[test]

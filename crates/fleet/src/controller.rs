@@ -93,7 +93,8 @@ pub fn plan(inp: &Inputs, leader: &str) -> Outputs {
     let prev = inp.prev.as_ref();
     p.vrs = placement::place(&doc.units(), &caps, &prev.map(Placement::hosts).unwrap_or_default());
     let at = p.hosts();
-    let vnis = placement::vnis(&doc.segment_names(), &prev.map(Placement::vnis).unwrap_or_default());
+    let vnis =
+        placement::vnis(&doc.segment_names(), &prev.map(Placement::vnis).unwrap_or_default());
     p.segments = doc.segments(&at, &vnis);
     let under: HashMap<String, Underlay> = inp
         .hosts
@@ -290,9 +291,8 @@ impl Ctl {
 
     async fn round(&mut self) -> Result<(), FleetError> {
         if self.client.is_none() {
-            let opts = ConnectOptions::new()
-                .with_connect_timeout(self.call)
-                .with_timeout(self.call * 2);
+            let opts =
+                ConnectOptions::new().with_connect_timeout(self.call).with_timeout(self.call * 2);
             let c = self.call("connect", Client::connect(&self.cfg.etcd, Some(opts))).await?;
             self.client = Some(c);
         }
@@ -353,21 +353,33 @@ impl Ctl {
             return Ok(true);
         }
         Ok(r.op_responses().iter().any(|op| match op {
-            TxnOpResponse::Get(g) => g.kvs().first().is_some_and(|kv| kv.value() == name.as_bytes() && kv.lease() == id),
+            TxnOpResponse::Get(g) => {
+                g.kvs().first().is_some_and(|kv| kv.value() == name.as_bytes() && kv.lease() == id)
+            }
             _ => false,
         }))
     }
 
     /// Writes what changed, guarded by the lead.
-    async fn commit(&mut self, c: &mut Client, inp: &Inputs, out: &Outputs) -> Result<(), FleetError> {
-        let mut ops: Vec<TxnOp> =
-            out.topologies.iter().map(|(h, t)| TxnOp::put(keys::desired(h), t.as_str(), None)).collect();
+    async fn commit(
+        &mut self,
+        c: &mut Client,
+        inp: &Inputs,
+        out: &Outputs,
+    ) -> Result<(), FleetError> {
+        let mut ops: Vec<TxnOp> = out
+            .topologies
+            .iter()
+            .map(|(h, t)| TxnOp::put(keys::desired(h), t.as_str(), None))
+            .collect();
         let mut stored = out.placement.clone();
         // No fleet desired state yet: nothing to say (hand-written desired keys stay as they are).
         if inp.doc.is_some() && inp.prev.as_ref() != Some(&stored) {
             stored.v = PLACEMENT_VERSION;
-            let json = serde_json::to_vec(&stored)
-                .map_err(|e| FleetError::Record { what: keys::PLACEMENT.into(), msg: e.to_string() })?;
+            let json = serde_json::to_vec(&stored).map_err(|e| FleetError::Record {
+                what: keys::PLACEMENT.into(),
+                msg: e.to_string(),
+            })?;
             ops.push(TxnOp::put(keys::PLACEMENT, json, None));
         }
         for chunk in ops.chunks(TXN_OPS) {
@@ -452,7 +464,11 @@ pub async fn read_inputs(c: &mut Client, call: Duration) -> Result<Inputs, Fleet
 fn with_client<T>(
     etcd: &[String],
     call: Duration,
-    f: impl for<'c> FnOnce(&'c mut Client) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, FleetError>> + 'c>>,
+    f: impl for<'c> FnOnce(
+        &'c mut Client,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<T, FleetError>> + 'c>,
+    >,
 ) -> Result<T, FleetError> {
     runtime()?.block_on(async {
         let opts = ConnectOptions::new().with_connect_timeout(call).with_timeout(call);
@@ -466,7 +482,8 @@ pub fn store(etcd: &[String], text: &str, call: Duration) -> Result<i64, FleetEr
     let text = text.to_string();
     with_client(etcd, call, move |c| {
         Box::pin(async move {
-            let r = timed(call, "store fleet desired", c.put(keys::FLEET_DESIRED, text, None)).await?;
+            let r =
+                timed(call, "store fleet desired", c.put(keys::FLEET_DESIRED, text, None)).await?;
             Ok(r.header().map_or(0, |h| h.revision()))
         })
     })
@@ -486,7 +503,8 @@ pub fn dry_run(etcd: &[String], text: &str, call: Duration) -> Result<Placement,
 
 /// `fleet drain` (`on`) and `fleet uncordon`.
 pub fn cordon(etcd: &[String], host: &str, on: bool, call: Duration) -> Result<(), FleetError> {
-    keys::check_name(host).map_err(|msg| FleetError::Record { what: format!("host {host:?}"), msg })?;
+    keys::check_name(host)
+        .map_err(|msg| FleetError::Record { what: format!("host {host:?}"), msg })?;
     let key = keys::cordon(host);
     with_client(etcd, call, move |c| {
         Box::pin(async move {

@@ -180,7 +180,11 @@ impl FleetDoc {
 
     /// Hosts holding each segment given where the VRs are (`at`: VR -> host), with the VNIs
     /// from `vnis`. A switch's anchor (the first placed VR on it) holds its member ports.
-    pub fn segments(&self, at: &HashMap<String, String>, vnis: &BTreeMap<String, u32>) -> Vec<Segment> {
+    pub fn segments(
+        &self,
+        at: &HashMap<String, String>,
+        vnis: &BTreeMap<String, u32>,
+    ) -> Vec<Segment> {
         let mut out = Vec::new();
         for name in self.segment_names() {
             let hosts: BTreeSet<String> = (self.vrs.iter())
@@ -194,7 +198,10 @@ impl FleetDoc {
     }
 
     fn anchor<'a>(&self, seg: &str, at: &'a HashMap<String, String>) -> Option<&'a String> {
-        self.vrs.iter().filter(|v| v.segments.iter().any(|s| s == seg)).find_map(|v| at.get(&v.name))
+        self.vrs
+            .iter()
+            .filter(|v| v.segments.iter().any(|s| s == seg))
+            .find_map(|v| at.get(&v.name))
     }
 
     /// Host `host`'s topology: its VRs, the ports and namespaces they use, its switches and
@@ -207,12 +214,16 @@ impl FleetDoc {
         segments: &[Segment],
         under: &HashMap<String, Underlay>,
     ) -> Y {
-        let here: Vec<&VrDoc> = self.vrs.iter().filter(|v| at.get(&v.name).is_some_and(|h| h == host)).collect();
-        let holds = |name: &str| segments.iter().any(|s| s.name == name && s.hosts.iter().any(|h| h == host));
+        let here: Vec<&VrDoc> =
+            self.vrs.iter().filter(|v| at.get(&v.name).is_some_and(|h| h == host)).collect();
+        let holds = |name: &str| {
+            segments.iter().any(|s| s.name == name && s.hosts.iter().any(|h| h == host))
+        };
         let switches: Vec<Y> = (self.switches.iter())
             .filter(|s| s.text("name").is_some_and(holds))
             .map(|s| {
-                let anchored = s.text("name").and_then(|n| self.anchor(n, at)).is_some_and(|h| h == host);
+                let anchored =
+                    s.text("name").and_then(|n| self.anchor(n, at)).is_some_and(|h| h == host);
                 let mut s = s.clone();
                 if !anchored {
                     // Its own ports live on the anchor host.
@@ -281,7 +292,9 @@ impl FleetDoc {
         let mut used: BTreeSet<String> = vrs.iter().flat_map(|v| v.ports.iter().cloned()).collect();
         // A switch's own member ports (only the anchor's copy of a switch keeps them).
         for s in switches {
-            used.extend(s.items("members").iter().filter_map(|m| m.text("port").map(str::to_string)));
+            used.extend(
+                s.items("members").iter().filter_map(|m| m.text("port").map(str::to_string)),
+            );
         }
         let (mut ports, hosts) = self.ports_for(&used);
         let mut sw = Vec::new();
@@ -329,7 +342,8 @@ fn b_get_mut<'a>(y: &'a mut Y, key: &str) -> Option<&'a mut Y> {
 
 fn read(root: &Value<'_>, source: &str) -> Result<FleetDoc, Located> {
     let top = root.map(TOP_KEYS)?;
-    let copy = |k: &str| -> Result<Vec<Y>, Located> { top.list(k)?.iter().map(Y::from_value).collect() };
+    let copy =
+        |k: &str| -> Result<Vec<Y>, Located> { top.list(k)?.iter().map(Y::from_value).collect() };
     let (hosts, ports, switches) = (copy("hosts")?, copy("ports")?, copy("switches")?);
     let switch_names: HashMap<String, usize> = (top.list("switches")?.iter())
         .filter_map(|s| {
@@ -339,7 +353,9 @@ fn read(root: &Value<'_>, source: &str) -> Result<FleetDoc, Located> {
         .collect();
     let vr_vals = top.list("vrs")?;
     if vr_vals.len() > MAX_VRS {
-        return Err(top.req("vrs")?.error(format_args!("a fleet has at most {MAX_VRS} VRs, found {}", vr_vals.len())));
+        return Err(top
+            .req("vrs")?
+            .error(format_args!("a fleet has at most {MAX_VRS} VRs, found {}", vr_vals.len())));
     }
     let mut vrs = Vec::new();
     // Each link's ends: (VR, interface, position) .
@@ -351,7 +367,8 @@ fn read(root: &Value<'_>, source: &str) -> Result<FleetDoc, Located> {
         let pin = match m.get("host") {
             Some(h) => {
                 let s = h.text()?;
-                crate::keys::check_name(s).map_err(|why| h.bad(s, format_args!("host {s:?}: {why}")))?;
+                crate::keys::check_name(s)
+                    .map_err(|why| h.bad(s, format_args!("host {s:?}: {why}")))?;
                 Some(s.to_string())
             }
             None => None,
@@ -359,7 +376,8 @@ fn read(root: &Value<'_>, source: &str) -> Result<FleetDoc, Located> {
         let anti_affinity = match m.get("anti_affinity") {
             Some(g) => {
                 let s = g.text()?;
-                crate::keys::check_name(s).map_err(|why| g.bad(s, format_args!("group {s:?}: {why}")))?;
+                crate::keys::check_name(s)
+                    .map_err(|why| g.bad(s, format_args!("group {s:?}: {why}")))?;
                 Some(s.to_string())
             }
             None => None,
@@ -369,7 +387,9 @@ fn read(root: &Value<'_>, source: &str) -> Result<FleetDoc, Located> {
                 let x: f64 = c.parse("CPU share")?;
                 if !(0.0..=MAX_CPU).contains(&x) {
                     let t = c.text()?;
-                    return Err(c.bad(t, format_args!("cpu_share {t} is CPU in workers: 0..={MAX_CPU}")));
+                    return Err(
+                        c.bad(t, format_args!("cpu_share {t} is CPU in workers: 0..={MAX_CPU}"))
+                    );
                 }
                 x
             }
@@ -391,16 +411,24 @@ fn read(root: &Value<'_>, source: &str) -> Result<FleetDoc, Located> {
             if let Some(l) = im.get("link") {
                 let ln = l.text()?.to_string();
                 if im.get("switch").is_some() || im.get("port").is_some() {
-                    return Err(l.bad(&ln, "an interface is on a port, a switch or a link: one of them"));
+                    return Err(
+                        l.bad(&ln, "an interface is on a port, a switch or a link: one of them")
+                    );
                 }
                 if let Some(line) = switch_names.get(&ln) {
-                    return Err(l.bad(&ln, format_args!("link {ln:?} has the name of a switch (line {line})")));
+                    return Err(l.bad(
+                        &ln,
+                        format_args!("link {ln:?} has the name of a switch (line {line})"),
+                    ));
                 }
                 let iface = im.get("name").and_then(|n| n.text().ok()).unwrap_or_default();
                 if !link_ends.contains_key(&ln) {
                     links.push(ln.clone());
                 }
-                link_ends.entry(ln.clone()).or_default().push((format!("{name}.{iface}"), l.clone()));
+                link_ends
+                    .entry(ln.clone())
+                    .or_default()
+                    .push((format!("{name}.{iface}"), l.clone()));
                 segments.push(ln);
             }
         }
@@ -414,18 +442,41 @@ fn read(root: &Value<'_>, source: &str) -> Result<FleetDoc, Located> {
         if ends.len() != 2 {
             let (_, at) = ends.last().expect("a link has an end");
             let names: Vec<&str> = ends.iter().map(|(n, _)| n.as_str()).collect();
-            return Err(at.bad(ln, format_args!("link {ln:?} joins exactly two interfaces, not {} ({})", ends.len(), names.join(", "))));
+            return Err(at.bad(
+                ln,
+                format_args!(
+                    "link {ln:?} joins exactly two interfaces, not {} ({})",
+                    ends.len(),
+                    names.join(", ")
+                ),
+            ));
         }
     }
     let fd = FleetDoc { source: source.to_string(), hosts, ports, switches, links, vrs };
     // VRs sharing a port are placed together: their pins must agree.
     for u in fd.units() {
-        let pins: BTreeSet<&String> = fd.vrs.iter().filter(|v| u.vrs.contains(&v.name)).filter_map(|v| v.pin.as_ref()).collect();
+        let pins: BTreeSet<&String> = fd
+            .vrs
+            .iter()
+            .filter(|v| u.vrs.contains(&v.name))
+            .filter_map(|v| v.pin.as_ref())
+            .collect();
         if pins.len() > 1 {
-            let i = fd.vrs.iter().rposition(|v| u.vrs.contains(&v.name) && v.pin.is_some()).unwrap_or(0);
+            let i = fd
+                .vrs
+                .iter()
+                .rposition(|v| u.vrs.contains(&v.name) && v.pin.is_some())
+                .unwrap_or(0);
             let hv = vr_vals[i].mapping()?.req("host")?;
             let list: Vec<&str> = pins.iter().map(|s| s.as_str()).collect();
-            return Err(hv.bad(hv.text()?, format_args!("VRs {} share a port, so they run on one host, but are pinned to {}", u.vrs.join(", "), list.join(" and "))));
+            return Err(hv.bad(
+                hv.text()?,
+                format_args!(
+                    "VRs {} share a port, so they run on one host, but are pinned to {}",
+                    u.vrs.join(", "),
+                    list.join(" and ")
+                ),
+            ));
         }
     }
     Ok(fd)

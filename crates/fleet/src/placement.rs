@@ -173,7 +173,12 @@ pub fn place(units: &[Unit], hosts: &[Capacity], prev: &HashMap<String, String>)
         let (host, why) = d.expect("every unit decided");
         for v in &u.vrs {
             let was = prev.get(v).filter(|p| host.as_ref() != Some(*p)).cloned();
-            out.push(VrPlace { vr: v.clone(), host: host.clone(), why: why.clone(), moved_from: was });
+            out.push(VrPlace {
+                vr: v.clone(),
+                host: host.clone(),
+                why: why.clone(),
+                moved_from: was,
+            });
         }
     }
     out
@@ -194,10 +199,16 @@ impl<'h> State<'h> {
 
     /// Whether `h` holds no member of `u`'s groups.
     fn spread_ok(&self, u: &Unit, h: &Capacity) -> bool {
-        u.groups.iter().all(|g| self.group_hosts.get(g).is_none_or(|s| !s.contains(h.name.as_str())))
+        u.groups
+            .iter()
+            .all(|g| self.group_hosts.get(g).is_none_or(|s| !s.contains(h.name.as_str())))
     }
 
-    fn take(&mut self, u: &Unit, choice: Result<(&'h Capacity, Why), String>) -> (Option<String>, Why) {
+    fn take(
+        &mut self,
+        u: &Unit,
+        choice: Result<(&'h Capacity, Why), String>,
+    ) -> (Option<String>, Why) {
         match choice {
             Ok((h, why)) => {
                 let x = self.used.get_mut(h.name.as_str()).expect("every host has a row");
@@ -213,7 +224,11 @@ impl<'h> State<'h> {
     }
 }
 
-fn least_loaded<'h>(u: &Unit, hosts: &'h [Capacity], st: &State<'h>) -> Result<(&'h Capacity, Why), String> {
+fn least_loaded<'h>(
+    u: &Unit,
+    hosts: &'h [Capacity],
+    st: &State<'h>,
+) -> Result<(&'h Capacity, Why), String> {
     let room: Vec<&Capacity> = hosts.iter().filter(|h| h.schedulable && st.fits(u, h)).collect();
     if room.is_empty() {
         let live = hosts.iter().filter(|h| h.schedulable).count();
@@ -235,12 +250,18 @@ fn least_loaded<'h>(u: &Unit, hosts: &'h [Capacity], st: &State<'h>) -> Result<(
     // The group that kept it off some host with room.
     let blocking = || {
         (u.groups.iter())
-            .find(|g| room.iter().any(|h| st.group_hosts.get(*g).is_some_and(|s| s.contains(h.name.as_str()))))
+            .find(|g| {
+                room.iter()
+                    .any(|h| st.group_hosts.get(*g).is_some_and(|s| s.contains(h.name.as_str())))
+            })
             .cloned()
             .unwrap_or_default()
     };
     match best {
-        None => Err(format!("anti-affinity group {}: every host with room already holds a member", blocking())),
+        None => Err(format!(
+            "anti-affinity group {}: every host with room already holds a member",
+            blocking()
+        )),
         Some(h) if spread.len() < room.len() => Ok((h, Why::Spread { group: blocking() })),
         Some(h) => Ok((h, Why::LeastLoaded)),
     }
@@ -339,7 +360,10 @@ mod tests {
         let mut cordoned = hosts.clone();
         cordoned[1].schedulable = false;
         let p = place(&[a], &cordoned, &HashMap::new());
-        assert_eq!(at(&p, "a").1, Why::Unplaced { reason: "pinned to host h2, which is cordoned".into() });
+        assert_eq!(
+            at(&p, "a").1,
+            Why::Unplaced { reason: "pinned to host h2, which is cordoned".into() }
+        );
     }
 
     #[test]
@@ -363,8 +387,10 @@ mod tests {
     fn stable_placement_keeps_vrs_where_they_are() {
         let units = [unit("a", 0.3), unit("b", 0.3), unit("c", 0.3)];
         let hosts = [host("h1", 1.0), host("h2", 1.0), host("h3", 1.0)];
-        let prev: HashMap<String, String> =
-            [("a", "h3"), ("b", "h3")].iter().map(|(v, h)| (v.to_string(), h.to_string())).collect();
+        let prev: HashMap<String, String> = [("a", "h3"), ("b", "h3")]
+            .iter()
+            .map(|(v, h)| (v.to_string(), h.to_string()))
+            .collect();
         let p = place(&units, &hosts, &prev);
         // Least loaded would spread them; they stay, and only c is placed fresh.
         assert_eq!(at(&p, "a"), (on("h3"), Why::Kept));
@@ -431,7 +457,9 @@ mod tests {
         let v2 = vnis(&segs2, &prev);
         assert_eq!((v2["lan"], v2["l12"], v2["new"]), (VNI_BASE + 2, VNI_BASE + 1, VNI_BASE));
         // A bad or doubled previous VNI is not trusted.
-        let bad: HashMap<String, u32> = [("lan".to_string(), 7), ("l12".to_string(), VNI_BASE), ("new".to_string(), VNI_BASE)].into();
+        let bad: HashMap<String, u32> =
+            [("lan".to_string(), 7), ("l12".to_string(), VNI_BASE), ("new".to_string(), VNI_BASE)]
+                .into();
         let v3 = vnis(&segs2, &bad);
         let all: BTreeSet<u32> = v3.values().copied().collect();
         assert_eq!(all.len(), 3);

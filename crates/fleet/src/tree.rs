@@ -125,7 +125,9 @@ impl Y {
             let (key, rest) = part.split_once('[').unwrap_or((part, ""));
             if !key.is_empty() {
                 // An interface's `link:` is written `switch:` in generated topologies.
-                match node.get(key).or_else(|| (key == "switch").then(|| node.get("link")).flatten())
+                match node
+                    .get(key)
+                    .or_else(|| (key == "switch").then(|| node.get("link")).flatten())
                 {
                     Some(n) => node = n,
                     None => return node,

@@ -91,16 +91,24 @@ fn one_controller_leads_places_fails_over_and_drains() {
     assert!(placement(&etcd).is_none(), "the dry run wrote a placement");
     let rev = controller::store(&etcd, FLEET, Duration::from_secs(2)).unwrap();
     let p = wait(long, "placed", || placement(&etcd).filter(|p| p.revision == rev));
-    let (leader, follower, next) =
-        if c1.state().leader { (c1, c2, "c2") } else { (c2, c1, "c1") };
+    let (leader, follower, next) = if c1.state().leader { (c1, c2, "c2") } else { (c2, c1, "c1") };
     assert_eq!(p.error, None);
     assert_eq!(at(&p), at(&dry));
-    assert_eq!((at(&p)["a"].clone(), at(&p)["b"].clone(), at(&p)["c"].clone()), (on("h1"), on("h2"), on("h3")));
+    assert_eq!(
+        (at(&p)["a"].clone(), at(&p)["b"].clone(), at(&p)["c"].clone()),
+        (on("h1"), on("h2"), on("h3"))
+    );
     let lan = &p.segments[0];
-    assert_eq!((lan.name.as_str(), lan.hosts.clone()), ("lan", vec!["h1".to_string(), "h2".to_string()]));
+    assert_eq!(
+        (lan.name.as_str(), lan.hosts.clone()),
+        ("lan", vec!["h1".to_string(), "h2".to_string()])
+    );
     // Each agent applied its share: a on h1 (with a VXLAN port to h2), b on h2, c on h3.
     for (i, vrs) in [vec!["a"], vec!["b"], vec!["c"]].iter().enumerate() {
-        wait(long, "each host applied its share", || (applied(&l[i]).as_ref() == Some(&vrs.iter().map(|s| s.to_string()).collect())).then_some(()));
+        wait(long, "each host applied its share", || {
+            (applied(&l[i]).as_ref() == Some(&vrs.iter().map(|s| s.to_string()).collect()))
+                .then_some(())
+        });
     }
     let h1 = l[0].applied.lock().unwrap().last().unwrap().0.clone();
     assert!(h1.contains("kind: \"vxlan\"") && h1.contains("\"192.0.2.2\""), "{h1}");
@@ -119,13 +127,22 @@ fn one_controller_leads_places_fails_over_and_drains() {
     let mut both = vec!["a".to_string(), "c".to_string()];
     both.sort();
     wait(long, "h3 applied a and c", || (applied(&l[2]) == Some(both.clone())).then_some(()));
-    assert_eq!((at(&p)["b"].clone(), at(&p)["c"].clone()), (on("h2"), on("h3")), "b and c stay where they were");
+    assert_eq!(
+        (at(&p)["b"].clone(), at(&p)["c"].clone()),
+        (on("h2"), on("h3")),
+        "b and c stay where they were"
+    );
 
     // Drain h3: c moves to h2; a fits nowhere (h2 holds b of its group) and says so.
     controller::cordon(&etcd, "h3", true, Duration::from_secs(2)).unwrap();
-    let p = wait(long, "h3 drained", || placement(&etcd).filter(|p| p.cordoned == ["h3"] && at(p)["c"] == on("h2")));
+    let p = wait(long, "h3 drained", || {
+        placement(&etcd).filter(|p| p.cordoned == ["h3"] && at(p)["c"] == on("h2"))
+    });
     let a = p.vrs.iter().find(|v| v.vr == "a").unwrap();
-    assert!(matches!(&a.why, Why::Unplaced { reason } if reason.contains("anti-affinity group g")), "{a:?}");
+    assert!(
+        matches!(&a.why, Why::Unplaced { reason } if reason.contains("anti-affinity group g")),
+        "{a:?}"
+    );
     wait(long, "h3 emptied", || (applied(&l[2]) == Some(vec![])).then_some(()));
     let view = fleet::view::read(&etcd, Duration::from_secs(2)).unwrap();
     assert_eq!(view.cordoned, ["h3"]);
@@ -134,7 +151,9 @@ fn one_controller_leads_places_fails_over_and_drains() {
 
     // Uncordoned: a lands on h3 again; c stays on h2 (nothing moves back by itself).
     controller::cordon(&etcd, "h3", false, Duration::from_secs(2)).unwrap();
-    let p = wait(long, "a placed again", || placement(&etcd).filter(|p| p.cordoned.is_empty() && at(p)["a"] == on("h3")));
+    let p = wait(long, "a placed again", || {
+        placement(&etcd).filter(|p| p.cordoned.is_empty() && at(p)["a"] == on("h3"))
+    });
     assert_eq!(at(&p)["c"], on("h2"));
     follower.stop();
     drop(agents);

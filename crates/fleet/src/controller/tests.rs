@@ -112,7 +112,10 @@ fn failover_moves_a_dead_hosts_vrs_and_keeps_the_rules() {
     let p = plan(&last, "ctl").placement;
     let x = p.vrs.iter().find(|x| x.vr == "a").unwrap();
     assert_eq!(x.host, None);
-    assert!(matches!(&x.why, Why::Unplaced { reason } if reason.contains("anti-affinity group g")), "{x:?}");
+    assert!(
+        matches!(&x.why, Why::Unplaced { reason } if reason.contains("anti-affinity group g")),
+        "{x:?}"
+    );
     assert_eq!(host_of(&p, "c").as_deref(), Some("h2"));
 }
 

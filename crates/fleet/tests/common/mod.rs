@@ -196,4 +196,3 @@ pub fn put(etcd: &[String], key: &str, value: &str) -> i64 {
         r.header().unwrap().revision()
     })
 }
-
