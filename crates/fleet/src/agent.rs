@@ -43,6 +43,8 @@ pub struct Handle {
     stop: Arc<AtomicU8>,
     status: Arc<Mutex<FleetStatus>>,
     thread: Option<JoinHandle<()>>,
+    /// The host's fleet controller (`fleet: { controller: true }`).
+    controller: Option<crate::controller::ControllerHandle>,
 }
 
 impl Handle {
@@ -64,7 +66,17 @@ impl Handle {
         self.finish(HALT);
     }
 
+    /// The host's controller's state, if it runs one.
+    pub fn controller(&self) -> Option<crate::controller::ControllerState> {
+        self.controller.as_ref().map(|c| c.state())
+    }
+
     fn finish(&mut self, how: u8) {
+        match self.controller.take() {
+            Some(c) if how == HALT => c.halt(),
+            Some(c) => c.stop(),
+            None => {}
+        }
         self.stop.store(how, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -92,6 +104,14 @@ impl Agent {
         let stop = Arc::new(AtomicU8::new(RUN));
         let status =
             Arc::new(Mutex::new(FleetStatus { host: cfg.host.clone(), ..Default::default() }));
+        let controller = match cfg.controller {
+            true => Some(crate::controller::spawn(crate::controller::ControllerConfig {
+                etcd: cfg.etcd.clone(),
+                name: cfg.host.clone(),
+                ttl: cfg.lease_ttl,
+            })?),
+            false => None,
+        };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -102,7 +122,7 @@ impl Agent {
             .name("fleet-agent".into())
             .spawn(move || rt.block_on(run.main(&flag)))
             .map_err(|e| FleetError::Io { path: "fleet agent thread".into(), source: e })?;
-        Ok(Handle { stop, status, thread: Some(thread) })
+        Ok(Handle { stop, status, thread: Some(thread), controller })
     }
 }
 
@@ -222,6 +242,7 @@ impl Run {
         let desired = self.read_desired().await?;
         self.unfence(desired.as_ref()).await;
         if let Some((rev, text)) = desired {
+            let text = self.cfg.with_host_settings(&text);
             self.converge(rev, &text).await;
         }
         self.publish().await

@@ -22,7 +22,18 @@ use yamlpath::{Located, Value};
 
 use crate::FleetError;
 
-const FLEET_KEYS: &[&str] = &["etcd", "host", "underlay", "offer", "lease_ttl_s", "policy"];
+const FLEET_KEYS: &[&str] = &[
+    "etcd",
+    "host",
+    "underlay",
+    "underlay_dev",
+    "underlay_netns",
+    "underlay_mtu",
+    "offer",
+    "lease_ttl_s",
+    "policy",
+    "controller",
+];
 const OFFER_KEYS: &[&str] = &["workers", "cpu_share", "memory_mib"];
 /// At most this many etcd endpoints (a cluster has 3, 5 or 7 members).
 pub const MAX_ENDPOINTS: usize = 16;
@@ -65,11 +76,26 @@ pub struct FleetConfig {
     pub host: String,
     /// The address VXLAN and migration reach this host at.
     pub underlay: IpAddr,
+    /// The underlay interface the fleet's VXLAN ports bind to, if any.
+    pub underlay_dev: Option<String>,
+    /// The namespace the underlay is in (`/run/netns/NAME`), if not routeplex's own.
+    pub underlay_netns: Option<String>,
+    /// The underlay's MTU, if not 1500.
+    pub underlay_mtu: Option<u16>,
     pub offer: Offer,
     /// The lease's time to live.
     pub lease_ttl: Duration,
     pub policy: Policy,
+    /// This host also runs a fleet controller (one leads at a time).
+    pub controller: bool,
+    /// The host's own host-wide settings (`workers`, `idle`, `metrics`, `migration`), as its
+    /// file gives them: a controller's topology carries none, and `apply` refuses a change of
+    /// most of them, so the agent adds them to one (see [`FleetConfig::with_host_settings`]).
+    pub host_settings: Vec<(String, crate::tree::Y)>,
 }
+
+/// The top-level keys a controller leaves to each host's own file.
+pub const HOST_SETTINGS: &[&str] = &["workers", "idle", "metrics", "migration"];
 
 impl FleetConfig {
     /// The `fleet:` section of a topology's text, if it has one; `file` names it in errors.
@@ -77,7 +103,35 @@ impl FleetConfig {
         let wrap = |at: Located| FleetError::Config { file: file.to_string(), at };
         let doc = yamlpath::parse_document(text, "fleet:, vrs:, ...").map_err(wrap)?;
         let top = Value::<Located>::root(&doc).mapping().map_err(wrap)?;
-        top.get("fleet").map(|v| parse(&v)).transpose().map_err(wrap)
+        let Some(mut cfg) = top.get("fleet").map(|v| parse(&v)).transpose().map_err(wrap)? else {
+            return Ok(None);
+        };
+        for k in HOST_SETTINGS {
+            if let Some(v) = top.get(k) {
+                cfg.host_settings
+                    .push((k.to_string(), crate::tree::Y::from_value(&v).map_err(wrap)?));
+            }
+        }
+        Ok(Some(cfg))
+    }
+
+    /// A desired topology the fleet controller wrote (it starts with
+    /// [`crate::controller::HEADER`]) with the host's own settings added where it has none;
+    /// any other text as it is (a person's desired topology says what it means).
+    pub fn with_host_settings(&self, text: &str) -> String {
+        if self.host_settings.is_empty() || !text.starts_with(crate::controller::HEADER) {
+            return text.to_string();
+        }
+        let Ok(doc) = yamlpath::parse_document(text, "vrs:") else { return text.to_string() };
+        let Ok(mut y) = crate::tree::Y::from_value(&Value::<Located>::root(&doc)) else {
+            return text.to_string();
+        };
+        for (k, v) in &self.host_settings {
+            if y.get(k).is_none() {
+                y.set(k, v.clone());
+            }
+        }
+        format!("{}{}", crate::controller::HEADER, y.emit())
     }
 }
 
@@ -95,6 +149,23 @@ fn parse(v: &Value<'_>) -> Result<FleetConfig, Located> {
     let host_v = m.req("host")?;
     let host = host_name(&host_v)?;
     let underlay = m.req("underlay")?.parse::<IpAddr>("IP address")?;
+    // Interface names are 15 bytes at most (IFNAMSIZ); namespaces are files in /run/netns.
+    let ifname = |k: &str, max: usize| -> Result<Option<String>, Located> {
+        let Some(v) = m.get(k) else { return Ok(None) };
+        let s = v.text()?;
+        if s.len() > max || s.contains(['/', ' ']) || s == "." || s == ".." {
+            return Err(v.bad(
+                s,
+                format_args!("{k} {s:?} is not an interface or namespace name (1..={max} characters, no '/' or space)"),
+            ));
+        }
+        Ok(Some(s.to_string()))
+    };
+    let (underlay_dev, underlay_netns) =
+        (ifname("underlay_dev", 15)?, ifname("underlay_netns", 32)?);
+    let underlay_mtu =
+        m.get("underlay_mtu").map(|v| v.int("underlay_mtu", 576, 65535)).transpose()?;
+    let controller = m.get("controller").map(|v| v.bool()).transpose()?.unwrap_or(false);
     let ov = m.req("offer")?;
     let o = ov.map(OFFER_KEYS)?;
     let share_v = o.req("cpu_share")?;
@@ -123,7 +194,19 @@ fn parse(v: &Value<'_>) -> Result<FleetConfig, Located> {
             s => return Err(p.bad(s, format_args!("policy must be fence or keep, not {s:?}"))),
         },
     };
-    Ok(FleetConfig { etcd, host, underlay, offer, lease_ttl: Duration::from_secs(ttl_s), policy })
+    Ok(FleetConfig {
+        etcd,
+        host,
+        underlay,
+        underlay_dev,
+        underlay_netns,
+        underlay_mtu,
+        offer,
+        lease_ttl: Duration::from_secs(ttl_s),
+        policy,
+        controller,
+        host_settings: Vec::new(),
+    })
 }
 
 /// `http://HOST:PORT` (or `HOST:PORT`, taken as http): TLS is not built yet.
@@ -178,6 +261,37 @@ vrs: []
         let keep = GOOD.replace("vrs: []", "  policy: keep\n  lease_ttl_s: 1\nvrs: []");
         let c = FleetConfig::from_topology(&keep, "t.yaml").unwrap().unwrap();
         assert_eq!((c.policy, c.lease_ttl), (Policy::Keep, Duration::from_secs(1)));
+        assert_eq!((c.underlay_dev.as_deref(), c.underlay_mtu, c.controller), (None, None, false));
+        let under = GOOD.replace(
+            "vrs: []",
+            "  underlay_dev: eth1\n  underlay_netns: under\n  underlay_mtu: 9000\n  controller: true\nvrs: []",
+        );
+        let c = FleetConfig::from_topology(&under, "t.yaml").unwrap().unwrap();
+        assert_eq!(c.underlay_dev.as_deref(), Some("eth1"));
+        assert_eq!(
+            (c.underlay_netns.as_deref(), c.underlay_mtu, c.controller),
+            (Some("under"), Some(9000), true)
+        );
+        let e = err(&GOOD.replace("vrs: []", "  underlay_dev: a/b\nvrs: []"));
+        assert!(e.contains("fleet.underlay_dev: underlay_dev \"a/b\" is not an interface"), "{e}");
+        let e = err(&GOOD.replace("vrs: []", "  underlay_mtu: 100\nvrs: []"));
+        assert!(
+            e.contains("fleet.underlay_mtu: underlay_mtu 100 is out of range 576..=65535"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_controllers_topology_gets_the_hosts_own_settings() {
+        let text = GOOD.replace("workers: 1", "workers: [0, 2]\nmetrics: { listen: 127.0.0.1:9 }");
+        let c = FleetConfig::from_topology(&text, "t.yaml").unwrap().unwrap();
+        let gen = format!("{}vrs: []\n", crate::controller::HEADER);
+        let t = c.with_host_settings(&gen);
+        let topo = control::topology::Topology::parse(&t, "x", std::path::Path::new(".")).unwrap();
+        assert_eq!(topo.workers, control::topology::Workers::Cpus(vec![0, 2]), "{t}");
+        assert!(topo.metrics.is_some(), "{t}");
+        // A person's desired topology is applied as written.
+        assert_eq!(c.with_host_settings("vrs: []\n"), "vrs: []\n");
     }
 
     #[test]

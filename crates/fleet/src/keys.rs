@@ -4,6 +4,10 @@
 //! |---|---|---|
 //! | `/routeplex/hosts/NAME` | [`crate::record::HostRecord`] (JSON) | on the host's lease: gone when the host is |
 //! | `/routeplex/desired/NAME` | the topology (YAML) the host converges to; its etcd `mod_revision` is its revision | until a controller (or a person) changes it |
+//! | `/routeplex/fleet/desired` | the fleet's desired state (`fleet apply`); its `mod_revision` is the fleet revision | until the next `fleet apply` |
+//! | `/routeplex/fleet/placement` | [`crate::placement::Placement`] (JSON): VR -> host, VNIs | written by the leading controller |
+//! | `/routeplex/fleet/leader` | the leading controller's name | on its lease |
+//! | `/routeplex/fleet/cordon/NAME` | cordoned host (`fleet drain`) | until `fleet uncordon` |
 
 /// Every key of the fleet starts with this.
 pub const ROOT: &str = "/routeplex/";
@@ -11,6 +15,20 @@ pub const ROOT: &str = "/routeplex/";
 pub const HOSTS: &str = "/routeplex/hosts/";
 /// Hosts' desired topologies.
 pub const DESIRED: &str = "/routeplex/desired/";
+
+/// The fleet's desired state.
+pub const FLEET_DESIRED: &str = "/routeplex/fleet/desired";
+/// Where the controller writes the placement.
+pub const PLACEMENT: &str = "/routeplex/fleet/placement";
+/// The controllers' election: the leader's name, on its lease.
+pub const LEADER: &str = "/routeplex/fleet/leader";
+/// Cordoned hosts.
+pub const CORDON: &str = "/routeplex/fleet/cordon/";
+
+/// The key that cordons a host.
+pub fn cordon(name: &str) -> String {
+    format!("{CORDON}{name}")
+}
 
 /// The key a host registers under.
 pub fn host(name: &str) -> String {

@@ -8,6 +8,13 @@
 //! [`keys::desired`] with `apply`, and fences (takes the VRs' interfaces down) when it cannot
 //! renew its lease in time, if the fleet's policy says so.
 //!
+//! The [`controller`] (one leads, elected through etcd) reads the fleet's desired state
+//! ([`fleetdoc`]: the topology language plus placement hints), places its VRs on the live
+//! hosts ([`placement`]: pure, capacity, pins, anti-affinity, stable), cuts it into one
+//! topology per host, stretching switches and links that span hosts over VXLAN, and writes
+//! each host's [`keys::desired`] when it changes; a host gone or cordoned loses its VRs to
+//! the others.
+//!
 //! Contract: the fleet's configuration is the `fleet:` section of the host's topology file
 //! ([`config`]), validated with file:line:col errors. Everything the agent publishes is a typed,
 //! versioned JSON record ([`record`]); what the host knows of the fleet is written to
@@ -18,10 +25,14 @@
 
 pub mod agent;
 pub mod config;
+pub mod controller;
 mod error;
+pub mod fleetdoc;
 pub mod keys;
 pub mod local;
+pub mod placement;
 pub mod record;
+pub mod tree;
 pub mod view;
 
 pub use agent::{Agent, Handle};

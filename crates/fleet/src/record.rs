@@ -25,6 +25,16 @@ pub struct HostRecord {
     pub v: u32,
     pub name: String,
     pub underlay: IpAddr,
+    /// The underlay interface VXLAN ports bind to (`fleet.underlay_dev`); absent in records
+    /// of older builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub underlay_dev: Option<String>,
+    /// The namespace the underlay is in (`fleet.underlay_netns`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub underlay_netns: Option<String>,
+    /// The underlay's MTU (`fleet.underlay_mtu`; VXLAN ports default to 1500).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub underlay_mtu: Option<u16>,
     pub offer: Offer,
     pub policy: Policy,
     /// The etcd lease the record lives on.
@@ -169,6 +179,9 @@ impl HostRecord {
             v: RECORD_VERSION,
             name: cfg.host.clone(),
             underlay: cfg.underlay,
+            underlay_dev: cfg.underlay_dev.clone(),
+            underlay_netns: cfg.underlay_netns.clone(),
+            underlay_mtu: cfg.underlay_mtu,
             offer: cfg.offer.clone(),
             policy: cfg.policy,
             lease,
@@ -357,6 +370,14 @@ mod tests {
         });
         let b = r.encode().unwrap();
         assert_eq!(HostRecord::decode("/routeplex/hosts/h1", &b).unwrap(), r);
+        // A record of an older build (no underlay_dev, _netns, _mtu) still reads.
+        assert!(!String::from_utf8_lossy(&b).contains("underlay_dev"));
+        r.underlay_dev = Some("eth1".into());
+        r.underlay_mtu = Some(9000);
+        let b2 = r.encode().unwrap();
+        assert_eq!(HostRecord::decode("/routeplex/hosts/h1", &b2).unwrap(), r);
+        r.underlay_dev = None;
+        r.underlay_mtu = None;
         let e = HostRecord::decode("/routeplex/hosts/h2", &b).unwrap_err().to_string();
         assert!(e.contains("/routeplex/hosts/h2") && e.contains("\"h1\""), "{e}");
         r.v = 2;

@@ -21,6 +21,12 @@ pub struct FleetView {
     pub revision: i64,
     pub hosts: Vec<HostView>,
     pub desired: Vec<DesiredView>,
+    /// Cordoned hosts (`fleet drain`).
+    pub cordoned: Vec<String>,
+    /// The leading controller, if one leads.
+    pub leader: Option<String>,
+    /// The controller's last placement: VR -> host, with why; VNIs of stretched segments.
+    pub placement: Option<crate::placement::Placement>,
     /// Keys under the fleet's prefixes that could not be read, with why.
     pub unreadable: Vec<String>,
 }
@@ -64,8 +70,15 @@ async fn read_async(endpoints: &[String], timeout: Duration) -> Result<FleetView
     let list = || Some(GetOptions::new().with_prefix().with_limit(MAX_KEYS));
     let hosts = c.get(keys::HOSTS, list()).await?;
     let revision = hosts.header().map_or(0, |h| h.revision());
-    let mut view =
-        FleetView { revision, hosts: Vec::new(), desired: Vec::new(), unreadable: Vec::new() };
+    let mut view = FleetView {
+        revision,
+        hosts: Vec::new(),
+        desired: Vec::new(),
+        cordoned: Vec::new(),
+        leader: None,
+        placement: None,
+        unreadable: Vec::new(),
+    };
     for kv in hosts.kvs() {
         let key = String::from_utf8_lossy(kv.key()).into_owned();
         match HostRecord::decode(&key, kv.value()) {
@@ -86,6 +99,22 @@ async fn read_async(endpoints: &[String], timeout: Duration) -> Result<FleetView
                 bytes: kv.value().len(),
             }),
             _ => view.unreadable.push(format!("{key}: not a host's desired topology")),
+        }
+    }
+    for kv in c.get(keys::CORDON, list()).await?.kvs() {
+        let key = String::from_utf8_lossy(kv.key()).into_owned();
+        match keys::name_in(&key, keys::CORDON) {
+            Some(h) => view.cordoned.push(h.to_string()),
+            None => view.unreadable.push(format!("{key}: not a cordon")),
+        }
+    }
+    if let Some(kv) = c.get(keys::LEADER, None).await?.kvs().first() {
+        view.leader = Some(String::from_utf8_lossy(kv.value()).chars().take(64).collect());
+    }
+    if let Some(kv) = c.get(keys::PLACEMENT, None).await?.kvs().first() {
+        match crate::record::decode::<crate::placement::Placement>(keys::PLACEMENT, kv.value()) {
+            Ok(p) => view.placement = Some(p),
+            Err(e) => view.unreadable.push(e.to_string()),
         }
     }
     view.hosts.sort_by(|a, b| a.record.name.cmp(&b.record.name));
@@ -125,7 +154,11 @@ pub fn render(v: &FleetView, now_ms: u64) -> String {
                 Some(d) => format!("{}/{d}", r.applied_revision),
                 None => format!("{}/-", r.applied_revision),
             },
-            if r.fenced { "FENCED".into() } else { "ok".into() },
+            match (r.fenced, v.cordoned.contains(&r.name)) {
+                (true, _) => "FENCED".into(),
+                (false, true) => "cordoned".into(),
+                (false, false) => "ok".into(),
+            },
         ]);
     }
     control::topology::text_table(&mut out, "", &rows);
@@ -146,6 +179,21 @@ pub fn render(v: &FleetView, now_ms: u64) -> String {
     }
     out.push('\n');
     control::topology::text_table(&mut out, "", &rows);
+    let gone: Vec<&String> =
+        v.cordoned.iter().filter(|c| !v.hosts.iter().any(|h| &h.record.name == *c)).collect();
+    if !gone.is_empty() {
+        let names: Vec<&str> = gone.iter().map(|s| s.as_str()).collect();
+        let _ = writeln!(out, "\ncordoned, not registered: {}", names.join(", "));
+    }
+    if let Some(p) = &v.placement {
+        let leader = v.leader.as_deref().unwrap_or("none now");
+        let _ = writeln!(
+            out,
+            "\nplacement of fleet revision {} by {} (leader: {leader}):",
+            p.revision, p.leader
+        );
+        out += &crate::controller::render(p);
+    }
     for u in &v.unreadable {
         let _ = writeln!(out, "unreadable: {u}");
     }
@@ -177,6 +225,9 @@ mod tests {
             revision: 9,
             hosts: vec![HostView { record: r, lease_ttl_left_s: 2 }],
             desired: vec![DesiredView { host: "h1".into(), revision: 5, bytes: 10 }],
+            cordoned: vec![],
+            leader: None,
+            placement: None,
             unreadable: vec!["/routeplex/hosts/x: bad".into()],
         };
         let s = render(&v, 3500);

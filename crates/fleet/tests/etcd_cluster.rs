@@ -8,109 +8,12 @@
 //! ([`Recorder`]): this test is about the fleet protocol, and `control`'s own tests cover what
 //! `apply` and `interface_set` do to a data plane.
 
-use std::sync::{Arc, Mutex};
+mod common;
+
 use std::time::{Duration, Instant};
 
-use fleet::local::Local;
-use fleet::record::LocalStatus;
-use fleet::{Agent, FleetConfig, FleetError};
-
-mod etcd;
-use etcd::{Cluster, ETCD};
-
-/// A VR's name and its interfaces (name, up).
-type Vr = (String, Vec<(String, bool)>);
-
-/// A host's control API that records what it is asked and answers from a list of VRs.
-struct Recorder {
-    vrs: Mutex<Vec<Vr>>,
-    applied: Mutex<Vec<(String, String)>>,
-}
-
-impl Recorder {
-    fn new(vrs: &[(&str, &[&str])]) -> Arc<Recorder> {
-        let vrs = vrs
-            .iter()
-            .map(|(v, is)| (v.to_string(), is.iter().map(|i| (i.to_string(), true)).collect()))
-            .collect();
-        Arc::new(Recorder { vrs: Mutex::new(vrs), applied: Mutex::new(Vec::new()) })
-    }
-
-    fn up(&self) -> Vec<(String, String, bool)> {
-        let vrs = self.vrs.lock().unwrap();
-        vrs.iter()
-            .flat_map(|(v, is)| is.iter().map(|(i, up)| (v.clone(), i.clone(), *up)))
-            .collect()
-    }
-}
-
-impl Local for Recorder {
-    fn status(&self) -> Result<LocalStatus, FleetError> {
-        let vrs: Vec<serde_json::Value> = self
-            .vrs
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(v, is)| {
-                let ifs: Vec<_> =
-                    is.iter().map(|(n, up)| serde_json::json!({"name": n, "up": up})).collect();
-                serde_json::json!({"name": v, "worker": 0, "counters": {"rx_packets": 5}, "interfaces": ifs})
-            })
-            .collect();
-        LocalStatus::from_json(serde_json::json!({"workers": [{"index": 0}], "vrs": vrs}))
-    }
-
-    fn apply(&self, topology: &str, source: &str) -> Result<(), FleetError> {
-        self.applied.lock().unwrap().push((topology.into(), source.into()));
-        Ok(())
-    }
-
-    fn set_up(&self, vr: &str, interface: &str, up: bool) -> Result<(), FleetError> {
-        let mut vrs = self.vrs.lock().unwrap();
-        let v = vrs.iter_mut().find(|(n, _)| n == vr).expect("a VR the status listed");
-        v.1.iter_mut().find(|(n, _)| n == interface).expect("its interface").1 = up;
-        Ok(())
-    }
-}
-
-fn config(host: &str, etcd: &[String], ttl_s: u64) -> FleetConfig {
-    let text = format!(
-        "fleet:\n  etcd: [{}]\n  host: {host}\n  underlay: 192.0.2.{}\n  offer: {{ workers: 1, cpu_share: 0.5, memory_mib: 256 }}\n  lease_ttl_s: {ttl_s}\n",
-        etcd.join(", "),
-        host.len()
-    );
-    FleetConfig::from_topology(&text, "test").unwrap().unwrap()
-}
-
-/// Polls `f` until it returns `Some`, for at most `limit`.
-fn wait<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn hosts(etcd: &[String]) -> Option<Vec<fleet::view::HostView>> {
-    fleet::view::read(etcd, Duration::from_millis(500)).ok().map(|v| v.hosts)
-}
-
-fn names(h: &[fleet::view::HostView]) -> Vec<&str> {
-    h.iter().map(|h| h.record.name.as_str()).collect()
-}
-
-/// Writes `value` under `key`; returns the revision it got.
-fn put(etcd: &[String], key: &str, value: &str) -> i64 {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let mut c = etcd_client::Client::connect(etcd, None).await.unwrap();
-        let r = c.put(key, value, None).await.unwrap();
-        r.header().unwrap().revision()
-    })
-}
+use common::{config, hosts, names, put, wait, Cluster, Recorder, ETCD};
+use fleet::Agent;
 
 #[test]
 fn hosts_register_converge_survive_a_member_and_fence_without_quorum() {
@@ -121,7 +24,7 @@ fn hosts_register_converge_survive_a_member_and_fence_without_quorum() {
     // 5 s rather than the default 3: on a loaded 2-core machine, the election after the
     // leader is killed has been seen to outlast ¾ of a 3 s TTL, and the host fenced.
     let ttl = Duration::from_secs(5);
-    let mut cluster = Cluster::start(std::net::Ipv4Addr::LOCALHOST.into(), "fleet");
+    let mut cluster = common::cluster();
     let etcd = cluster.clients.clone();
     wait(Duration::from_secs(30), "etcd cluster serving", || hosts(&etcd));
 

@@ -294,6 +294,45 @@ enum FleetCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Store the fleet's desired state (the topology language plus placement hints per VR:
+    /// host, anti_affinity, cpu_share, memory_mib) at /routeplex/fleet/desired; the leading
+    /// controller places it. --dry-run prints which VR lands where and why, writing nothing.
+    Apply {
+        file: PathBuf,
+        /// etcd client URLs, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        etcd: Vec<String>,
+        #[arg(long)]
+        dry_run: bool,
+        /// With --dry-run: the placement as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a fleet controller (one leads at a time, elected through etcd) until stopped.
+    Controller {
+        /// etcd client URLs, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        etcd: Vec<String>,
+        /// Its name, unique among the controllers (default: host name and process id).
+        #[arg(long)]
+        name: Option<String>,
+        /// Its lease's TTL, seconds: a dead leader is replaced this long after it stops.
+        #[arg(long, default_value_t = 3)]
+        ttl_s: u64,
+    },
+    /// Mark a host unschedulable: the leader places its VRs elsewhere (restarted there, not
+    /// live-migrated yet) and places nothing new on it.
+    Drain {
+        host: String,
+        #[arg(long, value_delimiter = ',', required = true)]
+        etcd: Vec<String>,
+    },
+    /// Make a drained host schedulable again (nothing moves back by itself).
+    Uncordon {
+        host: String,
+        #[arg(long, value_delimiter = ',', required = true)]
+        etcd: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -394,6 +433,14 @@ fn main() -> ExitCode {
         Cmd::Graph { file, out } => graph(&file, &out),
         Cmd::Pktgen(a) => pktgen::run(a),
         Cmd::Fleet(FleetCmd::Status { etcd, json }) => service::fleet_status(&etcd, json),
+        Cmd::Fleet(FleetCmd::Apply { file, etcd, dry_run, json }) => {
+            service::fleet_apply(&file, &etcd, dry_run, json)
+        }
+        Cmd::Fleet(FleetCmd::Controller { etcd, name, ttl_s }) => {
+            service::fleet_controller(etcd, name, ttl_s)
+        }
+        Cmd::Fleet(FleetCmd::Drain { host, etcd }) => service::fleet_cordon(&host, &etcd, true),
+        Cmd::Fleet(FleetCmd::Uncordon { host, etcd }) => service::fleet_cordon(&host, &etcd, false),
         Cmd::Up { file } => service::up(&file),
         Cmd::Down { file } => service::down(&file),
         Cmd::Run { file, state_dir, burst } => service::run(&file, state_dir.as_deref(), burst),

@@ -3,7 +3,7 @@
 //! (`control::api`).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
 use control::api::Command;
@@ -74,6 +74,58 @@ pub fn fleet_status(etcd: &[String], json: bool) -> Result<()> {
         println!("{}", serde_json::to_string(&v)?);
     } else {
         print!("{}", fleet::view::render(&v, fleet::record::now_ms()));
+    }
+    Ok(())
+}
+
+/// How long one etcd call of the fleet commands may take.
+const FLEET_CALL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `routeplex fleet apply FILE --etcd URLS [--dry-run [--json]]`.
+pub fn fleet_apply(file: &Path, etcd: &[String], dry_run: bool, json: bool) -> Result<()> {
+    let (_, text) = fleet::fleetdoc::FleetDoc::load(file)?;
+    if dry_run {
+        let p = fleet::controller::dry_run(etcd, &text, FLEET_CALL)?;
+        if json {
+            println!("{}", serde_json::to_string(&p)?);
+        } else {
+            print!("{}", fleet::controller::render(&p));
+        }
+        return Ok(());
+    }
+    let rev = fleet::controller::store(etcd, &text, FLEET_CALL)?;
+    println!(
+        "{}: stored at {} (fleet revision {rev}); the leading controller places it (routeplex fleet status)",
+        file.display(),
+        fleet::keys::FLEET_DESIRED
+    );
+    Ok(())
+}
+
+/// `routeplex fleet controller --etcd URLS`: runs until SIGTERM or SIGINT.
+pub fn fleet_controller(etcd: Vec<String>, name: Option<String>, ttl_s: u64) -> Result<()> {
+    anyhow::ensure!((1..=60).contains(&ttl_s), "--ttl-s {ttl_s} is out of range 1..=60");
+    let name = name.unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    });
+    fleet::keys::check_name(&name).map_err(|e| anyhow::anyhow!("--name {name:?}: {e}"))?;
+    sys::stop_on_signals(&STOP);
+    let ttl = std::time::Duration::from_secs(ttl_s);
+    let h = fleet::controller::spawn(fleet::controller::ControllerConfig { etcd, name, ttl })?;
+    while !STOP.load(Ordering::Relaxed) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    h.stop();
+    Ok(())
+}
+
+/// `routeplex fleet drain|uncordon HOST --etcd URLS`.
+pub fn fleet_cordon(host: &str, etcd: &[String], on: bool) -> Result<()> {
+    fleet::controller::cordon(etcd, host, on, FLEET_CALL)?;
+    match on {
+        true => println!("{host}: cordoned; the leading controller places its VRs elsewhere (restarted there: drain is not live migration yet)"),
+        false => println!("{host}: schedulable again"),
     }
     Ok(())
 }

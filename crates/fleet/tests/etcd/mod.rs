@@ -1,7 +1,7 @@
 //! A real 3-member etcd cluster for tests: members on free ports of one address (loopback,
 //! or an underlay bridge's address that hosts in network namespaces reach), a temporary data
 //! directory, every process killed and the directory removed on drop, even when the test
-//! fails. Shared by fleet's `etcd_cluster` test and routeplex's `fleet_hosts` test (included
+//! fails. Shared by fleet's etcd tests (through `common`) and routeplex's `fleet_hosts` test (included
 //! there by path).
 #![allow(dead_code)]
 

@@ -1,0 +1,468 @@
+//! Where each VR of the fleet runs: pure placement over the live hosts, and the placement
+//! record the controller stores at `/routeplex/fleet/placement`.
+//!
+//! Rules, in the order a unit (VRs that share a port, placed together) is considered:
+//! 1. pinned (`host:`): there or nowhere (a pinned host that is gone, cordoned or full leaves
+//!    the unit unplaced, with the reason);
+//! 2. kept: a unit stays where the previous placement put it while that host is live,
+//!    schedulable, has room and the unit's anti-affinity groups still allow it (stability:
+//!    nothing moves because another VR came or went);
+//! 3. otherwise the least-loaded host (CPU placed over CPU offered, then memory, then name)
+//!    among the live, schedulable hosts with room, after leaving out hosts that already hold
+//!    a member of one of the unit's anti-affinity groups (a hard rule: a unit that cannot be
+//!    spread is unplaced, with the group named).
+//!
+//! Capacity: a host offers `workers × cpu_share` workers of CPU and `memory_mib`; the units
+//! placed on it never sum above either. Cordoned hosts (`fleet drain`) get nothing new and
+//! lose what they hold.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+/// Placement record version; readers refuse others.
+pub const PLACEMENT_VERSION: u32 = 1;
+/// The first VNI the controller allocates (lower ones are left to hand-written topologies).
+pub const VNI_BASE: u32 = 10_000;
+/// The largest VNI (24 bits).
+pub const VNI_MAX: u32 = (1 << 24) - 1;
+/// Room for rounding when CPU shares are summed.
+const EPS: f64 = 1e-9;
+
+/// What must be placed together and what it needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unit {
+    /// Its VRs, in file order (one, unless VRs share a port).
+    pub vrs: Vec<String>,
+    /// CPU, in workers (0.25: a quarter of one worker's time).
+    pub cpu: f64,
+    pub memory_mib: u64,
+    /// The host it is pinned to.
+    pub pin: Option<String>,
+    /// Anti-affinity groups: no two units of one group on one host.
+    pub groups: Vec<String>,
+}
+
+/// A live host as placement sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Capacity {
+    pub name: String,
+    /// CPU offered, in workers (`workers × cpu_share`).
+    pub cpu: f64,
+    pub memory_mib: u64,
+    /// False when cordoned: nothing new, and what it holds moves.
+    pub schedulable: bool,
+}
+
+/// Why a VR is where it is.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "why", rename_all = "snake_case")]
+pub enum Why {
+    /// `host:` names it.
+    Pinned,
+    /// It was there before and still fits.
+    Kept,
+    /// The least-loaded host with room.
+    LeastLoaded,
+    /// The least-loaded host with room outside the hosts holding its anti-affinity group.
+    Spread { group: String },
+    /// Nowhere.
+    Unplaced { reason: String },
+}
+
+/// One VR's place.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VrPlace {
+    pub vr: String,
+    /// `None`: unplaced (see `why`).
+    pub host: Option<String>,
+    #[serde(flatten)]
+    pub why: Why,
+    /// The host it ran on before, when it moved (drain, failover).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_from: Option<String>,
+}
+
+/// A switch or link and the VNI that carries it between hosts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Segment {
+    pub name: String,
+    pub vni: u32,
+    /// Hosts holding a member, by name; carried over VXLAN when more than one.
+    pub hosts: Vec<String>,
+}
+
+/// What the controller stores at `/routeplex/fleet/placement`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Placement {
+    pub v: u32,
+    /// The fleet desired state's revision this places (its etcd mod_revision).
+    pub revision: i64,
+    /// The controller that wrote it.
+    pub leader: String,
+    pub vrs: Vec<VrPlace>,
+    pub segments: Vec<Segment>,
+    /// Cordoned hosts at the time.
+    pub cordoned: Vec<String>,
+    /// Why the fleet desired state could not be placed at all, if so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Placement {
+    /// The host of each placed VR.
+    pub fn hosts(&self) -> HashMap<String, String> {
+        (self.vrs.iter()).filter_map(|p| Some((p.vr.clone(), p.host.clone()?))).collect()
+    }
+
+    /// The VNI of each segment.
+    pub fn vnis(&self) -> HashMap<String, u32> {
+        self.segments.iter().map(|s| (s.name.clone(), s.vni)).collect()
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct Used {
+    cpu: f64,
+    mem: u64,
+}
+
+/// Places `units` on `hosts` (the live ones). `prev` is where each VR was (from the last
+/// placement). Returns one [`VrPlace`] per VR, in the units' order.
+pub fn place(units: &[Unit], hosts: &[Capacity], prev: &HashMap<String, String>) -> Vec<VrPlace> {
+    let mut st = State {
+        used: hosts.iter().map(|h| (h.name.as_str(), Used::default())).collect(),
+        group_hosts: HashMap::new(),
+    };
+    let prev_of = |u: &Unit| u.vrs.iter().find_map(|v| prev.get(v)).cloned();
+    let mut decided: Vec<Option<(Option<String>, Why)>> = vec![None; units.len()];
+    // Pinned units first, then units that may stay where they are (so a newcomer or a unit
+    // that must move never pushes them out), then the rest, each pass in file order.
+    for (i, u) in units.iter().enumerate() {
+        let Some(pin) = &u.pin else { continue };
+        let choice = match hosts.iter().find(|h| &h.name == pin) {
+            None => Err(format!("pinned to host {pin}, which is not live")),
+            Some(h) if !h.schedulable => Err(format!("pinned to host {pin}, which is cordoned")),
+            Some(h) if !st.fits(u, h) => Err(format!(
+                "pinned to host {pin}, which lacks room: {}",
+                room(u, h, st.used[h.name.as_str()])
+            )),
+            Some(h) => Ok((h, Why::Pinned)),
+        };
+        decided[i] = Some(st.take(u, choice));
+    }
+    for (i, u) in units.iter().enumerate() {
+        if decided[i].is_some() {
+            continue;
+        }
+        let kept = prev_of(u)
+            .and_then(|p| hosts.iter().find(|h| h.name == p))
+            .filter(|h| h.schedulable && st.fits(u, h) && st.spread_ok(u, h));
+        if let Some(h) = kept {
+            decided[i] = Some(st.take(u, Ok((h, Why::Kept))));
+        }
+    }
+    for (i, u) in units.iter().enumerate() {
+        if decided[i].is_none() {
+            let choice = least_loaded(u, hosts, &st);
+            decided[i] = Some(st.take(u, choice));
+        }
+    }
+    let mut out = Vec::new();
+    for (u, d) in units.iter().zip(decided) {
+        let (host, why) = d.expect("every unit decided");
+        for v in &u.vrs {
+            let was = prev.get(v).filter(|p| host.as_ref() != Some(*p)).cloned();
+            out.push(VrPlace {
+                vr: v.clone(),
+                host: host.clone(),
+                why: why.clone(),
+                moved_from: was,
+            });
+        }
+    }
+    out
+}
+
+/// What is placed so far.
+struct State<'h> {
+    used: HashMap<&'h str, Used>,
+    /// Hosts holding a member of each anti-affinity group.
+    group_hosts: HashMap<String, BTreeSet<&'h str>>,
+}
+
+impl<'h> State<'h> {
+    fn fits(&self, u: &Unit, h: &Capacity) -> bool {
+        let x = self.used[h.name.as_str()];
+        x.cpu + u.cpu <= h.cpu + EPS && x.mem + u.memory_mib <= h.memory_mib
+    }
+
+    /// Whether `h` holds no member of `u`'s groups.
+    fn spread_ok(&self, u: &Unit, h: &Capacity) -> bool {
+        u.groups
+            .iter()
+            .all(|g| self.group_hosts.get(g).is_none_or(|s| !s.contains(h.name.as_str())))
+    }
+
+    fn take(
+        &mut self,
+        u: &Unit,
+        choice: Result<(&'h Capacity, Why), String>,
+    ) -> (Option<String>, Why) {
+        match choice {
+            Ok((h, why)) => {
+                let x = self.used.get_mut(h.name.as_str()).expect("every host has a row");
+                x.cpu += u.cpu;
+                x.mem += u.memory_mib;
+                for g in &u.groups {
+                    self.group_hosts.entry(g.clone()).or_default().insert(h.name.as_str());
+                }
+                (Some(h.name.clone()), why)
+            }
+            Err(reason) => (None, Why::Unplaced { reason }),
+        }
+    }
+}
+
+fn least_loaded<'h>(
+    u: &Unit,
+    hosts: &'h [Capacity],
+    st: &State<'h>,
+) -> Result<(&'h Capacity, Why), String> {
+    let room: Vec<&Capacity> = hosts.iter().filter(|h| h.schedulable && st.fits(u, h)).collect();
+    if room.is_empty() {
+        let live = hosts.iter().filter(|h| h.schedulable).count();
+        return Err(format!(
+            "no capacity: none of {live} schedulable live host(s) has {:.3} CPU and {} MiB free",
+            u.cpu, u.memory_mib
+        ));
+    }
+    let spread: Vec<&Capacity> = room.iter().copied().filter(|h| st.spread_ok(u, h)).collect();
+    let load = |h: &Capacity| {
+        let x = st.used[h.name.as_str()];
+        let f = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+        (f(x.cpu, h.cpu), f(x.mem as f64, h.memory_mib as f64))
+    };
+    let best = spread.iter().copied().min_by(|a, b| {
+        let (la, lb) = (load(a), load(b));
+        la.partial_cmp(&lb).unwrap_or(std::cmp::Ordering::Equal).then(a.name.cmp(&b.name))
+    });
+    // The group that kept it off some host with room.
+    let blocking = || {
+        (u.groups.iter())
+            .find(|g| {
+                room.iter()
+                    .any(|h| st.group_hosts.get(*g).is_some_and(|s| s.contains(h.name.as_str())))
+            })
+            .cloned()
+            .unwrap_or_default()
+    };
+    match best {
+        None => Err(format!(
+            "anti-affinity group {}: every host with room already holds a member",
+            blocking()
+        )),
+        Some(h) if spread.len() < room.len() => Ok((h, Why::Spread { group: blocking() })),
+        Some(h) => Ok((h, Why::LeastLoaded)),
+    }
+}
+
+fn room(u: &Unit, h: &Capacity, x: Used) -> String {
+    format!(
+        "needs {:.3} CPU and {} MiB, has {:.3} CPU and {} MiB free",
+        u.cpu,
+        u.memory_mib,
+        (h.cpu - x.cpu).max(0.0),
+        h.memory_mib.saturating_sub(x.mem)
+    )
+}
+
+/// One VNI per segment: a segment keeps the VNI it had; a new one gets the lowest free VNI
+/// from [`VNI_BASE`], in name order, so the same history always gives the same VNIs.
+pub fn vnis(segments: &[String], prev: &HashMap<String, u32>) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    let mut taken = BTreeSet::new();
+    for s in segments {
+        if let Some(&v) = prev.get(s).filter(|v| (VNI_BASE..=VNI_MAX).contains(*v)) {
+            if taken.insert(v) {
+                out.insert(s.clone(), v);
+            }
+        }
+    }
+    let mut next = VNI_BASE;
+    let mut fresh: Vec<&String> = segments.iter().filter(|s| !out.contains_key(*s)).collect();
+    fresh.sort();
+    for s in fresh {
+        while taken.contains(&next) {
+            next += 1;
+        }
+        taken.insert(next);
+        out.insert(s.clone(), next);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(name: &str, cpu: f64) -> Unit {
+        Unit { vrs: vec![name.into()], cpu, memory_mib: 0, pin: None, groups: vec![] }
+    }
+
+    fn host(name: &str, cpu: f64) -> Capacity {
+        Capacity { name: name.into(), cpu, memory_mib: 1024, schedulable: true }
+    }
+
+    fn at(p: &[VrPlace], vr: &str) -> (Option<String>, Why) {
+        let x = p.iter().find(|x| x.vr == vr).unwrap();
+        (x.host.clone(), x.why.clone())
+    }
+
+    fn on(h: &str) -> Option<String> {
+        Some(h.to_string())
+    }
+
+    #[test]
+    fn least_loaded_then_capacity_never_overcommitted() {
+        let units = [unit("a", 0.5), unit("b", 0.5), unit("c", 0.5), unit("d", 0.5)];
+        let hosts = [host("h1", 1.0), host("h2", 0.6)];
+        let p = place(&units, &hosts, &HashMap::new());
+        assert_eq!(at(&p, "a"), (on("h1"), Why::LeastLoaded));
+        assert_eq!(at(&p, "b"), (on("h2"), Why::LeastLoaded));
+        assert_eq!(at(&p, "c"), (on("h1"), Why::LeastLoaded));
+        let (h, why) = at(&p, "d");
+        assert_eq!(h, None);
+        let Why::Unplaced { reason } = why else { panic!("{why:?}") };
+        assert!(reason.starts_with("no capacity: none of 2 schedulable"), "{reason}");
+        // Memory counts too.
+        let mut m = unit("m", 0.0);
+        m.memory_mib = 2000;
+        let p = place(&[m], &hosts, &HashMap::new());
+        assert!(matches!(at(&p, "m").1, Why::Unplaced { .. }));
+    }
+
+    #[test]
+    fn pins_hold_or_say_why() {
+        let mut a = unit("a", 0.5);
+        a.pin = on("h2");
+        let mut b = unit("b", 0.9);
+        b.pin = on("h2");
+        let mut c = unit("c", 0.1);
+        c.pin = on("h9");
+        let hosts = [host("h1", 1.0), host("h2", 1.0)];
+        let p = place(&[a.clone(), b, c], &hosts, &HashMap::new());
+        assert_eq!(at(&p, "a"), (on("h2"), Why::Pinned));
+        let Why::Unplaced { reason } = at(&p, "b").1 else { panic!() };
+        assert_eq!(reason, "pinned to host h2, which lacks room: needs 0.900 CPU and 0 MiB, has 0.500 CPU and 1024 MiB free");
+        let Why::Unplaced { reason } = at(&p, "c").1 else { panic!() };
+        assert_eq!(reason, "pinned to host h9, which is not live");
+        let mut cordoned = hosts.clone();
+        cordoned[1].schedulable = false;
+        let p = place(&[a], &cordoned, &HashMap::new());
+        assert_eq!(
+            at(&p, "a").1,
+            Why::Unplaced { reason: "pinned to host h2, which is cordoned".into() }
+        );
+    }
+
+    #[test]
+    fn anti_affinity_spreads_and_refuses_when_it_cannot() {
+        let g = |n: &str| Unit { groups: vec!["edge".into()], ..unit(n, 0.1) };
+        let hosts = [host("h1", 1.0), host("h2", 1.0)];
+        // Without the group, b would go to h2 anyway (least loaded); c would go to h1.
+        let p = place(&[g("a"), g("b"), g("c"), unit("d", 0.1)], &hosts, &HashMap::new());
+        assert_eq!(at(&p, "a"), (on("h1"), Why::LeastLoaded));
+        assert_eq!(at(&p, "b"), (on("h2"), Why::Spread { group: "edge".into() }));
+        let Why::Unplaced { reason } = at(&p, "c").1 else { panic!() };
+        assert_eq!(reason, "anti-affinity group edge: every host with room already holds a member");
+        assert_eq!(at(&p, "d").0, on("h1"));
+        // Spread beats least loaded: h1 is busier but h2 holds the group.
+        let busy = Unit { pin: on("h1"), ..unit("busy", 0.8) };
+        let p = place(&[busy, Unit { pin: on("h2"), ..g("x") }, g("y")], &hosts, &HashMap::new());
+        assert_eq!(at(&p, "y"), (on("h1"), Why::Spread { group: "edge".into() }));
+    }
+
+    #[test]
+    fn stable_placement_keeps_vrs_where_they_are() {
+        let units = [unit("a", 0.3), unit("b", 0.3), unit("c", 0.3)];
+        let hosts = [host("h1", 1.0), host("h2", 1.0), host("h3", 1.0)];
+        let prev: HashMap<String, String> = [("a", "h3"), ("b", "h3")]
+            .iter()
+            .map(|(v, h)| (v.to_string(), h.to_string()))
+            .collect();
+        let p = place(&units, &hosts, &prev);
+        // Least loaded would spread them; they stay, and only c is placed fresh.
+        assert_eq!(at(&p, "a"), (on("h3"), Why::Kept));
+        assert_eq!(at(&p, "b"), (on("h3"), Why::Kept));
+        assert_eq!(at(&p, "c"), (on("h1"), Why::LeastLoaded));
+        assert!(p.iter().all(|x| x.moved_from.is_none()));
+        // The same input gives the same answer.
+        assert_eq!(place(&units, &hosts, &prev), p);
+        // A new VR placed first in the file does not push the kept ones out.
+        let mut more = vec![unit("z", 0.9)];
+        more.extend(units.iter().cloned());
+        let p2 = place(&more, &[host("h3", 1.0), host("h1", 1.0)], &prev);
+        assert_eq!(at(&p2, "a"), (on("h3"), Why::Kept));
+        assert_eq!(at(&p2, "z"), (on("h1"), Why::LeastLoaded));
+    }
+
+    #[test]
+    fn a_host_gone_or_cordoned_loses_its_vrs_to_the_others() {
+        let units = [unit("a", 0.5), unit("b", 0.5), unit("c", 0.5)];
+        let prev: HashMap<String, String> = [("a", "h1"), ("b", "h2"), ("c", "h2")]
+            .iter()
+            .map(|(v, h)| (v.to_string(), h.to_string()))
+            .collect();
+        // h2 gone: b and c move to the least loaded with room; a stays.
+        let p = place(&units, &[host("h1", 1.0), host("h3", 0.5)], &prev);
+        assert_eq!(at(&p, "a"), (on("h1"), Why::Kept));
+        assert_eq!(at(&p, "b"), (on("h3"), Why::LeastLoaded));
+        assert_eq!(p[1].moved_from, on("h2"));
+        assert_eq!(at(&p, "c"), (on("h1"), Why::LeastLoaded));
+        // One more VR of the same size fits nowhere now.
+        let mut more = units.to_vec();
+        more.push(unit("d", 0.5));
+        let p = place(&more, &[host("h1", 1.0), host("h3", 0.5)], &prev);
+        assert!(matches!(at(&p, "d").1, Why::Unplaced { .. }));
+        // h1 cordoned: a moves, nothing new lands there.
+        let mut hosts = [host("h1", 1.0), host("h2", 1.0), host("h3", 1.0)];
+        hosts[0].schedulable = false;
+        let p = place(&units, &hosts, &prev);
+        assert_eq!(at(&p, "a"), (on("h3"), Why::LeastLoaded));
+        assert_eq!(p[0].moved_from, on("h1"));
+        assert!(p.iter().all(|x| x.host.as_deref() != Some("h1")));
+        // No host at all.
+        let p = place(&units, &[], &prev);
+        assert!(p.iter().all(|x| x.host.is_none()));
+    }
+
+    #[test]
+    fn units_move_whole() {
+        let u = Unit { vrs: vec!["a".into(), "b".into()], ..unit("", 0.4) };
+        let p = place(&[u], &[host("h1", 1.0)], &HashMap::new());
+        assert_eq!((at(&p, "a").0, at(&p, "b").0), (on("h1"), on("h1")));
+    }
+
+    #[test]
+    fn vnis_are_stable_and_deterministic() {
+        let segs: Vec<String> = ["lan", "core", "l12"].iter().map(|s| s.to_string()).collect();
+        let v = vnis(&segs, &HashMap::new());
+        assert_eq!(v["core"], VNI_BASE);
+        assert_eq!(v["l12"], VNI_BASE + 1);
+        assert_eq!(v["lan"], VNI_BASE + 2);
+        // core gone, a new one added: the others keep theirs, the new one takes the free VNI.
+        let prev: HashMap<String, u32> = v.into_iter().collect();
+        let segs2: Vec<String> = ["lan", "l12", "new"].iter().map(|s| s.to_string()).collect();
+        let v2 = vnis(&segs2, &prev);
+        assert_eq!((v2["lan"], v2["l12"], v2["new"]), (VNI_BASE + 2, VNI_BASE + 1, VNI_BASE));
+        // A bad or doubled previous VNI is not trusted.
+        let bad: HashMap<String, u32> =
+            [("lan".to_string(), 7), ("l12".to_string(), VNI_BASE), ("new".to_string(), VNI_BASE)]
+                .into();
+        let v3 = vnis(&segs2, &bad);
+        let all: BTreeSet<u32> = v3.values().copied().collect();
+        assert_eq!(all.len(), 3);
+        assert!(all.iter().all(|v| *v >= VNI_BASE));
+    }
+}
