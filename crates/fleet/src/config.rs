@@ -39,8 +39,7 @@ const OFFER_KEYS: &[&str] = &["workers", "cpu_share", "memory_mib"];
 pub const MAX_ENDPOINTS: usize = 16;
 /// The longest endpoint URL.
 const MAX_ENDPOINT_LEN: usize = 256;
-/// The longest host name: it is part of every key of the host.
-pub const MAX_HOST_NAME: usize = 63;
+pub use crate::keys::MAX_HOST_NAME;
 /// Default lease TTL: a dead host is noticed within a few seconds.
 pub const DEFAULT_TTL_S: u64 = 3;
 
@@ -116,10 +115,10 @@ impl FleetConfig {
     }
 
     /// A desired topology the fleet controller wrote (it starts with
-    /// [`crate::controller::HEADER`]) with the host's own settings added where it has none;
+    /// [`crate::keys::HEADER`]) with the host's own settings added where it has none;
     /// any other text as it is (a person's desired topology says what it means).
     pub fn with_host_settings(&self, text: &str) -> String {
-        if self.host_settings.is_empty() || !text.starts_with(crate::controller::HEADER) {
+        if self.host_settings.is_empty() || !text.starts_with(crate::keys::HEADER) {
             return text.to_string();
         }
         let Ok(doc) = yamlpath::parse_document(text, "vrs:") else { return text.to_string() };
@@ -131,7 +130,7 @@ impl FleetConfig {
                 y.set(k, v.clone());
             }
         }
-        format!("{}{}", crate::controller::HEADER, y.emit())
+        format!("{}{}", crate::keys::HEADER, y.emit())
     }
 }
 
@@ -285,7 +284,7 @@ vrs: []
     fn a_controllers_topology_gets_the_hosts_own_settings() {
         let text = GOOD.replace("workers: 1", "workers: [0, 2]\nmetrics: { listen: 127.0.0.1:9 }");
         let c = FleetConfig::from_topology(&text, "t.yaml").unwrap().unwrap();
-        let gen = format!("{}vrs: []\n", crate::controller::HEADER);
+        let gen = format!("{}vrs: []\n", crate::keys::HEADER);
         let t = c.with_host_settings(&gen);
         let topo = control::topology::Topology::parse(&t, "x", std::path::Path::new(".")).unwrap();
         assert_eq!(topo.workers, control::topology::Workers::Cpus(vec![0, 2]), "{t}");

@@ -29,16 +29,15 @@ use etcd_client::{
 use tracing::{info, warn};
 
 use crate::fleetdoc::{FleetDoc, Underlay};
+use crate::keys::{self, HEADER};
 use crate::placement::{self, Capacity, Placement, PLACEMENT_VERSION};
 use crate::record::{HostRecord, MAX_VALUE};
-use crate::{keys, FleetError};
+use crate::FleetError;
 
 /// At most this many keys are read under each prefix.
 const MAX_KEYS: i64 = 10_000;
 /// Operations per write transaction (etcd's default limit is 128).
 const TXN_OPS: usize = 64;
-/// What a generated topology starts with.
-pub const HEADER: &str = "# written by the routeplex fleet controller: edit the fleet file and `routeplex fleet apply` it\n";
 
 /// What a round reads from etcd.
 #[derive(Clone, Debug, Default)]

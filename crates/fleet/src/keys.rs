@@ -9,6 +9,13 @@
 //! | `/routeplex/fleet/leader` | the leading controller's name | on its lease |
 //! | `/routeplex/fleet/cordon/NAME` | cordoned host (`fleet drain`) | until `fleet uncordon` |
 
+/// The longest host name: it is part of every key of the host.
+pub const MAX_HOST_NAME: usize = 63;
+
+/// What a topology the controller wrote starts with (a host keeps its own settings only in
+/// those, see `config`).
+pub const HEADER: &str = "# written by the routeplex fleet controller: edit the fleet file and `routeplex fleet apply` it\n";
+
 /// Every key of the fleet starts with this.
 pub const ROOT: &str = "/routeplex/";
 /// Hosts' registrations.
@@ -48,7 +55,7 @@ pub fn name_in<'a>(key: &'a str, prefix: &str) -> Option<&'a str> {
 /// A host name is 1..=63 letters, digits, `.`, `_` or `-`, not `.` or `..`: it is part of a
 /// key, and of file names on the host.
 pub fn check_name(s: &str) -> Result<(), String> {
-    let max = crate::config::MAX_HOST_NAME;
+    let max = MAX_HOST_NAME;
     if s.is_empty() || s.len() > max {
         return Err(format!("names are 1..={max} characters, not {}", s.len()));
     }

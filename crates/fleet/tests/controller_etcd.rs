@@ -11,7 +11,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{hosts, wait, Cluster, Recorder, ETCD};
+use common::{hosts, wait, Recorder, ETCD};
 use fleet::controller::{self, ControllerConfig, ControllerHandle};
 use fleet::placement::{Placement, Why};
 use fleet::{Agent, FleetConfig};

@@ -12,7 +12,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{config, hosts, names, put, wait, Cluster, Recorder, ETCD};
+use common::{config, hosts, names, put, wait, Recorder, ETCD};
 use fleet::Agent;
 
 #[test]
