@@ -25,6 +25,8 @@ pub mod checkpoint;
 pub mod cpsync;
 pub mod daemon;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod impair;
 pub mod journal;
 pub mod metrics;

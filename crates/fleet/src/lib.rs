@@ -19,6 +19,8 @@
 pub mod agent;
 pub mod config;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod keys;
 pub mod local;
 pub mod record;
