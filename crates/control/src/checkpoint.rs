@@ -136,7 +136,9 @@ pub fn write(dir: &Path, tables: &[(&str, &RouteTable, Fingerprint)]) -> Result<
 }
 
 /// The file's bytes for entries (VR name, fingerprint, the table's checkpoint bytes).
-pub(crate) fn encode<'a>(entries: impl ExactSizeIterator<Item = (&'a str, Fingerprint, &'a [u8])>) -> Vec<u8> {
+pub(crate) fn encode<'a>(
+    entries: impl ExactSizeIterator<Item = (&'a str, Fingerprint, &'a [u8])>,
+) -> Vec<u8> {
     let mut body = Vec::new();
     body.extend_from_slice(&(entries.len() as u32).to_le_bytes());
     for (name, fp, table) in entries {

@@ -329,7 +329,10 @@ pub fn sample_snapshot() -> snapshot::SnapshotV1 {
             vr,
             sources: vec!["static".into(), "api".into()],
             next_hops: vec![
-                SnapTarget { via: Some("10.0.0.2".parse().expect("address")), ..Default::default() },
+                SnapTarget {
+                    via: Some("10.0.0.2".parse().expect("address")),
+                    ..Default::default()
+                },
                 SnapTarget { blackhole: true, ..Default::default() },
             ],
             ..MetaV1::default()

@@ -1201,7 +1201,12 @@ pub(crate) fn fuzz_seeds() -> Vec<Vec<u8>> {
         v4,
         16,
         1,
-        &[(1, &[10, 1, 0, 0]), (5, &[10, 0, 0, 2]), (4, &3u32.to_ne_bytes()), (6, &20u32.to_ne_bytes())],
+        &[
+            (1, &[10, 1, 0, 0]),
+            (5, &[10, 0, 0, 2]),
+            (4, &3u32.to_ne_bytes()),
+            (6, &20u32.to_ne_bytes()),
+        ],
     );
     let v6 = route_msg(
         RTM_NEWROUTE,

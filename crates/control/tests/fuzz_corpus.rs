@@ -37,7 +37,8 @@ fn every_seed_is_accepted_where_it_should_be() {
     }
     for t in control::fuzzing::seeds("topology") {
         let text = std::str::from_utf8(&t).unwrap();
-        control::Topology::parse(text, "seed.yaml", Path::new("/nonexistent")).expect("seed parses");
+        control::Topology::parse(text, "seed.yaml", Path::new("/nonexistent"))
+            .expect("seed parses");
     }
 }
 

@@ -93,9 +93,11 @@ pub fn memif(data: &[u8]) {
     if let Ok(m) = Msg::decode(data) {
         assert_eq!(Msg::decode(&m.encode()).as_ref(), Ok(&m), "a message encodes to itself");
     }
-    let sizes: Vec<usize> = data.chunks_exact(4).take(4).map(|c| {
-        u32::from_le_bytes(c.try_into().expect("4 bytes")) as usize
-    }).collect();
+    let sizes: Vec<usize> = data
+        .chunks_exact(4)
+        .take(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")) as usize)
+        .collect();
     for c in data.chunks_exact(proto::DESC_SIZE) {
         let d = Desc::from_bytes(c.try_into().expect("a descriptor's bytes"));
         assert_eq!(Desc::from_bytes(&d.to_bytes()), d);
@@ -131,7 +133,8 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "vxlan" => {
             let dgram = |vni: u32| [&vxlan::header(vni)[..], &eth].concat();
             let mut d = Vec::new();
-            for (flags, g) in [(0u16, dgram(42)), (0, dgram(7)), (0x8000, dgram(42)), (0, eth[..9].to_vec())]
+            for (flags, g) in
+                [(0u16, dgram(42)), (0, dgram(7)), (0x8000, dgram(42)), (0, eth[..9].to_vec())]
             {
                 d.extend_from_slice(&(g.len() as u16 | flags).to_le_bytes());
                 d.extend_from_slice(&g);

@@ -1091,7 +1091,8 @@ pub(crate) fn fuzz_rings(data: &[u8]) {
     let regions = [region];
     let mem = Mem { regions: &regions, sizes: &[LEN], bsize: 2048 };
     let ring = |off| Ring { region: 0, off, size, event: shm::EventFd::new().expect("eventfd") };
-    let mut rx = RxQueue { ring: ring(0), side, last: 0, head: size, buf_base: BUFS, interrupt: false };
+    let mut rx =
+        RxQueue { ring: ring(0), side, last: 0, head: size, buf_base: BUFS, interrupt: false };
     let (mut stats, mut extra) = (PortStats::default(), MemifStats::default());
     let mut batch = Batch::new(64);
     if let Ok(n) = rx.rx(&mem, &mut batch, &mut stats, &mut extra) {

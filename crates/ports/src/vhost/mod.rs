@@ -660,4 +660,3 @@ pub(crate) fn fuzz_rings(data: &[u8]) {
     let n = queue::push(&mut rx, &mem, hdr_len, mergeable, &mut out, &[0, 1, 2], &mut st, &mut vs);
     assert!(n <= 3);
 }
-
