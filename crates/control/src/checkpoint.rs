@@ -115,24 +115,8 @@ pub fn journal_state(dir: &Path) -> Result<(u64, u32), ControlError> {
 /// built from) to `dir` atomically (beside it, then renamed). Not synced: it only saves time,
 /// and one damaged by a power cut is refused by its checksum.
 pub fn write(dir: &Path, tables: &[(&str, &RouteTable, Fingerprint)]) -> Result<u64, ControlError> {
-    let mut body = Vec::new();
-    body.extend_from_slice(&(tables.len() as u32).to_le_bytes());
-    for (name, t, fp) in tables {
-        body.extend_from_slice(&(name.len() as u16).to_le_bytes());
-        body.extend_from_slice(name.as_bytes());
-        body.extend_from_slice(&fp.config.to_le_bytes());
-        body.extend_from_slice(&fp.journal_len.to_le_bytes());
-        body.extend_from_slice(&fp.journal_crc.to_le_bytes());
-        let c = t.checkpoint();
-        body.extend_from_slice(&(c.len() as u32).to_le_bytes());
-        body.extend_from_slice(&c);
-    }
-    let mut bytes = Vec::with_capacity(HEADER + body.len());
-    bytes.extend_from_slice(&MAGIC);
-    bytes.extend_from_slice(&VERSION.to_le_bytes());
-    bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-    bytes.extend_from_slice(&body);
+    let tables: Vec<_> = tables.iter().map(|(name, t, fp)| (*name, *fp, t.checkpoint())).collect();
+    let bytes = encode(tables.iter().map(|(name, fp, c)| (*name, *fp, c.as_slice())));
     let path = dir.join(FILE);
     let tmp = dir.join(format!(".{FILE}.tmp"));
     let _ = std::fs::remove_file(&tmp);
@@ -149,6 +133,35 @@ pub fn write(dir: &Path, tables: &[(&str, &RouteTable, Fingerprint)]) -> Result<
         return Err(ControlError::io(path.display(), e));
     }
     Ok(bytes.len() as u64)
+}
+
+/// The file's bytes for entries (VR name, fingerprint, the table's checkpoint bytes).
+pub(crate) fn encode<'a>(
+    entries: impl ExactSizeIterator<Item = (&'a str, Fingerprint, &'a [u8])>,
+) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+    for (name, fp, table) in entries {
+        body.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        body.extend_from_slice(name.as_bytes());
+        body.extend_from_slice(&fp.config.to_le_bytes());
+        body.extend_from_slice(&fp.journal_len.to_le_bytes());
+        body.extend_from_slice(&fp.journal_crc.to_le_bytes());
+        body.extend_from_slice(&(table.len() as u32).to_le_bytes());
+        body.extend_from_slice(table);
+    }
+    framed(&body)
+}
+
+/// `body` behind the header: magic, version, its length and CRC-32.
+pub(crate) fn framed(body: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(HEADER + body.len());
+    bytes.extend_from_slice(&MAGIC);
+    bytes.extend_from_slice(&VERSION.to_le_bytes());
+    bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
+    bytes.extend_from_slice(body);
+    bytes
 }
 
 /// One VR's entry of a checkpoint file.
@@ -174,7 +187,7 @@ pub fn read(dir: &Path) -> Result<Option<HashMap<String, Entry>>, ControlError> 
         .map_err(|what| ControlError::State(format!("checkpoint {}: {what}", path.display())))
 }
 
-fn parse(bytes: &[u8]) -> Result<HashMap<String, Entry>, String> {
+pub(crate) fn parse(bytes: &[u8]) -> Result<HashMap<String, Entry>, String> {
     if bytes.len() as u64 > MAX_FILE {
         return Err(format!("larger than {} bytes", MAX_FILE));
     }

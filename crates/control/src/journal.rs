@@ -79,10 +79,10 @@ pub const MAX_RECORD: usize = 64 << 20;
 /// The most of a journal file a replay reads.
 pub const MAX_FILE: u64 = 1 << 30;
 
-const KIND_COMMAND: u8 = 1;
-const KIND_BASE: u8 = 2;
-const KIND_TOPOLOGY: u8 = 3;
-const KIND_RESTORE: u8 = 4;
+pub(crate) const KIND_COMMAND: u8 = 1;
+pub(crate) const KIND_BASE: u8 = 2;
+pub(crate) const KIND_TOPOLOGY: u8 = 3;
+pub(crate) const KIND_RESTORE: u8 = 4;
 const HEADER: usize = 12;
 
 /// The sources whose routes the journal keeps (the file's static and table routes come from
@@ -225,12 +225,36 @@ fn command(cmd: &Command) -> Vec<u8> {
 /// A restore record: VR `name` as it runs now.
 fn restore_record(node: &Node, name: &str, down: bool) -> Result<Vec<u8>, ControlError> {
     let snap = crate::vr_state::take(node, name)?.encode();
+    Ok(record(KIND_RESTORE, &restore_body(name, down, &snap)))
+}
+
+/// A restore record's body: `name_len u16 | name | down u8 | snapshot file bytes`.
+pub(crate) fn restore_body(name: &str, down: bool, snap: &[u8]) -> Vec<u8> {
     let mut body = Vec::with_capacity(3 + name.len() + snap.len());
     body.extend_from_slice(&(name.len() as u16).to_le_bytes());
     body.extend_from_slice(name.as_bytes());
     body.push(u8::from(down));
-    body.extend_from_slice(&snap);
-    Ok(record(KIND_RESTORE, &body))
+    body.extend_from_slice(snap);
+    body
+}
+
+/// The VR name, the down flag and the snapshot of a restore record's body.
+pub(crate) fn decode_restore(
+    file: &str,
+    body: &[u8],
+) -> Result<(String, bool, snapshot::SnapshotV1), SnapshotError> {
+    let bad = |what: &str| SnapshotError::Payload { file: file.into(), what: what.into() };
+    let n = usize::from(u16::from_le_bytes(
+        body.get(..2).ok_or_else(|| bad("restore record: short"))?.try_into().expect("2"),
+    ));
+    let name = body
+        .get(2..2 + n)
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .ok_or_else(|| bad("restore record: bad VR name"))?
+        .to_string();
+    let down = *body.get(2 + n).ok_or_else(|| bad("restore record: short"))? != 0;
+    let s = snapshot::decode(file, &body[3 + n..])?.into_current();
+    Ok((name, down, s))
 }
 
 /// What a replay did.
@@ -259,7 +283,7 @@ fn open_private(path: &Path, create_new: bool) -> Result<std::fs::File, ControlE
     o.open(path).map_err(|e| err(path, e))
 }
 
-fn record(kind: u8, body: &[u8]) -> Vec<u8> {
+pub(crate) fn record(kind: u8, body: &[u8]) -> Vec<u8> {
     let mut h = crc32fast::Hasher::new();
     h.update(&[kind]);
     h.update(body);
@@ -271,7 +295,7 @@ fn record(kind: u8, body: &[u8]) -> Vec<u8> {
     r
 }
 
-fn header() -> Vec<u8> {
+pub(crate) fn header() -> Vec<u8> {
     let mut h = MAGIC.to_vec();
     h.extend_from_slice(&VERSION.to_le_bytes());
     h
@@ -805,17 +829,7 @@ fn apply(
             Ok(0)
         }
         KIND_RESTORE => {
-            let bad = |what: &str| SnapshotError::Payload { file: file.into(), what: what.into() };
-            let n = usize::from(u16::from_le_bytes(
-                body.get(..2).ok_or_else(|| bad("restore record: short"))?.try_into().expect("2"),
-            ));
-            let name = body
-                .get(2..2 + n)
-                .and_then(|b| std::str::from_utf8(b).ok())
-                .ok_or_else(|| bad("restore record: bad VR name"))?
-                .to_string();
-            let down = *body.get(2 + n).ok_or_else(|| bad("restore record: short"))? != 0;
-            let s = snapshot::decode(file, &body[3 + n..])?.into_current();
+            let (name, down, s) = decode_restore(file, body)?;
             let routes = s.routes.len() as u64;
             // What that VR had become replaces whatever carries its name now.
             if node.table(&name).is_some() {

@@ -26,6 +26,8 @@ pub mod checkpoint;
 pub mod cpsync;
 pub mod daemon;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod graph;
 pub mod impair;
 pub mod journal;

@@ -345,7 +345,7 @@ impl Channel {
 }
 
 /// A port number in a `PREPARED` or `FORWARD` body; `None` for an empty body.
-fn port_of(body: &[u8]) -> Result<Option<u16>, ControlError> {
+pub(crate) fn port_of(body: &[u8]) -> Result<Option<u16>, ControlError> {
     match body.len() {
         0 => Ok(None),
         2 => Ok(Some(u16::from_le_bytes([body[0], body[1]]))),

@@ -235,15 +235,7 @@ impl SnapshotV1 {
         payload.extend_from_slice(&(meta.len() as u32).to_le_bytes());
         payload.extend_from_slice(&meta);
         encode_routes(&self.routes, &mut payload);
-        let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
-        out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        out.extend_from_slice(&0u32.to_le_bytes());
-        out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        let crc = checksum(&out[8..24], &payload);
-        out.extend_from_slice(&crc.to_le_bytes());
-        out.extend_from_slice(&payload);
-        out
+        framed(&payload)
     }
 
     /// The routes as operations that add them with their own sources (to a VR built from
@@ -286,6 +278,19 @@ fn checksum(header: &[u8], payload: &[u8]) -> u32 {
     h.update(header);
     h.update(payload);
     h.finalize()
+}
+
+/// A file's bytes: the header (this build's version, its checksum) and `payload`.
+pub(crate) fn framed(payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    let crc = checksum(&out[8..24], payload);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(payload);
+    out
 }
 
 /// Decodes a whole file's bytes; `file` names it in errors.
@@ -612,23 +617,7 @@ mod tests {
     use super::*;
 
     fn sample() -> SnapshotV1 {
-        let mut vr = VrDoc::new("a");
-        vr.interfaces.push(IfaceDoc::on_port("e0", "p0", "02:00:00:00:00:01", ["10.0.0.1/24"]));
-        SnapshotV1 {
-            meta: MetaV1 {
-                vr,
-                sources: vec!["static".into(), "api".into()],
-                next_hops: vec![
-                    SnapTarget { via: Some("10.0.0.2".parse().unwrap()), ..Default::default() },
-                    SnapTarget { blackhole: true, ..Default::default() },
-                ],
-                ..MetaV1::default()
-            },
-            routes: vec![
-                SnapRoute { prefix: "10.9.0.0/16".parse().unwrap(), source: 1, next_hop: 0 },
-                SnapRoute { prefix: "2001:db8::/32".parse().unwrap(), source: 0, next_hop: 1 },
-            ],
-        }
+        crate::fuzzing::sample_snapshot()
     }
 
     #[test]

@@ -130,8 +130,9 @@ pub fn decode<K: Key>(
 fn check<K: Key>(p: &Parts, next_hops: usize) -> Result<(), String> {
     let (leaf, block, inline, stride) = LAYOUT;
     let g = p.geo;
-    let s = g.top + g.block;
-    if !(1..=24).contains(&g.top) || s > 32 || s > K::BITS {
+    // In u32: bytes from a file may add up past 255.
+    let s = u32::from(g.top) + u32::from(g.block);
+    if !(1..=24).contains(&g.top) || s > 32 || s > u32::from(K::BITS) {
         return Err(format!(
             "geometry {}+{} bits is not one a table is built with",
             g.top, g.block
@@ -165,7 +166,7 @@ fn check<K: Key>(p: &Parts, next_hops: usize) -> Result<(), String> {
     }
     // Nodes reached from the direct entries, with their depth; a node reached twice (a table
     // is a forest) or too deep for the key is refused, so every walk ends.
-    let max_depth = usize::from(K::BITS - s).div_ceil(usize::from(stride));
+    let max_depth = ((u32::from(K::BITS) - s) as usize).div_ceil(usize::from(stride));
     let mut todo: Vec<(u32, usize)> = Vec::new();
     let mut direct = |e: u32, at: &str| -> Result<(), String> {
         if e & leaf != 0 {
@@ -308,6 +309,11 @@ mod tests {
         // A bad geometry and a block tag where there are no blocks.
         let mut d = b.clone();
         d[1] = 30;
+        assert!(decode::<u32>(&d, 51).unwrap_err().to_string().contains("geometry"));
+        // Bits that overflow a byte when added (found by the `checkpoint` fuzz target: the sum
+        // wrapped to a geometry that passed).
+        let mut d = b.clone();
+        (d[1], d[2]) = (20, 250);
         assert!(decode::<u32>(&d, 51).unwrap_err().to_string().contains("geometry"));
         let e = decode::<u32>(&b, 51).unwrap();
         assert_eq!(e.1, b.len());

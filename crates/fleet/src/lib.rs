@@ -28,6 +28,8 @@ pub mod config;
 pub mod controller;
 mod error;
 pub mod fleetdoc;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod keys;
 pub mod local;
 pub mod placement;

@@ -18,6 +18,8 @@
 pub mod afpacket;
 pub mod afxdp;
 mod buf;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod mem;
 pub mod memif;
 mod ring;

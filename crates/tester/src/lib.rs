@@ -30,6 +30,8 @@ pub mod clock;
 pub mod dut;
 pub mod fake;
 pub mod frames;
+#[doc(hidden)]
+pub mod fuzzing;
 mod gen;
 pub mod method;
 pub mod pacer;

@@ -127,8 +127,14 @@ pub fn end_marker(key: &[u8; 32]) -> Vec<u8> {
     let mut d = END.to_le_bytes().to_vec();
     d.extend_from_slice(&u64::MAX.to_le_bytes());
     d.extend_from_slice(&[0; 14]);
+    signed(key, &d)
+}
+
+/// `body` (interface, sequence number, frame) with its tag.
+pub(crate) fn signed(key: &[u8; 32], body: &[u8]) -> Vec<u8> {
     let mut m = HmacSha256::new_from_slice(key).expect("HMAC takes any key length");
-    m.update(&d);
+    m.update(body);
+    let mut d = body.to_vec();
     d.extend_from_slice(&m.finalize().into_bytes()[..TAG]);
     d
 }

@@ -1075,6 +1075,40 @@ impl std::fmt::Debug for MemifPort {
     }
 }
 
+/// For [`crate::fuzzing::memif`]: one receive ring and one transmit ring in a region whose every
+/// byte came from the peer (`data[2..]` from offset 0: ring headers, descriptors, buffers), on
+/// the side `data[1]` picks, each ring of `1 << (data[0] % 8)` slots; the receive ring is read
+/// into a batch, then three frames are sent on the transmit ring.
+pub(crate) fn fuzz_rings(data: &[u8]) {
+    const LEN: usize = 64 << 10;
+    const TX_RING: usize = 0x1000;
+    const BUFS: usize = 0x2000;
+    let (Some(&d0), Some(&d1)) = (data.first(), data.get(1)) else { return };
+    let size = 1u16 << (d0 % 8);
+    let side = if d1 & 1 == 0 { Side::Server } else { Side::Client };
+    let region = shm::Region::create("routeplex-fuzz", LEN).expect("memfd region");
+    region.write_bytes(0, &data[2..][..(data.len() - 2).min(LEN)]);
+    let regions = [region];
+    let mem = Mem { regions: &regions, sizes: &[LEN], bsize: 2048 };
+    let ring = |off| Ring { region: 0, off, size, event: shm::EventFd::new().expect("eventfd") };
+    let mut rx =
+        RxQueue { ring: ring(0), side, last: 0, head: size, buf_base: BUFS, interrupt: false };
+    let (mut stats, mut extra) = (PortStats::default(), MemifStats::default());
+    let mut batch = Batch::new(64);
+    if let Ok(n) = rx.rx(&mem, &mut batch, &mut stats, &mut extra) {
+        assert!(n <= 64 && batch.len() == n, "{n} frames in a batch of 64");
+        assert!(batch.packets().iter().all(|b| b.len() <= crate::MAX_FRAME));
+    }
+    let mut tx = TxQueue { ring: ring(TX_RING), side, pos: 0, buf_base: BUFS };
+    let mut out = Batch::new(3);
+    for len in [60, 1514, crate::MAX_FRAME] {
+        assert!(out.push_copy(&vec![0x5a; len]));
+    }
+    if let Ok(n) = tx.tx(&mem, &mut out, &[0, 1, 2], &mut stats, &mut extra) {
+        assert!(n <= 3);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -53,7 +53,7 @@ pub(super) struct Vring {
 }
 
 impl Vring {
-    fn new() -> Vring {
+    pub(super) fn new() -> Vring {
         Vring {
             q: Queue::new(MAX_QUEUE_SIZE).expect("MAX_QUEUE_SIZE is a valid virtio queue size"),
             kick: None,

@@ -620,3 +620,43 @@ fn drain_eventfd(fd: RawFd) {
         unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
     }
 }
+/// Where [`fuzz_rings`] puts the receive ring.
+pub(crate) const FUZZ_RX: u64 = 0x1000;
+
+/// For [`crate::fuzzing::vhost`]: a transmit ring and a receive ring of `1 << (data[0] % 7)`
+/// entries in 64 KiB of guest memory whose every byte came from the guest (`data[2..]` from
+/// address 0: descriptor tables at 0 and [`FUZZ_RX`], each ring's avail ring 0x400 after its
+/// table and used ring 0x600 after it, buffers anywhere); frames are pulled from the transmit
+/// ring, then three frames pushed to the receive ring, with the header length and mergeable
+/// buffers `data[1]` picks.
+pub(crate) fn fuzz_rings(data: &[u8]) {
+    use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+    const LEN: usize = 64 << 10;
+    let (Some(&d0), Some(&d1)) = (data.first(), data.get(1)) else { return };
+    let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), LEN)]).expect("guest memory");
+    mem.write_slice(&data[2..][..(data.len() - 2).min(LEN)], GuestAddress(0)).expect("fits");
+    let ring = |base: u64| {
+        let mut v = device::Vring::new();
+        v.q.try_set_size(1 << (d0 % 7)).expect("a power of two");
+        v.q.try_set_desc_table_address(GuestAddress(base)).expect("aligned");
+        v.q.try_set_avail_ring_address(GuestAddress(base + 0x400)).expect("aligned");
+        v.q.try_set_used_ring_address(GuestAddress(base + 0x600)).expect("aligned");
+        v.q.set_ready(true);
+        assert!(v.q.is_valid(&mem), "rings inside the memory");
+        v
+    };
+    let (mut tx, mut rx) = (ring(0), ring(FUZZ_RX));
+    let hdr_len = if d1 & 1 == 0 { 12 } else { 10 };
+    let (mut st, mut vs) = (PortStats::default(), VhostStats::default());
+    let mut batch = Batch::new(64);
+    let n = queue::pull(&mut tx, &mem, hdr_len, &mut batch, &mut st, &mut vs);
+    assert!(n <= 64 && batch.len() == n, "{n} frames in a batch of 64");
+    assert!(batch.packets().iter().all(|b| b.len() <= crate::MAX_FRAME));
+    let mut out = Batch::new(3);
+    for len in [60, 1514, crate::MAX_FRAME] {
+        assert!(out.push_copy(&vec![0x5a; len]));
+    }
+    let mergeable = d1 & 2 != 0;
+    let n = queue::push(&mut rx, &mem, hdr_len, mergeable, &mut out, &[0, 1, 2], &mut st, &mut vs);
+    assert!(n <= 3);
+}

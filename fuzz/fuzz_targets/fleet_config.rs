@@ -1,0 +1,9 @@
+//! `fleet::fuzzing::fleet_config` (see its documentation); `tests/fuzz_corpus.rs` in `crates/fleet` runs
+//! the same function on every file of `fuzz/corpus/fleet_config`.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    fleet::fuzzing::fleet_config(data);
+});

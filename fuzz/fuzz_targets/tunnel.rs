@@ -1,0 +1,9 @@
+//! `control::fuzzing::tunnel` (see its documentation); `tests/fuzz_corpus.rs` in `crates/control` runs
+//! the same function on every file of `fuzz/corpus/tunnel`.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    control::fuzzing::tunnel(data);
+});

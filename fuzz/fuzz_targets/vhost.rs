@@ -1,0 +1,9 @@
+//! `ports::fuzzing::vhost` (see its documentation); `tests/fuzz_corpus.rs` in `crates/ports` runs
+//! the same function on every file of `fuzz/corpus/vhost`.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    ports::fuzzing::vhost(data);
+});
