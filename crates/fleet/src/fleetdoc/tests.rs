@@ -192,8 +192,8 @@ fn stretched_segments_get_vxlan_ports_and_every_host_topology_parses() {
 
 #[test]
 fn the_example_parses_and_places() {
-    let text = include_str!("../../../../examples/fleet.yaml");
-    let d = FleetDoc::parse(text, "examples/fleet.yaml").unwrap();
+    let text = include_str!("../../../../examples/fleet/fleet.yaml");
+    let d = FleetDoc::parse(text, "examples/fleet/fleet.yaml").unwrap();
     assert_eq!(d.links, ["r1-edge1"]);
     let u = d.units();
     assert_eq!((u[1].cpu, u[1].memory_mib), (0.25, 64));
