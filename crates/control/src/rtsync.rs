@@ -232,6 +232,24 @@ impl std::fmt::Debug for RouteSync {
 }
 
 impl RouteSync {
+    /// A model of namespace `netns` over its two sockets, empty until the first dump.
+    fn with_sockets(netns: &str, events: Socket, dumper: Socket, buf: Vec<u8>) -> RouteSync {
+        RouteSync {
+            netns: netns.to_string(),
+            events,
+            dumper,
+            seq: 0,
+            links: HashMap::new(),
+            table: Table::new(),
+            replace_pending: true,
+            redump_pending: false,
+            overruns: 0,
+            nh_refs: HashSet::new(),
+            resync_wanted: false,
+            buf,
+        }
+    }
+
     /// Enters namespace `netns` on a short-lived thread to make the sockets there, subscribes
     /// to IPv4+IPv6 route (and link, IPv4 address) groups with a receive buffer of
     /// `rcvbuf_bytes` (forced past rmem_max: needs CAP_NET_ADMIN), then dumps links and routes.
@@ -258,20 +276,7 @@ impl RouteSync {
                 context,
                 source,
             })?;
-        let mut rs = RouteSync {
-            netns: netns.to_string(),
-            events,
-            dumper,
-            seq: 0,
-            links: HashMap::new(),
-            table: Table::new(),
-            replace_pending: true,
-            redump_pending: false,
-            overruns: 0,
-            nh_refs: HashSet::new(),
-            resync_wanted: false,
-            buf: vec![0; RECV_BUF],
-        };
+        let mut rs = RouteSync::with_sockets(netns, events, dumper, vec![0; RECV_BUF]);
         let (links, table) = rs.dump_all()?;
         rs.links = links;
         rs.table = table;
@@ -832,20 +837,7 @@ struct Header {
 /// reads; then the model publishes its table.
 pub(crate) fn fuzz_datagrams(data: &[u8]) {
     let socket = || Socket::new(NETLINK_ROUTE).expect("netlink socket");
-    let mut rs = RouteSync {
-        netns: "fuzz".into(),
-        events: socket(),
-        dumper: socket(),
-        seq: 0,
-        links: HashMap::new(),
-        table: Table::new(),
-        replace_pending: true,
-        redump_pending: false,
-        overruns: 0,
-        nh_refs: HashSet::new(),
-        resync_wanted: false,
-        buf: Vec::new(),
-    };
+    let mut rs = RouteSync::with_sockets("fuzz", socket(), socket(), Vec::new());
     let mut out = Vec::new();
     let mut rest = data;
     while let Some(len) = rest.get(..2) {

@@ -10,19 +10,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 mod common;
+mod metered;
 
-use common::frame;
 use control::graph::{esc, Graph};
-use control::metrics::MetricsServer;
-use control::runtime::Options;
-use control::{Node, Topology};
-use ports::mem::MemPort;
-use ports::{Batch, Port};
+use control::Topology;
+use metered::Metered;
 
 const VR1_MAC: [u8; 6] = [2, 0, 0, 0, 1, 0];
 const VR2_MAC: [u8; 6] = [2, 0, 0, 0, 2, 0];
@@ -53,66 +49,9 @@ vrs:
     neighbors: [{ address: 10.0.1.2, mac: 02:00:00:00:0b:01, interface: out }]
 ";
 
-struct Host {
-    node: Node,
-    metrics: MetricsServer,
-    /// Where each VR's frames go in, with the VR's MAC, and the outsides drained.
-    inputs: Vec<(MemPort, [u8; 6])>,
-    outputs: Vec<MemPort>,
-    sent: [u64; 2],
-}
-
-impl Host {
-    fn start() -> Host {
-        let topo = Topology::parse(TOPOLOGY, "graph_page.yaml", Path::new(".")).unwrap();
-        let mut node = Node::start(topo, Options::new(1), 64).unwrap();
-        let mut take = |n: &str| node.take_outside(n).unwrap();
-        let inputs = vec![(take("a0"), VR1_MAC), (take("b0"), VR2_MAC)];
-        let outputs = vec![take("a1"), take("s0")];
-        let metrics = MetricsServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
-        Host { node, metrics, inputs, outputs, sent: [0; 2] }
-    }
-
-    /// One turn of the control loop: `frames` into each VR, the outsides drained, and a
-    /// sample when a request waits for one.
-    fn turn(&mut self, frames: u64) {
-        let mut out = Batch::new(64);
-        let mut inb = Batch::new(256);
-        for ((tx, mac), sent) in self.inputs.iter_mut().zip(&mut self.sent) {
-            if frames > 0 {
-                out.clear();
-                for s in 0..frames {
-                    out.push_copy(&frame(*mac, *sent + s));
-                }
-                let sel: Vec<u16> = (0..frames as u16).collect();
-                *sent += tx.tx_burst(&mut out, &sel) as u64;
-            }
-        }
-        for rx in &mut self.outputs {
-            inb.clear();
-            rx.rx_burst(&mut inb);
-        }
-        self.metrics.refresh(&self.node);
-        thread::sleep(Duration::from_millis(2));
-    }
-
-    /// Turns the loop until `job` (on another thread) finishes; returns what it returned.
-    fn while_running<T: Send + 'static>(
-        &mut self,
-        frames: u64,
-        job: impl FnOnce() -> T + Send + 'static,
-    ) -> T {
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || tx.send(job()).unwrap());
-        loop {
-            self.turn(frames);
-            match rx.try_recv() {
-                Ok(v) => return v,
-                Err(mpsc::TryRecvError::Empty) => {}
-                Err(mpsc::TryRecvError::Disconnected) => panic!("the browser thread panicked"),
-            }
-        }
-    }
+/// vr1's frames go in at a0, vr2's at b0; a1 and s0 are drained.
+fn start() -> Metered {
+    Metered::start(TOPOLOGY, "graph_page.yaml", &[("a0", VR1_MAC), ("b0", VR2_MAC)], &["a1", "s0"])
 }
 
 /// Debian's headless shell (smaller), or the full browser.
@@ -207,7 +146,7 @@ fn chromium_shows_every_vr_and_link_and_counters_that_grow() {
         );
         return;
     };
-    let mut h = Host::start();
+    let mut h = start();
     let topo = Topology::parse(TOPOLOGY, "graph_page.yaml", Path::new(".")).unwrap();
     let g = Graph::of(&topo);
     let url = format!("http://{}/", h.metrics.local_addr());
@@ -218,7 +157,7 @@ fn chromium_shows_every_vr_and_link_and_counters_that_grow() {
         h.turn(10);
     }
 
-    let load = |h: &mut Host, frames: u64, args: Vec<String>| {
+    let load = |h: &mut Metered, frames: u64, args: Vec<String>| {
         let (bin, profile, url) = (bin.clone(), dir.join("profile"), url.clone());
         h.while_running(frames, move || browse(&bin, &profile, &url, &args))
     };
@@ -227,7 +166,7 @@ fn chromium_shows_every_vr_and_link_and_counters_that_grow() {
     check_dom(&first, &g);
     let before = [cell(&first, "vr:vr1", "received"), cell(&first, "vr:vr2", "received")];
     let port_before = cell(&first, "port:a0", "rx");
-    assert!(before.iter().zip(h.sent).all(|(&b, s)| b > 0 && b <= s), "{before:?} {:?}", h.sent);
+    assert!(before.iter().zip(&h.sent).all(|(&b, &s)| b > 0 && b <= s), "{before:?} {:?}", h.sent);
 
     for _ in 0..20 {
         h.turn(10);
@@ -236,7 +175,7 @@ fn chromium_shows_every_vr_and_link_and_counters_that_grow() {
     check_dom(&second, &g);
     let after = [cell(&second, "vr:vr1", "received"), cell(&second, "vr:vr2", "received")];
     assert!(after[0] > before[0] && after[1] > before[1], "{before:?} -> {after:?}");
-    assert!(after.iter().zip(h.sent).all(|(&a, s)| a <= s), "{after:?} {:?}", h.sent);
+    assert!(after.iter().zip(&h.sent).all(|(&a, &s)| a <= s), "{after:?} {:?}", h.sent);
     assert!(cell(&second, "port:a0", "rx") > port_before);
     assert!(cell(&second, "vr:vr1", "forwarded") > 0);
 

@@ -12,18 +12,16 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 mod common;
+mod metered;
 
-use common::frame;
-use control::metrics::{HttpCounts, MetricsServer, MAX_PENDING, METRICS};
-use control::runtime::Options;
-use control::{Node, Topology};
-use ports::mem::MemPort;
-use ports::{Batch, Port};
+use control::metrics::{HttpCounts, MAX_PENDING, METRICS};
+use control::Topology;
+use metered::Metered;
 
 const VR1_MAC: [u8; 6] = [2, 0, 0, 0, 1, 0];
 const VR2_MAC: [u8; 6] = [2, 0, 0, 0, 2, 0];
@@ -59,70 +57,21 @@ vrs:
     reservation: { time_us: 900, period_us: 1000, weight: 1 }
 ";
 
-/// A running host with its metrics endpoint (on a free port) and the outside ends of its ports.
-struct Host {
-    node: Node,
-    metrics: MetricsServer,
-    ports: Vec<(MemPort, MemPort, [u8; 6])>,
-    /// Frames each VR's ingress ring took.
-    sent: [u64; 2],
-}
+/// The metered node of this test's topology: vr1 from a0 to a1, vr2 from b0 to b1.
+struct Host;
 
 impl Host {
-    fn start() -> Host {
+    fn start() -> Metered {
         let topo = Topology::parse(TOPOLOGY, "metrics.yaml", Path::new(".")).unwrap();
         assert_eq!(topo.metrics.as_ref().unwrap().listen.to_string(), "127.0.0.1:9469");
-        let mut node = Node::start(topo, Options::new(1), 64).unwrap();
-        let mut take = |n: &str| node.take_outside(n).unwrap();
-        let ports = vec![(take("a0"), take("a1"), VR1_MAC), (take("b0"), take("b1"), VR2_MAC)];
-        // The topology's address is for the daemon; the test takes any free port.
-        let metrics = MetricsServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
-        Host { node, metrics, ports, sent: [0; 2] }
+        Metered::start(TOPOLOGY, "metrics.yaml", &[("a0", VR1_MAC), ("b0", VR2_MAC)], &["a1", "b1"])
     }
+}
 
-    /// One turn of the control loop: a few frames into each VR, the egress drained, and a
-    /// sample when a scrape waits for one.
-    fn turn(&mut self, frames: u64) {
-        let mut out = Batch::new(64);
-        let mut inb = Batch::new(256);
-        for ((tx, rx, mac), sent) in self.ports.iter_mut().zip(&mut self.sent) {
-            if frames > 0 {
-                out.clear();
-                for s in 0..frames {
-                    out.push_copy(&frame(*mac, *sent + s));
-                }
-                let sel: Vec<u16> = (0..frames as u16).collect();
-                *sent += tx.tx_burst(&mut out, &sel) as u64;
-            }
-            inb.clear();
-            rx.rx_burst(&mut inb);
-        }
-        self.metrics.refresh(&self.node);
-        thread::sleep(Duration::from_millis(2));
-    }
-
-    /// Turns the loop until `job` (on another thread) finishes; returns what it returned.
-    fn while_running<T: Send + 'static>(
-        &mut self,
-        frames: u64,
-        job: impl FnOnce() -> T + Send + 'static,
-    ) -> T {
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || tx.send(job()).unwrap());
-        loop {
-            self.turn(frames);
-            match rx.try_recv() {
-                Ok(v) => return v,
-                Err(mpsc::TryRecvError::Empty) => {}
-                Err(mpsc::TryRecvError::Disconnected) => panic!("the client thread panicked"),
-            }
-        }
-    }
-
-    fn scrape(&mut self) -> (String, String) {
-        let addr = self.metrics.local_addr();
-        self.while_running(0, move || http(addr, "GET /metrics HTTP/1.0\r\n\r\n"))
-    }
+/// A scrape of `h`'s endpoint, the node turning meanwhile.
+fn scrape(h: &mut Metered) -> (String, String) {
+    let addr = h.metrics.local_addr();
+    h.while_running(0, move || http(addr, "GET /metrics HTTP/1.0\r\n\r\n"))
 }
 
 /// Sends `request` and reads the whole answer: (status line and headers, body).
@@ -157,13 +106,13 @@ fn the_exposition_has_every_family_and_counts_the_traffic() {
         h.turn(20);
     }
     // Every frame a ring took is forwarded (the egress is drained); wait for the workers.
-    let sent = h.sent.map(|n| n as f64);
+    let sent: Vec<f64> = h.sent.iter().map(|&n| n as f64).collect();
     assert!(sent.iter().all(|&n| n > 0.0), "{sent:?}");
     let forwarded =
         |text: &str, vr: &str| value(text, &format!("routeplex_vr_forwarded_total{{vr=\"{vr}\"}}"));
     let t0 = Instant::now();
     let (head, text) = loop {
-        let (head, text) = h.scrape();
+        let (head, text) = scrape(&mut h);
         if forwarded(&text, "vr1") == Some(sent[0]) && forwarded(&text, "vr2") == Some(sent[1]) {
             break (head, text);
         }
@@ -263,7 +212,7 @@ fn the_http_side_keeps_its_limits() {
     assert_eq!(HttpCounts::get(&c.timed_out), MAX_PENDING as u64 - 1);
     assert_eq!(HttpCounts::get(&c.busy), 0);
     thread::sleep(Duration::from_millis(100));
-    let (head, body) = h.scrape();
+    let (head, body) = scrape(&mut h);
     assert!(head.starts_with("HTTP/1.0 200"), "{head}");
     assert!(body.ends_with("# EOF\n"));
 }
@@ -309,7 +258,7 @@ fn trickling_clients_do_not_blind_the_endpoint() {
     }
     let mut refused = Vec::new();
     for i in 0..30 {
-        let (head, body) = h.scrape();
+        let (head, body) = scrape(&mut h);
         if !head.starts_with("HTTP/1.0 200") || !body.ends_with("# EOF\n") {
             refused.push(format!("scrape {i}: {head} {body}"));
         }
@@ -358,7 +307,7 @@ fn the_grafana_dashboard_uses_only_names_a_running_host_exposes() {
     for _ in 0..10 {
         h.turn(10);
     }
-    let (_, exposition) = h.scrape();
+    let (_, exposition) = scrape(&mut h);
     let exposed = sampled(&exposition);
     let missing: Vec<&String> = used.iter().filter(|n| !exposed.contains(*n)).collect();
     assert!(missing.is_empty(), "the dashboard uses names the host does not expose: {missing:?}");
