@@ -20,6 +20,7 @@ use control::checkpoint;
 use control::journal::{self, Journal, Replayed};
 use control::runtime::{Idle, Options};
 use control::{ControlError, Node, Topology};
+use fib::synthetic::Rng;
 use serde_json::{json, Value};
 
 const FILE: &str = "torn.yaml";
@@ -52,23 +53,6 @@ const X_TEXT: &str = "  - name: x
     interfaces:
       - { name: a, port: x0, mac: 02:00:00:00:09:00, addresses: [10.9.0.1/24] }
 ";
-
-/// splitmix64: small, seeded, the same on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 fn seed() -> u64 {
     let s = std::env::var("RPX_TORN_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
@@ -276,7 +260,7 @@ fn change(rng: &mut Rng, m: &Model, has_x: bool, serial: &mut u32) -> Command {
             "vr": { "name": "x", "interfaces": [{ "name": "a", "port": "x0", "mac": "02:00:00:00:09:00", "addresses": ["10.9.0.1/24"] }] },
             "ports": [{ "name": "x0", "kind": "mem" }] } })),
         _ => command(json!({ "cmd": "apply", "args": {
-            "topology": edited(rng.next()), "file": FILE, "dry_run": false } })),
+            "topology": edited(rng.next_u64()), "file": FILE, "dry_run": false } })),
     }
 }
 
@@ -367,7 +351,7 @@ fn recovered(
 
 #[test]
 fn a_journal_cut_anywhere_comes_back_as_the_acknowledged_prefix_and_a_flipped_byte_is_refused() {
-    let mut rng = Rng(seed());
+    let mut rng = Rng::new(seed());
     let dir = RunDir::new("journal");
     let h = history(&mut rng, 24, &dir);
     let last = h.states.len() - 1;
@@ -428,7 +412,7 @@ fn a_journal_cut_anywhere_comes_back_as_the_acknowledged_prefix_and_a_flipped_by
 
 #[test]
 fn a_checkpoint_cut_or_flipped_is_refused_and_the_routes_come_back_as_acknowledged() {
-    let mut rng = Rng(seed());
+    let mut rng = Rng::new(seed());
     let dir = RunDir::new("ckpt");
     let h = history(&mut rng, 16, &dir);
     let want = h.states.last().unwrap();

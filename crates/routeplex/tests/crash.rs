@@ -23,24 +23,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use fib::synthetic::Rng;
 use serde_json::{json, Value};
-
-/// splitmix64: small, seeded, the same on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|s| s.parse().ok())
@@ -524,7 +508,7 @@ fn acknowledged_changes_survive_sigkill_at_any_instant_whole_or_not_at_all() {
     });
     let iterations = env_u64("RPX_CRASH_ITERATIONS").unwrap_or(60);
     eprintln!("crash: seed {seed}, {iterations} iterations (RPX_CRASH_SEED={seed} replays it)");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut rig = Rig::new(0);
     let mut model = Model::new();
     let mut serial = 0u32;
