@@ -7,6 +7,7 @@ pub enum FleetError {
     #[error("{file}{at}")]
     Config { file: String, at: yamlpath::Located },
     /// etcd refused or could not be reached.
+    #[cfg(feature = "etcd")]
     #[error("etcd: {0}")]
     Etcd(#[from] etcd_client::Error),
     /// An etcd call did not answer in time.

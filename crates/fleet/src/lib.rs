@@ -23,8 +23,10 @@
 //! ([`record::MAX_VALUE`]) and checked before use; a bad one is reported, never trusted.
 #![deny(unsafe_code)]
 
+#[cfg(feature = "etcd")]
 pub mod agent;
 pub mod config;
+#[cfg(feature = "etcd")]
 pub mod controller;
 mod error;
 pub mod fleetdoc;
@@ -35,8 +37,10 @@ pub mod local;
 pub mod placement;
 pub mod record;
 pub mod tree;
+#[cfg(feature = "etcd")]
 pub mod view;
 
+#[cfg(feature = "etcd")]
 pub use agent::{Agent, Handle};
 pub use config::{FleetConfig, Offer, Policy};
 pub use error::FleetError;

@@ -171,7 +171,10 @@ fn compare_dpdk_reports_both_sides_and_their_ratio() {
         for (i, p) in pairs.iter().enumerate() {
             let (rpx, pair) = (&s["routeplex"][i], &s["dpdk_pair"][i]);
             let (a, b) = (rpx["mpps"].as_f64().unwrap(), pair["mpps"].as_f64().unwrap());
-            assert!(a > 0.0 && b > 0.0, "a side delivered nothing: {s}");
+            assert!(
+                a > 0.0 && b > 0.0,
+                "a side delivered nothing (routeplex {a} Mpps, DPDK pair {b} Mpps): {s}"
+            );
             assert_eq!(p["a"].as_f64().unwrap(), a, "{p}");
             assert_eq!(p["b"].as_f64().unwrap(), b, "{p}");
             assert!((p["ratio"].as_f64().unwrap() - a / b).abs() <= 1e-9 * (a / b).max(1.0));
