@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use serde_json::Value;
 
-pub use crate::demo::group as thousands;
+pub use lab::demo::group as thousands;
 
 /// Bytes in binary units with one decimal: 2968371 → "2.8 MiB".
 pub fn bytes(n: u64) -> String {
