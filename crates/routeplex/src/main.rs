@@ -1,29 +1,18 @@
 //! `routeplex`: run virtual routers, look at them, and measure them.
 
-mod alloc_count;
-mod bench;
-mod bench_cp;
-mod bench_idle;
-mod bench_pairs;
-mod bench_pvr;
-mod bench_routes;
-mod bench_switch;
-mod bench_vhost;
-mod demo;
-mod lab;
 mod logs;
-mod pktgen;
 #[cfg(test)]
 mod readme_check;
 mod service;
 mod status_table;
-mod sys;
-mod test_cmd;
 
+use lab::{
+    bench, bench_cp, bench_idle, bench_routes, bench_switch, bench_vhost, demo, pktgen, test_cmd,
+};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand};
 use control::api::{Command, Route};
 
 /// What `routeplex --help` says first.
@@ -38,7 +27,7 @@ Start with `routeplex demo` (four VRs in memory, no root); `routeplex show FILE`
 topology; `routeplex up FILE` builds it (root) and `routeplex status FILE` shows it running.";
 
 #[global_allocator]
-static ALLOC: alloc_count::Counting = alloc_count::Counting;
+static ALLOC: lab::alloc_count::Counting = lab::alloc_count::Counting;
 
 /// Many isolated virtual routers on one host, joined by a fast software Ethernet.
 #[derive(Parser)]
@@ -357,13 +346,6 @@ enum BenchCmd {
     Idle(bench_idle::Args),
 }
 
-/// Address family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Family {
-    Ipv4,
-    Ipv6,
-}
-
 /// A command-line prefix, saying what is wrong with a bad one (`/33`: the length's range).
 fn prefix(s: &str) -> Result<ipnet::IpNet, String> {
     s.parse().map_err(|_| {
@@ -425,22 +407,39 @@ fn graph(file: &Path, out: &Path) -> anyhow::Result<()> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     logs::init(cli.log_format, matches!(cli.cmd, Cmd::Run { .. }));
-    let r = match cli.cmd {
-        Cmd::Demo(a) => demo::run(a),
+    match dispatch(cli.cmd) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("routeplex: {}", report(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs a command: the labs and benchmarks (crate `lab`), the fleet, or a host's service.
+fn dispatch(cmd: Cmd) -> anyhow::Result<()> {
+    match cmd {
+        Cmd::Demo(a) => Ok(demo::run(a)?),
         Cmd::Show { file } => control::Topology::load(&file)
             .map(|t| println!("{}", t.summary().trim_end()))
             .map_err(anyhow::Error::from),
         Cmd::Graph { file, out } => graph(&file, &out),
-        Cmd::Pktgen(a) => pktgen::run(a),
-        Cmd::Fleet(FleetCmd::Status { etcd, json }) => service::fleet_status(&etcd, json),
-        Cmd::Fleet(FleetCmd::Apply { file, etcd, dry_run, json }) => {
-            service::fleet_apply(&file, &etcd, dry_run, json)
+        Cmd::Pktgen(a) => Ok(pktgen::run(a)?),
+        Cmd::Fleet(f) => fleet_cmd(f),
+        Cmd::Bench(b) => Ok(bench_cmd(b)?),
+        Cmd::Test(t) => Ok(test_cmd::run(t)?),
+        Cmd::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "routeplex",
+                &mut std::io::stdout(),
+            );
+            Ok(())
         }
-        Cmd::Fleet(FleetCmd::Controller { etcd, name, ttl_s }) => {
-            service::fleet_controller(etcd, name, ttl_s)
-        }
-        Cmd::Fleet(FleetCmd::Drain { host, etcd }) => service::fleet_cordon(&host, &etcd, true),
-        Cmd::Fleet(FleetCmd::Uncordon { host, etcd }) => service::fleet_cordon(&host, &etcd, false),
+        Cmd::Man => clap_mangen::Man::new(Cli::command())
+            .render(&mut std::io::stdout())
+            .map_err(anyhow::Error::from),
         Cmd::Up { file } => service::up(&file),
         Cmd::Down { file } => service::down(&file),
         Cmd::Run { file, state_dir, burst } => service::run(&file, state_dir.as_deref(), burst),
@@ -481,33 +480,30 @@ fn main() -> ExitCode {
         Cmd::Migrate { file, vr, to, state_dir } => {
             service::control(&file, state_dir.as_deref(), Command::Migrate { vr, to })
         }
-        Cmd::Bench(BenchCmd::Fib(a)) => bench::fib(a),
-        Cmd::Bench(BenchCmd::Pipeline(a)) => bench::pipeline(a),
-        Cmd::Bench(BenchCmd::Routes(a)) => bench_routes::run(a),
-        Cmd::Bench(BenchCmd::ControlPlane(a)) => bench_cp::run(a),
-        Cmd::Bench(BenchCmd::Switch(a)) => bench_switch::run(a),
-        Cmd::Bench(BenchCmd::Vhost(a)) => bench_vhost::run(a),
-        Cmd::Bench(BenchCmd::Idle(a)) => bench_idle::run(a),
-        Cmd::Test(t) => test_cmd::run(t),
-        Cmd::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "routeplex",
-                &mut std::io::stdout(),
-            );
-            Ok(())
+    }
+}
+
+fn fleet_cmd(cmd: FleetCmd) -> anyhow::Result<()> {
+    match cmd {
+        FleetCmd::Status { etcd, json } => service::fleet_status(&etcd, json),
+        FleetCmd::Apply { file, etcd, dry_run, json } => {
+            service::fleet_apply(&file, &etcd, dry_run, json)
         }
-        Cmd::Man => clap_mangen::Man::new(Cli::command())
-            .render(&mut std::io::stdout())
-            .map_err(anyhow::Error::from),
-    };
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("routeplex: {}", report(&e));
-            ExitCode::FAILURE
-        }
+        FleetCmd::Controller { etcd, name, ttl_s } => service::fleet_controller(etcd, name, ttl_s),
+        FleetCmd::Drain { host, etcd } => service::fleet_cordon(&host, &etcd, true),
+        FleetCmd::Uncordon { host, etcd } => service::fleet_cordon(&host, &etcd, false),
+    }
+}
+
+fn bench_cmd(cmd: BenchCmd) -> lab::Result<()> {
+    match cmd {
+        BenchCmd::Fib(a) => bench::fib(a),
+        BenchCmd::Pipeline(a) => bench::pipeline(a),
+        BenchCmd::Routes(a) => bench_routes::run(a),
+        BenchCmd::ControlPlane(a) => bench_cp::run(a),
+        BenchCmd::Switch(a) => bench_switch::run(a),
+        BenchCmd::Vhost(a) => bench_vhost::run(a),
+        BenchCmd::Idle(a) => bench_idle::run(a),
     }
 }
 

@@ -11,7 +11,7 @@ use control::daemon::{self, Paths, ASK_TIMEOUT};
 use control::runtime::Options;
 use control::Topology;
 
-use crate::sys;
+use lab::sys;
 
 /// Set by SIGTERM / SIGINT.
 static STOP: AtomicBool = AtomicBool::new(false);

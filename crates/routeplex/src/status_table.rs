@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use serde_json::Value;
 
-pub use crate::demo::group as thousands;
+pub use lab::demo::group as thousands;
 
 /// Bytes in binary units with one decimal: 2968371 → "2.8 MiB".
 pub fn bytes(n: u64) -> String {
@@ -58,6 +58,17 @@ pub fn render(s: &Value) -> String {
         s["uptime_s"].as_f64().unwrap_or(0.0),
         bytes(num(&s["memory"]["rss_bytes"]))
     );
+    workers(&mut out, s);
+    vrs(&mut out, s);
+    replicated(&mut out, s);
+    msrs(&mut out, s);
+    ports(&mut out, s);
+    switches(&mut out, s);
+    out
+}
+
+/// The workers: each one's CPU, idle mode, rounds, sleeps and VRs.
+fn workers(out: &mut String, s: &Value) {
     let mut rows =
         vec![["worker", "cpu", "idle", "rounds", "sleeps", "vrs"].map(String::from).to_vec()];
     for w in s["workers"].as_array().into_iter().flatten() {
@@ -73,8 +84,11 @@ pub fn render(s: &Value) -> String {
         ]);
     }
     out.push('\n');
-    table(&mut out, &rows);
+    table(out, &rows);
+}
 
+/// The VRs: traffic, drops (the top reason), routes, FIB memory and neighbors.
+fn vrs(out: &mut String, s: &Value) {
     let drop_names: Vec<&str> = dataplane::VrDrop::ALL.iter().map(|d| d.name()).collect();
     let mut rows = vec![[
         "vr",
@@ -122,9 +136,11 @@ pub fn render(s: &Value) -> String {
         ]);
     }
     out.push('\n');
-    table(&mut out, &rows);
+    table(out, &rows);
+}
 
-    // Replicated VRs: the logical VR, its counters the sum of its replicas' (listed above).
+/// Replicated VRs: the logical VR, its counters the sum of its replicas' (listed above).
+fn replicated(out: &mut String, s: &Value) {
     let logical = s["replicated"].as_array().into_iter().flatten();
     let mut rows = vec![["replicated vr", "replicas", "workers", "rx", "forwarded", "per replica"]
         .map(String::from)
@@ -144,10 +160,12 @@ pub fn render(s: &Value) -> String {
     }
     if rows.len() > 1 {
         out.push('\n');
-        table(&mut out, &rows);
+        table(out, &rows);
     }
+}
 
-    // MSRs: one row per back-end, its state and what it carried.
+/// MSRs: one row per back-end, its state and what it carried.
+fn msrs(out: &mut String, s: &Value) {
     let mut rows =
         vec![["msr", "back-end", "state", "pinned", "refused", "forwarded", "front end"]
             .map(String::from)
@@ -171,9 +189,12 @@ pub fn render(s: &Value) -> String {
     }
     if rows.len() > 1 {
         out.push('\n');
-        table(&mut out, &rows);
+        table(out, &rows);
     }
+}
 
+/// The ports, then the backends' own non-zero counters.
+fn ports(out: &mut String, s: &Value) {
     let mut rows =
         vec![["port", "rx", "tx", "rx_dropped", "tx_full", "status"].map(String::from).to_vec()];
     for p in s["ports"].as_array().into_iter().flatten() {
@@ -190,7 +211,7 @@ pub fn render(s: &Value) -> String {
         ]);
     }
     out.push('\n');
-    table(&mut out, &rows);
+    table(out, &rows);
     // The backend's own counters (vxlan: drops by reason, datagrams), where any is non-zero.
     for p in s["ports"].as_array().into_iter().flatten() {
         let Some(b) = p["backend"].as_object() else { continue };
@@ -207,8 +228,10 @@ pub fn render(s: &Value) -> String {
             ));
         }
     }
+}
 
-    // Switches: one row per member, with the drops counted against it.
+/// Switches: one row per member, with the drops counted against it.
+fn switches(out: &mut String, s: &Value) {
     let mut rows = vec![["switch", "member", "dropped", "top drop"].map(String::from).to_vec()];
     for sw in s["switches"].as_array().into_iter().flatten() {
         let name = sw["name"].as_str().unwrap_or("?");
@@ -227,9 +250,8 @@ pub fn render(s: &Value) -> String {
     }
     if rows.len() > 1 {
         out.push('\n');
-        table(&mut out, &rows);
+        table(out, &rows);
     }
-    out
 }
 
 #[cfg(test)]

@@ -6,6 +6,10 @@
 //! to each other, as Rust's parent and child modules do). The modules of each crate must form
 //! a graph without a cycle; a failure names the circle and who uses whom in it, and the order
 //! found is printed for the rest.
+//!
+//! The command line stays a command line: `crates/routeplex/src` (argument parsing and
+//! printing; the labs and benchmarks are the `lab` crate) is under 2,000 lines, and no function
+//! in it is over 80 lines.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -13,7 +17,11 @@ use std::path::{Path, PathBuf};
 
 /// The crates whose layers are checked (every library crate of the workspace).
 const CRATES: &[&str] =
-    &["wire", "fib", "ports", "dataplane", "yamlpath", "control", "fleet", "tester"];
+    &["wire", "fib", "ports", "dataplane", "yamlpath", "control", "fleet", "tester", "lab"];
+
+/// The most lines the binary's sources may have, and the most one function of them may have.
+const BINARY_LINES: usize = 2_000;
+const FUNCTION_LINES: usize = 80;
 
 #[test]
 fn no_import_circle_between_the_modules_of_a_library_crate() {
@@ -59,6 +67,78 @@ fn the_reader_finds_uses_groups_and_paths_and_skips_tests() {
     assert_eq!(order(&g).unwrap(), ["a", "b", "c"]);
     g.get_mut("c").unwrap().insert("a".to_string());
     assert_eq!(order(&g).unwrap_err(), ["a", "b", "c"]);
+}
+
+#[test]
+fn the_binary_is_argument_parsing_and_printing() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut total = 0;
+    let mut long = Vec::new();
+    for f in rust_files(&src) {
+        let text = fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        total += text.lines().count();
+        for (name, line, n) in functions(&text) {
+            if n > FUNCTION_LINES {
+                long.push(format!("{}:{line}: fn {name} has {n} lines", f.display()));
+            }
+        }
+    }
+    println!("crates/routeplex/src: {total} lines");
+    assert!(
+        total < BINARY_LINES,
+        "crates/routeplex/src has {total} lines (at most {BINARY_LINES}): move labs and \
+         benchmarks to crates/lab"
+    );
+    assert!(long.is_empty(), "functions over {FUNCTION_LINES} lines:\n{}", long.join("\n"));
+}
+
+#[test]
+fn the_function_reader_measures_bodies_and_skips_declarations() {
+    let text =
+        "fn a() {}\npub fn b(\n    x: u8,\n) -> u8 {\n    x\n}\ntrait T {\n    fn c(&self);\n    \
+                fn d(&self) {\n        let _ = \"}\";\n    }\n}\n";
+    assert_eq!(
+        functions(text),
+        [("b".to_string(), 2, 5), ("d".to_string(), 9, 3)],
+        "one-line bodies and declarations are not measured"
+    );
+}
+
+/// Each function of a rustfmt-formatted file with a body over one line: its name, first line
+/// (1-based) and length in lines, from `fn` to the closing brace at the `fn` line's indent.
+fn functions(text: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let t = l.trim_start();
+        let Some(at) = t.find("fn ") else { continue };
+        let head = &t[..at];
+        let is_fn = head.split_whitespace().all(|w| {
+            w.starts_with("pub") || ["const", "async", "unsafe", "extern", "\"C\""].contains(&w)
+        });
+        if !is_fn {
+            continue;
+        }
+        let name: String =
+            t[at + 3..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        let indent = &l[..l.len() - t.len()];
+        // The signature ends at the first line ending in `{` (a body) or `;` / `}` (none, or
+        // a one-line body).
+        let Some(open) = (i..lines.len()).find(|&j| {
+            let e = lines[j].trim_end();
+            e.ends_with('{') || e.ends_with(';') || e.ends_with('}')
+        }) else {
+            continue;
+        };
+        if !lines[open].trim_end().ends_with('{') {
+            continue;
+        }
+        let close = format!("{indent}}}");
+        if let Some(end) = (open + 1..lines.len()).find(|&j| lines[j].trim_end() == close) {
+            out.push((name, i + 1, end - i + 1));
+        }
+    }
+    out
 }
 
 /// Module → the other modules of the crate it uses.

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use crate::{Context, Result};
 use dataplane::config::VrConfig;
 use dataplane::{Engine, VrDrop};
 use ports::{Batch, MAX_BURST};
@@ -54,7 +54,7 @@ impl VrReport {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    anyhow::ensure!(
+    crate::ensure!(
         a.seconds > 0.0 && a.seconds <= 3600.0,
         "--seconds {} is outside (0, 3600]",
         a.seconds
@@ -222,7 +222,7 @@ fn run_traffic(
         back.recv(&mut in_peer, &mut rx);
     }
     stop.store(true, Ordering::Relaxed);
-    let engine = worker.join().map_err(|_| anyhow::anyhow!("the worker thread panicked"))?;
+    let engine = worker.join().map_err(|_| crate::format_err!("the worker thread panicked"))?;
     Ok((engine, gen, placement))
 }
 

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{bail, Context, Result};
+use crate::{bail, Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
 use tester::plot::{self, XScale, XySeries};
@@ -612,7 +612,7 @@ pub fn rep(lab: &Lab, plan: &Plan, from: usize) -> Result<Rep> {
     std::thread::sleep(TAIL);
     stop.store(true, Ordering::Relaxed);
     let (sent, gen_gap, gen_t0) =
-        gen.join().map_err(|_| anyhow::anyhow!("generator panicked"))??;
+        gen.join().map_err(|_| crate::format_err!("generator panicked"))??;
     let mut ping = ping;
     // SIGINT: ping flushes its lines (a pipe is block-buffered) and exits.
     crate::sys::kill(ping.0.id(), libc::SIGINT);
@@ -620,7 +620,7 @@ pub fn rep(lab: &Lab, plan: &Plan, from: usize) -> Result<Rep> {
     let migrate = migrated?;
     let mut streams = Vec::new();
     for s in sinks {
-        let (frame, got) = s.join().map_err(|_| anyhow::anyhow!("sink panicked"))??;
+        let (frame, got) = s.join().map_err(|_| crate::format_err!("sink panicked"))??;
         let mut r = judge(frame, sent, &got, t_start, t_end, gen_gap);
         r.lost_window_ms = lost_window(&got, sent, gen_t0, interval, t_start);
         streams.push(r);
@@ -1020,7 +1020,7 @@ fn figure(points: &[Value], path: &Path, title: &str) -> Result<()> {
         flat("Xen downtime, high (seed 003)", SEED_XEN_DOWNTIME_MS.1),
     ];
     plot::xy(path, title, "case", "ms (log)", &s, &XScale::Categories(cats), true)
-        .map_err(|e| anyhow::anyhow!("{e}"))
+        .map_err(|e| crate::format_err!("{e}"))
 }
 
 /// Runs every case (or reports them skipped, with `skip`), writes the files into `out` and
@@ -1186,7 +1186,7 @@ const KEYS: &[&str] = &[
 /// tester's scenarios; an error naming file, line, field and value for a bad one.
 pub fn scenario_file(path: &Path) -> Result<Option<ScenarioFile>> {
     let text = yamlpath::read_file(path, 1 << 20).with_context(|| path.display().to_string())?;
-    let at = |e: FileError| anyhow::anyhow!("{}{}", path.display(), e.0);
+    let at = |e: FileError| crate::format_err!("{}{}", path.display(), e.0);
     let doc =
         yamlpath::parse_document(&text, "name:, experiment:, ...").map_err(|l| at(FileError(l)))?;
     let root = Val::root(&doc);

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use crate::{bail, Context, Result};
 use control::Topology;
 use dataplane::config::VrConfig;
 use dataplane::msr::{Change, LbPort, MsrControl, MsrShared};
@@ -346,7 +346,7 @@ impl RouteplexDut {
 
     /// Starts the multi-worker runtime over the host's cells; hands over the outside ports.
     fn start_runtime(&mut self) -> Result<PortSet, tester::Error> {
-        let err = |e: anyhow::Error| tester::Error::new(format!("{e:#}"));
+        let err = |e: crate::Error| tester::Error::new(format!("{e:#}"));
         self.build_now().map_err(err)?;
         let mut host = self.host.take().expect("built");
         let mut ports: Vec<Box<dyn ports::Port>> = Vec::new();
@@ -653,7 +653,7 @@ impl Dut for RouteplexDut {
         if self.workers() > 1 {
             return self.start_runtime();
         }
-        let err = |e: anyhow::Error| tester::Error::new(format!("{e:#}"));
+        let err = |e: crate::Error| tester::Error::new(format!("{e:#}"));
         self.build_now().map_err(err)?;
         let mut lab = self.lab.take().expect("built");
         let names: Vec<String> =

@@ -21,7 +21,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::{bail, format_err, Context, Result};
 use control::api::Command as Api;
 use control::model::ImpairDoc;
 use control::netns::Made;
@@ -70,7 +70,7 @@ pub fn is_timeline_file(file: &std::path::Path) -> bool {
 
 /// Runs the timeline in `file` and prints its report (JSON with `json`).
 pub fn run_file(file: &std::path::Path, json: bool) -> Result<()> {
-    let tl = Timeline::load(file).map_err(|e| anyhow!("{e}"))?;
+    let tl = Timeline::load(file).map_err(|e| format_err!("{e}"))?;
     if control::sys::euid() != 0 {
         bail!("routeplex test timeline needs root (network namespaces, veth, taps)");
     }
@@ -132,15 +132,15 @@ struct Shared {
 }
 
 fn execute(tl: &Timeline) -> Result<Value> {
-    let topo = Topology::load(&tl.topology).map_err(|e| anyhow!("{e}"))?;
+    let topo = Topology::load(&tl.topology).map_err(|e| format_err!("{e}"))?;
     check(tl, &topo)?;
     let dir = std::env::temp_dir().join(format!("routeplex-timeline-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
     let mut lab = Lab { made: Made::default(), daemons: Vec::new(), node: None, dir };
-    control::netns::make(&topo, &mut lab.made).map_err(|e| anyhow!("{e}"))?;
+    control::netns::make(&topo, &mut lab.made).map_err(|e| format_err!("{e}"))?;
     let mut o = Options::new(1);
     o.idle = Idle::Adaptive;
-    lab.node = Some(Node::start(topo.clone(), o, 64).map_err(|e| anyhow!("{e}"))?);
+    lab.node = Some(Node::start(topo.clone(), o, 64).map_err(|e| format_err!("{e}"))?);
     for d in &tl.daemons {
         start_bird(&mut lab, &topo, &d.vr, &d.config)?;
     }
@@ -213,24 +213,24 @@ fn execute(tl: &Timeline) -> Result<Value> {
     let mut sent = Vec::new();
     // Senders end by themselves after their last probe.
     for s in senders {
-        sent.push(s.join().map_err(|_| anyhow!("a sender panicked"))?);
+        sent.push(s.join().map_err(|_| format_err!("a sender panicked"))?);
     }
     sync_for(lab.node(), DRAIN);
     stop_all(&shared);
     let mut got = Vec::new();
     for r in receivers {
-        got.push(r.join().map_err(|_| anyhow!("a receiver panicked"))?);
+        got.push(r.join().map_err(|_| format_err!("a receiver panicked"))?);
     }
     let sent: Vec<Vec<u64>> = sent.into_iter().collect::<Result<_>>()?;
     let got: Vec<(Vec<bool>, u64)> = got.into_iter().collect::<Result<_>>()?;
-    let status = lab.node().status().map_err(|e| anyhow!("{e}"))?;
+    let status = lab.node().status().map_err(|e| format_err!("{e}"))?;
     Ok(report(tl, converged_s, &applied_ns, &results, &sent, &got, &status))
 }
 
 /// Refuses a timeline whose names the topology lacks, before anything is made.
 fn check(tl: &Timeline, topo: &Topology) -> Result<()> {
     let err =
-        |p: &tester::scenario::timeline::Place, m: String| anyhow!("{}", p.error(&tl.file, m));
+        |p: &tester::scenario::timeline::Place, m: String| format_err!("{}", p.error(&tl.file, m));
     let vr = |name: &str| topo.vrs.iter().find(|v| v.name == name);
     for d in &tl.daemons {
         let Some(v) = topo.vr_index(&d.vr) else {
@@ -358,7 +358,7 @@ fn apply(lab: &mut Lab, what: &ActionKind) -> Result<Value> {
                 .collect();
             let mut done = Vec::new();
             for i in &names {
-                done.push(node.execute(set(vr, i, *up)).map_err(|e| anyhow!("{e}"))?);
+                done.push(node.execute(set(vr, i, *up)).map_err(|e| format_err!("{e}"))?);
             }
             return Ok(Value::from(done));
         }
@@ -374,7 +374,7 @@ fn apply(lab: &mut Lab, what: &ActionKind) -> Result<Value> {
             return Ok(json!({ "killed": vr }));
         }
     };
-    out.map_err(|e| anyhow!("{e}"))
+    out.map_err(|e| format_err!("{e}"))
 }
 
 fn bind_any(to: IpAddr, port: u16) -> std::io::Result<UdpSocket> {

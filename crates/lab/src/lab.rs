@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use crate::{bail, Context, Result};
 use control::Topology;
 use dataplane::config::{RouteConfig, RouteSource, RouteTarget, VrConfig};
 use fib::prefix_file::{self, Family};
@@ -35,7 +35,7 @@ pub struct Table {
 impl Table {
     /// A prefix file.
     pub fn from_file(path: &Path) -> Result<Table> {
-        let l = prefix_file::load(path).map_err(anyhow::Error::msg)?;
+        let l = prefix_file::load(path).map_err(crate::Error::msg)?;
         Ok(Table { label: format!("file {}", path.display()), v4: l.v4, v6: l.v6 })
     }
 
@@ -151,7 +151,7 @@ fn pick<T>(
 /// Parses the embedded demo/bench topology.
 pub fn topology(text: &str, name: &str) -> Result<Topology> {
     Topology::parse(text, name, Path::new("."))
-        .map_err(anyhow::Error::from)
+        .map_err(crate::Error::from)
         .context("embedded topology")
 }
 

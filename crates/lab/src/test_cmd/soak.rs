@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use crate::{bail, Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
 
@@ -692,7 +692,7 @@ impl Soak<'_> {
 
     fn flood(&mut self) -> Result<()> {
         if let Some(f) = self.flood.take() {
-            f.join().map_err(|_| anyhow::anyhow!("flood panicked"))??;
+            f.join().map_err(|_| crate::format_err!("flood panicked"))??;
         }
         let k = self.rng.below(VRS as u64) as usize;
         let seed = self.rng.next();
@@ -859,18 +859,18 @@ fn soak(a: &SoakArgs) -> Result<Value> {
         s.windows.push(w);
     }
     if let Some(f) = s.flood.take() {
-        if let Err(e) = f.join().map_err(|_| anyhow::anyhow!("flood panicked")).and_then(|r| r) {
+        if let Err(e) = f.join().map_err(|_| crate::format_err!("flood panicked")).and_then(|r| r) {
             s.errors.push(format!("flood: {e:#}"));
         }
     }
     stop_traffic.store(true, Ordering::Relaxed);
-    let sent = gen.join().map_err(|_| anyhow::anyhow!("generator panicked"))??;
+    let sent = gen.join().map_err(|_| crate::format_err!("generator panicked"))??;
     // What is still on its way arrives well within this.
     std::thread::sleep(Duration::from_secs(1));
     stop_sink.store(true, Ordering::Relaxed);
-    let got = sink.join().map_err(|_| anyhow::anyhow!("sink panicked"))??;
+    let got = sink.join().map_err(|_| crate::format_err!("sink panicked"))??;
     stop_sampler.store(true, Ordering::Relaxed);
-    let per = samples.join().map_err(|_| anyhow::anyhow!("sampler panicked"))??;
+    let per = samples.join().map_err(|_| crate::format_err!("sampler panicked"))??;
     let sink_drops = udp_errors(&lab).saturating_sub(drops0);
     report(a, &s, &flows, &sent, &got, &per, sink_drops, &pids)
 }

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use crate::{bail, Context, Result};
 use control::netns::Made;
 use control::rtsync::{KernelRouteKind, RouteSync, SyncEvent};
 use control::runtime::{Idle, Options};
@@ -168,13 +168,13 @@ struct Follow {
 
 impl Follow {
     fn open(ns: &str) -> Result<Follow> {
-        let rs = RouteSync::open(ns, 256 << 20).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let rs = RouteSync::open(ns, 256 << 20).map_err(|e| crate::format_err!("{e}"))?;
         Ok(Follow { rs, have: HashSet::new(), events: Vec::new() })
     }
 
     fn poll(&mut self) -> Result<usize> {
         self.events.clear();
-        self.rs.poll(&mut self.events).map_err(|e| anyhow::anyhow!("{e}"))?;
+        self.rs.poll(&mut self.events).map_err(|e| crate::format_err!("{e}"))?;
         let keep = |r: &control::rtsync::KernelRoute| {
             r.table == 254 && r.protocol != 2 && matches!(r.prefix, IpNet::V4(_))
         };
@@ -237,7 +237,7 @@ impl Fill {
             return Some(Ok((secs(self.first), k)));
         }
         if now > self.deadline {
-            return Some(Err(anyhow::anyhow!(
+            return Some(Err(crate::format_err!(
                 "a FIB holds {k} of {} prefixes after {} s",
                 self.n,
                 self.timeout
@@ -249,11 +249,11 @@ impl Fill {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    anyhow::ensure!(
+    crate::ensure!(
         control::sys::euid() == 0,
         "bench control-plane needs root (namespaces, taps, BIRD)"
     );
-    anyhow::ensure!((1..=100).contains(&a.pairs), "--pairs {} is outside 1..=100", a.pairs);
+    crate::ensure!((1..=100).contains(&a.pairs), "--pairs {} is outside 1..=100", a.pairs);
     let table = match &a.prefixes {
         Some(p) => Table::from_file(p)?,
         None => match fib::prefix_file::cached(fib::prefix_file::Family::Ipv4) {
@@ -262,7 +262,7 @@ pub fn run(a: Args) -> Result<()> {
         },
     };
     let n = table.v4.len();
-    anyhow::ensure!(n > 0, "{}: no IPv4 prefixes", table.label);
+    crate::ensure!(n > 0, "{}: no IPv4 prefixes", table.label);
     let pid = std::process::id();
     let (dut_ns, spk_ns, lnx_ns) =
         (format!("rcpb{pid}d"), format!("rcpb{pid}s"), format!("rcpb{pid}l"));
@@ -289,7 +289,7 @@ pub fn run(a: Args) -> Result<()> {
          - {{ name: bgp, switch: bgp, mac: \"02:00:00:00:02:00\", addresses: [198.20.0.2/24] }}\n"
     );
     let topo = Topology::parse(&text, "bench-control-plane.yaml", Path::new("."))?;
-    control::netns::make(&topo, &mut lab.made).map_err(|e| anyhow::anyhow!("{e}"))?;
+    control::netns::make(&topo, &mut lab.made).map_err(|e| crate::format_err!("{e}"))?;
     // The anchor: a plain namespace, joined to the speaker's by a veth.
     sh("ip", &["netns", "add", &lnx_ns])?;
     lab.namespaces.push(lnx_ns.clone());
@@ -382,7 +382,7 @@ pub fn run(a: Args) -> Result<()> {
     let forwarded = |node: &Node| -> Result<u64> {
         node.runtime()
             .on_vr("dut", |c, v| c.vrs()[v].counters().forwarded)
-            .map_err(|e| anyhow::anyhow!("{e}"))
+            .map_err(|e| crate::format_err!("{e}"))
     };
     std::thread::sleep(Duration::from_millis(300));
     let (f0, t0) = (forwarded(&node)?, Instant::now());
@@ -482,9 +482,9 @@ pub fn run(a: Args) -> Result<()> {
     node.sync_control_planes();
     let mut ns_routes: Vec<(IpNet, Option<IpAddr>)> = Vec::new();
     {
-        let mut rs = RouteSync::open(&dut_ns, 256 << 20).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut rs = RouteSync::open(&dut_ns, 256 << 20).map_err(|e| crate::format_err!("{e}"))?;
         let mut ev = Vec::new();
-        rs.poll(&mut ev).map_err(|e| anyhow::anyhow!("{e}"))?;
+        rs.poll(&mut ev).map_err(|e| crate::format_err!("{e}"))?;
         for e in ev {
             if let SyncEvent::Replace(all) = e {
                 for r in all.into_iter().filter(|r| r.table == 254 && r.protocol != 2) {
@@ -553,6 +553,6 @@ pub fn run(a: Args) -> Result<()> {
     }
     node.stop()?;
     drop(lab);
-    anyhow::ensure!(mismatches == 0, "{mismatches} routes differ between the VR and its namespace");
+    crate::ensure!(mismatches == 0, "{mismatches} routes differ between the VR and its namespace");
     Ok(())
 }

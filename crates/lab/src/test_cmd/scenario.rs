@@ -9,7 +9,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use crate::{Context, Result};
 use clap::Args;
 use control::model::{
     IfaceDoc, MemberDoc, MemifDoc, MsrDoc, NeighborDoc, PortDoc, PortKindDoc, ReservationDoc,
@@ -134,7 +134,7 @@ impl Builder {
             )));
         }
         let g = topology(p);
-        let fail = |e: anyhow::Error| BuildError::Fail(format!("{e:#}"));
+        let fail = |e: crate::Error| BuildError::Fail(format!("{e:#}"));
         let topo = g.build().map_err(fail)?;
         let table = self.table(p)?;
         let family = if p.family == "ipv6" { Family::Ipv6 } else { Family::Ipv4 };
@@ -187,7 +187,7 @@ impl Builder {
     /// `path: switch`: routeplex's learning switch alone between the generator and the sink.
     fn switch(&mut self, p: &DutParams) -> Result<BuiltDut, BuildError> {
         let g = topology(p);
-        let fail = |e: anyhow::Error| BuildError::Fail(format!("{e:#}"));
+        let fail = |e: crate::Error| BuildError::Fail(format!("{e:#}"));
         let topo = g.build().map_err(fail)?;
         let pin = if p.pin { self.dut_cpu } else { None };
         let d = SwitchDut::new(topo, pin, &g.ingress[0], &g.egress[0]).map_err(fail)?;
@@ -254,7 +254,7 @@ impl Generated {
     /// The validated topology: what [`TopologyDoc::build`] checks, read from the text that is
     /// written out, so an error's line is the written file's.
     pub fn build(&self) -> Result<Topology> {
-        Topology::parse(&self.yaml, &self.file, Path::new(".")).map_err(anyhow::Error::from)
+        Topology::parse(&self.yaml, &self.file, Path::new(".")).map_err(crate::Error::from)
     }
 }
 
@@ -444,7 +444,7 @@ pub fn run(a: ScenarioArgs) -> Result<()> {
         let out = a.out.clone().unwrap_or_else(|| default_results_dir().join(&m.about.name));
         return super::migration::run_scenario(m, a.quick, a.json, &out, a.quiet);
     }
-    let sc = Scenario::load(&a.file).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let sc = Scenario::load(&a.file).map_err(|e| crate::format_err!("{e}"))?;
     let idle = a.idle_sleep_us.map(|us| Duration::from_secs_f64(us.clamp(0.0, 1e5) / 1e6));
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let pin = !a.no_pin && cpus >= 2 && sys::pin(0);
@@ -464,7 +464,7 @@ pub fn run(a: ScenarioArgs) -> Result<()> {
         tool: format!("routeplex {} test scenario", env!("CARGO_PKG_VERSION")),
     };
     let mut b = Builder::new(dut_cpu, idle);
-    let r = scenario::run(&sc, &o, &mut b).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let r = scenario::run(&sc, &o, &mut b).map_err(|e| crate::format_err!("{e}"))?;
     let out = a.out.clone().unwrap_or_else(|| default_results_dir().join(&sc.name));
     std::fs::create_dir_all(&out).with_context(|| format!("--out {}", out.display()))?;
     let name = &sc.name;
@@ -483,10 +483,10 @@ pub fn run(a: ScenarioArgs) -> Result<()> {
         write(format!("{name}-{f}"), y)?;
     }
     let png = out.join(format!("{name}.png"));
-    scenario::metric_plot(&r, &png).map_err(|e| anyhow::anyhow!("{e}"))?;
+    scenario::metric_plot(&r, &png).map_err(|e| crate::format_err!("{e}"))?;
     files.push(png.display().to_string());
     let curves = out.join(format!("{name}-curves.png"));
-    if scenario::curves_plot(&r, &curves).map_err(|e| anyhow::anyhow!("{e}"))? {
+    if scenario::curves_plot(&r, &curves).map_err(|e| crate::format_err!("{e}"))? {
         files.push(curves.display().to_string());
     }
     let json_path = out.join(format!("{name}.json"));

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use crate::{Context, Result};
 use control::runtime::{Idle, Options};
 use control::Node;
 use dataplane::config::RouteTarget;
@@ -50,14 +50,14 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    anyhow::ensure!(a.batch >= 2, "--batch must be at least 2");
-    anyhow::ensure!(a.seconds > 0.0, "--seconds must be positive");
-    anyhow::ensure!((1..=100).contains(&a.pairs), "--pairs {} is outside 1..=100", a.pairs);
+    crate::ensure!(a.batch >= 2, "--batch must be at least 2");
+    crate::ensure!(a.seconds > 0.0, "--seconds must be positive");
+    crate::ensure!((1..=100).contains(&a.pairs), "--pairs {} is outside 1..=100", a.pairs);
     let table = match &a.prefixes {
         Some(p) => Table::from_file(p)?,
         None => Table::real_or_generated(500_000, 0, 1)?,
     };
-    anyhow::ensure!(!table.v4.is_empty(), "{}: no IPv4 prefixes", table.label);
+    crate::ensure!(!table.v4.is_empty(), "{}: no IPv4 prefixes", table.label);
     let mut topo = lab::topology(include_str!("bench.yaml"), "bench.yaml")?;
     let gws: Vec<Ipv4Addr> = (2..=9).map(|h| Ipv4Addr::new(198, 19, 0, h)).collect();
     let v4_only = Table { label: String::new(), v4: table.v4.clone(), v6: Vec::new() };
@@ -175,7 +175,7 @@ pub fn run(a: Args) -> Result<()> {
     let runs = tester::pairs::run(
         a.pairs,
         |_| {
-            Ok::<f64, anyhow::Error>(rate(a.seconds, &mut || {
+            Ok::<f64, crate::Error>(rate(a.seconds, &mut || {
                 std::thread::sleep(Duration::from_millis(10))
             }))
         },
@@ -191,7 +191,7 @@ pub fn run(a: Args) -> Result<()> {
     let _ = traffic.join();
     let placement = sampler.finish();
     if let Some(e) = failure {
-        anyhow::bail!("route update failed: {e}");
+        crate::bail!("route update failed: {e}");
     }
     // Put the last withdrawn prefixes back, then check the FIB against the RIB.
     let ops: Vec<RouteOp> = pending
@@ -262,6 +262,6 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     node.stop()?;
-    anyhow::ensure!(mismatches == 0, "{mismatches} FIB lookups disagreed with the RIB");
+    crate::ensure!(mismatches == 0, "{mismatches} FIB lookups disagreed with the RIB");
     Ok(())
 }

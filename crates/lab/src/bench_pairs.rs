@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use anyhow::{bail, Context, Result};
+use crate::{bail, Context, Result};
 use serde_json::{json, Value};
 
 /// One side's run: the child's JSON, and the figure read from it.
@@ -63,8 +63,8 @@ pub fn against_baseline(
     pairs: usize,
     json: bool,
 ) -> Result<()> {
-    anyhow::ensure!((1..=100).contains(&pairs), "--pairs {pairs} is outside 1..=100");
-    anyhow::ensure!(
+    crate::ensure!((1..=100).contains(&pairs), "--pairs {pairs} is outside 1..=100");
+    crate::ensure!(
         baseline.is_file(),
         "--baseline {}: no such file (give the previous release's routeplex binary)",
         baseline.display()

@@ -7,7 +7,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use crate::{bail, Context, Result};
 use ports::memif::{MemifOptions, MemifPort};
 use ports::{Batch, Port, PortStatus};
 use serde_json::json;
@@ -214,8 +214,8 @@ pub fn connect(socket: &str, id: u32, name: &str) -> Result<MemifPort> {
 }
 
 fn frames_for(a: &Args) -> Result<Vec<(Vec<u8>, u16)>> {
-    anyhow::ensure!((60..=1514).contains(&a.size), "--size {} is outside 60..=1514", a.size);
-    anyhow::ensure!((1..=65536).contains(&a.flows), "--flows {} is outside 1..=65536", a.flows);
+    crate::ensure!((60..=1514).contains(&a.size), "--size {} is outside 60..=1514", a.size);
+    crate::ensure!((1..=65536).contains(&a.flows), "--flows {} is outside 1..=65536", a.flows);
     Ok((0..a.flows)
         .map(|f| {
             let mut src_mac = a.src_mac;
@@ -239,13 +239,13 @@ fn frames_for(a: &Args) -> Result<Vec<(Vec<u8>, u16)>> {
 /// Runs the generator on `tx` and the sinks on `rx` for `a.seconds`; prints a line a second
 /// unless `a.json`.
 pub fn measure(a: &Args, mut tx: Option<&mut MemifPort>, rx: &mut [MemifPort]) -> Result<Report> {
-    anyhow::ensure!(
+    crate::ensure!(
         (1..=ports::MAX_BURST).contains(&a.batch),
         "--batch {} is outside 1..={}",
         a.batch,
         ports::MAX_BURST
     );
-    anyhow::ensure!(a.seconds > 0.0, "--seconds must be positive");
+    crate::ensure!(a.seconds > 0.0, "--seconds must be positive");
     let rate: Option<f64> = match a.rate.as_str() {
         "max" => None,
         r => Some(
@@ -255,7 +255,7 @@ pub fn measure(a: &Args, mut tx: Option<&mut MemifPort>, rx: &mut [MemifPort]) -
                 .with_context(|| format!("--rate {r}: a positive number or max"))?,
         ),
     };
-    anyhow::ensure!(tx.is_some() || !rx.is_empty(), "give --tx, --rx or --ping/--pong");
+    crate::ensure!(tx.is_some() || !rx.is_empty(), "give --tx, --rx or --ping/--pong");
     let mut gen = Generator::new(frames_for(a)?);
     let mut r = Report { requested_pps: rate, ..Default::default() };
     // One clock read a round (the TSC where it measures time): the round just ended is

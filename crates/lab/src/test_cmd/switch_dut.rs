@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use anyhow::{bail, Result};
+use crate::{bail, Result};
 use control::Topology;
 use dataplane::{Engine, PortDrop, SwitchDrop};
 use serde_json::{json, Value};
@@ -49,7 +49,7 @@ impl SwitchDut {
         if topo.switches.len() != 1 || !topo.vrs.is_empty() {
             bail!("{}: the switch DUT needs one switch and no VRs", topo.source);
         }
-        let idx = |p: &str| topo.port_index(p).ok_or_else(|| anyhow::anyhow!("no port {p}"));
+        let idx = |p: &str| topo.port_index(p).ok_or_else(|| crate::format_err!("no port {p}"));
         let index = [idx(ingress)?, idx(egress)?];
         let lab = lab::build(&topo, &[])?;
         Ok(SwitchDut {

@@ -4,7 +4,7 @@ use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use crate::{bail, Context, Result};
 use fib::bench::{BenchOptions, Routes};
 use fib::prefix_file::{self, Family as FileFamily};
 use ports::Batch;
@@ -105,8 +105,8 @@ pub fn fib(a: FibArgs) -> Result<()> {
             a.json,
         );
     }
-    anyhow::ensure!(a.addresses > 0 && a.rounds > 0, "--addresses and --rounds must be positive");
-    anyhow::ensure!((1..=4096).contains(&a.batch), "--batch {} is outside 1..=4096", a.batch);
+    crate::ensure!(a.addresses > 0 && a.rounds > 0, "--addresses and --rounds must be positive");
+    crate::ensure!((1..=4096).contains(&a.batch), "--batch {} is outside 1..=4096", a.batch);
     let fam = match a.family {
         Family::Ipv4 => FileFamily::Ipv4,
         Family::Ipv6 => FileFamily::Ipv6,
@@ -116,7 +116,7 @@ pub fn fib(a: FibArgs) -> Result<()> {
         None => prefix_file::cached(fam)
             .context("no --prefixes given and no cached real table: run scripts/fetch-prefixes")?,
     };
-    let list = prefix_file::load(&path).map_err(anyhow::Error::msg)?;
+    let list = prefix_file::load(&path).map_err(crate::Error::msg)?;
     let routes = Routes::from_list(&list, fam);
     let n = match routes {
         Routes::V4(r) => r.len(),
@@ -202,18 +202,18 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
             pairs: a.pairs,
         });
     }
-    anyhow::ensure!(
+    crate::ensure!(
         (1..=ports::MAX_BURST).contains(&a.batch),
         "--batch {} is outside 1..={}",
         a.batch,
         ports::MAX_BURST
     );
-    anyhow::ensure!(a.packets > 0 && a.flows > 0, "--packets and --flows must be positive");
+    crate::ensure!(a.packets > 0 && a.flows > 0, "--packets and --flows must be positive");
     let table = match &a.prefixes {
         Some(p) => Table::from_file(p)?,
         None => Table::real_or_generated(500_000, 0, 1)?,
     };
-    anyhow::ensure!(!table.v4.is_empty(), "{}: no IPv4 prefixes", table.label);
+    crate::ensure!(!table.v4.is_empty(), "{}: no IPv4 prefixes", table.label);
     let topo = lab::topology(include_str!("bench.yaml"), "bench.yaml")?;
     let mut vrs = topo.vrs.clone();
     let gws: Vec<Ipv4Addr> = (2..=9).map(|h| Ipv4Addr::new(198, 19, 0, h)).collect();

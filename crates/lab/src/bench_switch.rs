@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use crate::{Context, Result};
 use control::model::{
     MemberDoc, MemifDoc, PortDoc, PortKindDoc, SwitchDoc, TopologyDoc, WorkersDoc,
 };
@@ -344,21 +344,21 @@ fn pin_generator() -> String {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    anyhow::ensure!((60..=1514).contains(&a.size), "--size {} is outside 60..=1514", a.size);
-    anyhow::ensure!(
+    crate::ensure!((60..=1514).contains(&a.size), "--size {} is outside 60..=1514", a.size);
+    crate::ensure!(
         (1..=64).contains(&a.destinations),
         "--destinations {} is outside 1..=64",
         a.destinations
     );
-    anyhow::ensure!(
+    crate::ensure!(
         (1..=ports::MAX_BURST).contains(&a.batch),
         "--batch {} is outside 1..=256",
         a.batch
     );
-    anyhow::ensure!(a.seconds > 0.0, "--seconds must be positive");
-    anyhow::ensure!((1..=100).contains(&a.pairs), "--pairs {} is outside 1..=100", a.pairs);
+    crate::ensure!(a.seconds > 0.0, "--seconds must be positive");
+    crate::ensure!((1..=100).contains(&a.pairs), "--pairs {} is outside 1..=100", a.pairs);
     let members = a.members.unwrap_or(a.destinations + 1);
-    anyhow::ensure!(
+    crate::ensure!(
         (a.destinations + 1..=1024).contains(&members),
         "--members {members} is outside {}..=1024 (destinations + 1 at least)",
         a.destinations + 1
@@ -513,7 +513,7 @@ fn figures(dir: &Path, seconds: f64, placement: &str) -> Result<()> {
     }
     let series = |name: &str, pts: Vec<(f64, f64)>| Series { name: name.to_string(), points: pts };
     let plot = |file: &str, title: &str, x: &str, y: &str, s: Vec<Series>| {
-        tester::plot::lines(&dir.join(file), title, x, y, &s).map_err(|e| anyhow::anyhow!("{e}"))
+        tester::plot::lines(&dir.join(file), title, x, y, &s).map_err(|e| crate::format_err!("{e}"))
     };
     let by_size = |size| {
         fig6.iter().filter(|p| p.size == size).map(|p| (p.destinations as f64, p.mpps)).collect()

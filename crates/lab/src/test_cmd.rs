@@ -13,7 +13,7 @@ mod timeline;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use crate::{bail, Context, Result};
 use clap::Subcommand;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -242,7 +242,7 @@ fn secs(what: &str, v: f64, max: f64) -> Result<Duration> {
 
 fn rate(what: &str, s: &str) -> Result<f64> {
     let v =
-        tester::parse_rate(s).map_err(anyhow::Error::msg).with_context(|| format!("--{what}"))?;
+        tester::parse_rate(s).map_err(crate::Error::msg).with_context(|| format!("--{what}"))?;
     if v < 1.0 {
         bail!("--{what} {s}: at least 1 frame per second");
     }
@@ -266,7 +266,8 @@ fn setup(a: &CommonArgs) -> Result<Setup> {
     if !(1..=10).contains(&a.attempts) {
         bail!("--attempts {} is outside 1..=10", a.attempts);
     }
-    let size = FrameSize::parse(&a.frame_size).map_err(|e| anyhow::anyhow!("--frame-size: {e}"))?;
+    let size =
+        FrameSize::parse(&a.frame_size).map_err(|e| crate::format_err!("--frame-size: {e}"))?;
     let max_pps = a.max_rate.as_deref().map(|s| rate("max-rate", s)).transpose()?;
     let stall = secs("stall-limit-ms", a.stall_limit_ms / 1e3, 10.0)?;
     let idle = a.idle_sleep_us.map(|us| secs("idle-sleep-us", us / 1e6, 0.1)).transpose()?;
@@ -277,7 +278,7 @@ fn setup(a: &CommonArgs) -> Result<Setup> {
     let (dut, dut_desc): (Box<dyn Dut>, String) = match dut::embedded(&a.dut) {
         Some((text, name)) => {
             let topo = match &a.topology {
-                Some(p) => control::Topology::load(p).map_err(anyhow::Error::from)?,
+                Some(p) => control::Topology::load(p).map_err(crate::Error::from)?,
                 None => lab::topology(text, name)?,
             };
             let table = match &a.prefixes {
@@ -292,7 +293,7 @@ fn setup(a: &CommonArgs) -> Result<Setup> {
             if a.topology.is_some() || a.prefixes.is_some() {
                 bail!("--topology and --prefixes are for a routeplex DUT, not {}", a.dut);
             }
-            let b = Behaviour::parse(&a.dut).map_err(|e| anyhow::anyhow!("--dut: {e}"))?;
+            let b = Behaviour::parse(&a.dut).map_err(|e| crate::format_err!("--dut: {e}"))?;
             let mut d = FakeDut::new(b, 4096);
             if let Some(cpu) = dut_cpu {
                 d = d.on_thread(move || {
@@ -412,7 +413,7 @@ fn finish<R: Serialize>(
     mut summary: Value,
 ) -> Result<Report<R>> {
     let dut = runner.dut().describe();
-    let dut_report = runner.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let dut_report = runner.finish().map_err(|e| crate::format_err!("{e}"))?;
     summary["placement_read_back"] = seen.finish().to_json();
     let mut limits = serde_json::Map::new();
     for t in d.trials.iter().filter(|t| t.used) {
@@ -460,8 +461,8 @@ fn trial_limited_by(t: &tester::TrialResult) -> &'static str {
     }
 }
 
-fn err(e: tester::Error) -> anyhow::Error {
-    anyhow::anyhow!("{e}")
+fn err(e: tester::Error) -> crate::Error {
+    crate::format_err!("{e}")
 }
 
 fn sweep_cmd(a: SweepArgs) -> Result<()> {
@@ -523,7 +524,7 @@ fn sweep_cmd(a: SweepArgs) -> Result<()> {
 fn rfc2544_cmd(a: Rfc2544Args) -> Result<()> {
     let cfg = rfc2544::Config {
         resolution: rfc2544::Resolution::parse(&a.resolution)
-            .map_err(|e| anyhow::anyhow!("--resolution: {e}"))?,
+            .map_err(|e| crate::format_err!("--resolution: {e}"))?,
         floor_pps: a.floor.as_deref().map(|f| rate("floor", f)).transpose()?,
         loss_tolerance: a.loss_tolerance,
         latency: !a.no_latency,

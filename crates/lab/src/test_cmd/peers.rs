@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use crate::{bail, Context, Result};
 use serde::Serialize;
 use serde_json::{json, Value};
 use tester::frames::FrameSize;
@@ -259,7 +259,8 @@ pub fn run(a: PeersArgs) -> Result<()> {
             bail!("--burst {b} is outside 1..={}", ports::MAX_BURST);
         }
     }
-    let size = FrameSize::parse(&a.frame_size).map_err(|e| anyhow::anyhow!("--frame-size: {e}"))?;
+    let size =
+        FrameSize::parse(&a.frame_size).map_err(|e| crate::format_err!("--frame-size: {e}"))?;
     let max_pps = a.max_rate.as_deref().map(|s| super::rate("max-rate", s)).transpose()?;
     let stall = super::secs("stall-limit-ms", a.stall_limit_ms / 1e3, 10.0)?;
     super::kernel_dut::prefixes(routes)?;
@@ -369,7 +370,7 @@ pub fn run(a: PeersArgs) -> Result<()> {
             eprintln!("routeplex test peers: nothing was measured: no plot");
         } else {
             plot::bars(p, &title, "forwarded (Mpps), 99 % CI bars", &bars)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+                .map_err(|e| crate::format_err!("{e}"))?;
         }
     }
     if let Some(p) = &a.csv {

@@ -21,7 +21,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use crate::{bail, Context, Result};
 use control::model::{
     IfaceDoc, KernelDoc, NeighborDoc, PortDoc, PortKindDoc, RouteDoc, TopologyDoc, VrDoc,
     WorkersDoc,
@@ -185,7 +185,7 @@ pub fn parse_macvlan_vrs(name: &str) -> Option<Result<usize>> {
     let n = name.strip_prefix("macvlan-vrs:")?;
     Some(match n.parse::<usize>() {
         Ok(v) if (1..=MAX_VRS).contains(&v) => Ok(v),
-        _ => Err(anyhow::anyhow!(
+        _ => Err(crate::format_err!(
             "--dut {name}: the VR count {n:?} is not a number in 1..={MAX_VRS}"
         )),
     })
@@ -243,7 +243,7 @@ pub fn prefixes(n: usize) -> Result<Vec<Ipv4Net>> {
     let base = u32::from(Ipv4Addr::new(198, 19, 128, 0));
     let size = 1u32 << (32 - len);
     (0..n as u32)
-        .map(|i| Ipv4Net::new(Ipv4Addr::from(base + i * size), len).map_err(anyhow::Error::from))
+        .map(|i| Ipv4Net::new(Ipv4Addr::from(base + i * size), len).map_err(crate::Error::from))
         .collect()
 }
 
@@ -655,7 +655,7 @@ impl KernelDut {
         let y = format!("{header}\n{}", doc.to_yaml());
         let file = self.dir.join(file);
         std::fs::write(&file, y).with_context(|| format!("{}", file.display()))?;
-        control::Topology::load(&file).map_err(anyhow::Error::from)?;
+        control::Topology::load(&file).map_err(crate::Error::from)?;
         let exe = std::env::current_exe().context("the routeplex binary")?;
         let (exe, file_s, dir_s) = (
             exe.to_string_lossy().to_string(),
@@ -683,7 +683,7 @@ impl KernelDut {
     fn vm_router(&mut self, d: &str) -> Result<()> {
         use control::model::{MemberDoc, SwitchDoc, VhostUserDoc};
         use tester::vm::{qemu_args, Accel, GuestImage, Nic};
-        let image = GuestImage::ensure().map_err(|e| anyhow::anyhow!("the guest image: {e}"))?;
+        let image = GuestImage::ensure().map_err(|e| crate::format_err!("the guest image: {e}"))?;
         let socks = [self.dir.join("v0.sock"), self.dir.join("v1.sock")];
         let vhost = |s: &Path| {
             PortKindDoc::VhostUser(VhostUserDoc {
@@ -727,7 +727,7 @@ impl KernelDut {
         }
         self.control = Some(sock.clone());
         let mac = |m: &str| -> Result<[u8; 6]> {
-            Ok(m.parse::<MacAddr>().map_err(|e| anyhow::anyhow!("{m}: {e:?}"))?.0)
+            Ok(m.parse::<MacAddr>().map_err(|e| crate::format_err!("{m}: {e:?}"))?.0)
         };
         let nics = [
             Nic { socket: socks[0].clone(), mac: mac(R0_MAC)?, qemu_listens: false, queues: 1 },
@@ -803,7 +803,7 @@ impl KernelDut {
             if msg.starts_with("skipped: ") {
                 e
             } else {
-                anyhow::anyhow!("skipped: Open vSwitch failed to start: {msg}")
+                crate::format_err!("skipped: Open vSwitch failed to start: {msg}")
             }
         })
     }

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use crate::{bail, Context, Result};
 use control::runtime::{Idle, Options};
 use control::{Node, Topology};
 use ports::memif::MemifPort;
@@ -113,9 +113,9 @@ fn percentile(v: &[f64], p: f64) -> f64 {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    anyhow::ensure!(a.seconds > 0.0, "--seconds must be positive");
-    anyhow::ensure!(a.samples > 0, "--samples must be positive");
-    anyhow::ensure!(a.gap_ms >= 20.0, "--gap-ms must be at least 20");
+    crate::ensure!(a.seconds > 0.0, "--seconds must be positive");
+    crate::ensure!(a.samples > 0, "--samples must be positive");
+    crate::ensure!(a.gap_ms >= 20.0, "--gap-ms must be at least 20");
     let modes: Vec<Idle> = a
         .modes
         .split(',')
@@ -125,7 +125,7 @@ pub fn run(a: Args) -> Result<()> {
             })
         })
         .collect::<Result<_>>()?;
-    anyhow::ensure!(!modes.is_empty(), "--modes: give at least one");
+    crate::ensure!(!modes.is_empty(), "--modes: give at least one");
     let cpus = sys::online_cpus();
     let worker_cpu = cpus - 1;
     let mut figures = Vec::new();

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use crate::{bail, Context, Result};
 use control::model::{
     MemberDoc, MemifDoc, PortDoc, PortKindDoc, SwitchDoc, TopologyDoc, VhostUserDoc, WorkersDoc,
 };
@@ -266,11 +266,11 @@ fn limited_by(p: &serde_json::Value) -> &'static str {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    anyhow::ensure!(a.seconds > 0.0, "--seconds must be positive");
+    crate::ensure!(a.seconds > 0.0, "--seconds must be positive");
     let bin = peer_binary()?;
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    anyhow::ensure!((1..=100).contains(&a.pairs), "--pairs {} is outside 1..=100", a.pairs);
+    crate::ensure!((1..=100).contains(&a.pairs), "--pairs {} is outside 1..=100", a.pairs);
     let mut points = Vec::new();
     let mut sizes = Vec::new();
     for size in [64usize, 1518] {

@@ -24,7 +24,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
+use crate::{bail, ensure, Context, Result};
 use dataplane::flowhash::{flow_hash, pick};
 use dataplane::{Cell, Worker};
 use ports::mem::MemPort;
@@ -362,7 +362,7 @@ fn measure(o: &Opts, table: &Table, dsts: &[Ipv4Addr], n: usize, online: usize) 
     drop(go_txs);
     let mut counted = Vec::new();
     for t in threads {
-        let cell = t.join().map_err(|_| anyhow::anyhow!("a worker panicked"))?;
+        let cell = t.join().map_err(|_| crate::format_err!("a worker panicked"))?;
         counted.push(cell.vrs()[0].counters().forwarded);
     }
     ensure!(
