@@ -421,7 +421,7 @@ impl Journal {
     pub fn record(
         &mut self,
         cmd: &Command,
-        reply: &serde_json::Value,
+        reply: &crate::api::Answer,
         node: &Node,
     ) -> Result<(), ControlError> {
         let r = if changes_text(cmd) {
@@ -431,7 +431,10 @@ impl Journal {
             r
         } else if is_restore(cmd) {
             let (name, down) = match cmd {
-                Command::Restore { down, .. } => (reply["vr"].as_str(), *down),
+                Command::Restore { down, .. } => match reply {
+                    crate::api::Answer::Restored(r) => (Some(r.vr.as_str()), *down),
+                    _ => (None, *down),
+                },
                 Command::MigrateCommit { vr, .. } => (Some(vr.as_str()), false),
                 _ => (None, false),
             };
