@@ -54,7 +54,8 @@ fn every_documented_reply_reads_into_its_struct_and_back() {
                 .unwrap_or_else(|e| panic!("docs/api.md: {name}: the example does not read: {e}"));
             let back = serde_json::to_value(&a).unwrap();
             assert_eq!(
-                back, doc,
+                back,
+                doc,
                 "docs/api.md: {name}: the example and its struct ({}) differ: a field documented \
                  that the struct lacks, or one it has that the example leaves out",
                 a.kind()
@@ -67,8 +68,11 @@ fn every_documented_reply_reads_into_its_struct_and_back() {
 fn a_reply_of_the_wrong_shape_is_refused_naming_the_field() {
     let e = Answer::read("move", br#"{"v":1,"id":1,"ok":{"moved":["a"],"from":0}}"#).unwrap_err();
     assert!(e.to_string().contains("missing field `to`"), "{e}");
-    let e = Answer::read("move", br#"{"v":1,"id":1,"err":{"code":"no_such_vr","msg":"no VR named \"a\""}}"#)
-        .unwrap_err();
+    let e = Answer::read(
+        "move",
+        br#"{"v":1,"id":1,"err":{"code":"no_such_vr","msg":"no VR named \"a\""}}"#,
+    )
+    .unwrap_err();
     assert_eq!(e.to_string(), r#"no VR named "a" (no_such_vr)"#);
     let e = Answer::read("dance", br#"{"v":1,"id":1,"ok":{}}"#).unwrap_err();
     assert!(e.to_string().contains("dance"), "{e}");

@@ -714,3 +714,75 @@ impl std::fmt::Display for Status {
         f.write_str(&serde_json::to_string(self).map_err(|_| std::fmt::Error)?)
     }
 }
+
+/// The live topology page's numbers (the metrics endpoint's `GET /api/graph`, not a command's
+/// reply): the data plane's clock when sampled, the graph, and per port, VR and switch the
+/// counters the page turns into rates.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GraphPage {
+    pub uptime_s: f64,
+    pub graph: GraphRows,
+    pub ports: Vec<PagePort>,
+    pub vrs: Vec<PageVr>,
+    pub switches: Vec<PageSwitch>,
+}
+
+/// The topology as nodes and edges (edges name their nodes).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphRows {
+    pub nodes: Vec<GraphNode>,
+    pub edges: Vec<GraphEdge>,
+}
+
+/// A node of the topology's graph: a VR, a switch, a port's far end...
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphNode {
+    pub kind: String,
+    pub name: String,
+}
+
+/// A link between two nodes, with the port whose counters it shows and its impairment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphEdge {
+    pub a: String,
+    pub b: String,
+    pub label: String,
+    pub port: Option<String>,
+    pub impair: Option<String>,
+}
+
+/// A port's counters on the live page: `dropped` is every reason, the impairment's included.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PagePort {
+    pub name: String,
+    pub up: bool,
+    pub rx: u64,
+    pub tx: u64,
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+    pub dropped: u64,
+    /// The impairment, in words.
+    pub impair: Option<String>,
+    /// Frames waiting on the impaired link.
+    pub held: Option<usize>,
+}
+
+/// A VR's counters on the live page.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageVr {
+    pub name: String,
+    pub worker: usize,
+    pub received: u64,
+    pub forwarded: u64,
+    pub dropped: u64,
+    pub local_in: u64,
+    pub echo_replies: u64,
+}
+
+/// A switch's counters on the live page.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageSwitch {
+    pub name: String,
+    pub received: u64,
+    pub dropped: u64,
+}

@@ -6,7 +6,7 @@ use std::path::Path;
 use dataplane::config::VrConfig;
 use dataplane::VrChange;
 use ipnet::IpNet;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tracing::info;
 
 use crate::api::{self, Moved, Reserved, VrAdded, VrRemoved};
@@ -36,7 +36,7 @@ impl Node {
         self.vr_config(&vr)?;
         let plan = if self.source.is_some() {
             self.edit_source(|doc| {
-                list(doc, "vrs").retain(|v| v["name"] != json!(vr));
+                list(doc, "vrs").retain(|v| v["name"] != vr.as_str());
                 let mut used: Vec<Value> = Vec::new();
                 for v in list(doc, "vrs").iter() {
                     for i in v["interfaces"].as_array().into_iter().flatten() {
