@@ -664,10 +664,20 @@ struct Slot {
     error: Option<String>,
 }
 
+/// Why the endpoint has no numbers to serve (503).
+#[derive(Debug, thiserror::Error)]
+enum NoSample {
+    /// The last sample could not be taken: why.
+    #[error("{0}")]
+    Failed(String),
+    #[error("no sample yet: the control loop has not answered")]
+    NotYet,
+}
+
 impl Shared {
     /// The sample for one request: a fresh one if the control loop gives one in time, else the
     /// last one; `Err` when there is none.
-    fn sample(&self) -> Result<Arc<Sample>, String> {
+    fn sample(&self) -> Result<Arc<Sample>, NoSample> {
         let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         let young = slot.sample.as_ref().is_some_and(|s| s.taken.elapsed() < REUSE);
         if !young {
@@ -684,8 +694,8 @@ impl Shared {
         }
         match (&slot.sample, &slot.error) {
             (Some(s), _) => Ok(s.clone()),
-            (None, Some(e)) => Err(e.clone()),
-            (None, None) => Err("no sample yet: the control loop has not answered".into()),
+            (None, Some(e)) => Err(NoSample::Failed(e.clone())),
+            (None, None) => Err(NoSample::NotYet),
         }
     }
 }

@@ -526,7 +526,7 @@ pub fn migrate(node: &mut Node, vr: &str, to: SocketAddr) -> Result<Migrated, Co
         to: to.to_string(),
         routes: snap.routes.len(),
         chunks,
-        bytes_moved: ch.bytes as u64,
+        bytes_moved: ch.bytes,
         precopy_ms,
         stop_ms,
         total_ms,

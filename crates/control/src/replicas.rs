@@ -60,7 +60,7 @@ pub fn status_rows(
         });
         out.push(ReplicatedRow {
             name: cfg.name.clone(),
-            replicas: usize::from(copies),
+            replicas: copies,
             running: replicas.len(),
             instances: replicas,
             counters,

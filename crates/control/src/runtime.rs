@@ -129,7 +129,7 @@ enum Cmd {
         cell: usize,
         vr: usize,
         r: Option<Reservation>,
-        reply: Sender<Result<(), String>>,
+        reply: Sender<Result<(), RuntimeError>>,
     },
     Status(Sender<WorkerStatus>),
     SetIdle(Idle),
@@ -854,7 +854,7 @@ impl Runtime {
         let (tx, rx) = mpsc::channel();
         self.send(w, Cmd::Reserve { cell: c, vr, r, reply: tx })?;
         match answer(&rx, w) {
-            Ok(r) => r.map_err(RuntimeError),
+            Ok(r) => r,
             // The command is queued: the worker applies it when it gets to it.
             Err(e) => err(format!("{e}; the change applies when it does")),
         }
@@ -1076,8 +1076,12 @@ impl Ctx {
                         }
                         Cmd::Reserve { cell, vr, r, reply } => {
                             let res = match ids.iter().position(|&x| x == cell) {
-                                Some(i) => cells[i].set_reservation(vr, r).map_err(|e| e.0),
-                                None => Err(format!("cell {cell} is not on this worker")),
+                                Some(i) => {
+                                    cells[i].set_reservation(vr, r).map_err(|e| RuntimeError(e.0))
+                                }
+                                None => {
+                                    Err(RuntimeError(format!("cell {cell} is not on this worker")))
+                                }
                             };
                             let _ = reply.send(res);
                         }

@@ -66,9 +66,9 @@ pub fn restore(
     let bad = |what: String| {
         ControlError::Invalid(format!("snapshot of vr {}: {what}", snap.meta.vr.name))
     };
-    let ops = snap.route_ops().map_err(bad)?;
+    let ops = snap.route_ops().map_err(|e| bad(e.to_string()))?;
     let (counters, _unknown) = snap.counters();
-    let neighbors = restored_neighbors(&snap.meta.neighbors).map_err(bad)?;
+    let neighbors = restored_neighbors(&snap.meta.neighbors).map_err(|e| bad(e.to_string()))?;
     let mut doc = snap.meta.vr.clone();
     doc.name = name.clone();
     let have: Vec<&str> = node.topology().ports.iter().map(|p| p.name.as_str()).collect();

@@ -48,7 +48,7 @@ impl Node {
         match flushed {
             Ok(VrAnswer::Flushed(n)) => {
                 info!(vr, interface, dropped_queued = n, "neighbors flushed");
-                Ok(NeighborFlushed { vr, dropped_queued: Some(n as u64) })
+                Ok(NeighborFlushed { vr, dropped_queued: Some(n) })
             }
             Ok(_) => Ok(NeighborFlushed { vr, dropped_queued: None }),
             Err(e) => Err(ControlError::Invalid(e.0)),

@@ -158,7 +158,8 @@ impl Node {
         spec: Vec<String>,
     ) -> Result<Reserved, ControlError> {
         let words: Vec<&str> = spec.iter().map(String::as_str).collect();
-        let r = reservation_from_words(&words).map_err(|e| ControlError::BadRequest(e.0))?;
+        let r =
+            reservation_from_words(&words).map_err(|e| ControlError::BadRequest(e.to_string()))?;
         self.rt.set_reservation(&vr, r)?;
         if let Some(i) = self.topo.vr_index(&vr) {
             self.topo.schedule[i].reservation = r;
