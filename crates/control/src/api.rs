@@ -12,7 +12,9 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+
+mod reply;
+pub use reply::*;
 
 /// The protocol version this build speaks.
 pub const API_VERSION: u32 = 1;
@@ -259,13 +261,14 @@ pub struct Route {
     pub blackhole: bool,
 }
 
-/// A reply line.
+/// A reply line: the daemon sends `Reply<Answer>`; a client reads `Reply<T>` with `T` the
+/// struct of the command it sent ([`Answer::read`] picks it).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Reply {
+pub struct Reply<T = Answer> {
     pub v: u32,
     pub id: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ok: Option<Value>,
+    #[serde(default = "none", skip_serializing_if = "Option::is_none")]
+    pub ok: Option<T>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub err: Option<ErrorBody>,
 }
@@ -277,12 +280,23 @@ pub struct ErrorBody {
     pub msg: String,
 }
 
-impl Reply {
-    pub fn ok(id: u64, v: Value) -> Reply {
+fn none<T>() -> Option<T> {
+    None
+}
+
+impl ErrorBody {
+    /// The daemon's refusal, as a client reports it.
+    pub fn into_error(self) -> crate::ControlError {
+        crate::ControlError::Invalid(format!("{} ({})", self.msg, self.code))
+    }
+}
+
+impl<T> Reply<T> {
+    pub fn ok(id: u64, v: T) -> Reply<T> {
         Reply { v: API_VERSION, id, ok: Some(v), err: None }
     }
 
-    pub fn err(id: u64, e: &crate::ControlError) -> Reply {
+    pub fn err(id: u64, e: &crate::ControlError) -> Reply<T> {
         Reply {
             v: API_VERSION,
             id,
@@ -291,12 +305,16 @@ impl Reply {
         }
     }
 
-    /// The reply as a result.
-    pub fn into_result(self) -> Result<Value, ErrorBody> {
+    /// The reply as a result (a reply with neither is refused: every command answers
+    /// something).
+    pub fn into_result(self) -> Result<T, ErrorBody> {
         match (self.ok, self.err) {
             (_, Some(e)) => Err(e),
             (Some(v), None) => Ok(v),
-            (None, None) => Ok(Value::Null),
+            (None, None) => Err(ErrorBody {
+                code: "bad_reply".into(),
+                msg: "a reply with neither ok nor err".into(),
+            }),
         }
     }
 }

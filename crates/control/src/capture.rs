@@ -7,9 +7,8 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use serde_json::Value;
-
 use crate::api::Command;
+use crate::api::{Answer, CaptureRead, CaptureStarted, CaptureStopped, TraceRead, TraceRow};
 use crate::pcapng::{from_hex, Direction, Writer};
 use crate::ControlError;
 
@@ -28,24 +27,25 @@ pub struct Summary {
 /// Captures at `point` until `count` frames (0: until `stop`) and writes them to `out` as
 /// pcapng, flushing after each read (so `-w - | tcpdump -r -` shows them as they come).
 pub fn capture(
-    ask: &mut dyn FnMut(Command) -> Result<Value, ControlError>,
+    ask: &mut dyn FnMut(Command) -> Result<Answer, ControlError>,
     point: &str,
     count: u64,
     drops: bool,
     out: impl Write,
     stop: &AtomicBool,
 ) -> Result<Summary, ControlError> {
-    let started = ask(Command::CaptureStart { point: point.into(), count, drops, ring: None })?;
-    let id = started["id"].as_u64().unwrap_or(0);
-    let r = write_frames(ask, id, started["port"].as_str().unwrap_or(point), out, stop);
+    let started: CaptureStarted =
+        ask(Command::CaptureStart { point: point.into(), count, drops, ring: None })?.try_into()?;
+    let id = started.id;
+    let r = write_frames(ask, id, &started.port, out, stop);
     let stopped = ask(Command::CaptureStop { id });
     let mut s = r?;
-    s.lost = stopped?["lost"].as_u64().unwrap_or(0);
+    s.lost = CaptureStopped::try_from(stopped?)?.lost;
     Ok(s)
 }
 
 fn write_frames(
-    ask: &mut dyn FnMut(Command) -> Result<Value, ControlError>,
+    ask: &mut dyn FnMut(Command) -> Result<Answer, ControlError>,
     id: u64,
     port: &str,
     out: impl Write,
@@ -57,26 +57,25 @@ fn write_frames(
     w.flush().map_err(io)?;
     let mut s = Summary::default();
     while !stop.load(Ordering::Relaxed) {
-        let v = ask(Command::CaptureRead { id, max: Some(1024) })?;
-        let frames = v["frames"].as_array().map(Vec::as_slice).unwrap_or_default();
-        for f in frames {
-            let data = from_hex(f["hex"].as_str().unwrap_or_default()).unwrap_or_default();
-            let dir = match f["dir"].as_str() {
-                Some("rx") | Some("drop") => Direction::Inbound,
-                Some("tx") => Direction::Outbound,
+        let v: CaptureRead = ask(Command::CaptureRead { id, max: Some(1024) })?.try_into()?;
+        for f in &v.frames {
+            let data = from_hex(&f.hex).ok_or_else(|| {
+                ControlError::State(format!("capture {id}: a frame's bytes are not hex"))
+            })?;
+            let dir = match f.dir.as_str() {
+                "rx" | "drop" => Direction::Inbound,
+                "tx" => Direction::Outbound,
                 _ => Direction::Unknown,
             };
-            let comment = f["reason"].as_str().map(|r| format!("dropped: {r}"));
-            let ts = f["ts_ns"].as_u64().unwrap_or(0);
-            let len = f["len"].as_u64().unwrap_or(data.len() as u64) as u32;
-            w.packet(ifc, ts, len, &data, dir, comment.as_deref()).map_err(io)?;
+            let comment = f.reason.as_ref().map(|r| format!("dropped: {r}"));
+            w.packet(ifc, f.ts_ns, f.len, &data, dir, comment.as_deref()).map_err(io)?;
             s.frames += 1;
         }
         w.flush().map_err(io)?;
-        if v["done"].as_bool() == Some(true) {
+        if v.done {
             break;
         }
-        if frames.is_empty() {
+        if v.frames.is_empty() {
             std::thread::sleep(IDLE);
         }
     }
@@ -86,7 +85,7 @@ fn write_frames(
 /// Traces the next `count` packets of `vr`, calling `each` with every packet's line as it
 /// comes, until all are in or `stop`.
 pub fn trace(
-    ask: &mut dyn FnMut(Command) -> Result<Value, ControlError>,
+    ask: &mut dyn FnMut(Command) -> Result<Answer, ControlError>,
     vr: &str,
     count: u32,
     stop: &AtomicBool,
@@ -95,16 +94,15 @@ pub fn trace(
     ask(Command::TraceStart { vr: vr.into(), count })?;
     let mut n = 0;
     while !stop.load(Ordering::Relaxed) {
-        let v = ask(Command::TraceRead { vr: vr.into() })?;
-        let packets = v["packets"].as_array().map(Vec::as_slice).unwrap_or_default();
-        for p in packets {
+        let v: TraceRead = ask(Command::TraceRead { vr: vr.into() })?.try_into()?;
+        for p in &v.packets {
             n += 1;
             each(format!("#{n} {}", trace_line(p)));
         }
-        if v["left"].as_u64() == Some(0) {
+        if v.left == 0 {
             break;
         }
-        if packets.is_empty() {
+        if v.packets.is_empty() {
             std::thread::sleep(IDLE);
         }
     }
@@ -112,26 +110,20 @@ pub fn trace(
 }
 
 /// One traced packet, stage by stage.
-pub fn trace_line(p: &Value) -> String {
-    let s = |k: &str| p[k].as_str().unwrap_or("?").to_string();
+pub fn trace_line(p: &TraceRow) -> String {
     let mut line = format!(
         "rx {} {} B -> demux: interface {}, ethertype {}",
-        s("port"),
-        p["len"],
-        s("interface"),
-        s("ethertype")
+        p.port, p.len, p.interface, p.ethertype
     );
-    if let Some(l) = p["lookup"].as_object() {
+    if let Some(l) = &p.lookup {
         line += &format!(
             " -> validate: ok -> lookup {}: next hop {} ({})",
-            l["destination"].as_str().unwrap_or("?"),
-            l["next_hop"],
-            l["adjacency"].as_str().unwrap_or("?")
+            l.destination, l.next_hop, l.adjacency
         );
     }
-    match (p["egress"].as_str(), p["drop"].as_str()) {
+    match (&p.egress, &p.drop) {
         (_, Some(d)) => line += &format!(" -> drop: {d}"),
-        (Some(e), None) if p["lookup"].is_object() => line += &format!(" -> rewrite -> egress {e}"),
+        (Some(e), None) if p.lookup.is_some() => line += &format!(" -> rewrite -> egress {e}"),
         (Some(e), None) => line += &format!(" -> answered -> egress {e}"),
         (None, None) => line += " -> consumed (answered, or queued for a neighbor)",
     }

@@ -187,32 +187,48 @@ pub fn read(dir: &Path) -> Result<Option<HashMap<String, Entry>>, ControlError> 
         .map_err(|what| ControlError::State(format!("checkpoint {}: {what}", path.display())))
 }
 
-pub(crate) fn parse(bytes: &[u8]) -> Result<HashMap<String, Entry>, String> {
+/// Why a checkpoint file was refused (the file is then not used at all).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CheckpointFault {
+    #[error("larger than {MAX_FILE} bytes")]
+    TooLarge,
+    #[error("not a routeplex checkpoint (no header)")]
+    NoHeader,
+    #[error("version {0}, this build reads {VERSION}")]
+    Version(u32),
+    #[error("{body} bytes of body where the header says {header} (cut short?)")]
+    Length { body: usize, header: u64 },
+    #[error("checksum mismatch (damaged)")]
+    Checksum,
+    #[error("an entry ends early")]
+    EntryEndsEarly,
+    #[error("a VR name is not UTF-8")]
+    NameNotUtf8,
+}
+
+pub(crate) fn parse(bytes: &[u8]) -> Result<HashMap<String, Entry>, CheckpointFault> {
     if bytes.len() as u64 > MAX_FILE {
-        return Err(format!("larger than {} bytes", MAX_FILE));
+        return Err(CheckpointFault::TooLarge);
     }
     if bytes.len() < HEADER || bytes[..8] != MAGIC {
-        return Err("not a routeplex checkpoint (no header)".into());
+        return Err(CheckpointFault::NoHeader);
     }
     let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4"));
     if version != VERSION {
-        return Err(format!("version {version}, this build reads {VERSION}"));
+        return Err(CheckpointFault::Version(version));
     }
     let len = u64::from_le_bytes(bytes[12..20].try_into().expect("8"));
     let crc = u32::from_le_bytes(bytes[20..24].try_into().expect("4"));
     let body = &bytes[HEADER..];
     if body.len() as u64 != len {
-        return Err(format!(
-            "{} bytes of body where the header says {len} (cut short?)",
-            body.len()
-        ));
+        return Err(CheckpointFault::Length { body: body.len(), header: len });
     }
     if crc32fast::hash(body) != crc {
-        return Err("checksum mismatch (damaged)".into());
+        return Err(CheckpointFault::Checksum);
     }
     let mut at = 0usize;
-    let mut take = |n: usize| -> Result<&[u8], String> {
-        let s = body.get(at..at + n).ok_or("an entry ends early")?;
+    let mut take = |n: usize| -> Result<&[u8], CheckpointFault> {
+        let s = body.get(at..at + n).ok_or(CheckpointFault::EntryEndsEarly)?;
         at += n;
         Ok(s)
     };
@@ -220,7 +236,8 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<HashMap<String, Entry>, String> {
     let mut out = HashMap::new();
     for _ in 0..count {
         let n = u16::from_le_bytes(take(2)?.try_into().expect("2")) as usize;
-        let name = String::from_utf8(take(n)?.to_vec()).map_err(|_| "a VR name is not UTF-8")?;
+        let name =
+            String::from_utf8(take(n)?.to_vec()).map_err(|_| CheckpointFault::NameNotUtf8)?;
         let config = u32::from_le_bytes(take(4)?.try_into().expect("4"));
         let journal_len = u64::from_le_bytes(take(8)?.try_into().expect("8"));
         let journal_crc = u32::from_le_bytes(take(4)?.try_into().expect("4"));
@@ -310,12 +327,15 @@ mod tests {
         assert_eq!(e["s"].table, b"");
         let mut d = b.clone();
         *d.last_mut().unwrap() ^= 1;
-        assert_eq!(parse(&d).unwrap_err(), "checksum mismatch (damaged)");
-        assert!(parse(&b[..b.len() - 1]).unwrap_err().contains("cut short"));
-        assert!(parse(b"RPLXJRNL\x01\0\0\0").unwrap_err().contains("not a routeplex checkpoint"));
+        assert_eq!(parse(&d).unwrap_err(), CheckpointFault::Checksum);
+        assert!(parse(&b[..b.len() - 1]).unwrap_err().to_string().contains("cut short"));
+        assert!(parse(b"RPLXJRNL\x01\0\0\0")
+            .unwrap_err()
+            .to_string()
+            .contains("not a routeplex checkpoint"));
         let mut d = b.clone();
         d[8] = 2;
-        assert!(parse(&d).unwrap_err().contains("version 2"));
+        assert!(parse(&d).unwrap_err().to_string().contains("version 2"));
     }
 
     #[test]

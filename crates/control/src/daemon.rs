@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
-use crate::api::{parse_request, Command, Reply, Request, API_VERSION};
+use crate::api::{parse_request, Answer, Command, Reply, Request, API_VERSION};
 use crate::netns::Made;
 use crate::sys;
 use crate::ControlError;
@@ -350,7 +350,7 @@ pub fn serve(
     listener: UnixListener,
     access: Access,
     stop: &AtomicBool,
-    handle: impl FnMut(Command) -> (Result<serde_json::Value, ControlError>, bool),
+    handle: impl FnMut(Command) -> (Result<Answer, ControlError>, bool),
 ) -> Result<(), ControlError> {
     serve_ticking(listener, access, stop, handle, || {})
 }
@@ -361,7 +361,7 @@ pub fn serve_ticking(
     listener: UnixListener,
     access: Access,
     stop: &AtomicBool,
-    mut handle: impl FnMut(Command) -> (Result<serde_json::Value, ControlError>, bool),
+    mut handle: impl FnMut(Command) -> (Result<Answer, ControlError>, bool),
     mut tick: impl FnMut(),
 ) -> Result<(), ControlError> {
     listener.set_nonblocking(true).map_err(|e| ControlError::io("control socket", e))?;
@@ -460,8 +460,11 @@ fn accept_loop(
         };
         let refuse = |mut s: UnixStream, e: ControlError| {
             let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-            let _ =
-                writeln!(s, "{}", serde_json::to_string(&Reply::err(0, &e)).unwrap_or_default());
+            let _ = writeln!(
+                s,
+                "{}",
+                serde_json::to_string(&Reply::<Answer>::err(0, &e)).unwrap_or_default()
+            );
         };
         let cred = sys::peer_cred(&s).ok();
         let (uid, pid) = cred.map_or((None, None), |c| (Some(c.uid), Some(c.pid)));
@@ -678,12 +681,32 @@ fn send(out: &mut UnixStream, r: &Reply) -> std::io::Result<()> {
     out.write_all(&text)
 }
 
-/// Sends one command to the service on `sock` and returns its reply's value, or its error.
-pub fn ask(
+/// Sends one command to the service on `sock` and returns its reply, read as the struct of
+/// that command ([`Answer::read`]), or its error.
+pub fn ask(sock: &Path, cmd: Command, timeout: Duration) -> Result<Answer, ControlError> {
+    let name = cmd.name();
+    let line = exchange(sock, cmd, timeout)?;
+    Answer::read(name, &line).map_err(|e| match e {
+        ControlError::State(m) => ControlError::State(format!("{}: {m}", sock.display())),
+        e => e,
+    })
+}
+
+/// [`ask`], its reply read as `T`: one reply struct, or for a client that walks the tree
+/// itself (the labs' reports), `serde_json::Value`.
+pub fn ask_as<T: serde::de::DeserializeOwned>(
     sock: &Path,
     cmd: Command,
     timeout: Duration,
-) -> Result<serde_json::Value, ControlError> {
+) -> Result<T, ControlError> {
+    let line = exchange(sock, cmd, timeout)?;
+    let reply: Reply<T> = serde_json::from_slice(&line)
+        .map_err(|e| ControlError::State(format!("{}: unreadable reply ({e})", sock.display())))?;
+    reply.into_result().map_err(crate::api::ErrorBody::into_error)
+}
+
+/// Sends one request line to `sock` and returns the reply line.
+fn exchange(sock: &Path, cmd: Command, timeout: Duration) -> Result<Vec<u8>, ControlError> {
     let mut s = UnixStream::connect(sock)
         .map_err(|e| ControlError::io(format!("{}: is the data plane up?", sock.display()), e))?;
     s.set_read_timeout(Some(timeout)).map_err(|e| ControlError::io(sock.display(), e))?;
@@ -696,9 +719,7 @@ pub fn ask(
         .take(MAX_LINE as u64 * 4)
         .read_until(b'\n', &mut line)
         .map_err(|e| ControlError::io(sock.display(), e))?;
-    let reply: Reply = serde_json::from_slice(&line)
-        .map_err(|e| ControlError::State(format!("{}: unreadable reply ({e})", sock.display())))?;
-    reply.into_result().map_err(|e| ControlError::Invalid(format!("{} ({})", e.msg, e.code)))
+    Ok(line)
 }
 
 /// How long `up` waits for the data plane to answer.
@@ -740,10 +761,11 @@ pub fn up(file: &Path, exe: &Path, say: &mut dyn FnMut(String)) -> Result<(), Co
                 file: canonical.display().to_string(),
                 dry_run: true,
             };
-            let diff = match ask(&p.sock, cmd, ASK_TIMEOUT) {
-                Ok(v) if v["plan"].as_array().is_some_and(|a| !a.is_empty()) => format!(
+            let diff = match ask(&p.sock, cmd, ASK_TIMEOUT).and_then(crate::api::Applied::try_from)
+            {
+                Ok(v) if !v.plan.is_empty() => format!(
                     "; the file differs from what runs:\n{}`routeplex apply {}` applies it",
-                    v["text"].as_str().unwrap_or_default(),
+                    v.text,
                     file.display()
                 ),
                 Ok(_) => String::new(),
@@ -1182,9 +1204,9 @@ pub fn run(
     let node = node.into_inner();
     // The last status, whole, for whoever asks for debug; the stop event stays one short line.
     let last = node.status();
-    let uptime_s = last.as_ref().ok().and_then(|v| v["uptime_s"].as_f64());
+    let uptime_s = last.as_ref().ok().map(|v| v.uptime_s);
     match &last {
-        Ok(v) => debug!(status = %v, "last status"),
+        Ok(v) => debug!(status = %serde_json::to_string(v).unwrap_or_default(), "last status"),
         Err(e) => debug!(error = %e, "no last status"),
     }
     let stopped = node.stop();
@@ -1259,7 +1281,7 @@ impl Recovery {
         }
     }
 
-    fn record(&mut self, cmd: &Command, reply: &serde_json::Value, node: &crate::Node) {
+    fn record(&mut self, cmd: &Command, reply: &Answer, node: &crate::Node) {
         let Some(j) = self.journal.as_mut() else { return };
         if let Err(e) = j.record(cmd, reply, node) {
             warn!(error = %e, "journal: a change could not be recorded");

@@ -326,28 +326,27 @@ impl Graph {
         s
     }
 
-    /// As JSON for the live page: nodes (`kind`, `name`) and edges (`a`, `b` by name,
+    /// As the live page reads it: nodes (`kind`, `name`) and edges (`a`, `b` by name,
     /// `label`, `port`, `impair`).
-    pub fn to_json(&self) -> serde_json::Value {
-        let nodes: Vec<_> = self
+    pub fn to_rows(&self) -> crate::api::GraphRows {
+        use crate::api::{GraphEdge, GraphNode};
+        let nodes = self
             .nodes
             .iter()
-            .map(|n| serde_json::json!({ "kind": n.kind.name(), "name": n.name }))
+            .map(|n| GraphNode { kind: n.kind.name().into(), name: n.name.clone() })
             .collect();
-        let edges: Vec<_> = self
+        let edges = self
             .edges
             .iter()
-            .map(|e| {
-                serde_json::json!({
-                    "a": self.nodes[e.a].name,
-                    "b": self.nodes[e.b].name,
-                    "label": e.label,
-                    "port": e.port,
-                    "impair": e.impair,
-                })
+            .map(|e| GraphEdge {
+                a: self.nodes[e.a].name.clone(),
+                b: self.nodes[e.b].name.clone(),
+                label: e.label.clone(),
+                port: e.port.clone(),
+                impair: e.impair.clone(),
             })
             .collect();
-        serde_json::json!({ "nodes": nodes, "edges": edges })
+        crate::api::GraphRows { nodes, edges }
     }
 }
 

@@ -30,10 +30,9 @@ pub(crate) fn changes(
 
 /// Sets (or ends, `None`) the impairment of runtime port `port` in every cell holding it.
 pub fn set(rt: &Runtime, port: &str, cfg: Option<ImpairConfig>) -> Result<String, ControlError> {
-    rt.on_port(port, move |cell, p| cell.set_impair(p, cfg).map_err(|e| e.0))?
-        .into_iter()
-        .collect::<Result<Vec<()>, String>>()
-        .map_err(ControlError::Invalid)?;
+    for r in rt.on_port(port, move |cell, p| cell.set_impair(p, cfg))? {
+        r.map_err(|e| ControlError::Invalid(e.0))?;
+    }
     info!(port, impair = ?cfg, "impairment set");
     Ok(match cfg {
         Some(c) => format!("port {port}: impair {}", describe(&c)),

@@ -243,16 +243,19 @@ pub(crate) fn decode_restore(
     file: &str,
     body: &[u8],
 ) -> Result<(String, bool, snapshot::SnapshotV1), SnapshotError> {
-    let bad = |what: &str| SnapshotError::Payload { file: file.into(), what: what.into() };
+    let bad = |what: &'static str| SnapshotError::Payload {
+        file: file.into(),
+        what: snapshot::PayloadError::RestoreRecord(what),
+    };
     let n = usize::from(u16::from_le_bytes(
-        body.get(..2).ok_or_else(|| bad("restore record: short"))?.try_into().expect("2"),
+        body.get(..2).ok_or_else(|| bad("short"))?.try_into().expect("2"),
     ));
     let name = body
         .get(2..2 + n)
         .and_then(|b| std::str::from_utf8(b).ok())
-        .ok_or_else(|| bad("restore record: bad VR name"))?
+        .ok_or_else(|| bad("bad VR name"))?
         .to_string();
-    let down = *body.get(2 + n).ok_or_else(|| bad("restore record: short"))? != 0;
+    let down = *body.get(2 + n).ok_or_else(|| bad("short"))? != 0;
     let s = snapshot::decode(file, &body[3 + n..])?.into_current();
     Ok((name, down, s))
 }
@@ -421,7 +424,7 @@ impl Journal {
     pub fn record(
         &mut self,
         cmd: &Command,
-        reply: &serde_json::Value,
+        reply: &crate::api::Answer,
         node: &Node,
     ) -> Result<(), ControlError> {
         let r = if changes_text(cmd) {
@@ -431,7 +434,10 @@ impl Journal {
             r
         } else if is_restore(cmd) {
             let (name, down) = match cmd {
-                Command::Restore { down, .. } => (reply["vr"].as_str(), *down),
+                Command::Restore { down, .. } => match reply {
+                    crate::api::Answer::Restored(r) => (Some(r.vr.as_str()), *down),
+                    _ => (None, *down),
+                },
                 Command::MigrateCommit { vr, .. } => (Some(vr.as_str()), false),
                 _ => (None, false),
             };

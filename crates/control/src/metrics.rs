@@ -19,7 +19,7 @@
 //! **The live page.** `GET /` is an HTML page with the topology's drawing ([`crate::graph`],
 //! from the sample's topology) whose script fetches `GET /api/graph` every second: JSON with
 //! the sample's port, VR and switch counters, impairment labels and the drawing's nodes and
-//! edges ([`Sample::graph_json`]); the script turns two samples into rates and writes them
+//! edges ([`Sample::graph_page`]); the script turns two samples into rates and writes them
 //! beside the links and in tables. The page's HTML, CSS and script are compiled in
 //! (`metrics_page.html`), fetch nothing from elsewhere, and write topology names only as text
 //! (`textContent`), never as markup.
@@ -186,61 +186,61 @@ impl Sample {
     }
 
     /// The live page's numbers (`GET /api/graph`): `uptime_s` (the data plane's clock when
-    /// sampled, for rates), `graph` ([`Graph::to_json`]), and per port (`rx`, `tx`, `rx_bytes`,
+    /// sampled, for rates), `graph` ([`Graph::to_rows`]), and per port (`rx`, `tx`, `rx_bytes`,
     /// `tx_bytes`, `dropped`: every reason, the impairment's included, `impair`: its label,
     /// `held`: frames waiting on the link), per VR (`received`, `forwarded`, `dropped`,
     /// `local_in`, `echo_replies`) and per switch (`received`, `dropped`) counters.
-    pub fn graph_json(&self) -> serde_json::Value {
-        use serde_json::json;
+    pub fn graph_page(&self) -> crate::api::GraphPage {
+        use crate::api::{PagePort, PageSwitch, PageVr};
         let snap = &self.snapshot;
-        let ports: Vec<_> = snap
+        let ports = snap
             .ports()
             .map(|p| {
                 let classified: u64 = PortDrop::ALL.iter().map(|&r| p.counters.dropped(r)).sum();
                 let backend = p.stats.rx_dropped + p.stats.tx_full + p.stats.tx_errors;
                 let impaired: u64 = p.impair.iter().flat_map(|i| i.counters.drops).sum();
-                json!({
-                    "name": p.name,
-                    "up": p.status == PortStatus::Up,
-                    "rx": p.stats.rx_packets,
-                    "tx": p.stats.tx_packets,
-                    "rx_bytes": p.stats.rx_bytes,
-                    "tx_bytes": p.stats.tx_bytes,
-                    "dropped": classified + backend + impaired,
-                    "impair": p.impair.as_ref().map(|i| crate::graph::impair_label(&i.config)),
-                    "held": p.impair.as_ref().map(|i| i.held),
-                })
+                PagePort {
+                    name: p.name.clone(),
+                    up: p.status == PortStatus::Up,
+                    rx: p.stats.rx_packets,
+                    tx: p.stats.tx_packets,
+                    rx_bytes: p.stats.rx_bytes,
+                    tx_bytes: p.stats.tx_bytes,
+                    dropped: classified + backend + impaired,
+                    impair: p.impair.as_ref().map(|i| crate::graph::impair_label(&i.config)),
+                    held: p.impair.as_ref().map(|i| i.held),
+                }
             })
             .collect();
-        let vrs: Vec<_> = snap
+        let vrs = snap
             .vrs()
-            .map(|(w, v)| {
+            .map(|(worker, v)| {
                 let c = &v.counters;
-                json!({
-                    "name": v.name,
-                    "worker": w,
-                    "received": c.rx_packets,
-                    "forwarded": c.forwarded,
-                    "dropped": c.dropped_total(),
-                    "local_in": c.local_in,
-                    "echo_replies": c.echo_replies,
-                })
+                PageVr {
+                    name: v.name.clone(),
+                    worker,
+                    received: c.rx_packets,
+                    forwarded: c.forwarded,
+                    dropped: c.dropped_total(),
+                    local_in: c.local_in,
+                    echo_replies: c.echo_replies,
+                }
             })
             .collect();
-        let switches: Vec<_> = snap
+        let switches = snap
             .switches()
             .map(|s| {
                 let dropped: u64 = s.members.iter().flat_map(|(_, d)| d.iter()).sum();
-                json!({ "name": s.name, "received": s.counters.rx, "dropped": dropped })
+                PageSwitch { name: s.name.clone(), received: s.counters.rx, dropped }
             })
             .collect();
-        json!({
-            "uptime_s": snap.uptime.as_secs_f64(),
-            "graph": self.graph.to_json(),
-            "ports": ports,
-            "vrs": vrs,
-            "switches": switches,
-        })
+        crate::api::GraphPage {
+            uptime_s: snap.uptime.as_secs_f64(),
+            graph: self.graph.to_rows(),
+            ports,
+            vrs,
+            switches,
+        }
     }
 
     /// The live page (`GET /`): the drawing in the compiled-in HTML.
@@ -664,10 +664,20 @@ struct Slot {
     error: Option<String>,
 }
 
+/// Why the endpoint has no numbers to serve (503).
+#[derive(Debug, thiserror::Error)]
+enum NoSample {
+    /// The last sample could not be taken: why.
+    #[error("{0}")]
+    Failed(String),
+    #[error("no sample yet: the control loop has not answered")]
+    NotYet,
+}
+
 impl Shared {
     /// The sample for one request: a fresh one if the control loop gives one in time, else the
     /// last one; `Err` when there is none.
-    fn sample(&self) -> Result<Arc<Sample>, String> {
+    fn sample(&self) -> Result<Arc<Sample>, NoSample> {
         let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         let young = slot.sample.as_ref().is_some_and(|s| s.taken.elapsed() < REUSE);
         if !young {
@@ -684,8 +694,8 @@ impl Shared {
         }
         match (&slot.sample, &slot.error) {
             (Some(s), _) => Ok(s.clone()),
-            (None, Some(e)) => Err(e.clone()),
-            (None, None) => Err("no sample yet: the control loop has not answered".into()),
+            (None, Some(e)) => Err(NoSample::Failed(e.clone())),
+            (None, None) => Err(NoSample::NotYet),
         }
     }
 }
@@ -882,7 +892,7 @@ fn serve_one(mut s: TcpStream, slot: admit::Slot, shared: &Shared) {
     let render: fn(&Arc<Sample>) -> String = match path {
         "/metrics" => Sample::render,
         "/" => |s| s.page(),
-        "/api/graph" => |s| s.graph_json().to_string(),
+        "/api/graph" => |s| serde_json::to_string(&s.graph_page()).unwrap_or_default(),
         _ => {
             let body = b"routeplex serves GET /metrics, / (the live topology page), /api/graph\n";
             respond(&mut s, "404 Not Found", "text/plain", body, body_too);

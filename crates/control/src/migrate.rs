@@ -85,12 +85,11 @@ use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 use sha2::Sha256;
 use tracing::{info, warn};
 
 use crate::admit::{self, Pending, Slot};
-use crate::api::Command;
+use crate::api::{Answer, Command, Committed, Migrated};
 use crate::snapshot::{self, MetaV1, SnapNeighbor, SnapRoute, SnapshotV1};
 use crate::{ControlError, MigrationConfig, Node};
 
@@ -397,7 +396,7 @@ fn resume(node: &Node, vr: &str, learned: &[SnapNeighbor]) -> Result<(), Control
 }
 
 /// `migrate`: moves VR `vr` of `node` to the host listening on `to` (see the module doc).
-pub fn migrate(node: &mut Node, vr: &str, to: SocketAddr) -> Result<Value, ControlError> {
+pub fn migrate(node: &mut Node, vr: &str, to: SocketAddr) -> Result<Migrated, ControlError> {
     let t0 = Instant::now();
     let cfg = node.topology().migration.clone().ok_or_else(|| {
         ControlError::Invalid(
@@ -522,19 +521,19 @@ pub fn migrate(node: &mut Node, vr: &str, to: SocketAddr) -> Result<Value, Contr
     };
     let (forwarded, forward_failed) = (get(|c| &c.frames), get(|c| &c.failed));
     info!(vr, to = %to, routes = snap.routes.len(), bytes = ch.bytes, total_ms, stop_ms, forwarded, "vr migrated");
-    Ok(json!({
-        "vr": vr,
-        "to": to.to_string(),
-        "routes": snap.routes.len(),
-        "chunks": chunks,
-        "bytes_moved": ch.bytes,
-        "precopy_ms": precopy_ms,
-        "stop_ms": stop_ms,
-        "total_ms": total_ms,
-        "drain_ms": drain_ms,
-        "forwarded": forwarded,
-        "forward_failed": forward_failed,
-    }))
+    Ok(Migrated {
+        vr: vr.to_string(),
+        to: to.to_string(),
+        routes: snap.routes.len(),
+        chunks,
+        bytes_moved: ch.bytes,
+        precopy_ms,
+        stop_ms,
+        total_ms,
+        drain_ms,
+        forwarded,
+        forward_failed,
+    })
 }
 
 /// The source's drain (see the module doc): returns once the switches have stopped sending
@@ -748,9 +747,10 @@ impl Local {
         Ok(Local { w, r, id: 0 })
     }
 
-    fn ask(&mut self, cmd: Command) -> Result<Value, ControlError> {
+    fn ask(&mut self, cmd: Command) -> Result<Answer, ControlError> {
         use std::io::BufRead;
         self.id += 1;
+        let name = cmd.name();
         let req = crate::api::Request { v: crate::api::API_VERSION, id: self.id, cmd };
         let mut line = serde_json::to_vec(&req).expect("requests serialise");
         line.push(b'\n');
@@ -760,9 +760,10 @@ impl Local {
             .take(crate::api::MAX_LINE as u64)
             .read_until(b'\n', &mut reply)
             .map_err(|e| ControlError::io("control socket", e))?;
-        let reply: crate::api::Reply = serde_json::from_slice(&reply)
-            .map_err(|e| fail(format_args!("unreadable reply from the control socket ({e})")))?;
-        reply.into_result().map_err(|e| ControlError::Invalid(format!("{} ({})", e.msg, e.code)))
+        Answer::read(name, &reply).map_err(|e| match e {
+            ControlError::State(m) => fail(format_args!("control socket: {m}")),
+            e => e,
+        })
     }
 }
 
@@ -911,7 +912,7 @@ fn announce_rounds(local: &mut Local, vr: &str) {
 /// `migrate_commit`: puts the final state into a VR built down by a migration, takes its
 /// interfaces up and sends the first announcement round, all in one job on its worker (the
 /// VR is down at both ends until this runs).
-pub fn commit(node: &mut Node, st: FinalState) -> Result<Value, ControlError> {
+pub fn commit(node: &mut Node, st: FinalState) -> Result<Committed, ControlError> {
     if let Some(late) = st.not_after_ns.and_then(|t| crate::sys::monotonic_ns().checked_sub(t)) {
         return Err(ControlError::State(format!(
             "migrate_commit of vr {}: {} ms past the source's bound for it (it has taken the VR back); refused",
@@ -950,7 +951,7 @@ pub fn commit(node: &mut Node, st: FinalState) -> Result<Value, ControlError> {
         }
         (took, send_announcements(c, v, &frames))
     })?;
-    Ok(json!({ "vr": st.vr, "neighbors": took, "announced": sent, "tunnel": tunnel }))
+    Ok(Committed { vr: st.vr, neighbors: took, announced: sent, tunnel })
 }
 
 /// Each interface's name and announcement frames.

@@ -16,7 +16,7 @@ use dataplane::msr::{Change, LbPort, MsrControl, MsrShared};
 use ports::Port;
 
 use crate::error::ControlError;
-pub use crate::msr_state::{status_json, MsrState};
+pub use crate::msr_state::{status_rows, MsrState};
 use crate::node::Node;
 
 /// One MSR's front end: a balancer per port of its VR and its control processor's policy.

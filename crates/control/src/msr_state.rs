@@ -5,9 +5,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::api::{BackendRow, MsrRow};
 use dataplane::msr::{BackendState, MsrShared};
 use dataplane::replica::replica_of;
-use serde_json::{json, Value};
 
 use crate::runtime::Snapshot;
 use crate::Topology;
@@ -45,39 +45,43 @@ fn state_name(s: BackendState) -> &'static str {
 /// `status`'s `msrs`: per MSR, its back-ends' states (and how many are in each), the flows
 /// pinned to each, the frames each refused, its failure detection time, and what its replica
 /// received and forwarded; the load offered to the front end and the failures seen.
-pub fn status_json(topo: &Topology, snap: &Snapshot, msrs: &HashMap<String, MsrState>) -> Value {
+pub fn status_rows(
+    topo: &Topology,
+    snap: &Snapshot,
+    msrs: &HashMap<String, MsrState>,
+) -> Vec<MsrRow> {
     let mut out = Vec::new();
     for m in &topo.msrs {
         let name = &topo.vrs[m.vr].name;
         let Some(st) = msrs.get(name) else { continue };
         let sh = &st.shared;
-        let mut counts: std::collections::BTreeMap<&str, u64> =
-            ["active", "draining", "off", "failed"].iter().map(|k| (*k, 0)).collect();
+        let mut counts: crate::api::Counts =
+            ["active", "draining", "off", "failed"].iter().map(|k| (k.to_string(), 0)).collect();
         let mut backends = Vec::new();
         for b in 0..sh.backends() {
             let state = state_name(sh.state(b));
-            *counts.entry(state).or_default() += 1;
+            *counts.entry(state.to_string()).or_default() += 1;
             let replica = snap.vrs().find(|(_, v)| replica_of(&v.name) == Some((name, b)));
-            backends.push(json!({
-                "backend": b,
-                "replica": dataplane::replica::replica_name(name, b),
-                "worker": replica.map(|(w, _)| w),
-                "state": state,
-                "pinned": sh.pinned(b),
-                "refused": sh.refused(b),
-                "detect_ns": sh.detect_ns(b),
-                "rx_packets": replica.map_or(0, |(_, v)| v.counters.rx_packets),
-                "forwarded": replica.map_or(0, |(_, v)| v.counters.forwarded),
-            }));
+            backends.push(BackendRow {
+                backend: b,
+                replica: dataplane::replica::replica_name(name, b),
+                worker: replica.map(|(w, _)| w),
+                state: state.into(),
+                pinned: sh.pinned(b),
+                refused: sh.refused(b),
+                detect_ns: sh.detect_ns(b),
+                rx_packets: replica.map_or(0, |(_, v)| v.counters.rx_packets),
+                forwarded: replica.map_or(0, |(_, v)| v.counters.forwarded),
+            });
         }
-        out.push(json!({
-            "name": name,
-            "front_end": st.taken,
-            "states": counts,
-            "offered": sh.offered(),
-            "failures": sh.failures(),
-            "backends": backends,
-        }));
+        out.push(MsrRow {
+            name: name.clone(),
+            front_end: st.taken,
+            states: counts,
+            offered: sh.offered(),
+            failures: sh.failures(),
+            backends,
+        });
     }
-    Value::Array(out)
+    out
 }

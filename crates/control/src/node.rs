@@ -62,14 +62,16 @@ pub struct Node {
     /// so that `status` has it before the front end is taken ([`crate::msr::Msr::take`]).
     msrs: HashMap<String, crate::msr_state::MsrState>,
     /// VRs started from a checkpoint: their tables being built from the routes.
-    building: Vec<(String, std::thread::JoinHandle<Result<RouteTable, String>>)>,
+    building: Vec<(String, std::thread::JoinHandle<Result<RouteTable, dataplane::BuildError>>)>,
     /// Their stand-ins, replaced in `tables` by [`Node::settle`], until [`Node::take_over`],
     /// with a reader of the table that replaced each (to tell whether it is still there).
     stand_ins: Vec<(String, RouteTable, fib::FibReader<u32>)>,
 }
 
 /// Installs adjacency list `list` in VR `vr` on its worker, in every replica of a replicated
-/// VR, before the FIB that uses it is published.
+/// VR, before the FIB that uses it is published. The error is a string because dataplane's
+/// `RouteTable::apply` and `take_over` take their `install` step so; it ends in a
+/// `ControlError` there.
 fn publish_adjacencies(
     rt: &crate::runtime::Runtime,
     vr: &str,
@@ -127,7 +129,7 @@ impl Node {
                 let cfg = topo.vrs.iter().find(|v| &v.name == name)?.clone();
                 let h = std::thread::Builder::new()
                     .name(format!("table-{name}"))
-                    .spawn(move || RouteTable::new(&cfg).map_err(|e| e.0));
+                    .spawn(move || RouteTable::new(&cfg));
                 Some(h.map(|h| (name.clone(), h)))
             })
             .collect::<Result<Vec<_>, _>>()
@@ -194,7 +196,7 @@ impl Node {
                 .map_err(|_| {
                     ControlError::State(format!("vr {name}: building its table panicked"))
                 })?
-                .map_err(|e| ControlError::State(format!("vr {name}: {e}")))?;
+                .map_err(|e| ControlError::State(format!("vr {name}: {}", e.0)))?;
             let marker = table.fibs().0.reader();
             if let Some(stand_in) = self.tables.insert(name.clone(), table) {
                 self.stand_ins.push((name.clone(), stand_in, marker));

@@ -9,20 +9,20 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::api::{ReplicaRow, ReplicatedFib, ReplicatedRow};
 use dataplane::replica::replica_of;
 use dataplane::RouteTable;
-use serde_json::{json, Value};
 
 use crate::runtime::Snapshot;
 use crate::Topology;
 
 /// `status`'s `replicated`: per replicated VR, its replicas (name, worker, packets received
 /// and forwarded), and its counters, the sum of theirs (counters that are zero left out).
-pub fn status_json(
+pub fn status_rows(
     topo: &Topology,
     snap: &Snapshot,
     tables: &HashMap<String, RouteTable>,
-) -> Value {
+) -> Vec<ReplicatedRow> {
     let mut out = Vec::new();
     for (i, cfg) in topo.vrs.iter().enumerate() {
         let copies = topo.schedule.get(i).map_or(1, |s| s.copies());
@@ -43,28 +43,31 @@ pub fn status_json(
             for (k, n) in v.counters.named() {
                 *sum.entry(k).or_default() += n;
             }
-            replicas.push(json!({
-                "name": v.name, "replica": r, "worker": w,
-                "rx_packets": v.counters.rx_packets, "forwarded": v.counters.forwarded,
-            }));
+            replicas.push(ReplicaRow {
+                name: v.name.clone(),
+                replica: r,
+                worker: w,
+                rx_packets: v.counters.rx_packets,
+                forwarded: v.counters.forwarded,
+            });
         }
-        let counters: serde_json::Map<_, _> = sum
-            .into_iter()
-            .filter(|(_, n)| *n != 0)
-            .map(|(k, n)| (k.to_string(), json!(n)))
-            .collect();
-        let mut v = json!({
-            "name": cfg.name, "replicas": copies, "running": replicas.len(),
-            "instances": replicas, "counters": counters,
+        let counters =
+            sum.into_iter().filter(|(_, n)| *n != 0).map(|(k, n)| (k.to_string(), n)).collect();
+        let fib = tables.get(&cfg.name).map(|t| {
+            let (ipv4, ipv6) = t.fib_prefixes();
+            let (generation4, generation6) = t.generations();
+            ReplicatedFib { ipv4, ipv6, generation4, generation6 }
         });
-        if let Some(t) = tables.get(&cfg.name) {
-            let (p4, p6) = t.fib_prefixes();
-            let (g4, g6) = t.generations();
-            v["fib"] = json!({ "ipv4": p4, "ipv6": p6, "generation4": g4, "generation6": g6 });
-        }
-        out.push(v);
+        out.push(ReplicatedRow {
+            name: cfg.name.clone(),
+            replicas: copies,
+            running: replicas.len(),
+            instances: replicas,
+            counters,
+            fib,
+        });
     }
-    Value::Array(out)
+    out
 }
 
 /// What `apply` must refuse about replicated VRs (added, removed or changed in any way), each

@@ -91,9 +91,49 @@ pub enum RtSyncError {
     #[error("route sync in namespace {netns}: {context}: {source}")]
     Io { netns: String, context: String, source: io::Error },
     #[error("route sync in namespace {netns}: malformed netlink message (type {msg_type}, offset {offset}): {what}")]
-    Malformed { netns: String, msg_type: u16, offset: usize, what: String },
+    Malformed { netns: String, msg_type: u16, offset: usize, what: BadMessage },
     #[error("route sync in namespace {netns}: {what} dump kept being interrupted (NLM_F_DUMP_INTR {tries} times)")]
     DumpInterrupted { netns: String, what: &'static str, tries: usize },
+}
+
+/// What is wrong with a netlink datagram or one of its messages (the message's type and
+/// offset are in [`RtSyncError::Malformed`]).
+#[derive(Debug, thiserror::Error)]
+pub enum BadMessage {
+    #[error("datagram of {len} bytes exceeds the {buf} byte buffer")]
+    Datagram { len: usize, buf: usize },
+    #[error("{what} dump datagram of {len} bytes exceeds {buf}")]
+    DumpDatagram { what: &'static str, len: usize, buf: usize },
+    #[error("{len} trailing bytes, shorter than a header")]
+    Trailing { len: usize },
+    #[error("nlmsg_len {len} (type {msg_type}) outside {NLMSG_HDRLEN}..={left} bytes left")]
+    Length { len: usize, msg_type: u16, left: usize },
+    #[error("{what} message of {len} bytes, header needs {need}")]
+    Short { what: &'static str, len: usize, need: usize },
+    #[error("{what} attribute: {detail}")]
+    Attribute { what: &'static str, detail: String },
+    #[error("{attr} of {len} bytes, want 4")]
+    AttrLength { attr: &'static str, len: usize },
+    #[error("nexthop message without NHA_ID")]
+    NoNexthopId,
+    #[error("link {index}: attribute: {detail}")]
+    LinkAttribute { index: u32, detail: String },
+    #[error("link {index}: IFLA_IFNAME is not UTF-8: {bytes:?}")]
+    NameNotUtf8 { index: u32, bytes: Vec<u8> },
+    #[error("link {index}: IFLA_IFNAME {name:?} is not 1..=15 bytes")]
+    NameLength { index: u32, name: String },
+    #[error("link {index}: no IFLA_IFNAME")]
+    NoName { index: u32 },
+    #[error("{attr} is not an IP address: {found}")]
+    NotIp { attr: &'static str, found: String },
+    #[error("route message: {0}")]
+    Route(String),
+    #[error("prefix length {len} > {max}")]
+    PrefixLength { len: u8, max: u8 },
+    #[error("RTA_DST {0} in a route of the other family")]
+    OtherFamily(IpAddr),
+    #[error("prefix {addr}/{len}: {detail}")]
+    Prefix { addr: IpAddr, len: u8, detail: String },
 }
 
 /// One route as the VR should hold it.
@@ -344,7 +384,7 @@ impl RouteSync {
                     netns: self.netns.clone(),
                     msg_type: 0,
                     offset: 0,
-                    what: format!("datagram of {n} bytes exceeds the {} byte buffer", RECV_BUF),
+                    what: BadMessage::Datagram { len: n, buf: RECV_BUF },
                 });
             }
             let data = std::mem::take(&mut self.buf);
@@ -439,7 +479,7 @@ impl RouteSync {
         Ok(())
     }
 
-    fn malformed(&self, msg_type: u16, offset: usize, what: String) -> RtSyncError {
+    fn malformed(&self, msg_type: u16, offset: usize, what: BadMessage) -> RtSyncError {
         RtSyncError::Malformed { netns: self.netns.clone(), msg_type, offset, what }
     }
 
@@ -685,7 +725,7 @@ impl RouteSync {
                     return Err(self.malformed(
                         0,
                         0,
-                        format!("{what} dump datagram of {n} bytes exceeds {RECV_BUF}"),
+                        BadMessage::DumpDatagram { what, len: n, buf: RECV_BUF },
                     ));
                 }
                 for m in messages(&buf[..n]) {
@@ -727,7 +767,11 @@ impl RouteSync {
                                     self.malformed(
                                         NLMSG_ERROR,
                                         offset,
-                                        format!("error message of {} bytes", payload.len()),
+                                        BadMessage::Short {
+                                            what: "error",
+                                            len: payload.len(),
+                                            need: 4,
+                                        },
                                     )
                                 })?;
                             if errno == 0 {
@@ -851,7 +895,7 @@ pub(crate) fn fuzz_datagrams(data: &[u8]) {
 /// Splits a datagram into (offset, header, payload), checking every length.
 fn messages(
     data: &[u8],
-) -> impl Iterator<Item = Result<(usize, Header, &[u8]), (usize, String)>> + '_ {
+) -> impl Iterator<Item = Result<(usize, Header, &[u8]), (usize, BadMessage)>> + '_ {
     let mut off = 0usize;
     let mut failed = false;
     std::iter::from_fn(move || {
@@ -862,10 +906,7 @@ fn messages(
         let at = off;
         let Some(h) = rest.get(..NLMSG_HDRLEN) else {
             failed = true;
-            return Some(Err((
-                at,
-                format!("{} trailing bytes, shorter than a header", rest.len()),
-            )));
+            return Some(Err((at, BadMessage::Trailing { len: rest.len() })));
         };
         let len = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]) as usize;
         let hdr = Header {
@@ -877,11 +918,7 @@ fn messages(
             failed = true;
             return Some(Err((
                 at,
-                format!(
-                    "nlmsg_len {len} (type {}) outside {NLMSG_HDRLEN}..={} bytes left",
-                    hdr.msg_type,
-                    rest.len()
-                ),
+                BadMessage::Length { len, msg_type: hdr.msg_type, left: rest.len() },
             )));
         }
         let payload = &rest[NLMSG_HDRLEN..len];
@@ -892,7 +929,7 @@ fn messages(
 }
 
 /// Parses one notification or dump message.
-fn parse_event(msg_type: u16, payload: &[u8]) -> Result<Msg, String> {
+fn parse_event(msg_type: u16, payload: &[u8]) -> Result<Msg, BadMessage> {
     match msg_type {
         RTM_NEWROUTE | RTM_DELROUTE => {
             let Some(p) = parse_route(payload)? else { return Ok(Msg::Skip) };
@@ -913,44 +950,40 @@ fn parse_event(msg_type: u16, payload: &[u8]) -> Result<Msg, String> {
 }
 
 /// nhmsg: family u8, scope u8, protocol u8, pad u8, flags u32; then NHA_ID (1).
-fn parse_nexthop(payload: &[u8]) -> Result<Msg, String> {
+fn parse_nexthop(payload: &[u8]) -> Result<Msg, BadMessage> {
     if payload.len() < NHMSG_LEN {
-        return Err(format!(
-            "nexthop message of {} bytes, header needs {NHMSG_LEN}",
-            payload.len()
-        ));
+        return Err(BadMessage::Short { what: "nexthop", len: payload.len(), need: NHMSG_LEN });
     }
     for nla in NlasIterator::new(&payload[NHMSG_LEN..]) {
-        let nla: NlaBuffer<&[u8]> = nla.map_err(|e| format!("nexthop attribute: {e}"))?;
+        let nla: NlaBuffer<&[u8]> =
+            nla.map_err(|e| BadMessage::Attribute { what: "nexthop", detail: e.to_string() })?;
         if nla.kind() == NHA_ID {
             let v: [u8; 4] = nla
                 .value()
                 .try_into()
-                .map_err(|_| format!("NHA_ID of {} bytes, want 4", nla.value().len()))?;
+                .map_err(|_| BadMessage::AttrLength { attr: "NHA_ID", len: nla.value().len() })?;
             return Ok(Msg::Nexthop(u32::from_ne_bytes(v)));
         }
     }
-    Err("nexthop message without NHA_ID".into())
+    Err(BadMessage::NoNexthopId)
 }
 
 /// ifaddrmsg: family u8, prefixlen u8, flags u8, scope u8, index u32; then IFA_LOCAL (2).
-fn parse_deladdr(payload: &[u8]) -> Result<Msg, String> {
+fn parse_deladdr(payload: &[u8]) -> Result<Msg, BadMessage> {
     let Some(h) = payload.get(..IFADDRMSG_LEN) else {
-        return Err(format!(
-            "address message of {} bytes, header needs {IFADDRMSG_LEN}",
-            payload.len()
-        ));
+        return Err(BadMessage::Short { what: "address", len: payload.len(), need: IFADDRMSG_LEN });
     };
     if h[0] != libc::AF_INET as u8 {
         return Ok(Msg::Skip);
     }
     for nla in NlasIterator::new(&payload[IFADDRMSG_LEN..]) {
-        let nla: NlaBuffer<&[u8]> = nla.map_err(|e| format!("address attribute: {e}"))?;
+        let nla: NlaBuffer<&[u8]> =
+            nla.map_err(|e| BadMessage::Attribute { what: "address", detail: e.to_string() })?;
         if nla.kind() == IFA_LOCAL {
-            let v: [u8; 4] = nla
-                .value()
-                .try_into()
-                .map_err(|_| format!("IFA_LOCAL of {} bytes, want 4", nla.value().len()))?;
+            let v: [u8; 4] = nla.value().try_into().map_err(|_| BadMessage::AttrLength {
+                attr: "IFA_LOCAL",
+                len: nla.value().len(),
+            })?;
             return Ok(Msg::DelAddr4(IpAddr::V4(Ipv4Addr::from(v))));
         }
     }
@@ -958,55 +991,53 @@ fn parse_deladdr(payload: &[u8]) -> Result<Msg, String> {
 }
 
 /// ifinfomsg: family u8, pad u8, type u16, index i32, flags u32, change u32; then attributes.
-fn parse_link(payload: &[u8]) -> Result<(u32, Link), String> {
+fn parse_link(payload: &[u8]) -> Result<(u32, Link), BadMessage> {
     let Some(h) = payload.get(..IFINFOMSG_LEN) else {
-        return Err(format!(
-            "link message of {} bytes, header needs {IFINFOMSG_LEN}",
-            payload.len()
-        ));
+        return Err(BadMessage::Short { what: "link", len: payload.len(), need: IFINFOMSG_LEN });
     };
     let index = u32::from_ne_bytes([h[4], h[5], h[6], h[7]]);
     let flags = u32::from_ne_bytes([h[8], h[9], h[10], h[11]]);
     let mut name = None;
     for nla in NlasIterator::new(&payload[IFINFOMSG_LEN..]) {
-        let nla: NlaBuffer<&[u8]> = nla.map_err(|e| format!("link {index}: attribute: {e}"))?;
+        let nla: NlaBuffer<&[u8]> =
+            nla.map_err(|e| BadMessage::LinkAttribute { index, detail: e.to_string() })?;
         if nla.kind() == IFLA_IFNAME {
             let v = nla.value();
             let v = v.split(|&b| b == 0).next().unwrap_or(&[]);
             let s = std::str::from_utf8(v)
-                .map_err(|_| format!("link {index}: IFLA_IFNAME is not UTF-8: {v:?}"))?;
+                .map_err(|_| BadMessage::NameNotUtf8 { index, bytes: v.to_vec() })?;
             if s.is_empty() || s.len() > 15 {
-                return Err(format!("link {index}: IFLA_IFNAME {s:?} is not 1..=15 bytes"));
+                return Err(BadMessage::NameLength { index, name: s.into() });
             }
             name = Some(s.to_string());
         }
     }
-    let name = name.ok_or_else(|| format!("link {index}: no IFLA_IFNAME"))?;
+    let name = name.ok_or(BadMessage::NoName { index })?;
     Ok((index, Link { name, up: flags & IFF_UP != 0 }))
 }
 
-fn route_ip(a: &RouteAddress, what: &str) -> Result<IpAddr, String> {
+fn route_ip(a: &RouteAddress, what: &'static str) -> Result<IpAddr, BadMessage> {
     match a {
         RouteAddress::Inet(a) => Ok(IpAddr::V4(*a)),
         RouteAddress::Inet6(a) => Ok(IpAddr::V6(*a)),
-        other => Err(format!("{what} is not an IP address: {other:?}")),
+        other => Err(BadMessage::NotIp { attr: what, found: format!("{other:?}") }),
     }
 }
 
-fn via_ip(v: &RouteVia) -> Result<IpAddr, String> {
+fn via_ip(v: &RouteVia) -> Result<IpAddr, BadMessage> {
     match v {
         RouteVia::Inet(a) => Ok(IpAddr::V4(*a)),
         RouteVia::Inet6(a) => Ok(IpAddr::V6(*a)),
-        other => Err(format!("RTA_VIA is not an IP address: {other:?}")),
+        other => Err(BadMessage::NotIp { attr: "RTA_VIA", found: format!("{other:?}") }),
     }
 }
 
 /// Parses a route message; `None` for routes sync does not publish (see the module doc).
-fn parse_route(payload: &[u8]) -> Result<Option<Parsed>, String> {
+fn parse_route(payload: &[u8]) -> Result<Option<Parsed>, BadMessage> {
     if payload.len() < RTMSG_LEN {
-        return Err(format!("route message of {} bytes, header needs {RTMSG_LEN}", payload.len()));
+        return Err(BadMessage::Short { what: "route", len: payload.len(), need: RTMSG_LEN });
     }
-    let m = RouteMessage::parse(payload).map_err(|e| format!("route message: {e}"))?;
+    let m = RouteMessage::parse(payload).map_err(|e| BadMessage::Route(e.to_string()))?;
     let h = &m.header;
     let v6 = match h.address_family {
         AddressFamily::Inet => false,
@@ -1052,13 +1083,15 @@ fn parse_route(payload: &[u8]) -> Result<Option<Parsed>, String> {
     };
     let len = h.destination_prefix_length;
     if len > max {
-        return Err(format!("prefix length {len} > {max}"));
+        return Err(BadMessage::PrefixLength { len, max });
     }
     let addr = dst.unwrap_or(unspec);
     if addr.is_ipv6() != v6 {
-        return Err(format!("RTA_DST {addr} in a route of the other family"));
+        return Err(BadMessage::OtherFamily(addr));
     }
-    let prefix = IpNet::new(addr, len).map_err(|e| format!("prefix {addr}/{len}: {e}"))?.trunc();
+    let prefix = IpNet::new(addr, len)
+        .map_err(|e| BadMessage::Prefix { addr, len, detail: e.to_string() })?
+        .trunc();
     let kind = match kind {
         Some(k) => k,
         None => {
@@ -1232,10 +1265,11 @@ mod tests {
         )
     }
 
-    fn parse_all(data: &[u8]) -> Result<Vec<Msg>, String> {
+    /// Every message of `data`, or the first fault.
+    fn parse_all(data: &[u8]) -> Result<Vec<Msg>, BadMessage> {
         let mut v = Vec::new();
         for m in messages(data) {
-            let (_, h, p) = m.map_err(|(o, w)| format!("at {o}: {w}"))?;
+            let (_, h, p) = m.map_err(|(_, w)| w)?;
             v.push(parse_event(h.msg_type, p)?);
         }
         Ok(v)
@@ -1303,7 +1337,7 @@ mod tests {
         bad[16..18].copy_from_slice(&40u16.to_ne_bytes());
         let m =
             route_msg(RTM_NEWROUTE, libc::AF_INET as u8, 8, 1, &[(1, &[10, 0, 0, 0]), (9, &bad)]);
-        let err = parse_all(&m).unwrap_err();
+        let err = parse_all(&m).unwrap_err().to_string();
         assert!(err.contains("route message"), "{err}");
     }
 
@@ -1313,7 +1347,7 @@ mod tests {
         // The RTA_GATEWAY attribute (second, at 16+12+8) claims 40 bytes.
         let at = NLMSG_HDRLEN + RTMSG_LEN + 8;
         m[at..at + 2].copy_from_slice(&40u16.to_ne_bytes());
-        let err = parse_all(&m).unwrap_err();
+        let err = parse_all(&m).unwrap_err().to_string();
         assert!(err.contains("route message"), "{err}");
         // An attribute with a 3-byte IPv4 address.
         let m = route_msg(RTM_NEWROUTE, libc::AF_INET as u8, 16, 1, &[(1, &[10, 1, 0])]);
@@ -1321,19 +1355,19 @@ mod tests {
         // A message longer than its datagram.
         let mut m = good();
         m.truncate(m.len() - 4);
-        let err = parse_all(&m).unwrap_err();
+        let err = parse_all(&m).unwrap_err().to_string();
         assert!(err.contains("nlmsg_len"), "{err}");
         // A header cut short.
         let m = &good()[..10];
-        assert!(parse_all(m).unwrap_err().contains("shorter than a header"));
+        assert!(parse_all(m).unwrap_err().to_string().contains("shorter than a header"));
         // A prefix length past the family's.
         let m = route_msg(RTM_NEWROUTE, libc::AF_INET as u8, 33, 1, &[(1, &[10, 1, 0, 0])]);
-        assert!(parse_all(&m).unwrap_err().contains("prefix length 33"));
+        assert!(parse_all(&m).unwrap_err().to_string().contains("prefix length 33"));
         // A link message without a name, and one too short for its header.
         let mut l = vec![0u8; NLMSG_HDRLEN + 8];
         l[0..4].copy_from_slice(&((NLMSG_HDRLEN + 8) as u32).to_ne_bytes());
         l[4..6].copy_from_slice(&RTM_NEWLINK.to_ne_bytes());
-        assert!(parse_all(&l).unwrap_err().contains("header needs"));
+        assert!(parse_all(&l).unwrap_err().to_string().contains("header needs"));
     }
 
     /// Every cut and every single-byte corruption of a valid datagram parses or fails, never

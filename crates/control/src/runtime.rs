@@ -33,12 +33,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::api;
 use dataplane::{
     Cell, Clock, PortCounters, Reservation, SwitchCounters, VrCounters, Worker, SPARE_WINDOW_NS,
 };
 use ports::wait::{Poller, Waker};
 use ports::{PortStats, PortStatus};
-use serde_json::{json, Value};
 
 pub use crate::build::monotonic_clock;
 use crate::build::Placed;
@@ -129,7 +129,7 @@ enum Cmd {
         cell: usize,
         vr: usize,
         r: Option<Reservation>,
-        reply: Sender<Result<(), String>>,
+        reply: Sender<Result<(), RuntimeError>>,
     },
     Status(Sender<WorkerStatus>),
     SetIdle(Idle),
@@ -188,8 +188,8 @@ pub struct Moved {
     pub to: usize,
 }
 
-/// Per-stage packets, bursts and average burst over some cells, as JSON.
-fn stages_json<'a>(cells: impl Iterator<Item = &'a dataplane::StageCounters>) -> Value {
+/// Per-stage packets, bursts and average burst over some cells.
+fn stages<'a>(cells: impl Iterator<Item = &'a dataplane::StageCounters>) -> api::Stages {
     let mut t = dataplane::StageCounters::default();
     for c in cells {
         t.rx_bursts += c.rx_bursts;
@@ -200,14 +200,14 @@ fn stages_json<'a>(cells: impl Iterator<Item = &'a dataplane::StageCounters>) ->
         t.tx_packets += c.tx_packets;
     }
     let stage = |packets: u64, bursts: u64| {
-        let avg = if bursts == 0 { 0.0 } else { packets as f64 / bursts as f64 };
-        json!({ "packets": packets, "bursts": bursts, "avg_burst": avg })
+        let avg_burst = if bursts == 0 { 0.0 } else { packets as f64 / bursts as f64 };
+        api::Stage { packets, bursts, avg_burst }
     };
-    json!({
-        "rx": stage(t.rx_packets, t.rx_bursts),
-        "vr": stage(t.vr_packets, t.vr_bursts),
-        "tx": stage(t.tx_packets, t.tx_bursts),
-    })
+    api::Stages {
+        rx: stage(t.rx_packets, t.rx_bursts),
+        vr: stage(t.vr_packets, t.vr_bursts),
+        tx: stage(t.tx_packets, t.tx_bursts),
+    }
 }
 
 /// One VR as a snapshot saw it.
@@ -253,30 +253,43 @@ pub struct ImpairRow {
 }
 
 impl ImpairRow {
-    /// As JSON: the settings, the counters, drops by reason, frames waiting.
-    pub fn to_json(&self) -> Value {
+    /// As `status` shows it: the settings, the counters, drops by reason, frames waiting.
+    pub fn to_row(&self) -> api::ImpairRow {
+        use dataplane::impair::Loss;
         let (c, k) = (&self.config, &self.counters);
-        let drops: serde_json::Map<_, _> = dataplane::impair::ImpairDrop::ALL
+        let drops = dataplane::impair::ImpairDrop::ALL
             .iter()
-            .map(|&r| (r.name().to_string(), json!(k.dropped(r))))
+            .map(|&r| (r.name().to_string(), k.dropped(r)))
             .collect();
         let loss = match c.loss {
-            dataplane::impair::Loss::None => Value::Null,
-            dataplane::impair::Loss::Random(p) => json!({ "random_pct": p.percent() }),
-            dataplane::impair::Loss::Gilbert { p, r, bad, good } => json!({
-                "p_pct": p.percent(), "r_pct": r.percent(),
-                "1-h_pct": bad.percent(), "1-k_pct": good.percent(),
+            Loss::None => None,
+            Loss::Random(p) => Some(api::Loss::Random { random_pct: p.percent() }),
+            Loss::Gilbert { p, r, bad, good } => Some(api::Loss::Gilbert {
+                p_pct: p.percent(),
+                r_pct: r.percent(),
+                bad_pct: bad.percent(),
+                good_pct: good.percent(),
             }),
         };
-        json!({
-            "delay_ns": c.delay_ns, "jitter_ns": c.jitter_ns,
-            "distribution": c.distribution.name(), "loss": loss,
-            "duplicate_pct": c.duplicate.percent(), "reorder_pct": c.reorder.percent(),
-            "corrupt_pct": c.corrupt.percent(), "rate_bps": c.rate_bps, "limit": c.limit,
-            "seed": c.seed, "offered": k.offered, "sent": k.sent, "duplicated": k.duplicated,
-            "corrupted": k.corrupted, "reordered": k.reordered, "held": self.held,
-            "drops": drops,
-        })
+        api::ImpairRow {
+            delay_ns: c.delay_ns,
+            jitter_ns: c.jitter_ns,
+            distribution: c.distribution.name().into(),
+            loss,
+            duplicate_pct: c.duplicate.percent(),
+            reorder_pct: c.reorder.percent(),
+            corrupt_pct: c.corrupt.percent(),
+            rate_bps: c.rate_bps,
+            limit: c.limit,
+            seed: c.seed,
+            offered: k.offered,
+            sent: k.sent,
+            duplicated: k.duplicated,
+            corrupted: k.corrupted,
+            reordered: k.reordered,
+            held: self.held,
+            drops,
+        }
     }
 }
 
@@ -303,38 +316,50 @@ pub struct SwitchStatus {
 }
 
 impl SwitchStatus {
-    /// As JSON: counters, drops by reason, members with their drops (non-zero reasons), groups.
-    pub fn to_json(&self) -> Value {
+    /// As `status` shows it: counters, drops by reason, members with their drops (non-zero
+    /// reasons), groups.
+    pub fn to_row(&self) -> api::SwitchRow {
         let c = &self.counters;
-        let drops = |d: &[u64]| -> serde_json::Map<String, Value> {
+        let drops = |d: &[u64]| -> api::Counts {
             dataplane::SwitchDrop::ALL
                 .iter()
-                .map(|&r| (r.name().to_string(), json!(d[r as usize])))
+                .map(|&r| (r.name().to_string(), d[r as usize]))
                 .collect()
         };
-        let members: Vec<Value> = self
+        let members = self
             .members
             .iter()
             .map(|(port, d)| {
                 let mut d = drops(d);
-                d.retain(|_, n| n != &json!(0));
-                json!({ "port": port, "drops": d })
+                d.retain(|_, n| *n != 0);
+                api::MemberRow { port: port.clone(), drops: d }
             })
             .collect();
-        json!({
-            "name": self.name,
-            "counters": {
-                "rx": c.rx, "forwarded": c.forwarded, "flooded": c.flooded,
-                "flood_copies": c.flood_copies, "miss": c.miss, "learned": c.learned,
-                "moved": c.moved, "move_refused": c.move_refused,
-                "learn_limited": c.learn_limited, "aged": c.aged, "snooped": c.snooped,
-                "snooped_copies": c.snooped_copies, "joins": c.joins, "leaves": c.leaves,
-                "expired": c.expired, "queries": c.queries, "groups_full": c.groups_full,
+        api::SwitchRow {
+            name: self.name.clone(),
+            counters: api::SwitchCountersRow {
+                rx: c.rx,
+                forwarded: c.forwarded,
+                flooded: c.flooded,
+                flood_copies: c.flood_copies,
+                miss: c.miss,
+                learned: c.learned,
+                moved: c.moved,
+                move_refused: c.move_refused,
+                learn_limited: c.learn_limited,
+                aged: c.aged,
+                snooped: c.snooped,
+                snooped_copies: c.snooped_copies,
+                joins: c.joins,
+                leaves: c.leaves,
+                expired: c.expired,
+                queries: c.queries,
+                groups_full: c.groups_full,
             },
-            "drops": drops(&c.drops),
-            "members": members,
-            "groups": self.groups,
-        })
+            drops: drops(&c.drops),
+            members,
+            groups: self.groups,
+        }
     }
 }
 
@@ -390,81 +415,115 @@ impl Snapshot {
         self.workers.iter().flat_map(|w| w.cells.iter().flat_map(|c| &c.switches))
     }
 
-    /// As JSON: `workers` (each with its CPU and VRs), `vrs` (counters that are not zero,
-    /// `over_budget` always, the worker and reservation), `ports` and `switches`.
-    pub fn to_json(&self) -> Value {
-        let workers: Vec<Value> = self
+    /// As `status` shows it: `workers` (each with its CPU and VRs), `vrs` (counters that are
+    /// not zero, `over_budget` always, the worker and reservation), `ports` and `switches`.
+    /// What the node adds (routes, replicated VRs, MSRs, memory) is left empty here.
+    pub fn to_status(&self) -> api::Status {
+        let workers = self
             .workers
             .iter()
-            .map(|w| {
-                let vrs: Vec<&str> =
-                    w.cells.iter().flat_map(|c| &c.vrs).map(|v| v.name.as_str()).collect();
-                json!({
-                    "index": w.index, "cpu": w.cpu, "pinned": w.pinned, "rounds": w.rounds,
-                    "idle_rounds": w.idle_rounds, "spare_ns": w.spare_ns, "idle": w.idle.name(),
-                    "sleeps": w.sleeps, "naps": w.naps, "slept_s": w.slept_ns as f64 / 1e9,
-                    "vrs": vrs, "stages": stages_json(w.cells.iter().map(|c| &c.stages)),
-                })
+            .map(|w| api::WorkerRow {
+                index: w.index,
+                cpu: w.cpu,
+                pinned: w.pinned,
+                rounds: w.rounds,
+                idle_rounds: w.idle_rounds,
+                spare_ns: w.spare_ns,
+                idle: w.idle.name().into(),
+                sleeps: w.sleeps,
+                naps: w.naps,
+                slept_s: w.slept_ns as f64 / 1e9,
+                vrs: w.cells.iter().flat_map(|c| &c.vrs).map(|v| v.name.clone()).collect(),
+                stages: stages(w.cells.iter().map(|c| &c.stages)),
             })
             .collect();
-        let vrs: Vec<Value> = self
-            .vrs()
-            .map(|(w, v)| {
-                let c: serde_json::Map<_, _> = v
-                    .counters
-                    .named()
-                    .into_iter()
-                    .filter(|(_, n)| *n != 0)
-                    .map(|(k, n)| (k.to_string(), json!(n)))
-                    .collect();
-                json!({
-                    "name": v.name, "worker": w, "counters": c,
-                    "over_budget": v.counters.dropped(dataplane::VrDrop::OverBudget),
-                    "reservation": v.reservation.map(reservation_json),
-                    "pending_reservation": v.pending.map(|p| p.map(reservation_json)),
-                    "batch": v.batch,
-                    "neighbors": { "used": v.neighbors.0, "size": v.neighbors.1, "queued": v.queued },
-                    "interfaces": v.interfaces.iter().map(|(n, mtu, up)| json!({ "name": n, "mtu": mtu, "up": up })).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
-        let ports: Vec<Value> = self
-            .ports()
-            .map(|p| {
-                let status = match &p.status {
-                    PortStatus::Up => "up".to_string(),
-                    PortStatus::Down(why) => format!("down: {why}"),
-                };
-                let drops: serde_json::Map<_, _> = dataplane::PortDrop::ALL
-                    .iter()
-                    .map(|&r| (r.name().to_string(), json!(p.counters.dropped(r))))
-                    .collect();
-                json!({
-                    "name": p.name, "rx": p.stats.rx_packets, "tx": p.stats.tx_packets,
-                    "rx_dropped": p.stats.rx_dropped, "tx_full": p.stats.tx_full,
-                    "drops": drops, "status": status, "burst": p.burst, "mode": p.mode,
-                    "backend": p.backend.iter().map(|&(k, n)| (k.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
-                    "impair": p.impair.as_ref().map(ImpairRow::to_json),
-                })
-            })
-            .collect();
-        json!({
-            "uptime_s": self.uptime.as_secs_f64(),
-            "workers": workers,
-            "vrs": vrs,
-            "ports": ports,
-            "switches": self.switches().map(SwitchStatus::to_json).collect::<Vec<_>>(),
-        })
+        api::Status {
+            uptime_s: self.uptime.as_secs_f64(),
+            workers,
+            vrs: self.vrs().map(|(w, v)| v.to_row(w)).collect(),
+            ports: self.ports().map(PortRow::to_row).collect(),
+            switches: self.switches().map(SwitchStatus::to_row).collect(),
+            replicated: Vec::new(),
+            msrs: Vec::new(),
+            state: "running".into(),
+            memory: api::Memory { rss_bytes: 0 },
+        }
+    }
+
+    /// [`Snapshot::to_status`] as a JSON tree, for the labs' reports and tests that read it
+    /// by key (not a reply: the API serialises [`api::Status`]).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self.to_status()).expect("status serialises")
     }
 }
 
-/// A reservation as JSON: `{"time_ns"|"packets": Q, "period_ns": T, "weight": W}`.
-pub fn reservation_json(r: Reservation) -> Value {
-    let (k, q) = match r.budget {
-        dataplane::Budget::Time(ns) => ("time_ns", ns),
-        dataplane::Budget::Packets(n) => ("packets", n),
+impl VrStatus {
+    /// As `status` shows it, on worker `worker`.
+    fn to_row(&self, worker: usize) -> api::VrRow {
+        api::VrRow {
+            name: self.name.clone(),
+            worker,
+            counters: self
+                .counters
+                .named()
+                .into_iter()
+                .filter(|(_, n)| *n != 0)
+                .map(|(k, n)| (k.to_string(), n))
+                .collect(),
+            over_budget: self.counters.dropped(dataplane::VrDrop::OverBudget),
+            reservation: self.reservation.map(reservation_row),
+            pending_reservation: self.pending.map(|p| p.map(reservation_row)),
+            batch: self.batch,
+            neighbors: api::NeighborUse {
+                used: self.neighbors.0,
+                size: self.neighbors.1,
+                queued: self.queued,
+            },
+            interfaces: self
+                .interfaces
+                .iter()
+                .map(|(n, mtu, up)| api::InterfaceRow { name: n.clone(), mtu: *mtu, up: *up })
+                .collect(),
+            routes: None,
+            fib: None,
+            control_plane: None,
+        }
+    }
+}
+
+impl PortRow {
+    /// As `status` shows it.
+    fn to_row(&self) -> api::PortRow {
+        let status = match &self.status {
+            PortStatus::Up => "up".to_string(),
+            PortStatus::Down(why) => format!("down: {why}"),
+        };
+        api::PortRow {
+            name: self.name.clone(),
+            rx: self.stats.rx_packets,
+            tx: self.stats.tx_packets,
+            rx_dropped: self.stats.rx_dropped,
+            tx_full: self.stats.tx_full,
+            drops: dataplane::PortDrop::ALL
+                .iter()
+                .map(|&r| (r.name().to_string(), self.counters.dropped(r)))
+                .collect(),
+            status,
+            burst: self.burst,
+            mode: self.mode.map(String::from),
+            backend: self.backend.iter().map(|&(k, n)| (k.to_string(), n)).collect(),
+            impair: self.impair.as_ref().map(ImpairRow::to_row),
+        }
+    }
+}
+
+/// A reservation as the API shows it: `{"time_ns"|"packets": Q, "period_ns": T, "weight": W}`.
+pub fn reservation_row(r: Reservation) -> api::ReservationRow {
+    let (time_ns, packets) = match r.budget {
+        dataplane::Budget::Time(ns) => (Some(ns), None),
+        dataplane::Budget::Packets(n) => (None, Some(n)),
     };
-    json!({ k: q, "period_ns": r.period_ns, "weight": r.weight })
+    api::ReservationRow { time_ns, packets, period_ns: r.period_ns, weight: r.weight }
 }
 
 impl Runtime {
@@ -795,7 +854,7 @@ impl Runtime {
         let (tx, rx) = mpsc::channel();
         self.send(w, Cmd::Reserve { cell: c, vr, r, reply: tx })?;
         match answer(&rx, w) {
-            Ok(r) => r.map_err(RuntimeError),
+            Ok(r) => r,
             // The command is queued: the worker applies it when it gets to it.
             Err(e) => err(format!("{e}; the change applies when it does")),
         }
@@ -1017,8 +1076,12 @@ impl Ctx {
                         }
                         Cmd::Reserve { cell, vr, r, reply } => {
                             let res = match ids.iter().position(|&x| x == cell) {
-                                Some(i) => cells[i].set_reservation(vr, r).map_err(|e| e.0),
-                                None => Err(format!("cell {cell} is not on this worker")),
+                                Some(i) => {
+                                    cells[i].set_reservation(vr, r).map_err(|e| RuntimeError(e.0))
+                                }
+                                None => {
+                                    Err(RuntimeError(format!("cell {cell} is not on this worker")))
+                                }
                             };
                             let _ = reply.send(res);
                         }

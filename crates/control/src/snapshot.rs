@@ -74,9 +74,42 @@ pub enum SnapshotError {
     #[error("{file}: checksum mismatch (header {want:#010x}, contents {got:#010x}): the file is damaged")]
     Checksum { file: String, want: u32, got: u32 },
     #[error("{file}: payload: {what}")]
-    Payload { file: String, what: String },
+    Payload { file: String, what: PayloadError },
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },
+}
+
+/// What is wrong inside a snapshot's payload, a migration's route chunk or its learned
+/// neighbors: the byte offset, index or value at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum PayloadError {
+    #[error("no meta length")]
+    NoMetaLength,
+    #[error("meta length {len} does not fit the payload of {payload} bytes")]
+    MetaLength { len: usize, payload: usize },
+    #[error("meta: {0}")]
+    Meta(#[from] serde_json::Error),
+    #[error("route at byte {at}: truncated")]
+    Truncated { at: usize },
+    #[error("route at byte {at}: source {index} of {sources}")]
+    Source { at: usize, index: u8, sources: usize },
+    #[error("route at byte {at}: next hop {index} of {next_hops}")]
+    NextHop { at: usize, index: u32, next_hops: usize },
+    #[error("route at byte {at}: prefix length {len}")]
+    PrefixLength { at: usize, len: u8 },
+    #[error("route at byte {at}: {prefix} has host bits set")]
+    HostBits { at: usize, prefix: IpNet },
+    #[error("route source {0:?} is unknown to this build")]
+    UnknownSource(String),
+    #[error("next hop {0}: via, interface, or blackhole")]
+    Target(String),
+    /// A journal's restore record around a snapshot: what is wrong with its head.
+    #[error("restore record: {0}")]
+    RestoreRecord(&'static str),
+    #[error("neighbor {address}: mac {mac:?} is not a MAC address")]
+    NotAMac { address: IpAddr, mac: String },
+    #[error("neighbor {address}: mac {mac} is {why}, not a neighbor's; refused")]
+    GroupMac { address: IpAddr, mac: String, why: &'static str },
 }
 
 fn io(context: impl std::fmt::Display, source: std::io::Error) -> SnapshotError {
@@ -161,12 +194,12 @@ impl SnapTarget {
         }
     }
 
-    fn target(&self) -> Result<RouteTarget, String> {
+    fn target(&self) -> Result<RouteTarget, PayloadError> {
         match (self.via, self.interface, self.blackhole) {
             (Some(gateway), iface, false) => Ok(RouteTarget::Via { gateway, iface }),
             (None, Some(i), false) => Ok(RouteTarget::Iface(i)),
             (None, None, true) => Ok(RouteTarget::Blackhole),
-            _ => Err(format!("next hop {self:?}: via, interface, or blackhole")),
+            _ => Err(PayloadError::Target(format!("{self:?}"))),
         }
     }
 }
@@ -240,7 +273,7 @@ impl SnapshotV1 {
 
     /// The routes as operations that add them with their own sources (to a VR built from
     /// `meta.vr`, which has none yet).
-    pub fn route_ops(&self) -> Result<Vec<RouteOp>, String> {
+    pub fn route_ops(&self) -> Result<Vec<RouteOp>, PayloadError> {
         let sources: Vec<RouteSource> = self
             .meta
             .sources
@@ -249,7 +282,7 @@ impl SnapshotV1 {
                 RouteSource::ALL
                     .into_iter()
                     .find(|s| s.name() == n && s.is_operable())
-                    .ok_or_else(|| format!("route source {n:?} is unknown to this build"))
+                    .ok_or_else(|| PayloadError::UnknownSource(n.clone()))
             })
             .collect::<Result<_, _>>()?;
         let targets: Vec<RouteTarget> =
@@ -347,15 +380,15 @@ pub fn decode(file: &str, bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
     }
 }
 
-fn decode_v1(p: &[u8]) -> Result<SnapshotV1, String> {
+fn decode_v1(p: &[u8]) -> Result<SnapshotV1, PayloadError> {
     if p.len() < 4 {
-        return Err("no meta length".into());
+        return Err(PayloadError::NoMetaLength);
     }
     let mlen = u32::from_le_bytes(p[..4].try_into().expect("4 bytes")) as usize;
     if mlen > MAX_META || 4 + mlen > p.len() {
-        return Err(format!("meta length {mlen} does not fit the payload of {} bytes", p.len()));
+        return Err(PayloadError::MetaLength { len: mlen, payload: p.len() });
     }
-    let meta: MetaV1 = serde_json::from_slice(&p[4..4 + mlen]).map_err(|e| format!("meta: {e}"))?;
+    let meta: MetaV1 = serde_json::from_slice(&p[4..4 + mlen])?;
     let mut routes = Vec::new();
     decode_routes(&p[4 + mlen..], 4 + mlen, &meta, &mut routes)?;
     Ok(SnapshotV1 { meta, routes })
@@ -387,28 +420,28 @@ pub fn decode_routes(
     base: usize,
     meta: &MetaV1,
     routes: &mut Vec<SnapRoute>,
-) -> Result<(), String> {
+) -> Result<(), PayloadError> {
     let (ns, nn) = (meta.sources.len(), meta.next_hops.len());
     let mut at = 0;
     while at < p.len() {
         let k = base + at;
         let (kind, len) = match p.get(at..at + 2) {
             Some(&[kind, len]) => (kind, len),
-            _ => return Err(format!("route at byte {k}: truncated")),
+            _ => return Err(PayloadError::Truncated { at: k }),
         };
         let v6 = kind & 1 == 1;
         let source = kind >> 1;
         let alen = if v6 { 16 } else { 4 };
         let Some(rest) = p.get(at + 2..at + 2 + alen + 4) else {
-            return Err(format!("route at byte {k}: truncated"));
+            return Err(PayloadError::Truncated { at: k });
         };
         let (addr, nh) = rest.split_at(alen);
         let next_hop = u32::from_le_bytes(nh.try_into().expect("4 bytes"));
         if usize::from(source) >= ns {
-            return Err(format!("route at byte {k}: source {source} of {ns}"));
+            return Err(PayloadError::Source { at: k, index: source, sources: ns });
         }
         if next_hop as usize >= nn {
-            return Err(format!("route at byte {k}: next hop {next_hop} of {nn}"));
+            return Err(PayloadError::NextHop { at: k, index: next_hop, next_hops: nn });
         }
         let prefix = if v6 {
             let a: [u8; 16] = addr.try_into().expect("16 bytes");
@@ -417,9 +450,9 @@ pub fn decode_routes(
             let a: [u8; 4] = addr.try_into().expect("4 bytes");
             Ipv4Net::new(a.into(), len).map(IpNet::V4).map_err(|_| len)
         }
-        .map_err(|l| format!("route at byte {k}: prefix length {l}"))?;
+        .map_err(|len| PayloadError::PrefixLength { at: k, len })?;
         if prefix.trunc() != prefix {
-            return Err(format!("route at byte {k}: {prefix} has host bits set"));
+            return Err(PayloadError::HostBits { at: k, prefix });
         }
         routes.push(SnapRoute { prefix, source, next_hop });
         at += 2 + alen + 4;
@@ -581,12 +614,13 @@ pub fn learned(rows: Vec<dataplane::NeighborRow>) -> Vec<SnapNeighbor> {
 /// and the MAC; the caller adds the VR.
 pub fn restored_neighbors(
     list: &[SnapNeighbor],
-) -> Result<Vec<dataplane::RestoredNeighbor>, String> {
+) -> Result<Vec<dataplane::RestoredNeighbor>, PayloadError> {
     list.iter()
         .map(|n| {
-            let mac: wire::MacAddr = n.mac.parse().map_err(|_| {
-                format!("neighbor {}: mac {:?} is not a MAC address", n.address, n.mac)
-            })?;
+            let mac: wire::MacAddr = n
+                .mac
+                .parse()
+                .map_err(|_| PayloadError::NotAMac { address: n.address, mac: n.mac.clone() })?;
             let why = if mac.is_broadcast() {
                 Some("the broadcast address")
             } else if mac.is_multicast() {
@@ -597,10 +631,11 @@ pub fn restored_neighbors(
                 None
             };
             if let Some(why) = why {
-                return Err(format!(
-                    "neighbor {}: mac {mac} is {why}, not a neighbor's; refused",
-                    n.address
-                ));
+                return Err(PayloadError::GroupMac {
+                    address: n.address,
+                    mac: mac.to_string(),
+                    why,
+                });
             }
             Ok(dataplane::RestoredNeighbor {
                 iface: n.interface,

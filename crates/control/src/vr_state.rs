@@ -55,7 +55,7 @@ pub fn restore(
     snap: SnapshotV1,
     name: Option<String>,
     down: bool,
-) -> Result<serde_json::Value, ControlError> {
+) -> Result<crate::api::Restored, ControlError> {
     let t0 = std::time::Instant::now();
     let name = name.unwrap_or_else(|| snap.meta.vr.name.clone());
     if node.topology().vr_index(&name).is_some() {
@@ -66,9 +66,9 @@ pub fn restore(
     let bad = |what: String| {
         ControlError::Invalid(format!("snapshot of vr {}: {what}", snap.meta.vr.name))
     };
-    let ops = snap.route_ops().map_err(bad)?;
+    let ops = snap.route_ops().map_err(|e| bad(e.to_string()))?;
     let (counters, _unknown) = snap.counters();
-    let neighbors = restored_neighbors(&snap.meta.neighbors).map_err(bad)?;
+    let neighbors = restored_neighbors(&snap.meta.neighbors).map_err(|e| bad(e.to_string()))?;
     let mut doc = snap.meta.vr.clone();
     doc.name = name.clone();
     let have: Vec<&str> = node.topology().ports.iter().map(|p| p.name.as_str()).collect();
@@ -132,13 +132,13 @@ pub fn restore(
         Err(e) => return Err(ControlError::Invalid(e.0)),
     };
     tracing::info!(vr = %name, routes = applied.added, neighbors = took, "vr restored");
-    Ok(serde_json::json!({
-        "vr": name,
-        "routes": applied.added,
-        "neighbors": took,
-        "plan": plan.steps,
-        "ms": t0.elapsed().as_secs_f64() * 1e3,
-    }))
+    Ok(crate::api::Restored {
+        vr: name,
+        routes: applied.added,
+        neighbors: took,
+        plan: plan.steps,
+        ms: t0.elapsed().as_secs_f64() * 1e3,
+    })
 }
 
 /// `snapshot`: takes VR `vr` and writes it to `out` (atomically, 0600).
@@ -146,17 +146,17 @@ pub fn snapshot_to_file(
     node: &Node,
     vr: &str,
     out: &Path,
-) -> Result<serde_json::Value, ControlError> {
+) -> Result<crate::api::SnapshotWritten, ControlError> {
     let s = take(node, vr)?;
     let bytes = s.encode();
     write_atomic(out, &bytes)?;
     tracing::info!(vr, file = %out.display(), bytes = bytes.len(), routes = s.routes.len(), "snapshot written");
-    Ok(serde_json::json!({
-        "vr": vr,
-        "file": out.display().to_string(),
-        "bytes": bytes.len(),
-        "format": FORMAT_VERSION,
-        "routes": s.routes.len(),
-        "neighbors": s.meta.neighbors.len(),
-    }))
+    Ok(crate::api::SnapshotWritten {
+        vr: vr.to_string(),
+        file: out.display().to_string(),
+        bytes: bytes.len(),
+        format: FORMAT_VERSION,
+        routes: s.routes.len(),
+        neighbors: s.meta.neighbors.len(),
+    })
 }

@@ -9,6 +9,9 @@
 //! compacts the journal, so the second restart reads what compaction wrote). No root needed:
 //! mem ports only.
 
+mod reply_json;
+use reply_json::Json;
+
 use std::path::{Path, PathBuf};
 
 use control::api::Command;
@@ -74,7 +77,7 @@ fn run(n: &mut Node, j: &mut Journal, cmd: Command) -> Value {
     if journal::journaled(&cmd) {
         j.record(&cmd, &reply, n).unwrap();
     }
-    reply
+    reply.json()
 }
 
 fn mtu(vr: &str, interface: &str, mtu: u16) -> Command {
@@ -95,7 +98,7 @@ fn reserve(vr: &str, spec: &[&str]) -> Command {
 /// its reservation (running and pending) as text.
 fn running(n: &Node, vr: &str) -> (Vec<(String, u64, bool)>, String) {
     let st = n.status().unwrap();
-    let v = st["vrs"]
+    let v = st.json()["vrs"]
         .as_array()
         .unwrap()
         .iter()

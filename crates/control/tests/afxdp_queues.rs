@@ -4,6 +4,9 @@
 //! Also: more replicas than the interface has queues is refused, naming the port, the
 //! interface and the count. Needs root (namespaces, veth); says so and skips otherwise.
 
+mod reply_json;
+use reply_json::Json;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -157,7 +160,8 @@ fn a_vr_on_every_queue_forwards_every_flow() {
     node.stop().unwrap();
     assert_eq!(sent, (FLOWS * ROUNDS) as u64);
     assert!(got >= sent, "h2 got {got} of {sent}\n{st:#}");
-    let ports = st["ports"].as_array().unwrap();
+    let st_j = st.json();
+    let ports = st_j["ports"].as_array().unwrap();
     assert!(ports.iter().all(|p| p["mode"] == "xdp driver, copy, multi-buffer"), "{ports:#?}");
 }
 
@@ -172,7 +176,8 @@ fn a_replicated_vr_deals_the_queues_to_its_replicas() {
     let st = node.status().unwrap();
     node.stop().unwrap();
     assert!(got >= sent, "h2 got {got} of {sent}\n{st:#}");
-    let inst = st["replicated"][0]["instances"].as_array().unwrap();
+    let st_j = st.json();
+    let inst = st_j["replicated"][0]["instances"].as_array().unwrap();
     let fwd: Vec<u64> = inst.iter().map(|i| i["forwarded"].as_u64().unwrap()).collect();
     assert!(fwd.iter().all(|&n| n > 0), "both replicas forwarded: {fwd:?}");
     assert!(fwd.iter().sum::<u64>() >= sent, "{fwd:?} of {sent}");

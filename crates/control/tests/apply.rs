@@ -4,6 +4,9 @@
 //! keeps. Neither loses or reorders a frame. Also: the plan's text, refusals that change
 //! nothing, and the API commands on a running node.
 
+mod reply_json;
+use reply_json::Json;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -129,12 +132,14 @@ impl Stream {
     }
 }
 
-fn vr<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+fn vr(status: &impl Json, name: &str) -> serde_json::Value {
+    let status = status.json();
     status["vrs"]
         .as_array()
         .unwrap()
         .iter()
         .find(|v| v["name"] == name)
+        .cloned()
         .unwrap_or_else(|| panic!("no vr {name} in {status:#}"))
 }
 
@@ -180,8 +185,9 @@ fn apply_under_traffic_loses_nothing_on_untouched_vrs_and_kept_routes() {
     assert!(s_got > before.0 + 1_000 && k_got > before.1 + 1_000);
 
     // The running host is the new topology.
+    let status_j = status.json();
     let names: Vec<&str> =
-        status["vrs"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
+        status_j["vrs"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
     assert!(names.contains(&"fresh") && !names.contains(&"old"), "{names:?}");
     let status = n.status().unwrap();
     let c = vr(&status, "changing");
@@ -195,7 +201,8 @@ fn apply_under_traffic_loses_nothing_on_untouched_vrs_and_kept_routes() {
             limit: None,
         })
         .unwrap();
-    let prefixes: Vec<&str> = routes["routes"]
+    let routes_j = routes.json();
+    let prefixes: Vec<&str> = routes_j["routes"]
         .as_array()
         .unwrap()
         .iter()
@@ -244,7 +251,11 @@ fn api_commands_on_a_running_node() {
             routes: vec![route("100.64.0.0/10", "10.0.1.9"), route("100.128.0.0/9", "10.0.1.2")],
         })
         .unwrap();
-    assert_eq!((r["added"].as_u64(), r["new_next_hops"].as_u64()), (Some(2), Some(1)), "{r}");
+    assert_eq!(
+        (r.json()["added"].as_u64(), r.json()["new_next_hops"].as_u64()),
+        (Some(2), Some(1)),
+        "{r}"
+    );
     // Added again: refused whole.
     let e = n
         .execute(Command::RouteAdd {
@@ -314,17 +325,17 @@ fn api_commands_on_a_running_node() {
             addresses: Some(vec!["10.0.0.1/24".parse().unwrap(), "10.0.5.1/24".parse().unwrap()]),
         })
         .unwrap();
-    assert_eq!(r["addresses"], json!(["10.0.0.1/24", "10.0.5.1/24"]), "{r}");
+    assert_eq!(r.json()["addresses"], json!(["10.0.0.1/24", "10.0.5.1/24"]), "{r}");
     let st = n.status().unwrap();
     assert_eq!(vr(&st, "changing")["routes"]["connected"], 3, "{st:#}");
     let nb = n.execute(Command::NeighborList { vr: "changing".into() }).unwrap();
-    assert_eq!(nb["neighbors"][0]["state"], "static", "{nb}");
+    assert_eq!(nb.json()["neighbors"][0]["state"], "static", "{nb}");
 
     // Move, reserve (a budget this traffic never reaches: a smaller one would drop frames as
     // over_budget, as it should), errors by name.
     let w = n.runtime().worker_of("changing").unwrap();
     let m = n.execute(Command::Move { vr: "changing".into(), worker: 1 - w }).unwrap();
-    assert_eq!(m["to"], json!(1 - w));
+    assert_eq!(m.json()["to"], json!(1 - w));
     assert!(n
         .execute(Command::Move { vr: "changing".into(), worker: 9 })
         .unwrap_err()
@@ -337,8 +348,8 @@ fn api_commands_on_a_running_node() {
         })
         .unwrap();
     assert!(
-        r["reservation"]["packets"] == 1_000_000
-            || r["pending_reservation"]["packets"] == 1_000_000,
+        r.json()["reservation"]["packets"] == 1_000_000
+            || r.json()["pending_reservation"]["packets"] == 1_000_000,
         "{r}"
     );
     let e = n
@@ -360,7 +371,7 @@ fn api_commands_on_a_running_node() {
     // VR removal through the API.
     n.execute(Command::VrRemove { vr: "old".into() }).unwrap();
     assert!(n.table("old").is_none());
-    assert_eq!(n.execute(Command::Stop).unwrap()["state"], "stopping");
+    assert_eq!(n.execute(Command::Stop).unwrap().json()["state"], "stopping");
     assert!(n.stop_requested());
     n.stop().unwrap();
 }
@@ -380,7 +391,7 @@ fn vr_add_and_remove_through_the_api_extend_the_running_topology() {
     v.interfaces.push(IfaceDoc::on_port("a", "n0", "02:00:00:00:09:00", ["10.9.9.1/24"]));
     let port = PortDoc::new("n0", PortKindDoc::Mem { ring: None });
     let r = n.execute(Command::VrAdd { vr: Box::new(v), ports: vec![port] }).unwrap();
-    assert_eq!(r["plan"], json!(["+ vr added (new cell; opens n0)"]), "{r}");
+    assert_eq!(r.json()["plan"], json!(["+ vr added (new cell; opens n0)"]), "{r}");
     assert!(n.table("added").is_some());
     // A bad VR is refused with the parser's error, and nothing changes.
     let mut bad = VrDoc::new("bad");
@@ -415,16 +426,16 @@ fn vr_add_and_remove_through_the_api_extend_the_running_topology() {
             ports: vec![PortDoc::new("m0", PortKindDoc::Mem { ring: None })],
         })
         .unwrap();
-    assert_eq!(r["plan"], json!(["+ vr more (new cell; opens m0)"]), "{r}");
+    assert_eq!(r.json()["plan"], json!(["+ vr more (new cell; opens m0)"]), "{r}");
     let st = n.status().unwrap();
     assert_eq!(vr(&st, "old")["reservation"]["packets"], 500_000, "{st:#}");
     n.execute(Command::VrRemove { vr: "more".into() }).unwrap();
 
     // Removing a VR alone in its cell closes the ports nothing else uses.
     let r = n.execute(Command::VrRemove { vr: "old".into() }).unwrap();
-    assert_eq!(r["plan"], json!(["- vr old (its cell stops; ports o0 close)"]), "{r}");
+    assert_eq!(r.json()["plan"], json!(["- vr old (its cell stops; ports o0 close)"]), "{r}");
     let r = n.execute(Command::VrRemove { vr: "added".into() }).unwrap();
-    assert_eq!(r["plan"], json!(["- vr added (its cell stops; ports n0 close)"]), "{r}");
+    assert_eq!(r.json()["plan"], json!(["- vr added (its cell stops; ports n0 close)"]), "{r}");
     assert_eq!(
         n.execute(Command::VrRemove { vr: "added".into() }).unwrap_err().code(),
         "no_such_vr"

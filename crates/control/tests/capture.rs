@@ -2,6 +2,9 @@
 //! dropped with the reason) written as pcapng that `tcpdump -r` reads, file or pipe; a trace
 //! naming each stage of a forwarded packet and of a dropped one.
 
+mod reply_json;
+use reply_json::Json;
+
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command as Proc, Stdio};
@@ -112,7 +115,7 @@ fn capture_is_read_back_by_tcpdump() {
     let mut b = Batch::new(16);
     assert_eq!(rx.rx_burst(&mut b), 3);
     let st = ask(control::api::Command::Status).unwrap();
-    let stages = &st["workers"][0]["stages"];
+    let stages = &st.json()["workers"][0]["stages"];
     assert_eq!(stages["rx"]["packets"], 6, "{stages}");
     assert_eq!(
         (stages["vr"]["packets"].as_u64(), stages["tx"]["packets"].as_u64()),

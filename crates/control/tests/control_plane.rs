@@ -5,6 +5,9 @@
 //! at the VR is punted only within its budget while forwarding goes on. Needs root
 //! (namespaces, veth, taps); says so and skips otherwise.
 
+mod reply_json;
+use reply_json::Json;
+
 mod hosts;
 
 use std::path::Path;
@@ -41,7 +44,7 @@ fn options() -> Options {
 }
 
 fn counters(node: &Node) -> serde_json::Value {
-    node.status().unwrap()["vrs"][0]["counters"].clone()
+    node.status().unwrap().json()["vrs"][0]["counters"].clone()
 }
 
 /// A counter (status leaves out those at zero).
@@ -263,8 +266,8 @@ fn routes_in_the_mirrors_kernel_are_the_vrs() {
     let after = counters(&node);
     assert_eq!(n(&after, "blackhole") - n(&before, "blackhole"), 2, "{after:#}");
     let status = node.status().unwrap();
-    assert_eq!(status["vrs"][0]["routes"]["kernel"], 3, "{status:#}");
-    assert_eq!(status["vrs"][0]["control_plane"]["refused"], 0, "{status:#}");
+    assert_eq!(status.json()["vrs"][0]["routes"]["kernel"], 3, "{status:#}");
+    assert_eq!(status.json()["vrs"][0]["control_plane"]["refused"], 0, "{status:#}");
 
     // Withdrawn in the kernel: gone from the VR, and traffic to it is no_route again.
     ok("ip", &["-n", &m, "route", "del", "10.99.0.0/24"]);

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use control::api::Command;
+use control::api::{self, Command};
 use control::daemon::{self, Access, Paths, State, MAX_CLIENTS, MAX_LINE, REPLY_STALL};
 use control::ControlError;
 use serde_json::Value;
@@ -136,11 +136,11 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
-        Server::start_with(serde_json::Value::Null)
+        Server::start_with(None)
     }
 
     /// A server whose `route_list` answers `routes` (the others answer their name).
-    fn start_with(routes: Value) -> Server {
+    fn start_with(routes: Option<api::RouteList>) -> Server {
         let dir = TempDir::new();
         let sock = dir.0.join("control.sock");
         let access = Access { owner: control::sys::euid(), status_gid: None };
@@ -154,11 +154,12 @@ impl Server {
             std::thread::spawn(move || {
                 daemon::serve(listener, access, &stop, |cmd| {
                     let last = cmd == Command::Stop;
-                    if matches!(cmd, Command::RouteList { .. }) && !routes.is_null() {
+                    if let (Command::RouteList { .. }, Some(r)) = (&cmd, &routes) {
                         lists.fetch_add(1, Ordering::Relaxed);
-                        return (Ok(routes.clone()), false);
+                        return (Ok(r.clone().into()), false);
                     }
-                    (Ok(serde_json::json!({ "did": cmd.name() })), last)
+                    // Each answer names its command, where a stop's state would be.
+                    (Ok(api::Stopping { state: cmd.name().into() }.into()), last)
                 })
             })
         };
@@ -216,9 +217,9 @@ fn requests_on_one_connection_and_lines_at_the_limit() {
     c.write_all(b"{\"v\":1,\"id\":3,\"cmd\":\"hello\"}\n{\"v\":1,\"id\":4,\"cmd\":\"status\"}\n")
         .unwrap();
     let a = read_line(&c, Duration::from_secs(10)).unwrap();
-    assert_eq!((&a["id"], &a["ok"]["did"]), (&3.into(), &"hello".into()), "{a}");
+    assert_eq!((&a["id"], &a["ok"]["state"]), (&3.into(), &"hello".into()), "{a}");
     let b = read_line(&c, Duration::from_secs(10)).unwrap();
-    assert_eq!((&b["id"], &b["ok"]["did"]), (&4.into(), &"status".into()), "{b}");
+    assert_eq!((&b["id"], &b["ok"]["state"]), (&4.into(), &"status".into()), "{b}");
     c.write_all(b"{\"v\":1,\"id\":5,\"cmd\":\"shutdown\"}\n").unwrap();
     let r = read_line(&c, Duration::from_secs(10)).unwrap();
     assert_eq!(err_code(&r), "bad_request", "an unknown command: {r}");
@@ -245,7 +246,7 @@ fn requests_on_one_connection_and_lines_at_the_limit() {
         let wrote = writer.join().unwrap();
         if served {
             assert!(wrote, "all of it was read");
-            assert_eq!(r["ok"]["did"], "hello", "{len} bytes: {r}");
+            assert_eq!(r["ok"]["state"], "hello", "{len} bytes: {r}");
         } else {
             assert_eq!(err_code(&r), "bad_request", "{len} bytes: {r}");
             assert!(err_msg(&r).contains(&format!("longer than {MAX_LINE} bytes")), "{r}");
@@ -319,11 +320,11 @@ fn the_client_limit_refuses_the_next_one_and_stop_ends_the_server() {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert_eq!(r["ok"]["did"], "hello", "room again once clients leave: {r}");
+    assert_eq!(r["ok"]["state"], "hello", "room again once clients leave: {r}");
 
     let c = srv.connect();
     (&c).write_all(b"{\"v\":1,\"id\":9,\"cmd\":\"stop\"}\n").unwrap();
-    assert_eq!(read_line(&c, Duration::from_secs(10)).unwrap()["ok"]["did"], "stop");
+    assert_eq!(read_line(&c, Duration::from_secs(10)).unwrap()["ok"]["state"], "stop");
     let served = srv.thread.take().unwrap().join().unwrap();
     assert!(served.is_ok(), "{served:?}");
 }
@@ -345,14 +346,20 @@ static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[test]
 fn unread_big_replies_are_bounded_and_their_clients_dropped() {
     let _one = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
-    let rows: Vec<Value> = (0..150_000u32)
-        .map(|i| {
-            let a = std::net::Ipv4Addr::from(0x0a00_0000 + i);
-            serde_json::json!({"prefix": format!("{a}/32"), "via": "10.255.0.1",
-                "iface": "eth0", "source": "api", "best": true})
+    let routes = (0..150_000u32)
+        .map(|i| api::RouteRow {
+            prefix: ipnet::Ipv4Net::new(std::net::Ipv4Addr::from(0x0a00_0000 + i), 32)
+                .unwrap()
+                .into(),
+            source: "api".into(),
+            best: true,
+            via: Some("10.255.0.1".parse().unwrap()),
+            interface: Some("eth0".into()),
+            blackhole: false,
+            local: false,
         })
         .collect();
-    let srv = Server::start_with(Value::Array(rows));
+    let srv = Server::start_with(Some(api::RouteList { vr: "r".into(), routes }));
     let base = rss_kib();
     let peak = Arc::new(std::sync::atomic::AtomicU64::new(base));
     let sampling = Arc::new(AtomicBool::new(true));
@@ -379,7 +386,7 @@ fn unread_big_replies_are_bounded_and_their_clients_dropped() {
     let c = srv.connect();
     (&c).write_all(b"{\"v\":1,\"id\":99,\"cmd\":\"status\"}\n").unwrap();
     let r = read_line(&c, Duration::from_secs(60)).unwrap();
-    assert_eq!(r["ok"]["did"], "status", "served beside 12 clients not reading: {r}");
+    assert_eq!(r["ok"]["state"], "status", "served beside 12 clients not reading: {r}");
     // Once no reply has been made for longer than the stall limit, each greedy client was
     // either told busy (its reply never made) or cut off in the middle of it.
     loop {
@@ -439,7 +446,7 @@ fn idle_clients_filling_every_slot_make_room_for_a_new_one() {
         let c = srv.connect();
         (&c).write_all(b"{\"v\":1,\"id\":7,\"cmd\":\"status\"}\n").unwrap();
         let r = read_line(&c, Duration::from_secs(10)).unwrap();
-        assert_eq!(r["ok"]["did"], "status", "round {round}: {r}");
+        assert_eq!(r["ok"]["state"], "status", "round {round}: {r}");
         drop(c);
     }
     let closed: Vec<Value> =

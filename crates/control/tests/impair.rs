@@ -3,6 +3,9 @@
 //! impairment live without losing the frames it holds, status shows its counters, and removing
 //! the key ends it.
 
+mod reply_json;
+use reply_json::Json;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -64,7 +67,7 @@ fn recv(p: &mut MemPort, n: usize) -> Vec<u64> {
 
 fn port_status(n: &Node, name: &str) -> serde_json::Value {
     let s = n.status().unwrap();
-    s["ports"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap().clone()
+    s.json()["ports"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap().clone()
 }
 
 #[test]
@@ -133,14 +136,14 @@ fn delay_is_held_changed_live_and_ended_without_losing_frames() {
     n.execute(apply).unwrap();
     let doc = ImpairDoc { delay: Some("250ms".into()), seed: Some(9), ..ImpairDoc::default() };
     let r = n.execute(Command::Impair { port: "p1".into(), impair: Some(Box::new(doc)) }).unwrap();
-    assert_eq!(r["plan"][0], "+ port p1: impair delay 250ms limit 1000 seed 9", "{r}");
+    assert_eq!(r.json()["plan"][0], "+ port p1: impair delay 250ms limit 1000 seed 9", "{r}");
     assert!(n.source_text().unwrap().contains("250ms"));
     let t2 = Instant::now();
     send(&mut tx, 21..22);
     assert_eq!(recv(&mut rx, 1), [21]);
     assert!(t2.elapsed() >= Duration::from_millis(250));
     let r = n.execute(Command::Impair { port: "p1".into(), impair: None }).unwrap();
-    assert_eq!(r["plan"][0], "~ port p1: impairment ends", "{r}");
+    assert_eq!(r.json()["plan"][0], "~ port p1: impairment ends", "{r}");
     assert!(port_status(&n, "p1")["impair"].is_null());
     let bad = ImpairDoc { rate: Some("10mbps".into()), ..ImpairDoc::default() };
     let e =

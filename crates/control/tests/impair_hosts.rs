@@ -4,6 +4,9 @@
 //! changed live by `apply` to `rate: 10mbit`: `iperf3` (TCP, a to b) is held below 1.3 times
 //! the rate (a behavioural bound: the rate is what it is for, however fast the machine).
 
+mod reply_json;
+use reply_json::Json;
+
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -94,7 +97,8 @@ fn hosts_see_the_delay_and_the_rate_of_an_impaired_link() {
     let min = rtt_min_ms(&out).unwrap_or_else(|| panic!("no rtt line: {out}"));
     assert!(min >= 20.0, "rtt min {min} ms with a 20 ms delay: {out}");
     eprintln!("ping through delay 20ms: rtt min {min} ms (loaded 2-core VM)");
-    let pb = status["ports"].as_array().unwrap().iter().find(|p| p["name"] == "vb").unwrap();
+    let status_j = status.json();
+    let pb = status_j["ports"].as_array().unwrap().iter().find(|p| p["name"] == "vb").unwrap();
     assert!(pb["impair"]["sent"].as_u64().unwrap_or(0) >= 5, "{pb:#}");
 
     // Live: a 10 Mbit/s rate with a short queue instead of the delay.
@@ -117,6 +121,7 @@ fn hosts_see_the_delay_and_the_rate_of_an_impaired_link() {
     eprintln!("iperf3 TCP through rate 10mbit: {:.2} Mbit/s (loaded 2-core VM)", bps / 1e6);
     assert!(bytes > 500_000, "iperf3 moved only {bytes} bytes\n{status:#}");
     assert!(bps < 1.3 * 10e6, "{bps} bit/s through a 10 Mbit/s link\n{status:#}");
-    let pb = status["ports"].as_array().unwrap().iter().find(|p| p["name"] == "vb").unwrap();
+    let status_j = status.json();
+    let pb = status_j["ports"].as_array().unwrap().iter().find(|p| p["name"] == "vb").unwrap();
     assert_eq!(pb["impair"]["rate_bps"], 10_000_000, "{pb:#}");
 }

@@ -8,6 +8,9 @@
 //!   a host behind an AF_PACKET port through the VR with 9000-byte packets and DF set, and a host
 //!   whose own MTU is larger learns MTU 9000 from the VR.
 
+mod reply_json;
+use reply_json::Json;
+
 use std::path::Path;
 use std::process::Command;
 use std::thread;
@@ -198,7 +201,7 @@ vrs:
     assert_eq!(u16::from_be_bytes([icmp[l4 + 6], icmp[l4 + 7]]), 9000, "next-hop MTU");
     let status = node.status().unwrap();
     node.stop().unwrap();
-    let vr = &status["vrs"][0];
+    let vr = &status.json()["vrs"][0];
     assert_eq!(vr["counters"]["mtu_exceeded"].as_u64(), Some(1), "{vr:#}");
 }
 
@@ -286,7 +289,8 @@ vrs:
         big.replace(' ', "").contains("mtu=9000"),
         "the VR reports MTU 9000: {big}\n{status:#}"
     );
-    let modes: Vec<_> = status["ports"]
+    let status_j = status.json();
+    let modes: Vec<_> = status_j["ports"]
         .as_array()
         .unwrap()
         .iter()
@@ -295,9 +299,9 @@ vrs:
     // veth: driver mode, copy only (no zero-copy), frames over several descriptors.
     assert!(modes.contains(&("va", Some("xdp driver, copy, multi-buffer"))), "{modes:?}");
     assert!(modes.contains(&("vb", None)), "{modes:?}");
-    let vr = &status["vrs"][0];
+    let vr = &status.json()["vrs"][0];
     assert!(vr["counters"]["mtu_exceeded"].as_u64().unwrap_or(0) >= 1, "{vr:#}");
-    for p in status["ports"].as_array().unwrap() {
+    for p in status.json()["ports"].as_array().unwrap() {
         assert_eq!(p["rx_dropped"].as_u64(), Some(0), "{p:#}");
     }
 }

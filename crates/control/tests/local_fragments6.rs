@@ -4,6 +4,9 @@
 //! (RFC 8200 §4.5), which the kernel reassembles into replies. IPv4's `ping -s 2000` beside it.
 //! Needs root (namespaces, veth, AF_XDP); says so and skips otherwise.
 
+mod reply_json;
+use reply_json::Json;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -62,7 +65,7 @@ fn echo_replies_over_the_mtu_leave_in_fragments() {
     let big4 = ping(&h, "10.1.0.1", "2000", 5);
     let st = node.status().unwrap();
     node.stop().unwrap();
-    let c = &st["vrs"][0]["counters"];
+    let c = &st.json()["vrs"][0]["counters"];
     eprintln!("{c:#}");
     assert!(small6.0 >= 2, "{}", small6.1);
     assert!(big4.0 >= 4, "IPv4: {}\n{c:#}", big4.1);

@@ -7,6 +7,9 @@
 //! The node lives on the test's thread, which (like `daemon::run`'s control loop) pumps traffic
 //! and calls `MetricsServer::refresh`; HTTP clients run on other threads.
 
+mod reply_json;
+use reply_json::Json;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -158,7 +161,7 @@ fn the_exposition_has_every_family_and_counts_the_traffic() {
     assert!(value(&text, "routeplex_worker_rounds_total{worker=\"0\"}").unwrap() > 0.0);
     // `status` shows the switch with its members and their drops.
     let st = h.node.status().unwrap();
-    let sw = &st["switches"][0];
+    let sw = &st.json()["switches"][0];
     assert_eq!((sw["name"].as_str(), sw["groups"].as_u64()), (Some("sw"), Some(0)), "{sw:#}");
     let ports: Vec<&str> =
         sw["members"].as_array().unwrap().iter().map(|m| m["port"].as_str().unwrap()).collect();

@@ -11,6 +11,9 @@
 //! past the source's bound is refused; a neighbor with a group MAC is refused at the commit.
 //! The namespaces-and-bridge test under traffic is `routeplex/tests/migration.rs`.
 
+mod reply_json;
+use reply_json::Json;
+
 mod served;
 
 use std::io::Write;
@@ -157,7 +160,13 @@ fn lookups(node: &Node, addrs: &[IpAddr]) -> Vec<Adj> {
 
 fn vr(node: &mut Node, name: &str) -> Value {
     let s = node.execute(Command::Status).unwrap();
-    s["vrs"].as_array().unwrap().iter().find(|v| v["name"] == name).cloned().unwrap_or(Value::Null)
+    s.json()["vrs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == name)
+        .cloned()
+        .unwrap_or(Value::Null)
 }
 
 fn all_up(v: &Value) -> bool {
@@ -174,8 +183,8 @@ fn a_migrated_vr_forwards_as_it_did_and_leaves_the_source() {
     let routes_before = src.table("a").unwrap().routes(None, usize::MAX);
     let dest = start_dest(&d.0, SECRET, vec!["127.0.0.1".parse().unwrap()]);
     let r = src.execute(Command::Migrate { vr: "a".into(), to: dest.addr().to_string() }).unwrap();
-    assert_eq!(r["routes"], 2002, "{r}");
-    assert!(r["bytes_moved"].as_u64().unwrap() > 2000 * 7, "{r}");
+    assert_eq!(r.json()["routes"], 2002, "{r}");
+    assert!(r.json()["bytes_moved"].as_u64().unwrap() > 2000 * 7, "{r}");
     assert!(src.table("a").is_none(), "the source still has the VR");
     let mut dst = dest.finish();
     assert_eq!(lookups(&dst, &addrs), before, "forwarding differs after the move");
@@ -183,13 +192,13 @@ fn a_migrated_vr_forwards_as_it_did_and_leaves_the_source() {
     let v = vr(&mut dst, "a");
     assert!(all_up(&v), "{v}");
     let n = dst.execute(Command::NeighborList { vr: "a".into() }).unwrap();
-    assert!(n["neighbors"].as_array().unwrap().iter().any(|r| r["address"] == "10.0.1.2"));
+    assert!(n.json()["neighbors"].as_array().unwrap().iter().any(|r| r["address"] == "10.0.1.2"));
     // The destination's own VR was not touched.
     assert!(dst.table("z").is_some());
     // Announcements: two interfaces; e0 has one IPv4 and one IPv6 address plus its
     // link-local one, e1 one IPv4 address plus its link-local one.
     let a = dst.execute(Command::Announce { vr: "a".into() }).unwrap();
-    assert_eq!(a["frames"], 5);
+    assert_eq!(a.json()["frames"], 5);
     dst.stop().unwrap();
     src.stop().unwrap();
 }
@@ -292,14 +301,14 @@ fn learn_neighbors(node: &mut Node, dir: &Path) -> Vec<SnapNeighbor> {
     let r = node
         .execute(Command::Restore { snapshot: file.display().to_string(), name: None, down: false })
         .unwrap();
-    assert_eq!(r["neighbors"], 3, "{r}");
+    assert_eq!(r.json()["neighbors"], 3, "{r}");
     learned
 }
 
 /// VR `a`'s learned (not static) neighbors as `neighbor_list` shows them: (address, mac).
 fn learned_rows(node: &mut Node) -> Vec<(String, String)> {
     let n = node.execute(Command::NeighborList { vr: "a".into() }).unwrap();
-    let mut rows: Vec<(String, String)> = n["neighbors"]
+    let mut rows: Vec<(String, String)> = n.json()["neighbors"]
         .as_array()
         .unwrap()
         .iter()
@@ -382,7 +391,7 @@ fn trickling_connections_do_not_hold_up_a_migration() {
         t.join().unwrap();
     }
     let r = r.unwrap();
-    assert_eq!(r["routes"], 2002, "{r}");
+    assert_eq!(r.json()["routes"], 2002, "{r}");
     let c = dest.listener().counts();
     let get = migrate::ListenerCounts::get;
     assert_eq!(get(&c.cut), 1, "the oldest trickler makes room for the source");
@@ -626,7 +635,7 @@ fn full_table_migration_figures() {
     let (v4, _) = dst.table("a").unwrap().fib_prefixes();
     println!(
         "{{\"routes\":{},\"fib_ipv4_at_destination\":{v4},\"wall_ms\":{wall:.1},\"migrate\":{r},\"limits\":\"debug-assertion test profile (opt-level 2), loopback TCP, one process, shared 2-CPU machine\"}}",
-        r["routes"]
+        r.json()["routes"]
     );
     dst.stop().unwrap();
     src.stop().unwrap();

@@ -15,6 +15,9 @@
 //! (`stale_secs: 15`) runs out it is deleted and counted, with nothing else lost. Timings are
 //! printed, never asserted. Needs root and BIRD; says why it skips otherwise.
 
+mod reply_json;
+use reply_json::Json;
+
 mod hosts;
 mod served;
 
@@ -413,7 +416,7 @@ fn a_bgp_vr_migrates_with_graceful_restart_and_forwarding_never_stops() {
     let seen = dest.seen.lock().unwrap().clone();
     let mut dst = dest.finish();
     let v = dst.status().unwrap();
-    let cp = v["vrs"].as_array().unwrap().iter().find(|v| v["name"] == "g").unwrap()
+    let cp = v.json()["vrs"].as_array().unwrap().iter().find(|v| v["name"] == "g").unwrap()
         ["control_plane"]
         .clone();
     eprintln!(

@@ -3,6 +3,9 @@
 //! for all. A back-end switched off drains: the flows pinned to it keep reaching it, in order
 //! and whole, until they are idle; then it is off and new flows go to the other.
 
+mod reply_json;
+use reply_json::Json;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -120,7 +123,7 @@ fn dump(msr: &Msr) -> String {
 /// Packets replica `r` of r1 forwarded, from the node's status.
 fn forwarded(node: &mut Node, r: usize) -> u64 {
     let st = node.status().unwrap();
-    st["replicated"][0]["instances"][r]["forwarded"].as_u64().unwrap()
+    st.json()["replicated"][0]["instances"][r]["forwarded"].as_u64().unwrap()
 }
 
 #[test]
@@ -130,9 +133,9 @@ fn a_back_end_switched_off_drains_its_flows_whole_and_in_order_then_takes_no_new
     o.idle = Idle::Yield;
     let mut node = Node::start(topo, o, 64).unwrap();
     let st = node.status().unwrap();
-    assert_eq!(st["msrs"][0]["name"], "r1");
-    assert_eq!(st["msrs"][0]["front_end"], false, "{st:#}");
-    assert_eq!(st["msrs"][0]["states"]["active"], 2, "{st:#}");
+    assert_eq!(st.json()["msrs"][0]["name"], "r1");
+    assert_eq!(st.json()["msrs"][0]["front_end"], false, "{st:#}");
+    assert_eq!(st.json()["msrs"][0]["states"]["active"], 2, "{st:#}");
     let mut msr = Msr::take(&mut node, "r1").unwrap();
     assert_eq!(msr.balancers.len(), 2);
     assert!(Msr::take(&mut node, "r1").is_err(), "the queues are handed out once");
@@ -155,7 +158,7 @@ fn a_back_end_switched_off_drains_its_flows_whole_and_in_order_then_takes_no_new
     assert!(forwarded(&mut node, 1) > on_1, "back-end 1 dropped its flows\n{}", dump(&msr));
     assert_eq!(msr.shared.state(1), BackendState::Draining);
     let st = node.status().unwrap();
-    let m = &st["msrs"][0];
+    let m = &st.json()["msrs"][0];
     assert_eq!(m["front_end"], true);
     assert_eq!(
         (m["states"]["active"].as_u64(), m["states"]["draining"].as_u64()),
@@ -188,7 +191,7 @@ fn a_back_end_switched_off_drains_its_flows_whole_and_in_order_then_takes_no_new
     let k = msr.balancer("in").unwrap().counters();
     assert_eq!((k.refused, k.no_backend, k.unpinned), (0, 0, 0), "{}", dump(&msr));
     let st = node.status().unwrap();
-    assert_eq!(st["msrs"][0]["backends"][1]["state"], "off", "{st:#}");
-    assert_eq!(st["msrs"][0]["states"]["off"], 1, "{st:#}");
+    assert_eq!(st.json()["msrs"][0]["backends"][1]["state"], "off", "{st:#}");
+    assert_eq!(st.json()["msrs"][0]["states"]["off"], 1, "{st:#}");
     node.stop().unwrap();
 }

@@ -12,6 +12,9 @@
 //! 10 s flood (the case). Needs root (namespaces, veth, AF_XDP); says so and skips
 //! otherwise.
 
+mod reply_json;
+use reply_json::Json;
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -248,17 +251,17 @@ const SHOWN: [&str; 12] = [
 /// The VR's flood counters and its entries for the real hosts, as one printable block.
 fn report(node: &mut Node) -> String {
     let st = node.status().unwrap();
-    let c = &st["vrs"][0]["counters"];
+    let c = &st.json()["vrs"][0]["counters"];
     let find = |k: &str| c.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
     let mut s: Vec<String> = SHOWN.iter().map(|k| format!("{k} {}", find(k))).collect();
     let v = node.execute(Api::NeighborList { vr: "r1".into() }).unwrap();
-    for n in v["neighbors"].as_array().unwrap() {
+    for n in v.json()["neighbors"].as_array().unwrap() {
         let a = n["address"].as_str().unwrap_or("");
         if a.ends_with(":2") || a.ends_with(".0.2") {
             s.push(format!("neighbor {a} {} {}", n["mac"], n["state"]));
         }
     }
-    for p in st["ports"].as_array().unwrap() {
+    for p in st.json()["ports"].as_array().unwrap() {
         let (rx, tx, rxd, full) = (&p["rx"], &p["tx"], &p["rx_dropped"], &p["tx_full"]);
         s.push(format!("port {} rx {rx} tx {tx} rx_dropped {rxd} tx_full {full}", p["name"]));
     }

@@ -14,6 +14,9 @@
 //! entry for host 1) every 100 ms: the first reply must come within the first 10 requests
 //! (one second of pings). Needs root; says so and skips otherwise.
 
+mod reply_json;
+use reply_json::Json;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -69,13 +72,13 @@ fn first_reply(ns: &str, dst: &str, count: u32) -> (Option<u32>, String) {
 /// The MAC the VR holds for `addr`, if it has an entry with one.
 fn neighbor_mac(node: &mut Node, addr: &str) -> (Option<String>, Value) {
     let v = node.execute(Api::NeighborList { vr: "r".into() }).unwrap();
-    let mac = v["neighbors"]
+    let mac = v.json()["neighbors"]
         .as_array()
         .unwrap()
         .iter()
         .find(|n| n["address"] == addr)
         .and_then(|n| n["mac"].as_str().map(str::to_string));
-    (mac, v)
+    (mac, v.json())
 }
 
 /// Host 2 reaches host 1 over IPv4 and IPv6 within 10 pings, and the VR's entries for host 1
@@ -140,6 +143,6 @@ fn neighbors_follow_a_peer_whose_mac_changes() {
 
     let status = node.status().unwrap();
     node.stop().unwrap();
-    let c = &status["vrs"][0]["counters"];
+    let c = &status.json()["vrs"][0]["counters"];
     assert!(c["neighbors_learned"].as_u64().unwrap_or(0) >= 6, "{c:#}");
 }

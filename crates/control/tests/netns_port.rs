@@ -2,6 +2,9 @@
 //! plane opens it there, and a real ping from another namespace through that interface gets
 //! the VR's answer. Needs root (namespaces, veth); says so and skips otherwise.
 
+mod reply_json;
+use reply_json::Json;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -49,6 +52,6 @@ fn a_port_opens_its_interface_in_an_existing_namespace() {
         "ping through the namespaced port failed: {}\n{status:#}",
         String::from_utf8_lossy(&ping.stdout)
     );
-    let vr = &status["vrs"][0];
+    let vr = &status.json()["vrs"][0];
     assert!(vr["counters"]["rx_packets"].as_u64().unwrap_or(0) >= 3, "{vr:#}");
 }

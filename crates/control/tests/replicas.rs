@@ -3,6 +3,9 @@
 //! (their sum), a route added through the node reaching every replica, and what the topology
 //! refuses about replicas.
 
+mod reply_json;
+use reply_json::Json;
+
 use std::path::Path;
 use std::time::Instant;
 
@@ -112,10 +115,11 @@ fn replicas_run_on_both_workers_add_up_in_status_and_all_take_a_new_route() {
     assert_eq!(got.len(), 61 * 40);
 
     let st = node.status().unwrap();
+    let st_j = st.json();
     let names: Vec<&str> =
-        st["vrs"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
+        st_j["vrs"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
     assert!(names.contains(&"pvr#0") && names.contains(&"pvr#1"), "{names:?}");
-    let rep = &st["replicated"][0];
+    let rep = &st.json()["replicated"][0];
     assert_eq!(rep["name"], "pvr");
     assert_eq!(rep["replicas"], 2);
     let inst = rep["instances"].as_array().unwrap();
@@ -128,7 +132,7 @@ fn replicas_run_on_both_workers_add_up_in_status_and_all_take_a_new_route() {
     assert_eq!(rep["counters"]["forwarded"].as_u64().unwrap(), fwd.iter().sum::<u64>());
     assert_eq!(rep["counters"]["forwarded"].as_u64().unwrap(), 61 * 40);
     assert_eq!(rep["counters"]["rx_packets"].as_u64().unwrap(), 61 * 40);
-    for v in st["vrs"].as_array().unwrap() {
+    for v in st.json()["vrs"].as_array().unwrap() {
         let i = inst.iter().find(|i| i["name"] == v["name"]).unwrap();
         assert_eq!(v["counters"]["forwarded"], i["forwarded"]);
     }
@@ -154,7 +158,8 @@ fn replicas_run_on_both_workers_add_up_in_status_and_all_take_a_new_route() {
     let got = run(&mut p0, &mut p1, 64, 10, |f| [172, 16, f as u8, 1]);
     assert!(got.iter().all(|f| f[..6] == GW3), "through the new gateway");
     let st = node.status().unwrap();
-    let inst = st["replicated"][0]["instances"].as_array().unwrap();
+    let st_j = st.json();
+    let inst = st_j["replicated"][0]["instances"].as_array().unwrap();
     let after: Vec<u64> = inst.iter().map(|i| i["forwarded"].as_u64().unwrap()).collect();
     // The 640 new frames went through both replicas: each forwarded by the new route.
     assert_eq!(after.iter().sum::<u64>(), 61 * 40 + 640);
@@ -165,7 +170,7 @@ fn replicas_run_on_both_workers_add_up_in_status_and_all_take_a_new_route() {
 /// `no_route` drops of the logical VR.
 fn run_drops(node: &mut Node) -> u64 {
     let st = node.status().unwrap();
-    st["replicated"][0]["counters"]["no_route"].as_u64().unwrap_or(0)
+    st.json()["replicated"][0]["counters"]["no_route"].as_u64().unwrap_or(0)
 }
 
 fn wait_until(mut f: impl FnMut() -> bool) {
@@ -227,7 +232,7 @@ fn apply_refuses_to_change_a_replicated_vr_and_neighbor_commands_reach_its_repli
     let rows = node
         .execute(cmd(serde_json::json!({ "cmd": "neighbor_list", "args": { "vr": "pvr" } })))
         .unwrap();
-    assert_eq!(rows["neighbors"].as_array().unwrap().len(), 2, "{rows}");
+    assert_eq!(rows.json()["neighbors"].as_array().unwrap().len(), 2, "{rows}");
     node.execute(cmd(serde_json::json!({ "cmd": "neighbor_flush", "args": { "vr": "pvr" } })))
         .unwrap();
     node.stop().unwrap();

@@ -9,6 +9,9 @@
 //!   sends on both rings; every frame leaves on the ring of the queue it came in on, each
 //!   queue's frames in order, and the counters add up.
 
+mod reply_json;
+use reply_json::Json;
+
 use std::collections::HashMap;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
@@ -21,7 +24,6 @@ use control::{Node, Topology};
 use etherparse::PacketBuilder;
 use ports::memif::{MemifOptions, MemifPort, MemifQueue};
 use ports::{Batch, Port, PortStatus};
-use serde_json::Value;
 
 mod hosts;
 use hosts::{ip, Namespaces};
@@ -48,7 +50,8 @@ fn enter(ns: &str) {
 /// Checks status's `replicated` entry for `pvr`: replica `r` on worker `r`, both forwarded
 /// something, and the logical VR's counters are the replicas' sums. Returns what each replica
 /// forwarded.
-fn check_replicated(st: &Value) -> Vec<u64> {
+fn check_replicated(st: &impl Json) -> Vec<u64> {
+    let st = &st.json();
     let rep = st["replicated"].as_array().unwrap().iter().find(|r| r["name"] == "pvr").unwrap();
     let inst = rep["instances"].as_array().unwrap();
     assert_eq!(inst.len(), 2, "{rep:#}");
@@ -203,15 +206,17 @@ vrs:
     assert!(fwd.iter().sum::<u64>() >= got, "{fwd:?} forwarded, {got} received");
     // The replicas got the big datagrams whole and fragmented them again (3000 bytes at MTU
     // 1500: 3 fragments each).
-    let rep = st["replicated"].as_array().unwrap().iter().find(|r| r["name"] == "pvr").unwrap();
+    let st_j = st.json();
+    let rep = st_j["replicated"].as_array().unwrap().iter().find(|r| r["name"] == "pvr").unwrap();
     let frags = rep["counters"]["fragments_sent"].as_u64().unwrap_or(0);
     assert!(frags >= 3 * big, "{frags} fragments sent for {big} big datagrams\n{rep:#}");
     eprintln!(
         "{got} of {sent} datagrams ({big} of {big_sent} fragmented) arrived in order; replicas forwarded {fwd:?}"
     );
     // A socket per replica on each interface, each named for its replica.
+    let st_j = st.json();
     let names: Vec<&str> =
-        st["ports"].as_array().unwrap().iter().filter_map(|p| p["name"].as_str()).collect();
+        st_j["ports"].as_array().unwrap().iter().filter_map(|p| p["name"].as_str()).collect();
     for n in ["va#0", "va#1", "vb#0", "vb#1"] {
         assert!(names.contains(&n), "no port {n}: {names:?}");
     }

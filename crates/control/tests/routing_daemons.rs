@@ -6,6 +6,9 @@
 //! skips otherwise. Every daemon runs with its config, socket and pid file in a private
 //! temporary directory and is killed when the test ends, pass or fail.
 
+mod reply_json;
+use reply_json::Json;
+
 mod hosts;
 
 use std::path::{Path, PathBuf};
@@ -201,7 +204,7 @@ fn bird_ospf_between_two_vrs() {
     let a = answer("10.97.0.1");
     assert!(a.contains("From 10.64.1.1") && a.contains("Packet filtered"), "{a}");
     let st = node.status().unwrap();
-    for v in st["vrs"].as_array().unwrap() {
+    for v in st.json()["vrs"].as_array().unwrap() {
         assert_eq!(v["control_plane"]["refused"], 0, "{v:#}");
         assert!(v["counters"]["punted"].as_u64().unwrap_or(0) > 0, "{v:#}");
         assert!(v["counters"]["injected"].as_u64().unwrap_or(0) > 0, "{v:#}");
@@ -282,7 +285,7 @@ fn kernel_routes(node: &Node, vr: &str) -> (usize, usize) {
 }
 
 fn counter(node: &Node, name: &str) -> u64 {
-    node.status().unwrap()["vrs"][0]["counters"][name].as_u64().unwrap_or(0)
+    node.status().unwrap().json()["vrs"][0]["counters"][name].as_u64().unwrap_or(0)
 }
 
 /// The speaker's BIRD: `n4` IPv4 /24s from 100.64.0.0 and `n6` IPv6 /48s from 2001:db8:1000::,
@@ -364,7 +367,7 @@ fn frr_bgp_learns_ten_thousand_routes_ipv4_and_ipv6_and_withdraws_them() {
                 .take(10)
                 .collect::<Vec<_>>()
                 .join("\n"),
-            node.status().unwrap()["vrs"][0]
+            node.status().unwrap().json()["vrs"][0]
         )
     };
     let all = wait(&mut node, 120, |n| kernel_routes(n, "r") == (N4 as usize, N6 as usize));
@@ -403,6 +406,6 @@ fn frr_bgp_learns_ten_thousand_routes_ipv4_and_ipv6_and_withdraws_them() {
     let gone = wait(&mut node, 60, |n| kernel_routes(n, "r") == (0, 0));
     assert!(gone, "withdrawn IPv6 routes stayed\n{}", diag(&node, &g));
     let st = node.status().unwrap();
-    assert_eq!(st["vrs"][0]["control_plane"]["refused"], 0, "{st:#}");
+    assert_eq!(st.json()["vrs"][0]["control_plane"]["refused"], 0, "{st:#}");
     node.stop().unwrap();
 }

@@ -6,6 +6,9 @@
 //! routes with the same sources, and has the counters, schedule and neighbors of the snapshot.
 //! Damaged snapshots are refused with what was wrong and change nothing.
 
+mod reply_json;
+use reply_json::Json;
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -189,7 +192,7 @@ fn forwarding(node: &Node, vr: &str, addrs: &[IpAddr]) -> Vec<Adj> {
 
 fn vr_status(node: &mut Node, vr: &str) -> Value {
     let s = node.execute(Command::Status).unwrap();
-    s["vrs"].as_array().unwrap().iter().find(|v| v["name"] == vr).cloned().unwrap()
+    s.json()["vrs"].as_array().unwrap().iter().find(|v| v["name"] == vr).cloned().unwrap()
 }
 
 /// Sends `n` frames through VR a (in on p0, out on p1 to 198.51.100.0/24) and waits until they
@@ -225,7 +228,7 @@ fn a_restored_vr_forwards_every_prefix_boundary_as_the_original() {
     let mut src = start(&text, &dir.0.join("src.yaml"));
     let routes = api_routes();
     let added = src.execute(Command::RouteAdd { vr: "a".into(), routes: routes.clone() }).unwrap();
-    assert_eq!(added["added"], routes.len());
+    assert_eq!(added.json()["added"], routes.len());
     traffic(&mut src, 10);
 
     let before_routes = src.table("a").unwrap().routes(None, usize::MAX);
@@ -246,18 +249,18 @@ fn a_restored_vr_forwards_every_prefix_boundary_as_the_original() {
     let w =
         src.execute(Command::Snapshot { vr: "a".into(), out: file.display().to_string() }).unwrap();
     let api_and_more = before_routes.iter().filter(|r| r.source.is_operable()).count();
-    assert_eq!(w["routes"], api_and_more);
+    assert_eq!(w.json()["routes"], api_and_more);
     let md = std::fs::metadata(&file).unwrap();
     assert_eq!(std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o777, 0o600);
-    assert_eq!(w["bytes"], md.len());
+    assert_eq!(w.json()["bytes"], md.len());
 
     // Into another host, which lacks the VR's ports: they come from the snapshot.
     let mut dst = start(OTHER, &dir.0.join("dst.yaml"));
     let r = dst
         .execute(Command::Restore { snapshot: file.display().to_string(), name: None, down: false })
         .unwrap();
-    assert_eq!(r["vr"], "a");
-    assert_eq!(r["routes"], api_and_more);
+    assert_eq!(r.json()["vr"], "a");
+    assert_eq!(r.json()["routes"], api_and_more);
 
     let after = forwarding(&dst, "a", &addrs);
     let differ: Vec<String> = addrs
@@ -325,9 +328,10 @@ fn learned_neighbors_come_back_with_their_state() {
     let r = src
         .execute(Command::Restore { snapshot: file.display().to_string(), name: None, down: false })
         .unwrap();
-    assert_eq!(r["neighbors"], 2);
+    assert_eq!(r.json()["neighbors"], 2);
     let n = src.execute(Command::NeighborList { vr: "a".into() }).unwrap();
-    let rows = n["neighbors"].as_array().unwrap();
+    let n_j = n.json();
+    let rows = n_j["neighbors"].as_array().unwrap();
     let find = |ip: &str| rows.iter().find(|r| r["address"] == ip).cloned().unwrap();
     assert_eq!(find("10.0.1.7")["state"], "reachable");
     assert_eq!(find("10.0.1.7")["mac"], "02:00:00:00:0b:07");
@@ -391,7 +395,7 @@ fn damaged_snapshots_are_refused_and_change_nothing() {
         Snapshot::V1(ref s) if s.meta.vr.name == "a"
     ));
     src.execute(Command::VrRemove { vr: "a".into() }).unwrap();
-    let status_before = src.execute(Command::Status).unwrap()["vrs"].clone();
+    let status_before = src.execute(Command::Status).unwrap().json()["vrs"].clone();
 
     let mut cases: Vec<(&str, Vec<u8>, &str)> = Vec::new();
     let mut b = good.clone();
@@ -423,7 +427,7 @@ fn damaged_snapshots_are_refused_and_change_nothing() {
         assert_eq!(e.code(), "snapshot");
         let msg = e.to_string();
         assert!(msg.contains(want) && msg.contains(&f.display().to_string()), "{what}: {msg}");
-        assert_eq!(src.execute(Command::Status).unwrap()["vrs"], status_before, "{what}");
+        assert_eq!(src.execute(Command::Status).unwrap().json()["vrs"], status_before, "{what}");
         assert!(src.table("a").is_none(), "{what}");
     }
     // The good one still restores.

@@ -4,6 +4,9 @@
 //! socket. When host 1 leaves (the kernel's TO_IN {} report), the group is unregistered and
 //! host 2 sees the traffic flooded again. Needs root and python3; says so and skips otherwise.
 
+mod reply_json;
+use reply_json::Json;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -161,7 +164,7 @@ fn multicast_reaches_the_host_that_joined_and_not_the_others() {
     let receiver = kids.0.pop().unwrap();
     let (got, leaked) = (count(receiver), count(watcher));
     let st = node.status().unwrap();
-    let sw = st["switches"][0].clone();
+    let sw = st.json()["switches"][0].clone();
     assert!(got >= 18, "host 1 joined and got {got} of 20\n{sw:#}");
     assert_eq!(leaked, 0, "host 2 never joined but saw {leaked}\n{sw:#}");
     assert!(sw["counters"]["joins"].as_u64().unwrap_or(0) >= 1, "{sw:#}");
@@ -175,7 +178,7 @@ fn multicast_reaches_the_host_that_joined_and_not_the_others() {
     let flooded = count(w);
     let st = node.status().unwrap();
     node.stop().unwrap();
-    let sw = &st["switches"][0];
+    let sw = &st.json()["switches"][0];
     assert!(flooded >= 9, "after the leave host 2 saw {flooded} of 10\n{sw:#}");
     assert!(sw["counters"]["leaves"].as_u64().unwrap_or(0) >= 1, "{sw:#}");
     assert_eq!(sw["groups"].as_u64(), Some(0), "{sw:#}");

@@ -12,6 +12,9 @@
 //!
 //! Seeded: the seed is printed; `RPX_TORN_SEED=N` replays one. No root: mem ports only.
 
+mod reply_json;
+use reply_json::Json;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -133,7 +136,8 @@ fn command(v: Value) -> Command {
 fn state(n: &Node) -> String {
     let st = n.status().unwrap();
     let mut out = format!("text {:?}\n", n.source_text());
-    let mut vrs: Vec<&Value> = st["vrs"].as_array().unwrap().iter().collect();
+    let st_j = st.json();
+    let mut vrs: Vec<&Value> = st_j["vrs"].as_array().unwrap().iter().collect();
     vrs.sort_by_key(|v| v["name"].as_str().unwrap().to_string());
     for v in vrs {
         let name = v["name"].as_str().unwrap();

@@ -5,6 +5,9 @@
 //! (IPv4 and IPv6) and iperf3 cross the tunnel in both directions. Needs root (namespaces,
 //! veth, the kernel vxlan module); says so and skips otherwise.
 
+mod reply_json;
+use reply_json::Json;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
@@ -110,7 +113,8 @@ fn iperf(server: &str, client: &str, server_addr: &str) {
 
 /// The vxlan port's status row: it moved frames both ways, and nothing was dropped.
 #[track_caller]
-fn assert_clean_vxlan(status: &Value) {
+fn assert_clean_vxlan(status: &impl Json) {
+    let status = &status.json();
     let port = status["ports"]
         .as_array()
         .unwrap()
@@ -184,7 +188,7 @@ fn routeplex_vxlan_interoperates_with_a_kernel_vxlan_device() {
     let status = node.status().unwrap();
     node.stop().unwrap();
     assert_clean_vxlan(&status);
-    assert_eq!(status["vrs"][0]["interfaces"][0]["mtu"], 1450, "{status:#}");
+    assert_eq!(status.json()["vrs"][0]["interfaces"][0]["mtu"], 1450, "{status:#}");
 }
 
 #[test]

@@ -34,7 +34,7 @@ impl Socket {
     }
 
     fn ask(&self, cmd: Command) -> Result<serde_json::Value, FleetError> {
-        Ok(control::daemon::ask(&self.path, cmd, self.timeout)?)
+        Ok(control::daemon::ask_as(&self.path, cmd, self.timeout)?)
     }
 }
 

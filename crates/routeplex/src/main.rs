@@ -91,6 +91,9 @@ enum Cmd {
         vr: String,
         #[command(subcommand)]
         op: RouteCmd,
+        /// Print the control API's answer as one JSON line (for machines) instead of a table.
+        #[arg(long, global = true)]
+        json: bool,
         /// As for `status`.
         #[arg(long)]
         state_dir: Option<PathBuf>,
@@ -446,8 +449,8 @@ fn dispatch(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Apply { file, dry_run, state_dir } => {
             service::apply(&file, state_dir.as_deref(), dry_run)
         }
-        Cmd::Route { file, vr, op, state_dir } => {
-            route_cmd(vr, op).and_then(|c| service::control(&file, state_dir.as_deref(), c))
+        Cmd::Route { file, vr, op, json, state_dir } => {
+            route_cmd(vr, op).and_then(|c| service::route(&file, state_dir.as_deref(), c, json))
         }
         Cmd::Capture { file, point, count, write, drops, state_dir } => {
             service::capture(&file, state_dir.as_deref(), &point, count, &write, drops)

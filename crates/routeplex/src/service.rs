@@ -177,7 +177,7 @@ fn with_file_names(line: &str, aliases: &[(String, String)]) -> String {
 
 /// Sends one command to the data plane running `file`; when none answers on its socket, says
 /// which hosts do run and how to reach one.
-fn ask(file: &Path, state_dir: Option<&Path>, cmd: Command) -> Result<serde_json::Value> {
+fn ask(file: &Path, state_dir: Option<&Path>, cmd: Command) -> Result<control::api::Answer> {
     let sock = socket(file, state_dir)?;
     daemon::ask(&sock, cmd, ASK_TIMEOUT).map_err(|e| match e {
         control::ControlError::Io { ref source, .. }
@@ -215,7 +215,21 @@ fn not_running(file: &Path, sock: &Path, running: &[(String, PathBuf, PathBuf, u
 /// Sends one command to a running data plane and prints its answer as one JSON line.
 pub fn control(file: &Path, state_dir: Option<&Path>, cmd: Command) -> Result<()> {
     let v = ask(file, state_dir, cmd)?;
-    println!("{v}");
+    println!("{}", serde_json::to_string(&v)?);
+    Ok(())
+}
+
+/// `routeplex route FILE VR add|del|list [--json]`: a table (a line for a change), or the
+/// API's answer as one JSON line.
+pub fn route(file: &Path, state_dir: Option<&Path>, cmd: Command, json: bool) -> Result<()> {
+    use control::api::Answer;
+    let v = ask(file, state_dir, cmd)?;
+    match v {
+        _ if json => println!("{}", serde_json::to_string(&v)?),
+        Answer::RouteList(l) => print!("{}", crate::status_table::render_routes(&l)),
+        Answer::Routes(a) => print!("{}", crate::status_table::render_applied(&a)),
+        other => println!("{}", serde_json::to_string(&other)?),
+    }
     Ok(())
 }
 
@@ -265,29 +279,28 @@ pub fn trace(file: &Path, state_dir: Option<&Path>, vr: &str, count: u32) -> Res
 
 /// `routeplex status FILE [--json]`: tables for people, or the API's answer as one JSON line.
 pub fn status(file: &Path, state_dir: Option<&Path>, json: bool) -> Result<()> {
-    let mut v = ask(file, state_dir, Command::Status)?;
+    /// The API's answer with what the host's fleet agent wrote beside it.
+    #[derive(serde::Serialize)]
+    struct WithFleet<'a> {
+        #[serde(flatten)]
+        status: &'a control::api::Status,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        fleet: Option<&'a fleet::record::FleetStatus>,
+    }
+    let mut v = control::api::Status::try_from(ask(file, state_dir, Command::Status)?)?;
     let fleet = fleet_file(file, state_dir);
     if json {
-        if let (Some(f), Some(o)) = (&fleet, v.as_object_mut()) {
-            o.insert("fleet".into(), serde_json::to_value(f)?);
-        }
-        println!("{v}");
+        println!("{}", serde_json::to_string(&WithFleet { status: &v, fleet: fleet.as_ref() })?);
     } else {
         // The tables name ports as the file does; --json keeps the API's answer as it is.
         let aliases = port_aliases(file);
-        let rename = |n: &mut serde_json::Value| {
-            if let Some((_, f)) = aliases.iter().find(|(rt, _)| n.as_str() == Some(rt)) {
-                *n = f.as_str().into();
+        let rename = |n: &mut String| {
+            if let Some((_, f)) = aliases.iter().find(|(rt, _)| rt == n) {
+                *n = f.clone();
             }
         };
-        for p in v["ports"].as_array_mut().into_iter().flatten() {
-            rename(&mut p["name"]);
-        }
-        for sw in v["switches"].as_array_mut().into_iter().flatten() {
-            for m in sw["members"].as_array_mut().into_iter().flatten() {
-                rename(&mut m["port"]);
-            }
-        }
+        v.ports.iter_mut().for_each(|p| rename(&mut p.name));
+        v.switches.iter_mut().flat_map(|sw| &mut sw.members).for_each(|m| rename(&mut m.port));
         if let Some(f) = &fleet {
             print!("{}", f.render(fleet::record::now_ms()));
         }
@@ -304,8 +317,8 @@ pub fn apply(file: &Path, state_dir: Option<&Path>, dry_run: bool) -> Result<()>
     Topology::parse(&text, &file.display().to_string(), file.parent().unwrap_or(Path::new(".")))?;
     let canonical = file.canonicalize()?;
     let cmd = Command::Apply { topology: text, file: canonical.display().to_string(), dry_run };
-    let v = ask(file, state_dir, cmd)?;
-    print!("{}", v["text"].as_str().unwrap_or_default());
+    let v = control::api::Applied::try_from(ask(file, state_dir, cmd)?)?;
+    print!("{}", v.text);
     if !dry_run {
         println!("routeplex apply: applied");
     }

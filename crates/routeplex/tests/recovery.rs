@@ -143,7 +143,7 @@ vrs:
     }
 
     fn api_routes(&self) -> Vec<String> {
-        let out = self.ok("route", &["r", "list", "--source", "api"]);
+        let out = self.ok("route", &["r", "list", "--source", "api", "--json"]);
         let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
         v["routes"]
             .as_array()

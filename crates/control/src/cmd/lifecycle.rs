@@ -2,56 +2,57 @@
 
 use std::path::Path;
 
-use serde_json::{json, Value};
 use tracing::info;
 
-use crate::api::{Command, API_VERSION};
+use crate::api::{self, Command, API_VERSION};
 use crate::node::rss_bytes;
 use crate::{ControlError, Node, Topology};
 
 /// The API version, its commands and this process.
-pub(super) fn hello() -> Value {
-    json!({
-        "v": API_VERSION,
-        "commands": Command::NAMES,
-        "pid": std::process::id(),
-    })
+pub(super) fn hello() -> api::Hello {
+    api::Hello {
+        v: API_VERSION,
+        commands: Command::NAMES.iter().map(|n| n.to_string()).collect(),
+        pid: std::process::id(),
+    }
 }
 
 impl Node {
     /// Workers, VRs (with routes by source, FIB size, neighbors, interfaces), ports, memory.
-    pub fn status(&self) -> Result<Value, ControlError> {
+    pub fn status(&self) -> Result<api::Status, ControlError> {
         let snap = self.rt.snapshot()?;
-        let mut j = snap.to_json();
-        for v in j["vrs"].as_array_mut().into_iter().flatten() {
-            let name = v["name"].as_str().unwrap_or_default().to_string();
-            if let Some(t) = self.tables.get(&name) {
-                let routes: serde_json::Map<_, _> =
-                    t.counts().iter().map(|(s, n)| (s.name().to_string(), json!(n))).collect();
-                let (p4, p6) = t.fib_prefixes();
-                v["routes"] = Value::Object(routes);
-                v["fib"] = json!({ "ipv4": p4, "ipv6": p6, "bytes": t.fib_bytes(), "next_hops": t.next_hops() });
+        let mut s = snap.to_status();
+        for v in &mut s.vrs {
+            if let Some(t) = self.tables.get(&v.name) {
+                let routes =
+                    t.counts().iter().map(|(s, n)| (s.name().to_string(), *n as u64)).collect();
+                let (ipv4, ipv6) = t.fib_prefixes();
+                v.routes = Some(routes);
+                v.fib = Some(api::FibRow {
+                    ipv4,
+                    ipv6,
+                    bytes: t.fib_bytes(),
+                    next_hops: t.next_hops(),
+                });
             }
-            if let (Some([ops, skipped, overruns, refused, stale, stale_expired]), Some(i)) =
-                (self.sync_stats(&name), self.topo.vr_index(&name))
+            if let (Some([route_ops, skipped, overruns, refused, stale, stale_expired]), Some(i)) =
+                (self.sync_stats(&v.name), self.topo.vr_index(&v.name))
             {
-                let netns = self.topo.control_plane(i).map(|c| c.netns.clone());
-                v["control_plane"] = json!({
-                    "netns": netns,
-                    "route_ops": ops,
-                    "skipped": skipped,
-                    "overruns": overruns,
-                    "refused": refused,
-                    "stale": stale,
-                    "stale_expired": stale_expired,
+                v.control_plane = Some(api::ControlPlaneRow {
+                    netns: self.topo.control_plane(i).map(|c| c.netns.clone()),
+                    route_ops,
+                    skipped,
+                    overruns,
+                    refused,
+                    stale,
+                    stale_expired,
                 });
             }
         }
-        j["replicated"] = crate::replicas::status_json(&self.topo, &snap, &self.tables);
-        j["msrs"] = crate::msr_state::status_json(&self.topo, &snap, &self.msrs);
-        j["state"] = json!("running");
-        j["memory"] = json!({ "rss_bytes": rss_bytes() });
-        Ok(j)
+        s.replicated = crate::replicas::status_rows(&self.topo, &snap, &self.tables);
+        s.msrs = crate::msr_state::status_rows(&self.topo, &snap, &self.msrs);
+        s.memory = api::Memory { rss_bytes: rss_bytes() };
+        Ok(s)
     }
 
     /// `apply`: the whole text `topology` (read as file `file`) becomes the running one.
@@ -60,7 +61,7 @@ impl Node {
         topology: String,
         file: String,
         dry_run: bool,
-    ) -> Result<Value, ControlError> {
+    ) -> Result<api::Applied, ControlError> {
         let base = Path::new(&file).parent().unwrap_or(Path::new("."));
         let next = Topology::parse(&topology, &file, base)?;
         let plan = self.apply(next, dry_run)?;
@@ -68,16 +69,18 @@ impl Node {
             // What runs now is this text: vr_add and vr_remove edit it from here on.
             self.source = Some((topology, file));
         }
-        Ok(json!({
-            "dry_run": dry_run, "plan": plan.steps, "unchanged": plan.unchanged,
-            "text": plan.to_string(),
-        }))
+        Ok(api::Applied {
+            dry_run,
+            text: plan.to_string(),
+            plan: plan.steps,
+            unchanged: plan.unchanged,
+        })
     }
 
     /// `stop`: the daemon stops once this reply is sent.
-    pub(super) fn request_stop(&mut self) -> Value {
+    pub(super) fn request_stop(&mut self) -> api::Stopping {
         info!("stop requested through the control socket");
         self.stop_requested = true;
-        json!({ "state": "stopping" })
+        api::Stopping { state: "stopping".into() }
     }
 }

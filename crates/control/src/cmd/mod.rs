@@ -13,53 +13,57 @@ mod routes;
 mod state;
 mod vrs;
 
-use serde_json::{json, Value};
-
-use crate::api::Command;
+use crate::api::{self, Answer, Command};
 use crate::{ControlError, Node};
 
 impl Node {
     /// Serves one API command.
-    pub fn execute(&mut self, cmd: Command) -> Result<Value, ControlError> {
+    pub fn execute(&mut self, cmd: Command) -> Result<Answer, ControlError> {
         use dataplane::RouteOp;
-        match cmd {
-            Command::Hello => Ok(lifecycle::hello()),
-            Command::Status => self.status(),
-            Command::Apply { topology, file, dry_run } => self.apply_text(topology, file, dry_run),
-            Command::Stop => Ok(self.request_stop()),
-            Command::RouteAdd { vr, routes } => self.route_change(vr, &routes, RouteOp::Add),
+        Ok(match cmd {
+            Command::Hello => lifecycle::hello().into(),
+            Command::Status => self.status()?.into(),
+            Command::Apply { topology, file, dry_run } => {
+                self.apply_text(topology, file, dry_run)?.into()
+            }
+            Command::Stop => self.request_stop().into(),
+            Command::RouteAdd { vr, routes } => {
+                self.route_change(vr, &routes, RouteOp::Add)?.into()
+            }
             Command::RouteReplace { vr, routes } => {
-                self.route_change(vr, &routes, RouteOp::Replace)
+                self.route_change(vr, &routes, RouteOp::Replace)?.into()
             }
-            Command::RouteDelete { vr, prefixes } => self.route_delete(&vr, prefixes),
-            Command::RouteList { vr, source, limit } => self.route_list(vr, source, limit),
-            Command::NeighborList { vr } => self.neighbor_list(vr),
-            Command::NeighborFlush { vr, interface } => self.neighbor_flush(vr, interface),
+            Command::RouteDelete { vr, prefixes } => self.route_delete(&vr, prefixes)?.into(),
+            Command::RouteList { vr, source, limit } => self.route_list(vr, source, limit)?.into(),
+            Command::NeighborList { vr } => self.neighbor_list(vr)?.into(),
+            Command::NeighborFlush { vr, interface } => self.neighbor_flush(vr, interface)?.into(),
             Command::InterfaceSet { vr, interface, mtu, up, addresses } => {
-                self.interface_set(vr, interface, mtu, up, addresses)
+                self.interface_set(vr, interface, mtu, up, addresses)?.into()
             }
-            Command::VrAdd { vr, ports } => self.vr_add(*vr, ports),
-            Command::VrRemove { vr } => self.vr_remove(vr),
-            Command::Reserve { vr, spec } => self.reserve(vr, spec),
-            Command::Move { vr, worker } => self.move_vr(&vr, worker),
+            Command::VrAdd { vr, ports } => self.vr_add(*vr, ports)?.into(),
+            Command::VrRemove { vr } => self.vr_remove(vr)?.into(),
+            Command::Reserve { vr, spec } => self.reserve(vr, spec)?.into(),
+            Command::Move { vr, worker } => self.move_vr(&vr, worker)?.into(),
             Command::CaptureStart { point, count, drops, ring } => {
-                self.capture_start(point, count, drops, ring)
+                self.capture_start(point, count, drops, ring)?.into()
             }
-            Command::CaptureRead { id, max } => self.capture_read(id, max),
-            Command::CaptureStop { id } => self.capture_stop(id),
-            Command::TraceStart { vr, count } => self.trace_start(vr, count),
-            Command::TraceRead { vr } => self.trace_read(vr),
-            Command::Snapshot { vr, out } => self.snapshot(&vr, &out),
-            Command::Restore { snapshot, name, down } => self.restore(&snapshot, name, down),
-            Command::Migrate { vr, to } => self.migrate(&vr, &to),
+            Command::CaptureRead { id, max } => self.capture_read(id, max)?.into(),
+            Command::CaptureStop { id } => self.capture_stop(id)?.into(),
+            Command::TraceStart { vr, count } => self.trace_start(vr, count)?.into(),
+            Command::TraceRead { vr } => self.trace_read(vr)?.into(),
+            Command::Snapshot { vr, out } => self.snapshot(&vr, &out)?.into(),
+            Command::Restore { snapshot, name, down } => {
+                self.restore(&snapshot, name, down)?.into()
+            }
+            Command::Migrate { vr, to } => self.migrate(&vr, &to)?.into(),
             Command::MigrateCommit { vr, neighbors, counters, not_after_ns } => {
-                self.migrate_commit(vr, neighbors, counters, not_after_ns)
+                self.migrate_commit(vr, neighbors, counters, not_after_ns)?.into()
             }
-            Command::Announce { vr } => self.announce(vr),
+            Command::Announce { vr } => self.announce(vr)?.into(),
             Command::Impair { port, impair } => {
                 let plan = crate::impair::command(self, &port, impair)?;
-                Ok(json!({ "port": port, "plan": plan.steps }))
+                api::Impaired { port, plan: plan.steps }.into()
             }
-        }
+        })
     }
 }

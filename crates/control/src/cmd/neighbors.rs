@@ -1,16 +1,16 @@
 //! A VR's neighbors through the API: list, flush.
 
 use dataplane::{VrAnswer, VrChange};
-use serde_json::{json, Value};
 use tracing::info;
 
 use super::vrs::iface_index;
+use crate::api::{NeighborFlushed, NeighborList, NeighborRow};
 use crate::{ControlError, Node};
 
 impl Node {
     /// VR `vr`'s neighbor table (a replicated VR's replicas keep one between them: replica
     /// 0's).
-    pub(super) fn neighbor_list(&self, vr: String) -> Result<Value, ControlError> {
+    pub(super) fn neighbor_list(&self, vr: String) -> Result<NeighborList, ControlError> {
         let cfg = self.vr_config(&vr)?.clone();
         let first = self.rt.instances(&vr).into_iter().next().unwrap_or_else(|| vr.clone());
         let rows = match self.rt.on_vr(&first, |c, v| c.change_vr(v, VrChange::Neighbors))? {
@@ -18,17 +18,17 @@ impl Node {
             Ok(_) => Vec::new(),
             Err(e) => return Err(ControlError::Invalid(e.0)),
         };
-        let rows: Vec<Value> = rows
+        let neighbors = rows
             .into_iter()
-            .map(|r| {
-                json!({
-                    "interface": cfg.interfaces.get(r.iface as usize).map(|i| i.name.as_str()),
-                    "address": r.ip, "mac": r.mac.map(|m| m.to_string()),
-                    "state": format!("{:?}", r.state).to_lowercase(), "queued": r.queued,
-                })
+            .map(|r| NeighborRow {
+                interface: cfg.interfaces.get(r.iface as usize).map(|i| i.name.clone()),
+                address: r.ip,
+                mac: r.mac.map(|m| m.to_string()),
+                state: format!("{:?}", r.state).to_lowercase(),
+                queued: r.queued,
             })
             .collect();
-        Ok(json!({ "vr": vr, "neighbors": rows }))
+        Ok(NeighborList { vr, neighbors })
     }
 
     /// Forgets VR `vr`'s learned neighbors (on `interface`, or all), in every replica.
@@ -36,7 +36,7 @@ impl Node {
         &mut self,
         vr: String,
         interface: Option<String>,
-    ) -> Result<Value, ControlError> {
+    ) -> Result<NeighborFlushed, ControlError> {
         let i = interface.as_deref().map(|n| iface_index(self.vr_config(&vr)?, n)).transpose()?;
         let all =
             self.rt.on_vr_each(&vr, move |c, v| c.change_vr(v, VrChange::FlushNeighbors(i)))?;
@@ -48,9 +48,9 @@ impl Node {
         match flushed {
             Ok(VrAnswer::Flushed(n)) => {
                 info!(vr, interface, dropped_queued = n, "neighbors flushed");
-                Ok(json!({ "vr": vr, "dropped_queued": n }))
+                Ok(NeighborFlushed { vr, dropped_queued: Some(n) })
             }
-            Ok(_) => Ok(json!({ "vr": vr })),
+            Ok(_) => Ok(NeighborFlushed { vr, dropped_queued: None }),
             Err(e) => Err(ControlError::Invalid(e.0)),
         }
     }

@@ -2,8 +2,10 @@
 //! interface's frames, with drops) and traces (a VR's next packets, how each was looked up
 //! and where it went).
 
-use serde_json::{json, Value};
-
+use crate::api::{
+    CaptureRead, CaptureStarted, CaptureStopped, FrameRow, TraceLookup, TraceRead, TraceRow,
+    TraceStarted,
+};
 use crate::{ControlError, Node};
 
 /// A capture's consumer side.
@@ -22,7 +24,7 @@ impl Node {
         count: u64,
         drops: bool,
         ring: Option<usize>,
-    ) -> Result<Value, ControlError> {
+    ) -> Result<CaptureStarted, ControlError> {
         let cap = ring.unwrap_or(1024);
         if !(1..=65_536).contains(&cap) {
             return Err(ControlError::BadRequest(format!("capture ring {cap}: 1..=65536")));
@@ -66,14 +68,14 @@ impl Node {
         let id = self.next_capture;
         self.next_capture += 1;
         self.captures.insert(id, Capture { cell, point: port.clone(), count, read: 0, ring });
-        Ok(json!({ "id": id, "point": point, "port": port, "ring": cap }))
+        Ok(CaptureStarted { id, point, port, ring: cap })
     }
 
     pub(super) fn capture_read(
         &mut self,
         id: u64,
         max: Option<usize>,
-    ) -> Result<Value, ControlError> {
+    ) -> Result<CaptureRead, ControlError> {
         let max = max.unwrap_or(256).clamp(1, 4096);
         let epoch = self.rt.epoch();
         let Some(c) = self.captures.get_mut(&id) else {
@@ -88,29 +90,27 @@ impl Node {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
         let since_epoch = epoch.elapsed().as_nanos() as u64;
-        let frames: Vec<Value> = got
+        let frames = got
             .iter()
-            .map(|f| {
-                json!({
-                    "ts_ns": now_unix.saturating_sub(since_epoch.saturating_sub(f.ts)),
-                    "dir": f.dir.name(),
-                    "reason": f.reason.map(|r| r.name()),
-                    "len": f.len,
-                    "hex": crate::pcapng::to_hex(&f.data),
-                })
+            .map(|f| FrameRow {
+                ts_ns: now_unix.saturating_sub(since_epoch.saturating_sub(f.ts)),
+                dir: f.dir.name().into(),
+                reason: f.reason.map(|r| r.name().into()),
+                len: f.len,
+                hex: crate::pcapng::to_hex(&f.data),
             })
             .collect();
-        Ok(json!({
-            "id": id,
-            "port": c.point,
-            "frames": frames,
-            "taken": c.ring.taken(),
-            "lost": c.ring.lost(),
-            "done": c.count > 0 && c.read >= c.count,
-        }))
+        Ok(CaptureRead {
+            id,
+            port: c.point.clone(),
+            frames,
+            taken: c.ring.taken(),
+            lost: c.ring.lost(),
+            done: c.count > 0 && c.read >= c.count,
+        })
     }
 
-    pub(super) fn trace_read(&mut self, vr: String) -> Result<Value, ControlError> {
+    pub(super) fn trace_read(&mut self, vr: String) -> Result<TraceRead, ControlError> {
         let cfg = self.vr_config(&vr)?.clone();
         let (recs, left, ports) = self.rt.on_vr(&vr, |cell, v| {
             let (recs, left) = cell.take_trace();
@@ -125,45 +125,49 @@ impl Node {
         let ifname = |i: u16| {
             cfg.interfaces.get(i as usize).map(|f| f.name.clone()).unwrap_or_else(|| i.to_string())
         };
-        let rows: Vec<Value> = recs
+        let packets = recs
             .iter()
-            .map(|r| {
-                json!({
-                    "ts_ns": r.ts,
-                    "port": port(r.port),
-                    "len": r.len,
-                    "interface": ifname(r.iface),
-                    "ethertype": format!("0x{:04x}", r.ethertype),
-                    "lookup": r.lookup.map(|(dst, nh, adj)| json!({
-                        "destination": dst, "next_hop": nh, "adjacency": adj_text(adj, &ifname),
-                    })),
-                    "egress": r.egress.map(port),
-                    "drop": r.drop.map(|d| d.name()),
-                })
+            .map(|r| TraceRow {
+                ts_ns: r.ts,
+                port: port(r.port),
+                len: r.len,
+                interface: ifname(r.iface),
+                ethertype: format!("0x{:04x}", r.ethertype),
+                lookup: r.lookup.map(|(destination, next_hop, adj)| TraceLookup {
+                    destination,
+                    next_hop,
+                    adjacency: adj_text(adj, &ifname),
+                }),
+                egress: r.egress.map(port),
+                drop: r.drop.map(|d| d.name().into()),
             })
             .collect();
-        Ok(json!({ "vr": vr, "packets": rows, "left": left }))
+        Ok(TraceRead { vr, packets, left })
     }
 
     /// Stops capture `id`: its tap goes (with its cell, if that went first).
-    pub(super) fn capture_stop(&mut self, id: u64) -> Result<Value, ControlError> {
+    pub(super) fn capture_stop(&mut self, id: u64) -> Result<CaptureStopped, ControlError> {
         let Some(c) = self.captures.remove(&id) else {
             return Err(ControlError::Invalid(format!("no capture {id}")));
         };
         // The cell may be gone (its VRs removed): then so is the tap.
         let _ = self.rt.on_cell(c.cell, |cell| drop(cell.set_capture(None)));
-        Ok(json!({ "id": id, "taken": c.ring.taken(), "lost": c.ring.lost() }))
+        Ok(CaptureStopped { id, taken: c.ring.taken(), lost: c.ring.lost() })
     }
 
     /// Traces VR `vr`'s next `count` packets.
-    pub(super) fn trace_start(&mut self, vr: String, count: u32) -> Result<Value, ControlError> {
+    pub(super) fn trace_start(
+        &mut self,
+        vr: String,
+        count: u32,
+    ) -> Result<TraceStarted, ControlError> {
         if !(1..=10_000).contains(&count) {
             return Err(ControlError::BadRequest(format!("trace count {count}: 1..=10000")));
         }
         self.rt
             .on_vr(&vr, move |c, v| c.set_trace(v, count))?
             .map_err(|e| ControlError::Invalid(e.0))?;
-        Ok(json!({ "vr": vr, "count": count }))
+        Ok(TraceStarted { vr, count })
     }
 }
 

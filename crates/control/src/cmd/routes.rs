@@ -3,10 +3,9 @@
 use dataplane::config::{RouteConfig, RouteTarget};
 use dataplane::{RouteOp, RouteSource};
 use ipnet::IpNet;
-use serde_json::{json, Value};
 
 use super::vrs::iface_index;
-use crate::api::Route;
+use crate::api::{Route, RouteList, RouteRow, RoutesApplied};
 use crate::{ControlError, Node};
 
 /// Routes a list gives when the request names no limit.
@@ -19,7 +18,7 @@ impl Node {
         vr: String,
         routes: &[Route],
         op: fn(RouteConfig) -> RouteOp,
-    ) -> Result<Value, ControlError> {
+    ) -> Result<RoutesApplied, ControlError> {
         if routes.is_empty() {
             return Err(ControlError::BadRequest(format!("vr {vr}: no routes given")));
         }
@@ -31,7 +30,7 @@ impl Node {
         &mut self,
         vr: &str,
         prefixes: Vec<IpNet>,
-    ) -> Result<Value, ControlError> {
+    ) -> Result<RoutesApplied, ControlError> {
         let ops: Vec<RouteOp> = prefixes
             .into_iter()
             .map(|prefix| RouteOp::Delete { prefix, source: RouteSource::Api })
@@ -45,7 +44,7 @@ impl Node {
         vr: String,
         source: Option<String>,
         limit: Option<usize>,
-    ) -> Result<Value, ControlError> {
+    ) -> Result<RouteList, ControlError> {
         let table = self.tables.get(&vr).ok_or_else(|| ControlError::NoSuchVr(vr.clone()))?;
         let source = match source.as_deref() {
             None => None,
@@ -58,27 +57,35 @@ impl Node {
             }
         };
         let cfg = self.vr_config(&vr)?;
-        let ifname = |i: u16| json!(cfg.interfaces[usize::from(i)].name);
-        let rows: Vec<Value> = table
+        let ifname = |i: u16| Some(cfg.interfaces[usize::from(i)].name.clone());
+        let routes = table
             .routes(source, limit.unwrap_or(LIST_LIMIT))
             .into_iter()
             .map(|r| {
-                let mut j =
-                    json!({ "prefix": r.prefix, "source": r.source.name(), "best": r.best });
+                let mut row = RouteRow {
+                    prefix: r.prefix,
+                    source: r.source.name().into(),
+                    best: r.best,
+                    via: None,
+                    interface: None,
+                    blackhole: false,
+                    local: false,
+                };
                 match r.target {
                     RouteTarget::Via { gateway, iface } => {
-                        j["via"] = json!(gateway);
-                        if let Some(i) = iface {
-                            j["interface"] = ifname(i);
-                        }
+                        row.via = Some(gateway);
+                        row.interface = iface.and_then(ifname);
                     }
-                    RouteTarget::Iface(i) => j["interface"] = ifname(i),
-                    RouteTarget::Blackhole => j["blackhole"] = json!(true),
+                    RouteTarget::Iface(i) => row.interface = ifname(i),
+                    // A local address's route is kept as a blackhole target: the VR answers
+                    // what it takes, forwarding nothing.
+                    RouteTarget::Blackhole if r.source == RouteSource::Local => row.local = true,
+                    RouteTarget::Blackhole => row.blackhole = true,
                 }
-                j
+                row
             })
             .collect();
-        Ok(json!({ "vr": vr, "routes": rows }))
+        Ok(RouteList { vr, routes })
     }
 
     /// API routes as operations of VR `vr`.
@@ -110,10 +117,13 @@ impl Node {
 }
 
 /// What a batch of route operations did, as the API replies.
-fn applied(a: dataplane::routes::Applied) -> Result<Value, ControlError> {
-    Ok(json!({
-        "added": a.added, "replaced": a.replaced, "deleted": a.deleted,
-        "fib_changes": a.fib_changes, "new_next_hops": a.new_next_hops,
-        "generation": [a.generation4, a.generation6],
-    }))
+fn applied(a: dataplane::routes::Applied) -> Result<RoutesApplied, ControlError> {
+    Ok(RoutesApplied {
+        added: a.added,
+        replaced: a.replaced,
+        deleted: a.deleted,
+        fib_changes: a.fib_changes,
+        new_next_hops: a.new_next_hops,
+        generation: [a.generation4, a.generation6],
+    })
 }

@@ -3,13 +3,12 @@
 
 use std::path::Path;
 
-use serde_json::{json, Value};
-
+use crate::api::{Announced, Committed, Migrated, Restored, SnapshotWritten};
 use crate::snapshot::SnapNeighbor;
 use crate::{ControlError, Node};
 
 impl Node {
-    pub(super) fn snapshot(&self, vr: &str, out: &str) -> Result<Value, ControlError> {
+    pub(super) fn snapshot(&self, vr: &str, out: &str) -> Result<SnapshotWritten, ControlError> {
         crate::vr_state::snapshot_to_file(self, vr, Path::new(out))
     }
 
@@ -18,13 +17,13 @@ impl Node {
         snapshot: &str,
         name: Option<String>,
         down: bool,
-    ) -> Result<Value, ControlError> {
+    ) -> Result<Restored, ControlError> {
         let s = crate::snapshot::read(Path::new(snapshot))?;
         crate::vr_state::restore(self, s.into_current(), name, down)
     }
 
     /// Moves VR `vr` to the host listening at `to` (IP:PORT).
-    pub(super) fn migrate(&mut self, vr: &str, to: &str) -> Result<Value, ControlError> {
+    pub(super) fn migrate(&mut self, vr: &str, to: &str) -> Result<Migrated, ControlError> {
         let to = to
             .parse()
             .map_err(|_| ControlError::BadRequest(format!("migrate to {to:?}: give IP:PORT")))?;
@@ -37,7 +36,7 @@ impl Node {
         neighbors: Vec<SnapNeighbor>,
         counters: Vec<(String, u64)>,
         not_after_ns: Option<u64>,
-    ) -> Result<Value, ControlError> {
+    ) -> Result<Committed, ControlError> {
         let st = crate::migrate::FinalState {
             vr,
             neighbors,
@@ -48,8 +47,8 @@ impl Node {
         crate::migrate::commit(self, st)
     }
 
-    pub(super) fn announce(&self, vr: String) -> Result<Value, ControlError> {
-        let n = crate::migrate::announce(self, &vr)?;
-        Ok(json!({ "vr": vr, "frames": n }))
+    pub(super) fn announce(&self, vr: String) -> Result<Announced, ControlError> {
+        let frames = crate::migrate::announce(self, &vr)?;
+        Ok(Announced { vr, frames })
     }
 }

@@ -6,32 +6,37 @@ use std::path::Path;
 use dataplane::config::VrConfig;
 use dataplane::VrChange;
 use ipnet::IpNet;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tracing::info;
 
+use crate::api::{self, Moved, Reserved, VrAdded, VrRemoved};
 use crate::model::plain;
 use crate::model::{PortDoc, VrDoc};
-use crate::runtime::reservation_json;
+use crate::runtime::reservation_row;
 use crate::topology::reservation_from_words;
 use crate::{ControlError, Node, Plan, Topology};
 
 impl Node {
     /// `vr_add`: VR `vr` and ports `ports` join the running text.
-    pub(super) fn vr_add(&mut self, vr: VrDoc, ports: Vec<PortDoc>) -> Result<Value, ControlError> {
+    pub(super) fn vr_add(
+        &mut self,
+        vr: VrDoc,
+        ports: Vec<PortDoc>,
+    ) -> Result<VrAdded, ControlError> {
         let name = vr.name.clone();
         let vr = serde_json::to_value(&vr).expect("documents serialize");
         let ports: Vec<Value> =
             ports.iter().map(|p| serde_json::to_value(p).expect("documents serialize")).collect();
         let plan = self.add_vr_values(vr, ports)?;
-        Ok(json!({ "vr": name, "plan": plan.steps }))
+        Ok(VrAdded { vr: name, plan: plan.steps })
     }
 
     /// `vr_remove`: VR `vr` goes, with the ports nothing else uses (its cell closes them).
-    pub(super) fn vr_remove(&mut self, vr: String) -> Result<Value, ControlError> {
+    pub(super) fn vr_remove(&mut self, vr: String) -> Result<VrRemoved, ControlError> {
         self.vr_config(&vr)?;
         let plan = if self.source.is_some() {
             self.edit_source(|doc| {
-                list(doc, "vrs").retain(|v| v["name"] != json!(vr));
+                list(doc, "vrs").retain(|v| v["name"] != vr.as_str());
                 let mut used: Vec<Value> = Vec::new();
                 for v in list(doc, "vrs").iter() {
                     for i in v["interfaces"].as_array().into_iter().flatten() {
@@ -52,7 +57,7 @@ impl Node {
             next.schedule.remove(i);
             self.apply(next, false)?
         };
-        Ok(json!({ "plan": plan.steps }))
+        Ok(VrRemoved { plan: plan.steps })
     }
 
     /// Adds a VR and ports, given as topology documents (JSON), as `vr_add` does.
@@ -76,7 +81,7 @@ impl Node {
         mtu: Option<u16>,
         up: Option<bool>,
         addresses: Option<Vec<IpNet>>,
-    ) -> Result<Value, ControlError> {
+    ) -> Result<api::InterfaceSet, ControlError> {
         let i = iface_index(self.vr_config(&vr)?, &interface)?;
         if let Some(list) = addresses {
             self.set_addresses(&vr, i, &list)?;
@@ -90,9 +95,7 @@ impl Node {
         let f = &self.vr_config(&vr)?.interfaces[usize::from(i)];
         let v4 = f.ipv4.iter().map(|n| n.to_string());
         let addresses: Vec<String> = v4.chain(f.ipv6.iter().map(|n| n.to_string())).collect();
-        Ok(
-            json!({ "vr": vr, "interface": interface, "mtu": mtu, "up": up, "addresses": addresses }),
-        )
+        Ok(api::InterfaceSet { vr, interface, mtu, up, addresses })
     }
 
     fn set_addresses(&mut self, vr: &str, i: u16, list: &[IpNet]) -> Result<(), ControlError> {
@@ -149,9 +152,14 @@ impl Node {
     }
 
     /// `reserve`: VR `vr`'s reservation, given as words (`packets=N`, ...; none: unlimited).
-    pub(super) fn reserve(&mut self, vr: String, spec: Vec<String>) -> Result<Value, ControlError> {
+    pub(super) fn reserve(
+        &mut self,
+        vr: String,
+        spec: Vec<String>,
+    ) -> Result<Reserved, ControlError> {
         let words: Vec<&str> = spec.iter().map(String::as_str).collect();
-        let r = reservation_from_words(&words).map_err(|e| ControlError::BadRequest(e.0))?;
+        let r =
+            reservation_from_words(&words).map_err(|e| ControlError::BadRequest(e.to_string()))?;
         self.rt.set_reservation(&vr, r)?;
         if let Some(i) = self.topo.vr_index(&vr) {
             self.topo.schedule[i].reservation = r;
@@ -159,18 +167,18 @@ impl Node {
         info!(vr, reservation = %spec.join(" "), "reservation set");
         let s = self.rt.snapshot()?;
         let v = s.vr(&vr).map(|(_, v)| v);
-        Ok(json!({
-            "vr": vr,
-            "reservation": v.and_then(|v| v.reservation).map(reservation_json),
-            "pending_reservation": v.and_then(|v| v.pending).map(|p| p.map(reservation_json)),
-        }))
+        Ok(Reserved {
+            reservation: v.and_then(|v| v.reservation).map(reservation_row),
+            pending_reservation: v.and_then(|v| v.pending).map(|p| p.map(reservation_row)),
+            vr,
+        })
     }
 
     /// `move`: VR `vr` (with its cell) to worker `worker`.
-    pub(super) fn move_vr(&mut self, vr: &str, worker: usize) -> Result<Value, ControlError> {
+    pub(super) fn move_vr(&mut self, vr: &str, worker: usize) -> Result<Moved, ControlError> {
         let m = self.rt.move_vr(vr, worker)?;
         info!(vr, moved = ?m.vrs, from = m.from, to = m.to, "vr moved");
-        Ok(json!({ "moved": m.vrs, "from": m.from, "to": m.to }))
+        Ok(Moved { moved: m.vrs, from: m.from, to: m.to })
     }
 
     /// Applies the running topology's text as `edit` changes it, and keeps the result as the

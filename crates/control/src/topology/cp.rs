@@ -143,7 +143,7 @@ mod tests {
 
     use crate::{PortKind, Topology};
 
-    fn topo(cp: &str, iface: &str) -> Result<Topology, String> {
+    fn topo(cp: &str, iface: &str) -> Result<Topology, crate::TopologyError> {
         let text = format!(
             "ports:\n  - {{ name: p0, kind: mem }}\n  - {{ name: p1, kind: mem }}\n\
              vrs:\n  - name: vr1\n    control_plane: {cp}\n    interfaces:\n      \
@@ -151,7 +151,7 @@ mod tests {
              - {{ name: e1, port: p1, mac: 02:00:00:00:01:01 }}\n  \
              - name: vr2\n    interfaces:\n      - {{ name: e0, port: p1, mac: 02:00:00:00:02:00 }}\n"
         );
-        Topology::parse(&text, "cp.yaml", Path::new(".")).map_err(|e| e.to_string())
+        Topology::parse(&text, "cp.yaml", Path::new("."))
     }
 
     #[test]
@@ -183,19 +183,19 @@ mod tests {
 
     #[test]
     fn bad_control_planes_are_rejected_by_name() {
-        let e = topo("bsd", "e0").unwrap_err();
+        let e = topo("bsd", "e0").unwrap_err().to_string();
         assert!(e.contains("control_plane kind must be linux, not \"bsd\""), "{e}");
-        let e = topo("{ kind: linux, netns: \"a/b\" }", "e0").unwrap_err();
+        let e = topo("{ kind: linux, netns: \"a/b\" }", "e0").unwrap_err().to_string();
         assert!(e.contains("invalid netns \"a/b\""), "{e}");
-        let e = topo("{ kind: linux, punt_per_sec: 20000000 }", "e0").unwrap_err();
+        let e = topo("{ kind: linux, punt_per_sec: 20000000 }", "e0").unwrap_err().to_string();
         assert!(e.contains("cp.yaml:6:"), "{e}");
-        let e = topo("linux", "a-very-long-name0").unwrap_err();
+        let e = topo("linux", "a-very-long-name0").unwrap_err().to_string();
         assert!(e.contains("cp.yaml:8:") && e.contains("Linux interface name"), "{e}");
-        let e = topo("{ netns: x }", "e0").unwrap_err();
+        let e = topo("{ netns: x }", "e0").unwrap_err().to_string();
         assert!(e.contains("kind"), "{e}");
-        let e = topo("{ kind: linux, stale_secs: 0 }", "e0").unwrap_err();
+        let e = topo("{ kind: linux, stale_secs: 0 }", "e0").unwrap_err().to_string();
         assert!(e.contains("cp.yaml:6:") && e.contains("stale seconds"), "{e}");
-        let e = topo("{ kind: linux, netns: n, migrate_netns: n }", "e0").unwrap_err();
+        let e = topo("{ kind: linux, netns: n, migrate_netns: n }", "e0").unwrap_err().to_string();
         assert!(e.contains("invalid migrate_netns \"n\""), "{e}");
         let t = topo("{ kind: linux, stale_secs: 5, migrate_netns: vr1-b }", "e0").unwrap();
         let cp = t.control_plane(0).unwrap();

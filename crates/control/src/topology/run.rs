@@ -400,21 +400,34 @@ fn reservation(v: &Value) -> Result<Reservation> {
     Ok(Reservation { budget, period_ns: period_us * 1_000, weight })
 }
 
+/// Why reservation words (see [`reservation_from_words`]) were refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReservationWordsError {
+    #[error("expected key=value, not {word:?} (keys: {keys}; or none)")]
+    NotKeyValue { word: String, keys: String },
+    #[error("unknown key {key:?} (keys: {keys})")]
+    UnknownKey { key: String, keys: String },
+    #[error("{key} must be an integer in {lo}..={hi}, not {value:?}")]
+    NotInteger { key: String, lo: u64, hi: u64, value: String },
+    #[error("{key} {value} is out of range {lo}..={hi}")]
+    OutOfRange { key: String, value: u64, lo: u64, hi: u64 },
+    #[error("{0} is given twice")]
+    Twice(String),
+    #[error("time_us {time_us} is longer than the period ({period_us} us): a VR gets at most the whole period")]
+    TimeOverPeriod { time_us: u64, period_us: u64 },
+    #[error("packets or time_us, not both")]
+    Both,
+    #[error("give packets=N or time_us=N (or none)")]
+    Neither,
+}
+
 /// A reservation written as words, for the control socket and the command line:
 /// `packets=N` or `time_us=N`, optionally `period_us=N` and `weight=N` (same ranges and default
 /// as in a topology file); or `none`, to remove it.
 pub fn reservation_from_words(
     words: &[&str],
 ) -> std::result::Result<Option<Reservation>, ReservationWordsError> {
-    words_to_reservation(words).map_err(ReservationWordsError)
-}
-
-/// Why reservation words (see [`reservation_from_words`]) were refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ReservationWordsError(pub String);
-
-fn words_to_reservation(words: &[&str]) -> std::result::Result<Option<Reservation>, String> {
+    use ReservationWordsError as E;
     if words == ["none"] {
         return Ok(None);
     }
@@ -422,25 +435,22 @@ fn words_to_reservation(words: &[&str]) -> std::result::Result<Option<Reservatio
     let keys = [PACKETS, TIME_US, PERIOD_US, WEIGHT];
     for w in words {
         let Some((k, v)) = w.split_once('=') else {
-            return Err(format!(
-                "expected key=value, not {w:?} (keys: {}; or none)",
-                RESERVATION_KEYS.join(", ")
-            ));
+            return Err(E::NotKeyValue { word: w.to_string(), keys: RESERVATION_KEYS.join(", ") });
         };
         let Some(i) = keys.iter().position(|x| x.0 == k) else {
-            return Err(format!("unknown key {k:?} (keys: {})", RESERVATION_KEYS.join(", ")));
+            return Err(E::UnknownKey { key: k.into(), keys: RESERVATION_KEYS.join(", ") });
         };
         let (_, lo, hi) = keys[i];
         let n: u64 = v
             .parse()
             .ok()
             .filter(|_| v.bytes().all(|b| b.is_ascii_digit()))
-            .ok_or_else(|| format!("{k} must be an integer in {lo}..={hi}, not {v:?}"))?;
+            .ok_or_else(|| E::NotInteger { key: k.into(), lo, hi, value: v.into() })?;
         if !(lo..=hi).contains(&n) {
-            return Err(format!("{k} {n} is out of range {lo}..={hi}"));
+            return Err(E::OutOfRange { key: k.into(), value: n, lo, hi });
         }
         if vals[i].replace(n).is_some() {
-            return Err(format!("{k} is given twice"));
+            return Err(E::Twice(k.into()));
         }
     }
     let [packets, time_us, period_us, weight] = vals;
@@ -448,13 +458,11 @@ fn words_to_reservation(words: &[&str]) -> std::result::Result<Option<Reservatio
     let budget = match (packets, time_us) {
         (Some(p), None) => Budget::Packets(p),
         (None, Some(t)) if t > period_us => {
-            return Err(format!(
-                "time_us {t} is longer than the period ({period_us} us): a VR gets at most the whole period"
-            ))
+            return Err(E::TimeOverPeriod { time_us: t, period_us })
         }
         (None, Some(t)) => Budget::Time(t * 1_000),
-        (Some(_), Some(_)) => return Err("packets or time_us, not both".into()),
-        (None, None) => return Err("give packets=N or time_us=N (or none)".into()),
+        (Some(_), Some(_)) => return Err(E::Both),
+        (None, None) => return Err(E::Neither),
     };
     Ok(Some(Reservation {
         budget,

@@ -2104,9 +2104,8 @@ fn reservations_from_words() {
         reservation_from_words(&["time_us=300", "period_us=2000", "weight=3"]),
         r(Budget::Time(300_000), 2_000_000, 3)
     );
-    let bad = |w: &[&str], m: &str| {
-        assert_eq!(reservation_from_words(w), Err(ReservationWordsError(m.to_string())))
-    };
+    let bad =
+        |w: &[&str], m: &str| assert_eq!(reservation_from_words(w).unwrap_err().to_string(), m);
     bad(
         &["packets"],
         "expected key=value, not \"packets\" (keys: packets, time_us, period_us, weight; or none)",

@@ -257,7 +257,7 @@ fn wait_child(c: &mut Child, limit: Duration) -> bool {
 
 /// Sends one API command to a routeplex control socket and returns its answer.
 pub fn ask(sock: &Path, cmd: control::api::Command) -> Result<serde_json::Value> {
-    Ok(control::daemon::ask(sock, cmd, Duration::from_secs(3))?)
+    Ok(control::daemon::ask_as(sock, cmd, Duration::from_secs(3))?)
 }
 
 /// A unique namespace name for role `role` of DUT number `n` of this process.

@@ -223,7 +223,7 @@ fn execute(tl: &Timeline) -> Result<Value> {
     }
     let sent: Vec<Vec<u64>> = sent.into_iter().collect::<Result<_>>()?;
     let got: Vec<(Vec<bool>, u64)> = got.into_iter().collect::<Result<_>>()?;
-    let status = lab.node().status().map_err(|e| format_err!("{e}"))?;
+    let status = serde_json::to_value(lab.node().status().map_err(|e| format_err!("{e}"))?)?;
     Ok(report(tl, converged_s, &applied_ns, &results, &sent, &got, &status))
 }
 
@@ -360,7 +360,7 @@ fn apply(lab: &mut Lab, what: &ActionKind) -> Result<Value> {
             for i in &names {
                 done.push(node.execute(set(vr, i, *up)).map_err(|e| format_err!("{e}"))?);
             }
-            return Ok(Value::from(done));
+            return Ok(serde_json::to_value(done)?);
         }
         ActionKind::Impair { port, set } => {
             let impair = set.as_ref().map(|s| serde_json::from_value::<ImpairDoc>(s.clone()));
@@ -374,7 +374,7 @@ fn apply(lab: &mut Lab, what: &ActionKind) -> Result<Value> {
             return Ok(json!({ "killed": vr }));
         }
     };
-    out.map_err(|e| format_err!("{e}"))
+    Ok(serde_json::to_value(out.map_err(|e| format_err!("{e}"))?)?)
 }
 
 fn bind_any(to: IpAddr, port: u16) -> std::io::Result<UdpSocket> {
