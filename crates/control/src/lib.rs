@@ -26,6 +26,7 @@ pub mod checkpoint;
 pub mod cpsync;
 pub mod daemon;
 mod error;
+pub mod ethtool;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod graph;
@@ -41,6 +42,7 @@ pub mod node;
 pub mod pcapng;
 mod plan;
 pub mod replicas;
+pub mod rtnl;
 pub mod rtsync;
 pub mod runtime;
 pub mod snapshot;
