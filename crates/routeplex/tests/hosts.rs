@@ -591,10 +591,8 @@ fn up_and_down_need_no_ip_or_ethtool_on_the_path() {
     if !root() {
         return;
     }
-    let (Some(ip), Some(ethtool)) = (tool("ip"), tool("ethtool")) else {
-        eprintln!(
-            "skipped: needs ip and ethtool to check from outside (scripts/setup installs them)"
-        );
+    let (Some(ip), Some(ethtool), Some(ping)) = (tool("ip"), tool("ethtool"), tool("ping")) else {
+        eprintln!("skipped: needs ip, ethtool and ping to check from outside (scripts/setup installs them)");
         return;
     };
     let s = Service::new(one_vr("afpacket"));
