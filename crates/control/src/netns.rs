@@ -87,7 +87,7 @@ pub fn add_namespace(name: &str) -> Result<(), NetError> {
     OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0)
+        .mode(0o000)
         .open(&path)
         .map_err(os_err(&object, "create"))?;
     let bound = std::thread::scope(|s| {
@@ -548,7 +548,7 @@ vrs:
         let ns = name("rpxc");
         let mut g = Guard(Made::default());
         make_control_plane(&ns, &mut g.0).unwrap();
-        assert_eq!(g.0.namespaces, [ns.clone()]);
+        assert_eq!(g.0.namespaces, std::slice::from_ref(&ns));
         assert!(ip(&["-n", &ns, "-o", "link", "show", "lo"]).contains("LOOPBACK,UP"));
         let read = |k: &str| std::fs::read_to_string(Path::new("/proc/sys").join(k));
         let knobs = in_netns(&ns, || {
