@@ -12,7 +12,9 @@
 //!   the plan's text their `Display`, refused whole when it cannot be made live), the API's
 //!   handlers (one file per object in `cmd/`), snapshots, checkpoints and the route journal;
 //! - the service around it ([`daemon`]): run directory, `up`/`down`, and the control socket
-//!   serving the versioned JSON API ([`api`]); capture and trace ([`capture`]);
+//!   serving the versioned JSON API ([`api`]); capture and trace ([`capture`]); the hosts'
+//!   namespaces, veths, addresses and routes it makes over rtnetlink and the ethtool ioctl,
+//!   with no `ip` or `ethtool` binary ([`netns`], [`rtnl`], [`ethtool`]);
 //! - the Prometheus endpoint and the live topology page ([`metrics`], drawn by [`graph`]),
 //!   Linux control-plane sync ([`rtsync`], [`cpsync`]),
 //!   live migration between hosts ([`migrate`]) and multistage routers ([`msr`]).
@@ -26,6 +28,7 @@ pub mod checkpoint;
 pub mod cpsync;
 pub mod daemon;
 mod error;
+pub mod ethtool;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod graph;
@@ -41,6 +44,7 @@ pub mod node;
 pub mod pcapng;
 mod plan;
 pub mod replicas;
+pub mod rtnl;
 pub mod rtsync;
 pub mod runtime;
 pub mod snapshot;

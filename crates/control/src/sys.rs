@@ -1,5 +1,6 @@
 //! The few system calls control makes itself: peer credentials of a unix socket, the
-//! effective uid, signals, process identity read from /proc, and entering a network namespace.
+//! effective uid, signals, process identity read from /proc, socket options, and making,
+//! entering and unmounting network namespaces.
 #![allow(unsafe_code)]
 
 use std::os::fd::AsRawFd;
@@ -98,6 +99,95 @@ pub fn enter_netns(name: &str) -> std::io::Result<()> {
     // SAFETY: setns(2) on a descriptor held open for the call; CLONE_NEWNET changes only the
     // calling thread's network namespace.
     if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Bounds how long a receive on `s` blocks (SO_RCVTIMEO); then it fails with `WouldBlock`.
+pub fn set_rcvtimeo(s: &impl AsRawFd, d: std::time::Duration) -> std::io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_usec: libc::suseconds_t::from(d.subsec_micros() as i32),
+    };
+    let len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+    // SAFETY: setsockopt on a descriptor the caller holds open, with a pointer to a timeval
+    // that outlives the call and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            len,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Moves the calling thread (only it) into a new, empty network namespace (unshare(2)
+/// CLONE_NEWNET); the namespace lives while a thread or a mount holds it.
+pub fn unshare_net() -> std::io::Result<()> {
+    // SAFETY: unshare takes a flag word; CLONE_NEWNET changes only the calling thread's
+    // network namespace and touches no memory of ours.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn c_path(p: &std::path::Path) -> std::io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path holds a NUL byte"))
+}
+
+/// Calls mount(2) with no file system type or data: a bind mount or a propagation change.
+fn mount(
+    src: Option<&std::path::Path>,
+    dst: &std::path::Path,
+    flags: libc::c_ulong,
+) -> std::io::Result<()> {
+    let dst = c_path(dst)?;
+    let src = src.map(c_path).transpose()?;
+    let none = c"none";
+    let src_ptr = src.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
+    // SAFETY: every pointer is to a NUL-terminated string alive for the call, or null where
+    // mount(2) allows it (the source of a propagation change, the data); the kernel only
+    // reads them.
+    let r = unsafe { libc::mount(src_ptr, dst.as_ptr(), none.as_ptr(), flags, std::ptr::null()) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Bind-mounts `src` on `dst` (MS_BIND), with the mounts below it when `recursive`.
+pub fn bind_mount(
+    src: &std::path::Path,
+    dst: &std::path::Path,
+    recursive: bool,
+) -> std::io::Result<()> {
+    let rec = if recursive { libc::MS_REC } else { 0 };
+    mount(Some(src), dst, libc::MS_BIND | rec)
+}
+
+/// Makes the mount at `dir`, and those below it, shared (MS_SHARED | MS_REC): mounts made
+/// under it later appear in every mount namespace that has it. Fails with EINVAL when `dir`
+/// is not a mount point.
+pub fn make_shared(dir: &std::path::Path) -> std::io::Result<()> {
+    mount(None, dir, libc::MS_SHARED | libc::MS_REC)
+}
+
+/// Detaches the mount at `path` (umount2(2) MNT_DETACH): gone from the tree at once,
+/// released when no one uses it.
+pub fn umount_detach(path: &std::path::Path) -> std::io::Result<()> {
+    let p = c_path(path)?;
+    // SAFETY: a NUL-terminated path alive for the call, which the kernel only reads.
+    if unsafe { libc::umount2(p.as_ptr(), libc::MNT_DETACH) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())

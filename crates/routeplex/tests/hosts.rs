@@ -571,3 +571,113 @@ fn many_vrs_share_one_port_by_mac_and_vlan() {
     assert!(s.routeplex(&["down"]).status.success());
     gone(&s);
 }
+
+/// `tool`'s absolute path in the usual system directories, so a check from outside does not
+/// depend on the PATH the test gives `routeplex`.
+fn tool(tool: &str) -> Option<PathBuf> {
+    ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(tool))
+        .find(|p| p.exists())
+}
+
+/// `up` and `down` need no `ip` or `ethtool`: with PATH an empty directory, `up` makes the
+/// hosts over netlink (namespaces, veths, addresses, default routes, offloads off), which
+/// `ip` and `ethtool` by absolute path check from outside and a ping crosses; `down` removes
+/// exactly the namespaces and links `up` recorded.
+#[test]
+fn up_and_down_need_no_ip_or_ethtool_on_the_path() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root() {
+        return;
+    }
+    let (Some(ip), Some(ethtool), Some(ping)) = (tool("ip"), tool("ethtool"), tool("ping")) else {
+        eprintln!("skipped: needs ip, ethtool and ping to check from outside (scripts/setup installs them)");
+        return;
+    };
+    let s = Service::new(one_vr("afpacket"));
+    let (a, b) = (s.a(), s.b());
+    let empty = s.dir.join("empty-path");
+    std::fs::create_dir_all(&empty).unwrap();
+    let bare = |cmd: &str| {
+        Command::new(env!("CARGO_BIN_EXE_routeplex"))
+            .arg(cmd)
+            .arg(&s.file)
+            .env("ROUTEPLEX_RUN_DIR", s.dir.join("run"))
+            .env("PATH", &empty)
+            .output()
+            .unwrap()
+    };
+    let run = |args: &[&str]| text(&sh(ip.to_str().unwrap(), args));
+    // Names with this test's tag, in this namespace and the namespace list.
+    let ours = || {
+        let mut links: Vec<String> = run(&["-o", "link", "show"])
+            .lines()
+            .filter_map(|l| l.split(": ").nth(1).map(|n| n.split('@').next().unwrap().to_string()))
+            .filter(|n| n.contains(&s.tag))
+            .collect();
+        let mut nss: Vec<String> = run(&["netns", "list"])
+            .lines()
+            .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+            .filter(|n| n.contains(&s.tag))
+            .collect();
+        links.sort();
+        nss.sort();
+        (nss, links)
+    };
+    assert_eq!(ours(), (vec![], vec![]));
+    let o = bare("up");
+    assert!(o.status.success(), "up with an empty PATH: {}", text(&o));
+    let (mut nss, mut links) =
+        (vec![a.clone(), b.clone()], vec![format!("rpx-{a}"), format!("rpx-{b}")]);
+    nss.sort();
+    links.sort();
+    assert_eq!(ours(), (nss.clone(), links.clone()));
+    let made = &s.state()["made"];
+    assert_eq!(made["namespaces"], serde_json::json!([a, b]), "{made}");
+    assert_eq!(made["links"], serde_json::json!([format!("rpx-{a}"), format!("rpx-{b}")]));
+    for (h, net) in [(&a, "21"), (&b, "22")] {
+        let addrs = run(&["-n", h, "-o", "address", "show", "dev", "eth0"]);
+        assert!(addrs.contains(&format!("inet 10.{net}.0.2/24 ")), "{addrs}");
+        assert!(addrs.contains(&format!("inet6 2001:db8:{net}::2/64 ")), "{addrs}");
+        let r4 = run(&["-n", h, "-4", "route", "show", "default"]);
+        assert!(r4.contains(&format!("default via 10.{net}.0.1 dev eth0")), "{r4}");
+        let r6 = run(&["-n", h, "-6", "route", "show", "default"]);
+        assert!(r6.contains(&format!("default via 2001:db8:{net}::1 dev eth0")), "{r6}");
+        let eth0 = run(&["-n", h, "-o", "link", "show", "dev", "eth0"]);
+        assert!(eth0.contains(",UP,") || eth0.contains(",UP>"), "{eth0}");
+        let outer = format!("rpx-{h}");
+        let k_out = text(&sh(ethtool.to_str().unwrap(), &["-k", &outer]));
+        let k_in = run(&["netns", "exec", h, ethtool.to_str().unwrap(), "-k", "eth0"]);
+        for feature in [
+            "tx-checksumming",
+            "rx-checksumming",
+            "tcp-segmentation-offload",
+            "generic-segmentation-offload",
+            "generic-receive-offload",
+        ] {
+            for (k, dev) in [(&k_out, &outer), (&k_in, &"eth0".to_string())] {
+                let line = k.lines().find(|l| l.starts_with(&format!("{feature}:")));
+                assert!(line.is_some_and(|l| l.contains(": off")), "{feature} of {dev}:\n{k}");
+            }
+        }
+    }
+    let pinged = run(&[
+        "netns",
+        "exec",
+        &a,
+        ping.to_str().unwrap(),
+        "-c",
+        "3",
+        "-i",
+        "0.2",
+        "-W",
+        "2",
+        "10.22.0.2",
+    ]);
+    assert!(pinged.contains(" 0% packet loss"), "{pinged}");
+    let o = bare("down");
+    assert!(o.status.success(), "down with an empty PATH: {}", text(&o));
+    assert_eq!(ours(), (vec![], vec![]), "down removes what up made, exactly");
+    gone(&s);
+}
