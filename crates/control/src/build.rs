@@ -389,12 +389,20 @@ fn vr_in_cell_with(
     Ok((table, vr))
 }
 
-/// Opens port `i` of `topo` alone (a port a running host gains): the engine's end, and the
-/// outside end of a `mem` port. Links come in pairs and are refused here.
-pub fn open_port(
-    topo: &Topology,
-    i: usize,
-) -> Result<(Box<dyn Port>, Option<MemPort>), BuildError> {
+/// A port a running host gains, as [`open_port`] opened it.
+pub struct Opened {
+    /// The engine's end.
+    pub port: Box<dyn Port>,
+    /// The outside end of a `mem` port.
+    pub outside: Option<MemPort>,
+    /// A `vxlan` port's handle (its remotes change live through it).
+    pub vxlan: Option<ports::vxlan::VxlanHandle>,
+}
+
+/// Opens port `i` of `topo` alone (a port a running host gains): the engine's end, the
+/// outside end of a `mem` port, a `vxlan` port's handle. Links come in pairs and are refused
+/// here.
+pub fn open_port(topo: &Topology, i: usize) -> Result<Opened, BuildError> {
     let p = &topo.ports[i];
     if let PortKind::Link { .. } = p.kind {
         return Err(BuildError(format!("port {} is an internal link", p.name)));
@@ -402,8 +410,13 @@ pub fn open_port(
     // A mirror tap is named after its VR's interface.
     let vrs = if matches!(p.kind, PortKind::Mirror { .. }) { topo.vrs.clone() } else { Vec::new() };
     let one = Topology { ports: vec![p.clone()], vrs, ..Topology::default() };
-    let (mut ours, mut outside) = open_ports(&one)?;
-    Ok((ours.remove(0), outside.remove(0)))
+    let mut vxlan = Vec::new();
+    let (mut ours, mut outside) = open_ports_except(&one, &[false], &mut vxlan)?;
+    Ok(Opened {
+        port: ours.remove(0).expect("a single port that is not a link opens"),
+        outside: outside.remove(0),
+        vxlan: vxlan.pop().map(|(_, h)| h),
+    })
 }
 
 /// Applies the topology's per-port bursts and impairments (`ports[i]` is the cell's port `i`) and the schedule

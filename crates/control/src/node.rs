@@ -569,8 +569,11 @@ impl Node {
                 info!(vr = %name, "vr removed");
                 format!("removed vr {name}")
             }
-            Step::RemoveCell { cell, vrs, .. } => {
+            Step::RemoveCell { cell, vrs, ports } => {
                 self.rt.remove_cell(cell)?;
+                for p in &ports {
+                    self.vxlan.remove(p);
+                }
                 for v in &vrs {
                     self.tables.remove(v);
                     info!(vr = %v, cell, "vr removed");
@@ -606,10 +609,21 @@ impl Node {
                 info!(vr, "vr rebuilt");
                 format!("vr {vr}: rebuilt")
             }
-            Step::NewCell { table, cell, worker, outside, .. } => {
+            Step::NewCell { table, cell, worker, outside, vxlan, .. } => {
+                self.vxlan.extend(vxlan);
                 self.start_cell(table, cell, worker, outside)?
             }
-            Step::JoinCell { cell, ports, table, mut vr, .. } => {
+            Step::Remotes { port, to, .. } => {
+                let h = self.vxlan.get(&port).ok_or_else(|| {
+                    ControlError::State(format!("port {port}: no vxlan handle to change"))
+                })?;
+                h.set_remotes(&to)
+                    .map_err(|e| ControlError::Invalid(format!("port {port}: remotes: {e}")))?;
+                info!(port, remotes = ?to, "vxlan remotes set");
+                format!("port {port}: remotes set")
+            }
+            Step::JoinCell { cell, ports, table, mut vr, vxlan, .. } => {
+                self.vxlan.extend(vxlan);
                 self.down_from_start(&mut vr);
                 let name = vr.name().to_string();
                 self.rt.add_vr(cell, ports, *vr)?;

@@ -124,6 +124,8 @@ pub(crate) enum Step {
         outside: Vec<(String, MemPort)>,
         /// The ports it opens.
         ports: Vec<String>,
+        /// The handles of the `vxlan` ports it opens.
+        vxlan: Vec<(String, ports::vxlan::VxlanHandle)>,
     },
     JoinCell {
         cell: usize,
@@ -133,6 +135,8 @@ pub(crate) enum Step {
         /// The cell's ports, and those the VR opens in it.
         joins: Vec<String>,
         opens: Vec<String>,
+        /// The handles of the `vxlan` ports it opens.
+        vxlan: Vec<(String, ports::vxlan::VxlanHandle)>,
     },
     /// A port's impairment set, changed or ended (`impair:`): runtime port `port`, named
     /// `name` in the file; `new` when it had none.
@@ -141,6 +145,14 @@ pub(crate) enum Step {
         name: String,
         new: bool,
         cfg: Option<dataplane::impair::ImpairConfig>,
+    },
+    /// A `vxlan` port's remote set swapped in place (`ports::vxlan::VxlanHandle::set_remotes`):
+    /// the port takes it at its next burst, frames already queued are sent, and the VRs on it
+    /// keep running (a VR that moved between hosts changes only its peers' remotes).
+    Remotes {
+        port: String,
+        from: Vec<std::net::IpAddr>,
+        to: Vec<std::net::IpAddr>,
     },
     /// A VR's worker, reservation and batch; `from` what ran (`None`: a new VR, not shown).
     Schedule {
@@ -209,6 +221,9 @@ impl fmt::Display for Step {
                 write!(f, ")")
             }
             Step::Schedule { vr, sched, from: Some(os) } => schedule_text(f, vr, os, sched),
+            Step::Remotes { port, from, to } => {
+                write!(f, "~ port {port}: remotes {} -> {}", addrs(from), addrs(to))
+            }
             Step::Impair { name, cfg: None, .. } => write!(f, "~ port {name}: impairment ends"),
             Step::Impair { name, new, cfg: Some(c), .. } => {
                 let sign = if *new { '+' } else { '~' };
@@ -216,6 +231,12 @@ impl fmt::Display for Step {
             }
         }
     }
+}
+
+/// Addresses as a plan shows them: `[a, b]`, `[]` for none.
+fn addrs(list: &[std::net::IpAddr]) -> String {
+    let a: Vec<String> = list.iter().map(ToString::to_string).collect();
+    format!("[{}]", a.join(", "))
 }
 
 /// A schedule change's lines: reservation, batch, worker, each where it changed.
@@ -345,13 +366,18 @@ impl Diff<'_> {
         self.refused.extend(crate::replicas::refuse_changes(cur, next, FIX));
     }
 
-    /// Ports of both whose kind, settings or burst changed.
+    /// Ports of both whose kind, settings or burst changed: a `vxlan` port's remotes change
+    /// live, the rest only with a restart.
     fn ports_kept(&mut self) {
         let (cur, next) = (self.cur.topo, self.next);
         let next_ports = by_name(next);
         let mut refused = Vec::new();
         for (n, p) in by_name(cur) {
             match next_ports.get(n) {
+                Some(q) if q.burst == p.burst && remotes_only(&p.kind, &q.kind).is_some() => {
+                    let (from, to) = remotes_only(&p.kind, &q.kind).expect("just matched");
+                    self.steps.push(Step::Remotes { port: n.to_string(), from, to });
+                }
                 Some(q) if !same_kind(cur, &p.kind, next, &q.kind) => {
                     refused.push(format!("port {n}: its kind or settings changed: {FIX}"))
                 }
@@ -591,9 +617,11 @@ impl Diff<'_> {
         let local = local_ports(self.cur, c, next, &fresh);
         let (table, vr) = vr_in_cell(v, local)?;
         let mut opened = Vec::new();
+        let mut vxlan = Vec::new();
         for p in &fresh {
-            let (port, _) = open_port(next, next.port_index(p).expect("named"))?;
-            opened.push(port);
+            let o = open_port(next, next.port_index(p).expect("named"))?;
+            opened.push(o.port);
+            vxlan.extend(o.vxlan.map(|h| (p.clone(), h)));
         }
         self.steps.push(Step::JoinCell {
             cell: c,
@@ -602,6 +630,7 @@ impl Diff<'_> {
             vr: Box::new(vr),
             joins: self.cur.rt.cell_ports(c).to_vec(),
             opens: fresh,
+            vxlan,
         });
         self.steps.extend(down_steps(next, i));
         if next.schedule[i] != VrSchedule::default() {
@@ -616,16 +645,16 @@ impl Diff<'_> {
         let next = self.next;
         let mut opened = Vec::new();
         let mut outside = Vec::new();
+        let mut vxlan = Vec::new();
         for p in &ports_of {
             if self.cur.topo.port_index(p).is_some() {
                 self.refused.push(format!("port {p}: in use by another cell: {FIX}"));
                 continue;
             }
-            let (port, out) = open_port(next, next.port_index(p).expect("named"))?;
-            opened.push(port);
-            if let Some(o) = out {
-                outside.push((p.clone(), o));
-            }
+            let o = open_port(next, next.port_index(p).expect("named"))?;
+            opened.push(o.port);
+            outside.extend(o.outside.map(|m| (p.clone(), m)));
+            vxlan.extend(o.vxlan.map(|h| (p.clone(), h)));
         }
         let local = |gp: u16| {
             ports_of
@@ -646,7 +675,7 @@ impl Diff<'_> {
         let worker = vrs.iter().find_map(|&i| next.schedule[i].worker).map(usize::from);
         // The outside ends of new mem ports are kept for whoever asks (tests, benchmarks).
         let cell = Box::new(cell);
-        self.steps.push(Step::NewCell { table, cell, worker, outside, ports: ports_of });
+        self.steps.push(Step::NewCell { table, cell, worker, outside, ports: ports_of, vxlan });
         for &i in &vrs {
             self.steps.extend(down_steps(next, i));
         }
@@ -720,6 +749,22 @@ fn same_kind(a: &Topology, ka: &PortKind, b: &Topology, kb: &PortKind) -> bool {
             a.ports[usize::from(*x)].name == b.ports[usize::from(*y)].name
         }
         _ => ka == kb,
+    }
+}
+
+/// A `vxlan` port whose only change is its remote set: the remotes before and after.
+fn remotes_only(
+    a: &PortKind,
+    b: &PortKind,
+) -> Option<(Vec<std::net::IpAddr>, Vec<std::net::IpAddr>)> {
+    match (a, b) {
+        (PortKind::Vxlan(x), PortKind::Vxlan(y))
+            if x.remotes != y.remotes
+                && crate::topology::VxlanSpec { remotes: y.remotes.clone(), ..x.clone() } == *y =>
+        {
+            Some((x.remotes.clone(), y.remotes.clone()))
+        }
+        _ => None,
     }
 }
 
