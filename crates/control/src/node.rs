@@ -569,7 +569,7 @@ impl Node {
                 info!(vr = %name, "vr removed");
                 format!("removed vr {name}")
             }
-            Step::RemoveCell { cell, vrs, ports } => {
+            Step::RemoveCell { cell, vrs, ports, .. } => {
                 self.rt.remove_cell(cell)?;
                 for p in &ports {
                     self.vxlan.remove(p);

@@ -19,6 +19,7 @@ use crate::build::{open_port, vr_in_cell};
 use crate::runtime::Runtime;
 use crate::topology::VrSchedule;
 use crate::{ControlError, PortKind, Topology};
+use dataplane::SwitchConfig as SwitchSettings;
 
 /// What to do instead of a change that cannot be made live.
 const FIX: &str = "cannot be applied to a running host; run `routeplex down FILE` then `routeplex up FILE` to make it";
@@ -71,10 +72,11 @@ pub(crate) enum Step {
         to: crate::runtime::Idle,
     },
     RemoveVr(String),
-    /// A cell whose VRs all go, with its ports.
+    /// A cell whose VRs and switches all go, with its ports.
     RemoveCell {
         cell: usize,
         vrs: Vec<String>,
+        switches: Vec<String>,
         ports: Vec<String>,
     },
     Routes {
@@ -126,6 +128,8 @@ pub(crate) enum Step {
         ports: Vec<String>,
         /// The handles of the `vxlan` ports it opens.
         vxlan: Vec<(String, ports::vxlan::VxlanHandle)>,
+        /// Its switches (a new segment), by name.
+        switches: Vec<String>,
     },
     JoinCell {
         cell: usize,
@@ -183,12 +187,17 @@ impl fmt::Display for Step {
         match self {
             Step::Idle { from, to } => write!(f, "~ idle: {from:?} -> {to:?}"),
             Step::RemoveVr(n) => write!(f, "- vr {n}"),
-            Step::RemoveCell { vrs, ports, .. } => write!(
-                f,
-                "- vr {} (its cell stops; ports {} close)",
-                vrs.join(", "),
-                ports.join(", ")
-            ),
+            Step::RemoveCell { vrs, switches, ports, .. } => {
+                let mut what = Vec::new();
+                if !switches.is_empty() {
+                    what.push(format!("switch {}", switches.join(", ")));
+                }
+                if !vrs.is_empty() {
+                    what.push(format!("vr {}", vrs.join(", ")));
+                }
+                let (what, ports) = (what.join(" and "), ports.join(", "));
+                write!(f, "- {what} (its cell stops; ports {ports} close)")
+            }
             Step::Routes { vr, ops } => {
                 let del = ops.iter().filter(|op| matches!(op, RouteOp::Delete { .. })).count();
                 let add = ops.len() - del;
@@ -208,6 +217,14 @@ impl fmt::Display for Step {
                     write!(f, ", {kernel} kernel route(s)")?;
                 }
                 Ok(())
+            }
+            Step::NewCell { table, ports, switches, .. } if !switches.is_empty() => {
+                let names: Vec<&str> = table.iter().map(|(n, _)| n.as_str()).collect();
+                write!(f, "+ switch {} (new cell", switches.join(", "))?;
+                if !names.is_empty() {
+                    write!(f, " with vr {}", names.join(", "))?;
+                }
+                write!(f, "; opens {})", ports.join(", "))
             }
             Step::NewCell { table, ports, .. } => {
                 let names: Vec<&str> = table.iter().map(|(n, _)| n.as_str()).collect();
@@ -316,14 +333,16 @@ pub(crate) fn diff(cur: &Current, next: &Topology) -> Result<Vec<Step>, Refusal>
     if cur.topo.idle != next.idle {
         d.steps.push(Step::Idle { from: cur.topo.idle, to: next.idle });
     }
-    let cells_gone = d.removals()?;
+    let mut cells_gone = d.removals()?;
+    d.switches_kept_or_gone(&mut cells_gone);
     d.ports_gone(&cells_gone);
     for (i, v) in next.vrs.iter().enumerate() {
         if let Some(j) = cur.topo.vr_index(&v.name) {
             d.changed_vr(i, j)?;
         }
     }
-    let new_cells = d.new_vrs()?;
+    let segment_vrs = d.new_segments()?;
+    let new_cells = d.new_vrs(&segment_vrs)?;
     for (ports_of, vrs) in merge_cells(new_cells) {
         d.new_cell(ports_of, vrs)?;
     }
@@ -345,7 +364,7 @@ struct Diff<'a> {
 }
 
 impl Diff<'_> {
-    /// What only a restart changes: workers, metrics, migration, hosts, switches, replicas.
+    /// What only a restart changes: workers, metrics, migration, hosts, replicas.
     fn fixed(&mut self) {
         let (cur, next) = (self.cur.topo, self.next);
         if cur.workers != next.workers {
@@ -359,9 +378,6 @@ impl Diff<'_> {
         }
         if cur.hosts != next.hosts {
             self.refused.push(format!("hosts changed: {FIX}"));
-        }
-        if switches_named(cur) != switches_named(next) {
-            self.refused.push(format!("switches changed: {FIX}"));
         }
         self.refused.extend(crate::replicas::refuse_changes(cur, next, FIX));
     }
@@ -411,12 +427,103 @@ impl Diff<'_> {
             if all_go && ports_gone {
                 cells_gone.push(c);
                 let ports = rt.cell_ports(c).to_vec();
-                self.steps.push(Step::RemoveCell { cell: c, vrs, ports });
+                let switches = cell_switches(cur, rt.cell_ports(c));
+                self.steps.push(Step::RemoveCell { cell: c, vrs, switches, ports });
             } else {
                 self.steps.push(Step::RemoveVr(n.clone()));
             }
         }
         Ok(cells_gone)
+    }
+
+    /// Switches of both must be the same (members by port name, VLANs, settings); a switch
+    /// that goes takes its cell with it (a cell of switches and ports alone is removed here,
+    /// one with VRs by `removals`). New switches come with new segments (`new_segments`).
+    fn switches_kept_or_gone(&mut self, cells_gone: &mut Vec<usize>) {
+        let (cur, next, rt) = (self.cur.topo, self.next, self.cur.rt);
+        let next_sw: HashMap<&str, String> =
+            next.switches.iter().map(|s| (s.name.as_str(), switch_text(next, s))).collect();
+        let next_rt: Vec<String> = next.ports.iter().map(|p| rt_port(next, &p.name)).collect();
+        for s in &cur.switches {
+            if let Some(t) = next_sw.get(s.name.as_str()) {
+                if *t != switch_text(cur, s) {
+                    self.refused.push(format!(
+                        "switch {}: its members or settings changed (a VR or port joining or leaving a running switch is not live): {FIX}",
+                        s.name
+                    ));
+                }
+                continue;
+            }
+            let Some(c) = (s.members.first())
+                .and_then(|m| rt.cell_of_port(&rt_port(cur, &cur.ports[usize::from(m.port)].name)))
+            else {
+                continue;
+            };
+            if cells_gone.contains(&c) {
+                continue;
+            }
+            let stays = rt.cell_vrs(c).iter().any(|v| next.vr_index(v).is_some())
+                || rt.cell_ports(c).iter().any(|p| next_rt.contains(p));
+            if stays || !rt.cell_vrs(c).is_empty() {
+                self.refused.push(format!(
+                    "switch {}: removed while VRs or ports of its cell stay: {FIX}",
+                    s.name
+                ));
+                continue;
+            }
+            cells_gone.push(c);
+            let ports = rt.cell_ports(c).to_vec();
+            let switches = cell_switches(cur, &ports);
+            self.steps.push(Step::RemoveCell { cell: c, vrs: Vec::new(), switches, ports });
+        }
+    }
+
+    /// Cells of `next` with a switch that the running host gains whole (every VR, switch and
+    /// port in it new): each a new cell. Returns their VRs; a new switch in a cell that is not
+    /// new throughout is refused.
+    fn new_segments(&mut self) -> Result<Vec<usize>, ControlError> {
+        let (cur, next) = (self.cur.topo, self.next);
+        let mut vrs = Vec::new();
+        for plan in next.cells() {
+            let new_sw: Vec<&str> = (plan.switches.iter())
+                .map(|&s| next.switches[s].name.as_str())
+                .filter(|n| !cur.switches.iter().any(|s| s.name == *n))
+                .collect();
+            if new_sw.is_empty() {
+                continue;
+            }
+            let port_name = |p: &u16| next.ports[usize::from(*p)].name.as_str();
+            let whole = new_sw.len() == plan.switches.len()
+                && plan.vrs.iter().all(|&v| cur.vr_index(&next.vrs[v].name).is_none())
+                && plan.ports.iter().all(|p| cur.port_index(port_name(p)).is_none());
+            if !whole {
+                self.refused.push(format!(
+                    "switch {}: new, in a cell with running VRs, switches or ports: {FIX}",
+                    new_sw.join(", ")
+                ));
+                continue;
+            }
+            let seg = crate::build::segment(next, &plan, self.cur.burst)?;
+            let shown = (plan.ports.iter())
+                .filter(|&&p| !matches!(next.ports[usize::from(p)].kind, PortKind::Link { .. }))
+                .map(|p| port_name(p).to_string())
+                .collect();
+            let worker = plan.vrs.iter().find_map(|&i| next.schedule[i].worker).map(usize::from);
+            self.steps.push(Step::NewCell {
+                table: seg.tables,
+                cell: Box::new(seg.cell),
+                worker,
+                outside: seg.outside,
+                ports: shown,
+                vxlan: seg.vxlan,
+                switches: new_sw.iter().map(|n| n.to_string()).collect(),
+            });
+            for &i in &plan.vrs {
+                self.steps.extend(down_steps(next, i));
+            }
+            vrs.extend(plan.vrs);
+        }
+        Ok(vrs)
     }
 
     /// Ports that go: only with their cell (or, a mirror tap, with its VR).
@@ -567,12 +674,12 @@ impl Diff<'_> {
 
     /// New VRs: those on ports of a running cell join it; the others, on new ports only, are
     /// returned with their ports, to be grouped into new cells.
-    fn new_vrs(&mut self) -> Result<Vec<Group>, ControlError> {
+    fn new_vrs(&mut self, in_segments: &[usize]) -> Result<Vec<Group>, ControlError> {
         let (cur, next, rt) = (self.cur.topo, self.next, self.cur.rt);
         let next_ports = by_name(next);
         let mut new_cells = Vec::new();
         for (i, v) in next.vrs.iter().enumerate() {
-            if cur.vr_index(&v.name).is_some() {
+            if cur.vr_index(&v.name).is_some() || in_segments.contains(&i) {
                 continue;
             }
             let port_names: Vec<String> =
@@ -581,8 +688,10 @@ impl Diff<'_> {
                 .iter()
                 .find(|p| matches!(next_ports[p.as_str()].kind, PortKind::Link { .. }))
             {
-                self.refused
-                    .push(format!("vr {}: interface on a switch or link ({p}): {FIX}", v.name));
+                self.refused.push(format!(
+                    "vr {}: interface on a running switch or link ({p}): {FIX}",
+                    v.name
+                ));
                 continue;
             }
             let mut cells: Vec<usize> =
@@ -675,7 +784,16 @@ impl Diff<'_> {
         let worker = vrs.iter().find_map(|&i| next.schedule[i].worker).map(usize::from);
         // The outside ends of new mem ports are kept for whoever asks (tests, benchmarks).
         let cell = Box::new(cell);
-        self.steps.push(Step::NewCell { table, cell, worker, outside, ports: ports_of, vxlan });
+        let switches = Vec::new();
+        self.steps.push(Step::NewCell {
+            table,
+            cell,
+            worker,
+            outside,
+            ports: ports_of,
+            vxlan,
+            switches,
+        });
         for &i in &vrs {
             self.steps.extend(down_steps(next, i));
         }
@@ -768,19 +886,25 @@ fn remotes_only(
     }
 }
 
-/// The switches as text, with their members' ports by name (port numbers shift when a port
+/// A switch of `t` as text, with its members' ports by name (port numbers shift when a port
 /// earlier in the file goes).
-fn switches_named(t: &Topology) -> Vec<String> {
-    t.switches
-        .iter()
-        .map(|s| {
-            let members: Vec<String> = s
-                .members
-                .iter()
-                .map(|m| format!("{}: {:?}", t.ports[usize::from(m.port)].name, m.mode))
-                .collect();
-            format!("{} {members:?} {:?} {} {}", s.name, s.statics, s.mac_limit, s.aging_ms)
+fn switch_text(t: &Topology, s: &dataplane::SwitchConfig) -> String {
+    let members: Vec<String> = (s.members.iter())
+        .map(|m| format!("{}: {:?}", t.ports[usize::from(m.port)].name, m.mode))
+        .collect();
+    let rest = SwitchSettings { members: Vec::new(), name: String::new(), ..s.clone() };
+    format!("{} {members:?} {rest:?}", s.name)
+}
+
+/// The switches of `t` whose members are among runtime ports `ports` (a cell's).
+fn cell_switches(t: &Topology, ports: &[String]) -> Vec<String> {
+    (t.switches.iter())
+        .filter(|s| {
+            s.members
+                .first()
+                .is_some_and(|m| ports.contains(&rt_port(t, &t.ports[usize::from(m.port)].name)))
         })
+        .map(|s| s.name.clone())
         .collect()
 }
 
