@@ -475,6 +475,17 @@ pub fn open_port(topo: &Topology, i: usize) -> Result<Opened, BuildError> {
     })
 }
 
+/// Opens internal link `i` of `topo` (a VR interface on a switch a running host gains): the
+/// two ends, port `i`'s first, then its peer's.
+pub fn open_link(topo: &Topology, i: usize) -> Result<[Box<dyn Port>; 2], BuildError> {
+    let p = &topo.ports[i];
+    let PortKind::Link { peer } = p.kind else {
+        return Err(BuildError(format!("port {} is not an internal link", p.name)));
+    };
+    let (a, b) = mem::pair(&p.name, &topo.ports[usize::from(peer)].name, LINK_RING);
+    Ok([Box::new(a), Box::new(b)])
+}
+
 /// Applies the topology's per-port bursts and impairments (`ports[i]` is the cell's port `i`) and the schedule
 /// of the VRs called `names` (the cell's VRs, in order).
 fn configure(

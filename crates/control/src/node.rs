@@ -622,11 +622,16 @@ impl Node {
                 info!(port, remotes = ?to, "vxlan remotes set");
                 format!("port {port}: remotes set")
             }
-            Step::JoinCell { cell, ports, table, mut vr, vxlan, .. } => {
+            Step::JoinCell { cell, ports, table, mut vr, vxlan, members, outside, .. } => {
                 self.vxlan.extend(vxlan);
+                self.outside.extend(outside);
                 self.down_from_start(&mut vr);
                 let name = vr.name().to_string();
-                self.rt.add_vr(cell, ports, *vr)?;
+                if members.is_empty() {
+                    self.rt.add_vr(cell, ports, *vr)?;
+                } else {
+                    self.rt.add_vr_on_switches(cell, ports, *vr, members)?;
+                }
                 self.tables.insert(name.clone(), table);
                 info!(vr = %name, cell, "vr added");
                 format!("added vr {name} to cell {cell}")

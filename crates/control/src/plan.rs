@@ -141,6 +141,10 @@ pub(crate) enum Step {
         opens: Vec<String>,
         /// The handles of the `vxlan` ports it opens.
         vxlan: Vec<(String, ports::vxlan::VxlanHandle)>,
+        /// The running switches its interfaces join: (switch, cell-local port, mode).
+        members: Vec<(String, u16, dataplane::MemberMode)>,
+        /// The outside ends of the `mem` ports it opens.
+        outside: Vec<(String, MemPort)>,
     },
     /// A port's impairment set, changed or ended (`impair:`): runtime port `port`, named
     /// `name` in the file; `new` when it had none.
@@ -230,10 +234,14 @@ impl fmt::Display for Step {
                 let names: Vec<&str> = table.iter().map(|(n, _)| n.as_str()).collect();
                 write!(f, "+ vr {} (new cell; opens {})", names.join(", "), ports.join(", "))
             }
-            Step::JoinCell { vr, joins, opens, .. } => {
+            Step::JoinCell { vr, joins, opens, members, .. } => {
                 write!(f, "+ vr {} (joins the cell of {}", vr.name(), joins.join(", "))?;
                 if !opens.is_empty() {
                     write!(f, "; opens {}", opens.join(", "))?;
+                }
+                if !members.is_empty() {
+                    let sw: Vec<&str> = members.iter().map(|(s, ..)| s.as_str()).collect();
+                    write!(f, "; on switch {}", sw.join(", "))?;
                 }
                 write!(f, ")")
             }
@@ -327,7 +335,7 @@ impl fmt::Display for Plan {
 /// The steps that turn the running host `cur` into `next`, in the order they run, or why it
 /// cannot be done live (every reason at once).
 pub(crate) fn diff(cur: &Current, next: &Topology) -> Result<Vec<Step>, Refusal> {
-    let mut d = Diff { cur, next, steps: Vec::new(), refused: Vec::new() };
+    let mut d = Diff { cur, next, steps: Vec::new(), refused: Vec::new(), joins: Vec::new() };
     d.fixed();
     d.ports_kept();
     if cur.topo.idle != next.idle {
@@ -361,6 +369,9 @@ struct Diff<'a> {
     next: &'a Topology,
     steps: Vec<Step>,
     refused: Vec<String>,
+    /// Members running switches gain: (the link's switch end, by name; the switch; its mode;
+    /// the switch's cell), for the new VRs on them.
+    joins: Vec<(String, String, dataplane::MemberMode, usize)>,
 }
 
 impl Diff<'_> {
@@ -446,7 +457,7 @@ impl Diff<'_> {
         let next_rt: Vec<String> = next.ports.iter().map(|p| rt_port(next, &p.name)).collect();
         for s in &cur.switches {
             if let Some(t) = next_sw.get(s.name.as_str()) {
-                if *t != switch_text(cur, s) {
+                if *t != switch_text(cur, s) && !self.joinable(s) {
                     self.refused.push(format!(
                         "switch {}: its members or settings changed (a VR or port joining or leaving a running switch is not live): {FIX}",
                         s.name
@@ -476,6 +487,39 @@ impl Diff<'_> {
             let switches = cell_switches(cur, &ports);
             self.steps.push(Step::RemoveCell { cell: c, vrs: Vec::new(), switches, ports });
         }
+    }
+
+    /// Whether running switch `s` changes only by gaining members that are the switch ends of
+    /// new internal links (new VRs' interfaces on it); if so, they are noted in `joins`. Its
+    /// static entries name members by position, so a switch with any keeps its members.
+    fn joinable(&mut self, s: &SwitchSettings) -> bool {
+        let (cur, next, rt) = (self.cur.topo, self.next, self.cur.rt);
+        let Some(n) = next.switches.iter().find(|n| n.name == s.name) else { return false };
+        let plain = |t: &SwitchSettings| SwitchSettings { members: Vec::new(), ..t.clone() };
+        if plain(s) != plain(n) || !s.statics.is_empty() {
+            return false;
+        }
+        let named = |t: &Topology, m: &dataplane::MemberConfig| {
+            (t.ports[usize::from(m.port)].name.clone(), m.mode.clone())
+        };
+        let had: Vec<_> = s.members.iter().map(|m| named(cur, m)).collect();
+        let has: Vec<_> = n.members.iter().map(|m| named(next, m)).collect();
+        let Some(c) = (had.first()).and_then(|(p, _)| rt.cell_of_port(&rt_port(cur, p))) else {
+            return false;
+        };
+        let extra: Vec<_> = has.iter().filter(|m| !had.contains(m)).collect();
+        let ok = had.iter().all(|m| has.contains(m))
+            && extra.iter().all(|(p, _)| {
+                cur.port_index(p).is_none()
+                    && next
+                        .port_index(p)
+                        .is_some_and(|g| matches!(next.ports[g].kind, PortKind::Link { .. }))
+            });
+        if ok {
+            (self.joins)
+                .extend(extra.into_iter().map(|(p, m)| (p.clone(), s.name.clone(), m.clone(), c)));
+        }
+        ok
     }
 
     /// Cells of `next` with a switch that the running host gains whole (every VR, switch and
@@ -684,18 +728,26 @@ impl Diff<'_> {
             }
             let port_names: Vec<String> =
                 v.interfaces.iter().map(|f| f.port_name(next).to_string()).collect();
-            if let Some(p) = port_names
-                .iter()
-                .find(|p| matches!(next_ports[p.as_str()].kind, PortKind::Link { .. }))
-            {
+            // An interface on a switch: the switch end of its link must be a member the
+            // running switch gains (`joinable`), in that switch's cell.
+            let mut cells = Vec::new();
+            let mut unjoined = None;
+            for p in &port_names {
+                let PortKind::Link { peer } = next_ports[p.as_str()].kind else { continue };
+                let end = &next.ports[usize::from(peer)].name;
+                match self.joins.iter().find(|j| j.0 == *end) {
+                    Some(j) => cells.push(j.3),
+                    None => unjoined = Some(p.clone()),
+                }
+            }
+            if let Some(p) = unjoined {
                 self.refused.push(format!(
-                    "vr {}: interface on a running switch or link ({p}): {FIX}",
+                    "vr {}: interface on a switch or link ({p}) that does not run here and is not new with all of its cell: {FIX}",
                     v.name
                 ));
                 continue;
             }
-            let mut cells: Vec<usize> =
-                port_names.iter().filter_map(|p| rt.cell_of_port(&rt_port(next, p))).collect();
+            cells.extend(port_names.iter().filter_map(|p| rt.cell_of_port(&rt_port(next, p))));
             cells.sort_unstable();
             cells.dedup();
             let mirrors = mirror_ports(next, i);
@@ -716,30 +768,53 @@ impl Diff<'_> {
         Ok(new_cells)
     }
 
-    /// New VR `next.vrs[i]` joins running cell `c`, opening those of `port_names` that are new.
+    /// New VR `next.vrs[i]` joins running cell `c`, opening those of `port_names` that are new
+    /// (an internal link both ends, its switch end joining its switch).
     fn join_cell(&mut self, i: usize, c: usize, port_names: &[String]) -> Result<(), ControlError> {
         let (cur, next) = (self.cur.topo, self.next);
         let v = &next.vrs[i];
         let mut fresh: Vec<String> =
             port_names.iter().filter(|p| cur.port_index(p).is_none()).cloned().collect();
         fresh.dedup();
-        let local = local_ports(self.cur, c, next, &fresh);
-        let (table, vr) = vr_in_cell(v, local)?;
-        let mut opened = Vec::new();
-        let mut vxlan = Vec::new();
+        let link_end = |p: &str| match next.ports[next.port_index(p).expect("named")].kind {
+            PortKind::Link { peer } => Some(peer),
+            _ => None,
+        };
+        // The cell's new ports in the order they are added: a link's switch end after it.
+        let mut adds = Vec::new();
         for p in &fresh {
-            let o = open_port(next, next.port_index(p).expect("named"))?;
-            opened.push(o.port);
-            vxlan.extend(o.vxlan.map(|h| (p.clone(), h)));
+            adds.push(p.clone());
+            adds.extend(link_end(p).map(|e| next.ports[usize::from(e)].name.clone()));
         }
+        let local = local_ports(self.cur, c, next, &adds);
+        let (table, vr) = vr_in_cell(v, &local)?;
+        let (mut opened, mut vxlan, mut members) = (Vec::new(), Vec::new(), Vec::new());
+        let mut outside = Vec::new();
+        for p in &fresh {
+            let g = next.port_index(p).expect("named");
+            let Some(end) = link_end(p) else {
+                let o = open_port(next, g)?;
+                opened.push(o.port);
+                vxlan.extend(o.vxlan.map(|h| (p.clone(), h)));
+                outside.extend(o.outside.map(|m| (p.clone(), m)));
+                continue;
+            };
+            opened.extend(crate::build::open_link(next, g)?);
+            let name = &next.ports[usize::from(end)].name;
+            let j = self.joins.iter().find(|j| j.0 == *name).expect("checked by new_vrs");
+            members.push((j.1.clone(), local(end), j.2.clone()));
+        }
+        let shown = fresh.into_iter().filter(|p| link_end(p).is_none()).collect();
         self.steps.push(Step::JoinCell {
             cell: c,
             ports: opened,
             table,
             vr: Box::new(vr),
             joins: self.cur.rt.cell_ports(c).to_vec(),
-            opens: fresh,
+            opens: shown,
             vxlan,
+            members,
+            outside,
         });
         self.steps.extend(down_steps(next, i));
         if next.schedule[i] != VrSchedule::default() {

@@ -444,8 +444,9 @@ switches:
 
 /// A switch segment added and removed by `apply`: its switch, member port and VRs start as a
 /// new cell and forward (a frame from the member port reaches the VR over the switch, which
-/// routes it out of its other interface), the VR that was running is untouched, and a change
-/// to the members of a running switch is refused whole with what to do instead.
+/// routes it out of its other interface), the VR that was running is untouched; a new VR
+/// joins the running switch (a member added live, flooded to); a VR leaving it, or a port
+/// joining it, is refused whole with what to do instead.
 #[test]
 fn a_switch_segment_is_added_and_removed_live() {
     const BASE: &str = "\
@@ -503,10 +504,51 @@ vrs:
     );
     assert_eq!(n.plan(&parse(&with)).unwrap().steps, Vec::<String>::new());
 
+    // A new VR joins the running switch: the switch gains the member live and floods to it
+    // (a frame from m1 to c's MAC reaches c, which asks on its other interface).
+    let vr_c = "  - name: c
+    interfaces:
+      - { name: e0, switch: lan, mac: 02:00:00:00:0c:00, addresses: [10.0.0.3/24] }
+      - { name: e1, port: mc, mac: 02:00:00:00:0c:01, addresses: [10.2.0.1/24] }
+";
+    let with_c =
+        format!("{with}{vr_c}").replace("switches:", "  - { name: mc, kind: mem }\nswitches:");
+    let plan = n.apply(parse(&with_c), false).unwrap();
+    assert_eq!(plan.steps.len(), 1, "{plan}");
+    assert!(
+        plan.steps[0].starts_with("+ vr c (joins the cell of ")
+            && plan.steps[0].ends_with("; opens mc; on switch lan)"),
+        "{plan}"
+    );
+    assert_eq!(plan.unchanged, ["a", "b"], "{plan}");
+    let mut mc = n.take_outside("mc").unwrap();
+    batch.clear();
+    batch.push_copy(&frame_to([2, 0, 0, 0, 0x0c, 0], [10, 2, 0, 9], 0));
+    assert_eq!(ports::Port::tx_burst(&mut m1, &mut batch, &[0]), 1);
+    let t0 = Instant::now();
+    let mut asked = false;
+    while !asked && t0.elapsed() < DEADLINE {
+        batch.clear();
+        if ports::Port::rx_burst(&mut mc, &mut batch) == 0 {
+            thread::sleep(Duration::from_millis(1));
+        }
+        asked = batch.packets().iter().any(|p| {
+            let f = p.frame();
+            f.len() >= 14 && f[6..12] == [2, 0, 0, 0, 0x0c, 1] && f[12..14] == [8, 6]
+        });
+    }
+    assert!(asked, "c never asked for 10.2.0.9: the switch does not forward to its new member");
+    // A VR leaving a running switch is not live.
+    let e = n.apply(parse(&with), false).unwrap_err();
+    assert!(e.to_string().contains("switch lan: its members or settings changed"), "{e}");
+
     // The segment removed: its cell stops, a keeps running.
     let plan = n.apply(parse(&format!("{BASE}{VR_A}")), false).unwrap();
     assert_eq!(plan.steps.len(), 1, "{plan}");
-    assert!(plan.steps[0].starts_with("- switch lan and vr b (its cell stops; ports "), "{plan}");
+    assert!(
+        plan.steps[0].starts_with("- switch lan and vr b, c (its cell stops; ports "),
+        "{plan}"
+    );
     assert_eq!(plan.unchanged, ["a"], "{plan}");
     let status = n.status().unwrap();
     assert_eq!(status["switches"].as_array().map(Vec::len), Some(0), "{status:#}");

@@ -867,6 +867,33 @@ impl Cell {
         Ok(())
     }
 
+    /// Makes port `p` (one of the cell's, carrying no VR interface and in no switch) a member
+    /// of switch `s` in `mode`, the switch keeping what it learned. On error nothing changes.
+    pub fn add_switch_member(
+        &mut self,
+        s: usize,
+        p: u16,
+        mode: crate::MemberMode,
+    ) -> Result<(), BuildError> {
+        let n = self.switches.len();
+        let Some(sw) = self.switches.get_mut(s) else {
+            return Err(BuildError(format!("no switch {s} (there are {n})")));
+        };
+        let free = self.member_of.get(usize::from(p)).is_some_and(Option::is_none)
+            && !self.demux.has_port(usize::from(p));
+        if !free {
+            return Err(BuildError(format!(
+                "switch {}: port {p} is not a free port of the cell ({} ports)",
+                sw.name(),
+                self.ports.len()
+            )));
+        }
+        sw.add_member(p, mode).map_err(|e| BuildError(e.0))?;
+        self.member_of = members_of(&self.ports, &self.demux, &self.switches)
+            .expect("a free port joining one switch conflicts with nothing");
+        Ok(())
+    }
+
     /// Removes VR `v` and returns it; its ports stay in the cell (frames for it are then
     /// dropped at demux as `not_for_us`).
     pub fn remove_vr(&mut self, v: usize) -> Result<Vr, BuildError> {
