@@ -613,6 +613,19 @@ impl Node {
                 self.vxlan.extend(vxlan);
                 self.start_cell(table, cell, worker, outside)?
             }
+            Step::Leave { switch, port, cell } => {
+                let p = (self.rt.cell_ports(cell).iter().rposition(|n| *n == port))
+                    .ok_or_else(|| ControlError::State(format!("no port {port} in cell {cell}")))?;
+                let sw = switch.clone();
+                let r = self.rt.on_cell(cell, move |c| {
+                    let s = (c.switches().iter().position(|s| s.name() == sw))
+                        .ok_or_else(|| format!("no switch {sw} in the cell"))?;
+                    c.remove_switch_member(s, p as u16).map_err(|e| e.0)
+                })?;
+                r.map_err(ControlError::State)?;
+                info!(switch, port, "switch member left");
+                format!("switch {switch}: member {port} left")
+            }
             Step::Remotes { port, to, .. } => {
                 let h = self.vxlan.get(&port).ok_or_else(|| {
                     ControlError::State(format!("port {port}: no vxlan handle to change"))

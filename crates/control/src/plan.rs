@@ -146,6 +146,13 @@ pub(crate) enum Step {
         /// The outside ends of the `mem` ports it opens.
         outside: Vec<(String, MemPort)>,
     },
+    /// The member on runtime port `port` of cell `cell` leaves switch `switch` (a VR leaving
+    /// it): nothing is sent to it from the next burst, and what was learned on it is forgotten.
+    Leave {
+        switch: String,
+        port: String,
+        cell: usize,
+    },
     /// A port's impairment set, changed or ended (`impair:`): runtime port `port`, named
     /// `name` in the file; `new` when it had none.
     Impair {
@@ -246,6 +253,9 @@ impl fmt::Display for Step {
                 write!(f, ")")
             }
             Step::Schedule { vr, sched, from: Some(os) } => schedule_text(f, vr, os, sched),
+            Step::Leave { switch, port, .. } => {
+                write!(f, "~ switch {switch}: member {port} leaves")
+            }
             Step::Remotes { port, from, to } => {
                 write!(f, "~ port {port}: remotes {} -> {}", addrs(from), addrs(to))
             }
@@ -335,7 +345,14 @@ impl fmt::Display for Plan {
 /// The steps that turn the running host `cur` into `next`, in the order they run, or why it
 /// cannot be done live (every reason at once).
 pub(crate) fn diff(cur: &Current, next: &Topology) -> Result<Vec<Step>, Refusal> {
-    let mut d = Diff { cur, next, steps: Vec::new(), refused: Vec::new(), joins: Vec::new() };
+    let mut d = Diff {
+        cur,
+        next,
+        steps: Vec::new(),
+        refused: Vec::new(),
+        joins: Vec::new(),
+        leaves: Vec::new(),
+    };
     d.fixed();
     d.ports_kept();
     if cur.topo.idle != next.idle {
@@ -372,6 +389,8 @@ struct Diff<'a> {
     /// Members running switches gain: (the link's switch end, by name; the switch; its mode;
     /// the switch's cell), for the new VRs on them.
     joins: Vec<(String, String, dataplane::MemberMode, usize)>,
+    /// Link ends (both, by name) of the VRs that leave a running switch.
+    leaves: Vec<String>,
 }
 
 impl Diff<'_> {
@@ -457,7 +476,7 @@ impl Diff<'_> {
         let next_rt: Vec<String> = next.ports.iter().map(|p| rt_port(next, &p.name)).collect();
         for s in &cur.switches {
             if let Some(t) = next_sw.get(s.name.as_str()) {
-                if *t != switch_text(cur, s) && !self.joinable(s) {
+                if *t != switch_text(cur, s) && !self.members_change_live(s) {
                     self.refused.push(format!(
                         "switch {}: its members or settings changed (a VR or port joining or leaving a running switch is not live): {FIX}",
                         s.name
@@ -490,9 +509,11 @@ impl Diff<'_> {
     }
 
     /// Whether running switch `s` changes only by gaining members that are the switch ends of
-    /// new internal links (new VRs' interfaces on it); if so, they are noted in `joins`. Its
-    /// static entries name members by position, so a switch with any keeps its members.
-    fn joinable(&mut self, s: &SwitchSettings) -> bool {
+    /// new internal links (new VRs' interfaces on it) and losing those of VRs that go; if so,
+    /// the new ones are noted in `joins` and the others leave (a `Leave` step before their
+    /// VR goes). Its static entries name members by position, so a switch with any keeps its
+    /// members.
+    fn members_change_live(&mut self, s: &SwitchSettings) -> bool {
         let (cur, next, rt) = (self.cur.topo, self.next, self.cur.rt);
         let Some(n) = next.switches.iter().find(|n| n.name == s.name) else { return false };
         let plain = |t: &SwitchSettings| SwitchSettings { members: Vec::new(), ..t.clone() };
@@ -508,18 +529,39 @@ impl Diff<'_> {
             return false;
         };
         let extra: Vec<_> = has.iter().filter(|m| !had.contains(m)).collect();
-        let ok = had.iter().all(|m| has.contains(m))
+        let gone: Vec<_> = had.iter().filter(|m| !has.contains(m)).collect();
+        // A member that goes is the switch end of a link whose VR goes.
+        let vr_goes = |p: &str| {
+            let g = cur.port_index(p).expect("named");
+            let PortKind::Link { peer } = cur.ports[g].kind else { return None };
+            let vr = cur.vrs.iter().find(|v| v.interfaces.iter().any(|f| f.port == peer))?;
+            let end = cur.ports[usize::from(peer)].name.clone();
+            (next.vr_index(&vr.name).is_none() && next.port_index(p).is_none())
+                .then(|| (vr.name.clone(), end))
+        };
+        let ok = gone.iter().all(|(p, _)| vr_goes(p).is_some())
             && extra.iter().all(|(p, _)| {
                 cur.port_index(p).is_none()
                     && next
                         .port_index(p)
                         .is_some_and(|g| matches!(next.ports[g].kind, PortKind::Link { .. }))
             });
-        if ok {
-            (self.joins)
-                .extend(extra.into_iter().map(|(p, m)| (p.clone(), s.name.clone(), m.clone(), c)));
+        if !ok {
+            return false;
         }
-        ok
+        (self.joins)
+            .extend(extra.into_iter().map(|(p, m)| (p.clone(), s.name.clone(), m.clone(), c)));
+        for (p, _) in gone {
+            let (vr, end) = vr_goes(p).expect("checked");
+            let at = (self.steps.iter())
+                .position(|st| matches!(st, Step::RemoveVr(v) if *v == vr))
+                .unwrap_or(self.steps.len());
+            let port = rt_port(cur, p);
+            let leave = Step::Leave { switch: s.name.clone(), port, cell: c };
+            self.steps.insert(at, leave);
+            self.leaves.extend([p.clone(), end]);
+        }
+        true
     }
 
     /// Cells of `next` with a switch that the running host gains whole (every VR, switch and
@@ -583,6 +625,10 @@ impl Diff<'_> {
                 if next.vr_index(&cur.vrs[vr].name).is_none() {
                     continue;
                 }
+            }
+            // A link of a VR that left its switch stays in the cell, unused.
+            if self.leaves.iter().any(|l| l == n) {
+                continue;
             }
             if !rt.cell_of_port(&rt_port(cur, n)).is_some_and(|c| cells_gone.contains(&c)) {
                 refused.push(format!(
@@ -919,8 +965,11 @@ fn local_ports(cur: &Current, c: usize, next: &Topology, fresh: &[String]) -> im
     let mut names: Vec<String> = cur.rt.cell_ports(c).to_vec();
     names.extend(fresh.iter().map(|p| rt_port(next, p)));
     let global: Vec<String> = next.ports.iter().map(|p| rt_port(next, &p.name)).collect();
+    // The last of a name: a VR that left a switch and joins again has new links named as
+    // the unused ones it left in the cell.
     move |gp: u16| {
-        names.iter().position(|n| *n == global[usize::from(gp)]).unwrap_or(u16::MAX as usize) as u16
+        names.iter().rposition(|n| *n == global[usize::from(gp)]).unwrap_or(u16::MAX as usize)
+            as u16
     }
 }
 

@@ -1152,9 +1152,10 @@ fn status(id: usize, c: &Cell) -> CellStatus {
             name: s.name().to_string(),
             counters: *s.counters(),
             members: s
-                .member_ports()
-                .zip(s.member_drops())
-                .map(|(p, d)| (c.port_name(p as usize).to_string(), *d))
+                .live_members()
+                .map(|(m, p)| {
+                    (c.port_name(p as usize).to_string(), s.member_drops()[usize::from(m)])
+                })
                 .collect(),
             groups: s.group_count(),
         })

@@ -445,8 +445,9 @@ switches:
 /// A switch segment added and removed by `apply`: its switch, member port and VRs start as a
 /// new cell and forward (a frame from the member port reaches the VR over the switch, which
 /// routes it out of its other interface), the VR that was running is untouched; a new VR
-/// joins the running switch (a member added live, flooded to); a VR leaving it, or a port
-/// joining it, is refused whole with what to do instead.
+/// joins the running switch (a member added live, flooded to), leaves it (the member taken
+/// out, then the VR removed) and joins again; a port joining it is refused whole with what to
+/// do instead.
 #[test]
 fn a_switch_segment_is_added_and_removed_live() {
     const BASE: &str = "\
@@ -538,9 +539,45 @@ vrs:
         });
     }
     assert!(asked, "c never asked for 10.2.0.9: the switch does not forward to its new member");
-    // A VR leaving a running switch is not live.
+
+    // c leaves the running switch (its port mc stays): the member is taken out first, then
+    // the VR goes; b keeps forwarding. Then c joins again, on new links.
+    let without_c = with_c.replace(vr_c, "");
+    let plan = n.apply(parse(&without_c), false).unwrap();
+    assert_eq!(plan.steps, ["~ switch lan: member lan.c.e0.sw leaves", "- vr c"], "{plan}");
+    assert_eq!(plan.unchanged, ["a", "b"], "{plan}");
+    let status = n.status().unwrap();
+    let members: Vec<&str> = (status["switches"][0]["members"].as_array().unwrap().iter())
+        .map(|m| m["port"].as_str().unwrap_or_default())
+        .collect();
+    assert!(!members.contains(&"lan.c.e0.sw") && members.len() == 2, "{status:#}");
+    let plan = n.apply(parse(&with_c), false).unwrap();
+    assert_eq!(plan.steps.len(), 1, "{plan}");
+    assert!(plan.steps[0].ends_with("; on switch lan)"), "{plan}");
+    for (dst_mac, dst, rx, src) in [
+        ([2, 0, 0, 0, 0x0c, 0], [10, 2, 0, 10], &mut mc, [2, 0, 0, 0, 0x0c, 1]),
+        ([2, 0, 0, 0, 0x0b, 0], [10, 1, 0, 10], &mut mb, [2, 0, 0, 0, 0x0b, 1]),
+    ] {
+        batch.clear();
+        batch.push_copy(&frame_to(dst_mac, dst, 0));
+        assert_eq!(ports::Port::tx_burst(&mut m1, &mut batch, &[0]), 1);
+        let t0 = Instant::now();
+        let mut asked = false;
+        while !asked && t0.elapsed() < DEADLINE {
+            batch.clear();
+            if ports::Port::rx_burst(rx, &mut batch) == 0 {
+                thread::sleep(Duration::from_millis(1));
+            }
+            asked = batch.packets().iter().any(|p| {
+                let f = p.frame();
+                f.len() >= 14 && f[6..12] == src && f[12..14] == [8, 6]
+            });
+        }
+        assert!(asked, "no ARP from {src:?} after c joined again");
+    }
+    // A VR leaving with its own port is not live (a running cell keeps its ports).
     let e = n.apply(parse(&with), false).unwrap_err();
-    assert!(e.to_string().contains("switch lan: its members or settings changed"), "{e}");
+    assert!(e.to_string().contains("port mc: removed while VRs or switches"), "{e}");
 
     // The segment removed: its cell stops, a keeps running.
     let plan = n.apply(parse(&format!("{BASE}{VR_A}")), false).unwrap();

@@ -286,6 +286,8 @@ struct Member {
     /// The last source learned on this member and when its entry was refreshed (VALE's
     /// `last_smac`): a burst mostly comes from one station.
     last_src: (u64, u64),
+    /// Taken out ([`Switch::remove_member_on`]): its number stays, unused.
+    gone: bool,
 }
 
 impl Member {
@@ -404,7 +406,12 @@ impl Switch {
             members: cfg
                 .members
                 .iter()
-                .map(|m| Member { port: m.port, mode: m.mode.clone(), last_src: (u64::MAX, 0) })
+                .map(|m| Member {
+                    port: m.port,
+                    mode: m.mode.clone(),
+                    last_src: (u64::MAX, 0),
+                    gone: false,
+                })
                 .collect(),
             flood_sets: flood_sets.into_iter().map(|(v, m)| (v, m.into_boxed_slice())).collect(),
             table,
@@ -453,13 +460,53 @@ impl Switch {
             set.push(i);
             self.flood_sets.insert(v, set.into_boxed_slice());
         }
-        self.members.push(Member { port, mode, last_src: (u64::MAX, 0) });
+        self.members.push(Member { port, mode, last_src: (u64::MAX, 0), gone: false });
         self.member_drops.push([0; SwitchDrop::COUNT]);
         if self.member_at.len() <= usize::from(port) {
             self.member_at.resize(usize::from(port) + 1, NONE);
         }
         self.member_at[usize::from(port)] = i;
         Ok(())
+    }
+
+    /// Takes the member on port `port` out (a VR leaving the switch): from the next burst
+    /// nothing is flooded or forwarded to it, and what was learned or snooped on it is
+    /// forgotten. The other members keep their numbers and entries; the port then belongs to
+    /// no member (its number is not reused). A member with static entries stays. On error
+    /// nothing changes.
+    pub fn remove_member_on(&mut self, port: PortId) -> Result<(), SwitchError> {
+        let err = |m: String| Err(SwitchError(format!("switch {}: {m}", self.name)));
+        let i = match self.member_at.get(usize::from(port)) {
+            Some(&m) if m != NONE => m,
+            _ => return err(format!("port {port} is not a member")),
+        };
+        if self.table.values().any(|e| e.fixed && e.member == i) {
+            return err(format!("member {i} (port {port}) has static entries"));
+        }
+        let before = self.table.len();
+        self.table.retain(|_, e| e.member != i);
+        self.dynamic -= (before - self.table.len()) as u32;
+        for set in self.flood_sets.values_mut() {
+            if set.contains(&i) {
+                *set = set.iter().copied().filter(|&m| m != i).collect();
+            }
+        }
+        if let Some(sn) = self.snoop.as_mut() {
+            for g in 0..sn.groups.len() as u32 {
+                if sn.groups[g as usize].live && sn.has(g, i) {
+                    sn.remove(g, i);
+                }
+            }
+            sn.router_until[usize::from(i)] = 0;
+        }
+        self.member_at[usize::from(port)] = NONE;
+        self.members[usize::from(i)].gone = true;
+        Ok(())
+    }
+
+    /// The members still on the switch (those not taken out): (member number, port).
+    pub fn live_members(&self) -> impl Iterator<Item = (u16, PortId)> + '_ {
+        (self.members.iter().enumerate()).filter(|(_, m)| !m.gone).map(|(i, m)| (i as u16, m.port))
     }
 
     /// The switch's name.

@@ -295,8 +295,9 @@ fn joins_leaves_queries_timeouts_and_what_always_floods() {
 
 /// A member added to a running snooping switch (what `apply` does when a VR joins a running
 /// switch): the group joined before keeps its member and still goes to it alone, the new
-/// member is flooded to, and its own join registers beside the old one. A port that is taken
-/// or does not exist is refused.
+/// member is flooded to, and its own join registers beside the old one; taken out, it loses
+/// its membership and learned MAC and receives nothing; its port may join again. A port that
+/// is taken or does not exist is refused.
 #[test]
 fn a_member_added_live_keeps_the_snooped_groups() {
     let mut l = Lab::with_members(N - 1);
@@ -327,6 +328,23 @@ fn a_member_added_live_keeps_the_snooped_groups() {
     l.snooped(2);
     l.step("to both", 0, &data4(0, g, 4), &[1, 4]);
 
+    let taken = l.e.cell_mut().add_switch_member(0, 4, access.clone()).unwrap_err();
+    assert!(taken.0.contains("port 4 is not a free port"), "{taken}");
+
+    // Taken out again: its group membership and learned MAC go, nothing reaches it.
+    let learned = l.sw().table().len();
+    l.e.cell_mut().remove_switch_member(0, 4).unwrap();
+    assert_eq!(l.sw().table().len(), learned - 1);
+    assert_eq!(l.groups(), vec![(gi, vec![1])]);
+    l.snooped(1);
+    l.step("to the member that stays", 0, &data4(0, g, 5), &[1]);
+    l.flooded(3);
+    l.step("unregistered, without it", 0, &data4(0, v4("239.2.2.2"), 6), &[1, 2, 3]);
+    assert!(l.e.cell_mut().remove_switch_member(0, 4).is_err());
+    // Its port is free again, and may join again.
+    l.e.cell_mut().add_switch_member(0, 4, access.clone()).unwrap();
+    l.flooded(4);
+    l.step("unregistered, back", 0, &data4(0, v4("239.2.2.2"), 7), &[1, 2, 3, 4]);
     let taken = l.e.cell_mut().add_switch_member(0, 4, access.clone()).unwrap_err();
     assert!(taken.0.contains("port 4 is not a free port"), "{taken}");
     assert!(l.e.cell_mut().add_switch_member(0, 9, access.clone()).is_err());
