@@ -181,44 +181,27 @@ pub fn host_from(
             }
             continue;
         }
-        // Cell-local port numbers: position in the plan.
-        let local = |p: u16| plan.ports.iter().position(|&x| x == p).expect("in its cell") as u16;
         let mut cell_ports: Vec<Box<dyn Port>> = Vec::new();
         for &p in &plan.ports {
             cell_ports.push(ports[usize::from(p)].take().expect("a port is in one cell"));
         }
-        let mut vrs = Vec::new();
-        for &v in &plan.vrs {
-            let cfg = &vr_cfgs[v];
-            let stand_in = checkpoints.get(&cfg.name).and_then(|b| {
+        let stand_in = |cfg: &VrConfig| {
+            let t = checkpoints.get(&cfg.name).and_then(|b| {
                 RouteTable::from_checkpoint(cfg, b)
                     .map_err(|e| {
                         tracing::warn!(vr = %cfg.name, error = %e, "checkpoint refused; building the VR's table from its routes");
                     })
                     .ok()
             });
-            if stand_in.is_some() {
+            if t.is_some() {
                 stand_ins.push(cfg.name.clone());
             }
-            let (table, vr) = vr_in_cell_with(cfg, local, stand_in)?;
+            t
+        };
+        let (cell, built) = plan_cell(topo, &plan, vr_cfgs, cell_ports, burst, stand_in)?;
+        for (&v, table) in plan.vrs.iter().zip(built) {
             tables[v] = Some(table);
-            vrs.push(vr);
         }
-        let mut switches = Vec::new();
-        for &s in &plan.switches {
-            let mut cfg = topo.switches[s].clone();
-            for m in &mut cfg.members {
-                m.port = local(m.port);
-            }
-            switches.push(Switch::new(&cfg).map_err(|e| BuildError(e.0))?);
-        }
-        let mut cell = Cell::new(cell_ports, vrs, switches).map_err(|e| BuildError(e.0))?;
-        for p in 0..cell.port_count() {
-            cell.set_port_burst(p, burst).map_err(|e| BuildError(e.0))?;
-        }
-        let global: Vec<usize> = plan.ports.iter().map(|&p| usize::from(p)).collect();
-        let names: Vec<&str> = plan.vrs.iter().map(|&v| vr_cfgs[v].name.as_str()).collect();
-        configure(topo, &mut cell, &global, &names)?;
         let worker = plan.vrs.iter().find_map(|&v| topo.schedule.get(v)?.worker);
         cells.push(Placed { cell, worker: worker.map(usize::from) });
     }
@@ -230,6 +213,79 @@ pub fn host_from(
         }
     }
     Ok(Host { cells, outside, tables, queues, stand_ins, vxlan })
+}
+
+/// The cell of `plan` over its opened `cell_ports` (in the plan's order): its VRs (each
+/// table from `stand_in`, else built from its routes) and switches, configured as `topo`
+/// says. Returns it with its VRs' tables, in the plan's order.
+fn plan_cell(
+    topo: &Topology,
+    plan: &crate::topology::CellPlan,
+    vr_cfgs: &[VrConfig],
+    cell_ports: Vec<Box<dyn Port>>,
+    burst: usize,
+    mut stand_in: impl FnMut(&VrConfig) -> Option<RouteTable>,
+) -> Result<(Cell, Vec<RouteTable>), BuildError> {
+    // Cell-local port numbers: position in the plan.
+    let local = |p: u16| plan.ports.iter().position(|&x| x == p).expect("in its cell") as u16;
+    let mut vrs = Vec::new();
+    let mut tables = Vec::new();
+    for &v in &plan.vrs {
+        let cfg = &vr_cfgs[v];
+        let (table, vr) = vr_in_cell_with(cfg, local, stand_in(cfg))?;
+        tables.push(table);
+        vrs.push(vr);
+    }
+    let mut switches = Vec::new();
+    for &s in &plan.switches {
+        let mut cfg = topo.switches[s].clone();
+        for m in &mut cfg.members {
+            m.port = local(m.port);
+        }
+        switches.push(Switch::new(&cfg).map_err(|e| BuildError(e.0))?);
+    }
+    let mut cell = Cell::new(cell_ports, vrs, switches).map_err(|e| BuildError(e.0))?;
+    for p in 0..cell.port_count() {
+        cell.set_port_burst(p, burst).map_err(|e| BuildError(e.0))?;
+    }
+    let global: Vec<usize> = plan.ports.iter().map(|&p| usize::from(p)).collect();
+    let names: Vec<&str> = plan.vrs.iter().map(|&v| vr_cfgs[v].name.as_str()).collect();
+    configure(topo, &mut cell, &global, &names)?;
+    Ok((cell, tables))
+}
+
+/// A cell a running host gains whole (a new switch segment with its ports and VRs, see
+/// `plan`), built as [`host`] builds one.
+pub struct Segment {
+    pub cell: Cell,
+    /// Its VRs' route tables, by VR name.
+    pub tables: Vec<(String, RouteTable)>,
+    /// The outside ends of its `mem` ports, by port name.
+    pub outside: Vec<(String, MemPort)>,
+    /// Its `vxlan` ports' handles, by port name.
+    pub vxlan: Vec<(String, ports::vxlan::VxlanHandle)>,
+}
+
+/// Opens the ports of cell `plan` of `topo` (none of them open yet) and builds its cell.
+pub fn segment(
+    topo: &Topology,
+    plan: &crate::topology::CellPlan,
+    burst: usize,
+) -> Result<Segment, BuildError> {
+    let mut skip = vec![true; topo.ports.len()];
+    plan.ports.iter().for_each(|&p| skip[usize::from(p)] = false);
+    let mut vxlan = Vec::new();
+    let (mut ours, mut outside) = open_ports_except(topo, &skip, &mut vxlan)?;
+    let cell_ports: Vec<Box<dyn Port>> =
+        (plan.ports.iter()).map(|&p| ours[usize::from(p)].take().expect("opened")).collect();
+    let (cell, tables) = plan_cell(topo, plan, &topo.vrs, cell_ports, burst, |_| None)?;
+    let names = plan.vrs.iter().map(|&v| topo.vrs[v].name.clone());
+    let outside = (plan.ports.iter())
+        .filter_map(|&p| {
+            Some((topo.ports[usize::from(p)].name.clone(), outside[usize::from(p)].take()?))
+        })
+        .collect();
+    Ok(Segment { cell, tables: names.zip(tables).collect(), outside, vxlan })
 }
 
 /// A replicated VR's cells (replica `r`'s cell owns queue `r` of each of the plan's ports,
@@ -389,12 +445,20 @@ fn vr_in_cell_with(
     Ok((table, vr))
 }
 
-/// Opens port `i` of `topo` alone (a port a running host gains): the engine's end, and the
-/// outside end of a `mem` port. Links come in pairs and are refused here.
-pub fn open_port(
-    topo: &Topology,
-    i: usize,
-) -> Result<(Box<dyn Port>, Option<MemPort>), BuildError> {
+/// A port a running host gains, as [`open_port`] opened it.
+pub struct Opened {
+    /// The engine's end.
+    pub port: Box<dyn Port>,
+    /// The outside end of a `mem` port.
+    pub outside: Option<MemPort>,
+    /// A `vxlan` port's handle (its remotes change live through it).
+    pub vxlan: Option<ports::vxlan::VxlanHandle>,
+}
+
+/// Opens port `i` of `topo` alone (a port a running host gains): the engine's end, the
+/// outside end of a `mem` port, a `vxlan` port's handle. Links come in pairs and are refused
+/// here.
+pub fn open_port(topo: &Topology, i: usize) -> Result<Opened, BuildError> {
     let p = &topo.ports[i];
     if let PortKind::Link { .. } = p.kind {
         return Err(BuildError(format!("port {} is an internal link", p.name)));
@@ -402,8 +466,24 @@ pub fn open_port(
     // A mirror tap is named after its VR's interface.
     let vrs = if matches!(p.kind, PortKind::Mirror { .. }) { topo.vrs.clone() } else { Vec::new() };
     let one = Topology { ports: vec![p.clone()], vrs, ..Topology::default() };
-    let (mut ours, mut outside) = open_ports(&one)?;
-    Ok((ours.remove(0), outside.remove(0)))
+    let mut vxlan = Vec::new();
+    let (mut ours, mut outside) = open_ports_except(&one, &[false], &mut vxlan)?;
+    Ok(Opened {
+        port: ours.remove(0).expect("a single port that is not a link opens"),
+        outside: outside.remove(0),
+        vxlan: vxlan.pop().map(|(_, h)| h),
+    })
+}
+
+/// Opens internal link `i` of `topo` (a VR interface on a switch a running host gains): the
+/// two ends, port `i`'s first, then its peer's.
+pub fn open_link(topo: &Topology, i: usize) -> Result<[Box<dyn Port>; 2], BuildError> {
+    let p = &topo.ports[i];
+    let PortKind::Link { peer } = p.kind else {
+        return Err(BuildError(format!("port {} is not an internal link", p.name)));
+    };
+    let (a, b) = mem::pair(&p.name, &topo.ports[usize::from(peer)].name, LINK_RING);
+    Ok([Box::new(a), Box::new(b)])
 }
 
 /// Applies the topology's per-port bursts and impairments (`ports[i]` is the cell's port `i`) and the schedule

@@ -571,8 +571,11 @@ impl Node {
                 info!(vr = %name, "vr removed");
                 format!("removed vr {name}")
             }
-            Step::RemoveCell { cell, vrs, .. } => {
+            Step::RemoveCell { cell, vrs, ports, .. } => {
                 self.rt.remove_cell(cell)?;
+                for p in &ports {
+                    self.vxlan.remove(p);
+                }
                 for v in &vrs {
                     self.tables.remove(v);
                     info!(vr = %v, cell, "vr removed");
@@ -608,13 +611,42 @@ impl Node {
                 info!(vr, "vr rebuilt");
                 format!("vr {vr}: rebuilt")
             }
-            Step::NewCell { table, cell, worker, outside, .. } => {
+            Step::NewCell { table, cell, worker, outside, vxlan, .. } => {
+                self.vxlan.extend(vxlan);
                 self.start_cell(table, cell, worker, outside)?
             }
-            Step::JoinCell { cell, ports, table, mut vr, .. } => {
+            Step::Leave { switch, port, cell } => {
+                let p = (self.rt.cell_ports(cell).iter().rposition(|n| *n == port))
+                    .ok_or_else(|| ControlError::State(format!("no port {port} in cell {cell}")))?;
+                let sw = switch.clone();
+                let r = self.rt.on_cell(cell, move |c| {
+                    let s = (c.switches().iter().position(|s| s.name() == sw))
+                        .ok_or_else(|| format!("no switch {sw} in the cell"))?;
+                    c.remove_switch_member(s, p as u16).map_err(|e| e.0)
+                })?;
+                r.map_err(ControlError::State)?;
+                info!(switch, port, "switch member left");
+                format!("switch {switch}: member {port} left")
+            }
+            Step::Remotes { port, to, .. } => {
+                let h = self.vxlan.get(&port).ok_or_else(|| {
+                    ControlError::State(format!("port {port}: no vxlan handle to change"))
+                })?;
+                h.set_remotes(&to)
+                    .map_err(|e| ControlError::Invalid(format!("port {port}: remotes: {e}")))?;
+                info!(port, remotes = ?to, "vxlan remotes set");
+                format!("port {port}: remotes set")
+            }
+            Step::JoinCell { cell, ports, table, mut vr, vxlan, members, outside, .. } => {
+                self.vxlan.extend(vxlan);
+                self.outside.extend(outside);
                 self.down_from_start(&mut vr);
                 let name = vr.name().to_string();
-                self.rt.add_vr(cell, ports, *vr)?;
+                if members.is_empty() {
+                    self.rt.add_vr(cell, ports, *vr)?;
+                } else {
+                    self.rt.add_vr_on_switches(cell, ports, *vr, members)?;
+                }
                 self.tables.insert(name.clone(), table);
                 info!(vr = %name, cell, "vr added");
                 format!("added vr {name} to cell {cell}")

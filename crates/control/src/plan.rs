@@ -19,6 +19,7 @@ use crate::build::{open_port, vr_in_cell};
 use crate::runtime::Runtime;
 use crate::topology::VrSchedule;
 use crate::{ControlError, PortKind, Topology};
+use dataplane::SwitchConfig as SwitchSettings;
 
 /// What to do instead of a change that cannot be made live.
 const FIX: &str = "cannot be applied to a running host; run `routeplex down FILE` then `routeplex up FILE` to make it";
@@ -71,10 +72,11 @@ pub(crate) enum Step {
         to: crate::runtime::Idle,
     },
     RemoveVr(String),
-    /// A cell whose VRs all go, with its ports.
+    /// A cell whose VRs and switches all go, with its ports.
     RemoveCell {
         cell: usize,
         vrs: Vec<String>,
+        switches: Vec<String>,
         ports: Vec<String>,
     },
     Routes {
@@ -124,6 +126,10 @@ pub(crate) enum Step {
         outside: Vec<(String, MemPort)>,
         /// The ports it opens.
         ports: Vec<String>,
+        /// The handles of the `vxlan` ports it opens.
+        vxlan: Vec<(String, ports::vxlan::VxlanHandle)>,
+        /// Its switches (a new segment), by name.
+        switches: Vec<String>,
     },
     JoinCell {
         cell: usize,
@@ -133,6 +139,19 @@ pub(crate) enum Step {
         /// The cell's ports, and those the VR opens in it.
         joins: Vec<String>,
         opens: Vec<String>,
+        /// The handles of the `vxlan` ports it opens.
+        vxlan: Vec<(String, ports::vxlan::VxlanHandle)>,
+        /// The running switches its interfaces join: (switch, cell-local port, mode).
+        members: Vec<(String, u16, dataplane::MemberMode)>,
+        /// The outside ends of the `mem` ports it opens.
+        outside: Vec<(String, MemPort)>,
+    },
+    /// The member on runtime port `port` of cell `cell` leaves switch `switch` (a VR leaving
+    /// it): nothing is sent to it from the next burst, and what was learned on it is forgotten.
+    Leave {
+        switch: String,
+        port: String,
+        cell: usize,
     },
     /// A port's impairment set, changed or ended (`impair:`): runtime port `port`, named
     /// `name` in the file; `new` when it had none.
@@ -141,6 +160,14 @@ pub(crate) enum Step {
         name: String,
         new: bool,
         cfg: Option<dataplane::impair::ImpairConfig>,
+    },
+    /// A `vxlan` port's remote set swapped in place (`ports::vxlan::VxlanHandle::set_remotes`):
+    /// the port takes it at its next burst, frames already queued are sent, and the VRs on it
+    /// keep running (a VR that moved between hosts changes only its peers' remotes).
+    Remotes {
+        port: String,
+        from: Vec<std::net::IpAddr>,
+        to: Vec<std::net::IpAddr>,
     },
     /// A VR's worker, reservation and batch; `from` what ran (`None`: a new VR, not shown).
     Schedule {
@@ -171,12 +198,17 @@ impl fmt::Display for Step {
         match self {
             Step::Idle { from, to } => write!(f, "~ idle: {from:?} -> {to:?}"),
             Step::RemoveVr(n) => write!(f, "- vr {n}"),
-            Step::RemoveCell { vrs, ports, .. } => write!(
-                f,
-                "- vr {} (its cell stops; ports {} close)",
-                vrs.join(", "),
-                ports.join(", ")
-            ),
+            Step::RemoveCell { vrs, switches, ports, .. } => {
+                let mut what = Vec::new();
+                if !switches.is_empty() {
+                    what.push(format!("switch {}", switches.join(", ")));
+                }
+                if !vrs.is_empty() {
+                    what.push(format!("vr {}", vrs.join(", ")));
+                }
+                let (what, ports) = (what.join(" and "), ports.join(", "));
+                write!(f, "- {what} (its cell stops; ports {ports} close)")
+            }
             Step::Routes { vr, ops } => {
                 let del = ops.iter().filter(|op| matches!(op, RouteOp::Delete { .. })).count();
                 let add = ops.len() - del;
@@ -197,18 +229,36 @@ impl fmt::Display for Step {
                 }
                 Ok(())
             }
+            Step::NewCell { table, ports, switches, .. } if !switches.is_empty() => {
+                let names: Vec<&str> = table.iter().map(|(n, _)| n.as_str()).collect();
+                write!(f, "+ switch {} (new cell", switches.join(", "))?;
+                if !names.is_empty() {
+                    write!(f, " with vr {}", names.join(", "))?;
+                }
+                write!(f, "; opens {})", ports.join(", "))
+            }
             Step::NewCell { table, ports, .. } => {
                 let names: Vec<&str> = table.iter().map(|(n, _)| n.as_str()).collect();
                 write!(f, "+ vr {} (new cell; opens {})", names.join(", "), ports.join(", "))
             }
-            Step::JoinCell { vr, joins, opens, .. } => {
+            Step::JoinCell { vr, joins, opens, members, .. } => {
                 write!(f, "+ vr {} (joins the cell of {}", vr.name(), joins.join(", "))?;
                 if !opens.is_empty() {
                     write!(f, "; opens {}", opens.join(", "))?;
                 }
+                if !members.is_empty() {
+                    let sw: Vec<&str> = members.iter().map(|(s, ..)| s.as_str()).collect();
+                    write!(f, "; on switch {}", sw.join(", "))?;
+                }
                 write!(f, ")")
             }
             Step::Schedule { vr, sched, from: Some(os) } => schedule_text(f, vr, os, sched),
+            Step::Leave { switch, port, .. } => {
+                write!(f, "~ switch {switch}: member {port} leaves")
+            }
+            Step::Remotes { port, from, to } => {
+                write!(f, "~ port {port}: remotes {} -> {}", addrs(from), addrs(to))
+            }
             Step::Impair { name, cfg: None, .. } => write!(f, "~ port {name}: impairment ends"),
             Step::Impair { name, new, cfg: Some(c), .. } => {
                 let sign = if *new { '+' } else { '~' };
@@ -216,6 +266,12 @@ impl fmt::Display for Step {
             }
         }
     }
+}
+
+/// Addresses as a plan shows them: `[a, b]`, `[]` for none.
+fn addrs(list: &[std::net::IpAddr]) -> String {
+    let a: Vec<String> = list.iter().map(ToString::to_string).collect();
+    format!("[{}]", a.join(", "))
 }
 
 /// A schedule change's lines: reservation, batch, worker, each where it changed.
@@ -289,20 +345,29 @@ impl fmt::Display for Plan {
 /// The steps that turn the running host `cur` into `next`, in the order they run, or why it
 /// cannot be done live (every reason at once).
 pub(crate) fn diff(cur: &Current, next: &Topology) -> Result<Vec<Step>, Refusal> {
-    let mut d = Diff { cur, next, steps: Vec::new(), refused: Vec::new() };
+    let mut d = Diff {
+        cur,
+        next,
+        steps: Vec::new(),
+        refused: Vec::new(),
+        joins: Vec::new(),
+        leaves: Vec::new(),
+    };
     d.fixed();
     d.ports_kept();
     if cur.topo.idle != next.idle {
         d.steps.push(Step::Idle { from: cur.topo.idle, to: next.idle });
     }
-    let cells_gone = d.removals()?;
+    let mut cells_gone = d.removals()?;
+    d.switches_kept_or_gone(&mut cells_gone);
     d.ports_gone(&cells_gone);
     for (i, v) in next.vrs.iter().enumerate() {
         if let Some(j) = cur.topo.vr_index(&v.name) {
             d.changed_vr(i, j)?;
         }
     }
-    let new_cells = d.new_vrs()?;
+    let segment_vrs = d.new_segments()?;
+    let new_cells = d.new_vrs(&segment_vrs)?;
     for (ports_of, vrs) in merge_cells(new_cells) {
         d.new_cell(ports_of, vrs)?;
     }
@@ -321,10 +386,15 @@ struct Diff<'a> {
     next: &'a Topology,
     steps: Vec<Step>,
     refused: Vec<String>,
+    /// Members running switches gain: (the link's switch end, by name; the switch; its mode;
+    /// the switch's cell), for the new VRs on them.
+    joins: Vec<(String, String, dataplane::MemberMode, usize)>,
+    /// Link ends (both, by name) of the VRs that leave a running switch.
+    leaves: Vec<String>,
 }
 
 impl Diff<'_> {
-    /// What only a restart changes: workers, metrics, migration, hosts, switches, replicas.
+    /// What only a restart changes: workers, metrics, migration, hosts, replicas.
     fn fixed(&mut self) {
         let (cur, next) = (self.cur.topo, self.next);
         if cur.workers != next.workers {
@@ -339,19 +409,21 @@ impl Diff<'_> {
         if cur.hosts != next.hosts {
             self.refused.push(format!("hosts changed: {FIX}"));
         }
-        if switches_named(cur) != switches_named(next) {
-            self.refused.push(format!("switches changed: {FIX}"));
-        }
         self.refused.extend(crate::replicas::refuse_changes(cur, next, FIX));
     }
 
-    /// Ports of both whose kind, settings or burst changed.
+    /// Ports of both whose kind, settings or burst changed: a `vxlan` port's remotes change
+    /// live, the rest only with a restart.
     fn ports_kept(&mut self) {
         let (cur, next) = (self.cur.topo, self.next);
         let next_ports = by_name(next);
         let mut refused = Vec::new();
         for (n, p) in by_name(cur) {
             match next_ports.get(n) {
+                Some(q) if q.burst == p.burst && remotes_only(&p.kind, &q.kind).is_some() => {
+                    let (from, to) = remotes_only(&p.kind, &q.kind).expect("just matched");
+                    self.steps.push(Step::Remotes { port: n.to_string(), from, to });
+                }
                 Some(q) if !same_kind(cur, &p.kind, next, &q.kind) => {
                     refused.push(format!("port {n}: its kind or settings changed: {FIX}"))
                 }
@@ -385,12 +457,159 @@ impl Diff<'_> {
             if all_go && ports_gone {
                 cells_gone.push(c);
                 let ports = rt.cell_ports(c).to_vec();
-                self.steps.push(Step::RemoveCell { cell: c, vrs, ports });
+                let switches = cell_switches(cur, rt.cell_ports(c));
+                self.steps.push(Step::RemoveCell { cell: c, vrs, switches, ports });
             } else {
                 self.steps.push(Step::RemoveVr(n.clone()));
             }
         }
         Ok(cells_gone)
+    }
+
+    /// Switches of both must be the same (members by port name, VLANs, settings); a switch
+    /// that goes takes its cell with it (a cell of switches and ports alone is removed here,
+    /// one with VRs by `removals`). New switches come with new segments (`new_segments`).
+    fn switches_kept_or_gone(&mut self, cells_gone: &mut Vec<usize>) {
+        let (cur, next, rt) = (self.cur.topo, self.next, self.cur.rt);
+        let next_sw: HashMap<&str, String> =
+            next.switches.iter().map(|s| (s.name.as_str(), switch_text(next, s))).collect();
+        let next_rt: Vec<String> = next.ports.iter().map(|p| rt_port(next, &p.name)).collect();
+        for s in &cur.switches {
+            if let Some(t) = next_sw.get(s.name.as_str()) {
+                if *t != switch_text(cur, s) && !self.members_change_live(s) {
+                    self.refused.push(format!(
+                        "switch {}: its members or settings changed (a VR or port joining or leaving a running switch is not live): {FIX}",
+                        s.name
+                    ));
+                }
+                continue;
+            }
+            let Some(c) = (s.members.first())
+                .and_then(|m| rt.cell_of_port(&rt_port(cur, &cur.ports[usize::from(m.port)].name)))
+            else {
+                continue;
+            };
+            if cells_gone.contains(&c) {
+                continue;
+            }
+            let stays = rt.cell_vrs(c).iter().any(|v| next.vr_index(v).is_some())
+                || rt.cell_ports(c).iter().any(|p| next_rt.contains(p));
+            if stays || !rt.cell_vrs(c).is_empty() {
+                self.refused.push(format!(
+                    "switch {}: removed while VRs or ports of its cell stay: {FIX}",
+                    s.name
+                ));
+                continue;
+            }
+            cells_gone.push(c);
+            let ports = rt.cell_ports(c).to_vec();
+            let switches = cell_switches(cur, &ports);
+            self.steps.push(Step::RemoveCell { cell: c, vrs: Vec::new(), switches, ports });
+        }
+    }
+
+    /// Whether running switch `s` changes only by gaining members that are the switch ends of
+    /// new internal links (new VRs' interfaces on it) and losing those of VRs that go; if so,
+    /// the new ones are noted in `joins` and the others leave (a `Leave` step before their
+    /// VR goes). Its static entries name members by position, so a switch with any keeps its
+    /// members.
+    fn members_change_live(&mut self, s: &SwitchSettings) -> bool {
+        let (cur, next, rt) = (self.cur.topo, self.next, self.cur.rt);
+        let Some(n) = next.switches.iter().find(|n| n.name == s.name) else { return false };
+        let plain = |t: &SwitchSettings| SwitchSettings { members: Vec::new(), ..t.clone() };
+        if plain(s) != plain(n) || !s.statics.is_empty() {
+            return false;
+        }
+        let named = |t: &Topology, m: &dataplane::MemberConfig| {
+            (t.ports[usize::from(m.port)].name.clone(), m.mode.clone())
+        };
+        let had: Vec<_> = s.members.iter().map(|m| named(cur, m)).collect();
+        let has: Vec<_> = n.members.iter().map(|m| named(next, m)).collect();
+        let Some(c) = (had.first()).and_then(|(p, _)| rt.cell_of_port(&rt_port(cur, p))) else {
+            return false;
+        };
+        let extra: Vec<_> = has.iter().filter(|m| !had.contains(m)).collect();
+        let gone: Vec<_> = had.iter().filter(|m| !has.contains(m)).collect();
+        // A member that goes is the switch end of a link whose VR goes.
+        let vr_goes = |p: &str| {
+            let g = cur.port_index(p).expect("named");
+            let PortKind::Link { peer } = cur.ports[g].kind else { return None };
+            let vr = cur.vrs.iter().find(|v| v.interfaces.iter().any(|f| f.port == peer))?;
+            let end = cur.ports[usize::from(peer)].name.clone();
+            (next.vr_index(&vr.name).is_none() && next.port_index(p).is_none())
+                .then(|| (vr.name.clone(), end))
+        };
+        let ok = gone.iter().all(|(p, _)| vr_goes(p).is_some())
+            && extra.iter().all(|(p, _)| {
+                cur.port_index(p).is_none()
+                    && next
+                        .port_index(p)
+                        .is_some_and(|g| matches!(next.ports[g].kind, PortKind::Link { .. }))
+            });
+        if !ok {
+            return false;
+        }
+        (self.joins)
+            .extend(extra.into_iter().map(|(p, m)| (p.clone(), s.name.clone(), m.clone(), c)));
+        for (p, _) in gone {
+            let (vr, end) = vr_goes(p).expect("checked");
+            let at = (self.steps.iter())
+                .position(|st| matches!(st, Step::RemoveVr(v) if *v == vr))
+                .unwrap_or(self.steps.len());
+            let port = rt_port(cur, p);
+            let leave = Step::Leave { switch: s.name.clone(), port, cell: c };
+            self.steps.insert(at, leave);
+            self.leaves.extend([p.clone(), end]);
+        }
+        true
+    }
+
+    /// Cells of `next` with a switch that the running host gains whole (every VR, switch and
+    /// port in it new): each a new cell. Returns their VRs; a new switch in a cell that is not
+    /// new throughout is refused.
+    fn new_segments(&mut self) -> Result<Vec<usize>, ControlError> {
+        let (cur, next) = (self.cur.topo, self.next);
+        let mut vrs = Vec::new();
+        for plan in next.cells() {
+            let new_sw: Vec<&str> = (plan.switches.iter())
+                .map(|&s| next.switches[s].name.as_str())
+                .filter(|n| !cur.switches.iter().any(|s| s.name == *n))
+                .collect();
+            if new_sw.is_empty() {
+                continue;
+            }
+            let port_name = |p: &u16| next.ports[usize::from(*p)].name.as_str();
+            let whole = new_sw.len() == plan.switches.len()
+                && plan.vrs.iter().all(|&v| cur.vr_index(&next.vrs[v].name).is_none())
+                && plan.ports.iter().all(|p| cur.port_index(port_name(p)).is_none());
+            if !whole {
+                self.refused.push(format!(
+                    "switch {}: new, in a cell with running VRs, switches or ports: {FIX}",
+                    new_sw.join(", ")
+                ));
+                continue;
+            }
+            let seg = crate::build::segment(next, &plan, self.cur.burst)?;
+            let shown = (plan.ports.iter())
+                .filter(|&&p| !matches!(next.ports[usize::from(p)].kind, PortKind::Link { .. }))
+                .map(|p| port_name(p).to_string())
+                .collect();
+            let worker = plan.vrs.iter().find_map(|&i| next.schedule[i].worker).map(usize::from);
+            self.steps.push(Step::NewCell {
+                table: seg.tables,
+                cell: Box::new(seg.cell),
+                worker,
+                outside: seg.outside,
+                ports: shown,
+                vxlan: seg.vxlan,
+                switches: new_sw.iter().map(|n| n.to_string()).collect(),
+            });
+            for &i in &plan.vrs {
+                self.steps.extend(down_steps(next, i));
+            }
+            vrs.extend(plan.vrs);
+        }
+        Ok(vrs)
     }
 
     /// Ports that go: only with their cell (or, a mirror tap, with its VR).
@@ -406,6 +625,10 @@ impl Diff<'_> {
                 if next.vr_index(&cur.vrs[vr].name).is_none() {
                     continue;
                 }
+            }
+            // A link of a VR that left its switch stays in the cell, unused.
+            if self.leaves.iter().any(|l| l == n) {
+                continue;
             }
             if !rt.cell_of_port(&rt_port(cur, n)).is_some_and(|c| cells_gone.contains(&c)) {
                 refused.push(format!(
@@ -541,26 +764,36 @@ impl Diff<'_> {
 
     /// New VRs: those on ports of a running cell join it; the others, on new ports only, are
     /// returned with their ports, to be grouped into new cells.
-    fn new_vrs(&mut self) -> Result<Vec<Group>, ControlError> {
+    fn new_vrs(&mut self, in_segments: &[usize]) -> Result<Vec<Group>, ControlError> {
         let (cur, next, rt) = (self.cur.topo, self.next, self.cur.rt);
         let next_ports = by_name(next);
         let mut new_cells = Vec::new();
         for (i, v) in next.vrs.iter().enumerate() {
-            if cur.vr_index(&v.name).is_some() {
+            if cur.vr_index(&v.name).is_some() || in_segments.contains(&i) {
                 continue;
             }
             let port_names: Vec<String> =
                 v.interfaces.iter().map(|f| f.port_name(next).to_string()).collect();
-            if let Some(p) = port_names
-                .iter()
-                .find(|p| matches!(next_ports[p.as_str()].kind, PortKind::Link { .. }))
-            {
-                self.refused
-                    .push(format!("vr {}: interface on a switch or link ({p}): {FIX}", v.name));
+            // An interface on a switch: the switch end of its link must be a member the
+            // running switch gains (`joinable`), in that switch's cell.
+            let mut cells = Vec::new();
+            let mut unjoined = None;
+            for p in &port_names {
+                let PortKind::Link { peer } = next_ports[p.as_str()].kind else { continue };
+                let end = &next.ports[usize::from(peer)].name;
+                match self.joins.iter().find(|j| j.0 == *end) {
+                    Some(j) => cells.push(j.3),
+                    None => unjoined = Some(p.clone()),
+                }
+            }
+            if let Some(p) = unjoined {
+                self.refused.push(format!(
+                    "vr {}: interface on a switch or link ({p}) that does not run here and is not new with all of its cell: {FIX}",
+                    v.name
+                ));
                 continue;
             }
-            let mut cells: Vec<usize> =
-                port_names.iter().filter_map(|p| rt.cell_of_port(&rt_port(next, p))).collect();
+            cells.extend(port_names.iter().filter_map(|p| rt.cell_of_port(&rt_port(next, p))));
             cells.sort_unstable();
             cells.dedup();
             let mirrors = mirror_ports(next, i);
@@ -581,27 +814,53 @@ impl Diff<'_> {
         Ok(new_cells)
     }
 
-    /// New VR `next.vrs[i]` joins running cell `c`, opening those of `port_names` that are new.
+    /// New VR `next.vrs[i]` joins running cell `c`, opening those of `port_names` that are new
+    /// (an internal link both ends, its switch end joining its switch).
     fn join_cell(&mut self, i: usize, c: usize, port_names: &[String]) -> Result<(), ControlError> {
         let (cur, next) = (self.cur.topo, self.next);
         let v = &next.vrs[i];
         let mut fresh: Vec<String> =
             port_names.iter().filter(|p| cur.port_index(p).is_none()).cloned().collect();
         fresh.dedup();
-        let local = local_ports(self.cur, c, next, &fresh);
-        let (table, vr) = vr_in_cell(v, local)?;
-        let mut opened = Vec::new();
+        let link_end = |p: &str| match next.ports[next.port_index(p).expect("named")].kind {
+            PortKind::Link { peer } => Some(peer),
+            _ => None,
+        };
+        // The cell's new ports in the order they are added: a link's switch end after it.
+        let mut adds = Vec::new();
         for p in &fresh {
-            let (port, _) = open_port(next, next.port_index(p).expect("named"))?;
-            opened.push(port);
+            adds.push(p.clone());
+            adds.extend(link_end(p).map(|e| next.ports[usize::from(e)].name.clone()));
         }
+        let local = local_ports(self.cur, c, next, &adds);
+        let (table, vr) = vr_in_cell(v, &local)?;
+        let (mut opened, mut vxlan, mut members) = (Vec::new(), Vec::new(), Vec::new());
+        let mut outside = Vec::new();
+        for p in &fresh {
+            let g = next.port_index(p).expect("named");
+            let Some(end) = link_end(p) else {
+                let o = open_port(next, g)?;
+                opened.push(o.port);
+                vxlan.extend(o.vxlan.map(|h| (p.clone(), h)));
+                outside.extend(o.outside.map(|m| (p.clone(), m)));
+                continue;
+            };
+            opened.extend(crate::build::open_link(next, g)?);
+            let name = &next.ports[usize::from(end)].name;
+            let j = self.joins.iter().find(|j| j.0 == *name).expect("checked by new_vrs");
+            members.push((j.1.clone(), local(end), j.2.clone()));
+        }
+        let shown = fresh.into_iter().filter(|p| link_end(p).is_none()).collect();
         self.steps.push(Step::JoinCell {
             cell: c,
             ports: opened,
             table,
             vr: Box::new(vr),
             joins: self.cur.rt.cell_ports(c).to_vec(),
-            opens: fresh,
+            opens: shown,
+            vxlan,
+            members,
+            outside,
         });
         self.steps.extend(down_steps(next, i));
         if next.schedule[i] != VrSchedule::default() {
@@ -616,16 +875,16 @@ impl Diff<'_> {
         let next = self.next;
         let mut opened = Vec::new();
         let mut outside = Vec::new();
+        let mut vxlan = Vec::new();
         for p in &ports_of {
             if self.cur.topo.port_index(p).is_some() {
                 self.refused.push(format!("port {p}: in use by another cell: {FIX}"));
                 continue;
             }
-            let (port, out) = open_port(next, next.port_index(p).expect("named"))?;
-            opened.push(port);
-            if let Some(o) = out {
-                outside.push((p.clone(), o));
-            }
+            let o = open_port(next, next.port_index(p).expect("named"))?;
+            opened.push(o.port);
+            outside.extend(o.outside.map(|m| (p.clone(), m)));
+            vxlan.extend(o.vxlan.map(|h| (p.clone(), h)));
         }
         let local = |gp: u16| {
             ports_of
@@ -646,7 +905,16 @@ impl Diff<'_> {
         let worker = vrs.iter().find_map(|&i| next.schedule[i].worker).map(usize::from);
         // The outside ends of new mem ports are kept for whoever asks (tests, benchmarks).
         let cell = Box::new(cell);
-        self.steps.push(Step::NewCell { table, cell, worker, outside, ports: ports_of });
+        let switches = Vec::new();
+        self.steps.push(Step::NewCell {
+            table,
+            cell,
+            worker,
+            outside,
+            ports: ports_of,
+            vxlan,
+            switches,
+        });
         for &i in &vrs {
             self.steps.extend(down_steps(next, i));
         }
@@ -697,8 +965,11 @@ fn local_ports(cur: &Current, c: usize, next: &Topology, fresh: &[String]) -> im
     let mut names: Vec<String> = cur.rt.cell_ports(c).to_vec();
     names.extend(fresh.iter().map(|p| rt_port(next, p)));
     let global: Vec<String> = next.ports.iter().map(|p| rt_port(next, &p.name)).collect();
+    // The last of a name: a VR that left a switch and joins again has new links named as
+    // the unused ones it left in the cell.
     move |gp: u16| {
-        names.iter().position(|n| *n == global[usize::from(gp)]).unwrap_or(u16::MAX as usize) as u16
+        names.iter().rposition(|n| *n == global[usize::from(gp)]).unwrap_or(u16::MAX as usize)
+            as u16
     }
 }
 
@@ -723,19 +994,41 @@ fn same_kind(a: &Topology, ka: &PortKind, b: &Topology, kb: &PortKind) -> bool {
     }
 }
 
-/// The switches as text, with their members' ports by name (port numbers shift when a port
+/// A `vxlan` port whose only change is its remote set: the remotes before and after.
+fn remotes_only(
+    a: &PortKind,
+    b: &PortKind,
+) -> Option<(Vec<std::net::IpAddr>, Vec<std::net::IpAddr>)> {
+    match (a, b) {
+        (PortKind::Vxlan(x), PortKind::Vxlan(y))
+            if x.remotes != y.remotes
+                && crate::topology::VxlanSpec { remotes: y.remotes.clone(), ..x.clone() } == *y =>
+        {
+            Some((x.remotes.clone(), y.remotes.clone()))
+        }
+        _ => None,
+    }
+}
+
+/// A switch of `t` as text, with its members' ports by name (port numbers shift when a port
 /// earlier in the file goes).
-fn switches_named(t: &Topology) -> Vec<String> {
-    t.switches
-        .iter()
-        .map(|s| {
-            let members: Vec<String> = s
-                .members
-                .iter()
-                .map(|m| format!("{}: {:?}", t.ports[usize::from(m.port)].name, m.mode))
-                .collect();
-            format!("{} {members:?} {:?} {} {}", s.name, s.statics, s.mac_limit, s.aging_ms)
+fn switch_text(t: &Topology, s: &dataplane::SwitchConfig) -> String {
+    let members: Vec<String> = (s.members.iter())
+        .map(|m| format!("{}: {:?}", t.ports[usize::from(m.port)].name, m.mode))
+        .collect();
+    let rest = SwitchSettings { members: Vec::new(), name: String::new(), ..s.clone() };
+    format!("{} {members:?} {rest:?}", s.name)
+}
+
+/// The switches of `t` whose members are among runtime ports `ports` (a cell's).
+fn cell_switches(t: &Topology, ports: &[String]) -> Vec<String> {
+    (t.switches.iter())
+        .filter(|s| {
+            s.members
+                .first()
+                .is_some_and(|m| ports.contains(&rt_port(t, &t.ports[usize::from(m.port)].name)))
         })
+        .map(|s| s.name.clone())
         .collect()
 }
 

@@ -759,6 +759,36 @@ impl Runtime {
         Ok(())
     }
 
+    /// As [`Runtime::add_vr`], and then, in the same job, each of `members` (switch name,
+    /// cell-local port, mode) joins its switch in the cell (see [`Cell::add_switch_member`]):
+    /// a VR whose interfaces sit on running switches.
+    pub fn add_vr_on_switches(
+        &mut self,
+        c: usize,
+        ports: Vec<Box<dyn ports::Port>>,
+        vr: dataplane::Vr,
+        members: Vec<(String, u16, dataplane::MemberMode)>,
+    ) -> Result<(), RuntimeError> {
+        let name = vr.name().to_string();
+        let names: Vec<String> = ports.iter().map(|p| p.name().to_string()).collect();
+        let r = self.on_cell(c, move |cell| {
+            let at = |cell: &Cell, sw: &str| cell.switches().iter().position(|s| s.name() == sw);
+            if let Some((sw, ..)) = members.iter().find(|(sw, ..)| at(cell, sw).is_none()) {
+                return Err(format!("no switch {sw} in the cell"));
+            }
+            cell.add_vr(ports, vr).map_err(|e| e.0)?;
+            for (sw, p, mode) in members {
+                let s = at(cell, &sw).expect("checked above");
+                cell.add_switch_member(s, p, mode).map_err(|e| e.0)?;
+            }
+            Ok(())
+        })?;
+        r.map_err(RuntimeError)?;
+        self.cells[c].vrs.push(name);
+        self.cells[c].ports.extend(names);
+        Ok(())
+    }
+
     /// Removes VR `name` from its cell (which keeps running, with its ports); returns the VR,
     /// to be dropped by the caller, off the worker.
     pub fn remove_vr(&mut self, name: &str) -> Result<dataplane::Vr, RuntimeError> {
@@ -1185,9 +1215,10 @@ fn status(id: usize, c: &Cell) -> CellStatus {
             name: s.name().to_string(),
             counters: *s.counters(),
             members: s
-                .member_ports()
-                .zip(s.member_drops())
-                .map(|(p, d)| (c.port_name(p as usize).to_string(), *d))
+                .live_members()
+                .map(|(m, p)| {
+                    (c.port_name(p as usize).to_string(), s.member_drops()[usize::from(m)])
+                })
                 .collect(),
             groups: s.group_count(),
         })

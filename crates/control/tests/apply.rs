@@ -444,3 +444,162 @@ fn vr_add_and_remove_through_the_api_extend_the_running_topology() {
     assert_eq!((got, err), (sent, None), "an untouched VR lost nothing");
     n.stop().unwrap();
 }
+
+// (no line continuation: it would eat the first line's indent)
+const SEGMENT: &str = "  - { name: m1, kind: mem }
+  - { name: mb, kind: mem }
+switches:
+  - name: lan
+    members: [{ port: m1 }]
+";
+
+/// A switch segment added and removed by `apply`: its switch, member port and VRs start as a
+/// new cell and forward (a frame from the member port reaches the VR over the switch, which
+/// routes it out of its other interface), the VR that was running is untouched; a new VR
+/// joins the running switch (a member added live, flooded to), leaves it (the member taken
+/// out, then the VR removed) and joins again; a port joining it is refused whole with what to
+/// do instead.
+#[test]
+fn a_switch_segment_is_added_and_removed_live() {
+    const BASE: &str = "\
+ports:
+  - { name: pa, kind: mem }
+";
+    const VR_A: &str = "\
+vrs:
+  - name: a
+    interfaces:
+      - { name: e0, port: pa, mac: 02:00:00:00:0a:00, addresses: [10.9.0.1/24] }
+";
+    const VR_B: &str = "  - name: b
+    interfaces:
+      - { name: e0, switch: lan, mac: 02:00:00:00:0b:00, addresses: [10.0.0.1/24] }
+      - { name: e1, port: mb, mac: 02:00:00:00:0b:01, addresses: [10.1.0.1/24] }
+";
+    let with = format!("{BASE}{SEGMENT}{VR_A}{VR_B}");
+    let mut n = node(&format!("{BASE}{VR_A}"));
+    let plan = n.apply(parse(&with), false).unwrap();
+    assert_eq!(plan.steps, ["+ switch lan (new cell with vr b; opens m1, mb)"], "{plan}");
+    assert_eq!(plan.unchanged, ["a"], "{plan}");
+    let (mut m1, mut mb) = (n.take_outside("m1").unwrap(), n.take_outside("mb").unwrap());
+    // Into the switch, to b's MAC, for a host behind b's e1: b asks for it on e1.
+    let mut batch = ports::Batch::new(256);
+    batch.push_copy(&frame_to([2, 0, 0, 0, 0x0b, 0], [10, 1, 0, 9], 0));
+    assert_eq!(ports::Port::tx_burst(&mut m1, &mut batch, &[0]), 1);
+    let t0 = Instant::now();
+    let mut asked = false;
+    while !asked && t0.elapsed() < DEADLINE {
+        batch.clear();
+        if ports::Port::rx_burst(&mut mb, &mut batch) == 0 {
+            thread::sleep(Duration::from_millis(1));
+        }
+        // An ARP request (ethertype 0x0806) from b's e1.
+        asked = batch.packets().iter().any(|p| {
+            let f = p.frame();
+            f.len() >= 14 && f[6..12] == [2, 0, 0, 0, 0x0b, 1] && f[12..14] == [8, 6]
+        });
+    }
+    assert!(asked, "b never asked for 10.1.0.9 on e1: the new segment does not forward");
+    let status = n.status().unwrap();
+    let sw = &status["switches"];
+    assert_eq!(sw.as_array().map(Vec::len), Some(1), "{status:#}");
+    assert_eq!(sw[0]["name"], "lan", "{status:#}");
+
+    // A member joining the running switch is refused whole; nothing changes.
+    let grown = with.replace("members: [{ port: m1 }]", "members: [{ port: m1 }, { port: m2 }]");
+    let grown = grown.replace("switches:", "  - { name: m2, kind: mem }\nswitches:");
+    let e = n.apply(parse(&grown), false).unwrap_err();
+    assert!(
+        e.to_string().contains("switch lan: its members or settings changed")
+            && e.to_string().contains("routeplex down"),
+        "{e}"
+    );
+    assert_eq!(n.plan(&parse(&with)).unwrap().steps, Vec::<String>::new());
+
+    // A new VR joins the running switch: the switch gains the member live and floods to it
+    // (a frame from m1 to c's MAC reaches c, which asks on its other interface).
+    let vr_c = "  - name: c
+    interfaces:
+      - { name: e0, switch: lan, mac: 02:00:00:00:0c:00, addresses: [10.0.0.3/24] }
+      - { name: e1, port: mc, mac: 02:00:00:00:0c:01, addresses: [10.2.0.1/24] }
+";
+    let with_c =
+        format!("{with}{vr_c}").replace("switches:", "  - { name: mc, kind: mem }\nswitches:");
+    let plan = n.apply(parse(&with_c), false).unwrap();
+    assert_eq!(plan.steps.len(), 1, "{plan}");
+    assert!(
+        plan.steps[0].starts_with("+ vr c (joins the cell of ")
+            && plan.steps[0].ends_with("; opens mc; on switch lan)"),
+        "{plan}"
+    );
+    assert_eq!(plan.unchanged, ["a", "b"], "{plan}");
+    let mut mc = n.take_outside("mc").unwrap();
+    batch.clear();
+    batch.push_copy(&frame_to([2, 0, 0, 0, 0x0c, 0], [10, 2, 0, 9], 0));
+    assert_eq!(ports::Port::tx_burst(&mut m1, &mut batch, &[0]), 1);
+    let t0 = Instant::now();
+    let mut asked = false;
+    while !asked && t0.elapsed() < DEADLINE {
+        batch.clear();
+        if ports::Port::rx_burst(&mut mc, &mut batch) == 0 {
+            thread::sleep(Duration::from_millis(1));
+        }
+        asked = batch.packets().iter().any(|p| {
+            let f = p.frame();
+            f.len() >= 14 && f[6..12] == [2, 0, 0, 0, 0x0c, 1] && f[12..14] == [8, 6]
+        });
+    }
+    assert!(asked, "c never asked for 10.2.0.9: the switch does not forward to its new member");
+
+    // c leaves the running switch (its port mc stays): the member is taken out first, then
+    // the VR goes; b keeps forwarding. Then c joins again, on new links.
+    let without_c = with_c.replace(vr_c, "");
+    let plan = n.apply(parse(&without_c), false).unwrap();
+    assert_eq!(plan.steps, ["~ switch lan: member lan.c.e0.sw leaves", "- vr c"], "{plan}");
+    assert_eq!(plan.unchanged, ["a", "b"], "{plan}");
+    let status = n.status().unwrap();
+    let members: Vec<&str> = (status["switches"][0]["members"].as_array().unwrap().iter())
+        .map(|m| m["port"].as_str().unwrap_or_default())
+        .collect();
+    assert!(!members.contains(&"lan.c.e0.sw") && members.len() == 2, "{status:#}");
+    let plan = n.apply(parse(&with_c), false).unwrap();
+    assert_eq!(plan.steps.len(), 1, "{plan}");
+    assert!(plan.steps[0].ends_with("; on switch lan)"), "{plan}");
+    for (dst_mac, dst, rx, src) in [
+        ([2, 0, 0, 0, 0x0c, 0], [10, 2, 0, 10], &mut mc, [2, 0, 0, 0, 0x0c, 1]),
+        ([2, 0, 0, 0, 0x0b, 0], [10, 1, 0, 10], &mut mb, [2, 0, 0, 0, 0x0b, 1]),
+    ] {
+        batch.clear();
+        batch.push_copy(&frame_to(dst_mac, dst, 0));
+        assert_eq!(ports::Port::tx_burst(&mut m1, &mut batch, &[0]), 1);
+        let t0 = Instant::now();
+        let mut asked = false;
+        while !asked && t0.elapsed() < DEADLINE {
+            batch.clear();
+            if ports::Port::rx_burst(rx, &mut batch) == 0 {
+                thread::sleep(Duration::from_millis(1));
+            }
+            asked = batch.packets().iter().any(|p| {
+                let f = p.frame();
+                f.len() >= 14 && f[6..12] == src && f[12..14] == [8, 6]
+            });
+        }
+        assert!(asked, "no ARP from {src:?} after c joined again");
+    }
+    // A VR leaving with its own port is not live (a running cell keeps its ports).
+    let e = n.apply(parse(&with), false).unwrap_err();
+    assert!(e.to_string().contains("port mc: removed while VRs or switches"), "{e}");
+
+    // The segment removed: its cell stops, a keeps running.
+    let plan = n.apply(parse(&format!("{BASE}{VR_A}")), false).unwrap();
+    assert_eq!(plan.steps.len(), 1, "{plan}");
+    assert!(
+        plan.steps[0].starts_with("- switch lan and vr b, c (its cell stops; ports "),
+        "{plan}"
+    );
+    assert_eq!(plan.unchanged, ["a"], "{plan}");
+    let status = n.status().unwrap();
+    assert_eq!(status["switches"].as_array().map(Vec::len), Some(0), "{status:#}");
+    assert!(vr(&status, "a").is_object(), "{status:#}");
+    n.stop().unwrap();
+}

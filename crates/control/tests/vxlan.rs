@@ -15,6 +15,7 @@ use control::runtime::{Idle, Options};
 use control::{Node, Topology};
 use serde_json::Value;
 
+mod common;
 mod hosts;
 use hosts::{have, in_ns, ip, ok, Namespaces};
 
@@ -226,9 +227,19 @@ fn two_routeplex_hosts_carry_a_segment_over_vxlan() {
         &r("10.43.0.0/24", "10.42.0.1", "2001:db8:43::/64", "2001:db8:42::1"),
     );
     let n1 = start(t1);
-    let n2 = start(t2);
+    let mut n2 = start(t2);
+    // Corrected live by `apply`, as a fleet agent applies the desired topology it is given.
+    let fixed = topology(
+        &u2,
+        "192.0.2.2",
+        "192.0.2.1",
+        2,
+        &r("10.43.0.0/24", "10.42.0.1", "2001:db8:43::/64", "2001:db8:42::1"),
+    );
+    let plan = n2.apply(fixed, false).unwrap();
+    assert_eq!(plan.steps, ["~ port vx: remotes [192.0.2.9] -> [192.0.2.1]"], "{plan}");
+    assert_eq!(plan.unchanged, ["r"], "{plan}");
     let h = n2.vxlan("vx").expect("a handle for port vx");
-    h.set_remotes(&["192.0.2.1".parse().unwrap()]).unwrap();
     assert_eq!(h.remotes(), ["192.0.2.1".parse::<std::net::IpAddr>().unwrap()]);
     assert!(n2.vxlan("pa").is_none());
     ping(&h1, "10.44.0.2");
@@ -241,4 +252,95 @@ fn two_routeplex_hosts_carry_a_segment_over_vxlan() {
     n2.stop().unwrap();
     assert_clean_vxlan(&s1);
     assert_clean_vxlan(&s2);
+}
+
+/// A vxlan port's remotes changed by `apply` (no root: the underlay is loopback): the plan
+/// says so and leaves the VR running, what the VR floods afterwards reaches the new remote and
+/// no longer the old one, and a port that gains a vxlan port through `apply` can change its
+/// remotes too. A changed VNI still needs a restart.
+#[test]
+fn apply_changes_a_vxlan_ports_remotes_live() {
+    use std::net::{IpAddr, UdpSocket};
+    use std::time::{Duration, Instant};
+    let dstport = 20000 + (std::process::id() % 20000) as u16;
+    let e1_mac = [2, 0, 0, 0, 0x77, 2];
+    let text = |remotes: &str, vni: u32, extra: &str| {
+        format!(
+            "ports:\n  - {{ name: vx, kind: vxlan, vni: {vni}, local: 127.0.77.1, remotes: [{remotes}], dstport: {dstport} }}\n  \
+             - {{ name: m, kind: mem }}\n{extra}\
+             vrs:\n  - name: r\n    interfaces:\n      \
+             - {{ name: e0, port: vx, mac: 02:00:00:00:77:01, addresses: [10.77.0.1/24] }}\n      \
+             - {{ name: e1, port: m, mac: 02:00:00:00:77:02, addresses: [10.0.0.1/24] }}\n"
+        )
+    };
+    let parse = |t: String| Topology::parse(&t, "vxlan.yaml", Path::new(".")).unwrap();
+    let listen = |a: &str| {
+        let s = UdpSocket::bind((a, dstport)).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        s
+    };
+    // The VNIs of the VXLAN datagrams that reach `s` within `wait`, or up to the first one
+    // when `first`.
+    let got = |s: &UdpSocket, wait: Duration, first: bool| {
+        let (t0, mut vnis, mut buf) = (Instant::now(), Vec::new(), [0u8; 2048]);
+        while (vnis.is_empty() || !first) && t0.elapsed() < wait {
+            if let Ok(n) = s.recv(&mut buf) {
+                assert!(n >= 8, "a datagram of {n} bytes");
+                vnis.push(u32::from_be_bytes([0, buf[4], buf[5], buf[6]]));
+            }
+        }
+        vnis
+    };
+    let five = Duration::from_secs(5);
+    // One frame from the host behind e1 to `dst` on e0's subnet: the VR asks for `dst` on e0,
+    // which the vxlan port floods to its remotes.
+    let send = |m: &mut ports::mem::MemPort, last: u8| {
+        use ports::{Batch, Port};
+        let mut b = Batch::new(1);
+        b.push_copy(&common::frame_to(e1_mac, [10, 77, 0, last], 0));
+        assert_eq!(m.tx_burst(&mut b, &[0]), 1);
+    };
+    let (old, new) = (listen("127.0.77.2"), listen("127.0.77.3"));
+    let mut n = start(parse(text("127.0.77.2", 77, "")));
+    let mut m = n.take_outside("m").unwrap();
+    send(&mut m, 9);
+    assert!(got(&old, five, true) == [77], "nothing reached the first remote");
+
+    let plan = n.apply(parse(text("127.0.77.3", 77, "")), false).unwrap();
+    assert_eq!(plan.steps, ["~ port vx: remotes [127.0.77.2] -> [127.0.77.3]"], "{plan}");
+    assert_eq!(plan.unchanged, ["r"], "{plan}");
+    let h = n.vxlan("vx").unwrap();
+    assert_eq!(h.remotes(), ["127.0.77.3".parse::<IpAddr>().unwrap()]);
+    send(&mut m, 10);
+    assert!(got(&new, five, true) == [77], "nothing reached the new remote");
+    // The swap is done: what the VR floods now goes to the new remote alone.
+    got(&old, Duration::from_millis(300), false);
+    got(&new, Duration::from_millis(300), false);
+    send(&mut m, 11);
+    assert!(got(&new, five, true) == [77], "the new remote heard nothing");
+    assert_eq!(got(&old, Duration::from_millis(300), false), Vec::<u32>::new());
+
+    // A vxlan port a running host gains with a new VR: its handle is there to change.
+    let vy = "  - { name: vy, kind: vxlan, vni: 79, local: 127.0.77.1, remotes: [127.0.77.4] }\n";
+    let gain = |remotes: &str| {
+        let t = text("127.0.77.3", 77, &vy.replace("127.0.77.4", remotes));
+        parse(format!(
+            "{t}  - name: s\n    interfaces:\n      - {{ name: e0, port: vy, mac: 02:00:00:00:79:01, addresses: [10.79.0.1/24] }}\n"
+        ))
+    };
+    let plan = n.apply(gain("127.0.77.4"), false).unwrap();
+    assert_eq!(plan.steps, ["+ vr s (new cell; opens vy)"], "{plan}");
+    let plan = n.apply(gain("127.0.77.5, 127.0.77.6"), false).unwrap();
+    assert_eq!(
+        plan.steps,
+        ["~ port vy: remotes [127.0.77.4] -> [127.0.77.5, 127.0.77.6]"],
+        "{plan}"
+    );
+    assert_eq!(n.vxlan("vy").unwrap().remotes().len(), 2);
+
+    // Its VNI is the segment: not changed live, and nothing else changes either.
+    let e = n.apply(parse(text("127.0.77.2", 78, "")), false).unwrap_err();
+    assert!(e.to_string().contains("port vx: its kind or settings changed"), "{e}");
+    assert_eq!(n.vxlan("vx").unwrap().remotes(), ["127.0.77.3".parse::<IpAddr>().unwrap()]);
+    n.stop().unwrap();
 }

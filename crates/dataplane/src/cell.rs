@@ -867,6 +867,46 @@ impl Cell {
         Ok(())
     }
 
+    /// Makes port `p` (one of the cell's, carrying no VR interface and in no switch) a member
+    /// of switch `s` in `mode`, the switch keeping what it learned. On error nothing changes.
+    pub fn add_switch_member(
+        &mut self,
+        s: usize,
+        p: u16,
+        mode: crate::MemberMode,
+    ) -> Result<(), BuildError> {
+        let n = self.switches.len();
+        let Some(sw) = self.switches.get_mut(s) else {
+            return Err(BuildError(format!("no switch {s} (there are {n})")));
+        };
+        let free = self.member_of.get(usize::from(p)).is_some_and(Option::is_none)
+            && !self.demux.has_port(usize::from(p));
+        if !free {
+            return Err(BuildError(format!(
+                "switch {}: port {p} is not a free port of the cell ({} ports)",
+                sw.name(),
+                self.ports.len()
+            )));
+        }
+        sw.add_member(p, mode).map_err(|e| BuildError(e.0))?;
+        self.member_of = members_of(&self.ports, &self.demux, &self.switches)
+            .expect("a free port joining one switch conflicts with nothing");
+        Ok(())
+    }
+
+    /// Takes the member on port `p` out of switch `s` (see [`crate::Switch::remove_member_on`]);
+    /// the port stays in the cell, in no switch. On error nothing changes.
+    pub fn remove_switch_member(&mut self, s: usize, p: u16) -> Result<(), BuildError> {
+        let n = self.switches.len();
+        let Some(sw) = self.switches.get_mut(s) else {
+            return Err(BuildError(format!("no switch {s} (there are {n})")));
+        };
+        sw.remove_member_on(p).map_err(|e| BuildError(e.0))?;
+        self.member_of = members_of(&self.ports, &self.demux, &self.switches)
+            .expect("fewer members cannot conflict");
+        Ok(())
+    }
+
     /// Removes VR `v` and returns it; its ports stay in the cell (frames for it are then
     /// dropped at demux as `not_for_us`).
     pub fn remove_vr(&mut self, v: usize) -> Result<Vr, BuildError> {
@@ -1072,7 +1112,7 @@ fn members_of(
 ) -> Result<Vec<Option<(u16, u16)>>, BuildError> {
     let mut member_of = vec![None; ports.len()];
     for (s, sw) in switches.iter().enumerate() {
-        for (m, p) in sw.member_ports().enumerate() {
+        for (m, p) in sw.live_members() {
             let taken = if demux.has_port(p as usize) {
                 Some("carries VR interfaces".to_string())
             } else {
@@ -1088,7 +1128,7 @@ fn members_of(
             if let Some(why) = taken {
                 return Err(BuildError(format!("switch {}: port {p} {why}", sw.name())));
             }
-            member_of[p as usize] = Some((s as u16, m as u16));
+            member_of[p as usize] = Some((s as u16, m));
         }
     }
     Ok(member_of)

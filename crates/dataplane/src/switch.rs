@@ -247,6 +247,26 @@ impl Snoop {
         self.router_until[m as usize] > now
     }
 
+    /// Makes room for one more member (of `members` now), keeping every membership.
+    fn grow(&mut self, members: usize) {
+        let n = self.groups.len();
+        let words = (members + 1).div_ceil(64).max(1);
+        let mut bits = vec![0; n * words];
+        let mut until = vec![0; n * (members + 1)];
+        for g in 0..n {
+            bits[g * words..g * words + self.words]
+                .copy_from_slice(&self.bits[g * self.words..(g + 1) * self.words]);
+            until[g * (members + 1)..g * (members + 1) + members]
+                .copy_from_slice(&self.until[g * members..(g + 1) * members]);
+        }
+        let mut router_until = self.router_until.to_vec();
+        router_until.push(0);
+        self.words = words;
+        self.bits = bits.into_boxed_slice();
+        self.until = until.into_boxed_slice();
+        self.router_until = router_until.into_boxed_slice();
+    }
+
     /// Clears member `m`'s bit in group `g`; frees the group when it was the last.
     fn remove(&mut self, g: u32, m: u16) {
         self.bits[g as usize * self.words + m as usize / 64] &= !(1u64 << (m % 64));
@@ -266,6 +286,8 @@ struct Member {
     /// The last source learned on this member and when its entry was refreshed (VALE's
     /// `last_smac`): a burst mostly comes from one station.
     last_src: (u64, u64),
+    /// Taken out ([`Switch::remove_member_on`]): its number stays, unused.
+    gone: bool,
 }
 
 impl Member {
@@ -384,7 +406,12 @@ impl Switch {
             members: cfg
                 .members
                 .iter()
-                .map(|m| Member { port: m.port, mode: m.mode.clone(), last_src: (u64::MAX, 0) })
+                .map(|m| Member {
+                    port: m.port,
+                    mode: m.mode.clone(),
+                    last_src: (u64::MAX, 0),
+                    gone: false,
+                })
                 .collect(),
             flood_sets: flood_sets.into_iter().map(|(v, m)| (v, m.into_boxed_slice())).collect(),
             table,
@@ -404,6 +431,82 @@ impl Switch {
             now: 0,
             copies: Batch::new(MAX_BURST),
         })
+    }
+
+    /// Adds a member on port `port` (numbered as the cell's) in `mode`, after the others:
+    /// what the switch learned, snooped and counted is kept, and the member is flooded to from
+    /// the next burst. On error nothing changes.
+    pub fn add_member(&mut self, port: PortId, mode: MemberMode) -> Result<(), SwitchError> {
+        let err = |m: String| Err(SwitchError(format!("switch {}: {m}", self.name)));
+        if self.members.len() + 1 >= NONE as usize {
+            return err(format!("{} members, at most {}", self.members.len() + 1, NONE - 1));
+        }
+        if self.member_at.get(usize::from(port)).is_some_and(|&m| m != NONE) {
+            return err(format!("port {port} is already a member"));
+        }
+        let vlans: Vec<u16> = match &mode {
+            MemberMode::Access { vlan } => vec![*vlan],
+            MemberMode::Trunk { vlans, native } => vlans.iter().copied().chain(*native).collect(),
+        };
+        if let Some(v) = vlans.iter().find(|v| !(1..=4094).contains(*v)) {
+            return err(format!("new member (port {port}) has VLAN {v}, outside 1..=4094"));
+        }
+        let i = self.members.len() as u16;
+        if let Some(sn) = self.snoop.as_mut() {
+            sn.grow(self.members.len());
+        }
+        for v in vlans {
+            let mut set = self.flood_sets.remove(&v).map(Vec::from).unwrap_or_default();
+            set.push(i);
+            self.flood_sets.insert(v, set.into_boxed_slice());
+        }
+        self.members.push(Member { port, mode, last_src: (u64::MAX, 0), gone: false });
+        self.member_drops.push([0; SwitchDrop::COUNT]);
+        if self.member_at.len() <= usize::from(port) {
+            self.member_at.resize(usize::from(port) + 1, NONE);
+        }
+        self.member_at[usize::from(port)] = i;
+        Ok(())
+    }
+
+    /// Takes the member on port `port` out (a VR leaving the switch): from the next burst
+    /// nothing is flooded or forwarded to it, and what was learned or snooped on it is
+    /// forgotten. The other members keep their numbers and entries; the port then belongs to
+    /// no member (its number is not reused). A member with static entries stays. On error
+    /// nothing changes.
+    pub fn remove_member_on(&mut self, port: PortId) -> Result<(), SwitchError> {
+        let err = |m: String| Err(SwitchError(format!("switch {}: {m}", self.name)));
+        let i = match self.member_at.get(usize::from(port)) {
+            Some(&m) if m != NONE => m,
+            _ => return err(format!("port {port} is not a member")),
+        };
+        if self.table.values().any(|e| e.fixed && e.member == i) {
+            return err(format!("member {i} (port {port}) has static entries"));
+        }
+        let before = self.table.len();
+        self.table.retain(|_, e| e.member != i);
+        self.dynamic -= (before - self.table.len()) as u32;
+        for set in self.flood_sets.values_mut() {
+            if set.contains(&i) {
+                *set = set.iter().copied().filter(|&m| m != i).collect();
+            }
+        }
+        if let Some(sn) = self.snoop.as_mut() {
+            for g in 0..sn.groups.len() as u32 {
+                if sn.groups[g as usize].live && sn.has(g, i) {
+                    sn.remove(g, i);
+                }
+            }
+            sn.router_until[usize::from(i)] = 0;
+        }
+        self.member_at[usize::from(port)] = NONE;
+        self.members[usize::from(i)].gone = true;
+        Ok(())
+    }
+
+    /// The members still on the switch (those not taken out): (member number, port).
+    pub fn live_members(&self) -> impl Iterator<Item = (u16, PortId)> + '_ {
+        (self.members.iter().enumerate()).filter(|(_, m)| !m.gone).map(|(i, m)| (i as u16, m.port))
     }
 
     /// The switch's name.

@@ -30,6 +30,11 @@ struct Lab {
 impl Lab {
     /// Five access members of VLAN 10; at most 2 groups; memberships last 10 s.
     fn new() -> Lab {
+        Lab::with_members(N)
+    }
+
+    /// As [`Lab::new`], ports from `members` on not (yet) members.
+    fn with_members(members: usize) -> Lab {
         let mut ports: Vec<Box<dyn Port>> = Vec::new();
         let mut hosts = Vec::new();
         for i in 0..N {
@@ -39,7 +44,7 @@ impl Lab {
         }
         let cfg = SwitchConfig {
             name: "sw".into(),
-            members: (0..N as u16)
+            members: (0..members as u16)
                 .map(|port| MemberConfig { port, mode: MemberMode::Access { vlan: 10 } })
                 .collect(),
             statics: Vec::new(),
@@ -286,4 +291,63 @@ fn joins_leaves_queries_timeouts_and_what_always_floods() {
         .collect();
     assert_eq!(per_member, vec![0, 0, 1, 2, 0]);
     assert_eq!(l.groups(), vec![(IpAddr::V4(a), vec![1]), (IpAddr::V4(b), vec![1])]);
+}
+
+/// A member added to a running snooping switch (what `apply` does when a VR joins a running
+/// switch): the group joined before keeps its member and still goes to it alone, the new
+/// member is flooded to, and its own join registers beside the old one; taken out, it loses
+/// its membership and learned MAC and receives nothing; its port may join again. A port that
+/// is taken or does not exist is refused.
+#[test]
+fn a_member_added_live_keeps_the_snooped_groups() {
+    let mut l = Lab::with_members(N - 1);
+    let g = v4("239.1.1.1");
+    let gi = IpAddr::V4(g);
+    l.flooded(3);
+    l.step("unregistered, before", 0, &data4(0, g, 1), &[1, 2, 3]);
+    l.want.joins += 1;
+    l.flooded(3);
+    l.step("join, before", 1, &igmp_frame(1, g, &igmp_msg(igmp::V2_REPORT, g)), &[0, 2, 3]);
+
+    let access = MemberMode::Access { vlan: 10 };
+    l.e.cell_mut().add_switch_member(0, 4, access.clone()).unwrap();
+    assert_eq!(l.groups(), vec![(gi, vec![1])]);
+    l.snooped(1);
+    l.step("to the member of before", 0, &data4(0, g, 2), &[1]);
+    l.flooded(4);
+    l.step("unregistered, after", 0, &data4(0, v4("239.2.2.2"), 3), &[1, 2, 3, 4]);
+    l.want.joins += 1;
+    l.flooded(4);
+    l.step(
+        "the new member joins",
+        4,
+        &igmp_frame(4, g, &igmp_msg(igmp::V2_REPORT, g)),
+        &[0, 1, 2, 3],
+    );
+    assert_eq!(l.groups(), vec![(gi, vec![1, 4])]);
+    l.snooped(2);
+    l.step("to both", 0, &data4(0, g, 4), &[1, 4]);
+
+    let taken = l.e.cell_mut().add_switch_member(0, 4, access.clone()).unwrap_err();
+    assert!(taken.0.contains("port 4 is not a free port"), "{taken}");
+
+    // Taken out again: its group membership and learned MAC go, nothing reaches it.
+    let learned = l.sw().table().len();
+    l.e.cell_mut().remove_switch_member(0, 4).unwrap();
+    assert_eq!(l.sw().table().len(), learned - 1);
+    assert_eq!(l.groups(), vec![(gi, vec![1])]);
+    l.snooped(1);
+    l.step("to the member that stays", 0, &data4(0, g, 5), &[1]);
+    l.flooded(3);
+    l.step("unregistered, without it", 0, &data4(0, v4("239.2.2.2"), 6), &[1, 2, 3]);
+    assert!(l.e.cell_mut().remove_switch_member(0, 4).is_err());
+    // Its port is free again, and may join again.
+    l.e.cell_mut().add_switch_member(0, 4, access.clone()).unwrap();
+    l.flooded(4);
+    l.step("unregistered, back", 0, &data4(0, v4("239.2.2.2"), 7), &[1, 2, 3, 4]);
+    let taken = l.e.cell_mut().add_switch_member(0, 4, access.clone()).unwrap_err();
+    assert!(taken.0.contains("port 4 is not a free port"), "{taken}");
+    assert!(l.e.cell_mut().add_switch_member(0, 9, access.clone()).is_err());
+    assert!(l.e.cell_mut().add_switch_member(1, 4, access).is_err());
+    assert_eq!(*l.sw().counters(), l.want);
 }

@@ -503,7 +503,7 @@ pub fn dry_run(etcd: &[String], text: &str, call: Duration) -> Result<Placement,
 /// `fleet drain` (`on`) and `fleet uncordon`.
 pub fn cordon(etcd: &[String], host: &str, on: bool, call: Duration) -> Result<(), FleetError> {
     keys::check_name(host)
-        .map_err(|msg| FleetError::Record { what: format!("host {host:?}"), msg })?;
+        .map_err(|e| FleetError::Record { what: format!("host {host:?}"), msg: e.to_string() })?;
     let key = keys::cordon(host);
     with_client(etcd, call, move |c| {
         Box::pin(async move {

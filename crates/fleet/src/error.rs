@@ -22,6 +22,12 @@ pub enum FleetError {
     /// A record (ours or one read from etcd) could not be encoded or decoded.
     #[error("{what}: {msg}")]
     Record { what: String, msg: String },
+    /// A host or group name that cannot be part of a key: why.
+    #[error("{0}")]
+    Name(String),
+    /// A unit of VRs that fits on no host: why (`placement`).
+    #[error("{0}")]
+    Unplaced(String),
     /// A file the agent writes or reads.
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },

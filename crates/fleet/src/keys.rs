@@ -9,6 +9,8 @@
 //! | `/routeplex/fleet/leader` | the leading controller's name | on its lease |
 //! | `/routeplex/fleet/cordon/NAME` | cordoned host (`fleet drain`) | until `fleet uncordon` |
 
+use crate::FleetError;
+
 /// The longest host name: it is part of every key of the host.
 pub const MAX_HOST_NAME: usize = 63;
 
@@ -54,16 +56,18 @@ pub fn name_in<'a>(key: &'a str, prefix: &str) -> Option<&'a str> {
 
 /// A host name is 1..=63 letters, digits, `.`, `_` or `-`, not `.` or `..`: it is part of a
 /// key, and of file names on the host.
-pub fn check_name(s: &str) -> Result<(), String> {
+pub fn check_name(s: &str) -> Result<(), FleetError> {
     let max = MAX_HOST_NAME;
     if s.is_empty() || s.len() > max {
-        return Err(format!("names are 1..={max} characters, not {}", s.len()));
+        return Err(FleetError::Name(format!("names are 1..={max} characters, not {}", s.len())));
     }
     if s == "." || s == ".." {
-        return Err(format!("name {s:?} is reserved"));
+        return Err(FleetError::Name(format!("name {s:?} is reserved")));
     }
     match s.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
-        Some(c) => Err(format!("names use letters, digits, '.', '_' and '-', not {c:?}")),
+        Some(c) => {
+            Err(FleetError::Name(format!("names use letters, digits, '.', '_' and '-', not {c:?}")))
+        }
         None => Ok(()),
     }
 }
@@ -83,6 +87,6 @@ mod tests {
         assert!(check_name(&"a".repeat(63)).is_ok());
         assert!(check_name(&"a".repeat(64)).is_err());
         assert!(check_name("..").is_err());
-        assert!(check_name("a b").unwrap_err().contains("' '"));
+        assert!(check_name("a b").unwrap_err().to_string().contains("' '"));
     }
 }

@@ -20,6 +20,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use crate::FleetError::{self, Unplaced};
+
 /// Placement record version; readers refuse others.
 pub const PLACEMENT_VERSION: u32 = 1;
 /// The first VNI the controller allocates (lower ones are left to hand-written topologies).
@@ -141,12 +143,14 @@ pub fn place(units: &[Unit], hosts: &[Capacity], prev: &HashMap<String, String>)
     for (i, u) in units.iter().enumerate() {
         let Some(pin) = &u.pin else { continue };
         let choice = match hosts.iter().find(|h| &h.name == pin) {
-            None => Err(format!("pinned to host {pin}, which is not live")),
-            Some(h) if !h.schedulable => Err(format!("pinned to host {pin}, which is cordoned")),
-            Some(h) if !st.fits(u, h) => Err(format!(
+            None => Err(Unplaced(format!("pinned to host {pin}, which is not live"))),
+            Some(h) if !h.schedulable => {
+                Err(Unplaced(format!("pinned to host {pin}, which is cordoned")))
+            }
+            Some(h) if !st.fits(u, h) => Err(Unplaced(format!(
                 "pinned to host {pin}, which lacks room: {}",
                 room(u, h, st.used[h.name.as_str()])
-            )),
+            ))),
             Some(h) => Ok((h, Why::Pinned)),
         };
         decided[i] = Some(st.take(u, choice));
@@ -207,7 +211,7 @@ impl<'h> State<'h> {
     fn take(
         &mut self,
         u: &Unit,
-        choice: Result<(&'h Capacity, Why), String>,
+        choice: Result<(&'h Capacity, Why), FleetError>,
     ) -> (Option<String>, Why) {
         match choice {
             Ok((h, why)) => {
@@ -219,7 +223,7 @@ impl<'h> State<'h> {
                 }
                 (Some(h.name.clone()), why)
             }
-            Err(reason) => (None, Why::Unplaced { reason }),
+            Err(e) => (None, Why::Unplaced { reason: e.to_string() }),
         }
     }
 }
@@ -228,14 +232,14 @@ fn least_loaded<'h>(
     u: &Unit,
     hosts: &'h [Capacity],
     st: &State<'h>,
-) -> Result<(&'h Capacity, Why), String> {
+) -> Result<(&'h Capacity, Why), FleetError> {
     let room: Vec<&Capacity> = hosts.iter().filter(|h| h.schedulable && st.fits(u, h)).collect();
     if room.is_empty() {
         let live = hosts.iter().filter(|h| h.schedulable).count();
-        return Err(format!(
+        return Err(Unplaced(format!(
             "no capacity: none of {live} schedulable live host(s) has {:.3} CPU and {} MiB free",
             u.cpu, u.memory_mib
-        ));
+        )));
     }
     let spread: Vec<&Capacity> = room.iter().copied().filter(|h| st.spread_ok(u, h)).collect();
     let load = |h: &Capacity| {
@@ -258,10 +262,10 @@ fn least_loaded<'h>(
             .unwrap_or_default()
     };
     match best {
-        None => Err(format!(
+        None => Err(Unplaced(format!(
             "anti-affinity group {}: every host with room already holds a member",
             blocking()
-        )),
+        ))),
         Some(h) if spread.len() < room.len() => Ok((h, Why::Spread { group: blocking() })),
         Some(h) => Ok((h, Why::LeastLoaded)),
     }
