@@ -526,6 +526,27 @@ vrs:
         assert!(!addrs.contains("10.78.0.1/24"), "{addrs}");
         nl.set_up(&a, false).unwrap();
         assert!(!ip(&["-n", &ns, "-o", "link", "show", "dev", &a]).contains(",UP"));
+        // What `apply` does to a mirror tap when its VR interface changes. (Going down took
+        // the IPv6 address: keep_addr_on_down is off.)
+        let mut change = MirrorChange {
+            mac: Some(wire::MacAddr([0x02, 0, 0, 0, 0x78, 0x02])),
+            mtu: Some(1400),
+            del: vec![],
+            add: vec!["10.78.1.1/24".parse().unwrap(), "2001:db8:78:1::1/64".parse().unwrap()],
+        };
+        set_mirror_up(&ns, &a, true).unwrap();
+        follow_mirror(&ns, &a, &change).unwrap();
+        let show = ip(&["-n", &ns, "-o", "link", "show", "dev", &a]);
+        assert!(show.contains("mtu 1400") && show.contains("02:00:00:00:78:02"), "{show}");
+        assert!(show.contains(",UP"), "{show}");
+        let addrs = ip(&["-n", &ns, "-o", "address", "show", "dev", &a]);
+        assert!(addrs.contains("10.78.1.1/24") && addrs.contains("2001:db8:78:1::1/64"), "{addrs}");
+        change = MirrorChange { del: change.add, ..MirrorChange::default() };
+        follow_mirror(&ns, &a, &change).unwrap();
+        let addrs = ip(&["-n", &ns, "-o", "address", "show", "dev", &a]);
+        assert!(!addrs.contains("10.78.1.1/24") && !addrs.contains("2001:db8:78:1::"), "{addrs}");
+        set_mirror_mtu(&ns, &a, 1300).unwrap();
+        assert!(ip(&["-n", &ns, "-o", "link", "show", "dev", &a]).contains("mtu 1300"));
         let e = nl.index("rpx-nope").unwrap_err().to_string();
         assert!(e.starts_with(&format!("link rpx-nope in namespace {ns}: look up: ")), "{e}");
         let f2 = File::open(netns_path(&ns2)).unwrap();
