@@ -97,16 +97,18 @@ macro_rules! bail {
 /// Returns an [`Error::Failed`] unless the condition holds.
 #[macro_export]
 macro_rules! ensure {
-    ($cond:expr $(,)?) => {
-        if !$cond {
+    ($cond:expr $(,)?) => {{
+        let holds: bool = $cond;
+        if !holds {
             $crate::bail!(concat!("condition failed: `", stringify!($cond), "`"));
         }
-    };
-    ($cond:expr, $($t:tt)+) => {
-        if !$cond {
+    }};
+    ($cond:expr, $($t:tt)+) => {{
+        let holds: bool = $cond;
+        if !holds {
             $crate::bail!($($t)+);
         }
-    };
+    }};
 }
 
 #[cfg(test)]

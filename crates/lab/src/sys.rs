@@ -1,4 +1,4 @@
-//! The few system calls the command line makes itself.
+//! The few system calls the labs, the benchmarks and the command line make themselves.
 
 pub mod threads;
 
