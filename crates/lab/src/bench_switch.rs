@@ -252,7 +252,7 @@ fn point(size: usize, dests: usize, batch: usize, seconds: f64, members: usize) 
     let r: Report =
         pktgen::measure(&pktgen_args(size, batch, seconds, dst), Some(&mut tx), &mut rx)?;
     let placement = sampler.finish();
-    anyhow::ensure!(
+    crate::ensure!(
         r.rx_packets > 0,
         "the switch delivered nothing in {:.2} s ({} frames sent to it)",
         r.seconds,

@@ -191,7 +191,7 @@ pub fn measure(
         }
     }
     let (rx, tx) = (result[0].take().unwrap_or_default(), result[1].take().unwrap_or_default());
-    anyhow::ensure!(field(&rx, "rx") > 0.0, "the DPDK server received nothing:\n{log}");
+    crate::ensure!(field(&rx, "rx") > 0.0, "the DPDK server received nothing:\n{log}");
     let secs = field(&rx, "seconds").max(1e-9);
     let mpps = field(&rx, "rx") / secs / 1e6;
     let tx_secs = field(&tx, "seconds").max(1e-9);
