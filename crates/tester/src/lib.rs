@@ -33,6 +33,7 @@ pub mod frames;
 #[doc(hidden)]
 pub mod fuzzing;
 mod gen;
+pub mod linkmeasure;
 pub mod method;
 pub mod pacer;
 pub mod pairs;
