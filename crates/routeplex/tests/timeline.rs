@@ -80,8 +80,9 @@ fn can_run() -> bool {
     true
 }
 
-/// Runs example `scenario` (its topology and daemon configs in `lab`/) renamed with `tag` (short enough for the kernel's names: "tl" +
-/// tag + "r1" and "rp-t" + tag + "a") and returns its JSON report.
+/// Runs example `scenario` (its topology and daemon configs in `lab`/) renamed with `tag`
+/// (short enough for the kernel's names: "tl" + tag + "r1" and "rp-t" + tag + "a") and
+/// returns its JSON report.
 fn run_example(lab: &str, scenario: &str, tag: &str) -> Value {
     let dir = Dir(std::env::temp_dir().join(format!("routeplex-timeline-test-{tag}")));
     let file = renamed_example(&dir.0, tag, lab, scenario);

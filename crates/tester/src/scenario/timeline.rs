@@ -36,8 +36,9 @@
 //!
 //! A flap of `period` P and `count` N takes the interface down at `at + k·P` and up at
 //! `at + k·P + P/2`, k = 0..N; a daemon killed with `restart: S` (seconds, or `no`) starts
-//! again, with the same configuration, at `at + S`. Each action (a flap's each half too) opens a window that lasts
-//! to the next action or the end of the run; [`outages`] reports each window.
+//! again, with the same configuration, at `at + S`. Each action (a flap's each half too)
+//! opens a window that lasts to the next action or the end of the run; [`outages`] reports
+//! each window.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
