@@ -692,3 +692,58 @@ fn text(r: &Value) -> String {
     s += "\n";
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_case_names_a_measured_figure_and_valid_impairments() {
+        let figures = json!(Measured::default());
+        let cases = cases(7);
+        let mut kinds: Vec<&str> = cases.iter().map(|c| c.kind).collect();
+        kinds.dedup();
+        assert_eq!(kinds.len(), 7);
+        for c in &cases {
+            assert!(
+                c.metric == "added_delay_us" || figures.get(c.metric).is_some(),
+                "{}: {}",
+                c.kind,
+                c.metric
+            );
+            serde_json::from_value::<ImpairDoc>(c.routeplex.clone())
+                .unwrap_or_else(|e| panic!("{}: {e}", c.kind));
+            assert_eq!(c.routeplex["seed"], 7, "{}", c.kind);
+        }
+    }
+
+    #[test]
+    fn tolerances_are_two_percent_or_three_standard_errors() {
+        let cases = cases(7);
+        let case = |k: &str| cases.iter().find(|c| c.kind == k).unwrap();
+        // 10 % loss over 10,000 frames: 3 s.e. = 0.009, wider than 2 % (0.002).
+        let v = verdict(case("loss"), 0.108, 10_000);
+        assert_eq!(
+            (v["within"].as_bool(), v["bound"].as_str()),
+            (Some(true), Some("3 standard errors"))
+        );
+        assert!((v["tolerance"].as_f64().unwrap() - 0.009).abs() < 1e-12);
+        assert_eq!(verdict(case("loss"), 0.110, 10_000)["within"], false);
+        // Over 10 million frames 2 % is the wider.
+        let v = verdict(case("loss"), 0.1019, 10_000_000);
+        assert_eq!((v["within"].as_bool(), v["bound"].as_str()), (Some(true), Some("2 %")));
+        // Gilbert-Elliott's correlated states widen it by sqrt((1 + λ) / (1 - λ)).
+        let (ge, lo) = (case("loss_gilbert_elliott"), case("loss"));
+        let wide = |c: &Case| verdict(c, c.configured, 10_000)["tolerance"].as_f64().unwrap();
+        let p = ge.configured;
+        let coin = 3.0 * (p * (1.0 - p) / 10_000.0).sqrt();
+        assert!((wide(ge) / coin - (1.74f64 / 0.26).sqrt()).abs() < 1e-9);
+        assert!(wide(lo) > 0.0);
+        // Delays: 20 us, absolute.
+        let v = verdict(case("delay"), 1019.0, 10);
+        assert_eq!((v["within"].as_bool(), v["relative_error"].is_null()), (Some(true), true));
+        assert_eq!(verdict(case("delay"), 979.0, 10)["within"], false);
+        // A lab that measured nothing is not within.
+        assert_eq!(verdict(case("duplicate"), f64::NAN, 10)["within"], false);
+    }
+}
