@@ -1,6 +1,7 @@
 //! `routeplex test sweep|rfc2544|ndr-pdr`: the router tester against a DUT, no root needed.
 
 mod dut;
+mod impairments;
 mod kernel_dut;
 mod kernel_net;
 pub mod migration;
@@ -9,6 +10,7 @@ mod scenario;
 mod soak;
 mod switch_dut;
 mod timeline;
+mod timeline_daemons;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -57,6 +59,11 @@ pub enum TestCmd {
     /// between its hosts, events (links cut, flaps, impairments, VRs stopped, daemons killed)
     /// at set times; per event and flow the outage, frames lost and when forwarding was back.
     Timeline(Box<timeline::TimelineArgs>),
+    /// Each link impairment kind (delay and jitter, loss random and Gilbert-Elliott,
+    /// duplicate, reorder, corrupt, rate) measured through a routeplex link and through
+    /// Linux netem on a veth in one run (root), beside the configured value, with the CPU
+    /// time per frame of each.
+    Impairments(Box<impairments::ImpairmentsArgs>),
     /// A soak (root): traffic through four VRs in namespaces while routes churn,
     /// `apply` changes the topology, a VR migrates back and forth, captures and neighbour
     /// floods come and go; the daemons' RSS, descriptors and threads sampled, with slopes per
@@ -219,6 +226,7 @@ pub fn run(cmd: TestCmd) -> Result<()> {
         TestCmd::Scenario(a) => scenario::run(*a),
         TestCmd::Migration(a) => migration::run(*a),
         TestCmd::Timeline(a) => timeline::run(*a),
+        TestCmd::Impairments(a) => impairments::run(*a),
         TestCmd::Soak(a) => soak::run(*a),
     }
 }

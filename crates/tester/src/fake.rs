@@ -38,35 +38,37 @@ pub enum Behaviour {
 
 impl Behaviour {
     /// Parses `loopback`, `wire`, `drop-every:K`, `delay:MICROSECONDS`, `capacity:PPS`.
-    pub fn parse(s: &str) -> Result<Behaviour, String> {
+    pub fn parse(s: &str) -> Result<Behaviour, crate::Error> {
         let (kind, arg) = s.split_once(':').unwrap_or((s, ""));
-        let num = |what: &str| -> Result<f64, String> {
-            crate::parse_rate(arg).map_err(|_| format!("{kind}: {what} {arg:?} is not a number"))
+        let num = |what: &str| -> Result<f64, crate::Error> {
+            crate::parse_rate(arg)
+                .map_err(|_| crate::Error::new(format!("{kind}: {what} {arg:?} is not a number")))
         };
         match kind {
             "loopback" if arg.is_empty() => Ok(Behaviour::Loopback),
             "wire" if arg.is_empty() => Ok(Behaviour::Wire),
             "drop-every" => match arg.parse::<u64>() {
                 Ok(k) if k >= 1 => Ok(Behaviour::DropEvery(k)),
-                _ => Err(format!("drop-every:{arg}: K must be a whole number >= 1")),
+                _ => Err(format!("drop-every:{arg}: K must be a whole number >= 1").into()),
             },
             "delay" => {
                 let us = num("microseconds")?;
                 if !(0.0..=10e6).contains(&us) {
-                    return Err(format!("delay:{arg}: 0..=10000000 microseconds"));
+                    return Err(format!("delay:{arg}: 0..=10000000 microseconds").into());
                 }
                 Ok(Behaviour::Delay(Duration::from_nanos((us * 1e3) as u64)))
             }
             "capacity" => {
                 let pps = num("rate")?;
                 if pps < 1.0 {
-                    return Err(format!("capacity:{arg}: the rate must be at least 1 pps"));
+                    return Err(format!("capacity:{arg}: the rate must be at least 1 pps").into());
                 }
                 Ok(Behaviour::Capacity { pps, depth: Duration::from_millis(10) })
             }
             _ => Err(format!(
                 "unknown fake DUT {s:?}: loopback, wire, drop-every:K, delay:US or capacity:PPS"
-            )),
+            )
+            .into()),
         }
     }
 }

@@ -81,13 +81,13 @@ pub const IMIX_CYCLE: [u16; 12] = [64, 570, 64, 64, 1518, 64, 570, 64, 64, 570, 
 
 impl FrameSize {
     /// Parses "64".."1518" or "imix".
-    pub fn parse(s: &str) -> Result<FrameSize, String> {
+    pub fn parse(s: &str) -> Result<FrameSize, crate::Error> {
         if s.eq_ignore_ascii_case("imix") {
             return Ok(FrameSize::Imix);
         }
         match s.parse::<u16>() {
             Ok(n) if (64..=1518).contains(&n) => Ok(FrameSize::Fixed(n)),
-            _ => Err(format!("frame size {s:?} is not 64..=1518 or imix")),
+            _ => Err(format!("frame size {s:?} is not 64..=1518 or imix").into()),
         }
     }
 

@@ -33,6 +33,7 @@ pub mod frames;
 #[doc(hidden)]
 pub mod fuzzing;
 mod gen;
+pub mod linkmeasure;
 pub mod method;
 pub mod pacer;
 pub mod pairs;
@@ -99,8 +100,14 @@ impl From<String> for Error {
     }
 }
 
+impl From<&str> for Error {
+    fn from(s: &str) -> Error {
+        Error(s.to_string())
+    }
+}
+
 /// Parses a rate or count: `200000`, `200k`, `1.5M`, `2e6`, `1G` (k, M, G: powers of 1000).
-pub fn parse_rate(s: &str) -> Result<f64, String> {
+pub fn parse_rate(s: &str) -> Result<f64, crate::Error> {
     let t = s.trim();
     let (num, mult) = match t.char_indices().last() {
         Some((i, 'k' | 'K')) => (&t[..i], 1e3),
@@ -110,7 +117,7 @@ pub fn parse_rate(s: &str) -> Result<f64, String> {
     };
     match num.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v * mult),
-        _ => Err(format!("{s:?} is not a rate (e.g. 250000, 250k, 1.5M)")),
+        _ => Err(format!("{s:?} is not a rate (e.g. 250000, 250k, 1.5M)").into()),
     }
 }
 

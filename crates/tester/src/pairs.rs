@@ -453,7 +453,7 @@ mod tests {
                 log.borrow_mut().push(format!("probe{n}"));
                 p(f64::from(*n), 1.0)
             },
-            |i| -> Result<f64, String> {
+            |i| -> Result<f64, crate::Error> {
                 log.borrow_mut().push(format!("A{i}"));
                 Ok(10.0 + i as f64)
             },

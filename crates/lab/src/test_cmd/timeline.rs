@@ -1,6 +1,6 @@
 //! `routeplex test timeline FILE` (root): a failure timeline (see
 //! `tester::scenario::timeline` for the file). The topology comes up in this process (hosts'
-//! namespaces and veths, the VRs' control-plane namespaces, the data plane), BIRD starts in
+//! namespaces and veths, the VRs' control-plane namespaces, the data plane), BIRD or FRR starts in
 //! each VR's namespace that the file names, and once every flow delivers (and `settle` more
 //! seconds) time 0 starts: each flow's sender, a thread in its host's namespace, sends
 //! sequence-numbered UDP probes at its rate; each receiver, a thread in the destination host's
@@ -12,10 +12,8 @@
 //! buffer; the send times and the arrival marks live in vectors sized for the whole run
 //! before time 0, so no probe allocates.
 
-use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
@@ -29,6 +27,8 @@ use control::runtime::{Idle, Options};
 use control::{Node, Topology};
 use serde_json::{json, Value};
 use tester::scenario::timeline::{outages, ActionKind, Timeline, Window};
+
+use super::timeline_daemons::Daemons;
 
 /// Options of `routeplex test timeline`.
 #[derive(clap::Args)]
@@ -87,17 +87,15 @@ pub fn run_file(file: &std::path::Path, json: bool) -> Result<()> {
 /// stopped, namespaces and veths removed, the run's directory deleted.
 struct Lab {
     made: Made,
-    daemons: Vec<(String, Child)>,
+    daemons: Daemons,
     node: Option<Node>,
     dir: PathBuf,
 }
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        for (_, c) in &mut self.daemons {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        // The daemons first: they hold the namespaces' taps.
+        self.daemons = Daemons::new(&self.dir, &[]);
         if let Some(n) = self.node.take() {
             let _ = n.stop();
         }
@@ -115,13 +113,7 @@ impl Lab {
 
     /// The last lines of every daemon's log, for an error.
     fn logs(&self) -> String {
-        let mut s = String::new();
-        for (vr, _) in &self.daemons {
-            let l = std::fs::read_to_string(self.dir.join(format!("{vr}.log"))).unwrap_or_default();
-            let tail: Vec<&str> = l.lines().rev().take(8).collect();
-            s += &format!("--- {vr}'s daemon log, newest first\n{}\n", tail.join("\n"));
-        }
-        s
+        self.daemons.logs()
     }
 }
 
@@ -136,14 +128,18 @@ fn execute(tl: &Timeline) -> Result<Value> {
     check(tl, &topo)?;
     let dir = std::env::temp_dir().join(format!("routeplex-timeline-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
-    let mut lab = Lab { made: Made::default(), daemons: Vec::new(), node: None, dir };
+    let daemons = Daemons::new(&dir, &tl.daemons);
+    let mut lab = Lab { made: Made::default(), daemons, node: None, dir };
     control::netns::make(&topo, &mut lab.made).map_err(|e| format_err!("{e}"))?;
     let mut o = Options::new(1);
     o.idle = Idle::Adaptive;
-    lab.node = Some(Node::start(topo.clone(), o, 64).map_err(|e| format_err!("{e}"))?);
-    for d in &tl.daemons {
-        start_bird(&mut lab, &topo, &d.vr, &d.config)?;
-    }
+    let mut node = Node::start(topo.clone(), o, 64).map_err(|e| format_err!("{e}"))?;
+    // The `impair` events edit the topology's text (as `apply` would).
+    let text =
+        std::fs::read_to_string(&tl.topology).with_context(|| tl.topology.display().to_string())?;
+    node.set_source(text, tl.topology.display().to_string());
+    lab.node = Some(node);
+    lab.daemons.start_all(&topo)?;
 
     let shared = Arc::new(Shared { phase: AtomicU8::new(PHASE_WARM), t0: OnceLock::new() });
     let (mut senders, mut receivers, mut warms) = (Vec::new(), Vec::new(), Vec::new());
@@ -270,7 +266,9 @@ fn check(tl: &Timeline, topo: &Topology) -> Result<()> {
             ActionKind::Vr { vr: name, .. } if vr(name).is_none() => {
                 return Err(err(&a.place, format!("no VR {name:?} in the topology")));
             }
-            ActionKind::DaemonKill { vr } if !tl.daemons.iter().any(|d| &d.vr == vr) => {
+            ActionKind::DaemonKill { vr } | ActionKind::DaemonStart { vr }
+                if !tl.daemons.iter().any(|d| &d.vr == vr) =>
+            {
                 return Err(err(&a.place, format!("VR {vr:?} runs no daemon (daemons:)")));
             }
             ActionKind::Impair { port, set } => {
@@ -306,36 +304,6 @@ fn sync_for(node: &mut Node, d: Duration) {
     }
 }
 
-/// Starts BIRD in VR `vr`'s namespace with `config` (checked first with `bird -p`), its log,
-/// socket and pid file in the run's directory.
-fn start_bird(lab: &mut Lab, topo: &Topology, vr: &str, config: &std::path::Path) -> Result<()> {
-    let v = topo.vr_index(vr).expect("checked");
-    let ns = topo.control_plane(v).expect("checked").netns.clone();
-    let conf = std::fs::canonicalize(config).with_context(|| config.display().to_string())?;
-    let wrapper = lab.dir.join(format!("{vr}.conf"));
-    let log = lab.dir.join(format!("{vr}.log"));
-    let mut w = std::fs::File::create(&wrapper)?;
-    writeln!(w, "log \"{}\" all;\ninclude \"{}\";", log.display(), conf.display())?;
-    let parse = Command::new("bird").arg("-p").arg("-c").arg(&wrapper).output();
-    let parse = parse.context("cannot run bird (scripts/setup installs bird2)")?;
-    if !parse.status.success() {
-        bail!("{}: {}", config.display(), String::from_utf8_lossy(&parse.stderr).trim());
-    }
-    let child = Command::new("ip")
-        .args(["netns", "exec", &ns, "bird", "-f", "-c"])
-        .arg(&wrapper)
-        .arg("-s")
-        .arg(lab.dir.join(format!("{vr}.ctl")))
-        .arg("-P")
-        .arg(lab.dir.join(format!("{vr}.pid")))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("ip netns exec ... bird")?;
-    lab.daemons.push((vr.to_string(), child));
-    Ok(())
-}
-
 /// Applies one action through the API's commands (killing a daemon is the runner's own).
 fn apply(lab: &mut Lab, what: &ActionKind) -> Result<Value> {
     let set = |vr: &str, interface: &str, up: bool| Api::InterfaceSet {
@@ -368,10 +336,13 @@ fn apply(lab: &mut Lab, what: &ActionKind) -> Result<Value> {
             node.execute(Api::Impair { port: port.clone(), impair })
         }
         ActionKind::DaemonKill { vr } => {
-            let (_, c) = lab.daemons.iter_mut().find(|(v, _)| v == vr).expect("checked");
-            c.kill()?;
-            c.wait()?;
-            return Ok(json!({ "killed": vr }));
+            let pid = lab.daemons.kill(vr)?;
+            return Ok(json!({ "killed": vr, "pid": pid }));
+        }
+        ActionKind::DaemonStart { vr } => {
+            let topo = node.topology().clone();
+            let pid = lab.daemons.restart(&topo, vr)?;
+            return Ok(json!({ "started": vr, "pid": pid }));
         }
     };
     Ok(serde_json::to_value(out.map_err(|e| format_err!("{e}"))?)?)

@@ -54,15 +54,15 @@ pub enum Resolution {
 
 impl Resolution {
     /// Parses "10k" (frames per second) or "0.5%" (of the maximum).
-    pub fn parse(s: &str) -> Result<Resolution, String> {
+    pub fn parse(s: &str) -> Result<Resolution, crate::Error> {
         match s.strip_suffix('%') {
             Some(p) => match p.trim().parse::<f64>() {
                 Ok(v) if v > 0.0 && v < 100.0 => Ok(Resolution::FractionOfMax(v / 100.0)),
-                _ => Err(format!("resolution {s:?}: a percentage in (0, 100)")),
+                _ => Err(format!("resolution {s:?}: a percentage in (0, 100)").into()),
             },
             None => match crate::parse_rate(s) {
                 Ok(v) if v > 0.0 => Ok(Resolution::Pps(v)),
-                _ => Err(format!("resolution {s:?}: a rate (10k) or a percentage (0.5%)")),
+                _ => Err(format!("resolution {s:?}: a rate (10k) or a percentage (0.5%)").into()),
             },
         }
     }

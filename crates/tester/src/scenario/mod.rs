@@ -263,7 +263,7 @@ pub enum ReservationSpec {
 
 impl ReservationSpec {
     /// Parses `none`, `25%`, `packets:500`.
-    pub fn parse(s: &str) -> std::result::Result<ReservationSpec, String> {
+    pub fn parse(s: &str) -> std::result::Result<ReservationSpec, crate::Error> {
         let t = s.trim();
         if t == "none" {
             return Ok(ReservationSpec::None);
@@ -271,18 +271,21 @@ impl ReservationSpec {
         if let Some(p) = t.strip_suffix('%') {
             return match p.trim().parse::<f64>() {
                 Ok(v) if v > 0.0 && v <= 100.0 => Ok(ReservationSpec::TimePercent(v)),
-                _ => Err(format!("reservation {s:?}: a percentage of the period in (0, 100]")),
+                _ => {
+                    Err(format!("reservation {s:?}: a percentage of the period in (0, 100]").into())
+                }
             };
         }
         if let Some(n) = t.strip_prefix("packets:") {
             return match parse_count(n.trim()) {
                 Some(n) if (1..=1_000_000_000).contains(&n) => Ok(ReservationSpec::Packets(n)),
-                _ => Err(format!("reservation {s:?}: packets:N with N in 1..=1000000000")),
+                _ => Err(format!("reservation {s:?}: packets:N with N in 1..=1000000000").into()),
             };
         }
         Err(format!(
             "reservation {s:?}: none, a share of the period as worker time (25%), or packets:N"
-        ))
+        )
+        .into())
     }
 
     /// The share of the period, for a time budget.
@@ -343,20 +346,21 @@ pub enum RateSpec {
 
 impl RateSpec {
     /// Parses `300k`, `1.5M`, `143%`.
-    pub fn parse(s: &str) -> std::result::Result<RateSpec, String> {
+    pub fn parse(s: &str) -> std::result::Result<RateSpec, crate::Error> {
         let t = s.trim();
         if let Some(p) = t.strip_suffix('%') {
             return match p.trim().parse::<f64>() {
                 Ok(v) if v.is_finite() && v > 0.0 && v <= 100_000.0 => {
                     Ok(RateSpec::PercentOfCapacity(v))
                 }
-                _ => Err(format!("{s:?} is not a percentage in (0, 100000]")),
+                _ => Err(format!("{s:?} is not a percentage in (0, 100000]").into()),
             };
         }
         match crate::parse_rate(t) {
             Ok(v) if v >= 1.0 => Ok(RateSpec::Pps(v)),
             _ => {
-                Err(format!("{s:?} is not a rate (300k, 1.5M) or a percentage of capacity (143%)"))
+                Err(format!("{s:?} is not a rate (300k, 1.5M) or a percentage of capacity (143%)")
+                    .into())
             }
         }
     }
@@ -507,24 +511,26 @@ impl Params {
     }
 
     /// Sets parameter `key` (a `dut:` or `traffic:` key, or `rate.<class>`) from `text`.
-    pub fn set(&mut self, key: &str, text: &str) -> std::result::Result<(), String> {
+    pub fn set(&mut self, key: &str, text: &str) -> std::result::Result<(), crate::Error> {
         let d = &mut self.dut;
         let t = &mut self.traffic;
-        let int = |lo: u64, hi: u64| -> std::result::Result<usize, String> {
+        let int = |lo: u64, hi: u64| -> std::result::Result<usize, crate::Error> {
             match parse_count(text) {
                 Some(n) if (lo..=hi).contains(&n) => Ok(n as usize),
-                Some(n) => Err(format!("{key} {n} is out of range {lo}..={hi}")),
-                None => Err(format!("{key} must be a whole number in {lo}..={hi}, not {text:?}")),
+                Some(n) => Err(format!("{key} {n} is out of range {lo}..={hi}").into()),
+                None => {
+                    Err(format!("{key} must be a whole number in {lo}..={hi}, not {text:?}").into())
+                }
             }
         };
         match key {
             "kind" => {
                 if !REAL_KINDS.contains(&text) && text != "multi-wire" {
                     crate::fake::Behaviour::parse(text).map_err(|e| {
-                        format!(
+                        crate::Error::new(format!(
                             "kind {text:?}: {}, multi-wire or a fake DUT ({e})",
                             REAL_KINDS.join(", ")
-                        )
+                        ))
                     })?;
                 }
                 d.kind = text.to_string();
@@ -534,7 +540,7 @@ impl Params {
                 d.ports = match text {
                     "shared" => Layout::Shared,
                     "per-vr" => Layout::PerVr,
-                    _ => return Err(format!("ports must be shared or per-vr, not {text:?}")),
+                    _ => return Err(format!("ports must be shared or per-vr, not {text:?}").into()),
                 }
             }
             "ingress_ports" => d.ingress_ports = int(1, 64)?,
@@ -543,7 +549,11 @@ impl Params {
                 d.bidirectional = match text {
                     "true" => true,
                     "false" => false,
-                    _ => return Err(format!("bidirectional must be true or false, not {text:?}")),
+                    _ => {
+                        return Err(
+                            format!("bidirectional must be true or false, not {text:?}").into()
+                        )
+                    }
                 }
             }
             "vifs" => d.vifs = int(1, 4096)?,
@@ -551,20 +561,23 @@ impl Params {
                 d.routes = if text == "real" {
                     Routes::Real
                 } else {
-                    Routes::Count(int(1, 4_000_000).map_err(|e| format!("{e} (or real)"))?)
+                    Routes::Count(
+                        int(1, 4_000_000)
+                            .map_err(|e| crate::Error::new(format!("{e} (or real)")))?,
+                    )
                 }
             }
             "ring" => {
                 let n = int(64, 65_536)?;
                 if !n.is_power_of_two() {
-                    return Err(format!("ring {n} is not a power of two"));
+                    return Err(format!("ring {n} is not a power of two").into());
                 }
                 d.ring = n;
             }
             "burst" => d.burst = int(1, 256)?,
             "family" => {
                 if text != "ipv4" && text != "ipv6" {
-                    return Err(format!("family must be ipv4 or ipv6, not {text:?}"));
+                    return Err(format!("family must be ipv4 or ipv6, not {text:?}").into());
                 }
                 d.family = text.to_string();
             }
@@ -578,7 +591,11 @@ impl Params {
                 t.replay = match text {
                     "replay" => true,
                     "timed" => false,
-                    _ => return Err(format!("generator must be timed or replay, not {text:?}")),
+                    _ => {
+                        return Err(
+                            format!("generator must be timed or replay, not {text:?}").into()
+                        )
+                    }
                 }
             }
             _ if key.starts_with("rate.") && key.len() > 5 => {
@@ -600,7 +617,7 @@ impl Params {
                 let b = match text {
                     "true" => true,
                     "false" => false,
-                    _ => return Err(format!("{key} must be true or false, not {text:?}")),
+                    _ => return Err(format!("{key} must be true or false, not {text:?}").into()),
                 };
                 if key == "pin" {
                     d.pin = b;
@@ -612,7 +629,7 @@ impl Params {
                 d.backend = match text {
                     "mem" => Backend::Mem,
                     "memif" => Backend::Memif,
-                    _ => return Err(format!("backend must be mem or memif, not {text:?}")),
+                    _ => return Err(format!("backend must be mem or memif, not {text:?}").into()),
                 }
             }
             "path" => {
@@ -620,7 +637,11 @@ impl Params {
                     "vr" => DutPath::Vr,
                     "switch" => DutPath::Switch,
                     "switch-vr" => DutPath::SwitchVr,
-                    _ => return Err(format!("path must be vr, switch or switch-vr, not {text:?}")),
+                    _ => {
+                        return Err(
+                            format!("path must be vr, switch or switch-vr, not {text:?}").into()
+                        )
+                    }
                 }
             }
             _ if LATER_KEYS.contains(&key) => {
@@ -629,40 +650,43 @@ impl Params {
                      VRs over N workers; shared ports make one cell on one worker) and gives \
                      every reserved VR the same reservation (reservation, period_us, weight, \
                      reserved_vrs)"
-                ))
+                )
+                .into())
             }
             _ => {
                 return Err(format!(
                     "unknown parameter {key:?} (DUT: {}; traffic: {}, generator, rate.<vr>)",
                     DUT_KEYS.join(", "),
                     TRAFFIC_KEYS[..4].join(", ")
-                ))
+                )
+                .into())
             }
         }
         Ok(())
     }
 
     /// Checks what only the whole set can tell.
-    pub fn check(&self) -> std::result::Result<(), String> {
+    pub fn check(&self) -> std::result::Result<(), crate::Error> {
         let d = &self.dut;
         let ports = d.ingress_ports + d.egress_ports;
         if d.vifs != 0 && d.vifs < ports {
             return Err(format!(
                 "vifs {} is fewer than the {ports} ports of a VR: each port needs an interface",
                 d.vifs
-            ));
+            )
+            .into());
         }
         if d.ports == Layout::PerVr && d.vrs * ports > 4096 {
-            return Err(format!("{} VRs with {ports} ports each: at most 4096 ports", d.vrs));
+            return Err(format!("{} VRs with {ports} ports each: at most 4096 ports", d.vrs).into());
         }
         if let Some(n) = d.reserved_vrs {
             if n > d.vrs {
-                return Err(format!("reserved_vrs {n} is more than the {} VRs", d.vrs));
+                return Err(format!("reserved_vrs {n} is more than the {} VRs", d.vrs).into());
             }
         }
         if let Some(n) = self.traffic.active_vrs {
             if n > d.vrs {
-                return Err(format!("active_vrs {n} is more than the {} VRs", d.vrs));
+                return Err(format!("active_vrs {n} is more than the {} VRs", d.vrs).into());
             }
         }
         check_replicas(d)?;
@@ -672,7 +696,7 @@ impl Params {
 
 /// memif ports and the switch are built for one worker: the multi-worker runtime hands the
 /// tester `mem` ends and replica queues only, and a replicated VR has no switch in front.
-fn check_path(d: &DutParams) -> std::result::Result<(), String> {
+fn check_path(d: &DutParams) -> std::result::Result<(), crate::Error> {
     if d.backend == Backend::Mem && d.path == DutPath::Vr {
         return Ok(());
     }
@@ -681,13 +705,13 @@ fn check_path(d: &DutParams) -> std::result::Result<(), String> {
         p => format!("path {}", p.text()),
     };
     if d.kind != "routeplex" {
-        return Err(format!("{what}: only the routeplex DUT has it, not kind {}", d.kind));
+        return Err(format!("{what}: only the routeplex DUT has it, not kind {}", d.kind).into());
     }
     if d.workers != 1 || d.replicas != 1 || d.msr {
-        return Err(format!("{what}: one worker, no replicas, no msr"));
+        return Err(format!("{what}: one worker, no replicas, no msr").into());
     }
     if d.backend == Backend::Memif && d.ring > 16_384 {
-        return Err(format!("backend memif: ring {} is over memif's 16384 slots", d.ring));
+        return Err(format!("backend memif: ring {} is over memif's 16384 slots", d.ring).into());
     }
     if d.path != DutPath::Vr
         && (d.vrs != 1 || d.ingress_ports != 1 || d.egress_ports != 1 || d.bidirectional)
@@ -695,7 +719,8 @@ fn check_path(d: &DutParams) -> std::result::Result<(), String> {
         return Err(format!(
             "{what}: one generator port and one sink port on the switch (vrs 1, ingress_ports 1, \
              egress_ports 1, bidirectional false)"
-        ));
+        )
+        .into());
     }
     Ok(())
 }
@@ -705,23 +730,25 @@ pub const MAX_REPLICAS: usize = 64;
 
 /// Replicas run one per worker on ports of their own (a queue each), and an MSR's back-ends
 /// are the replicas of a routeplex VR.
-fn check_replicas(d: &DutParams) -> std::result::Result<(), String> {
+fn check_replicas(d: &DutParams) -> std::result::Result<(), crate::Error> {
     if d.replicas > d.workers {
         return Err(format!(
             "replicas {} needs workers {0} or more (one replica per worker), not {}",
             d.replicas, d.workers
-        ));
+        )
+        .into());
     }
     if d.replicas > 1 {
         if d.kind != "routeplex" {
-            return Err(format!("replicas {}: only routeplex VRs have replicas", d.replicas));
+            return Err(format!("replicas {}: only routeplex VRs have replicas", d.replicas).into());
         }
         if d.ports == Layout::Shared && d.vrs > 1 {
             return Err(format!(
                 "replicas {}: a replicated VR needs its ports to itself (vrs 1, or ports per-vr), \
                  not {} VRs on shared ports",
                 d.replicas, d.vrs
-            ));
+            )
+            .into());
         }
     }
     if d.msr {
@@ -729,10 +756,11 @@ fn check_replicas(d: &DutParams) -> std::result::Result<(), String> {
             return Err(format!(
                 "msr true needs replicas 2 or more (its back-ends), not {}",
                 d.replicas
-            ));
+            )
+            .into());
         }
         if d.vrs > 1 {
-            return Err(format!("msr true: one MSR, over vrs 1, not {} VRs", d.vrs));
+            return Err(format!("msr true: one MSR, over vrs 1, not {} VRs", d.vrs).into());
         }
         if d.bidirectional {
             return Err(
@@ -880,7 +908,7 @@ pub struct Goal {
 impl Goal {
     /// Parses `METRIC >= N` or `METRIC <= N` (N a number, or a percentage: `1%` is 0.01),
     /// optionally followed by `at KEY=VALUE[, KEY=VALUE]`.
-    pub fn parse(text: &str) -> std::result::Result<Goal, String> {
+    pub fn parse(text: &str) -> std::result::Result<Goal, crate::Error> {
         let (cond, at) = match text.split_once(" at ") {
             Some((c, a)) => (c, Some(a)),
             None => (text, None),
@@ -910,7 +938,7 @@ impl Goal {
                     }
                     _ => Err(format!("goal condition {:?} is not KEY=VALUE", kv.trim())),
                 })
-                .collect::<std::result::Result<_, _>>()?,
+                .collect::<std::result::Result<_, String>>()?,
         };
         Ok(Goal { text: text.to_string(), metric: metric.trim().to_string(), at_least, value, at })
     }
@@ -1148,7 +1176,7 @@ fn set(p: &mut Params, key: &str, v: &Value) -> Result<()> {
 }
 
 /// The load a method needs is there: a rate for `method: rate`, `%` only with a capacity.
-fn check_load(sc: &Scenario, p: &Params) -> std::result::Result<(), String> {
+fn check_load(sc: &Scenario, p: &Params) -> std::result::Result<(), crate::Error> {
     let t = &p.traffic;
     if sc.method.kind == MethodKind::Rate && t.rate.is_none() && t.rates.is_empty() {
         return Err("method rate needs traffic.rate (the total) or traffic.rates (per VR)".into());
@@ -1163,7 +1191,8 @@ fn check_load(sc: &Scenario, p: &Params) -> std::result::Result<(), String> {
                 return Err(format!(
                     "traffic.rates names {c:?}, but the DUT's VRs are vr1..vr{}",
                     p.dut.vrs
-                ));
+                )
+                .into());
             }
         }
     }

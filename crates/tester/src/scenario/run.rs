@@ -80,7 +80,7 @@ impl DutBuilder for FakeBuilder {
             }
             Box::new(d)
         } else {
-            let b = Behaviour::parse(&p.kind).map_err(BuildError::Fail)?;
+            let b = Behaviour::parse(&p.kind).map_err(|e| BuildError::Fail(e.to_string()))?;
             let mut d = FakeDut::new(b, p.ring);
             if let Some(i) = self.idle_sleep {
                 d = d.idle_sleep(i);

@@ -16,7 +16,8 @@
 //! timers: { hello: 1s, dead: 4s }       # the protocol's timers, as the daemons' configs set
 //!                                       # them: named in the report, not applied
 //! daemons:                              # per VR (it needs a `control_plane`)
-//!   r1: { bird: ospf-square/r1.conf }
+//!   r1: { bird: ospf-square/r1.conf }   # BIRD 2 with this configuration, or
+//!   r2: { frr: bgp-pairs/r2.conf }      # FRR: zebra, and bgpd with this configuration
 //! flows:                                # UDP probes from a host's namespace to an address
 //!   - { name: a-to-c, from: ha, to: 10.80.3.2, rate: 1000 }   # rate: 1..=10000 per second
 //! converge: 60                          # seconds to wait for every flow to deliver
@@ -29,12 +30,15 @@
 //!   - { at: 2, impair: { port: pa, set: { delay: 20ms, loss: 1% } } }   # set: none ends it
 //!   - { at: 2, vr_stop: r2 }            # every interface of r2 down (the VR and its
 //!   - { at: 5, vr_start: r2 }           # daemons keep running); vr_start: all up again
-//!   - { at: 2, daemon_kill: r2 }        # SIGKILL to r2's daemon
+//!   - { at: 2, daemon_kill: r2 }        # SIGKILL to r2's daemon, which stays dead
+//!   - { at: 2, daemon_kill: { vr: r2, restart: 1 } }   # ... started again 1 s later
 //! ```
 //!
 //! A flap of `period` P and `count` N takes the interface down at `at + k·P` and up at
-//! `at + k·P + P/2`, k = 0..N. Each action (a flap's each half too) opens a window that lasts
-//! to the next action or the end of the run; [`outages`] reports each window.
+//! `at + k·P + P/2`, k = 0..N; a daemon killed with `restart: S` (seconds, or `no`) starts
+//! again, with the same configuration, at `at + S`. Each action (a flap's each half too)
+//! opens a window that lasts to the next action or the end of the run; [`outages`] reports
+//! each window.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -101,7 +105,10 @@ pub struct Daemon {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DaemonKind {
+    /// BIRD 2 with the file as its configuration.
     Bird,
+    /// FRR's zebra and bgpd, the file bgpd's configuration.
+    Frr,
 }
 
 /// A probe flow.
@@ -159,6 +166,8 @@ pub enum ActionKind {
     Vr { vr: String, up: bool },
     /// The VR's daemon killed (SIGKILL).
     DaemonKill { vr: String },
+    /// The VR's daemon, killed before, started again with its configuration.
+    DaemonStart { vr: String },
 }
 
 impl ActionKind {
@@ -172,6 +181,7 @@ impl ActionKind {
             ActionKind::Impair { port, set: None } => format!("impair {port} ends"),
             ActionKind::Vr { vr, up } => format!("vr {vr} {}", if *up { "start" } else { "stop" }),
             ActionKind::DaemonKill { vr } => format!("kill {vr}'s daemon"),
+            ActionKind::DaemonStart { vr } => format!("restart {vr}'s daemon"),
         }
     }
 }
@@ -241,14 +251,13 @@ fn parse(text: &str, file: &str, dir: &Path) -> Result<Timeline> {
     let mut daemons = Vec::new();
     if let Some(d) = m.get("daemons") {
         for (vr, v) in d.mapping()?.entries() {
-            let dm = v.map(&["bird"])?;
-            let conf = dm.req("bird")?;
-            daemons.push(Daemon {
-                vr,
-                kind: DaemonKind::Bird,
-                config: dir.join(conf.text()?),
-                at: Place::of(&v),
-            });
+            let dm = v.map(&["bird", "frr"])?;
+            let (kind, conf) = match (dm.get("bird"), dm.get("frr")) {
+                (Some(c), None) => (DaemonKind::Bird, c),
+                (None, Some(c)) => (DaemonKind::Frr, c),
+                _ => return Err(v.error("a daemon is one of bird: CONFIG or frr: BGPD_CONFIG")),
+            };
+            daemons.push(Daemon { vr, kind, config: dir.join(conf.text()?), at: Place::of(&v) });
         }
     }
     let flows = flows(&m.req("flows")?)?;
@@ -370,14 +379,21 @@ fn events(v: &Value, duration: f64) -> Result<Vec<Action>> {
             "vr_stop" | "vr_start" => {
                 push(at, ActionKind::Vr { vr: word(&body, "a VR")?, up: kind == "vr_start" })
             }
-            _ => push(at, ActionKind::DaemonKill { vr: word(&body, "a VR")? }),
+            _ => {
+                let (vr, restart) = daemon_kill(&body)?;
+                push(at, ActionKind::DaemonKill { vr: vr.clone() });
+                if let Some(after) = restart {
+                    push(at + after, ActionKind::DaemonStart { vr });
+                }
+            }
         }
     }
     if let Some(a) = out.iter().find(|a| a.at > duration) {
         return Err(a.place.error(
             "",
             format!(
-                "a flap runs past the run's end ({duration} s): its last action is at {} s",
+                "the event runs past the run's end ({duration} s): {} at {} s",
+                a.what.label(),
                 a.at
             ),
         ));
@@ -390,6 +406,22 @@ fn events(v: &Value, duration: f64) -> Result<Vec<Action>> {
     // Stable: actions at the same time keep the file's order.
     out.sort_by(|a, b| a.at.total_cmp(&b.at));
     Ok(out)
+}
+
+/// `daemon_kill: r2` (stays dead) or `daemon_kill: { vr: r2, restart: 1 }` (seconds after the
+/// kill, or `no`): the VR and when its daemon starts again.
+fn daemon_kill(v: &Value) -> Result<(String, Option<f64>)> {
+    if !v.is_mapping() {
+        return Ok((word(v, "a VR")?, None));
+    }
+    let m = v.map(&["vr", "restart"])?;
+    let vr = word(&m.req("vr")?, "a VR")?;
+    let restart = match m.get("restart") {
+        Some(r) if r.text().is_ok_and(|t| t == "no") => None,
+        Some(r) => Some(r.secs("restart", 0.0, MAX_DURATION)?),
+        None => None,
+    };
+    Ok((vr, restart))
 }
 
 fn vr_interface(v: &Value, keys: &[&str]) -> Result<(String, String)> {

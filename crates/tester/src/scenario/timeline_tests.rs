@@ -24,6 +24,8 @@ events:
   - { at: 3, vr_stop: r4 }
   - { at: 4, vr_start: r4 }
   - { at: 5, daemon_kill: r1 }
+  - { at: 8.2, daemon_kill: { vr: r1, restart: 1.5 } }
+  - { at: 8.3, daemon_kill: { vr: r1, restart: no } }
 "#;
 
 fn parse(text: &str) -> std::result::Result<Timeline, ScenarioError> {
@@ -43,10 +45,13 @@ fn parses_every_event_kind_in_time_order() {
     assert_eq!(t.timers["dead"], "4s");
     assert_eq!(t.daemons.len(), 1);
     assert_eq!(t.daemons[0].config, Path::new("/s/sq/r1.conf"));
+    assert_eq!(t.daemons[0].kind, DaemonKind::Bird);
+    let t2 = parse(&GOOD.replace("r1: { bird: sq/r1.conf }", "r1: { frr: sq/r1-bgpd.conf }"));
+    assert_eq!(t2.unwrap().daemons[0].kind, DaemonKind::Frr);
     assert_eq!(t.flows[1].rate, 1000, "the default rate");
     assert_eq!((t.converge, t.settle, t.duration), (30.0, 1.0, 10.0));
     let at: Vec<f64> = t.actions.iter().map(|a| a.at).collect();
-    assert_eq!(at, [2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 7.5, 8.0, 8.5, 9.0, 9.5]);
+    assert_eq!(at, [2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 7.5, 8.0, 8.2, 8.3, 8.5, 9.0, 9.5, 9.7]);
     let labels: Vec<String> = t.actions.iter().map(|a| a.what.label()).collect();
     assert_eq!(
         labels,
@@ -59,13 +64,16 @@ fn parses_every_event_kind_in_time_order() {
             "r2.l23 down",
             "r2.l23 up",
             "r2.l23 down",
+            "kill r1's daemon",
+            "kill r1's daemon",
             "r2.l23 up",
             "impair pa",
             "impair pa ends",
+            "restart r1's daemon",
         ]
     );
     assert_eq!(t.actions[0].event, 1, "the event's index in the file");
-    let ActionKind::Impair { set: Some(set), .. } = &t.actions[9].what else { panic!() };
+    let ActionKind::Impair { set: Some(set), .. } = &t.actions[11].what else { panic!() };
     assert_eq!(set, &serde_json::json!({ "delay": "20ms", "loss": "1%", "seed": 7 }));
     assert_eq!(t.action_times_ns()[6], 7_500_000_000);
 }
@@ -80,7 +88,18 @@ fn bad_events_name_file_line_column_and_field() {
     let e = err(&GOOD.replace("at: 6,", "at: 11,"));
     assert!(e.starts_with("t.yaml:15:11: events[0].at: at must be seconds in 0..=10"), "{e}");
     let e = err(&GOOD.replace("period: 1, count: 2", "period: 2, count: 3"));
-    assert!(e.starts_with("t.yaml:17:22: events[2].flap: a flap runs past"), "{e}");
+    assert!(e.starts_with("t.yaml:17:22: events[2].flap: the event runs past"), "{e}");
+    assert!(e.contains("(10 s): r2.l23 down at 11 s"), "{e}");
+    let e = err(&GOOD.replace("restart: 1.5", "restart: 2"));
+    assert!(e.starts_with("t.yaml:23:31: events[8].daemon_kill: the event runs past"), "{e}");
+    assert!(e.contains("(10 s): restart r1's daemon at 10.2 s"), "{e}");
+    let e = err(&GOOD.replace("restart: 1.5", "restart: soon"));
+    assert!(
+        e.starts_with("t.yaml:23:48: events[8].daemon_kill.restart: restart must be seconds"),
+        "{e}"
+    );
+    let e = err(&GOOD.replace("restart: 1.5", "restrat: 1.5"));
+    assert!(e.contains("events[8].daemon_kill.restrat: unknown key"), "{e}");
     let e = err(&GOOD.replace("interface: l12 } }\n  - { at: 2", "iface: l12 } }\n  - { at: 2"));
     assert!(e.starts_with("t.yaml:15:33: events[0].link_up.iface: unknown key \"iface\""), "{e}");
     let e = err(&GOOD.replace("loss: 1%", "los: 1%"));
@@ -98,6 +117,8 @@ fn bad_events_name_file_line_column_and_field() {
     assert!(e.contains("kind: a timeline scenario has kind: timeline"), "{e}");
     let e = err(&GOOD.replace("r1: { bird: sq/r1.conf }", "r1: { quagga: x }"));
     assert!(e.contains("daemons.r1"), "{e}");
+    let e = err(&GOOD.replace("r1: { bird: sq/r1.conf }", "r1: { bird: a, frr: b }"));
+    assert!(e.contains("daemons.r1: a daemon is one of bird: CONFIG or frr: BGPD_CONFIG"), "{e}");
     let e = err(&GOOD.replace("duration: 10", "duration: 1000"));
     assert!(e.contains("duration must be seconds in 0.1..=300"), "{e}");
 }
