@@ -6,14 +6,16 @@
 //! `{"v":1,"id":N,"err":{"code":"CODE","msg":"..."}}`. Unknown commands and unknown argument
 //! fields are refused (`bad_request`), so a typo fails loudly. Replies only ever gain fields.
 //! The version `v` is [`API_VERSION`]; a request with another major version is refused.
-//! `docs/api.md` documents every command; a test keeps it in step with [`Command::NAMES`].
+//! Each command's reply is a struct ([`reply`], re-exported here) that the daemon serialises
+//! and clients read back ([`Answer::read`]). `docs/api.md` documents every command with an
+//! example reply; a test keeps it in step with [`Command::NAMES`] and the structs.
 
 use std::net::IpAddr;
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-mod reply;
+pub mod reply;
 pub use reply::*;
 
 /// The protocol version this build speaks.
