@@ -9,7 +9,7 @@
 //! of the node tree, so a damaged image is refused instead of panicking or looping in a
 //! worker. A refused image says what was wrong.
 
-use crate::poptrie::{Geometry, NodeParts, Parts, LAYOUT};
+use crate::poptrie::{Corrupt, Geometry, NodeParts, Parts, LAYOUT};
 use crate::{Key, NextHop, Poptrie};
 
 /// Why an image was refused.
@@ -118,47 +118,49 @@ pub fn decode<K: Key>(
         .map(|w| NextHop::from_le_bytes(w.try_into().expect("2")))
         .collect();
     let p = Parts { geo, top, blocks, nodes, leaves, prefixes: prefixes as usize };
-    check::<K>(&p, next_hops).map_err(bad)?;
+    check::<K>(&p, next_hops).map_err(|e| bad(e.0))?;
     let t = Poptrie::from_parts(p);
     // The batched walk reads nodes and leaves unchecked on the strength of this.
-    t.indices_ok(0, None).map_err(bad)?;
+    t.indices_ok(0, None).map_err(|e| bad(e.0))?;
     Ok((t, c.at))
 }
 
 /// Whether a lookup in `p` stays inside its arrays, ends, and answers only next hops below
 /// `next_hops`.
-fn check<K: Key>(p: &Parts, next_hops: usize) -> Result<(), String> {
+fn check<K: Key>(p: &Parts, next_hops: usize) -> Result<(), Corrupt> {
     let (leaf, block, inline, stride) = LAYOUT;
     let g = p.geo;
     // In u32: bytes from a file may add up past 255.
     let s = u32::from(g.top) + u32::from(g.block);
     if !(1..=24).contains(&g.top) || s > 32 || s > u32::from(K::BITS) {
-        return Err(format!(
+        return Err(Corrupt(format!(
             "geometry {}+{} bits is not one a table is built with",
             g.top, g.block
-        ));
+        )));
     }
     let per = 1usize << g.block;
     if p.top.len() != 1 << g.top
         || (g.block == 0 && !p.blocks.is_empty())
         || !p.blocks.len().is_multiple_of(per)
     {
-        return Err(format!(
+        return Err(Corrupt(format!(
             "direct arrays of {} and {} entries do not fit geometry {}+{}",
             p.top.len(),
             p.blocks.len(),
             g.top,
             g.block
-        ));
+        )));
     }
     if p.leaves.is_empty() {
-        return Err("no leaf placeholder".into());
+        return Err(Corrupt("no leaf placeholder".to_string()));
     }
-    let hop = |h: NextHop, at: &str| -> Result<(), String> {
+    let hop = |h: NextHop, at: &str| -> Result<(), Corrupt> {
         if usize::from(h) < next_hops {
             Ok(())
         } else {
-            Err(format!("{at}: next hop {h} is not one of the {next_hops} adjacency slots"))
+            Err(Corrupt(format!(
+                "{at}: next hop {h} is not one of the {next_hops} adjacency slots"
+            )))
         }
     };
     for (i, &h) in p.leaves.iter().enumerate() {
@@ -168,14 +170,14 @@ fn check<K: Key>(p: &Parts, next_hops: usize) -> Result<(), String> {
     // is a forest) or too deep for the key is refused, so every walk ends.
     let max_depth = ((u32::from(K::BITS) - s) as usize).div_ceil(usize::from(stride));
     let mut todo: Vec<(u32, usize)> = Vec::new();
-    let mut direct = |e: u32, at: &str| -> Result<(), String> {
+    let mut direct = |e: u32, at: &str| -> Result<(), Corrupt> {
         if e & leaf != 0 {
             hop(e as NextHop, at)
         } else if (e as usize) < p.nodes.len() {
             todo.push((e, 1));
             Ok(())
         } else {
-            Err(format!("{at}: node {e} is past the {} nodes", p.nodes.len()))
+            Err(Corrupt(format!("{at}: node {e} is past the {} nodes", p.nodes.len())))
         }
     };
     let nblocks = p.blocks.len() / per;
@@ -183,7 +185,10 @@ fn check<K: Key>(p: &Parts, next_hops: usize) -> Result<(), String> {
         // As the lookup reads it: the block tag first.
         if e & block != 0 {
             if g.block == 0 || (e ^ block) as usize >= nblocks {
-                return Err(format!("top entry {i}: block {} is not one of {nblocks}", e ^ block));
+                return Err(Corrupt(format!(
+                    "top entry {i}: block {} is not one of {nblocks}",
+                    e ^ block
+                )));
             }
         } else {
             direct(e, &format!("top entry {i}"))?;
@@ -196,10 +201,10 @@ fn check<K: Key>(p: &Parts, next_hops: usize) -> Result<(), String> {
     while let Some((idx, depth)) = todo.pop() {
         let at = || format!("node {idx}");
         if depth > max_depth {
-            return Err(format!("{}: deeper than a {}-bit key allows", at(), K::BITS));
+            return Err(Corrupt(format!("{}: deeper than a {}-bit key allows", at(), K::BITS)));
         }
         if std::mem::replace(&mut seen[idx as usize], true) {
-            return Err(format!("{}: reached twice", at()));
+            return Err(Corrupt(format!("{}: reached twice", at())));
         }
         let (vector, leafvec, node_base, leaf_base, inl) = p.nodes[idx as usize];
         for h in inl {
@@ -208,14 +213,22 @@ fn check<K: Key>(p: &Parts, next_hops: usize) -> Result<(), String> {
         for k in 1..=vector.count_ones() {
             let child = node_base.wrapping_add(k);
             if child as usize >= p.nodes.len() {
-                return Err(format!("{}: child {child} is past the {} nodes", at(), p.nodes.len()));
+                return Err(Corrupt(format!(
+                    "{}: child {child} is past the {} nodes",
+                    at(),
+                    p.nodes.len()
+                )));
             }
             todo.push((child, depth + 1));
         }
         for r in (inline as u32 + 1)..=leafvec.count_ones() {
             let l = leaf_base.wrapping_add(r);
             if l as usize >= p.leaves.len() {
-                return Err(format!("{}: leaf {l} is past the {} leaves", at(), p.leaves.len()));
+                return Err(Corrupt(format!(
+                    "{}: leaf {l} is past the {} leaves",
+                    at(),
+                    p.leaves.len()
+                )));
             }
         }
     }

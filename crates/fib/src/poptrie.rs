@@ -687,14 +687,14 @@ impl<K: Key> Poptrie<K> {
         &self,
         nodes_from: usize,
         touched: Option<&[(usize, usize)]>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Corrupt> {
         let (nn, nl) = (self.nodes.len() as u64, self.leaves.len() as u64);
         let per = 1u64 << self.geo.block;
         if self.top.len() != 1 << self.geo.top {
-            return Err(format!("top size {}", self.top.len()));
+            return Err(Corrupt(format!("top size {}", self.top.len())));
         }
         if nl == 0 {
-            return Err("leaves[0] missing".into());
+            return Err(Corrupt("leaves[0] missing".to_string()));
         }
         let direct_ok = |e: u32, blocks_allowed: bool| {
             e & LEAF != 0
@@ -710,13 +710,13 @@ impl<K: Key> Poptrie<K> {
             let tops = lo >> bb..((hi - 1) >> bb) + 1;
             for (t, &e) in self.top[tops.clone()].iter().enumerate() {
                 if !direct_ok(e, bb > 0) {
-                    return Err(format!("bad top entry {}", tops.start + t));
+                    return Err(Corrupt(format!("bad top entry {}", tops.start + t)));
                 }
                 if bb > 0 && e & BLOCK != 0 {
                     let start = (e ^ BLOCK) as usize * per as usize;
                     let blk = &self.blocks[start..start + per as usize];
                     if let Some(bad) = blk.iter().position(|&x| !direct_ok(x, false)) {
-                        return Err(format!("bad entry {bad} in block at {start}"));
+                        return Err(Corrupt(format!("bad entry {bad} in block at {start}")));
                     }
                 }
             }
@@ -725,14 +725,14 @@ impl<K: Key> Poptrie<K> {
             let first = u64::from(n.node_base.wrapping_add(1));
             let kids = u64::from(n.vector.count_ones());
             if kids != 0 && first + kids > nn {
-                return Err(format!("node {k} children out of bounds"));
+                return Err(Corrupt(format!("node {k} children out of bounds")));
             }
             let runs = n.leafvec.count_ones() as usize;
             if runs > INLINE {
                 let last = u64::from(n.leaf_base.wrapping_add(runs as u32));
                 let first = u64::from(n.leaf_base.wrapping_add(INLINE as u32 + 1));
                 if first > last || last >= nl {
-                    return Err(format!("node {k} leaves out of bounds"));
+                    return Err(Corrupt(format!("node {k} leaves out of bounds")));
                 }
             }
         }
@@ -1150,6 +1150,12 @@ impl<K: Key> Poptrie<K> {
         }
     }
 }
+
+/// A compiled table whose arrays do not hold together (an index past its array, a walk that
+/// would not end, a next hop past the adjacency slots): what a checkpoint loader refuses.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Corrupt(pub String);
 
 #[cfg(test)]
 mod tests {

@@ -40,17 +40,19 @@ pub(super) struct RingOffsets {
 
 /// Checks one ring's offsets (kernel-supplied) and returns the length to map: the descriptor
 /// array must start 8-aligned and the three u32 words must be aligned and lie before it.
-pub(super) fn ring_map_len(off: &RingOffsets, size: u32, entry: usize) -> Result<usize, String> {
+pub(super) fn ring_map_len(off: &RingOffsets, size: u32, entry: usize) -> io::Result<usize> {
+    let bad =
+        |m: String| io::Error::new(io::ErrorKind::InvalidData, format!("bad ring offsets: {m}"));
     if off.desc & 7 != 0 {
-        return Err(format!("descriptor offset {} not 8-aligned", off.desc));
+        return Err(bad(format!("descriptor offset {} not 8-aligned", off.desc)));
     }
     for (what, o) in [("producer", off.producer), ("consumer", off.consumer), ("flags", off.flags)]
     {
         if o & 3 != 0 || o.checked_add(4).is_none_or(|end| end > off.desc) {
-            return Err(format!(
+            return Err(bad(format!(
                 "{what} offset {o} outside the ring header (desc at {})",
                 off.desc
-            ));
+            )));
         }
     }
     (size as u64)
@@ -58,7 +60,7 @@ pub(super) fn ring_map_len(off: &RingOffsets, size: u32, entry: usize) -> Result
         .and_then(|n| n.checked_add(off.desc))
         .filter(|&n| n <= 1 << 32)
         .map(|n| n as usize)
-        .ok_or_else(|| format!("ring of {size} entries at {} overflows", off.desc))
+        .ok_or_else(|| bad(format!("ring of {size} entries at {} overflows", off.desc)))
 }
 
 /// One mapped ring.
@@ -84,9 +86,7 @@ impl XskRing {
         size: u32,
         entry: usize,
     ) -> io::Result<XskRing> {
-        let len = ring_map_len(off, size, entry).map_err(|m| {
-            io::Error::new(io::ErrorKind::InvalidData, format!("bad ring offsets: {m}"))
-        })?;
+        let len = ring_map_len(off, size, entry)?;
         let map = Mmap::shared(fd, len, pgoff)?;
         Ok(XskRing {
             map,
@@ -287,7 +287,7 @@ mod tests {
     #[test]
     fn ring_offsets_are_checked() {
         let good = RingOffsets { producer: 0, consumer: 64, flags: 128, desc: 192 };
-        assert_eq!(ring_map_len(&good, 2048, 16), Ok(192 + 2048 * 16));
+        assert_eq!(ring_map_len(&good, 2048, 16).unwrap(), 192 + 2048 * 16);
         let bad = [
             RingOffsets { desc: 190, ..good },
             RingOffsets { producer: 190, ..good },

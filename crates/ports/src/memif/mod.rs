@@ -168,18 +168,19 @@ impl MemifOptions {
         }
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> io::Result<()> {
+        let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
         if !(1..=MAX_QUEUES).contains(&self.queues) {
-            return Err(format!("queues {} not in 1..={MAX_QUEUES}", self.queues));
+            return Err(invalid(format!("queues {} not in 1..={MAX_QUEUES}", self.queues)));
         }
         if !(1..=proto::MAX_LOG2_RING_SIZE).contains(&self.log2_ring_size) {
-            return Err(format!("log2_ring_size {} not in 1..=14", self.log2_ring_size));
+            return Err(invalid(format!("log2_ring_size {} not in 1..=14", self.log2_ring_size)));
         }
         if !(64..=65535).contains(&self.buffer_size) {
-            return Err(format!("buffer_size {} not in 64..=65535", self.buffer_size));
+            return Err(invalid(format!("buffer_size {} not in 64..=65535", self.buffer_size)));
         }
         if self.secret.as_ref().is_some_and(|s| s.len() > proto::SECRET_SIZE) {
-            return Err("secret longer than 24 bytes".into());
+            return Err(invalid("secret longer than 24 bytes".to_string()));
         }
         // Buffer offsets are u32 in descriptors: the client's region must stay below 4 GiB.
         let size = region_size(
@@ -189,7 +190,9 @@ impl MemifOptions {
             self.buffer_size,
         );
         if size > u32::MAX as usize {
-            return Err(format!("queues x ring size x buffer size needs {size} bytes, over 4 GiB"));
+            return Err(invalid(format!(
+                "queues x ring size x buffer size needs {size} bytes, over 4 GiB"
+            )));
         }
         Ok(())
     }
@@ -274,6 +277,7 @@ enum Phase {
 }
 
 /// Why a connection ends, as decided while handling a message.
+#[derive(Debug, PartialEq, Eq)]
 enum Stop {
     /// The peer said DISCONNECT, with this reason.
     Peer(String),
@@ -487,7 +491,7 @@ impl MemifPort {
                 // Closed without a word: the refused client learns nothing.
                 drop(c);
                 self.mstats.refused_peers += 1;
-                self.last_reason = Some(why);
+                self.last_reason = Some(why.to_string());
                 changed = true;
                 continue;
             }
@@ -521,18 +525,24 @@ impl MemifPort {
     /// Whether a client that connected may talk to us. A socket file is guarded by its mode;
     /// an abstract name by nothing, so there the client must run as root or as our own
     /// effective user, by the credentials the kernel recorded at connect(2).
-    fn admit(&self, c: &Conn) -> Result<(), String> {
+    fn admit(&self, c: &Conn) -> io::Result<()> {
         if !matches!(self.addr, SocketAddr::Abstract(_)) {
             return Ok(());
         }
         let ours = crate::sys::euid();
         match c.peer_uid() {
             Ok(uid) if uid == 0 || uid == ours => Ok(()),
-            Ok(uid) => Err(format!(
-                "refused a client with uid {uid} on {} (an abstract socket admits only uid 0 and {ours})",
-                self.addr
+            Ok(uid) => Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "refused a client with uid {uid} on {} (an abstract socket admits only uid 0 and {ours})",
+                    self.addr
+                ),
             )),
-            Err(e) => Err(format!("refused a client on {}: SO_PEERCRED: {e}", self.addr)),
+            Err(e) => Err(io::Error::new(
+                e.kind(),
+                format!("refused a client on {}: SO_PEERCRED: {e}", self.addr),
+            )),
         }
     }
 
@@ -560,9 +570,9 @@ impl MemifPort {
         self.teardown(format!("disconnected the peer: {reason}"));
     }
 
-    fn send(&mut self, msg: &Msg, fd: Option<BorrowedFd<'_>>) -> Result<(), String> {
+    fn send(&mut self, msg: &Msg, fd: Option<BorrowedFd<'_>>) -> Result<(), Stop> {
         let c = self.ctl.as_ref().ok_or("no connection")?;
-        c.send(&msg.encode(), fd).map_err(|e| format!("control socket send: {e}"))
+        c.send(&msg.encode(), fd).map_err(|e| Stop::Reject(format!("control socket send: {e}")))
     }
 
     // ---- messages ----
@@ -640,13 +650,13 @@ impl MemifPort {
     }
 
     /// CONNECT: every ring announced is checked (cookie) and becomes a queue.
-    fn server_data(&self, setup: ServerSetup) -> Result<Data, String> {
+    fn server_data(&self, setup: ServerSetup) -> Result<Data, Stop> {
         if setup.regions.is_empty() || setup.c2s.is_empty() || setup.s2c.is_empty() {
             return Err("connect before a region and a ring in each direction".into());
         }
         let sizes: Vec<usize> = setup.regions.iter().map(Region::len).collect();
         let polling = self.opts.rx_mode == RxMode::Polling;
-        let ring = |p: PendingRing| -> Result<Ring, String> {
+        let ring = |p: PendingRing| -> Result<Ring, Stop> {
             let r = &setup.regions[p.region as usize];
             let off = p.offset as usize;
             if r.read_u32(off + proto::ring_off::COOKIE) != Some(COOKIE) {
@@ -729,7 +739,7 @@ impl MemifPort {
     }
 
     /// Sends the next queued handshake message (lock-step: one per message received).
-    fn send_next(&mut self) -> Result<(), String> {
+    fn send_next(&mut self) -> Result<(), Stop> {
         let Phase::Client { outbox } = &mut self.phase else { return Ok(()) };
         let Some((msg, fdref)) = outbox.pop_front() else { return Ok(()) };
         let d = self.data.as_ref().expect("client data exists while sending");
@@ -740,18 +750,19 @@ impl MemifPort {
             FdRef::Rx(i) => Some(d.rx[i].ring.event.fd()),
         };
         let c = self.ctl.as_ref().ok_or("no connection")?;
-        c.send(&msg.encode(), fd).map_err(|e| format!("control socket send: {e}"))
+        c.send(&msg.encode(), fd).map_err(|e| Stop::Reject(format!("control socket send: {e}")))
     }
 
     /// HELLO: settle sizes, create region 0 and the rings, queue INIT..CONNECT.
-    fn client_data(&self, h: &Hello) -> Result<(Data, VecDeque<(Msg, FdRef)>), String> {
+    fn client_data(&self, h: &Hello) -> Result<(Data, VecDeque<(Msg, FdRef)>), Stop> {
         let q = self.opts.queues as u32;
         let n_c2s = (h.max_c2s_ring as u32 + 1).min(q) as usize;
         let n_s2c = (h.max_s2c_ring as u32 + 1).min(q) as usize;
         let log2 = h.max_log2_ring_size.min(self.opts.log2_ring_size);
         let bsize = self.opts.buffer_size;
         let size = region_size(n_c2s, n_s2c, log2, bsize);
-        let region = Region::create("memif_region_0", size).map_err(|e| format!("region: {e}"))?;
+        let region = Region::create("memif_region_0", size)
+            .map_err(|e| Stop::Reject(format!("region: {e}")))?;
         let region_len = region.len();
         let ring_sz = proto::ring_bytes(log2);
         let buf0 = (n_c2s + n_s2c) * ring_sz;
@@ -791,7 +802,7 @@ impl MemifPort {
                 region: 0,
                 off,
                 size: slots as u16,
-                event: EventFd::new().map_err(|e| format!("{e}"))?,
+                event: EventFd::new().map_err(|e| Stop::Reject(e.to_string()))?,
             };
             if c2s {
                 out.push_back((
@@ -843,7 +854,7 @@ fn add_ring(flags: u16, index: usize, off: usize, log2: u8) -> AddRing {
 }
 
 /// INIT from a client: version, id, mode and secret, with DPDK's reasons.
-fn check_init(i: &Init, opts: &MemifOptions) -> Result<(), String> {
+fn check_init(i: &Init, opts: &MemifOptions) -> Result<(), Stop> {
     if i.version != VERSION {
         return Err("incompatible memif version".into());
     }
@@ -875,7 +886,7 @@ fn check_add_ring(
     seen: usize,
     queues: u16,
     region_sizes: &[usize],
-) -> Result<(), String> {
+) -> Result<(), Stop> {
     if a.index as usize != seen || a.index >= queues {
         return Err("invalid ring index".into());
     }
@@ -1126,7 +1137,7 @@ mod tests {
         let bad = |f: fn(&mut MemifOptions)| {
             let mut o = ok.clone();
             f(&mut o);
-            o.check().unwrap_err()
+            o.check().unwrap_err().to_string()
         };
         assert!(bad(|o| o.queues = 0).contains("queues"));
         assert!(bad(|o| o.log2_ring_size = 15).contains("log2_ring_size"));
@@ -1152,17 +1163,17 @@ mod tests {
         };
         assert_eq!(check_init(&good, &o), Ok(()));
         let v = Init { version: 0x0201, ..good.clone() };
-        assert_eq!(check_init(&v, &o).unwrap_err(), "incompatible memif version");
+        assert_eq!(check_init(&v, &o).unwrap_err(), Stop::from("incompatible memif version"));
         let i = Init { id: 4, ..good.clone() };
-        assert_eq!(check_init(&i, &o).unwrap_err(), "ID not found");
+        assert_eq!(check_init(&i, &o).unwrap_err(), Stop::from("ID not found"));
         let m = Init { mode: 2, ..good.clone() };
-        assert_eq!(check_init(&m, &o).unwrap_err(), "only ethernet mode supported");
+        assert_eq!(check_init(&m, &o).unwrap_err(), Stop::from("only ethernet mode supported"));
         o.secret = Some("s".repeat(24));
-        assert_eq!(check_init(&good, &o).unwrap_err(), "secret required");
+        assert_eq!(check_init(&good, &o).unwrap_err(), Stop::from("secret required"));
         let s = Init { secret: proto::fixed_exact(&[b's'; 24]), ..good.clone() };
         assert_eq!(check_init(&s, &o), Ok(()));
         let s = Init { secret: proto::fixed_exact(&[b's'; 23]), ..good };
-        assert_eq!(check_init(&s, &o).unwrap_err(), "incorrect secret");
+        assert_eq!(check_init(&s, &o).unwrap_err(), Stop::from("incorrect secret"));
     }
 
     #[test]
@@ -1178,16 +1189,25 @@ mod tests {
         };
         assert_eq!(check_add_ring(&r, 0, 1, &sizes), Ok(()));
         let err = |a: AddRing, seen: usize| check_add_ring(&a, seen, 2, &sizes).unwrap_err();
-        assert_eq!(err(r, 1), "invalid ring index");
-        assert_eq!(err(AddRing { index: 2, ..r }, 2), "invalid ring index");
-        assert_eq!(err(AddRing { region: 1, ..r }, 0), "invalid ring region");
-        assert_eq!(err(AddRing { log2_ring_size: 15, ..r }, 0), "ring size too large");
-        assert_eq!(err(AddRing { private_hdr_size: 1, ..r }, 0), "private header not supported");
-        assert_eq!(err(AddRing { offset: 6, ..r }, 0), "misaligned ring");
+        assert_eq!(err(r, 1), Stop::from("invalid ring index"));
+        assert_eq!(err(AddRing { index: 2, ..r }, 2), Stop::from("invalid ring index"));
+        assert_eq!(err(AddRing { region: 1, ..r }, 0), Stop::from("invalid ring region"));
+        assert_eq!(err(AddRing { log2_ring_size: 15, ..r }, 0), Stop::from("ring size too large"));
+        assert_eq!(
+            err(AddRing { private_hdr_size: 1, ..r }, 0),
+            Stop::from("private header not supported")
+        );
+        assert_eq!(err(AddRing { offset: 6, ..r }, 0), Stop::from("misaligned ring"));
         // 128 + 16 * 16 = 384 bytes of ring: the last one that fits starts at 3712.
         assert_eq!(check_add_ring(&AddRing { offset: 3712, ..r }, 0, 1, &sizes), Ok(()));
-        assert_eq!(err(AddRing { offset: 3716, ..r }, 0), "ring outside its region");
-        assert_eq!(err(AddRing { offset: u32::MAX - 3, ..r }, 0), "ring outside its region");
-        assert_eq!(err(AddRing { log2_ring_size: 14, ..r }, 0), "ring outside its region");
+        assert_eq!(err(AddRing { offset: 3716, ..r }, 0), Stop::from("ring outside its region"));
+        assert_eq!(
+            err(AddRing { offset: u32::MAX - 3, ..r }, 0),
+            Stop::from("ring outside its region")
+        );
+        assert_eq!(
+            err(AddRing { log2_ring_size: 14, ..r }, 0),
+            Stop::from("ring outside its region")
+        );
     }
 }
