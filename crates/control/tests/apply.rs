@@ -500,7 +500,7 @@ vrs:
         });
     }
     assert!(asked, "b never asked for 10.1.0.9 on e1: the new segment does not forward");
-    let status = n.status().unwrap();
+    let status = n.status().unwrap().json();
     let sw = &status["switches"];
     assert_eq!(sw.as_array().map(Vec::len), Some(1), "{status:#}");
     assert_eq!(sw[0]["name"], "lan", "{status:#}");
@@ -557,7 +557,7 @@ vrs:
     let plan = n.apply(parse(&without_c), false).unwrap();
     assert_eq!(plan.steps, ["~ switch lan: member lan.c.e0.sw leaves", "- vr c"], "{plan}");
     assert_eq!(plan.unchanged, ["a", "b"], "{plan}");
-    let status = n.status().unwrap();
+    let status = n.status().unwrap().json();
     let members: Vec<&str> = (status["switches"][0]["members"].as_array().unwrap().iter())
         .map(|m| m["port"].as_str().unwrap_or_default())
         .collect();
@@ -598,7 +598,7 @@ vrs:
         "{plan}"
     );
     assert_eq!(plan.unchanged, ["a"], "{plan}");
-    let status = n.status().unwrap();
+    let status = n.status().unwrap().json();
     assert_eq!(status["switches"].as_array().map(Vec::len), Some(0), "{status:#}");
     assert!(vr(&status, "a").is_object(), "{status:#}");
     n.stop().unwrap();
