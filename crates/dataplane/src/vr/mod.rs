@@ -134,9 +134,14 @@ pub struct Vr {
     spill_n: usize,
     /// Packets punted to the Linux mirror ([`Vr::set_punt_limit`]).
     punt_bucket: Bucket,
+    /// The last IPv4 Identification the VR gave (a count from 0: the VR's own IPv4 packets
+    /// are ICMP messages and fragments of echo replies; the tests pin it).
     ident: u16,
-    /// The Identification of the VR's next fragmented IPv6 packet (RFC 8200 §4.5).
+    /// IPv6 fragments the VR made (RFC 8200 §4.5), counting from a random start; their
+    /// Identification is this count through a permutation keyed by `ident6_key`, so no two
+    /// packets within 2^32 share one and none can be predicted from another (RFC 7739).
     ident6: u32,
+    ident6_key: u64,
     /// FIB generations (IPv4, IPv6) the last batch looked up in.
     seen: (u64, u64),
     pub(crate) counters: VrCounters,
@@ -251,7 +256,7 @@ impl Vr {
     pub fn inherit(&mut self, old: &mut Vr) {
         let (n, o) = (&mut *self, &mut *old);
         n.counters = o.counters;
-        n.ident = o.ident;
+        (n.ident, n.ident6, n.ident6_key) = (o.ident, o.ident6, o.ident6_key);
         let same = |a: &Iface, b: &Iface| (a.port, a.vlan, a.mac) == (b.port, b.vlan, b.mac);
         if n.ifaces.len() == o.ifaces.len()
             && n.ifaces.iter().zip(&o.ifaces).all(|(a, b)| same(a, b))
@@ -561,7 +566,8 @@ impl Vr {
             spill_n: 0,
             punt_bucket: Bucket::new(DEFAULT_PUNT_PER_SEC, DEFAULT_PUNT_BURST),
             ident: 0,
-            ident6: 0,
+            ident6: crate::seed::fresh() as u32,
+            ident6_key: crate::seed::fresh(),
             seen: (0, 0),
             counters: VrCounters::default(),
             share: None,
@@ -929,7 +935,7 @@ impl Vr {
 
     fn next_ident6(&mut self) -> u32 {
         self.ident6 = self.ident6.wrapping_add(1);
-        self.ident6
+        crate::seed::permute32(self.ident6, self.ident6_key)
     }
 }
 
