@@ -377,6 +377,22 @@ impl RouteTable {
         (&self.fib4, &self.fib6)
     }
 
+    /// The adjacency the published FIB gives a packet to `addr` (what the VR reading it
+    /// forwards with; [`Adj::None`]: no route).
+    pub fn lookup(&self, addr: IpAddr) -> Adj {
+        let nh = match addr {
+            IpAddr::V4(a) => self.fib4.current().lookup(u32::from(a)),
+            IpAddr::V6(a) => self.fib6.current().lookup(u128::from(a)),
+        };
+        self.adj_at(nh)
+    }
+
+    /// The adjacency of next-hop index `nh` (a multipath adjacency's buckets are such
+    /// indices); [`Adj::None`] for one that is not in use.
+    pub fn adj_at(&self, nh: NextHop) -> Adj {
+        self.slots.get(nh as usize).map_or(Adj::None, |s| s.adj)
+    }
+
     /// Every route of `source` (all sources when `None`), up to `limit`, in prefix order.
     pub fn routes(&self, source: Option<RouteSource>, limit: usize) -> Vec<RouteRow> {
         let mut out = Vec::new();

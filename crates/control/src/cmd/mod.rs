@@ -33,6 +33,7 @@ impl Node {
             }
             Command::RouteDelete { vr, prefixes } => self.route_delete(&vr, prefixes),
             Command::RouteList { vr, source, limit } => self.route_list(vr, source, limit),
+            Command::RouteLookup { vr, addresses } => self.route_lookup(vr, &addresses),
             Command::NeighborList { vr } => self.neighbor_list(vr),
             Command::NeighborFlush { vr, interface } => self.neighbor_flush(vr, interface),
             Command::InterfaceSet { vr, interface, mtu, up, addresses } => {
