@@ -74,11 +74,10 @@ impl Drop for SizeLimit {
 fn start(file: &Path, dir: &Path) -> std::thread::JoinHandle<Result<(), control::ControlError>> {
     let (file, dir) = (file.to_path_buf(), dir.to_path_buf());
     let topo = Topology::load(&file).unwrap();
-    let h = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         static NEVER: AtomicBool = AtomicBool::new(false);
         control::daemon::run(&file, topo, Some(&dir), 32, Options::new(1), &NEVER)
-    });
-    h
+    })
 }
 
 struct Client {

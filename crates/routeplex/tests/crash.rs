@@ -519,7 +519,7 @@ fn samples(m: &Model, seed: u64) -> BTreeMap<String, Vec<IpAddr>> {
         }
         for _ in 0..256 {
             let r = rng.next_u64();
-            a.push(if r % 4 == 0 {
+            a.push(if r.is_multiple_of(4) {
                 // 2001:db8:N::M, N mostly among the API routes' /48s (0x100..).
                 let hi = 0x2001_0db8u128 << 96;
                 let n = u128::from((r >> 48) % 0x300);
