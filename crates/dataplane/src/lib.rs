@@ -51,7 +51,9 @@ pub use counters::{PortCounters, PortDrop, StageCounters, VrCounters, VrDrop};
 pub use engine::Engine;
 pub use observe::{CaptureRing, Captured, Dir, Reason, Tap, TraceRecord};
 pub use routes::Adj;
-pub use routes::{Forward, RouteError, RouteOp, RouteSource, RouteTable};
+pub use routes::{
+    CheckpointError, Forward, RouteError, RouteOp, RouteSource, RouteTable, TargetError,
+};
 pub use switch::{
     GroupRow, MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters,
     SwitchDrop, DEFAULT_GROUPS, DEFAULT_GROUP_TIMEOUT_MS,

@@ -45,14 +45,19 @@ impl fmt::Display for Family {
     }
 }
 
-impl std::str::FromStr for Family {
-    type Err = String;
+/// A name that is no address family.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown address family {0:?} (expected ipv4 or ipv6)")]
+pub struct UnknownFamily(pub String);
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl std::str::FromStr for Family {
+    type Err = UnknownFamily;
+
+    fn from_str(s: &str) -> Result<Self, UnknownFamily> {
         match s.to_ascii_lowercase().as_str() {
             "ipv4" | "v4" | "4" => Ok(Family::Ipv4),
             "ipv6" | "v6" | "6" => Ok(Family::Ipv6),
-            _ => Err(format!("unknown address family {s:?} (expected ipv4 or ipv6)")),
+            _ => Err(UnknownFamily(s.to_string())),
         }
     }
 }

@@ -227,7 +227,7 @@ impl Vr {
                 let Some(f) = c.ifaces.get_mut(i as usize) else {
                     return Err(err(format!("no interface {i}")));
                 };
-                check_mtu(f, mtu).map_err(err)?;
+                check_mtu(f, mtu).map_err(|e| err(e.0))?;
                 f.mtu = mtu;
                 c.forget_rewrites();
             }
@@ -509,7 +509,7 @@ impl Vr {
             })
             .collect();
         for f in &ifaces {
-            check_mtu(f, f.mtu).map_err(|m| BuildError(format!("vr {}: {m}", cfg.name)))?;
+            check_mtu(f, f.mtu).map_err(|m| BuildError(format!("vr {}: {}", cfg.name, m.0)))?;
         }
         if ifaces.len() > IfaceId::MAX as usize {
             return err(format!("{} interfaces, at most {}", ifaces.len(), IfaceId::MAX));
@@ -983,12 +983,12 @@ mod addr_set_tests {
 }
 
 /// Whether `mtu` suits interface `f`: at least 1280 with IPv6, at most what a buffer holds.
-fn check_mtu(f: &Iface, mtu: u16) -> Result<(), String> {
+fn check_mtu(f: &Iface, mtu: u16) -> Result<(), BuildError> {
     let floor = if f.v6.is_empty() { MIN_MTU } else { IPV6_MIN_MTU };
     if (floor..=MAX_MTU).contains(&mtu) {
         Ok(())
     } else {
-        Err(format!("interface {} has MTU {mtu}, outside {floor}..={MAX_MTU}", f.name))
+        Err(BuildError(format!("interface {} has MTU {mtu}, outside {floor}..={MAX_MTU}", f.name)))
     }
 }
 
