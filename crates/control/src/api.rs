@@ -37,6 +37,9 @@ pub struct Request {
     pub cmd: Command,
 }
 
+/// Addresses one `route_lookup` may ask about.
+pub const MAX_LOOKUPS: usize = 4096;
+
 /// Every operation the control socket serves.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "cmd", content = "args", rename_all = "snake_case", deny_unknown_fields)]
@@ -60,6 +63,9 @@ pub enum Command {
         #[serde(default)]
         limit: Option<usize>,
     },
+    /// What the VR's FIB does now with packets to each address (at most
+    /// [`MAX_LOOKUPS`]): `ip route get`, read from the table the VR forwards with.
+    RouteLookup { vr: String, addresses: Vec<IpAddr> },
     /// The VR's neighbor (ARP/NDP) table.
     NeighborList { vr: String },
     /// Forgets learned neighbors, of one interface or all.
@@ -182,6 +188,7 @@ impl Command {
         "route_replace",
         "route_delete",
         "route_list",
+        "route_lookup",
         "neighbor_list",
         "neighbor_flush",
         "interface_set",
@@ -213,6 +220,7 @@ impl Command {
             Command::RouteReplace { .. } => "route_replace",
             Command::RouteDelete { .. } => "route_delete",
             Command::RouteList { .. } => "route_list",
+            Command::RouteLookup { .. } => "route_lookup",
             Command::NeighborList { .. } => "neighbor_list",
             Command::NeighborFlush { .. } => "neighbor_flush",
             Command::InterfaceSet { .. } => "interface_set",
@@ -243,6 +251,7 @@ impl Command {
             Command::Hello
                 | Command::Status
                 | Command::RouteList { .. }
+                | Command::RouteLookup { .. }
                 | Command::NeighborList { .. }
                 | Command::Apply { dry_run: true, .. }
         )

@@ -1179,9 +1179,14 @@ pub fn run(
                     }
                 }
                 let keep = crate::journal::journaled(&cmd).then(|| cmd.clone());
-                let r = node.execute(cmd);
+                let mut r = node.execute(cmd);
+                // The reply goes out after the change is in the journal: a client told `ok`
+                // finds its change after a crash. One that could not be recorded is answered
+                // with the error (the change runs, but would not survive a restart).
                 if let (Ok(reply), Some(c)) = (&r, keep) {
-                    rec.record(&c, reply, &node);
+                    if let Err(e) = rec.record(&c, reply, &node) {
+                        r = Err(e);
+                    }
                 }
                 (r, node.stop_requested())
             };
@@ -1281,12 +1286,13 @@ impl Recovery {
         }
     }
 
-    fn record(&mut self, cmd: &Command, reply: &Answer, node: &crate::Node) {
-        let Some(j) = self.journal.as_mut() else { return };
-        if let Err(e) = j.record(cmd, reply, node) {
-            warn!(error = %e, "journal: a change could not be recorded");
-        }
+    /// Journals `cmd`, which succeeded with `reply`; the error when it could not be.
+    fn record(&mut self, cmd: &Command, reply: &Answer, node: &crate::Node) -> Result<(), ControlError> {
+        let Some(j) = self.journal.as_mut() else { return Ok(()) };
         self.dirty = Some(Instant::now());
+        j.record(cmd, reply, node).inspect_err(|e| {
+            warn!(error = %e, "journal: a change could not be recorded");
+        })
     }
 
     fn tick(&mut self, node: &mut crate::Node) {

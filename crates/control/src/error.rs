@@ -39,6 +39,9 @@ pub enum ControlError {
     State(String),
     #[error("{0}")]
     Snapshot(#[from] crate::snapshot::SnapshotError),
+    /// A change that was made and runs, but could not be journaled: a restart would lose it.
+    #[error("{0}")]
+    NotDurable(String),
 }
 
 impl ControlError {
@@ -59,6 +62,7 @@ impl ControlError {
             ControlError::Io { .. } => "io",
             ControlError::State(_) => "state",
             ControlError::Snapshot(_) => "snapshot",
+            ControlError::NotDurable(_) => "not_durable",
         }
     }
 

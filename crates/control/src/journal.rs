@@ -39,7 +39,9 @@
 //!
 //! A record is written whole with one `write` and the file is not synced per record: what a
 //! crashed process wrote is in the page cache and survives it; a power cut may lose the last
-//! records (compaction syncs). The journal is read one record at a time ([`Reader`]: at most
+//! records (compaction syncs). The daemon replies to a journaled command only after its
+//! record is written ([`Journal::record`] returned): an append that fails is cut off and the
+//! whole state written afresh; if that fails too the client is told `not_durable`, never `ok`. The journal is read one record at a time ([`Reader`]: at most
 //! [`MAX_RECORD`] in memory, a file of at most [`MAX_FILE`], a regular file only). A torn tail
 //! (the file ends inside its last record, its length in bounds, or only zeros follow the last
 //! good one: what an interrupted append or a power cut leaves; not when the bytes after its
@@ -149,6 +151,9 @@ pub struct Journal {
     origin: Option<(u32, u64)>,
     /// What compaction must write again besides the routes and text (see [`Live`]).
     live: Live,
+    /// The journal lacks a change the host made (an append failed, and so did the rewrite
+    /// that followed it): the next record is the whole state, written afresh.
+    behind: bool,
 }
 
 /// The journaled changes that are neither routes nor text, as compaction writes them again:
@@ -403,6 +408,7 @@ impl Journal {
             len,
             origin,
             live: Live::default(),
+            behind: false,
         })
     }
 
@@ -415,21 +421,61 @@ impl Journal {
             len: 0,
             origin,
             live: Live::default(),
+            behind: false,
         }
     }
 
     /// Appends a command that succeeded (a route change and the other live changes as
     /// themselves, a topology change as the text that runs now, a restore as the VR it made,
     /// named in its `reply`); compacts when the journal has grown past [`COMPACT_AT`].
+    ///
+    /// The caller answers the client only after this returned: `Ok` means the change is in the
+    /// file (written whole; see the module's notes on syncing). When the append fails (a full
+    /// disk, a file size limit) what it may have left is cut off and the whole state, this
+    /// change included, is written afresh as a compaction would; only when that fails too is
+    /// the error returned ([`ControlError::NotDurable`]: the change runs but a restart would
+    /// not bring it back), and the next record tries the rewrite first.
     pub fn record(
         &mut self,
         cmd: &Command,
         reply: &crate::api::Answer,
         node: &Node,
     ) -> Result<(), ControlError> {
-        let r = if changes_text(cmd) {
+        let r = match self.make_record(cmd, reply, node) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Ok(()),
+            Err(e) => return self.fall_back(cmd, node, e),
+        };
+        if self.behind {
+            return self.rewrite(node).map_err(|e| self.not_durable(cmd, None, &e));
+        }
+        if let Err(e) = self.append(&r) {
+            return self.fall_back(cmd, node, e);
+        }
+        if self.len > COMPACT_AT {
+            let t0 = Instant::now();
+            let before = self.len;
+            self.rewrite(node)?;
+            info!(
+                before,
+                after = self.len,
+                ms = t0.elapsed().as_millis() as u64,
+                "journal compacted"
+            );
+        }
+        Ok(())
+    }
+
+    /// The record of `cmd` (`None`: nothing to record), noting what compaction must keep.
+    fn make_record(
+        &mut self,
+        cmd: &Command,
+        reply: &serde_json::Value,
+        node: &Node,
+    ) -> Result<Option<Vec<u8>>, ControlError> {
+        Ok(Some(if changes_text(cmd) {
             // Started without its text (tests): there is no file to replay it against.
-            let Some(r) = topology(node, self.origin) else { return Ok(()) };
+            let Some(r) = topology(node, self.origin) else { return Ok(None) };
             self.live.text_changed();
             r
         } else if is_restore(cmd) {
@@ -449,7 +495,28 @@ impl Journal {
         } else {
             self.live.note(cmd, None);
             command(cmd)
-        };
+        }))
+    }
+
+    /// `cmd`'s record could not be made or appended (`e`): the whole state, `cmd`'s change
+    /// included, is written afresh instead; `not_durable` when that fails too.
+    #[cold]
+    fn fall_back(
+        &mut self,
+        cmd: &Command,
+        node: &Node,
+        e: ControlError,
+    ) -> Result<(), ControlError> {
+        warn!(file = %self.path.display(), error = %e, "journal: a change could not be appended; writing the whole state afresh");
+        self.rewrite(node).map_err(|e2| {
+            self.behind = true;
+            self.not_durable(cmd, Some(&e), &e2)
+        })
+    }
+
+    /// Writes record `r` at the end of the file (made with its header when there is none);
+    /// on failure, cuts the file back to its good records.
+    fn append(&mut self, r: &[u8]) -> Result<(), ControlError> {
         let file = match &mut self.file {
             Some(f) => f,
             None => {
@@ -460,22 +527,39 @@ impl Journal {
                 self.file.insert(f)
             }
         };
-        file.write_all(&r).map_err(|e| err(&self.path, e))?;
-        self.len += r.len() as u64;
-        if self.len > COMPACT_AT {
-            let t0 = Instant::now();
-            let before = self.len;
-            let dir = self.dir.clone();
-            let live = std::mem::take(&mut self.live);
-            *self = Journal::compact_with(&dir, node, self.origin, live)?;
-            info!(
-                before,
-                after = self.len,
-                ms = t0.elapsed().as_millis() as u64,
-                "journal compacted"
-            );
+        if let Err(e) = file.write_all(r) {
+            // A partial write would otherwise sit before the next records, and a replay
+            // would take it for damage.
+            let _ = file.set_len(self.len);
+            let _ = file.seek_end();
+            return Err(err(&self.path, e));
         }
+        self.len += r.len() as u64;
         Ok(())
+    }
+
+    /// Replaces the journal with the whole state of `node` (what compaction writes). On
+    /// failure the journal is left as it was.
+    fn rewrite(&mut self, node: &Node) -> Result<(), ControlError> {
+        let dir = self.dir.clone();
+        *self = Journal::compact_with(&dir, node, self.origin, self.live.clone())?;
+        Ok(())
+    }
+
+    /// The error for `cmd`, made but not journaled: its append failed with `append` (`None`:
+    /// the journal was already behind) and the rewrite with `rewrite`.
+    fn not_durable(
+        &self,
+        cmd: &Command,
+        append: Option<&ControlError>,
+        rewrite: &ControlError,
+    ) -> ControlError {
+        let append = append.map(|e| format!("{e}; ")).unwrap_or_default();
+        ControlError::NotDurable(format!(
+            "{} was made and runs, but the journal {} could not record it ({append}writing it afresh: {rewrite}): a restart would come back without it; the next change tries again",
+            cmd.name(),
+            self.path.display()
+        ))
     }
 
     /// Bytes in the journal.

@@ -1077,7 +1077,7 @@ fn demux_of(ports: &[Box<dyn Port>], vrs: &[Vr]) -> Result<Demux, BuildError> {
                     )));
                 }
                 demux.add_mirror(m as usize, port, vlan, t).map_err(|e| {
-                    BuildError(format!("vr {} interface {}: {e}", vr.name(), f.name))
+                    BuildError(format!("vr {} interface {}: {}", vr.name(), f.name, e.0))
                 })?;
             }
             if let Err(c) = demux.add(port, vlan, f.mac, &v4, &v6, t) {

@@ -152,9 +152,11 @@ impl Demux {
         port: usize,
         vlan: u16,
         t: Target,
-    ) -> Result<(), String> {
+    ) -> Result<(), crate::BuildError> {
         if mirror == port || self.has_port(mirror) {
-            return Err(format!("mirror port {mirror} already carries an interface or a mirror"));
+            return Err(crate::BuildError(format!(
+                "mirror port {mirror} already carries an interface or a mirror"
+            )));
         }
         self.ports[mirror].mirror_of = Some(t);
         self.ports[port].mcast.entry(vlan).or_insert(t);

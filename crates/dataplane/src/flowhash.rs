@@ -13,8 +13,11 @@
 //!   ports, and every fragment of a datagram must reach the same replica.
 //! - Anything else (ARP, a runt, a truncated header) hashes to 0, as NICs send what RSS
 //!   cannot parse to queue 0. Every offset read is checked against the frame's length first.
-//! - Stable: fixed constants, no per-process seed; the tests pin fixture values, so the
-//!   mapping of flows to replicas does not change between releases unless a test says so.
+//! - Keyed: mixed with the process's secret key ([`crate::seed`]), so nobody outside can
+//!   compute which replica, lane or multipath next hop a flow takes and aim all of theirs at
+//!   one. The mapping is the same everywhere in one process (the spreading port and the
+//!   replicas agree) and differs between processes; [`flow_hash_keyed`] with a fixed key gives
+//!   the fixed values the tests pin.
 
 use wire::{ip_proto, ipv4, ipv6};
 
@@ -36,26 +39,19 @@ fn has_ports(proto: u8) -> bool {
     matches!(proto, ip_proto::TCP | ip_proto::UDP | SCTP | UDPLITE)
 }
 
-/// One 64-bit mixing step (a multiply-xorshift, as in splitmix64's finaliser).
-#[inline(always)]
-fn mix(h: u64, x: u64) -> u64 {
-    let mut z = (h ^ x).wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+use crate::seed::mix;
 
 /// Mixes an ordered endpoint pair. `a` and `b` are addresses (IPv4 in the low 32 bits),
-/// `ports` the two ports (0 where none are hashed).
+/// `ports` the two ports (0 where none are hashed), `k` the key.
 #[inline]
-fn pair(a: u128, pa: u16, b: u128, pb: u16, proto: u8) -> u64 {
+fn pair(k: [u64; 2], a: u128, pa: u16, b: u128, pb: u16, proto: u8) -> u64 {
     let ((lo, plo), (hi, phi)) =
         if (a, pa) <= (b, pb) { ((a, pa), (b, pb)) } else { ((b, pb), (a, pa)) };
-    let mut h = mix(0, lo as u64);
+    let mut h = mix(k[0], lo as u64);
     h = mix(h, (lo >> 64) as u64);
     h = mix(h, hi as u64);
     h = mix(h, (hi >> 64) as u64);
-    mix(h, (u64::from(plo) << 32) | (u64::from(phi) << 16) | u64::from(proto))
+    mix(h ^ k[1], (u64::from(plo) << 32) | (u64::from(phi) << 16) | u64::from(proto))
 }
 
 /// The two ports at `at`, if the frame holds them.
@@ -65,20 +61,38 @@ fn ports_at(f: &[u8], at: usize) -> Option<(u16, u16)> {
     Some((u16::from_be_bytes([b[0], b[1]]), u16::from_be_bytes([b[2], b[3]])))
 }
 
-/// The flow hash of an Ethernet frame (see the module doc).
+/// The flow hash of an Ethernet frame (see the module doc), under the process's key.
 #[inline]
 pub fn flow_hash(f: &[u8]) -> u64 {
+    flow_hash_keyed(f, crate::seed::key())
+}
+
+/// The flow hash of an Ethernet frame under key `k`.
+#[inline]
+pub fn flow_hash_keyed(f: &[u8], k: [u64; 2]) -> u64 {
     let Some(h) = l2::parse(f) else { return 0 };
     match h.ethertype {
-        wire::ethertype::IPV4 => hash4(f, h.l3),
-        wire::ethertype::IPV6 => hash6(f, h.l3),
+        wire::ethertype::IPV4 => keyed4(f, h.l3, k),
+        wire::ethertype::IPV6 => keyed6(f, h.l3, k),
         _ => 0,
     }
 }
 
-/// The flow hash of the IPv4 packet at `l3` of frame `f` (see the module doc).
+/// The flow hash of the IPv4 packet at `l3` of frame `f`, under the process's key.
 #[inline]
 pub(crate) fn hash4(f: &[u8], l3: usize) -> u64 {
+    keyed4(f, l3, crate::seed::key())
+}
+
+/// The flow hash of the IPv6 packet at `l3` of frame `f`, under the process's key.
+#[inline]
+pub(crate) fn hash6(f: &[u8], l3: usize) -> u64 {
+    keyed6(f, l3, crate::seed::key())
+}
+
+/// The flow hash of the IPv4 packet at `l3` of frame `f` under key `k` (see the module doc).
+#[inline]
+fn keyed4(f: &[u8], l3: usize, k: [u64; 2]) -> u64 {
     let Some(ip) = f.get(l3..l3 + ipv4::HEADER_LEN).map(ipv4::Packet::new_unchecked) else {
         return 0;
     };
@@ -90,23 +104,23 @@ pub(crate) fn hash4(f: &[u8], l3: usize) -> u64 {
     let dst = u128::from(u32::from(ip.dst_addr()));
     // MF set or a nonzero offset: a fragment, hashed on its addresses alone.
     if ip.is_fragment() || ihl < ipv4::HEADER_LEN {
-        return pair(src, 0, dst, 0, 0);
+        return pair(k, src, 0, dst, 0, 0);
     }
     let proto = ip.protocol();
     if has_ports(proto) {
         if let Some((sp, dp)) = ports_at(f, l3 + ihl) {
-            return pair(src, sp, dst, dp, proto);
+            return pair(k, src, sp, dst, dp, proto);
         }
         // Truncated before its ports: as a fragment, so it goes where its flow's
         // fragments go rather than to queue 0.
-        return pair(src, 0, dst, 0, 0);
+        return pair(k, src, 0, dst, 0, 0);
     }
-    pair(src, 0, dst, 0, proto)
+    pair(k, src, 0, dst, 0, proto)
 }
 
-/// The flow hash of the IPv6 packet at `l3` of frame `f` (see the module doc).
+/// The flow hash of the IPv6 packet at `l3` of frame `f` under key `k` (see the module doc).
 #[inline]
-pub(crate) fn hash6(f: &[u8], l3: usize) -> u64 {
+fn keyed6(f: &[u8], l3: usize, k: [u64; 2]) -> u64 {
     let Some(ip) = f.get(l3..l3 + ipv6::HEADER_LEN).map(ipv6::Packet::new_unchecked) else {
         return 0;
     };
@@ -119,21 +133,21 @@ pub(crate) fn hash6(f: &[u8], l3: usize) -> u64 {
     for _ in 0..MAX_EXT {
         match next {
             HOP_BY_HOP | ROUTING | DEST_OPTS => {
-                let Some(e) = f.get(at..at + 2) else { return pair(src, 0, dst, 0, 0) };
+                let Some(e) = f.get(at..at + 2) else { return pair(k, src, 0, dst, 0, 0) };
                 next = e[0];
                 at += (usize::from(e[1]) + 1) * 8;
             }
-            FRAGMENT => return pair(src, 0, dst, 0, 0),
+            FRAGMENT => return pair(k, src, 0, dst, 0, 0),
             p if has_ports(p) => {
                 return match ports_at(f, at) {
-                    Some((sp, dp)) => pair(src, sp, dst, dp, p),
-                    None => pair(src, 0, dst, 0, 0),
+                    Some((sp, dp)) => pair(k, src, sp, dst, dp, p),
+                    None => pair(k, src, 0, dst, 0, 0),
                 };
             }
-            p => return pair(src, 0, dst, 0, p),
+            p => return pair(k, src, 0, dst, 0, p),
         }
     }
-    pair(src, 0, dst, 0, 0)
+    pair(k, src, 0, dst, 0, 0)
 }
 
 /// Which of `n` queues (replicas) hash `h` goes to: the high bits scaled to `n` (Lemire's
@@ -236,10 +250,43 @@ mod tests {
         let mut tagged = v4(A, B, 17, 0, 1, 64, &udp(4000, 53, b"x"));
         tagged.splice(12..12, [0x81, 0x00, 0x00, 0x64]);
         assert_eq!(flow_hash(&tagged), h);
-        // Pinned: a change of the mapping is a deliberate, visible change.
+        // Pinned under a fixed key: a change of the mapping is a deliberate, visible change.
+        let h = flow_hash_keyed(&v4(A, B, 17, 0, 1, 64, &udp(4000, 53, b"x")), [0, 0]);
         assert_eq!(h, PINNED_V4, "v4 fixture hash changed: {h:#x}");
-        let h6 = flow_hash(&v6(A6, B6, 6, 64, &udp(4000, 443, b"")));
+        let h6 = flow_hash_keyed(&v6(A6, B6, 6, 64, &udp(4000, 443, b"")), [0, 0]);
         assert_eq!(h6, PINNED_V6, "v6 fixture hash changed: {h6:#x}");
+    }
+
+    /// 16,000 UDP flows from A to addresses of 10.9.0.0/16, as an attacker would vary them.
+    fn flows() -> impl Iterator<Item = Vec<u8>> {
+        (0..16_000u32).map(|i| {
+            let dst = [10, 9, (i >> 8) as u8, i as u8];
+            v4(A, dst, 17, 0, 0, 64, &udp(1000 + (i % 7) as u16, 80, b""))
+        })
+    }
+
+    #[test]
+    fn the_key_changes_which_flows_share_a_queue() {
+        // The flows one key puts on queue 0 of 8 (what an attacker who knew the key would
+        // send to load one queue) spread over all 8 under another key.
+        let (k1, k2) = ([1, 2], [0x9e37_79b9, 0x7f4a_7c15]);
+        let aimed: Vec<Vec<u8>> =
+            flows().filter(|f| pick(flow_hash_keyed(f, k1), 8) == 0).collect();
+        assert!(aimed.len() > 1500, "{} of 16000 on queue 0", aimed.len());
+        let mut under_k2 = [0usize; 8];
+        for f in &aimed {
+            under_k2[pick(flow_hash_keyed(f, k2), 8)] += 1;
+        }
+        let even = aimed.len() / 8;
+        for (q, &c) in under_k2.iter().enumerate() {
+            assert!(c > even * 7 / 10 && c < even * 13 / 10, "queue {q}: {c} of {}", aimed.len());
+        }
+        // The process's key is neither of them, and keyed hashes stay symmetric.
+        assert_ne!(crate::seed::key(), k1);
+        let f = v4(A, B, 6, 0, 1, 64, &udp(4000, 53, b""));
+        let back = v4(B, A, 6, 0, 1, 64, &udp(53, 4000, b""));
+        assert_eq!(flow_hash_keyed(&f, k2), flow_hash_keyed(&back, k2));
+        assert_ne!(flow_hash_keyed(&f, k1), flow_hash_keyed(&f, k2));
     }
 
     const PINNED_V4: u64 = 0xb3cb_80a7_02fc_f47e;
@@ -257,8 +304,8 @@ mod tests {
 
     #[test]
     fn fragments_hash_on_addresses_only() {
-        let addr_only =
-            pair(u128::from(u32::from_be_bytes(A)), 0, u128::from(u32::from_be_bytes(B)), 0, 0);
+        let (a, b) = (u128::from(u32::from_be_bytes(A)), u128::from(u32::from_be_bytes(B)));
+        let addr_only = pair(crate::seed::key(), a, 0, b, 0, 0);
         // First fragment (MF, offset 0): has ports, but they are not used.
         let first = flow_hash(&v4(A, B, 17, 0x2000, 5, 64, &udp(4000, 53, &[1; 16])));
         // A later fragment (offset 3 * 8 bytes): its payload is not a UDP header.
@@ -276,7 +323,8 @@ mod tests {
             rest.extend_from_slice(body);
             flow_hash(&v6(src, dst, FRAGMENT, 64, &rest))
         };
-        let a6 = pair(u128::from_be_bytes(A6), 0, u128::from_be_bytes(B6), 0, 0);
+        let a6 =
+            pair(crate::seed::key(), u128::from_be_bytes(A6), 0, u128::from_be_bytes(B6), 0, 0);
         assert_eq!(frag6(A6, B6, 1, &udp(4000, 53, b"")), a6);
         assert_eq!(frag6(A6, B6, 8 << 3, &[0xaa; 8]), a6);
         assert_eq!(frag6(B6, A6, 1, &udp(53, 4000, b"")), a6);
@@ -314,25 +362,26 @@ mod tests {
 
     #[test]
     fn pick_spreads_evenly_and_stays_in_range() {
+        // Under the process's key (random each run) and under two fixed ones.
+        for key in [crate::seed::key(), [0, 0], [u64::MAX, 7]] {
+            spreads_evenly(key);
+        }
+    }
+
+    fn spreads_evenly(key: [u64; 2]) {
         for n in 1..=16 {
             let mut seen = vec![0u32; n];
-            for i in 0..16_000u32 {
-                let f = v4(
-                    A,
-                    [10, 9, (i >> 8) as u8, i as u8],
-                    17,
-                    0,
-                    0,
-                    64,
-                    &udp(1000 + (i % 7) as u16, 80, b""),
-                );
-                let q = pick(flow_hash(&f), n);
+            for f in flows() {
+                let q = pick(flow_hash_keyed(&f, key), n);
                 assert!(q < n);
                 seen[q] += 1;
             }
             let even = 16_000 / n as u32;
             for (q, &c) in seen.iter().enumerate() {
-                assert!(c > even * 8 / 10 && c < even * 12 / 10, "n {n} queue {q}: {c} of 16000");
+                assert!(
+                    c > even * 8 / 10 && c < even * 12 / 10,
+                    "key {key:x?} n {n} queue {q}: {c}"
+                );
             }
         }
     }

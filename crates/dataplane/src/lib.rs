@@ -11,7 +11,8 @@
 //! - Sans-IO: the data plane touches ports only through [`ports::Port`], never makes a system
 //!   call and never starts a thread. Time comes in as an argument (`now`, for timers and
 //!   reservation periods), and the time charged to VRs with time budgets comes from a [`Clock`]
-//!   the caller injects, so every behaviour is reproducible in tests with a fake clock.
+//!   the caller injects, so every behaviour is reproducible in tests with a fake clock. The one
+//!   exception: the process's secret key ([`seed`]), drawn once when the first VR is built.
 //! - Reservations: a VR over its budget (packets or clock time per period) loses its packets
 //!   right after demux, before any VR work, counted as [`VrDrop::OverBudget`] (see `budget.rs`).
 //! - Batches: a burst is classified, routed (one batched lookup per family), rewritten and
@@ -36,6 +37,7 @@ pub mod msr;
 pub mod observe;
 pub mod replica;
 pub mod routes;
+pub mod seed;
 pub mod switch;
 mod types;
 mod vr;
@@ -49,7 +51,9 @@ pub use counters::{PortCounters, PortDrop, StageCounters, VrCounters, VrDrop};
 pub use engine::Engine;
 pub use observe::{CaptureRing, Captured, Dir, Reason, Tap, TraceRecord};
 pub use routes::Adj;
-pub use routes::{Forward, RouteError, RouteOp, RouteSource, RouteTable};
+pub use routes::{
+    CheckpointError, Forward, RouteError, RouteOp, RouteSource, RouteTable, TargetError,
+};
 pub use switch::{
     GroupRow, MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters,
     SwitchDrop, DEFAULT_GROUPS, DEFAULT_GROUP_TIMEOUT_MS,

@@ -171,11 +171,49 @@ pub enum RouteError {
     #[error("operation {index}: {prefix}: there is no {kind} route to delete")]
     Missing { index: usize, prefix: IpNet, kind: &'static str },
     #[error("operation {index}: {prefix}: {why}")]
-    BadTarget { index: usize, prefix: IpNet, why: String },
+    BadTarget { index: usize, prefix: IpNet, why: TargetError },
     #[error("the VR would need more than 65535 next hops")]
     TooManyNextHops,
     #[error("the data plane did not take the new next hops: {0}")]
     Install(String),
+}
+
+/// Why a route's next hop(s) cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    #[error("interface {iface} does not exist (the VR has {ifaces})")]
+    NoInterface { iface: IfaceId, ifaces: usize },
+    #[error("gateway {0} is not of the prefix's family")]
+    Family(IpAddr),
+    #[error("gateway {0} is on no connected subnet of the VR")]
+    NotConnected(IpAddr),
+    #[error("a multipath next hop cannot be a blackhole")]
+    BlackholePath,
+    #[error("a multipath next hop's weight is 1..=255, not 0")]
+    ZeroWeight,
+    #[error("a multipath route needs a next hop")]
+    NoPaths,
+    #[error("{0} next hops: at most {MAX_PATHS}")]
+    TooManyPaths(usize),
+}
+
+/// Why a checkpoint's table was refused ([`RouteTable::from_checkpoint`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("{0}")]
+    Build(BuildError),
+    #[error("ends early")]
+    Short,
+    #[error("{n} adjacency slots in {len} bytes")]
+    Slots { n: usize, len: usize },
+    #[error("adjacency slot {0}")]
+    Slot(usize),
+    #[error("its interface adjacencies are not this VR's")]
+    Interfaces,
+    #[error("{0}")]
+    Fib(#[from] fib::checkpoint::CheckpointError),
+    #[error("{0} bytes after the tables")]
+    Trailing(usize),
 }
 
 /// What a batch changed.
@@ -315,7 +353,7 @@ impl RouteTable {
             if !r.source.is_operable() {
                 return Err(err(format!("route {} has source {}", r.prefix, r.source.name())));
             }
-            let a = t.adj_of(r.prefix, r.target).map_err(err)?;
+            let a = t.adj_of(r.prefix, r.target).map_err(|e| err(e.to_string()))?;
             let nh = match t.index.get(&a) {
                 Some(&n) => n,
                 None => t.alloc(a).ok_or_else(|| err("more than 65535 next hops".into()))?,
@@ -375,6 +413,22 @@ impl RouteTable {
     /// The IPv4 and IPv6 FIB writers, for checks against the RIB.
     pub fn fibs(&self) -> (&Fib<u32>, &Fib<u128>) {
         (&self.fib4, &self.fib6)
+    }
+
+    /// The adjacency the published FIB gives a packet to `addr` (what the VR reading it
+    /// forwards with; [`Adj::None`]: no route).
+    pub fn lookup(&self, addr: IpAddr) -> Adj {
+        let nh = match addr {
+            IpAddr::V4(a) => self.fib4.current().lookup(u32::from(a)),
+            IpAddr::V6(a) => self.fib6.current().lookup(u128::from(a)),
+        };
+        self.adj_at(nh)
+    }
+
+    /// The adjacency of next-hop index `nh` (a multipath adjacency's buckets are such
+    /// indices); [`Adj::None`] for one that is not in use.
+    pub fn adj_at(&self, nh: NextHop) -> Adj {
+        self.slots.get(nh as usize).map_or(Adj::None, |s| s.adj)
     }
 
     /// Every route of `source` (all sources when `None`), up to `limit`, in prefix order.
@@ -535,7 +589,7 @@ impl RouteTable {
                 }
                 seen.insert((prefix, source), !matches!(op, RouteOp::Delete { .. }));
             }
-            let bad = |why: String| RouteError::BadTarget { index, prefix, why };
+            let bad = |why: TargetError| RouteError::BadTarget { index, prefix, why };
             let want = match op {
                 RouteOp::Add(r) | RouteOp::Replace(r) => {
                     Want::One(self.adj_of(prefix, r.target).map_err(bad)?)
@@ -553,14 +607,14 @@ impl RouteTable {
     }
 
     /// The adjacencies of a multipath route, each next hop once (weights of repeats added).
-    fn paths_of(&self, prefix: IpNet, hops: &[(RouteTarget, u8)]) -> Result<Want, String> {
+    fn paths_of(&self, prefix: IpNet, hops: &[(RouteTarget, u8)]) -> Result<Want, TargetError> {
         let mut out: Vec<(Adj, u8)> = Vec::with_capacity(hops.len());
         for &(t, w) in hops {
             if t == RouteTarget::Blackhole {
-                return Err("a multipath next hop cannot be a blackhole".into());
+                return Err(TargetError::BlackholePath);
             }
             if w == 0 {
-                return Err("a multipath next hop's weight is 1..=255, not 0".into());
+                return Err(TargetError::ZeroWeight);
             }
             let a = self.adj_of(prefix, t)?;
             match out.iter_mut().find(|(b, _)| *b == a) {
@@ -569,9 +623,9 @@ impl RouteTable {
             }
         }
         match out.len() {
-            0 => Err("a multipath route needs a next hop".into()),
+            0 => Err(TargetError::NoPaths),
             1 => Ok(Want::One(out[0].0)),
-            n if n > MAX_PATHS => Err(format!("{n} next hops: at most {MAX_PATHS}")),
+            n if n > MAX_PATHS => Err(TargetError::TooManyPaths(n)),
             _ => Ok(Want::Multi(out)),
         }
     }
@@ -615,13 +669,13 @@ impl RouteTable {
     }
 
     /// The adjacency a route to `prefix` via `target` uses.
-    fn adj_of(&self, prefix: IpNet, target: RouteTarget) -> Result<Adj, String> {
+    fn adj_of(&self, prefix: IpNet, target: RouteTarget) -> Result<Adj, TargetError> {
         let ifaces = self.v4nets.len();
-        let check = |i: IfaceId| {
-            if (i as usize) < ifaces {
-                Ok(i)
+        let check = |iface: IfaceId| {
+            if (iface as usize) < ifaces {
+                Ok(iface)
             } else {
-                Err(format!("interface {i} does not exist (the VR has {ifaces})"))
+                Err(TargetError::NoInterface { iface, ifaces })
             }
         };
         Ok(match target {
@@ -629,13 +683,13 @@ impl RouteTable {
             RouteTarget::Iface(i) => Adj::Glean(check(i)?),
             RouteTarget::Via { gateway, iface } => {
                 if matches!(prefix, IpNet::V4(_)) != gateway.is_ipv4() {
-                    return Err(format!("gateway {gateway} is not of the prefix's family"));
+                    return Err(TargetError::Family(gateway));
                 }
                 let i = match iface {
                     Some(i) => check(i)?,
-                    None => self.connected_iface(gateway).ok_or_else(|| {
-                        format!("gateway {gateway} is on no connected subnet of the VR")
-                    })?,
+                    None => {
+                        self.connected_iface(gateway).ok_or(TargetError::NotConnected(gateway))?
+                    }
                 };
                 Adj::Via { iface: i, gw: nkey_ip(gateway) }
             }
@@ -840,7 +894,7 @@ impl RouteTable {
     /// says, made without its routes: only its interfaces' routes are in the RIB. It is a
     /// stand-in for readers until the table built from the routes
     /// [takes over](Self::take_over); route operations must not be applied to it.
-    pub fn from_checkpoint(cfg: &VrConfig, bytes: &[u8]) -> Result<RouteTable, String> {
+    pub fn from_checkpoint(cfg: &VrConfig, bytes: &[u8]) -> Result<RouteTable, CheckpointError> {
         let bare = VrConfig {
             name: cfg.name.clone(),
             interfaces: cfg.interfaces.clone(),
@@ -848,30 +902,27 @@ impl RouteTable {
             neighbors: Vec::new(),
             limits: cfg.limits,
         };
-        let mut t = RouteTable::new(&bare).map_err(|e| e.0)?;
+        let mut t = RouteTable::new(&bare).map_err(CheckpointError::Build)?;
         let n = bytes.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4")) as usize);
-        let n = n.ok_or("ends early")?;
+        let n = n.ok_or(CheckpointError::Short)?;
         let at = 4 + 33 * n;
         if n == 0 || n > usize::from(NextHop::MAX) + 1 || bytes.len() < at {
-            return Err(format!("{n} adjacency slots in {} bytes", bytes.len()));
+            return Err(CheckpointError::Slots { n, len: bytes.len() });
         }
         let ifaces = cfg.interfaces.len();
         let mut adj = Vec::with_capacity(n);
         for (i, b) in bytes[4..at].chunks_exact(33).enumerate() {
-            let a = decode_adj(b, ifaces, n).ok_or_else(|| format!("adjacency slot {i}"))?;
-            adj.push(a);
+            adj.push(decode_adj(b, ifaces, n).ok_or(CheckpointError::Slot(i))?);
         }
         // The interface-made slots come first, in the order a build makes them.
         let pinned = t.slots.len();
         if adj.len() < pinned || (0..pinned).any(|i| adj[i] != t.slots[i].adj) {
-            return Err("its interface adjacencies are not this VR's".into());
+            return Err(CheckpointError::Interfaces);
         }
-        let (p4, used) =
-            fib::checkpoint::decode::<u32>(&bytes[at..], n).map_err(|e| e.to_string())?;
-        let (p6, used6) =
-            fib::checkpoint::decode::<u128>(&bytes[at + used..], n).map_err(|e| e.to_string())?;
+        let (p4, used) = fib::checkpoint::decode::<u32>(&bytes[at..], n)?;
+        let (p6, used6) = fib::checkpoint::decode::<u128>(&bytes[at + used..], n)?;
         if at + used + used6 != bytes.len() {
-            return Err(format!("{} bytes after the tables", bytes.len() - at - used - used6));
+            return Err(CheckpointError::Trailing(bytes.len() - at - used - used6));
         }
         t.slots = adj.into_iter().map(|adj| Slot { adj, refs: PINNED }).collect();
         t.fib4 = Fib::from_compiled(p4);
@@ -883,11 +934,11 @@ impl RouteTable {
     /// [`from_checkpoint`](Self::from_checkpoint)), whose VR forwards with them. Returns the
     /// adjacency slots that differ from the stand-in's, which `install` must have given the VR
     /// before the tables are swapped; none when the checkpoint matched, as it should.
-    pub fn take_over(
+    pub fn take_over<E>(
         &mut self,
         stand_in: &RouteTable,
-        install: impl FnOnce(&[(NextHop, Adj)]) -> Result<(), String>,
-    ) -> Result<usize, String> {
+        install: impl FnOnce(&[(NextHop, Adj)]) -> Result<(), E>,
+    ) -> Result<usize, E> {
         let diff: Vec<(NextHop, Adj)> = (self.slots.iter().enumerate())
             .filter(|(i, s)| stand_in.slots.get(*i).is_none_or(|o| o.adj != s.adj))
             .map(|(i, s)| (i as NextHop, s.adj))
@@ -1119,7 +1170,7 @@ mod tests {
         let mut rebuilt = RouteTable::new(&c).unwrap();
         rebuilt.apply(&ops, |_| Ok(())).unwrap();
         let reader = b.r4.clone();
-        assert_eq!(rebuilt.take_over(&stand_in, |_| panic!("nothing differs")), Ok(0));
+        assert_eq!(rebuilt.take_over::<()>(&stand_in, |_| panic!("nothing differs")), Ok(0));
         let extra = [RouteOp::Add(via("100.64.0.0/10", "10.0.1.2", RouteSource::Api))];
         rebuilt.apply(&extra, |_| Ok(())).unwrap();
         let nh = reader.load().lookup(u32::from_be_bytes([100, 64, 1, 1]));
@@ -1141,7 +1192,7 @@ mod tests {
         third.ipv4.clear();
         other.interfaces.push(third);
         let e = RouteTable::from_checkpoint(&other, &bytes).unwrap_err();
-        assert!(e.contains("not this VR's"), "{e}");
+        assert_eq!(e, CheckpointError::Interfaces, "{e}");
         // Cut short, or a slot naming an interface the VR does not have.
         for cut in [0, 3, 40, bytes.len() / 2, bytes.len() - 1] {
             assert!(RouteTable::from_checkpoint(&c, &bytes[..cut]).is_err(), "cut at {cut}");
@@ -1151,10 +1202,11 @@ mod tests {
         let via = (0..slots).map(|i| 4 + 33 * i).find(|&at| d[at] == 7).expect("a gateway slot");
         d[via + 1] = 9;
         let e = RouteTable::from_checkpoint(&c, &d).unwrap_err();
-        assert!(e.contains("adjacency slot"), "{e}");
+        assert!(matches!(e, CheckpointError::Slot(_)), "{e}");
         let mut d = bytes.clone();
         d.push(0);
-        assert!(RouteTable::from_checkpoint(&c, &d).unwrap_err().contains("after the tables"));
+        let e = RouteTable::from_checkpoint(&c, &d).unwrap_err();
+        assert_eq!(e, CheckpointError::Trailing(1), "{e}");
     }
 
     #[test]

@@ -555,7 +555,7 @@ fn neighbor_queue_limits_per_next_hop_and_total() {
 }
 
 #[test]
-fn stale_entry_is_used_and_probed_by_unicast_then_fails() {
+fn stale_entry_is_used_and_probed_by_unicast_then_resolved_anew_then_fails() {
     let mut lab = lab(); // reachable 100 ms, retrans 10 ms, 3 probes, hold 30 ms
                          // An ARP reply to us: reachable from T.
     let rep = arp_reply_in(M0, H3, "10.0.0.20", "10.0.0.1");
@@ -592,24 +592,95 @@ fn stale_entry_is_used_and_probed_by_unicast_then_fails() {
             "T+{ms}"
         );
     }
-    // Three unicast probes unanswered: the entry fails; packets drop during the hold, each
-    // answered with host unreachable.
-    for (k, ms) in [130u64, 140].into_iter().enumerate() {
+    // Three unicast probes unanswered: resolved anew by broadcast (the neighbor may have a new
+    // MAC); its packets wait, none goes to the MAC that stopped answering, none is answered
+    // with unreachable yet.
+    let req = arp_req_out(M0, None, "10.0.0.1", "10.0.0.20");
+    let (p130, f) = transit("10.0.0.20", 130);
+    lab.now = T + 130 * MS;
+    lab.send(1, &[&f]);
+    lab.run();
+    lab.expect(0, &[&req]);
+    lab.expect_silence();
+    lab.rx(0, &f);
+    lab.c(0).queued += 1;
+    lab.c(0).neighbor_requests += 1;
+    lab.transit_queued[0] = 1;
+    lab.queued[0] = 1;
+    lab.check("T+130ms: resolving again");
+    assert_eq!(state(&lab, "10.0.0.20").0, Some(NeighborState::Incomplete));
+    for ms in [140u64, 150] {
+        lab.run_at(T + ms * MS);
+        lab.expect(0, &[&req]);
+        lab.expect_silence();
+        lab.c(0).neighbor_requests += 1;
+        lab.check(&format!("T+{ms}ms: request retransmitted"));
+    }
+    // That stays silent too: only now does the entry fail and the waiting packet get its
+    // host unreachable (the VR's first ICMP message).
+    lab.run_at(T + 160 * MS);
+    lab.expect(1, &[host_unreach(&p130, 1)]);
+    lab.expect_silence();
+    lab.drop(0, VrDrop::NoNeighbor);
+    lab.c(0).icmp_errors += 1;
+    lab.transit_queued[0] = 0;
+    lab.queued[0] = 0;
+    lab.check("T+160ms: failed");
+    assert_eq!(state(&lab, "10.0.0.20").0, Some(NeighborState::Failed));
+    // Packets drop during the hold (30 ms), each answered with host unreachable; none leaves
+    // for the failed entry's MAC.
+    lab.now = T + 170 * MS;
+    let (p, f) = transit("10.0.0.20", 170);
+    lab.send(1, &[&f]);
+    lab.run();
+    lab.expect(1, &[host_unreach(&p, 2)]);
+    lab.expect_silence();
+    lab.rx(0, &f);
+    lab.c(0).icmp_errors += 1;
+    lab.drop(0, VrDrop::NoNeighbor);
+    lab.check("T+170ms: held");
+    // After the hold, broadcast resolution again, the packet waiting.
+    lab.now = T + 190 * MS;
+    let (_, f) = transit("10.0.0.20", 190);
+    lab.send(1, &[&f]);
+    lab.run();
+    lab.expect(0, &[&req]);
+    lab.expect_silence();
+    lab.rx(0, &f);
+    lab.c(0).queued += 1;
+    lab.c(0).neighbor_requests += 1;
+    lab.transit_queued[0] = 1;
+    lab.queued[0] = 1;
+    lab.check("T+190ms: resolving again");
+}
+
+/// A neighbor in use that stops answering its unicast probes but answers the broadcast
+/// request that follows, at a new MAC: the packets that waited leave for the new MAC, none
+/// is lost and none answered with unreachable.
+#[test]
+fn stale_entry_silent_to_unicast_is_resolved_at_its_new_mac() {
+    let mut lab = lab(); // reachable 100 ms, retrans 10 ms, 3 probes, hold 30 ms
+    let rep = arp_reply_in(M0, H3, "10.0.0.20", "10.0.0.1");
+    lab.send(0, &[&rep]);
+    lab.run();
+    lab.rx(0, &rep);
+    lab.c(0).local_in += 1;
+    lab.c(0).neighbors_learned += 1;
+    let probe = eth(H3, M0, None, ET_ARP, &arp(1, M0, "10.0.0.1", ZERO_MAC, "10.0.0.20"));
+    for ms in [100u64, 110, 120] {
         lab.now = T + ms * MS;
         let (p, f) = transit("10.0.0.20", ms as u8);
         lab.send(1, &[&f]);
         lab.run();
-        lab.expect(1, &[host_unreach(&p, k as u16 + 1)]);
-        lab.expect_silence();
+        let o = on_lan(H3, &p);
+        lab.expect(0, &[o.clone(), probe.clone()]);
         lab.rx(0, &f);
-        lab.c(0).icmp_errors += 1;
-        lab.drop(0, VrDrop::NoNeighbor);
-        lab.check(&format!("T+{ms}ms: failed"));
-        assert_eq!(state(&lab, "10.0.0.20").0, Some(NeighborState::Failed));
+        lab.fwd(0, &o);
+        lab.c(0).neighbor_requests += 1;
+        lab.check(&format!("T+{ms}ms: used, probed by unicast"));
     }
-    // After the hold, broadcast resolution again.
-    lab.now = T + 160 * MS;
-    let (_, f) = transit("10.0.0.20", 160);
+    lab.now = T + 130 * MS;
+    let (p, f) = transit("10.0.0.20", 130);
     lab.send(1, &[&f]);
     lab.run();
     lab.expect(0, &[arp_req_out(M0, None, "10.0.0.1", "10.0.0.20")]);
@@ -618,7 +689,23 @@ fn stale_entry_is_used_and_probed_by_unicast_then_fails() {
     lab.c(0).neighbor_requests += 1;
     lab.transit_queued[0] = 1;
     lab.queued[0] = 1;
-    lab.check("T+160ms: resolving again");
+    lab.check("T+130ms: resolving again");
+    // The neighbor answers from a new MAC (H2): the waiting packet leaves there.
+    lab.now = T + 135 * MS;
+    let rep = arp_reply_in(M0, H2, "10.0.0.20", "10.0.0.1");
+    lab.send(0, &[&rep]);
+    lab.run();
+    let o = on_lan(H2, &p);
+    lab.expect(0, &[&o]);
+    lab.expect_silence();
+    lab.rx(0, &rep);
+    lab.fwd(0, &o);
+    lab.c(0).local_in += 1;
+    lab.c(0).neighbors_learned += 1;
+    lab.transit_queued[0] = 0;
+    lab.queued[0] = 0;
+    lab.check("T+135ms: resolved at the new MAC");
+    assert_eq!(state(&lab, "10.0.0.20"), (Some(NeighborState::Reachable), Some(H2)));
 }
 
 #[test]
@@ -1659,7 +1746,8 @@ fn fragments_wait_for_resolution_and_all_count() {
 }
 
 /// A learned gateway behind the forwarding fast path still goes stale on time: unicast probes,
-/// then failure, exactly as for a connected host.
+/// then resolution anew (broadcast, its packets waiting), then failure, exactly as for a
+/// connected host.
 #[test]
 fn gateway_entry_goes_stale_behind_the_fast_path() {
     let mut c = nvr();
@@ -1707,16 +1795,37 @@ fn gateway_entry_goes_stale_behind_the_fast_path() {
     let f = to_vr(M0, H0, None, &p);
     lab.send(0, &[&f, &f]);
     lab.run();
-    // Host unreachable for each (RFC 1812 §4.3.3.1), back on lan from lan's address.
+    // The unicast probes went unanswered: resolved anew by broadcast, both packets waiting
+    // (none sent to the MAC that stopped answering), retransmitted on time.
+    let req = arp_req_out(M1, None, "10.0.1.1", "10.0.1.2");
+    lab.expect(1, &[&req]);
+    lab.expect_silence();
+    lab.rx(0, &f);
+    lab.rx(0, &f);
+    lab.c(0).queued += 2;
+    lab.c(0).neighbor_requests += 1;
+    lab.transit_queued[0] = 2;
+    lab.queued[0] = 2;
+    lab.check("gateway resolved anew");
+    for ms in [140u64, 150] {
+        lab.run_at(T + ms * MS);
+        lab.expect(1, &[&req]);
+        lab.expect_silence();
+        lab.c(0).neighbor_requests += 1;
+        lab.check(&format!("T+{ms}ms: request retransmitted"));
+    }
+    // Silent to those too: host unreachable for each waiting packet (RFC 1812 §4.3.3.1), back
+    // on lan from lan's address.
+    lab.run_at(T + 160 * MS);
     let t = Icmpv4Type::DestinationUnreachable(etherparse::icmpv4::DestUnreachableHeader::Host);
     let err =
         |id| eth(H0, M0, None, ET_IP4, &icmp4_error("10.0.0.1", p.src, id, t.clone(), &p.bytes()));
     lab.expect(0, &[err(1), err(2)]);
     lab.expect_silence();
-    lab.rx(0, &f);
-    lab.rx(0, &f);
     lab.drop(0, VrDrop::NoNeighbor);
     lab.drop(0, VrDrop::NoNeighbor);
     lab.c(0).icmp_errors += 2;
+    lab.transit_queued[0] = 0;
+    lab.queued[0] = 0;
     lab.check("gateway failed");
 }

@@ -938,22 +938,49 @@ fn echo_reply_over_the_mtu() {
         .collect();
     lab.send(0, &frames);
     lab.run();
-    let rep = echo6_rep(r, h, 1, 2, &data);
-    // 1500 - 40 - 8 = 1452, rounded down to 8s: 1448 bytes, then the other 160.
-    let want: Vec<Vec<u8>> = [(0, 1448), (1448, 1448)]
-        .iter()
-        .map(|&(off, len)| eth(H0, M0, None, ET_IP6, &frag6(r, h, 58, &rep, off, len, 1).bytes()))
-        .collect();
-    assert_eq!(want.iter().map(|f| f.len() - 14).collect::<Vec<_>>(), [1496, 40 + 8 + 160]);
-    lab.expect(0, &want);
-    lab.expect_silence();
-    for f in &frames {
-        lab.rx(0, f);
+    // The Identification is the VR's own, unpredictable (RFC 7739): read from the first
+    // fragment, the same in both, and different in the next reply's.
+    let ident = |f: &[u8]| u32::from_be_bytes(f[14 + 44..14 + 48].try_into().unwrap());
+    let mut idents = Vec::new();
+    let mut frames = frames;
+    for seq in [2, 3] {
+        if seq == 3 {
+            let icmp = echo6_req(h, r, 1, seq, &data);
+            frames = [(0, 1400), (1400, 1400)]
+                .iter()
+                .map(|&(off, len)| to_vr6(M0, H0, None, &frag6(h, r, 58, &icmp, off, len, 6)))
+                .collect();
+            lab.send(0, &frames);
+            lab.run();
+        }
+        let got = lab.recv(0);
+        assert_eq!(got.len(), 2, "reply {seq}: two fragments");
+        let id = ident(&got[0]);
+        let rep = echo6_rep(r, h, 1, seq, &data);
+        // 1500 - 40 - 8 = 1452, rounded down to 8s: 1448 bytes, then the other 160.
+        let want: Vec<Vec<u8>> = [(0, 1448), (1448, 1448)]
+            .iter()
+            .map(|&(off, len)| {
+                eth(H0, M0, None, ET_IP6, &frag6(r, h, 58, &rep, off, len, id).bytes())
+            })
+            .collect();
+        assert_eq!(want.iter().map(|f| f.len() - 14).collect::<Vec<_>>(), [1496, 40 + 8 + 160]);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_frame(g, w, &format!("reply {seq} fragment {i}"));
+        }
+        lab.port[0].tx_packets += 2;
+        lab.expect_silence();
+        for f in &frames {
+            lab.rx(0, f);
+        }
+        lab.c(0).local_in += 2;
+        lab.c(0).echo_replies += 1;
+        lab.c(0).fragments_sent += 2;
+        lab.check(&format!("IPv6 reply {seq} in two fragments"));
+        idents.push(id);
     }
-    lab.c(0).local_in += 2;
-    lab.c(0).echo_replies += 1;
-    lab.c(0).fragments_sent += 2;
-    lab.check("IPv6 reply in two fragments");
+    let (a, b) = (idents[0], idents[1]);
+    assert!(a != b && b != a.wrapping_add(1), "identifications {a:#x} then {b:#x}");
 }
 
 /// RFC 8200 §4.5: an IPv6 fragment with more to come whose data is not a multiple of 8 bytes

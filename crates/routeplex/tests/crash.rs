@@ -8,22 +8,27 @@
 //! change whose reply arrived before the kill. The data plane is started again on the same
 //! run directory and must come back with exactly the model's state (API routes per VR, the
 //! topology's VRs and static routes, MTU, up/down, reservation), plus at most the one change
-//! in flight, all of it or none of it; its FIB must hold what its RIB says (prefixes per
-//! family against the best routes); and every few iterations it is compared with a data plane
-//! built fresh from the model through the API (routes of every source, FIB prefixes and next
-//! hops, interfaces, reservation).
+//! in flight, all of it or none of it; its FIB must forward as its RIB says (prefixes per
+//! family against the best routes, and `route_lookup` at the first and last address of every
+//! API and static route gives that route's next hop, or the one of a longer prefix holding the
+//! address); and every few iterations it is compared with a data plane built fresh from the
+//! model through the API (routes of every source, FIB prefixes and next hops, interfaces,
+//! reservation, and what each FIB does at the same sampled addresses: every route's ends and
+//! the address after, the connected subnets', and 256 drawn at random).
 //!
 //! Seeded: the seed is printed; `RPX_CRASH_SEED=N` replays it. `RPX_CRASH_ITERATIONS=N` runs
 //! N kills (default 60, about a minute in CI).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
+use std::net::IpAddr;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fib::synthetic::Rng;
+use ipnet::IpNet;
 use serde_json::{json, Value};
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -395,6 +400,7 @@ fn observe(c: &mut Client) -> Model {
         };
         assert_eq!(v["fib"]["ipv4"].as_u64(), Some(best(false)), "vr {name}: FIB against RIB");
         assert_eq!(v["fib"]["ipv6"].as_u64(), Some(best(true)), "vr {name}: FIB against RIB");
+        fib_forwards_as_the_rib_says(c, name, rows);
         for (src, n) in v["routes"].as_object().unwrap() {
             let listed = rows.iter().filter(|r| r["source"] == json!(src)).count() as u64;
             assert_eq!(n.as_u64(), Some(listed), "vr {name}: {src} routes counted and listed");
@@ -426,9 +432,111 @@ fn observe(c: &mut Client) -> Model {
     m
 }
 
+/// What VR `vr`'s FIB does with a packet to each of `addrs`, by `route_lookup` (in requests
+/// of at most 4,096 addresses).
+fn lookups(c: &mut Client, vr: &str, addrs: &[IpAddr]) -> Vec<String> {
+    let mut out = Vec::with_capacity(addrs.len());
+    for chunk in addrs.chunks(4096) {
+        let v = c.ok(json!({ "cmd": "route_lookup", "args": { "vr": vr, "addresses": chunk } }));
+        let rows = v["lookups"].as_array().unwrap();
+        assert_eq!(rows.len(), chunk.len(), "vr {vr}: one row per address");
+        for (r, a) in rows.iter().zip(chunk) {
+            assert_eq!(r["address"], json!(a), "vr {vr}: rows in the order asked");
+            out.push(r["forward"].as_str().unwrap().to_string());
+        }
+    }
+    out
+}
+
+/// A prefix's first and last address.
+fn ends(p: &IpNet) -> [IpAddr; 2] {
+    [p.network(), p.broadcast()]
+}
+
+/// The FIB of VR `vr` forwards as its RIB (`rows`, as listed) says, for every API and static
+/// route the RIB uses: at the first and last address of each, the FIB's next hop is that of
+/// the longest of those prefixes holding the address (`via G` or `blackhole`). Their prefixes
+/// cover none of the connected subnets, so no other route decides there.
+fn fib_forwards_as_the_rib_says(c: &mut Client, vr: &str, rows: &[Value]) {
+    let rib: Vec<(IpNet, String)> = rows
+        .iter()
+        .filter(|r| r["best"] == json!(true))
+        .filter(|r| r["source"] == json!("api") || r["source"] == json!("static"))
+        .map(|r| (r["prefix"].as_str().unwrap().parse().unwrap(), target(r)))
+        .collect();
+    let addrs: Vec<IpAddr> = rib.iter().flat_map(|(p, _)| ends(p)).collect();
+    let got = lookups(c, vr, &addrs);
+    for (a, got) in addrs.iter().zip(&got) {
+        let (p, want) =
+            rib.iter().filter(|(p, _)| p.contains(a)).max_by_key(|(p, _)| p.prefix_len()).unwrap();
+        let fits = match want.strip_prefix("via ") {
+            Some(g) => got.starts_with(&format!("via {g} interface ")),
+            None => got == want,
+        };
+        assert!(fits, "vr {vr}: the FIB forwards {a} {got}; the RIB says {want} ({p})");
+    }
+}
+
+/// The addresses whose forwarding a recovered data plane and one built fresh from model `m`
+/// are compared at: per VR, the first and last address of each of its acknowledged routes and
+/// the one after it, addresses of and around the connected subnets and the static route, and
+/// 256 drawn at random (seeded by `seed`) from the ranges the routes come from.
+fn samples(m: &Model, seed: u64) -> BTreeMap<String, Vec<IpAddr>> {
+    let mut rng = Rng::new(seed ^ 0x5a5a);
+    let fixed = [
+        "10.0.0.0",
+        "10.0.0.1",
+        "10.0.0.2",
+        "10.0.0.255",
+        "10.0.1.1",
+        "10.0.1.2",
+        "10.0.1.200",
+        "10.1.0.1",
+        "10.1.0.2",
+        "10.9.0.2",
+        "198.51.100.1",
+        "198.51.101.1",
+        "2001:db8::1",
+        "2001:db8::2",
+        "2001:db8:1::1",
+        "192.0.2.1",
+    ];
+    let vrs = ["r", "s", "x"].into_iter().filter(|v| *v != "x" || m.x);
+    vrs.map(|vr| {
+        let mut a: Vec<IpAddr> = fixed.iter().map(|s| s.parse().unwrap()).collect();
+        for p in m.routes.get(vr).into_iter().flat_map(|t| t.keys()) {
+            let p: IpNet = p.parse().unwrap();
+            let [first, last] = ends(&p);
+            a.extend([first, last]);
+            match last {
+                IpAddr::V4(l) => {
+                    a.extend(u32::from(l).checked_add(1).map(|n| IpAddr::V4(n.into())))
+                }
+                IpAddr::V6(l) => {
+                    a.extend(u128::from(l).checked_add(1).map(|n| IpAddr::V6(n.into())))
+                }
+            }
+        }
+        for _ in 0..256 {
+            let r = rng.next_u64();
+            a.push(if r.is_multiple_of(4) {
+                // 2001:db8:N::M, N mostly among the API routes' /48s (0x100..).
+                let hi = 0x2001_0db8u128 << 96;
+                let n = u128::from((r >> 48) % 0x300);
+                IpAddr::V6((hi | n << 80 | u128::from(r & 0xffff)).into())
+            } else {
+                IpAddr::V4(((172 << 24) | (16 << 16) | (r as u32 & 0x000f_ffff)).into())
+            });
+        }
+        (vr.to_string(), a)
+    })
+    .collect()
+}
+
 /// What a fresh data plane built from model `m` through the API runs: the rows of every
-/// route of every VR, FIB prefixes and next hops, interfaces and reservation.
-fn built(c: &mut Client) -> Value {
+/// route of every VR, FIB prefixes and next hops, interfaces and reservation, and what its
+/// FIB does at the addresses of `sample`.
+fn built(c: &mut Client, sample: &BTreeMap<String, Vec<IpAddr>>) -> Value {
     let st = c.ok(json!({ "cmd": "status" }));
     let mut out = serde_json::Map::new();
     for v in st["vrs"].as_array().unwrap() {
@@ -440,15 +548,22 @@ fn built(c: &mut Client) -> Value {
             Value::Null => &v["reservation"],
             p => p,
         };
+        let at = sample.get(name).map(|a| lookups(c, name, a)).unwrap_or_default();
         let keep = json!({ "routes": rows["routes"], "fib": fib, "interfaces": v["interfaces"],
-            "reservation": reservation });
+            "reservation": reservation, "forwarding": at });
         out.insert(name.into(), keep);
     }
     Value::Object(out)
 }
 
-/// Builds `m` on a fresh data plane (its own run directory) and compares it with `now`.
-fn compare_with_a_fresh_build(m: &Model, now: &Value, seed: u64) {
+/// Builds `m` on a fresh data plane (its own run directory) and compares it with `now`
+/// (what the recovered one runs, its forwarding at `sample`).
+fn compare_with_a_fresh_build(
+    m: &Model,
+    now: &Value,
+    sample: &BTreeMap<String, Vec<IpAddr>>,
+    seed: u64,
+) {
     // Its own memif sockets (the running one holds those of `rig`).
     let mut fresh = Rig::new(1);
     let t = fresh.tag.clone();
@@ -481,7 +596,7 @@ fn compare_with_a_fresh_build(m: &Model, now: &Value, seed: u64) {
             ok(json!({ "cmd": "route_add", "args": { "vr": vr, "routes": rows } }));
         }
     }
-    let want = built(&mut c);
+    let want = built(&mut c, sample);
     // The ports' socket names differ; the rest must not.
     assert_eq!(*now, want, "recovered (left) against a fresh build of the model (seed {seed})");
     c.call(&json!({ "cmd": "stop" }));
@@ -543,8 +658,9 @@ fn acknowledged_changes_survive_sigkill_at_any_instant_whole_or_not_at_all() {
             rig.tail()
         );
         if it % 20 == 19 || it + 1 == iterations {
-            let now = built(&mut c);
-            compare_with_a_fresh_build(&model, &now, seed);
+            let sample = samples(&model, seed.wrapping_add(it));
+            let now = built(&mut c, &sample);
+            compare_with_a_fresh_build(&model, &now, &sample, seed);
         }
         // Changes until the kill; now and then a pause, for the checkpoint to be written.
         let pid = rig.child.as_ref().unwrap().id();

@@ -336,6 +336,21 @@ pub struct RouteList {
     pub routes: Vec<RouteRow>,
 }
 
+/// `route_lookup`: what the VR's published FIB does with each address asked about.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteLookups {
+    pub vr: String,
+    pub lookups: Vec<Lookup>,
+}
+
+/// One address's verdict: `local`, `blackhole`, `via GW interface IF`, `interface IF` (on
+/// link), `multipath [..]`, `none` and the other adjacencies by name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lookup {
+    pub address: IpAddr,
+    pub forward: String,
+}
+
 /// One route of a list: where it goes is `via` (with an optional `interface`), `interface`
 /// alone, `blackhole`, or `local` (an address of the VR's own: it answers it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -659,6 +674,7 @@ answers! {
     Status(Box<Status>) for "status";
     Routes(RoutesApplied) for "route_add" | "route_replace" | "route_delete";
     RouteList(RouteList) for "route_list";
+    RouteLookups(RouteLookups) for "route_lookup";
     NeighborList(NeighborList) for "neighbor_list";
     NeighborFlushed(NeighborFlushed) for "neighbor_flush";
     InterfaceSet(InterfaceSet) for "interface_set";

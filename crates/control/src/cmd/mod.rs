@@ -35,6 +35,7 @@ impl Node {
             }
             Command::RouteDelete { vr, prefixes } => self.route_delete(&vr, prefixes)?.into(),
             Command::RouteList { vr, source, limit } => self.route_list(vr, source, limit)?.into(),
+            Command::RouteLookup { vr, addresses } => self.route_lookup(vr, &addresses)?.into(),
             Command::NeighborList { vr } => self.neighbor_list(vr)?.into(),
             Command::NeighborFlush { vr, interface } => self.neighbor_flush(vr, interface)?.into(),
             Command::InterfaceSet { vr, interface, mtu, up, addresses } => {

@@ -5,7 +5,7 @@ use dataplane::{RouteOp, RouteSource};
 use ipnet::IpNet;
 
 use super::vrs::iface_index;
-use crate::api::{Route, RouteList, RouteRow, RoutesApplied};
+use crate::api::{self, Route, RouteList, RouteRow, RoutesApplied};
 use crate::{ControlError, Node};
 
 /// Routes a list gives when the request names no limit.
@@ -86,6 +86,60 @@ impl Node {
             })
             .collect();
         Ok(RouteList { vr, routes })
+    }
+
+    /// What VR `vr`'s published FIB does with a packet to each of `addresses`: one row per
+    /// address, `forward` as text (`via G interface I`, `interface I`, `local`, `blackhole`,
+    /// `broadcast`, `unreachable`, `prohibit`, `none`; a multipath route as `multipath [..]`
+    /// of its buckets' next hops).
+    pub(super) fn route_lookup(
+        &self,
+        vr: String,
+        addresses: &[std::net::IpAddr],
+    ) -> Result<api::RouteLookups, ControlError> {
+        if addresses.len() > crate::api::MAX_LOOKUPS {
+            return Err(ControlError::Invalid(format!(
+                "route_lookup: {} addresses, at most {}",
+                addresses.len(),
+                crate::api::MAX_LOOKUPS
+            )));
+        }
+        let table = self.tables.get(&vr).ok_or_else(|| ControlError::NoSuchVr(vr.clone()))?;
+        let cfg = self.vr_config(&vr)?;
+        let ifname = |i: u16| cfg.interfaces.get(usize::from(i)).map_or("?", |f| f.name.as_str());
+        let one = |a: dataplane::Adj| -> String {
+            use dataplane::Adj;
+            match a {
+                Adj::None => "none".into(),
+                Adj::Local => "local".into(),
+                Adj::Blackhole => "blackhole".into(),
+                Adj::Broadcast => "broadcast".into(),
+                Adj::Unreachable => "unreachable".into(),
+                Adj::Prohibit => "prohibit".into(),
+                Adj::Glean(i) => format!("interface {}", ifname(i)),
+                Adj::Via { iface, gw } => {
+                    let gw = std::net::Ipv6Addr::from(gw);
+                    let gw = gw.to_ipv4_mapped().map_or(gw.to_string(), |v4| v4.to_string());
+                    format!("via {gw} interface {}", ifname(iface))
+                }
+                Adj::Multi(_) => "multipath".into(),
+            }
+        };
+        let lookups = addresses
+            .iter()
+            .map(|&a| {
+                let forward = match table.lookup(a) {
+                    dataplane::Adj::Multi(p) => {
+                        let hops: Vec<String> =
+                            p.buckets().iter().map(|&nh| one(table.adj_at(nh))).collect();
+                        format!("multipath [{}]", hops.join(", "))
+                    }
+                    adj => one(adj),
+                };
+                api::Lookup { address: a, forward }
+            })
+            .collect();
+        Ok(api::RouteLookups { vr, lookups })
     }
 
     /// API routes as operations of VR `vr`.

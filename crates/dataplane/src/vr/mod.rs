@@ -134,9 +134,14 @@ pub struct Vr {
     spill_n: usize,
     /// Packets punted to the Linux mirror ([`Vr::set_punt_limit`]).
     punt_bucket: Bucket,
+    /// The last IPv4 Identification the VR gave (a count from 0: the VR's own IPv4 packets
+    /// are ICMP messages and fragments of echo replies; the tests pin it).
     ident: u16,
-    /// The Identification of the VR's next fragmented IPv6 packet (RFC 8200 §4.5).
+    /// IPv6 fragments the VR made (RFC 8200 §4.5), counting from a random start; their
+    /// Identification is this count through a permutation keyed by `ident6_key`, so no two
+    /// packets within 2^32 share one and none can be predicted from another (RFC 7739).
     ident6: u32,
+    ident6_key: u64,
     /// FIB generations (IPv4, IPv6) the last batch looked up in.
     seen: (u64, u64),
     pub(crate) counters: VrCounters,
@@ -222,7 +227,7 @@ impl Vr {
                 let Some(f) = c.ifaces.get_mut(i as usize) else {
                     return Err(err(format!("no interface {i}")));
                 };
-                check_mtu(f, mtu).map_err(err)?;
+                check_mtu(f, mtu).map_err(|e| err(e.0))?;
                 f.mtu = mtu;
                 c.forget_rewrites();
             }
@@ -251,7 +256,7 @@ impl Vr {
     pub fn inherit(&mut self, old: &mut Vr) {
         let (n, o) = (&mut *self, &mut *old);
         n.counters = o.counters;
-        n.ident = o.ident;
+        (n.ident, n.ident6, n.ident6_key) = (o.ident, o.ident6, o.ident6_key);
         let same = |a: &Iface, b: &Iface| (a.port, a.vlan, a.mac) == (b.port, b.vlan, b.mac);
         if n.ifaces.len() == o.ifaces.len()
             && n.ifaces.iter().zip(&o.ifaces).all(|(a, b)| same(a, b))
@@ -504,7 +509,7 @@ impl Vr {
             })
             .collect();
         for f in &ifaces {
-            check_mtu(f, f.mtu).map_err(|m| BuildError(format!("vr {}: {m}", cfg.name)))?;
+            check_mtu(f, f.mtu).map_err(|m| BuildError(format!("vr {}: {}", cfg.name, m.0)))?;
         }
         if ifaces.len() > IfaceId::MAX as usize {
             return err(format!("{} interfaces, at most {}", ifaces.len(), IfaceId::MAX));
@@ -561,7 +566,8 @@ impl Vr {
             spill_n: 0,
             punt_bucket: Bucket::new(DEFAULT_PUNT_PER_SEC, DEFAULT_PUNT_BURST),
             ident: 0,
-            ident6: 0,
+            ident6: crate::seed::fresh() as u32,
+            ident6_key: crate::seed::fresh(),
             seen: (0, 0),
             counters: VrCounters::default(),
             share: None,
@@ -929,7 +935,7 @@ impl Vr {
 
     fn next_ident6(&mut self) -> u32 {
         self.ident6 = self.ident6.wrapping_add(1);
-        self.ident6
+        crate::seed::permute32(self.ident6, self.ident6_key)
     }
 }
 
@@ -977,12 +983,12 @@ mod addr_set_tests {
 }
 
 /// Whether `mtu` suits interface `f`: at least 1280 with IPv6, at most what a buffer holds.
-fn check_mtu(f: &Iface, mtu: u16) -> Result<(), String> {
+fn check_mtu(f: &Iface, mtu: u16) -> Result<(), BuildError> {
     let floor = if f.v6.is_empty() { MIN_MTU } else { IPV6_MIN_MTU };
     if (floor..=MAX_MTU).contains(&mtu) {
         Ok(())
     } else {
-        Err(format!("interface {} has MTU {mtu}, outside {floor}..={MAX_MTU}", f.name))
+        Err(BuildError(format!("interface {} has MTU {mtu}, outside {floor}..={MAX_MTU}", f.name)))
     }
 }
 

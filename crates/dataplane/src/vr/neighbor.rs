@@ -2,8 +2,11 @@
 //!
 //! An entry is Incomplete while its address is being resolved, Reachable for a while after a
 //! reply, then Stale: still used, but re-probed (unicast) on use; a stale entry that stays
-//! silent for `neighbor_probes` probes fails. A failed entry drops packets for a hold time before
-//! resolution is tried again. Static entries never change.
+//! silent for `neighbor_probes` probes is resolved anew (Incomplete again, multicast probes,
+//! its packets queued: RFC 4861 §7.3.3, the neighbor may have a new MAC), and fails only when
+//! that stays silent too; only then are its transit packets answered with unreachable. A
+//! failed entry drops packets for a hold time before resolution is tried again; its old MAC is
+//! never used to send. Static entries never change.
 //!
 //! Packets for an unresolved next hop wait in a short queue per entry. Each queue slot owns a
 //! buffer: queueing swaps the packet's buffer with the slot's spare, so waiting copies nothing.
@@ -33,9 +36,10 @@
 //!   retransmission without a token is skipped but still counts towards failure. Unicast
 //!   re-probes of known (stale) entries spend none: there is at most one per entry and
 //!   retransmit interval, and a flood must not stop a real neighbor from being confirmed.
-//!   For the same reason a failed entry that had a MAC, when its hold is over and there is no
-//!   token, is re-probed at that MAC as a stale entry is (used meanwhile), instead of waiting
-//!   for a token a flood may never leave it.
+//!   For the same reason an entry that answered before (it has a MAC) is resolved anew without
+//!   a token, its retransmissions too: when its unicast probes go unanswered, and when its
+//!   hold after a failure is over. There is at most one such resolution per entry at a time,
+//!   and only neighbors that answered have one, so a flood of new next hops cannot make them.
 //! - New resolutions share the budget by source: sources are hashed into `LANES` lanes (an
 //!   IPv4 address, an IPv6 /64 each). While the budget holds more than half its burst anyone
 //!   takes from it; below that a new resolution also needs a token of its lane, which refills
@@ -67,12 +71,19 @@ const LANES: usize = 16;
 const SHARE: u32 = 4;
 
 /// The lane of the solicitation budget a packet from `src` draws on: an IPv4 source, or an
-/// IPv6 source's /64 (one host picks any address in its own /64 at will).
+/// IPv6 source's /64 (one host picks any address in its own /64 at will). Keyed with the
+/// process's secret ([`crate::seed`]): a flood cannot pick sources that share the lane of the
+/// source it wants to starve.
 #[inline]
 pub(crate) fn source_lane(src: &[u8]) -> usize {
-    let x =
-        src.iter().take(8).fold(0u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
-    (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60) as usize % LANES
+    source_lane_keyed(src, crate::seed::key()[1])
+}
+
+#[inline]
+fn source_lane_keyed(src: &[u8], k: u64) -> usize {
+    let n = src.len().min(8);
+    let x = src[..n].iter().fold(n as u64, |h, &b| (h << 8) | u64::from(b));
+    (crate::seed::mix(k, x) >> 60) as usize % LANES
 }
 
 /// A next hop: an address on one interface. IPv4 addresses are stored IPv4-mapped.
@@ -420,24 +431,34 @@ impl NeighborTable {
         }
     }
 
-    /// A failed entry whose hold is over: probe again, if the budget allows.
+    /// A failed entry whose hold is over: resolved again (its packets wait), if the budget
+    /// allows or, for a neighbor that answered before, regardless of it: a flood spending the
+    /// budget must not keep a real neighbor failed. Its old MAC is not used meanwhile.
     #[cold]
     fn retry(&mut self, e: u32, now: u64, lane: usize) -> Resolve {
-        if !self.solicit_allowed(now, Some(lane)) {
-            if self.entries[e as usize].mac == MacAddr::default() {
-                return Resolve::Fail(VrDrop::NeighborRateLimited);
-            }
-            // A neighbor that answered before is re-probed at its last MAC, as a stale one
-            // is, without a token: a flood spending the budget must not keep it failed.
-            self.unlink(e);
-            let en = &mut self.entries[e as usize];
-            (en.state, en.probes, en.deadline) = (NeighborState::Stale, 0, now);
-            return self.use_stale(e, now);
+        if !self.solicit_allowed(now, Some(lane)) && !self.answered(e) {
+            return Resolve::Fail(VrDrop::NeighborRateLimited);
         }
+        self.resolve_again(e, now)
+    }
+
+    /// Whether entry `e` has a MAC from an answer (it is or was resolved).
+    #[inline]
+    fn answered(&self, e: u32) -> bool {
+        self.entries[e as usize].mac != MacAddr::default()
+    }
+
+    /// Entry `e` (failed, or stale with its unicast probes unanswered) is resolved anew with
+    /// multicast probes (RFC 4861 §7.3.3: the neighbor may answer at a new MAC); its packets
+    /// wait on it, and are answered with unreachable only if that fails too.
+    #[cold]
+    fn resolve_again(&mut self, e: u32, now: u64) -> Resolve {
         let iface = self.entries[e as usize].key.iface as usize;
         if self.unresolved[iface].len >= self.per_iface {
             self.evict(self.unresolved[iface].head);
         }
+        // Nothing may go on using a MAC cached from it.
+        self.epoch += 1;
         self.begin_probing(e, now);
         Resolve::Queue(e)
     }
@@ -452,8 +473,7 @@ impl NeighborTable {
         }
         if now >= en.deadline {
             if en.probes >= self.max_probes {
-                self.fail(e, now);
-                return Resolve::Fail(VrDrop::NoNeighbor);
+                return self.resolve_again(e, now);
             }
             en.probes += 1;
             en.deadline = now + self.retrans;
@@ -824,9 +844,11 @@ impl NeighborTable {
                     // fails on time whatever the budget.
                     en.probes += 1;
                     en.deadline = now + self.retrans;
-                    let key = en.key;
+                    let (key, answered) = (en.key, en.mac != MacAddr::default());
                     self.next_timer = self.next_timer.min(now + self.retrans);
-                    if self.solicit_allowed(now, None) {
+                    // A neighbor resolved again (it answered before) is asked whatever the
+                    // budget, as its unicast probes were.
+                    if answered || self.solicit_allowed(now, None) {
                         self.probes.push(Probe { key, unicast: None });
                         self.remember(key, now);
                     }
@@ -1040,7 +1062,7 @@ mod tests {
     }
 
     #[test]
-    fn stale_probes_then_fails_then_retries_after_hold() {
+    fn stale_probes_then_resolves_again_then_fails_then_retries_after_hold() {
         let mut t = NeighborTable::new(&limits(), 2);
         t.learn(A, M, Learn { create: true, ..REPLY }, 0);
         assert_eq!(t.resolve(A, 5 * MS), Resolve::Mac(M));
@@ -1052,9 +1074,26 @@ mod tests {
         assert_eq!(t.pop_probe(), None, "one probe per retransmit interval");
         assert_eq!(t.resolve(A, 12 * MS), Resolve::Mac(M));
         assert!(t.pop_probe().is_some());
-        assert_eq!(t.resolve(A, 13 * MS), Resolve::Fail(VrDrop::NoNeighbor));
-        assert_eq!(t.resolve(A, 17 * MS), Resolve::Fail(VrDrop::NoNeighbor), "held");
-        assert!(matches!(t.resolve(A, 18 * MS), Resolve::Queue(_)), "retried after hold");
+        // Both unicast probes unanswered: resolved anew by multicast, its packets waiting,
+        // neither sent to the old MAC nor dropped.
+        let Resolve::Queue(e) = t.resolve(A, 13 * MS) else { panic!("not queued") };
+        assert_eq!(t.pop_probe(), Some(Probe { key: A, unicast: None }));
+        assert!(t.enqueue(e, &mut pkt(1), true));
+        assert_eq!(t.resolve(A, 13 * MS), Resolve::Queue(e));
+        assert_eq!(t.rows()[0].state, NeighborState::Incomplete);
+        assert_eq!(t.usable_until(e), None);
+        assert_eq!(t.tick(14 * MS), (0, 0));
+        assert_eq!(t.pop_probe(), Some(Probe { key: A, unicast: None }));
+        // That stays silent too: only now is its packet given up (host unreachable).
+        assert_eq!(t.tick(15 * MS), (1, 0));
+        let mut b = PktBuf::new();
+        assert_eq!(t.pop_gave_up(&mut b), Some(A.iface));
+        assert_eq!(b.frame(), pkt(1).frame());
+        assert_eq!(t.resolve(A, 15 * MS), Resolve::Fail(VrDrop::NoNeighbor));
+        assert_eq!(t.resolve(A, 19 * MS), Resolve::Fail(VrDrop::NoNeighbor), "held");
+        // After the hold: resolved again, never sent to the MAC it failed with.
+        assert_eq!(t.resolve(A, 20 * MS), Resolve::Queue(e), "retried after hold");
+        assert_eq!(t.pop_probe(), Some(Probe { key: A, unicast: None }));
     }
 
     #[test]
@@ -1228,7 +1267,7 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_neighbor_that_answered_before_is_reprobed_without_a_token() {
+    fn a_neighbor_that_answered_before_is_resolved_again_without_a_token() {
         let l = VrLimits {
             neighbors: 16,
             solicitations_per_sec: 100,
@@ -1237,27 +1276,70 @@ mod tests {
         };
         let mut t = NeighborTable::new(&l, 2);
         t.learn(A, M, Learn { create: true, ..REPLY }, 0);
-        // Stale at 10 ms; two unicast probes go unanswered; failed, held until 18 ms.
+        // Stale at 10 ms; two unicast probes go unanswered.
         assert_eq!(t.resolve(A, 11 * MS), Resolve::Mac(M));
         assert_eq!(t.resolve(A, 12 * MS), Resolve::Mac(M));
-        assert_eq!(t.resolve(A, 13 * MS), Resolve::Fail(VrDrop::NoNeighbor));
-        assert_eq!(t.resolve(A, 17 * MS), Resolve::Fail(VrDrop::NoNeighbor));
         while t.pop_probe().is_some() {}
         // A flood takes the only token.
-        assert!(matches!(t.resolve(B, 18 * MS), Resolve::Queue(_)));
-        assert_eq!(t.resolve(C, 18 * MS), Resolve::Fail(VrDrop::NeighborRateLimited));
+        assert!(matches!(t.resolve(B, 12 * MS), Resolve::Queue(_)));
+        assert_eq!(t.resolve(C, 12 * MS), Resolve::Fail(VrDrop::NeighborRateLimited));
         assert_eq!(t.pop_probe(), Some(Probe { key: B, unicast: None }));
-        // A's hold is over: re-probed at its MAC, no token needed, and used meanwhile.
-        assert_eq!(t.resolve(A, 18 * MS), Resolve::Mac(M));
-        assert_eq!(t.pop_probe(), Some(Probe { key: A, unicast: Some(M) }));
-        assert_eq!(t.rows()[0].state, NeighborState::Stale);
-        assert!(t.learn(A, M, REPLY, 18 * MS));
-        assert_eq!(t.rows()[0].state, NeighborState::Reachable);
-        // B never answered: it has no MAC to try, so it waits for a token.
-        t.tick(19 * MS);
-        t.tick(20 * MS);
-        assert_eq!(t.resolve(B, 25 * MS), Resolve::Fail(VrDrop::NeighborRateLimited));
+        // A is resolved again all the same (multicast), its packet waiting.
+        let Resolve::Queue(e) = t.resolve(A, 13 * MS) else { panic!("not queued") };
+        assert_eq!(t.pop_probe(), Some(Probe { key: A, unicast: None }));
+        assert!(t.enqueue(e, &mut pkt(7), true));
+        // Retransmissions: A's goes out without a token, B's (never answered) is skipped.
+        t.tick(14 * MS);
+        assert_eq!(t.pop_probe(), Some(Probe { key: A, unicast: None }));
         assert_eq!(t.pop_probe(), None);
+        // A answers at a new MAC: its packet leaves there, and so does what follows.
+        let m2 = MacAddr([2, 0, 0, 0, 0, 0x22]);
+        assert!(t.learn(A, m2, REPLY, 14 * MS));
+        let mut out = PktBuf::new();
+        assert_eq!(t.pop_ready(&mut out), Some((m2, 0, true)));
+        assert_eq!(out.frame(), pkt(7).frame());
+        assert_eq!(t.resolve(A, 14 * MS), Resolve::Mac(m2));
+        // B fails; A goes stale and silent again, resolved anew, and fails too.
+        assert_eq!(t.resolve(A, 25 * MS), Resolve::Mac(m2));
+        assert_eq!(t.resolve(A, 26 * MS), Resolve::Mac(m2));
+        assert!(matches!(t.resolve(A, 27 * MS), Resolve::Queue(_)));
+        t.tick(28 * MS);
+        t.tick(29 * MS);
+        assert_eq!(t.resolve(A, 29 * MS), Resolve::Fail(VrDrop::NoNeighbor));
+        assert_eq!(t.resolve(B, 29 * MS), Resolve::Fail(VrDrop::NoNeighbor));
+        while t.pop_probe().is_some() {}
+        // Held until 34 ms. A flood takes the token; A's hold is over: resolved again without
+        // one, not sent to its last MAC; B has none to try, so it waits for a token.
+        assert!(matches!(t.resolve(key(0, 40), 34 * MS), Resolve::Queue(_)));
+        assert_eq!(t.resolve(A, 34 * MS), Resolve::Queue(e));
+        assert_eq!(t.resolve(B, 34 * MS), Resolve::Fail(VrDrop::NeighborRateLimited));
+        let probes: Vec<Probe> = std::iter::from_fn(|| t.pop_probe()).collect();
+        assert_eq!(probes.len(), 2);
+        assert!(probes.contains(&Probe { key: A, unicast: None }));
+    }
+
+    #[test]
+    fn source_lanes_are_keyed_and_even() {
+        let srcs: Vec<[u8; 4]> = (0..4096u32).map(|i| [10, 1, (i >> 8) as u8, i as u8]).collect();
+        for k in [1u64, 0xdead_beef, crate::seed::key()[1]] {
+            let mut per = [0u32; LANES];
+            for s in &srcs {
+                per[source_lane_keyed(s, k)] += 1;
+            }
+            let even = (srcs.len() / LANES) as u32;
+            assert!(
+                per.iter().all(|&c| c > even * 7 / 10 && c < even * 13 / 10),
+                "{k:#x}: {per:?}"
+            );
+        }
+        // The sources one key puts in one lane (a flood aimed at a victim's lane) are spread
+        // over the lanes by another.
+        let aimed: Vec<&[u8; 4]> = srcs.iter().filter(|s| source_lane_keyed(*s, 1) == 0).collect();
+        let mut per = [0u32; LANES];
+        for s in &aimed {
+            per[source_lane_keyed(*s, 2)] += 1;
+        }
+        assert!(per.iter().all(|&c| c > 0 && (c as usize) < aimed.len() / 4), "{per:?}");
     }
 
     #[test]
