@@ -125,7 +125,7 @@ impl Rtnl {
                 Ok(Some(Answer::Ack)) => return Ok(index),
                 Ok(Some(Answer::Refused(source))) => return Err(os(source)),
                 Ok(None) => {}
-                Err(what) => return Err(reply_err(&object, op, what)),
+                Err(Garbled(what)) => return Err(reply_err(&object, op, what)),
             }
         }
     }
@@ -329,6 +329,12 @@ enum Answer {
     Refused(io::Error),
 }
 
+/// An answer from the kernel that does not parse (a length past the datagram, a short
+/// message): what was wrong with it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Garbled(String);
+
 /// Reads one datagram of answers to request `seq`: `Some` once it holds the request's
 /// acknowledgement or error, `None` if more is to come. Sets `index` from an RTM_NEWLINK
 /// answer. Every length is checked against the datagram; messages for other sequence numbers
@@ -337,14 +343,14 @@ fn read_answer(
     mut data: &[u8],
     seq: u32,
     index: &mut Option<u32>,
-) -> Result<Option<Answer>, String> {
+) -> Result<Option<Answer>, Garbled> {
     while !data.is_empty() {
         if data.len() < NLMSG_HDRLEN {
-            return Err(format!("{} bytes left, less than a header", data.len()));
+            return Err(Garbled(format!("{} bytes left, less than a header", data.len())));
         }
         let len = u32_at(data, 0) as usize;
         if len < NLMSG_HDRLEN || len > data.len() {
-            return Err(format!("message length {len} with {} bytes left", data.len()));
+            return Err(Garbled(format!("message length {len} with {} bytes left", data.len())));
         }
         let (kind, flags, mseq) = (u16_at(data, 4), u16_at(data, 6), u32_at(data, 8));
         let payload = &data[NLMSG_HDRLEN..len];
@@ -358,7 +364,7 @@ fn read_answer(
             RTM_NEWLINK => {
                 // struct ifinfomsg: family u8, pad u8, type u16, index i32, ...
                 if payload.len() < 8 {
-                    return Err(format!("link message of {} bytes", payload.len()));
+                    return Err(Garbled(format!("link message of {} bytes", payload.len())));
                 }
                 *index = Some(u32_at(payload, 4));
             }
@@ -370,15 +376,18 @@ fn read_answer(
 
 /// An NLMSG_ERROR payload: errno 0 is the acknowledgement; otherwise the error, with the
 /// kernel's extended-ack message when it sent one.
-fn error_answer(payload: &[u8], flags: u16) -> Result<Answer, String> {
+fn error_answer(payload: &[u8], flags: u16) -> Result<Answer, Garbled> {
     if payload.len() < 4 {
-        return Err(format!("error message of {} bytes", payload.len()));
+        return Err(Garbled(format!("error message of {} bytes", payload.len())));
     }
     let code = i32::from_ne_bytes(payload[..4].try_into().expect("4 bytes"));
     if code == 0 {
         return Ok(Answer::Ack);
     }
-    let errno = code.checked_neg().filter(|e| *e > 0).ok_or(format!("error code {code}"))?;
+    let errno = code
+        .checked_neg()
+        .filter(|e| *e > 0)
+        .ok_or_else(|| Garbled(format!("error code {code}")))?;
     let source = io::Error::from_raw_os_error(errno);
     let msg = (flags & NLM_F_ACK_TLVS != 0).then(|| ext_ack_msg(payload, flags)).flatten();
     Ok(Answer::Refused(match msg {
