@@ -1287,7 +1287,12 @@ impl Recovery {
     }
 
     /// Journals `cmd`, which succeeded with `reply`; the error when it could not be.
-    fn record(&mut self, cmd: &Command, reply: &Answer, node: &crate::Node) -> Result<(), ControlError> {
+    fn record(
+        &mut self,
+        cmd: &Command,
+        reply: &Answer,
+        node: &crate::Node,
+    ) -> Result<(), ControlError> {
         let Some(j) = self.journal.as_mut() else { return Ok(()) };
         self.dirty = Some(Instant::now());
         j.record(cmd, reply, node).inspect_err(|e| {

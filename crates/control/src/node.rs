@@ -69,19 +69,18 @@ pub struct Node {
 }
 
 /// Installs adjacency list `list` in VR `vr` on its worker, in every replica of a replicated
-/// VR, before the FIB that uses it is published. The error is a string because dataplane's
-/// `RouteTable::apply` and `take_over` take their `install` step so; it ends in a
-/// `ControlError` there.
+/// VR, before the FIB that uses it is published.
 fn publish_adjacencies(
     rt: &crate::runtime::Runtime,
     vr: &str,
     list: &[(fib::NextHop, dataplane::Adj)],
-) -> Result<(), String> {
+) -> Result<(), crate::runtime::RuntimeError> {
     let list = list.to_vec();
     rt.on_vr_each(vr, move |cell, v| {
-        cell.change_vr(v, VrChange::Adjacencies(list.clone())).map(|_| ()).map_err(|e| e.0)
-    })
-    .map_err(|e| e.0)?
+        cell.change_vr(v, VrChange::Adjacencies(list.clone()))
+            .map(|_| ())
+            .map_err(|e| crate::runtime::RuntimeError(e.0))
+    })?
     .into_iter()
     .collect()
 }
@@ -471,7 +470,9 @@ impl Node {
         let rt = &self.rt;
         let name = vr.to_string();
         let a = table
-            .apply(ops, |new| publish_adjacencies(rt, &name, new))
+            .apply(ops, |new| {
+                publish_adjacencies(rt, &name, new).map_err(|e| dataplane::InstallError(e.0))
+            })
             .map_err(|source| ControlError::Route { vr: vr.into(), source })?;
         info!(vr, added = a.added, replaced = a.replaced, deleted = a.deleted, "routes applied");
         Ok(a)

@@ -52,7 +52,8 @@ pub use engine::Engine;
 pub use observe::{CaptureRing, Captured, Dir, Reason, Tap, TraceRecord};
 pub use routes::Adj;
 pub use routes::{
-    CheckpointError, Forward, RouteError, RouteOp, RouteSource, RouteTable, TargetError,
+    CheckpointError, Forward, InstallError, RouteError, RouteOp, RouteSource, RouteTable,
+    TargetError,
 };
 pub use switch::{
     GroupRow, MemberConfig, MemberMode, StaticMac, Switch, SwitchConfig, SwitchCounters,

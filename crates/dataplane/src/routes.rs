@@ -162,6 +162,12 @@ enum Want {
 }
 
 /// Why a batch of route operations was refused (nothing of it was applied).
+/// Why the VR could not take a batch's new adjacencies (its worker gone, a replica refusing):
+/// what [`RouteTable::apply`]'s `install` step answers; the batch is then undone.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InstallError(pub String);
+
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
     #[error("operation {index}: {prefix}: {kind} routes follow the VR's interfaces and cannot be changed by route operations")]
@@ -465,7 +471,7 @@ impl RouteTable {
     pub fn apply(
         &mut self,
         ops: &[RouteOp],
-        install: impl FnOnce(&[(NextHop, Adj)]) -> Result<(), String>,
+        install: impl FnOnce(&[(NextHop, Adj)]) -> Result<(), InstallError>,
     ) -> Result<Applied, RouteError> {
         let wants = self.validate(ops)?;
         // Allocate what the batch needs that nobody has yet; undone if `install` fails.
@@ -483,7 +489,7 @@ impl RouteTable {
         if !new.is_empty() {
             if let Err(e) = install(&new) {
                 self.undo(&new);
-                return Err(RouteError::Install(e));
+                return Err(RouteError::Install(e.0));
             }
         }
         // A new multipath adjacency holds its next hops for as long as it lives.
@@ -1327,7 +1333,7 @@ mod tests {
         ];
         let e = t.apply(&replaces, |_| panic!("not reached")).unwrap_err();
         assert!(matches!(e, RouteError::BadTarget { index: 1, .. }), "{e}");
-        let e = t.apply(&ops[..1], |_| Err("worker gone".into())).unwrap_err();
+        let e = t.apply(&ops[..1], |_| Err(InstallError("worker gone".into()))).unwrap_err();
         assert_eq!(e, RouteError::Install("worker gone".into()));
         assert_eq!(t.generations(), gen);
         assert_eq!(t.counts()[3], (RouteSource::Api, 0));

@@ -483,7 +483,11 @@ fn probe(
             break Ok(());
         }
         if rx.is_finished() || tx.is_finished() || begin.elapsed() > Duration::from_secs(10) {
-            break Err(format_err!("no warm-up probe from {} reached {} in 10 s", ends.from, ends.to));
+            break Err(format_err!(
+                "no warm-up probe from {} reached {} in 10 s",
+                ends.from,
+                ends.to
+            ));
         }
         std::thread::sleep(Duration::from_millis(1));
     };
