@@ -470,7 +470,7 @@ impl Journal {
     fn make_record(
         &mut self,
         cmd: &Command,
-        reply: &serde_json::Value,
+        reply: &crate::api::Answer,
         node: &Node,
     ) -> Result<Option<Vec<u8>>, ControlError> {
         Ok(Some(if changes_text(cmd) {
