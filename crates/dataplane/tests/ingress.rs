@@ -234,13 +234,13 @@ const PASS_NS: u64 = 50;
 /// the capacity in packets per period. The clock advances by what each poll did (its received
 /// and VR-run frames at the costs above), and the generator puts every frame due by then on the
 /// shared ring of 1024 slots, which refuses what does not fit. Returns per VR (offered,
-/// refused by the ring, forwarded) and the engine's dump.
+/// refused by the ring, forwarded) and the lab.
 fn simulate(
     q: Option<IngressQueues>,
     a_load: f64,
     b_load: f64,
     periods: u64,
-) -> ([(u64, u64, u64); 2], String) {
+) -> ([(u64, u64, u64); 2], Lab) {
     const T: u64 = 1_000_000;
     let cap_pps = 1e9 / (RX_NS + VR_NS) as f64;
     let mut lab = Lab::new(&vrs(), &[1024, 4096, 4096]);
@@ -250,9 +250,8 @@ fn simulate(
     lab.e.set_reservation(B, packets(half, T)).unwrap();
     let gap = [1e9 / (cap_pps * a_load), 1e9 / (cap_pps * b_load)];
     let mut next = [0.0, gap[1] / 2.0];
-    let mut frames = Batch::new(2);
-    frames.push_copy(&pkt(A, 1).0);
-    frames.push_copy(&pkt(B, 1).0);
+    let frames = [pkt(A, 1).0, pkt(B, 1).0];
+    let mut one = Batch::new(1);
     let mut sink = Batch::new(256);
     let mut res = [(0u64, 0u64, 0u64); 2];
     let (mut now, end) = (0u64, periods * T);
@@ -266,10 +265,12 @@ fn simulate(
             }
             next[v] += gap[v];
             res[v].0 += 1;
-            if lab.hosts[0].tx_burst(&mut frames, &[v as u16]) == 0 {
+            // A sent slot keeps an empty buffer: the frame is copied in each time.
+            one.clear();
+            one.push_copy(&frames[v]);
+            if lab.hosts[0].tx_burst(&mut one, &[0]) == 0 {
                 res[v].1 += 1;
             }
-            frames.set_len(2);
         }
         lab.e.poll(now);
         for p in [1, 2] {
@@ -279,15 +280,15 @@ fn simulate(
             }
         }
         let s = lab.e.cell().stages();
-        let work = (s.rx_packets - before.rx_packets) * RX_NS
-            + (s.vr_packets - before.vr_packets) * VR_NS;
+        let work =
+            (s.rx_packets - before.rx_packets) * RX_NS + (s.vr_packets - before.vr_packets) * VR_NS;
         before = s;
         now += PASS_NS + work;
     }
     for (v, r) in res.iter_mut().enumerate() {
         r.2 = lab.e.vrs()[v].counters().forwarded;
     }
-    (res, lab.e.dump())
+    (res, lab)
 }
 
 /// Issue 25's isolation case on a simulated clock: VR a offered 1.5 and VR b 0.15 of the
@@ -298,15 +299,17 @@ fn simulate(
 #[test]
 fn simulated_overload_of_one_vr_leaves_its_neighbour_whole_with_ingress_queues() {
     let periods = 10;
-    let ([_, b0], dump0) = simulate(None, 1.5, 0.15, periods);
+    let ([_, b0], lab0) = simulate(None, 1.5, 0.15, periods);
     let kept0 = b0.2 as f64 / b0.0 as f64;
-    let ([a, b], dump) = simulate(Some(IngressQueues::default()), 1.5, 0.15, periods);
+    let ([a, b], lab) = simulate(Some(IngressQueues::default()), 1.5, 0.15, periods);
     let kept = b.2 as f64 / b.0 as f64;
     eprintln!(
-        "b kept {:.1} % run to completion, {:.1} % with ingress queues",
+        "b kept {:.1} % run to completion, {:.1} % with ingress queues; a (offered, refused, \
+         forwarded) {a:?}",
         kept0 * 100.0,
         kept * 100.0
     );
+    let (dump0, dump) = (lab0.e.dump(), lab.e.dump());
     // The model shows the problem the queues solve: b's frames refused at the shared ring.
     assert!(kept0 < 0.99 && b0.1 > 0, "run to completion: b kept {kept0}\n{dump0}");
     assert!(kept >= 0.99, "with queues: b kept {kept} ({b:?})\n{dump}");
@@ -315,4 +318,18 @@ fn simulated_overload_of_one_vr_leaves_its_neighbour_whole_with_ingress_queues()
     let half = 1e9 / (RX_NS + VR_NS) as f64 * 0.5 * 1e-3;
     let per_period = a.2 as f64 / periods as f64;
     assert!(per_period <= half + 1.0 && per_period >= 0.9 * half, "a: {a:?}\n{dump}");
+    // Every frame the ring took is counted: forwarded, dropped at a's full queue, or queued
+    // still (the last frames in flight: received, not yet forwarded).
+    let c = |v: usize| lab.e.vrs()[v].counters().clone();
+    let (ca, cb) = (c(A), c(B));
+    let full = ca.dropped(VrDrop::IngressQueueFull);
+    assert!(full > 0, "a's excess ends in its own queue\n{dump}");
+    assert_eq!(ca.dropped_total(), full, "a loses frames nowhere else\n{dump}");
+    assert_eq!(ca.rx_packets, ca.forwarded + full, "{dump}");
+    assert_eq!(a.0 - a.1, ca.rx_packets + lab.e.cell().ingress_queued(A) as u64, "{dump}");
+    assert_eq!(cb.dropped_total(), 0, "{dump}");
+    let qb = lab.e.cell().ingress_queued(B) as u64;
+    assert_eq!((cb.rx_packets, cb.forwarded), (b.0 - qb, b.0 - qb), "{dump}");
+    assert_eq!(lab.e.port_counters(0).rx_packets, a.0 - a.1 + b.0, "{dump}");
+    assert_eq!(lab.e.port_counters(0).drops, [0; dataplane::PortDrop::COUNT], "{dump}");
 }
