@@ -1967,6 +1967,45 @@ fn bad_idle_is_rejected() {
 }
 
 #[test]
+fn ingress_queues_are_off_unless_asked_and_take_defaults() {
+    use dataplane::IngressQueues;
+    let t = accepts(&run_lab("", "", ""));
+    assert_eq!(t.ingress_queues, None, "off by default");
+    assert!(!t.summary().contains("ingress"), "{}", t.summary());
+    let t = accepts(&run_lab("ingress_queues: {}\n", "", ""));
+    assert_eq!(t.ingress_queues, Some(IngressQueues::default()));
+    let t =
+        accepts(&run_lab("ingress_queues: { limit: 4096, quantum: 1, per_pass: 256 }\n", "", ""));
+    assert_eq!(t.ingress_queues, Some(IngressQueues { limit: 4096, quantum: 1, per_pass: 256 }));
+    assert!(
+        t.summary().contains("ingress queues: 4096 frames per VR, turns of 1, 256 a pass\n"),
+        "{}",
+        t.summary()
+    );
+}
+
+#[test]
+fn bad_ingress_queues_are_rejected() {
+    let lab = |w: &str| run_lab(w, "", "");
+    rejects(
+        &lab("ingress_queues: { limit: 0 }\n"),
+        (1, "0"),
+        "ingress_queues.limit",
+        Some("0"),
+        "limit must be an integer in 1..=4096, not 0",
+    );
+    rejects(
+        &lab("ingress_queues: { per_pass: 257 }\n"),
+        (1, "257"),
+        "ingress_queues.per_pass",
+        Some("257"),
+        "per_pass must be an integer in 1..=256, not 257",
+    );
+    let e = parse(&lab("ingress_queues: { depth: 3 }\n")).unwrap_err();
+    assert_eq!((e.line(), e.field()), (1, "ingress_queues.depth"), "{e}");
+}
+
+#[test]
 fn bad_placement_is_rejected() {
     let t = run_lab("workers: 2\n", "", "    worker: 2\n");
     rejects(
