@@ -126,7 +126,7 @@ fn unknown_keys_are_rejected_with_the_allowed_ones() {
         (1, "port"),
         "port",
         Some("port"),
-        "unknown key \"port\" (allowed: workers, idle, metrics, migration, hosts, ports, switches, vrs, msrs, fleet)",
+        "unknown key \"port\" (allowed: workers, idle, ingress_queues, metrics, migration, hosts, ports, switches, vrs, msrs, fleet)",
     );
     let text =
         vr1("      - { name: eth2, port: p1, mac: 02:00:00:00:01:02, adresses: [10.0.2.1/24] }\n");
@@ -1992,14 +1992,14 @@ fn bad_ingress_queues_are_rejected() {
         (1, "0"),
         "ingress_queues.limit",
         Some("0"),
-        "limit must be an integer in 1..=4096, not 0",
+        "limit 0 is out of range 1..=4096",
     );
     rejects(
         &lab("ingress_queues: { per_pass: 257 }\n"),
         (1, "257"),
         "ingress_queues.per_pass",
         Some("257"),
-        "per_pass must be an integer in 1..=256, not 257",
+        "per_pass 257 is out of range 1..=256",
     );
     let e = parse(&lab("ingress_queues: { depth: 3 }\n")).unwrap_err();
     assert_eq!((e.line(), e.field()), (1, "ingress_queues.depth"), "{e}");
