@@ -14,8 +14,12 @@
 //!   the caller injects, so every behaviour is reproducible in tests with a fake clock.
 //! - Reservations: a VR over its budget (packets or clock time per period) loses its packets
 //!   right after demux, before any VR work, counted as [`VrDrop::OverBudget`] (see `budget.rs`).
+//!   With [`IngressQueues`] on, a port shared by several VRs is classified into per-VR queues
+//!   first, and a VR over its budget keeps its frames queued; what overflows its queue is
+//!   [`VrDrop::IngressQueueFull`], so one VR's flood cannot fill the shared ring (`ingress.rs`).
 //! - Batches: a burst is classified, routed (one batched lookup per family), rewritten and
-//!   grouped by egress port in one pass, with no queue between stages.
+//!   grouped by egress port in one pass, with no queue between stages (but the ingress queues
+//!   of shared ports, when on, between receive and the VRs).
 //! - Verdicts, not errors: a bad or unroutable packet is dropped and counted by reason at the
 //!   stage that decided it ([`PortDrop`] before demux, [`VrDrop`] in a VR); nothing panics on
 //!   packet contents.
