@@ -669,8 +669,10 @@ impl Cell {
         w.batch.clear();
         w.batch.set_len(n);
         let mut at = 0;
-        for t in 0..ing.plan.len() {
-            let (v, k) = (ing.plan[t].0 as usize, ing.plan[t].1 as usize);
+        // Moved out and back (no allocation) so the queues can be taken from meanwhile.
+        let plan = std::mem::take(&mut ing.plan);
+        for &(v, k) in &plan {
+            let (v, k) = (v as usize, k as usize);
             ing.take(v, k, &mut w.batch, &mut w.meta[..], at);
             for i in at..at + k {
                 w.next[i] = i as u16 + 1;
@@ -679,6 +681,7 @@ impl Cell {
             vr_head[v] = at as u16;
             at += k;
         }
+        ing.plan = plan;
         let (first, last) = self.run_vrs(w, now, timed, None, true);
         self.egress(w, 0, n);
         self.settle(w, n, t0, first, last);
