@@ -73,6 +73,8 @@ pub(crate) struct Queue {
     port: Box<[u16]>,
     head: usize,
     len: usize,
+    /// Frames planned for this pass's service (see [`Ingress::schedule`]).
+    share: usize,
 }
 
 impl Queue {
@@ -84,6 +86,7 @@ impl Queue {
             port: vec![0; limit].into_boxed_slice(),
             head: 0,
             len: 0,
+            share: 0,
         }
     }
 
@@ -171,12 +174,14 @@ impl Ingress {
         ok
     }
 
-    /// Plans this pass's service into `plan`: from the cursor on, every VR with frames gets one
-    /// turn of up to `quantum` (and its `limits` entry, its batch limit), until `per_pass`
-    /// frames are planned. `admit(v, n)` says how many of `n` frames VR `v`'s reservation lets
-    /// it have now (it may spend budget for them: they are served). A VR cut short by
-    /// `per_pass` goes first next pass; unused turns are not saved up. Returns the frames
-    /// planned.
+    /// Plans this pass's service into `plan`. Shares first: from the cursor on, every VR with
+    /// frames gets a turn of up to `quantum` (within its `limits` entry, its batch limit),
+    /// then, while `per_pass` has room, more turns go round to those with frames left, so a VR
+    /// alone is not held to its quantum. Then each VR's share is admitted once, in turn order:
+    /// `admit(v, n)` says how many of `n` frames VR `v`'s reservation lets it have now (it may
+    /// spend budget for them: they are served). A VR cut short by `per_pass` in the first
+    /// round goes first next pass, else the next VR does; unused shares are not saved up.
+    /// Returns the frames planned.
     pub fn schedule(
         &mut self,
         limits: &[u16],
@@ -184,31 +189,50 @@ impl Ingress {
     ) -> usize {
         self.plan.clear();
         let n = self.queues.len();
+        if n == 0 {
+            return 0;
+        }
+        let quantum = self.cfg.quantum as usize;
         let mut left = self.cfg.per_pass as usize;
-        let mut next = self.cursor;
-        for step in 0..n {
-            if left == 0 {
+        let mut next = (self.cursor + 1) % n;
+        let mut first = true;
+        while left > 0 {
+            let mut given = 0;
+            for step in 0..n {
+                let v = (self.cursor + step) % n;
+                let q = &mut self.queues[v];
+                let room = q.len().min(limits[v] as usize).saturating_sub(q.share);
+                let want = room.min(quantum).min(left);
+                if first && want < room.min(quantum) {
+                    next = v; // cut short by `per_pass`: first again next pass
+                }
+                q.share += want;
+                left -= want;
+                given += want;
+                if left == 0 {
+                    break;
+                }
+            }
+            first = false;
+            if given == 0 {
                 break;
             }
+        }
+        let mut planned = 0;
+        for step in 0..n {
             let v = (self.cursor + step) % n;
-            next = (v + 1) % n;
-            let len = self.queues[v].len();
-            if len == 0 {
+            let share = std::mem::take(&mut self.queues[v].share);
+            if share == 0 {
                 continue;
             }
-            let turn = (self.cfg.quantum as usize).min(limits[v] as usize);
-            let want = len.min(turn).min(left);
-            let k = admit(v, want).min(want);
+            let k = admit(v, share).min(share);
             if k > 0 {
                 self.plan.push((v as u16, k as u16));
-                left -= k;
-            }
-            if want < turn.min(len) {
-                next = v; // cut short by `per_pass`: first again next pass
+                planned += k;
             }
         }
-        self.cursor = if n == 0 { 0 } else { next };
-        self.cfg.per_pass as usize - left
+        self.cursor = next;
+        planned
     }
 
     /// Moves VR `v`'s `k` oldest frames into `batch` slots `at..at + k`, with their
@@ -329,17 +353,31 @@ mod tests {
     }
 
     #[test]
-    fn a_flooded_vr_gets_its_quantum_and_no_more() {
+    fn a_flooded_vr_gets_its_quantum_first_and_what_is_left_after() {
         // VR 0 has 257 frames, VR 1 has 1, 2 and 257: VR 1 is served its whole turn in the
-        // first pass whatever VR 0 holds.
+        // first pass whatever VR 0 holds, and VR 0 takes the rest of the pass.
         for n1 in [1usize, 2, 257] {
             let mut ing = ingress(64, 32, &[257, n1]);
             let all = [256u16; 2];
             let plan = serve(&mut ing, &all, |_, n| n);
-            assert_eq!(plan, vec![(0, 32), (1, n1.min(32) as u16)], "VR 1 with {n1}");
-            assert_eq!(ing.backlog, 257 - 32 + n1 - n1.min(32));
-            assert_eq!(ing.queues[0].len(), 257 - 32);
+            let b = n1.min(32);
+            assert_eq!(plan, vec![(0, (64 - b) as u16), (1, b as u16)], "VR 1 with {n1}");
+            assert_eq!(ing.backlog, 257 - (64 - b) + n1 - b);
+            assert_eq!(ing.queues[0].len(), 257 - (64 - b));
         }
+    }
+
+    #[test]
+    fn a_vr_alone_is_served_the_whole_pass_in_one_turn_per_vr() {
+        for n in [1usize, 2, 257] {
+            let mut ing = ingress(256, 1, &[0, n, 0]);
+            let plan = serve(&mut ing, &[256, 256, 256], |_, k| k);
+            assert_eq!(plan, vec![(1, n.min(256) as u16)], "{n} frames, turns of 1");
+            assert_eq!(ing.backlog, n - n.min(256));
+        }
+        // Its batch limit bounds it.
+        let mut ing = ingress(256, 1, &[300]);
+        assert_eq!(serve(&mut ing, &[7], |_, k| k), vec![(0, 7)]);
     }
 
     #[test]
@@ -372,9 +410,10 @@ mod tests {
         assert_eq!(plan, vec![(1, 3), (2, 2)]);
         assert_eq!(ing.queues[0].len(), 10, "held for its next period, not dropped");
         assert_eq!(ing.backlog, 10 + 7 + 8);
-        // An admission that claims more than asked is held to what was asked.
+        // An admission that claims more than asked is held to what was asked. The pass after
+        // a whole first round starts at the next VR.
         let plan = serve(&mut ing, &limits, |_, n| n + 5);
-        assert_eq!(plan, vec![(0, 10), (1, 7), (2, 2)]);
+        assert_eq!(plan, vec![(1, 7), (2, 2), (0, 10)]);
     }
 
     #[test]

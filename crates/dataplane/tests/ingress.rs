@@ -86,7 +86,7 @@ fn only_a_port_that_feeds_two_vrs_is_queued() {
     assert!(!lab.e.cell().port_queued(0));
 }
 
-/// Port bursts of 1, 2 and 256, offers of 1, 2 and 257 frames, serving turns of 1, 2 and 256:
+/// Port bursts of 1, 2 and 256, offers of 1, 2 and 257 frames, serving passes of 1, 2 and 256:
 /// every frame up to the queue's limit of a burst is forwarded, in order; the rest of that
 /// burst is dropped as `ingress_queue_full` on its VR, and the neighbour loses nothing.
 #[test]
@@ -97,12 +97,12 @@ fn ingress_queue_full_drops_a_vrs_excess_on_a_shared_port() {
             for turn in [1u16, 2, 256] {
                 let step = format!("burst {burst}, {n} frames, turns of {turn}");
                 let mut lab = Lab::with_burst(&vrs(), &[1024, 1024, 1024], burst);
-                lab.e.set_ingress_queues(queues(LIMIT as u16, turn, 256)).unwrap();
+                lab.e.set_ingress_queues(queues(LIMIT as u16, turn, turn)).unwrap();
                 let (sent, outs): (Vec<_>, Vec<_>) = (0..n).map(|i| pkt(A, i)).unzip();
                 lab.send(0, &sent);
                 lab.run();
                 // The model: each poll queues a burst (what finds the queue full is dropped),
-                // then serves one turn.
+                // then serves one pass (`per_pass` = `turn`).
                 let (mut kept, mut queued, mut next) = (Vec::new(), 0, 0);
                 while next < n || queued > 0 {
                     for i in next..n.min(next + burst) {
