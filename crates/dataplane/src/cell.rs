@@ -674,8 +674,8 @@ impl Cell {
         for &(v, k) in &plan {
             let (v, k) = (v as usize, k as usize);
             ing.take(v, k, &mut w.batch, &mut w.meta[..], at);
-            for i in at..at + k {
-                w.next[i] = i as u16 + 1;
+            for (i, n) in w.next.iter_mut().enumerate().skip(at).take(k) {
+                *n = i as u16 + 1;
             }
             w.next[at + k - 1] = NONE;
             vr_head[v] = at as u16;

@@ -239,10 +239,10 @@ impl Ingress {
     /// classification into `meta` (its `vr` set to `v`: VRs may have been renumbered since).
     #[inline]
     pub fn take(&mut self, v: usize, k: usize, batch: &mut Batch, meta: &mut [Meta], at: usize) {
-        for i in at..at + k {
+        for (i, slot) in meta.iter_mut().enumerate().skip(at).take(k) {
             let Some((mut m, _)) = self.queues[v].pop_into(batch, i) else { break };
             m.vr = v as u16;
-            meta[i] = m;
+            *slot = m;
         }
         self.backlog -= k;
     }

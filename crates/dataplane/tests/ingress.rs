@@ -320,7 +320,7 @@ fn simulated_overload_of_one_vr_leaves_its_neighbour_whole_with_ingress_queues()
     assert!(per_period <= half + 1.0 && per_period >= 0.9 * half, "a: {a:?}\n{dump}");
     // Every frame the ring took is counted: forwarded, dropped at a's full queue, or queued
     // still (the last frames in flight: received, not yet forwarded).
-    let c = |v: usize| lab.e.vrs()[v].counters().clone();
+    let c = |v: usize| *lab.e.vrs()[v].counters();
     let (ca, cb) = (c(A), c(B));
     let full = ca.dropped(VrDrop::IngressQueueFull);
     assert!(full > 0, "a's excess ends in its own queue\n{dump}");

@@ -792,13 +792,13 @@ fn ingress_queues_allocate_nothing() {
     for n in [1, 2, 256] {
         round(&mut lab, n);
     }
-    let before: Vec<VrCounters> = lab.e.vrs().iter().map(|v| v.counters().clone()).collect();
+    let before: Vec<VrCounters> = lab.e.vrs().iter().map(|v| *v.counters()).collect();
     let ((), allocs, bytes) = counted(|| {
         for k in 0..2_000 {
             round(&mut lab, [1, 2, 256][k % 3]);
         }
     });
-    let after: Vec<VrCounters> = lab.e.vrs().iter().map(|v| v.counters().clone()).collect();
+    let after: Vec<VrCounters> = lab.e.vrs().iter().map(|v| *v.counters()).collect();
     let dump = lab.e.dump();
     let full = |c: &VrCounters| c.dropped(VrDrop::IngressQueueFull);
     assert!(full(&after[0]) > full(&before[0]), "a's queue overflowed\n{dump}");
