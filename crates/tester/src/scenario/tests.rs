@@ -453,7 +453,8 @@ fn ingress_queues_is_a_dut_parameter_off_by_default() {
     assert!(!sc.points(false)[0].2.dut.ingress_queues, "off by default");
     let text = GOOD
         .replace("param: rate.c0", "param: ingress_queues")
-        .replace("values: [5k, 20k]", "values: [false, true]");
+        .replace("values: [5k, 20k]", "values: [false, true]")
+        .replace("derived: [drop_vs_first, linear_fit]", "derived: [drop_vs_first]");
     let sc = Scenario::parse(&text, "iq.yaml").unwrap();
     let pts = sc.points(false);
     assert_eq!((pts[0].2.dut.ingress_queues, pts[1].2.dut.ingress_queues), (false, true));
