@@ -495,6 +495,7 @@ fn configure(
     names: &[&str],
 ) -> Result<(), BuildError> {
     let err = |e: dataplane::BuildError| BuildError(e.0);
+    cell.set_ingress_queues(topo.ingress_queues).map_err(err)?;
     for (i, &p) in ports.iter().enumerate() {
         if let Some(b) = topo.ports[p].burst {
             cell.set_port_burst(i, usize::from(b)).map_err(err)?;

@@ -38,6 +38,8 @@ pub struct TopologyDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress_queues: Option<IngressQueuesDoc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<MetricsDoc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration: Option<MigrationDoc>,
@@ -128,6 +130,18 @@ pub struct MsrPolicyDoc {
 pub enum WorkersDoc {
     Count(u64),
     Cpus(Vec<u64>),
+}
+
+/// `ingress_queues:`: per-VR queues on ports shared by several VRs; each key optional (`limit`
+/// frames per VR queue, `quantum` frames per turn, `per_pass` frames per pass).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngressQueuesDoc {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantum: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_pass: Option<u64>,
 }
 
 /// `metrics:`: the Prometheus endpoint; `listen` is `IP:PORT` (default 127.0.0.1:9469).

@@ -394,7 +394,8 @@ struct Diff<'a> {
 }
 
 impl Diff<'_> {
-    /// What only a restart changes: workers, metrics, migration, hosts, replicas.
+    /// What only a restart changes: workers, ingress queues, metrics, migration, hosts,
+    /// replicas.
     fn fixed(&mut self) {
         let (cur, next) = (self.cur.topo, self.next);
         if cur.workers != next.workers {
@@ -402,6 +403,12 @@ impl Diff<'_> {
         }
         if cur.metrics != next.metrics {
             self.refused.push(format!("metrics changed: {FIX}"));
+        }
+        if cur.ingress_queues != next.ingress_queues {
+            self.refused.push(format!(
+                "ingress_queues: {:?} -> {:?} {FIX}",
+                cur.ingress_queues, next.ingress_queues
+            ));
         }
         if cur.migration != next.migration {
             self.refused.push(format!("migration changed: {FIX}"));
@@ -927,8 +934,8 @@ fn by_name(t: &Topology) -> BTreeMap<&str, &crate::PortSpec> {
     t.ports.iter().map(|p| (p.name.as_str(), p)).collect()
 }
 
-/// Sets a new cell's mirror taps, punt limits, reservations, batches and port bursts as
-/// `next` says (`vrs` its VRs, `ports_of` its ports, `local` a port's number in it).
+/// Sets a new cell's ingress queues, mirror taps, punt limits, reservations, batches and port
+/// bursts as `next` says (`vrs` its VRs, `ports_of` its ports, `local` a port's number in it).
 fn dress_cell(
     cell: &mut dataplane::Cell,
     next: &Topology,
@@ -938,6 +945,7 @@ fn dress_cell(
     local: impl Fn(u16) -> u16,
 ) -> Result<(), ControlError> {
     let bad = |e: dataplane::BuildError| ControlError::Invalid(e.0);
+    cell.set_ingress_queues(next.ingress_queues).map_err(bad)?;
     for (k, &i) in vrs.iter().enumerate() {
         let s = &next.schedule[i];
         if let Some(cp) = next.control_plane(i) {

@@ -231,6 +231,9 @@ fn changes_that_cannot_be_live_are_refused_whole() {
     assert!(n.table("extra").is_none(), "nothing was half-applied");
     let workers = BEFORE.replace("workers: 2", "workers: 1");
     assert!(n.apply(parse(&workers), false).unwrap_err().to_string().contains("workers"));
+    let queues = BEFORE.replace("workers: 2", "workers: 2\ningress_queues: {}");
+    let e = n.apply(parse(&queues), false).unwrap_err().to_string();
+    assert!(e.contains("ingress_queues: None -> Some") && e.contains("routeplex down"), "{e}");
     n.stop().unwrap();
 }
 

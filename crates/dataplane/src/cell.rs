@@ -5,8 +5,15 @@
 //! shares, or on a switch, moves with them.) It holds no per-burst scratch: that is the
 //! [`Worker`]'s, lent to each cell it polls, so a cell costs only its own state. Between two
 //! polls a cell holds no packet of a burst (the VRs' extra packets leave right after the burst
-//! that made them), so it can be detached from one worker and installed on another at any poll
-//! boundary; frames that arrive meanwhile wait in the port rings, in order.
+//! that made them) except what waits in its own ingress queues, in its own buffers, so it can
+//! be detached from one worker and installed on another at any poll boundary; frames that
+//! arrive meanwhile wait in the port rings, in order.
+//!
+//! With ingress queues on ([`Cell::set_ingress_queues`], `ingress.rs`), a port that feeds two
+//! or more VRs is only classified into per-VR queues, and each pass then serves the queues
+//! round-robin under the VRs' reservations; a port that feeds one VR takes the path below (one
+//! check per burst). While a capture, trace or live-migration handoff runs, every port takes
+//! the path below and the queues are only emptied.
 //!
 //! Per port and burst: `rx_burst` (at most the port's `burst`) → classify every frame (demux)
 //! and chain it to its VR → per VR: admission (batch limit, reservation; refused packets are
@@ -19,10 +26,11 @@ use ports::{Batch, Port, PortStats, PortStatus, MAX_BURST};
 
 use crate::budget::Account;
 use crate::config::Reservation;
-use crate::counters::{PortCounters, StageCounters, TxTally, VrDrop};
+use crate::counters::{PortCounters, PortDrop, StageCounters, TxTally, VrDrop};
 use crate::demux::{Conflict, Demux, Target, NO_KEY};
 use crate::egress::{Egress, Links, TxOutcome};
 use crate::impair::{Impair, ImpairConfig};
+use crate::ingress::{Ingress, IngressQueues, Queue};
 use crate::observe::{Dir, Observe, Reason, Tap, Trace, TraceRecord};
 use crate::switch::Switch;
 use crate::types::{BuildError, Burst, Fate, Lookup, Meta, OutQueue, Transmit, NONE};
@@ -242,6 +250,10 @@ pub struct Cell {
     stages: StageCounters,
     /// A live migration's redirects and feeds: `None` (the fast path) unless one runs.
     handoff: Option<Box<handoff::Handoff>>,
+    /// Per-VR ingress queues: `None` unless set.
+    ingress: Option<Box<Ingress>>,
+    /// Per port: its frames go to the ingress queues (they are on and it feeds two VRs or more).
+    queued: Vec<bool>,
 }
 
 /// The tap of a cell's observation, if any.
@@ -289,6 +301,8 @@ impl Cell {
             obs: None,
             stages: StageCounters::default(),
             handoff: None,
+            ingress: None,
+            queued: vec![false; n],
         })
     }
 
@@ -394,8 +408,9 @@ impl Cell {
         self.batch[v] as usize
     }
 
-    /// One pass over every port: receive a burst from each and forward it. Returns the number
-    /// of frames received.
+    /// One pass over every port: receive a burst from each and forward it (or queue it), then
+    /// serve the ingress queues. Returns the number of frames received plus those served from
+    /// the queues: while frames wait there, a pass is not idle.
     pub(crate) fn poll(&mut self, w: &mut Worker, now: u64) -> usize {
         let timed = w.has_clock();
         let mut total = 0;
@@ -435,6 +450,14 @@ impl Cell {
                 w.busy_since = Some(t);
                 continue;
             }
+            if self.queued[p] && self.obs.is_none() && self.handoff.is_none() {
+                self.enqueue(w, p, base, n);
+                // Steering is the port's work, as a NIC's is: no VR's, but not spare either.
+                let t = w.read_clock();
+                w.spare.add_necessary(t.saturating_sub(t0));
+                w.busy_since = Some(t);
+                continue;
+            }
             // Capture or trace: one branch per burst, and a slower path only while one runs.
             let observed = self.obs.is_some();
             if observed {
@@ -447,9 +470,12 @@ impl Cell {
             if observed {
                 self.observe_port_drops(w, p, base, n);
             }
-            let (first, last) = self.run_vrs(w, now, timed, observed.then_some(p));
+            let (first, last) = self.run_vrs(w, now, timed, observed.then_some(p), false);
             self.egress(w, base, n);
             self.settle(w, n, t0, first, last);
+        }
+        if self.ingress.as_deref().is_some_and(|i| i.backlog > 0) {
+            total += self.serve(w, now, timed);
         }
         if now >= self.next_housekeeping {
             self.next_housekeeping = now + HOUSEKEEPING_NS;
@@ -595,14 +621,147 @@ impl Cell {
         }
     }
 
-    /// Runs every VR the burst touched over the packets it admits. Returns the clock before
-    /// the first VR and after the last.
+    /// Classifies a burst of a shared port (`base..base + n` of the worker's batch) into the
+    /// VRs' ingress queues; what a full queue refuses is counted on its VR.
+    fn enqueue(&mut self, w: &mut Worker, p: usize, base: usize, n: usize) {
+        let Some(ing) = self.ingress.as_deref_mut() else { return };
+        let mut last = (NO_KEY, Target { vr: 0, iface: 0 });
+        for i in base..base + n {
+            match self.demux.classify(p, w.batch.get(i).frame(), &mut last) {
+                Ok(c) => {
+                    let t = c.target;
+                    let m = Meta {
+                        vr: t.vr,
+                        iface: t.iface,
+                        l3: c.l3,
+                        ethertype: c.ethertype,
+                        fate: Fate::Done,
+                    };
+                    if !ing.push(&mut w.batch, i, m, p as u16) {
+                        let len = w.batch.get(i).len() as u64;
+                        self.vrs[t.vr as usize].counters.refuse(VrDrop::IngressQueueFull, 1, len);
+                    }
+                }
+                Err(r) => self.pcs[p].drops[r as usize] += 1,
+            }
+        }
+    }
+
+    /// One pass's service of the ingress queues: the turns [`Ingress::schedule`] plans, each
+    /// admitted by its VR's reservation, laid out in the worker's batch one VR after another
+    /// and run as one burst. Returns the frames served.
+    fn serve(&mut self, w: &mut Worker, now: u64, timed: bool) -> usize {
+        let t0 = w.burst_start();
+        let Cell { ingress, accounts, batch: limits, vr_head, .. } = self;
+        let ing = ingress.as_deref_mut().expect("served only with a backlog");
+        let Worker { touched, runs, spare, .. } = &mut *w;
+        let n = ing.schedule(limits, |v, k| {
+            let a = accounts[v].admit(k, now, spare, timed);
+            if a.total() > 0 {
+                runs[touched.len()] = Run { admit: a, ns: 0 };
+                touched.push(v as u16);
+            }
+            a.total()
+        });
+        if n == 0 {
+            return 0;
+        }
+        w.batch.clear();
+        w.batch.set_len(n);
+        let mut at = 0;
+        // Moved out and back (no allocation) so the queues can be taken from meanwhile.
+        let plan = std::mem::take(&mut ing.plan);
+        for &(v, k) in &plan {
+            let (v, k) = (v as usize, k as usize);
+            ing.take(v, k, &mut w.batch, &mut w.meta[..], at);
+            for (i, n) in w.next.iter_mut().enumerate().skip(at).take(k) {
+                *n = i as u16 + 1;
+            }
+            w.next[at + k - 1] = NONE;
+            vr_head[v] = at as u16;
+            at += k;
+        }
+        ing.plan = plan;
+        let (first, last) = self.run_vrs(w, now, timed, None, true);
+        self.egress(w, 0, n);
+        self.settle(w, n, t0, first, last);
+        n
+    }
+
+    /// Turns per-VR ingress queues on (or, `None`, off) for the ports that feed two VRs or
+    /// more; the queues are made here, between polls. Frames queued under the old settings are
+    /// dropped, counted on their VR as `ingress_queue_full`. On error nothing changes.
+    pub fn set_ingress_queues(&mut self, cfg: Option<IngressQueues>) -> Result<(), BuildError> {
+        if let Some(c) = &cfg {
+            c.check()?;
+        }
+        for v in 0..self.vrs.len() {
+            self.flush_queue(v, false);
+        }
+        self.ingress = cfg.map(|c| Box::new(Ingress::new(c, 0, |_| false)));
+        self.retune_ingress();
+        Ok(())
+    }
+
+    /// The ingress queues' settings, if they are on.
+    pub fn ingress_queues(&self) -> Option<IngressQueues> {
+        self.ingress.as_deref().map(|i| i.cfg)
+    }
+
+    /// Frames waiting in VR `v`'s ingress queue.
+    pub fn ingress_queued(&self, v: usize) -> usize {
+        self.ingress.as_deref().and_then(|i| i.queues.get(v)).map_or(0, |q| q.len())
+    }
+
+    /// Whether port `p`'s frames go through the ingress queues.
+    pub fn port_queued(&self, p: usize) -> bool {
+        self.queued.get(p).copied().unwrap_or(false)
+    }
+
+    /// Forgets VR `v`'s queued frames, counting each on its VR as `ingress_queue_full`, or,
+    /// `gone` (the VR is being removed), on its port as `not_for_us`.
+    fn flush_queue(&mut self, v: usize, gone: bool) {
+        let Some(ing) = self.ingress.as_deref_mut() else { return };
+        let Some(q) = ing.queues.get_mut(v) else { return };
+        ing.backlog -= q.len();
+        for (port, len) in q.drain() {
+            if gone {
+                self.pcs[port as usize].drops[PortDrop::NotForUs as usize] += 1;
+            } else {
+                self.vrs[v].counters.refuse(VrDrop::IngressQueueFull, 1, len);
+            }
+        }
+    }
+
+    /// After the VRs or their ports changed: which ports are queued, and a queue for every VR
+    /// on one of them (a queue still holding frames is kept as it is until it empties).
+    fn retune_ingress(&mut self) {
+        let shared: Vec<bool> = (0..self.ports.len()).map(|p| self.demux.shared(p)).collect();
+        let Some(ing) = self.ingress.as_deref_mut() else {
+            self.queued = vec![false; self.ports.len()];
+            return;
+        };
+        let limit = ing.cfg.limit as usize;
+        for (v, vr) in self.vrs.iter().enumerate() {
+            let want = if vr.ifaces().iter().any(|f| shared[f.port as usize]) { limit } else { 0 };
+            if ing.queues.len() <= v {
+                ing.queues.push(Queue::new(want));
+            } else if ing.queues[v].capacity() != want && ing.queues[v].len() == 0 {
+                ing.queues[v] = Queue::new(want);
+            }
+        }
+        self.queued = shared;
+    }
+
+    /// Runs every VR the burst touched over the packets it admits (`pre`: admitted already,
+    /// as `w.runs` says). Returns the clock before the first VR and after the last.
     fn run_vrs(
         &mut self,
         w: &mut Worker,
         now: u64,
         timed: bool,
         observed: Option<usize>,
+        pre: bool,
     ) -> (u64, u64) {
         let Cell {
             ports,
@@ -633,7 +792,7 @@ impl Cell {
             }
             vr_head[v] = NONE;
             let lim = n.min(limits[v] as usize);
-            let admit = accounts[v].admit(lim, now, spare, timed);
+            let admit = if pre { runs[j].admit } else { accounts[v].admit(lim, now, spare, timed) };
             let k = admit.total();
             refuse(&mut vrs[v], batch, &sel[k..lim], VrDrop::OverBudget);
             refuse(&mut vrs[v], batch, &sel[lim..n], VrDrop::BatchLimit);
@@ -794,6 +953,7 @@ impl Cell {
             Ok((d, m)) => {
                 self.demux = d;
                 self.member_of = m;
+                self.retune_ingress();
                 Ok(())
             }
             Err(e) => {
@@ -833,6 +993,9 @@ impl Cell {
             }
         }
         self.vrs[v].inherit(&mut old);
+        // Queued frames were classified for the old interfaces.
+        self.flush_queue(v, false);
+        self.retune_ingress();
         Ok(old)
     }
 
@@ -864,6 +1027,8 @@ impl Cell {
         self.vr_tail.push(NONE);
         self.demux = demux;
         self.member_of = member_of;
+        self.queued.extend((0..added).map(|_| false));
+        self.retune_ingress();
         Ok(())
     }
 
@@ -913,6 +1078,10 @@ impl Cell {
         if v >= self.vrs.len() {
             return Err(BuildError(format!("no VR {v} (there are {})", self.vrs.len())));
         }
+        self.flush_queue(v, true);
+        if let Some(ing) = self.ingress.as_deref_mut() {
+            ing.queues.remove(v);
+        }
         let vr = self.vrs.remove(v);
         self.batch.remove(v);
         self.accounts.remove(v);
@@ -924,6 +1093,7 @@ impl Cell {
         }
         self.tidy_handoff();
         self.demux = demux_of(&self.ports, &self.vrs).expect("fewer interfaces cannot conflict");
+        self.retune_ingress();
         Ok(vr)
     }
 
@@ -1005,7 +1175,7 @@ impl Cell {
         for p in &mut self.ports {
             waiting |= p.arm_wakeup();
         }
-        waiting
+        waiting || self.ingress.as_deref().is_some_and(|i| i.backlog > 0)
     }
 
     /// After a sleep: every port back to being polled (see [`Port::disarm_wakeup`]).
@@ -1025,6 +1195,9 @@ impl Cell {
             s += &vr.dump();
             if let Some(r) = self.accounts[v].reservation() {
                 s += &format!("  reservation {r}\n");
+            }
+            if let Some(q) = self.ingress.as_deref().and_then(|i| i.queues.get(v)) {
+                s += &format!("  ingress queue {}/{}\n", q.len(), q.capacity());
             }
         }
         s

@@ -163,6 +163,12 @@ drop_reasons! {
         /// prohibit`): ICMP destination unreachable, administratively prohibited, sent (RFC
         /// 1812 §5.2.7.1; ICMPv6 code 1). An unreachable route counts as `no_route`.
         Prohibited = "prohibited",
+        /// Arrived on a port shared with other VRs while the VR's ingress queue was full (the
+        /// cell's ingress queues are on: see `IngressQueues`): dropped right after demux,
+        /// before the VR saw it, so a VR's overload ends in its own queue and not in the
+        /// shared receive ring. Frames queued when the queues are reconfigured or the VR
+        /// replaced are counted here too.
+        IngressQueueFull = "ingress_queue_full",
     }
 }
 

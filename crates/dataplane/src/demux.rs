@@ -142,6 +142,13 @@ impl Demux {
         self.ports.get(port).is_some_and(|p| !p.unicast.is_empty() || p.mirror_of.is_some())
     }
 
+    /// Whether frames on `port` go to two or more VRs (its demux is a choice between them).
+    pub fn shared(&self, port: usize) -> bool {
+        let mut vrs = self.ports[port].unicast.values().map(|t| t.vr);
+        let first = vrs.next();
+        vrs.any(|v| Some(v) != first)
+    }
+
     /// Registers `mirror` as the Linux mirror port of interface `t`, which is on `port` in
     /// VLAN `vlan`: link-local multicast on that segment goes to `t` (the first interface
     /// registered for a segment: frames are never duplicated). Refuses a mirror port that

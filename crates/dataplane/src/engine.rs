@@ -61,7 +61,8 @@ impl Engine {
 
     /// One pass over every port: receive a burst from each and forward it. `now` is a
     /// monotonic time in nanoseconds; it drives neighbor timers, ICMP rate limits and
-    /// reservation periods. Returns the number of frames received.
+    /// reservation periods. Returns the number of frames received (and served from ingress
+    /// queues).
     pub fn poll(&mut self, now: u64) -> usize {
         self.worker.poll(std::slice::from_mut(&mut self.cell), now)
     }
@@ -69,6 +70,15 @@ impl Engine {
     /// Measures time budgets with `clock` from now on.
     pub fn set_clock(&mut self, clock: Clock) {
         self.worker.set_clock(Some(clock));
+    }
+
+    /// Turns per-VR ingress queues on shared ports on or off (see
+    /// [`Cell::set_ingress_queues`]).
+    pub fn set_ingress_queues(
+        &mut self,
+        q: Option<crate::IngressQueues>,
+    ) -> Result<(), BuildError> {
+        self.cell_mut().set_ingress_queues(q)
     }
 
     /// Sets VR `v`'s reservation (see [`Cell::set_reservation`]). Refuses a time budget or a

@@ -15,8 +15,12 @@
 //!   exception: the process's secret key ([`seed`]), drawn once when the first VR is built.
 //! - Reservations: a VR over its budget (packets or clock time per period) loses its packets
 //!   right after demux, before any VR work, counted as [`VrDrop::OverBudget`] (see `budget.rs`).
+//!   With [`IngressQueues`] on, a port shared by several VRs is classified into per-VR queues
+//!   first, and a VR over its budget keeps its frames queued; what overflows its queue is
+//!   [`VrDrop::IngressQueueFull`], so one VR's flood cannot fill the shared ring (`ingress.rs`).
 //! - Batches: a burst is classified, routed (one batched lookup per family), rewritten and
-//!   grouped by egress port in one pass, with no queue between stages.
+//!   grouped by egress port in one pass, with no queue between stages (but the ingress queues
+//!   of shared ports, when on, between receive and the VRs).
 //! - Verdicts, not errors: a bad or unroutable packet is dropped and counted by reason at the
 //!   stage that decided it ([`PortDrop`] before demux, [`VrDrop`] in a VR); nothing panics on
 //!   packet contents.
@@ -32,6 +36,7 @@ mod egress;
 mod engine;
 pub mod flowhash;
 pub mod impair;
+mod ingress;
 mod l2;
 pub mod msr;
 pub mod observe;
@@ -49,6 +54,7 @@ pub use config::BuildError;
 pub use config::{Budget, Reservation};
 pub use counters::{PortCounters, PortDrop, StageCounters, VrCounters, VrDrop};
 pub use engine::Engine;
+pub use ingress::{IngressQueues, MAX_INGRESS_QUEUE};
 pub use observe::{CaptureRing, Captured, Dir, Reason, Tap, TraceRecord};
 pub use routes::Adj;
 pub use routes::{

@@ -15,6 +15,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("rfc.rs", include_str!("rfc.rs")),
     ("punt.rs", include_str!("punt.rs")),
     ("multipath.rs", include_str!("multipath.rs")),
+    ("ingress.rs", include_str!("ingress.rs")),
 ];
 
 /// The test (file, function) that covers each VR drop reason.
@@ -22,6 +23,9 @@ fn vr_test(d: VrDrop) -> (&'static str, &'static str) {
     match d {
         VrDrop::OverBudget => ("reservation.rs", "packet_budget_forwards_exactly_k_per_period"),
         VrDrop::BatchLimit => ("reservation.rs", "batch_limit_drops_a_vrs_excess_per_burst"),
+        VrDrop::IngressQueueFull => {
+            ("ingress.rs", "ingress_queue_full_drops_a_vrs_excess_on_a_shared_port")
+        }
         VrDrop::UnknownEthertype => ("drops.rs", "unknown_ethertype"),
         VrDrop::ArpMalformed => ("drops.rs", "arp_malformed"),
         VrDrop::ArpNotForUs => ("drops.rs", "arp_not_for_us"),

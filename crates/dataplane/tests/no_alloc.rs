@@ -737,3 +737,73 @@ fn neighbor_flood_allocates_nothing() {
     assert!(d(|c| c.neighbors_learned) > 20, "the real host re-confirmed\n{dump}");
     assert_eq!(allocs, 0, "{allocs} allocations ({bytes} bytes) under a neighbor flood\n{dump}");
 }
+
+/// Per-VR ingress queues on a shared port cost no allocation either: two VRs on port 0, one
+/// flooded past its reservation and its queue (its excess dropped as `ingress_queue_full`),
+/// the other served every pass.
+#[test]
+fn ingress_queues_allocate_nothing() {
+    use dataplane::{Budget, IngressQueues, Reservation, VrDrop};
+    let vr = |name: &str, k: u8, up: u16, gw: &str, subnet: &str, uplink: &str| VrConfig {
+        name: name.into(),
+        interfaces: vec![
+            iface("in", 0, None, [2, k, 0, 0, 0, 1], 1500, &[subnet], &[]),
+            iface("up", up, None, [2, k, 0, 0, 0, 2], 1500, &[uplink], &[]),
+        ],
+        routes: vec![via("0.0.0.0/0", gw)],
+        neighbors: vec![neigh(1, gw, [2, 0x20, 0, 0, 0, k])],
+        limits: VrLimits::default(),
+    };
+    let vrs = [
+        vr("a", 0xaa, 1, "10.9.0.2", "10.1.0.1/24", "10.9.0.1/24"),
+        vr("b", 0xbb, 2, "172.16.0.2", "10.2.0.1/24", "172.16.0.1/24"),
+    ];
+    let mut lab = Lab::new(&vrs, &[1024, 1024, 1024]);
+    let q = IngressQueues { limit: 64, quantum: 16, per_pass: 32 };
+    lab.e.set_ingress_queues(Some(q)).unwrap();
+    let r = Reservation { budget: Budget::Packets(2_000), period_ns: 1_000_000, weight: 0 };
+    lab.e.set_reservation(0, Some(r)).unwrap();
+    let frame = |k: u8, src: &str| {
+        let p = udp4_pkt(src, "198.18.0.1", 64, &[1, 2, 3]);
+        to_vr([2, k, 0, 0, 0, 1], [2, 0x10, 0, 0, 0, k], None, &p)
+    };
+    let (fa, fb) = (frame(0xaa, "10.1.0.10"), frame(0xbb, "10.2.0.10"));
+    let mut tx = Batch::new(256);
+    let mut rx = Batch::new(256);
+    let sel: Vec<u16> = (0..256).collect();
+    let mut now = 0u64;
+    let mut round = |lab: &mut Lab, n: usize| {
+        tx.clear();
+        for i in 0..n {
+            tx.push_copy(if i % 10 == 0 { &fb } else { &fa });
+        }
+        lab.hosts[0].tx_burst(&mut tx, &sel[..n]);
+        for _ in 0..4 {
+            lab.e.poll(now);
+            now += 10_000;
+        }
+        for p in [1, 2] {
+            rx.clear();
+            while lab.hosts[p].rx_burst(&mut rx) > 0 {
+                rx.clear();
+            }
+        }
+    };
+    for n in [1, 2, 256] {
+        round(&mut lab, n);
+    }
+    let before: Vec<VrCounters> = lab.e.vrs().iter().map(|v| *v.counters()).collect();
+    let ((), allocs, bytes) = counted(|| {
+        for k in 0..2_000 {
+            round(&mut lab, [1, 2, 256][k % 3]);
+        }
+    });
+    let after: Vec<VrCounters> = lab.e.vrs().iter().map(|v| *v.counters()).collect();
+    let dump = lab.e.dump();
+    let full = |c: &VrCounters| c.dropped(VrDrop::IngressQueueFull);
+    assert!(full(&after[0]) > full(&before[0]), "a's queue overflowed\n{dump}");
+    assert!(after[0].forwarded > before[0].forwarded, "a forwarded\n{dump}");
+    assert!(after[1].forwarded > before[1].forwarded, "b forwarded\n{dump}");
+    assert_eq!(after[1].dropped_total(), 0, "b lost nothing\n{dump}");
+    assert_eq!(allocs, 0, "{allocs} allocations ({bytes} bytes) with ingress queues\n{dump}");
+}

@@ -24,6 +24,7 @@ fn table_dir(tag: &str) -> PathBuf {
 
 const REPRESENTATIVE: &str = r#"
 workers: 2
+ingress_queues: { limit: 128 }
 metrics: { listen: "127.0.0.1:9469" }
 hosts:
   - name: ha
@@ -158,6 +159,7 @@ fn representative() -> TopologyDoc {
     TopologyDoc {
         workers: Some(WorkersDoc::Count(2)),
         idle: None,
+        ingress_queues: Some(IngressQueuesDoc { limit: Some(128), ..Default::default() }),
         metrics: Some(MetricsDoc { listen: Some(s("127.0.0.1:9469")) }),
         migration: None,
         hosts: vec![HostDoc {
@@ -387,6 +389,11 @@ fn every_field() -> TopologyDoc {
     TopologyDoc {
         workers: Some(WorkersDoc::Count(1)),
         idle: Some(s("poll")),
+        ingress_queues: Some(IngressQueuesDoc {
+            limit: Some(1),
+            quantum: Some(1),
+            per_pass: Some(1),
+        }),
         metrics: Some(MetricsDoc { listen: Some(s("l")) }),
         fleet: Some(FleetDoc {
             etcd: EndpointsDoc::Many(strings(&["e"])),
@@ -559,6 +566,7 @@ fn the_model_has_exactly_the_keys_the_parser_accepts() {
     let sections: Vec<(&str, Json, String)> = vec![
         ("top", doc.clone(), s("zz: 1\n")),
         ("metrics", doc["metrics"].clone(), s("metrics: { zz: 1 }\n")),
+        ("ingress_queues", doc["ingress_queues"].clone(), s("ingress_queues: { zz: 1 }\n")),
         ("migration", doc["migration"].clone(), s("migration: { zz: 1 }\n")),
         ("hosts[]", doc["hosts"][0].clone(), s("hosts:\n  - { zz: 1 }\n")),
         ("ports[] mem", port("mem"), port_probe("mem")),

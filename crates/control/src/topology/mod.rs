@@ -17,6 +17,12 @@
 //!                             # (memif: its eventfds; afxdp, afpacket, tap: their sockets;
 //!                             # mem ports have none, so a worker with one naps ~100 us);
 //!                             # interrupt: sleep as soon as a poll finds nothing
+//! ingress_queues: { limit: 256, quantum: 32, per_pass: 64 }  # optional (off by default):
+//!                             # a port that feeds several VRs is only classified into a queue
+//!                             # per VR (limit frames each; the rest dropped on the VR as
+//!                             # ingress_queue_full), served round-robin (quantum frames a turn,
+//!                             # per_pass frames a pass) under each VR's reservation, so a
+//!                             # flooded VR cannot fill the shared ring; `{}`: these defaults
 //! metrics:                    # optional (off by default): Prometheus / OpenMetrics text at
 //!   listen: 127.0.0.1:9469    # http://ADDRESS/metrics (default address 127.0.0.1:9469; IPv6
 //!                             # quoted: "[::1]:9469"). No authentication: keep it on loopback
@@ -212,6 +218,9 @@ pub struct Topology {
     pub workers: Workers,
     /// What workers do when their ports are quiet (`idle:`; default adaptive).
     pub idle: Idle,
+    /// Per-VR ingress queues on ports that feed several VRs (`ingress_queues:`); `None`: off
+    /// (such ports run to completion).
+    pub ingress_queues: Option<dataplane::IngressQueues>,
     /// Where the Prometheus endpoint listens (`metrics:`); `None`: no endpoint (the default).
     pub metrics: Option<MetricsConfig>,
     /// VR migration (`migration:`); `None`: this host neither sends nor takes VRs.
@@ -404,6 +413,7 @@ pub enum PortKind {
 const TOP_KEYS: &[&str] = &[
     "workers",
     "idle",
+    "ingress_queues",
     "metrics",
     "migration",
     "hosts",
@@ -474,6 +484,8 @@ impl Topology {
             let workers = top.get("workers").map(|w| run::workers(&w)).transpose()?;
             let workers = workers.unwrap_or_default();
             let idle = top.get("idle").map(|v| run::idle(&v)).transpose()?.unwrap_or_default();
+            let ingress_queues =
+                top.get("ingress_queues").map(|v| run::ingress_queues(&v)).transpose()?;
             let metrics = top.get("metrics").map(|v| run::metrics(&v)).transpose()?;
             let migration = top.get("migration").map(|v| run::migration(&v)).transpose()?;
             let mut host = Host::default();
@@ -573,6 +585,7 @@ impl Topology {
                 hosts,
                 workers,
                 idle,
+                ingress_queues,
                 metrics,
                 migration,
                 schedule,

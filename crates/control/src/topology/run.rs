@@ -370,6 +370,28 @@ pub(super) fn check_replicas(
 }
 
 /// A port's `burst:`.
+/// Keys of `ingress_queues:`.
+const INGRESS_KEYS: &[&str] = &["limit", "quantum", "per_pass"];
+
+/// `ingress_queues:`: per-VR queues on ports shared by several VRs (`dataplane::IngressQueues`),
+/// each key optional: `limit` (frames per VR queue, 1..=4096), `quantum` (frames per VR turn,
+/// 1..=256), `per_pass` (frames served per pass, 1..=256). `{}` takes the defaults.
+pub(super) fn ingress_queues(v: &Value) -> Result<dataplane::IngressQueues> {
+    let m = v.map(INGRESS_KEYS)?;
+    let mut q = dataplane::IngressQueues::default();
+    let max = MAX_BATCH;
+    for (key, field, hi) in [
+        ("limit", &mut q.limit, u64::from(dataplane::MAX_INGRESS_QUEUE)),
+        ("quantum", &mut q.quantum, max),
+        ("per_pass", &mut q.per_pass, max),
+    ] {
+        if let Some(x) = m.get(key) {
+            *field = x.int(key, 1, hi)?;
+        }
+    }
+    Ok(q)
+}
+
 pub(super) fn burst(v: &Value) -> Result<u16> {
     v.int("burst", 1, MAX_BATCH)
 }

@@ -28,6 +28,13 @@ pub(super) fn summary(t: &Topology) -> String {
     if t.idle != super::Idle::default() {
         let _ = writeln!(out, "idle: {}", t.idle.name());
     }
+    if let Some(q) = t.ingress_queues {
+        let _ = writeln!(
+            out,
+            "ingress queues: {} frames per VR, turns of {}, {} a pass",
+            q.limit, q.quantum, q.per_pass
+        );
+    }
     let mut rows = vec![row(["PORT", "KIND", "SETTINGS"])];
     for p in &t.ports {
         let attach = |a: &crate::topology::Attach| match a {

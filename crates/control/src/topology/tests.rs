@@ -126,7 +126,7 @@ fn unknown_keys_are_rejected_with_the_allowed_ones() {
         (1, "port"),
         "port",
         Some("port"),
-        "unknown key \"port\" (allowed: workers, idle, metrics, migration, hosts, ports, switches, vrs, msrs, fleet)",
+        "unknown key \"port\" (allowed: workers, idle, ingress_queues, metrics, migration, hosts, ports, switches, vrs, msrs, fleet)",
     );
     let text =
         vr1("      - { name: eth2, port: p1, mac: 02:00:00:00:01:02, adresses: [10.0.2.1/24] }\n");
@@ -1964,6 +1964,45 @@ fn bad_idle_is_rejected() {
     );
     let e = parse(&lab("idle: [poll]\n")).unwrap_err();
     assert_eq!((e.line(), e.field()), (1, "idle"), "{e}");
+}
+
+#[test]
+fn ingress_queues_are_off_unless_asked_and_take_defaults() {
+    use dataplane::IngressQueues;
+    let t = accepts(&run_lab("", "", ""));
+    assert_eq!(t.ingress_queues, None, "off by default");
+    assert!(!t.summary().contains("ingress"), "{}", t.summary());
+    let t = accepts(&run_lab("ingress_queues: {}\n", "", ""));
+    assert_eq!(t.ingress_queues, Some(IngressQueues::default()));
+    let t =
+        accepts(&run_lab("ingress_queues: { limit: 4096, quantum: 1, per_pass: 256 }\n", "", ""));
+    assert_eq!(t.ingress_queues, Some(IngressQueues { limit: 4096, quantum: 1, per_pass: 256 }));
+    assert!(
+        t.summary().contains("ingress queues: 4096 frames per VR, turns of 1, 256 a pass\n"),
+        "{}",
+        t.summary()
+    );
+}
+
+#[test]
+fn bad_ingress_queues_are_rejected() {
+    let lab = |w: &str| run_lab(w, "", "");
+    rejects(
+        &lab("ingress_queues: { limit: 0 }\n"),
+        (1, "0"),
+        "ingress_queues.limit",
+        Some("0"),
+        "limit 0 is out of range 1..=4096",
+    );
+    rejects(
+        &lab("ingress_queues: { per_pass: 257 }\n"),
+        (1, "257"),
+        "ingress_queues.per_pass",
+        Some("257"),
+        "per_pass 257 is out of range 1..=256",
+    );
+    let e = parse(&lab("ingress_queues: { depth: 3 }\n")).unwrap_err();
+    assert_eq!((e.line(), e.field()), (1, "ingress_queues.depth"), "{e}");
 }
 
 #[test]

@@ -180,7 +180,7 @@ impl Cell {
                 continue;
             }
             total += n;
-            let (first, last) = self.run_vrs(w, now, timed, None);
+            let (first, last) = self.run_vrs(w, now, timed, None, false);
             self.egress(w, 0, n);
             self.settle(w, n, t0, first, last);
         }

@@ -264,8 +264,11 @@ impl Generated {
 /// (the sink) on every egress interface; the reservation and batch limit.
 pub fn topology(p: &DutParams) -> Generated {
     let (ni, ne) = (p.ingress_ports, p.egress_ports);
-    let mut doc =
-        TopologyDoc { workers: Some(WorkersDoc::Count(p.workers as u64)), ..Default::default() };
+    let mut doc = TopologyDoc {
+        workers: Some(WorkersDoc::Count(p.workers as u64)),
+        ingress_queues: p.ingress_queues.then(Default::default),
+        ..Default::default()
+    };
     let names = |k: Option<usize>| -> (Vec<String>, Vec<String>) {
         let pre = k.map_or(String::new(), |k| format!("vr{k}-"));
         (
@@ -370,6 +373,9 @@ pub fn topology(p: &DutParams) -> Generated {
     }
     if p.batch > 0 {
         file += &format!("-batch{}", p.batch);
+    }
+    if p.ingress_queues {
+        file += "-iq";
     }
     if p.replicas > 1 {
         file += &format!("-replicas{}", p.replicas);

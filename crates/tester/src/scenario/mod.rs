@@ -91,7 +91,9 @@
 //! the tester an in-process client; one worker), `path` (`vr`: generator → VRs → sink;
 //! `switch`: generator → routeplex's learning switch → sink, no VR; `switch-vr`: generator →
 //! switch → one VR → switch → sink, the VR's two interfaces on the switch; one worker, one VR,
-//! one ingress and one egress port). Traffic parameters:
+//! one ingress and one egress port), `ingress_queues` (true: a shared port's frames are
+//! classified into per-VR queues served under the reservations, the topology's
+//! `ingress_queues: {}`; routeplex only). Traffic parameters:
 //! `frame_size`, `flows`, `active_vrs`, `rate`, `generator`, and `rate.<vr>` (one VR's rate)
 //! on an axis.
 //!
@@ -214,6 +216,9 @@ pub struct DutParams {
     pub backend: Backend,
     /// What the frames go through: the VRs, routeplex's switch alone, or a VR behind it.
     pub path: DutPath,
+    /// Per-VR ingress queues on shared ports (the topology's `ingress_queues: {}`; routeplex
+    /// only).
+    pub ingress_queues: bool,
 }
 
 /// The tester-side ports of a routeplex DUT.
@@ -332,6 +337,7 @@ impl Default for DutParams {
             msr: false,
             backend: Backend::Mem,
             path: DutPath::Vr,
+            ingress_queues: false,
         }
     }
 }
@@ -452,6 +458,7 @@ const DUT_KEYS: &[&str] = &[
     "msr",
     "backend",
     "path",
+    "ingress_queues",
 ];
 /// DUT kinds a [`DutBuilder`] other than [`FakeBuilder`] builds: routeplex VRs, and Linux VRs
 /// on macvlan devices (seed 002's baseline; root).
@@ -498,6 +505,7 @@ impl Params {
                 Backend::Memif => "memif".into(),
             },
             "path" => d.path.text().into(),
+            "ingress_queues" => d.ingress_queues.to_string(),
             "frame_size" => t.frame_size.to_string(),
             "flows" => t.flows.to_string(),
             "active_vrs" => t.active_vrs.map_or("all".into(), |n| n.to_string()),
@@ -613,16 +621,16 @@ impl Params {
             "workers" => d.workers = int(1, 64)?,
             "batch" => d.batch = int(1, 256)?,
             "replicas" => d.replicas = int(1, MAX_REPLICAS as u64)?,
-            "pin" | "msr" => {
+            "pin" | "msr" | "ingress_queues" => {
                 let b = match text {
                     "true" => true,
                     "false" => false,
                     _ => return Err(format!("{key} must be true or false, not {text:?}").into()),
                 };
-                if key == "pin" {
-                    d.pin = b;
-                } else {
-                    d.msr = b;
+                match key {
+                    "pin" => d.pin = b,
+                    "msr" => d.msr = b,
+                    _ => d.ingress_queues = b,
                 }
             }
             "backend" => {

@@ -446,3 +446,20 @@ fn backend_and_path_keys_parse_vary_and_refuse_what_cannot_be_built() {
     let e = err(&text.replace("  kind: routeplex", "  kind: wire"));
     assert!(e.message.contains("only the routeplex DUT"), "{e}");
 }
+
+#[test]
+fn ingress_queues_is_a_dut_parameter_off_by_default() {
+    let sc = Scenario::parse(GOOD, "g.yaml").unwrap();
+    assert!(!sc.points(false)[0].2.dut.ingress_queues, "off by default");
+    let text = GOOD
+        .replace("param: rate.c0", "param: ingress_queues")
+        .replace("values: [5k, 20k]", "values: [false, true]")
+        .replace("derived: [drop_vs_first, linear_fit]", "derived: [drop_vs_first]");
+    let sc = Scenario::parse(&text, "iq.yaml").unwrap();
+    let pts = sc.points(false);
+    assert_eq!((pts[0].2.dut.ingress_queues, pts[1].2.dut.ingress_queues), (false, true));
+    assert_eq!(pts[1].2.get("ingress_queues"), "true");
+    let e = err(&with("  ring: 1024", "  ingress_queues: on"));
+    assert_eq!((e.field.as_str(), e.value.as_deref()), ("dut.ingress_queues", Some("on")));
+    assert!(e.message.contains("true or false"), "{e}");
+}
