@@ -7,6 +7,9 @@
 //! a graph without a cycle; a failure names the circle and who uses whom in it, and the order
 //! found is printed for the rest.
 //!
+//! Errors are typed at every boundary: no library crate's code (tests aside) has a
+//! `Result<_, String>`.
+//!
 //! The command line stays a command line: `crates/routeplex/src` (argument parsing and
 //! printing; the labs and benchmarks are the `lab` crate) is under 2,000 lines, and no function
 //! in it is over 80 lines.
@@ -67,6 +70,68 @@ fn the_reader_finds_uses_groups_and_paths_and_skips_tests() {
     assert_eq!(order(&g).unwrap(), ["a", "b", "c"]);
     g.get_mut("c").unwrap().insert("a".to_string());
     assert_eq!(order(&g).unwrap_err(), ["a", "b", "c"]);
+}
+
+#[test]
+fn no_result_with_a_string_error_in_a_library_crate() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut found = Vec::new();
+    for name in CRATES {
+        let src = root.join(name).join("src");
+        let all = rust_files(&src);
+        let tests: BTreeSet<Vec<String>> = all
+            .iter()
+            .flat_map(|f| {
+                let here = module_path(&src, f);
+                let text = fs::read_to_string(f).unwrap_or_default();
+                test_module_files(&text).into_iter().map(move |m| [here.clone(), vec![m]].concat())
+            })
+            .collect();
+        for f in all.iter().filter(|f| !tests.contains(&module_path(&src, f))) {
+            let text = fs::read_to_string(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            for line in without_test_modules(&text).lines().filter(|l| string_error(l)) {
+                found.push(format!("{}: {}", f.display(), line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "Result<_, String> in library code:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_string_error_reader_finds_the_last_argument() {
+    assert!(string_error("fn f() -> Result<(), String> {"));
+    assert!(string_error("    .collect::<std::result::Result<Vec<(u8, u16)>, String>>()?"));
+    assert!(!string_error("fn f() -> Result<String, Error> {"));
+    assert!(!string_error("fn f() -> io::Result<Vec<String>> {"));
+    assert!(!string_error("fn f() -> Result<Option<String>, Located> {"));
+}
+
+/// Whether a line names a `Result` whose error (its last type argument) is `String`.
+fn string_error(line: &str) -> bool {
+    let mut rest = line;
+    while let Some(i) = rest.find("Result<") {
+        let args = &rest[i + "Result<".len()..];
+        let (mut depth, mut last, mut end) = (0i32, 0usize, None);
+        for (j, c) in args.char_indices() {
+            match c {
+                '<' | '(' | '[' => depth += 1,
+                '>' | ')' | ']' if depth > 0 => depth -= 1,
+                '>' => {
+                    end = Some(j);
+                    break;
+                }
+                ',' if depth == 0 => last = j + 1,
+                _ => {}
+            }
+        }
+        if let Some(end) = end {
+            if last > 0 && args[last..end].trim() == "String" {
+                return true;
+            }
+        }
+        rest = args;
+    }
+    false
 }
 
 #[test]
