@@ -26,7 +26,9 @@ fn lab_with(ops: &[RouteOp]) -> (Lab, RouteTable) {
     let cell = lab.e.cell_mut();
     table
         .apply(ops, |new| {
-            cell.change_vr(0, VrChange::Adjacencies(new.to_vec())).map(drop).map_err(|e| e.0)
+            cell.change_vr(0, VrChange::Adjacencies(new.to_vec()))
+                .map(drop)
+                .map_err(|e| dataplane::InstallError(e.0))
         })
         .unwrap();
     (lab, table)

@@ -255,7 +255,8 @@ fn a_route_change_reaches_every_replica_and_a_neighbor_one_resolves_serves_all()
     table
         .apply(&[RouteOp::Add(route)], |new| {
             for c in cells_ref.iter_mut() {
-                c.change_vr(0, VrChange::Adjacencies(new.to_vec())).map_err(|e| e.0)?;
+                c.change_vr(0, VrChange::Adjacencies(new.to_vec()))
+                    .map_err(|e| dataplane::InstallError(e.0))?;
             }
             Ok(())
         })

@@ -944,11 +944,12 @@ impl Goal {
                     Some((k, v)) if !k.trim().is_empty() => {
                         Ok((k.trim().to_string(), v.trim().to_string()))
                     }
-                    _ => {
-                        Err(Error::from(format!("goal condition {:?} is not KEY=VALUE", kv.trim())))
-                    }
+                    _ => Err(crate::Error::from(format!(
+                        "goal condition {:?} is not KEY=VALUE",
+                        kv.trim()
+                    ))),
                 })
-                .collect::<std::result::Result<_, Error>>()?,
+                .collect::<std::result::Result<_, crate::Error>>()?,
         };
         Ok(Goal { text: text.to_string(), metric: metric.trim().to_string(), at_least, value, at })
     }
