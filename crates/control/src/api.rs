@@ -388,6 +388,7 @@ mod tests {
             Command::RouteReplace { vr: String::new(), routes: vec![] },
             Command::RouteDelete { vr: String::new(), prefixes: vec![] },
             Command::RouteList { vr: String::new(), source: None, limit: None },
+            Command::RouteLookup { vr: String::new(), addresses: vec![] },
             Command::NeighborList { vr: String::new() },
             Command::NeighborFlush { vr: String::new(), interface: None },
             Command::InterfaceSet {

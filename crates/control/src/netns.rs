@@ -30,20 +30,7 @@ pub struct Made {
     pub links: Vec<String>,
 }
 
-/// Why making, changing or removing a namespace or interface failed.
-#[derive(Debug, thiserror::Error)]
-pub enum NetError {
-    /// The kernel refused an operation, or it could not be asked: "veth rpx-pa/eth0@pa:
-    /// create: File exists (os error 17)".
-    #[error("{object}: {op}: {source}")]
-    Os { object: String, op: &'static str, source: io::Error },
-    /// The kernel's answer broke the netlink format.
-    #[error("{object}: {op}: malformed netlink answer: {what}")]
-    Reply { object: String, op: &'static str, what: String },
-    /// An object routeplex would make exists already, and is not routeplex's.
-    #[error("{what} exists and routeplex did not make it: {remedy}")]
-    InTheWay { what: String, remedy: String },
-}
+pub use crate::rtnl::NetError;
 
 /// Where `ip netns` keeps named namespaces, and so does routeplex.
 const NETNS_DIR: &str = "/run/netns";

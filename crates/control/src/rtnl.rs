@@ -31,7 +31,20 @@ use netlink_packet_route::route::{
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket};
 
-use crate::netns::NetError;
+/// Why making, changing or removing a namespace or interface failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// The kernel refused an operation, or it could not be asked: "veth rpx-pa/eth0@pa:
+    /// create: File exists (os error 17)".
+    #[error("{object}: {op}: {source}")]
+    Os { object: String, op: &'static str, source: io::Error },
+    /// The kernel's answer broke the netlink format.
+    #[error("{object}: {op}: malformed netlink answer: {what}")]
+    Reply { object: String, op: &'static str, what: String },
+    /// An object routeplex would make exists already, and is not routeplex's.
+    #[error("{what} exists and routeplex did not make it: {remedy}")]
+    InTheWay { what: String, remedy: String },
+}
 
 /// How long a request waits for its answer. rtnetlink answers within the send (the kernel
 /// handles the request in the sender's context), so this only bounds a lost answer.

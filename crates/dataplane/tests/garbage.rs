@@ -555,6 +555,7 @@ fn no_panic_on_garbage() {
                 | VrDrop::InterfaceDown
                 | VrDrop::PuntRateLimited
                 | VrDrop::Prohibited
+                | VrDrop::IngressQueueFull
         )
     };
     let hit: Vec<&str> =
