@@ -77,17 +77,7 @@ fn no_result_with_a_string_error_in_a_library_crate() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut found = Vec::new();
     for name in CRATES {
-        let src = root.join(name).join("src");
-        let all = rust_files(&src);
-        let tests: BTreeSet<Vec<String>> = all
-            .iter()
-            .flat_map(|f| {
-                let here = module_path(&src, f);
-                let text = fs::read_to_string(f).unwrap_or_default();
-                test_module_files(&text).into_iter().map(move |m| [here.clone(), vec![m]].concat())
-            })
-            .collect();
-        for f in all.iter().filter(|f| !tests.contains(&module_path(&src, f))) {
+        for f in &library_files(&root.join(name).join("src")) {
             let text = fs::read_to_string(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
             for line in without_test_modules(&text).lines().filter(|l| string_error(l)) {
                 found.push(format!("{}: {}", f.display(), line.trim()));
@@ -209,9 +199,10 @@ fn functions(text: &str) -> Vec<(String, usize, usize)> {
 /// Module → the other modules of the crate it uses.
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
-fn graph_of(src: &Path) -> Graph {
+/// The crate's source files but those of `#[cfg(test)] mod NAME;` (tests, like inline test
+/// modules).
+fn library_files(src: &Path) -> Vec<PathBuf> {
     let all = rust_files(src);
-    // Files of `#[cfg(test)] mod NAME;` are tests, like inline test modules.
     let tests: BTreeSet<Vec<String>> = all
         .iter()
         .flat_map(|f| {
@@ -224,8 +215,11 @@ fn graph_of(src: &Path) -> Graph {
             })
         })
         .collect();
-    let files: Vec<PathBuf> =
-        all.into_iter().filter(|f| !tests.contains(&module_path(src, f))).collect();
+    all.into_iter().filter(|f| !tests.contains(&module_path(src, f))).collect()
+}
+
+fn graph_of(src: &Path) -> Graph {
+    let files = library_files(src);
     let mods: BTreeSet<Vec<String>> = files.iter().map(|f| module_path(src, f)).collect();
     let mut g: Graph =
         mods.iter().filter_map(|m| m.first().cloned()).map(|m| (m, BTreeSet::new())).collect();
