@@ -69,18 +69,20 @@ pub struct Node {
 }
 
 /// Installs adjacency list `list` in VR `vr` on its worker, in every replica of a replicated
-/// VR, before the FIB that uses it is published.
+/// VR, before the FIB that uses it is published: the install step of `RouteTable::apply` and
+/// `take_over`.
 fn publish_adjacencies(
     rt: &crate::runtime::Runtime,
     vr: &str,
     list: &[(fib::NextHop, dataplane::Adj)],
-) -> Result<(), crate::runtime::RuntimeError> {
+) -> Result<(), dataplane::InstallError> {
     let list = list.to_vec();
     rt.on_vr_each(vr, move |cell, v| {
         cell.change_vr(v, VrChange::Adjacencies(list.clone()))
             .map(|_| ())
-            .map_err(|e| crate::runtime::RuntimeError(e.0))
-    })?
+            .map_err(|e| dataplane::InstallError(e.0))
+    })
+    .map_err(|e| dataplane::InstallError(e.0))?
     .into_iter()
     .collect()
 }
@@ -470,9 +472,7 @@ impl Node {
         let rt = &self.rt;
         let name = vr.to_string();
         let a = table
-            .apply(ops, |new| {
-                publish_adjacencies(rt, &name, new).map_err(|e| dataplane::InstallError(e.0))
-            })
+            .apply(ops, |new| publish_adjacencies(rt, &name, new))
             .map_err(|source| ControlError::Route { vr: vr.into(), source })?;
         info!(vr, added = a.added, replaced = a.replaced, deleted = a.deleted, "routes applied");
         Ok(a)
