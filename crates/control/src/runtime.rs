@@ -1067,6 +1067,8 @@ impl Ctx {
         };
         let mut w = Worker::with_clock((self.clock)());
         w.set_spare_window(self.spare_window_ns);
+        let epoch = self.epoch;
+        w.set_poll_clock(Some(Box::new(move || epoch.elapsed().as_nanos() as u64)));
         let (mut ids, mut cells): (Vec<usize>, Vec<Cell>) = mine.into_iter().unzip();
         let (mut rounds, mut idle_rounds, mut idle_run) = (0u64, 0u64, 0u32);
         let mut idle = self.idle;

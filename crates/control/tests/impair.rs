@@ -89,8 +89,10 @@ fn delay_is_held_changed_live_and_ended_without_losing_frames() {
     assert_eq!(p["tx"], 5);
     assert!(port_status(&n, "p0")["impair"].is_null());
 
-    // Five frames held for 300 ms; then a 1 ms delay from now on: the five sent after the
-    // change overtake them, and none is lost.
+    // Five frames held for 3 s (long, so that a loaded machine's stall between the sends
+    // cannot let them out before the change: seen with 300 ms in CI); then a 1 ms delay
+    // from now on: the five sent after the change overtake them, and none is lost.
+    n.apply(topo(", impair: { delay: 3s, seed: 5 }"), false).unwrap();
     send(&mut tx, 5..10);
     let t1 = Instant::now();
     std::thread::sleep(Duration::from_millis(20));
@@ -102,7 +104,7 @@ fn delay_is_held_changed_live_and_ended_without_losing_frames() {
     send(&mut tx, 10..15);
     let got = recv(&mut rx, 10);
     assert_eq!(got, [10, 11, 12, 13, 14, 5, 6, 7, 8, 9]);
-    assert!(t1.elapsed() >= Duration::from_millis(300), "held frames kept their time");
+    assert!(t1.elapsed() >= Duration::from_secs(3), "held frames kept their time");
 
     // Loss from now on, counted by reason on the link.
     n.apply(topo(", impair: { loss: 100% }"), false).unwrap();

@@ -433,6 +433,9 @@ impl Cell {
             }
             // No clock read for an empty port: a busy pass's other steps go to its bursts.
             let t0 = w.burst_start();
+            if self.egress.is_impaired() {
+                self.egress.now = w.poll_time(self.egress.now);
+            }
             total += n;
             self.pcs[p].rx_packets += n as u64;
             self.stages.rx_bursts += 1;

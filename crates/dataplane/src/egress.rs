@@ -102,6 +102,12 @@ impl Egress {
         }
     }
 
+    /// Whether any port has an impairment.
+    #[inline]
+    pub fn is_impaired(&self) -> bool {
+        self.impaired
+    }
+
     /// The earliest time a frame held by an impairment is due, if one is held.
     pub fn next_due(&self) -> Option<u64> {
         if !self.impaired {

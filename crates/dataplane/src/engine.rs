@@ -72,6 +72,12 @@ impl Engine {
         self.worker.set_clock(Some(clock));
     }
 
+    /// Reads the poll's time again from `clock` when frames arrive for an impaired port (see
+    /// [`Worker::set_poll_clock`]).
+    pub fn set_poll_clock(&mut self, clock: Clock) {
+        self.worker.set_poll_clock(Some(clock));
+    }
+
     /// Turns per-VR ingress queues on shared ports on or off (see
     /// [`Cell::set_ingress_queues`]).
     pub fn set_ingress_queues(

@@ -64,6 +64,10 @@ pub struct Worker {
     pub(crate) spare: Spare,
     /// The worker's time where the last burst's charge ended, while passes find work.
     pub(crate) busy_since: Option<u64>,
+    /// The source of the poll's `now`, read again when a burst arrives for a cell with an
+    /// impairment: a frame that came after the poll began (the thread preempted between the
+    /// two) must not be held from a time before it arrived, and leave early.
+    pub(crate) poll_clock: Option<Clock>,
 }
 
 /// The worker's time: its [`Clock`] less the steps longer than [`AWAY_NS`].
@@ -116,6 +120,7 @@ impl Worker {
             clock: Timer::default(),
             spare: Spare::new(SPARE_WINDOW_NS),
             busy_since: None,
+            poll_clock: None,
         }
     }
 
@@ -135,6 +140,18 @@ impl Worker {
     /// Whether the worker measures time.
     pub fn has_clock(&self) -> bool {
         self.clock.is_set()
+    }
+
+    /// Sets where the `now` the worker's polls get comes from (the same origin and unit), so
+    /// that impairments hold a frame from when it arrived; `None`: the poll's `now` only (a
+    /// simulated clock).
+    pub fn set_poll_clock(&mut self, clock: Option<Clock>) {
+        self.poll_clock = clock;
+    }
+
+    /// The poll clock's time now, never before `at_least` (the poll's `now` without one).
+    pub(crate) fn poll_time(&mut self, at_least: u64) -> u64 {
+        self.poll_clock.as_mut().map_or(at_least, |c| c().max(at_least))
     }
 
     /// Sets the length of the spare-capacity window (default 1 ms).

@@ -92,6 +92,24 @@ fn a_delay_on_a_vr_egress_holds_frames_until_their_time() {
 }
 
 #[test]
+fn a_frame_that_arrived_after_the_poll_began_is_held_from_its_arrival() {
+    // The runtime's thread read `now`, was preempted, and the frames came meanwhile: the poll
+    // clock (3 ms on) is when the data plane saw them, and the delay counts from there.
+    for burst in [1, 2, 257] {
+        let mut v = Vr1::new();
+        let t0 = v.now;
+        v.e.set_poll_clock(Box::new(move || t0 + 3 * MS));
+        let cfg = ImpairConfig { delay_ns: 5 * MS, seed: 1, ..ImpairConfig::default() };
+        v.e.cell_mut().set_impair(1, Some(cfg)).unwrap();
+        v.send(burst);
+        assert_eq!(v.e.cell().next_due(), Some(t0 + 8 * MS), "burst {burst}");
+        assert_eq!(v.at(t0 + 5 * MS), 0, "not before its delay from arrival");
+        assert_eq!(v.at(t0 + 8 * MS), burst, "burst {burst}");
+        assert_eq!(v.e.cell().port_counters(1).tx_packets, burst as u64);
+    }
+}
+
+#[test]
 fn changing_and_removing_keeps_frames_already_held() {
     let mut v = Vr1::new();
     let slow = ImpairConfig { delay_ns: 20 * MS, ..ImpairConfig::default() };
