@@ -28,8 +28,11 @@
 //!   full, a new entry takes the place of the oldest failed entry, else of the oldest incomplete
 //!   one, and only when there is neither, of the least recently used stale one. Reachable and
 //!   static entries are never taken, so neighbors that answer keep their entries while a flood
-//!   churns through its own. Unresolved entries sit on intrusive lists (one per interface for
-//!   incomplete entries, one for failed ones), so every choice is O(1) but the last.
+//!   churns through its own. Nor is a neighbor that answered before and is being resolved
+//!   again: it is incomplete, but on a list of its own outside the per-interface cap (at most
+//!   one resolution per such neighbor, so a flood cannot grow that list). Unresolved entries
+//!   sit on intrusive lists (one per interface for incomplete entries, one for those resolved
+//!   again, one for failed ones), so every choice is O(1) but the last.
 //! - Multicast/broadcast probes (a new next hop, its retransmissions, a retry after the hold)
 //!   spend tokens of a per-VR bucket (`solicitations_per_sec`, `solicitations_burst`). Without
 //!   a token no entry is made and the packet is dropped (`neighbor_rate_limited`); a
@@ -77,6 +80,15 @@ const SHARE: u32 = 4;
 #[inline]
 pub(crate) fn source_lane(src: &[u8]) -> usize {
     source_lane_keyed(src, crate::seed::key()[1])
+}
+
+/// The lane of the solicitation budget packets from `src` draw on, with this process's key:
+/// for diagnostics, and for tests that need two sources in different lanes.
+pub fn solicitation_lane(src: std::net::IpAddr) -> usize {
+    match src {
+        IpAddr::V4(a) => source_lane(&a.octets()),
+        IpAddr::V6(a) => source_lane(&a.octets()[..8]),
+    }
 }
 
 #[inline]
@@ -137,6 +149,9 @@ enum On {
     Nothing,
     /// Its interface's list of incomplete entries.
     Incomplete,
+    /// The list of neighbors that answered before and are being resolved again: out of reach
+    /// of the per-interface cap, so a flood of new next hops cannot evict them.
+    Again,
     /// The list of failed entries.
     Failed,
 }
@@ -271,6 +286,8 @@ pub(crate) struct NeighborTable {
     probes: Vec<Probe>,
     /// Per interface: its incomplete entries, oldest first.
     unresolved: Vec<List>,
+    /// Incomplete entries that answered before (being resolved again), oldest first.
+    again: List,
     /// Failed entries, oldest first.
     failed: List,
     /// Queue slots there may be (`queue_total`); `slots` grows up to it.
@@ -320,6 +337,7 @@ impl NeighborTable {
             ready: Vec::new(),
             probes: Vec::new(),
             unresolved: vec![List::EMPTY; ifaces],
+            again: List::EMPTY,
             failed: List::EMPTY,
             incomplete: 0,
             per_iface: match l.incomplete_per_interface {
@@ -454,7 +472,7 @@ impl NeighborTable {
     #[cold]
     fn resolve_again(&mut self, e: u32, now: u64) -> Resolve {
         let iface = self.entries[e as usize].key.iface as usize;
-        if self.unresolved[iface].len >= self.per_iface {
+        if !self.answered(e) && self.unresolved[iface].len >= self.per_iface {
             self.evict(self.unresolved[iface].head);
         }
         // Nothing may go on using a MAC cached from it.
@@ -551,7 +569,8 @@ impl NeighborTable {
         en.deadline = now + self.retrans;
         let key = en.key;
         self.next_timer = self.next_timer.min(now + self.retrans);
-        self.link(e, On::Incomplete, now);
+        let on = if self.answered(e) { On::Again } else { On::Incomplete };
+        self.link(e, on, now);
         self.probes.push(Probe { key, unicast: None });
         self.remember(key, now);
     }
@@ -575,6 +594,10 @@ impl NeighborTable {
                 self.incomplete += 1;
                 &mut self.unresolved[iface]
             }
+            On::Again => {
+                self.incomplete += 1;
+                &mut self.again
+            }
             On::Failed => &mut self.failed,
         };
         let en = &mut self.entries[e as usize];
@@ -596,6 +619,10 @@ impl NeighborTable {
             On::Incomplete => {
                 self.incomplete -= 1;
                 &mut self.unresolved[iface]
+            }
+            On::Again => {
+                self.incomplete -= 1;
+                &mut self.again
             }
             On::Failed => &mut self.failed,
         };
@@ -827,8 +854,8 @@ impl NeighborTable {
         }
         let mut dropped = (0, 0);
         self.next_timer = u64::MAX;
-        for i in 0..self.unresolved.len() {
-            let mut e = self.unresolved[i].head;
+        for i in 0..=self.unresolved.len() {
+            let mut e = self.unresolved.get(i).unwrap_or(&self.again).head;
             while e != NONE {
                 let en = &mut self.entries[e as usize];
                 let next = en.next;
@@ -1316,6 +1343,39 @@ mod tests {
         let probes: Vec<Probe> = std::iter::from_fn(|| t.pop_probe()).collect();
         assert_eq!(probes.len(), 2);
         assert!(probes.contains(&Probe { key: A, unicast: None }));
+    }
+
+    #[test]
+    fn a_neighbor_resolved_again_is_not_evicted_by_a_flood_of_new_next_hops() {
+        let l = VrLimits {
+            neighbors: 64,
+            incomplete_per_interface: 2,
+            solicitations_per_sec: 0,
+            ..limits()
+        };
+        let mut t = NeighborTable::new(&l, 2);
+        t.learn(A, M, Learn { create: true, ..REPLY }, 0);
+        // Stale at 10 ms, two unicast probes unanswered: resolved again, a packet waiting.
+        assert_eq!(t.resolve(A, 11 * MS), Resolve::Mac(M));
+        assert_eq!(t.resolve(A, 12 * MS), Resolve::Mac(M));
+        let Resolve::Queue(e) = t.resolve(A, 13 * MS) else { panic!("not queued") };
+        assert!(t.enqueue(e, &mut pkt(7), true));
+        // A flood of new next hops on A's interface churns through the cap of two.
+        for k in 10..60u8 {
+            assert!(matches!(t.resolve(key(0, k), 13 * MS), Resolve::Queue(_)));
+        }
+        assert_eq!(t.unresolved[0].len, 2);
+        assert_eq!(t.again.len, 1);
+        assert_eq!(t.incomplete, 3);
+        assert_eq!(t.take_evicted(), (0, 0), "the flood's own entries had nothing queued");
+        // A keeps its entry and its packet, is retransmitted to, and answers.
+        t.tick(14 * MS);
+        assert!(std::iter::from_fn(|| t.pop_probe()).any(|p| p == Probe { key: A, unicast: None }));
+        assert!(t.learn(A, M, REPLY, 14 * MS));
+        let mut out = PktBuf::new();
+        assert_eq!(t.pop_ready(&mut out), Some((M, 0, true)));
+        assert_eq!(out.frame(), pkt(7).frame());
+        assert_eq!((t.again.len, t.incomplete), (0, 2));
     }
 
     #[test]
