@@ -67,7 +67,8 @@ pub use switch::{
 };
 pub use vr::NeighborShare;
 pub use vr::{
-    interface_link_local, restorable, NeighborRow, NeighborState, RestoredNeighbor, RestoredState,
-    Vr, VrAnswer, VrChange, DEFAULT_PUNT_BURST, DEFAULT_PUNT_PER_SEC,
+    interface_link_local, restorable, solicitation_lane, NeighborRow, NeighborState,
+    RestoredNeighbor, RestoredState, Vr, VrAnswer, VrChange, DEFAULT_PUNT_BURST,
+    DEFAULT_PUNT_PER_SEC,
 };
 pub use worker::{Clock, Worker, AWAY_NS};

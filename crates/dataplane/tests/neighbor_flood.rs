@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use common::*;
 use dataplane::config::VrConfig;
-use dataplane::{Engine, NeighborState, PortCounters, VrCounters, VrDrop};
+use dataplane::{solicitation_lane, Engine, NeighborState, PortCounters, VrCounters, VrDrop};
 use ports::mem::{self, MemPort};
 use ports::{Batch, Port, PortStats, PortStatus};
 
@@ -217,7 +217,14 @@ fn flood_spares_the_real_neighbor(v6: bool, flush_at: Option<u64>, other_source:
 
     let template = fl.packet(fl.random_dst(&mut Rng(1)), 1);
     let real_frame = if other_source {
-        fl.packet_from(["192.0.2.77", "2001:db8:77::1"], real, 2)
+        // The lanes are keyed with a secret drawn per process: pick a source whose lane is not
+        // the flood's this time (one in 16 would share it).
+        let flood_lane = solicitation_lane(ip(if v6 { "2001:4860::1" } else { "8.8.8.8" }));
+        let src = (77..=255u8)
+            .map(|b| [format!("192.0.2.{b}"), format!("2001:db8:{b:x}::1")])
+            .find(|s| solicitation_lane(ip(&s[usize::from(v6)])) != flood_lane)
+            .expect("a source in another lane");
+        fl.packet_from([&src[0], &src[1]], real, 2)
     } else {
         fl.packet(real, 2)
     };

@@ -40,8 +40,8 @@ use crate::routes::{Adj, RouteTable, RouteView};
 use crate::types::{link_local, BuildError, Burst, Fate, Meta, OutQueue};
 use bucket::Bucket;
 pub use bucket::{DEFAULT_PUNT_BURST, DEFAULT_PUNT_PER_SEC};
+pub use neighbor::{solicitation_lane, NeighborRow, NeighborState};
 use neighbor::{NKey, NeighborTable, Resolve};
-pub use neighbor::{NeighborRow, NeighborState};
 pub use share::NeighborShare;
 pub use snap::{interface_link_local, restorable, RestoredNeighbor, RestoredState};
 
