@@ -92,6 +92,9 @@ pub fn plan(inp: &Inputs, leader: &str) -> Outputs {
         .collect();
     let prev = inp.prev.as_ref();
     p.vrs = placement::place(&doc.units(), &caps, &prev.map(Placement::hosts).unwrap_or_default());
+    if let Some(prev) = prev {
+        keep_moved_from(&mut p, prev);
+    }
     let at = p.hosts();
     let vnis =
         placement::vnis(&doc.segment_names(), &prev.map(Placement::vnis).unwrap_or_default());
@@ -128,6 +131,19 @@ pub fn plan(inp: &Inputs, leader: &str) -> Outputs {
         p.error = Some(errors.join("; "));
     }
     Outputs { placement: p, topologies }
+}
+
+/// A VR that stays where its last move put it keeps saying where it came from: without this
+/// the round after a move (the VR now `kept`) erased `moved_from`, so a failover or drain was
+/// visible in the placement for one round only.
+fn keep_moved_from(p: &mut Placement, prev: &Placement) {
+    let before: HashMap<&str, &placement::VrPlace> =
+        prev.vrs.iter().map(|v| (v.vr.as_str(), v)).collect();
+    for v in p.vrs.iter_mut().filter(|v| v.moved_from.is_none() && v.host.is_some()) {
+        if let Some(b) = before.get(v.vr.as_str()).filter(|b| b.host == v.host) {
+            v.moved_from = b.moved_from.clone();
+        }
+    }
 }
 
 /// A controller's settings.
