@@ -561,7 +561,7 @@ fn ping(n: &str, to: &str, count: u32) -> String {
 fn sent_received(out: &str) -> (u32, u32) {
     let line = summary(out);
     let num = |after: &str| -> Option<u32> {
-        let w: Vec<&str> = line.split(|c| c == ',' || c == ' ').filter(|w| !w.is_empty()).collect();
+        let w: Vec<&str> = line.split([',', ' ']).filter(|w| !w.is_empty()).collect();
         w.iter().position(|x| *x == after).and_then(|i| w.get(i.checked_sub(1)?)?.parse().ok())
     };
     let (s, r) = (num("packets"), num("received"));
