@@ -634,10 +634,23 @@ fn three_hosts_placed_by_the_controller_carry_a_segment_fence_and_fail_over() {
     let first = lab.wait("a controller leads", DEADLINE, || lab.leader());
     lab.step(&format!("controllers c1, c2 started: {first} leads"));
 
+    // The README's example document, as its commands run it (a dry run: nothing written): r1
+    // pinned to h1, edge1 and edge2 spread over the two other hosts.
+    let urls = lab.live.join(",");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/fleet/fleet.yaml");
+    let ex = example.to_str().unwrap();
+    let o = lab.cli(&["fleet", "apply", ex, "--etcd", &urls, "--dry-run", "--json"]);
+    assert!(o.status.success(), "fleet apply {ex} --dry-run: {}", text(&o));
+    let dry: Placement = serde_json::from_slice(&o.stdout).unwrap();
+    let at = dry.hosts();
+    let got = ["r1", "edge1", "edge2"].map(|v| at.get(v).map(String::as_str));
+    assert_eq!(got, [Some("h1"), Some("h2"), Some("h3")], "{dry:?}");
+    assert_eq!(dry.error, None, "{dry:?}");
+    lab.step("examples/fleet/fleet.yaml (dry run): r1 on h1, edge1 on h2, edge2 on h3");
+
     // The fleet's desired state: the dry run says where each VR lands, then it is stored.
     let doc = lab.dir.join("fleet.yaml");
     std::fs::write(&doc, FLEET).unwrap();
-    let urls = lab.live.join(",");
     let d = doc.to_str().unwrap();
     let o = lab.cli(&["fleet", "apply", d, "--etcd", &urls, "--dry-run", "--json"]);
     assert!(o.status.success(), "fleet apply --dry-run: {}", text(&o));
@@ -679,6 +692,10 @@ fn three_hosts_placed_by_the_controller_carry_a_segment_fence_and_fail_over() {
         "placed by {}: r1, m on h1, r2 on h2, r3 on h3, seg on VNI {vni}; applied revisions {revs:?}",
         p.leader
     ));
+
+    let o = lab.cli(&["fleet", "status", "--etcd", &urls]);
+    assert!(o.status.success(), "fleet status: {}", text(&o));
+    println!("fleet status:\n{}", text(&o));
 
     // Across hosts through the VRs and the tunnels; the kernel VTEP reaches r1 and m.
     let (e1, e2, e3) = (lab.end_ns(1), lab.end_ns(2), lab.end_ns(3));
