@@ -224,7 +224,8 @@ impl Run {
             let opts = ConnectOptions::new()
                 .with_connect_timeout(self.timing.call)
                 .with_timeout(self.timing.call * 2);
-            let c = self.call("connect", Client::connect(&self.cfg.etcd, Some(opts))).await?;
+            let etcd = &self.cfg.etcd;
+            let c = self.call("connect", || Client::connect(etcd, Some(opts.clone()))).await?;
             self.client = Some(c);
         }
         if self.held.is_none() {
@@ -248,15 +249,14 @@ impl Run {
         self.publish().await
     }
 
-    async fn call<T>(
-        &self,
-        what: &'static str,
-        f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T, FleetError> {
-        match tokio::time::timeout(self.timing.call, f).await {
-            Ok(r) => Ok(r?),
-            Err(_) => Err(FleetError::Timeout { what, ms: self.timing.call.as_millis() as u64 }),
-        }
+    /// One etcd call within the call deadline, sent again when it found its member down
+    /// ([`crate::call`]).
+    async fn call<T, F, Fut>(&self, what: &'static str, f: F) -> Result<T, FleetError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        crate::call::timed(self.timing.call, what, f).await
     }
 
     fn client(&self) -> Client {
@@ -265,9 +265,13 @@ impl Run {
 
     async fn grant(&mut self) -> Result<(), FleetError> {
         let sent = Instant::now();
-        let mut c = self.client();
+        let c = self.client();
         let ttl = self.cfg.lease_ttl.as_secs() as i64;
-        let id = self.call("lease grant", c.lease_grant(ttl, None)).await?.id();
+        let grant = || {
+            let mut c = c.clone();
+            async move { c.lease_grant(ttl, None).await }
+        };
+        let id = self.call("lease grant", grant).await?.id();
         let granted_ms = now_ms();
         self.held = Some(Held { id, granted_ms, keeper: None });
         self.renewed = Some(sent);
@@ -362,9 +366,13 @@ impl Run {
 
     /// The desired topology and its revision, if there is one.
     async fn read_desired(&mut self) -> Result<Option<(i64, String)>, FleetError> {
-        let mut c = self.client();
+        let c = self.client();
         let key = keys::desired(&self.cfg.host);
-        let r = self.call("read desired", c.get(key.as_str(), None)).await?;
+        let get = || {
+            let (mut c, k) = (c.clone(), key.clone());
+            async move { c.get(k, None).await }
+        };
+        let r = self.call("read desired", get).await?;
         let Some(kv) = r.kvs().first() else { return Ok(None) };
         if kv.value().len() > MAX_VALUE {
             let msg = format!("{} bytes, over the {MAX_VALUE}-byte limit", kv.value().len());
@@ -410,8 +418,11 @@ impl Run {
         rec.applied_revision = self.st.applied_revision;
         rec.fenced = !self.st.fenced.is_empty();
         let value = rec.encode()?;
-        let mut c = self.client();
-        let put = c.put(keys::host(&self.cfg.host), value, Some(PutOptions::new().with_lease(id)));
+        let (c, key) = (self.client(), keys::host(&self.cfg.host));
+        let put = || {
+            let (mut c, k, v) = (c.clone(), key.clone(), value.clone());
+            async move { c.put(k, v, Some(PutOptions::new().with_lease(id))).await }
+        };
         match self.call("register", put).await {
             Err(FleetError::Etcd(etcd_client::Error::GRpcStatus(s)))
                 if s.message().contains("lease not found") =>
@@ -495,10 +506,14 @@ impl Run {
     async fn leave(&mut self) {
         if let (Some(h), Some(_)) = (&self.held, &self.client) {
             let id = h.id;
-            let mut c = self.client();
+            let c = self.client();
             let mut last = None;
+            let revoke = || {
+                let mut c = c.clone();
+                async move { c.lease_revoke(id).await }
+            };
             for _ in 0..4 {
-                match self.call("lease revoke", c.lease_revoke(id)).await {
+                match self.call("lease revoke", revoke).await {
                     Ok(_) => {
                         info!(host = %self.cfg.host, lease = format_args!("{id:x}"), "fleet: left (lease revoked)");
                         last = None;

@@ -28,6 +28,7 @@ use etcd_client::{
 };
 use tracing::{info, warn};
 
+use crate::call::{get, timed};
 use crate::fleetdoc::{FleetDoc, Underlay};
 use crate::keys::{self, HEADER};
 use crate::placement::{self, Capacity, Placement, PLACEMENT_VERSION};
@@ -91,6 +92,9 @@ pub fn plan(inp: &Inputs, leader: &str) -> Outputs {
         .collect();
     let prev = inp.prev.as_ref();
     p.vrs = placement::place(&doc.units(), &caps, &prev.map(Placement::hosts).unwrap_or_default());
+    if let Some(prev) = prev {
+        keep_moved_from(&mut p, prev);
+    }
     let at = p.hosts();
     let vnis =
         placement::vnis(&doc.segment_names(), &prev.map(Placement::vnis).unwrap_or_default());
@@ -127,6 +131,19 @@ pub fn plan(inp: &Inputs, leader: &str) -> Outputs {
         p.error = Some(errors.join("; "));
     }
     Outputs { placement: p, topologies }
+}
+
+/// A VR that stays where its last move put it keeps saying where it came from: without this
+/// the round after a move (the VR now `kept`) erased `moved_from`, so a failover or drain was
+/// visible in the placement for one round only.
+fn keep_moved_from(p: &mut Placement, prev: &Placement) {
+    let before: HashMap<&str, &placement::VrPlace> =
+        prev.vrs.iter().map(|v| (v.vr.as_str(), v)).collect();
+    for v in p.vrs.iter_mut().filter(|v| v.moved_from.is_none() && v.host.is_some()) {
+        if let Some(b) = before.get(v.vr.as_str()).filter(|b| b.host == v.host) {
+            v.moved_from = b.moved_from.clone();
+        }
+    }
 }
 
 /// A controller's settings.
@@ -280,11 +297,11 @@ impl Ctl {
         }
     }
 
-    async fn call<T>(
-        &self,
-        what: &'static str,
-        f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T, FleetError> {
+    async fn call<T, F, Fut>(&self, what: &'static str, f: F) -> Result<T, FleetError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
         timed(self.call, what, f).await
     }
 
@@ -292,13 +309,14 @@ impl Ctl {
         if self.client.is_none() {
             let opts =
                 ConnectOptions::new().with_connect_timeout(self.call).with_timeout(self.call * 2);
-            let c = self.call("connect", Client::connect(&self.cfg.etcd, Some(opts))).await?;
+            let etcd = &self.cfg.etcd;
+            let c = self.call("connect", || Client::connect(etcd, Some(opts.clone()))).await?;
             self.client = Some(c);
         }
         let mut c = self.client.clone().expect("connected above");
         if self.lease.is_none() {
             let ttl = self.cfg.ttl.as_secs().max(1) as i64;
-            let r = self.call("lease grant", c.lease_grant(ttl, None)).await?;
+            let r = self.call("lease grant", || grant(&c, ttl)).await?;
             self.lease = Some((r.id(), None));
         }
         self.renew(&mut c).await?;
@@ -322,7 +340,11 @@ impl Ctl {
         let (id, keeper) = self.lease.as_mut().expect("granted before renewal");
         let id = *id;
         if keeper.is_none() {
-            *keeper = Some(timed(call, "lease keep-alive stream", c.lease_keep_alive(id)).await?);
+            let open = || {
+                let mut c = c.clone();
+                async move { c.lease_keep_alive(id).await }
+            };
+            *keeper = Some(timed(call, "lease keep-alive stream", open).await?);
         }
         let (k, s) = keeper.as_mut().expect("opened above");
         let r = tokio::time::timeout(call, async {
@@ -347,7 +369,7 @@ impl Ctl {
             .when(vec![Compare::create_revision(keys::LEADER, CompareOp::Equal, 0)])
             .and_then(vec![TxnOp::put(keys::LEADER, name, Some(PutOptions::new().with_lease(id)))])
             .or_else(vec![TxnOp::get(keys::LEADER, None)]);
-        let r = self.call("campaign", c.txn(txn)).await?;
+        let r = self.call("campaign", || send(c, &txn)).await?;
         if r.succeeded() {
             return Ok(true);
         }
@@ -384,7 +406,7 @@ impl Ctl {
         for chunk in ops.chunks(TXN_OPS) {
             let guard = Compare::value(keys::LEADER, CompareOp::Equal, self.cfg.name.as_str());
             let txn = Txn::new().when(vec![guard]).and_then(chunk.to_vec());
-            let r = self.call("write placement", c.txn(txn)).await?;
+            let r = self.call("write placement", || send(c, &txn)).await?;
             if !r.succeeded() {
                 self.st.leader = false;
                 return Ok(());
@@ -398,15 +420,22 @@ impl Ctl {
     }
 }
 
-async fn timed<T>(
-    d: Duration,
-    what: &'static str,
-    f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<T, FleetError> {
-    match tokio::time::timeout(d, f).await {
-        Ok(r) => Ok(r?),
-        Err(_) => Err(FleetError::Timeout { what, ms: d.as_millis() as u64 }),
-    }
+/// A transaction, on a clone of the client (so [`timed`] can send it again).
+fn send(
+    c: &Client,
+    txn: &Txn,
+) -> impl std::future::Future<Output = Result<etcd_client::TxnResponse, etcd_client::Error>> {
+    let (mut c, txn) = (c.clone(), txn.clone());
+    async move { c.txn(txn).await }
+}
+
+fn grant(
+    c: &Client,
+    ttl: i64,
+) -> impl std::future::Future<Output = Result<etcd_client::LeaseGrantResponse, etcd_client::Error>>
+{
+    let mut c = c.clone();
+    async move { c.lease_grant(ttl, None).await }
 }
 
 fn text_of(what: &str, b: &[u8]) -> Result<String, FleetError> {
@@ -422,11 +451,11 @@ fn text_of(what: &str, b: &[u8]) -> Result<String, FleetError> {
 pub async fn read_inputs(c: &mut Client, call: Duration) -> Result<Inputs, FleetError> {
     let list = || Some(GetOptions::new().with_prefix().with_limit(MAX_KEYS));
     let mut inp = Inputs::default();
-    let r = timed(call, "read fleet desired", c.get(keys::FLEET_DESIRED, None)).await?;
+    let r = timed(call, "read fleet desired", || get(c, keys::FLEET_DESIRED, None)).await?;
     if let Some(kv) = r.kvs().first() {
         inp.doc = Some((kv.mod_revision(), text_of(keys::FLEET_DESIRED, kv.value())?));
     }
-    let r = timed(call, "read hosts", c.get(keys::HOSTS, list())).await?;
+    let r = timed(call, "read hosts", || get(c, keys::HOSTS, list())).await?;
     for kv in r.kvs() {
         let key = String::from_utf8_lossy(kv.key()).into_owned();
         match HostRecord::decode(&key, kv.value()) {
@@ -434,14 +463,14 @@ pub async fn read_inputs(c: &mut Client, call: Duration) -> Result<Inputs, Fleet
             Err(e) => warn!(error = %e, "fleet controller: host record skipped"),
         }
     }
-    let r = timed(call, "read cordons", c.get(keys::CORDON, list())).await?;
+    let r = timed(call, "read cordons", || get(c, keys::CORDON, list())).await?;
     for kv in r.kvs() {
         let key = String::from_utf8_lossy(kv.key()).into_owned();
         if let Some(n) = keys::name_in(&key, keys::CORDON) {
             inp.cordoned.insert(n.to_string());
         }
     }
-    let r = timed(call, "read placement", c.get(keys::PLACEMENT, None)).await?;
+    let r = timed(call, "read placement", || get(c, keys::PLACEMENT, None)).await?;
     if let Some(kv) = r.kvs().first() {
         match crate::record::decode::<Placement>(keys::PLACEMENT, kv.value()) {
             Ok(p) if p.v == PLACEMENT_VERSION => inp.prev = Some(p),
@@ -449,7 +478,7 @@ pub async fn read_inputs(c: &mut Client, call: Duration) -> Result<Inputs, Fleet
             Err(e) => warn!(error = %e, "fleet controller: placement unreadable; placing afresh"),
         }
     }
-    let r = timed(call, "read desired", c.get(keys::DESIRED, list())).await?;
+    let r = timed(call, "read desired", || get(c, keys::DESIRED, list())).await?;
     for kv in r.kvs() {
         let key = String::from_utf8_lossy(kv.key()).into_owned();
         if let (Some(n), Ok(t)) = (keys::name_in(&key, keys::DESIRED), text_of(&key, kv.value())) {
@@ -471,7 +500,7 @@ fn with_client<T>(
 ) -> Result<T, FleetError> {
     runtime()?.block_on(async {
         let opts = ConnectOptions::new().with_connect_timeout(call).with_timeout(call);
-        let mut c = timed(call, "connect", Client::connect(etcd, Some(opts))).await?;
+        let mut c = timed(call, "connect", || Client::connect(etcd, Some(opts.clone()))).await?;
         f(&mut c).await
     })
 }
@@ -481,8 +510,11 @@ pub fn store(etcd: &[String], text: &str, call: Duration) -> Result<i64, FleetEr
     let text = text.to_string();
     with_client(etcd, call, move |c| {
         Box::pin(async move {
-            let r =
-                timed(call, "store fleet desired", c.put(keys::FLEET_DESIRED, text, None)).await?;
+            let put = || {
+                let (mut c, text) = (c.clone(), text.clone());
+                async move { c.put(keys::FLEET_DESIRED, text, None).await }
+            };
+            let r = timed(call, "store fleet desired", put).await?;
             Ok(r.header().map_or(0, |h| h.revision()))
         })
     })
@@ -509,9 +541,17 @@ pub fn cordon(etcd: &[String], host: &str, on: bool, call: Duration) -> Result<(
         Box::pin(async move {
             if on {
                 let v = format!("{{\"since_ms\":{}}}", crate::record::now_ms());
-                timed(call, "cordon", c.put(key, v, None)).await?;
+                let put = || {
+                    let (mut c, k, v) = (c.clone(), key.clone(), v.clone());
+                    async move { c.put(k, v, None).await }
+                };
+                timed(call, "cordon", put).await?;
             } else {
-                timed(call, "uncordon", c.delete(key, None)).await?;
+                let delete = || {
+                    let (mut c, k) = (c.clone(), key.clone());
+                    async move { c.delete(k, None).await }
+                };
+                timed(call, "uncordon", delete).await?;
             }
             Ok(())
         })

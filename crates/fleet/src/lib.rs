@@ -25,6 +25,8 @@
 
 #[cfg(feature = "etcd")]
 pub mod agent;
+#[cfg(feature = "etcd")]
+pub mod call;
 pub mod config;
 #[cfg(feature = "etcd")]
 pub mod controller;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use etcd_client::{Client, ConnectOptions, GetOptions};
 use serde::Serialize;
 
+use crate::call::{get, timed};
 use crate::keys;
 use crate::record::{HostRecord, MAX_VALUE};
 use crate::FleetError;
@@ -66,9 +67,9 @@ pub fn read(endpoints: &[String], timeout: Duration) -> Result<FleetView, FleetE
 
 async fn read_async(endpoints: &[String], timeout: Duration) -> Result<FleetView, FleetError> {
     let opts = ConnectOptions::new().with_connect_timeout(timeout).with_timeout(timeout);
-    let mut c = Client::connect(endpoints, Some(opts)).await?;
+    let c = timed(timeout, "connect", || Client::connect(endpoints, Some(opts.clone()))).await?;
     let list = || Some(GetOptions::new().with_prefix().with_limit(MAX_KEYS));
-    let hosts = c.get(keys::HOSTS, list()).await?;
+    let hosts = timed(timeout, "read hosts", || get(&c, keys::HOSTS, list())).await?;
     let revision = hosts.header().map_or(0, |h| h.revision());
     let mut view = FleetView {
         revision,
@@ -83,13 +84,18 @@ async fn read_async(endpoints: &[String], timeout: Duration) -> Result<FleetView
         let key = String::from_utf8_lossy(kv.key()).into_owned();
         match HostRecord::decode(&key, kv.value()) {
             Ok(record) => {
-                let ttl = c.lease_time_to_live(kv.lease(), None).await.map_or(-1, |r| r.ttl());
+                let id = kv.lease();
+                let ask = || {
+                    let mut c = c.clone();
+                    async move { c.lease_time_to_live(id, None).await }
+                };
+                let ttl = timed(timeout, "lease ttl", ask).await.map_or(-1, |r| r.ttl());
                 view.hosts.push(HostView { record, lease_ttl_left_s: ttl });
             }
             Err(e) => view.unreadable.push(e.to_string()),
         }
     }
-    let desired = c.get(keys::DESIRED, list()).await?;
+    let desired = timed(timeout, "read desired", || get(&c, keys::DESIRED, list())).await?;
     for kv in desired.kvs() {
         let key = String::from_utf8_lossy(kv.key()).into_owned();
         match keys::name_in(&key, keys::DESIRED) {
@@ -101,17 +107,20 @@ async fn read_async(endpoints: &[String], timeout: Duration) -> Result<FleetView
             _ => view.unreadable.push(format!("{key}: not a host's desired topology")),
         }
     }
-    for kv in c.get(keys::CORDON, list()).await?.kvs() {
+    let cordons = timed(timeout, "read cordons", || get(&c, keys::CORDON, list())).await?;
+    for kv in cordons.kvs() {
         let key = String::from_utf8_lossy(kv.key()).into_owned();
         match keys::name_in(&key, keys::CORDON) {
             Some(h) => view.cordoned.push(h.to_string()),
             None => view.unreadable.push(format!("{key}: not a cordon")),
         }
     }
-    if let Some(kv) = c.get(keys::LEADER, None).await?.kvs().first() {
+    let leader = timed(timeout, "read leader", || get(&c, keys::LEADER, None)).await?;
+    if let Some(kv) = leader.kvs().first() {
         view.leader = Some(String::from_utf8_lossy(kv.value()).chars().take(64).collect());
     }
-    if let Some(kv) = c.get(keys::PLACEMENT, None).await?.kvs().first() {
+    let placement = timed(timeout, "read placement", || get(&c, keys::PLACEMENT, None)).await?;
+    if let Some(kv) = placement.kvs().first() {
         match crate::record::decode::<crate::placement::Placement>(keys::PLACEMENT, kv.value()) {
             Ok(p) => view.placement = Some(p),
             Err(e) => view.unreadable.push(e.to_string()),

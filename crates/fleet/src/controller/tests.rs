@@ -105,6 +105,14 @@ fn failover_moves_a_dead_hosts_vrs_and_keeps_the_rules() {
     assert!(vrs_in(&t["h1"]).is_empty());
     // h2's VXLAN port now points at h3, not h1.
     assert!(t["h2"].contains("192.0.2.3") && !t["h2"].contains("192.0.2.1"), "{}", t["h2"]);
+    // The round after: a is kept on h3 and still says where it came from; nothing is written.
+    let again = plan(&after(next.clone(), &out2), "ctl");
+    let x = again.placement.vrs.iter().find(|x| x.vr == "a").unwrap();
+    assert_eq!((x.host.as_deref(), &x.why), (Some("h3"), &Why::Kept));
+    assert_eq!(x.moved_from.as_deref(), Some("h1"));
+    assert!(again.topologies.is_empty(), "{:?}", again.topologies);
+    let b = again.placement.vrs.iter().find(|x| x.vr == "b").unwrap();
+    assert_eq!(b.moved_from, None, "b never moved");
     // h3 gone too: b stays on h2 (stable), so a cannot go there (anti-affinity): unplaced,
     // with the reason; c fits beside b.
     let mut last = after(next, &out2);
