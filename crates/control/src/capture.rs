@@ -62,7 +62,10 @@ fn write_frames(
             let data = from_hex(&f.hex).ok_or_else(|| {
                 ControlError::State(format!("capture {id}: a frame's bytes are not hex"))
             })?;
+            // An impairment drops frames on their way out of the port.
+            let impaired = f.reason.as_deref().is_some_and(|r| r.starts_with("impair_"));
             let dir = match f.dir.as_str() {
+                "drop" if impaired => Direction::Outbound,
                 "rx" | "drop" => Direction::Inbound,
                 "tx" => Direction::Outbound,
                 _ => Direction::Unknown,

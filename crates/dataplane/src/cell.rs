@@ -91,6 +91,10 @@ impl TxOutcome for Tally<'_> {
             self.tallies[t.vr as usize].count(t.transit, t.len, j < k);
         }
     }
+
+    fn tap(&mut self) -> Option<&mut Tap> {
+        self.tap.as_deref_mut()
+    }
 }
 
 impl Tx<'_> {
@@ -414,7 +418,7 @@ impl Cell {
     pub(crate) fn poll(&mut self, w: &mut Worker, now: u64) -> usize {
         let timed = w.has_clock();
         let mut total = 0;
-        self.egress.release(&mut self.ports, &mut self.pcs, now);
+        self.egress.release(&mut self.ports, &mut self.pcs, now, tap_of(&mut self.obs));
         if self.handoff.is_some() {
             total += self.poll_feeds(w, now, timed);
         }
@@ -442,8 +446,8 @@ impl Cell {
                 continue;
             }
             if let Some((s, m)) = self.member_of[p] {
-                let Cell { ports, pcs, egress, switches, .. } = self;
-                let mut links = Links { ports, pcs, egress };
+                let Cell { ports, pcs, egress, switches, obs, .. } = self;
+                let mut links = Links { ports, pcs, egress, tap: tap_of(obs) };
                 switches[s as usize].forward(&mut links, m, &mut w.batch, base..base + n, now);
                 let t = w.read_clock();
                 w.spare.add_necessary(t.saturating_sub(t0));
@@ -816,8 +820,8 @@ impl Cell {
                     tap: None,
                     staged: 0,
                 };
-                let links =
-                    Links { ports: &mut ports[..], pcs: &mut pcs[..], egress: &mut *egress };
+                let (ports, pcs, egress) = (&mut ports[..], &mut pcs[..], &mut *egress);
+                let links = Links { ports, pcs, egress, tap: None };
                 let mut tx = Tx { links, tally };
                 let mut cx = Burst { now, lookup, out, tx: &mut tx };
                 // Observed: one packet at a time, to learn each one's fate (one call site of
@@ -882,7 +886,7 @@ impl Cell {
     fn tx<'a>(&'a mut self, info: &'a mut [TxInfo]) -> Tx<'a> {
         let Cell { ports, pcs, egress, tallies, stages, obs, .. } = self;
         let tally = Tally { info, tallies, stages, tap: tap_of(obs), staged: 0 };
-        Tx { links: Links { ports, pcs, egress }, tally }
+        Tx { links: Links { ports, pcs, egress, tap: None }, tally }
     }
 
     /// Ports' control-path work, neighbor timers of every VR, and whatever they or earlier
@@ -917,7 +921,7 @@ impl Cell {
             vr.tick(now, &mut w.out);
             let (info, tap) = (&mut w.info[..], tap_of(obs));
             let tally = Tally { info, tallies: &mut tallies[..], stages, tap, staged: 0 };
-            let mut tx = Tx { links: Links { ports, pcs, egress }, tally };
+            let mut tx = Tx { links: Links { ports, pcs, egress, tap: None }, tally };
             tx.transmit(&mut w.out);
             vr.counters.add(&std::mem::take(&mut tallies[v]));
         }

@@ -42,6 +42,7 @@
 
 use ports::{Batch, PktBuf, Port, MAX_BURST};
 
+use crate::observe::Tap;
 use crate::types::BuildError;
 
 /// A chance in units of 2^-32: 0 never, [`Chance::ALWAYS`] always (netem's u32 scale, with
@@ -373,6 +374,18 @@ impl Impair {
     /// the pool, its buffer exchanged for a spare of the pool's). Those due at once leave at
     /// the next [`Impair::release`].
     pub fn offer(&mut self, batch: &mut Batch, sel: &[u16], now: u64) {
+        self.offer_watched(batch, sel, now, None);
+    }
+
+    /// [`Impair::offer`], a copy of each frame dropped given to `tap` (a capture of the
+    /// port's drops) if there is one.
+    pub(crate) fn offer_watched(
+        &mut self,
+        batch: &mut Batch,
+        sel: &[u16],
+        now: u64,
+        mut tap: Option<&mut Tap>,
+    ) {
         self.counters.offered += sel.len() as u64;
         for &i in sel {
             let copies = if self.roll(self.cfg.duplicate) {
@@ -383,13 +396,13 @@ impl Impair {
             };
             for copy in 0..copies {
                 if self.lost() {
-                    self.counters.drops[ImpairDrop::Loss as usize] += 1;
+                    self.dropped(ImpairDrop::Loss, &mut tap, batch.get(i as usize).frame());
                     continue;
                 }
                 let Some(s) = self.free.pop() else {
                     let queued = self.cfg.rate_bps > 0 && self.link_free > now;
                     let r = if queued { ImpairDrop::Rate } else { ImpairDrop::Limit };
-                    self.counters.drops[r as usize] += 1;
+                    self.dropped(r, &mut tap, batch.get(i as usize).frame());
                     continue;
                 };
                 let pkt = &mut self.slots[s as usize].buf;
@@ -402,6 +415,9 @@ impl Impair {
                     // A smaller limit set live while more waited: this one does not fit.
                     self.free.push(s);
                     self.counters.drops[ImpairDrop::Limit as usize] += 1;
+                    if let Some(t) = tap.as_deref_mut() {
+                        t.impair_drop(ImpairDrop::Limit, self.slots[s as usize].buf.frame());
+                    }
                     continue;
                 }
                 self.corrupt(s);
@@ -411,9 +427,28 @@ impl Impair {
         }
     }
 
+    /// Counts a drop for `r`, and gives `tap` a copy of the frame.
+    #[inline]
+    fn dropped(&mut self, r: ImpairDrop, tap: &mut Option<&mut Tap>, f: &[u8]) {
+        self.counters.drops[r as usize] += 1;
+        if let Some(t) = tap.as_deref_mut() {
+            t.impair_drop(r, f);
+        }
+    }
+
     /// Sends every frame due by `now` on `port`, in time order, in bursts; returns how many the
     /// port took (the rest are dropped, [`ImpairDrop::TxFull`]).
     pub fn release(&mut self, now: u64, port: &mut dyn Port) -> usize {
+        self.release_watched(now, port, None)
+    }
+
+    /// [`Impair::release`], a copy of each frame the port refused given to `tap`, if any.
+    pub(crate) fn release_watched(
+        &mut self,
+        now: u64,
+        port: &mut dyn Port,
+        mut tap: Option<&mut Tap>,
+    ) -> usize {
         let mut sent = 0;
         loop {
             let n = self.pop_due(now);
@@ -421,6 +456,11 @@ impl Impair {
                 return sent;
             }
             let k = port.tx_burst(&mut self.out, &ALL_SLOTS[..n]);
+            if let Some(t) = tap.as_deref_mut() {
+                for j in k..n {
+                    t.impair_drop(ImpairDrop::TxFull, self.out.get(j).frame());
+                }
+            }
             for j in 0..n {
                 let s = self.from[j];
                 self.out.swap_buf(j, &mut self.slots[s as usize].buf);

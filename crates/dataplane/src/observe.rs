@@ -17,6 +17,7 @@ use std::sync::Arc;
 use ports::PktBuf;
 
 use crate::counters::{PortDrop, VrDrop};
+use crate::impair::ImpairDrop;
 use crate::routes::Adj;
 
 /// Bytes of a frame a capture keeps (a frame buffer's size: whole frames).
@@ -29,7 +30,8 @@ pub enum Dir {
     Rx,
     /// Handed to the port for transmission, and taken by it.
     Tx,
-    /// Received on the port and dropped, for the reason recorded.
+    /// Dropped, for the reason recorded: received on the port and dropped there or in a VR,
+    /// or sent to the port and dropped by its impairment ([`Reason::Impair`]).
     Drop,
 }
 
@@ -43,11 +45,13 @@ impl Dir {
     }
 }
 
-/// Why a captured or traced packet was dropped: at classification, or in a VR.
+/// Why a captured or traced packet was dropped: at classification, in a VR, or by the
+/// impairment of the port it was sent to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
     Port(PortDrop),
     Vr(VrDrop),
+    Impair(ImpairDrop),
 }
 
 impl Reason {
@@ -55,6 +59,7 @@ impl Reason {
         match self {
             Reason::Port(r) => r.name(),
             Reason::Vr(r) => r.name(),
+            Reason::Impair(r) => r.name(),
         }
     }
 }
@@ -238,6 +243,18 @@ impl Tap {
             self.ring.publish(1);
             self.left -= 1;
         }
+    }
+
+    /// The tap, if it copies what is dropped at port `p` (an impairment's drops there).
+    #[inline]
+    pub(crate) fn drops_at(tap: Option<&mut Tap>, p: usize) -> Option<&mut Tap> {
+        tap.filter(|t| t.wants_drops(p))
+    }
+
+    /// Copies a frame an impairment dropped.
+    #[cold]
+    pub(crate) fn impair_drop(&mut self, r: ImpairDrop, f: &[u8]) {
+        self.record(Dir::Drop, Some(Reason::Impair(r)), f);
     }
 
     /// Copies received frames.

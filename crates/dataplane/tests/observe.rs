@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use dataplane::impair::{Chance, ImpairConfig, ImpairDrop, Loss};
 use dataplane::{Adj, CaptureRing, Dir, PortDrop, Reason, Tap, VrDrop};
 
 const RINGS: [usize; 3] = [64, 64, 64];
@@ -61,6 +62,69 @@ fn capture_rx_tx_and_drops_with_reasons() {
     assert_eq!(got[0].dir, Dir::Tx);
     assert_eq!(got[0].data, sent[0]);
     assert!(lab.e.cell_mut().set_capture(None).is_some());
+}
+
+/// A link that loses every frame: a capture of its port's drops gets each one with the
+/// impairment's reason (after the frame's transmit copy: the impairment took it), in bursts of
+/// 1, 2 and 257 frames, and every counter says the same.
+#[test]
+fn an_impairments_drops_are_captured_with_their_reason() {
+    assert_eq!(Reason::Impair(ImpairDrop::Loss).name(), "impair_loss");
+    for n in [1usize, 2, 257] {
+        let mut lab = Lab::new(&[base_vr()], &[512, 512, 512]);
+        let lossy =
+            ImpairConfig { loss: Loss::Random(Chance::ALWAYS), seed: 1, ..ImpairConfig::default() };
+        lab.e.cell_mut().set_impair(1, Some(lossy)).unwrap();
+        let ring = CaptureRing::new(4 * n);
+        lab.e.cell_mut().set_capture(Some(Tap::new(1, true, 0, ring.clone())));
+        lab.send(0, &vec![fwd_frame(); n]);
+        lab.run();
+        assert!(lab.recv(1).is_empty(), "n={n}: every frame is lost");
+        let mut got = Vec::new();
+        ring.drain(&mut got, 10 * n);
+        let (tx, drops): (Vec<_>, Vec<_>) = got.iter().partition(|c| c.dir == Dir::Tx);
+        assert_eq!((tx.len(), drops.len()), (n, n), "n={n}");
+        for (t, d) in tx.iter().zip(&drops) {
+            assert_eq!(
+                (d.dir, d.reason, d.port),
+                (Dir::Drop, Some(Reason::Impair(ImpairDrop::Loss)), 1)
+            );
+            assert_eq!(d.data, t.data, "n={n}: the frame as it was sent to the link");
+        }
+        // Within a burst, its transmit copies come before its drops.
+        assert_eq!(got[0].dir, Dir::Tx);
+        assert_eq!(got.last().unwrap().dir, Dir::Drop);
+        assert_eq!((ring.taken(), ring.lost()), (2 * n as u64, 0), "n={n}");
+        let imp = *lab.e.cell().port_impair(1).unwrap().counters();
+        assert_eq!((imp.offered, imp.sent), (n as u64, 0), "n={n}");
+        assert_eq!(imp.dropped(ImpairDrop::Loss), n as u64, "n={n}");
+        for r in [ImpairDrop::Limit, ImpairDrop::Rate, ImpairDrop::TxFull] {
+            assert_eq!(imp.dropped(r), 0, "n={n} {r:?}");
+        }
+        assert_eq!(lab.e.port_counters(1).tx_packets, 0, "n={n}");
+        assert_eq!(lab.e.cell().stages().tx_packets, n as u64, "n={n}: the link took them");
+    }
+}
+
+/// No capture of drops, or one of another port: the impairment drops and counts, nothing is
+/// copied.
+#[test]
+fn an_impairments_drops_go_only_to_a_capture_of_its_ports_drops() {
+    for (port, drops) in [(1, false), (0, true)] {
+        let mut lab = Lab::new(&[base_vr()], &RINGS);
+        let lossy = ImpairConfig { loss: Loss::Random(Chance::ALWAYS), ..ImpairConfig::default() };
+        lab.e.cell_mut().set_impair(1, Some(lossy)).unwrap();
+        let ring = CaptureRing::new(8);
+        let tap = Tap::new(port, drops, 0, ring.clone());
+        lab.e.cell_mut().set_capture(Some(tap));
+        lab.send(0, &[fwd_frame(), fwd_frame()]);
+        lab.run();
+        let mut got = Vec::new();
+        ring.drain(&mut got, 100);
+        assert!(got.iter().all(|c| c.dir != Dir::Drop), "{got:?}");
+        let imp = *lab.e.cell().port_impair(1).unwrap().counters();
+        assert_eq!(imp.dropped(ImpairDrop::Loss), 2);
+    }
 }
 
 #[test]
