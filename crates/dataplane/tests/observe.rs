@@ -106,6 +106,31 @@ fn an_impairments_drops_are_captured_with_their_reason() {
     }
 }
 
+/// Frames a delayed link holds, refused by a full port when their time comes (a later poll's
+/// release): each copied with `impair_tx_full`.
+#[test]
+fn frames_refused_at_their_release_are_captured_as_impair_tx_full() {
+    const MS: u64 = 1_000_000;
+    let mut lab = Lab::new(&[base_vr()], &[64, 4, 64]);
+    let delayed = ImpairConfig { delay_ns: MS, ..ImpairConfig::default() };
+    lab.e.cell_mut().set_impair(1, Some(delayed)).unwrap();
+    let ring = CaptureRing::new(64);
+    lab.e.cell_mut().set_capture(Some(Tap::new(1, true, 0, ring.clone())));
+    lab.send(0, &vec![fwd_frame(); 8]);
+    lab.run();
+    assert_eq!(lab.e.cell().port_impair(1).unwrap().held(), 8);
+    lab.run_at(2 * MS);
+    assert_eq!(lab.recv(1).len(), 4, "the port's ring holds 4");
+    let mut got = Vec::new();
+    ring.drain(&mut got, 100);
+    let seen: Vec<_> = got.iter().map(|c| (c.dir, c.reason)).collect();
+    let tx_full = (Dir::Drop, Some(Reason::Impair(ImpairDrop::TxFull)));
+    assert_eq!(seen, [[(Dir::Tx, None); 8].as_slice(), &[tx_full; 4]].concat());
+    let imp = *lab.e.cell().port_impair(1).unwrap().counters();
+    assert_eq!((imp.offered, imp.sent, imp.dropped(ImpairDrop::TxFull)), (8, 4, 4));
+    assert_eq!(lab.e.port_counters(1).tx_packets, 4);
+}
+
 /// No capture of drops, or one of another port: the impairment drops and counts, nothing is
 /// copied.
 #[test]
