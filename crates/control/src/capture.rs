@@ -125,6 +125,10 @@ pub fn trace_line(p: &TraceRow) -> String {
         );
     }
     match (&p.egress, &p.drop) {
+        // Sent, then dropped by the impairment of the link it left by.
+        (Some(e), Some(d)) if d.starts_with("impair_") => {
+            line += &format!(" -> rewrite -> egress {e} -> drop: {d}")
+        }
         (_, Some(d)) => line += &format!(" -> drop: {d}"),
         (Some(e), None) if p.lookup.is_some() => line += &format!(" -> rewrite -> egress {e}"),
         (Some(e), None) => line += &format!(" -> answered -> egress {e}"),

@@ -15,7 +15,7 @@
 use ports::{Batch, Port, MAX_BURST};
 
 use crate::counters::PortCounters;
-use crate::impair::Impair;
+use crate::impair::{Impair, Watch};
 use crate::observe::Tap;
 
 /// Per-port transmit lists (512 bytes a port), for the cell's ports.
@@ -38,9 +38,10 @@ pub(crate) trait TxOutcome {
     fn before(&mut self, _p: u16, _batch: &mut Batch, _sel: &[u16]) {}
     /// Port `p` took the first `taken` frames of `sel`, and refused the rest.
     fn after(&mut self, p: u16, sel: &[u16], taken: usize);
-    /// The capture the owner holds, for the drops of an impaired port.
-    fn tap(&mut self) -> Option<&mut Tap> {
-        None
+    /// What is to see the drops of impaired port `p`: by default `tap`, the cell's capture of
+    /// that port's drops, if there is one.
+    fn watch<'s>(&'s mut self, _p: u16, tap: Option<&'s mut Tap>) -> Option<&'s mut dyn Watch> {
+        tap.map(|t| t as &mut dyn Watch)
     }
 }
 
@@ -112,8 +113,8 @@ impl Egress {
         let mut drained = false;
         for (p, i) in self.imp.iter_mut().enumerate() {
             if let Some(i) = i {
-                let t = Tap::drops_at(tap.as_deref_mut(), p);
-                pcs[p].tx_packets += i.release_watched(now, &mut *ports[p], t) as u64;
+                let w = Tap::drops_at(tap.as_deref_mut(), p).map(|t| t as &mut dyn Watch);
+                pcs[p].tx_packets += i.release_watched(now, &mut *ports[p], w) as u64;
                 drained |= i.config().is_none() && i.held() == 0;
             }
         }
@@ -165,11 +166,8 @@ impl Egress {
                     // Every frame is taken: the owner accounts them before the impairment
                     // copies its drops into a capture, which comes after its transmit copies.
                     acct.after(p, sel, sel.len());
-                    let tap = match acct.tap() {
-                        Some(t) => Some(t),
-                        None => tap.as_deref_mut(),
-                    };
-                    impaired(port, pc, imp, self.now, batch, sel, Tap::drops_at(tap, p as usize));
+                    let watch = acct.watch(p, Tap::drops_at(tap.as_deref_mut(), p as usize));
+                    impaired(port, pc, imp, self.now, batch, sel, watch);
                 }
             }
             sel.clear();
@@ -200,8 +198,8 @@ impl Links<'_> {
         let imp = self.egress.imp[p].as_deref_mut();
         let (port, pc, now) = (&mut *self.ports[p], &mut self.pcs[p], self.egress.now);
         if let Some(i) = imp {
-            let tap = Tap::drops_at(self.tap.as_deref_mut(), p);
-            return impaired(port, pc, i, now, batch, sel, tap);
+            let watch = Tap::drops_at(self.tap.as_deref_mut(), p).map(|t| t as &mut dyn Watch);
+            return impaired(port, pc, i, now, batch, sel, watch);
         }
         let k = port.tx_burst(batch, sel);
         pc.tx_packets += k as u64;
@@ -210,7 +208,7 @@ impl Links<'_> {
 }
 
 /// Offers `sel` of `batch` to an impaired port: every frame is taken, what becomes of each is
-/// the impairment's to count (and to copy into `tap`, a capture of the port's drops).
+/// the impairment's to count (and to show `watch`: a capture of the port's drops, a trace).
 #[cold]
 #[inline(never)]
 fn impaired(
@@ -220,9 +218,9 @@ fn impaired(
     now: u64,
     batch: &mut Batch,
     sel: &[u16],
-    mut tap: Option<&mut Tap>,
+    mut watch: Option<&mut (dyn Watch + '_)>,
 ) -> usize {
-    imp.offer_watched(batch, sel, now, tap.as_deref_mut());
-    pc.tx_packets += imp.release_watched(now, port, tap) as u64;
+    imp.offer_watched(batch, sel, now, watch.as_deref_mut());
+    pc.tx_packets += imp.release_watched(now, port, watch) as u64;
     sel.len()
 }

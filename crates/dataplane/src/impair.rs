@@ -42,7 +42,6 @@
 
 use ports::{Batch, PktBuf, Port, MAX_BURST};
 
-use crate::observe::Tap;
 use crate::types::BuildError;
 
 /// A chance in units of 2^-32: 0 never, [`Chance::ALWAYS`] always (netem's u32 scale, with
@@ -214,6 +213,13 @@ impl ImpairConfig {
     }
 }
 
+/// What is shown the frames an impairment drops (a capture, a trace): only while one looks.
+pub(crate) trait Watch {
+    /// Frame `f` was dropped for `r`; `slot`: its slot in the batch offered, if it was
+    /// dropped as it was offered.
+    fn dropped(&mut self, slot: Option<u16>, r: ImpairDrop, f: &[u8]);
+}
+
 /// Why an impairment dropped a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(usize)]
@@ -377,14 +383,14 @@ impl Impair {
         self.offer_watched(batch, sel, now, None);
     }
 
-    /// [`Impair::offer`], a copy of each frame dropped given to `tap` (a capture of the
-    /// port's drops) if there is one.
+    /// [`Impair::offer`], each frame dropped shown to `watch` (a capture of the port's drops,
+    /// a trace) if there is one, with its slot in `batch`.
     pub(crate) fn offer_watched(
         &mut self,
         batch: &mut Batch,
         sel: &[u16],
         now: u64,
-        mut tap: Option<&mut Tap>,
+        mut watch: Option<&mut (dyn Watch + '_)>,
     ) {
         self.counters.offered += sel.len() as u64;
         for &i in sel {
@@ -396,13 +402,13 @@ impl Impair {
             };
             for copy in 0..copies {
                 if self.lost() {
-                    self.dropped(ImpairDrop::Loss, &mut tap, batch.get(i as usize).frame());
+                    self.dropped(ImpairDrop::Loss, &mut watch, i, batch.get(i as usize).frame());
                     continue;
                 }
                 let Some(s) = self.free.pop() else {
                     let queued = self.cfg.rate_bps > 0 && self.link_free > now;
                     let r = if queued { ImpairDrop::Rate } else { ImpairDrop::Limit };
-                    self.dropped(r, &mut tap, batch.get(i as usize).frame());
+                    self.dropped(r, &mut watch, i, batch.get(i as usize).frame());
                     continue;
                 };
                 let pkt = &mut self.slots[s as usize].buf;
@@ -415,8 +421,8 @@ impl Impair {
                     // A smaller limit set live while more waited: this one does not fit.
                     self.free.push(s);
                     self.counters.drops[ImpairDrop::Limit as usize] += 1;
-                    if let Some(t) = tap.as_deref_mut() {
-                        t.impair_drop(ImpairDrop::Limit, self.slots[s as usize].buf.frame());
+                    if let Some(w) = watch.as_deref_mut() {
+                        w.dropped(Some(i), ImpairDrop::Limit, self.slots[s as usize].buf.frame());
                     }
                     continue;
                 }
@@ -427,12 +433,18 @@ impl Impair {
         }
     }
 
-    /// Counts a drop for `r`, and gives `tap` a copy of the frame.
+    /// Counts a drop for `r` of the frame in slot `i`, and shows it to `watch`.
     #[inline]
-    fn dropped(&mut self, r: ImpairDrop, tap: &mut Option<&mut Tap>, f: &[u8]) {
+    fn dropped(
+        &mut self,
+        r: ImpairDrop,
+        watch: &mut Option<&mut (dyn Watch + '_)>,
+        i: u16,
+        f: &[u8],
+    ) {
         self.counters.drops[r as usize] += 1;
-        if let Some(t) = tap.as_deref_mut() {
-            t.impair_drop(r, f);
+        if let Some(w) = watch.as_deref_mut() {
+            w.dropped(Some(i), r, f);
         }
     }
 
@@ -442,12 +454,12 @@ impl Impair {
         self.release_watched(now, port, None)
     }
 
-    /// [`Impair::release`], a copy of each frame the port refused given to `tap`, if any.
+    /// [`Impair::release`], each frame the port refused shown to `watch`, if any.
     pub(crate) fn release_watched(
         &mut self,
         now: u64,
         port: &mut dyn Port,
-        mut tap: Option<&mut Tap>,
+        mut watch: Option<&mut (dyn Watch + '_)>,
     ) -> usize {
         let mut sent = 0;
         loop {
@@ -456,9 +468,9 @@ impl Impair {
                 return sent;
             }
             let k = port.tx_burst(&mut self.out, &ALL_SLOTS[..n]);
-            if let Some(t) = tap.as_deref_mut() {
+            if let Some(w) = watch.as_deref_mut() {
                 for j in k..n {
-                    t.impair_drop(ImpairDrop::TxFull, self.out.get(j).frame());
+                    w.dropped(None, ImpairDrop::TxFull, self.out.get(j).frame());
                 }
             }
             for j in 0..n {

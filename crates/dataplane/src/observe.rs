@@ -251,12 +251,6 @@ impl Tap {
         tap.filter(|t| t.wants_drops(p))
     }
 
-    /// Copies a frame an impairment dropped.
-    #[cold]
-    pub(crate) fn impair_drop(&mut self, r: ImpairDrop, f: &[u8]) {
-        self.record(Dir::Drop, Some(Reason::Impair(r)), f);
-    }
-
     /// Copies received frames.
     pub(crate) fn rx(&mut self, p: usize, pkts: &[PktBuf]) {
         if self.port as usize == p {
@@ -299,6 +293,14 @@ impl Tap {
     }
 }
 
+/// A capture of an impaired port's drops (see [`Tap::drops_at`]) copies each frame dropped.
+impl crate::impair::Watch for Tap {
+    #[cold]
+    fn dropped(&mut self, _slot: Option<u16>, r: ImpairDrop, f: &[u8]) {
+        self.record(Dir::Drop, Some(Reason::Impair(r)), f);
+    }
+}
+
 /// What one traced packet met at each stage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TraceRecord {
@@ -317,6 +319,11 @@ pub struct TraceRecord {
     pub egress: Option<u16>,
     /// The drop reason, if it was dropped.
     pub drop: Option<VrDrop>,
+    /// Why the impairment of the port it was sent out of dropped it, if it did so as it was
+    /// sent (a frame it held and dropped later, `impair_tx_full`, is no longer traced).
+    pub impair: Option<ImpairDrop>,
+    /// The packet's slot in its burst, to find its record when its egress is flushed.
+    pub(crate) slot: u16,
 }
 
 /// A per-VR trace budget and its records.
@@ -324,6 +331,27 @@ pub(crate) struct Trace {
     pub vr: u16,
     pub left: u32,
     pub records: Vec<TraceRecord>,
+    /// Records from here on are of packets whose burst is not sent yet.
+    pub unsent: usize,
+}
+
+impl Trace {
+    /// The packet in slot `slot` of the burst being sent, if it is VR `vr`'s and traced, was
+    /// dropped by the impairment of its egress port, for `r`.
+    pub(crate) fn impair_dropped(&mut self, vr: u16, slot: u16, r: ImpairDrop) {
+        if vr != self.vr {
+            return;
+        }
+        let unsent = self.unsent.min(self.records.len());
+        if let Some(rec) = self.records[unsent..].iter_mut().find(|t| t.slot == slot) {
+            rec.impair = Some(r);
+        }
+    }
+
+    /// The burst being sent is sent.
+    pub(crate) fn sent(&mut self) {
+        self.unsent = self.records.len();
+    }
 }
 
 /// Everything observed on a cell: at most one capture and one trace.

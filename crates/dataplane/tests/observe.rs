@@ -193,7 +193,7 @@ fn trace_names_each_stage() {
     let (dst, _, adj) = f.lookup.expect("looked up");
     assert_eq!(dst, ip("8.8.8.8"));
     assert!(matches!(adj, Adj::Via { iface: 1, .. }), "{adj:?}");
-    assert_eq!((f.egress, f.drop), (Some(1), None));
+    assert_eq!((f.egress, f.drop, f.impair), (Some(1), None, None));
     let d = &recs[1];
     assert_eq!(d.lookup.map(|l| (l.0, l.2)), Some((ip("192.0.2.1"), Adj::Blackhole)));
     assert_eq!((d.egress, d.drop), (None, Some(VrDrop::Blackhole)));
@@ -202,6 +202,36 @@ fn trace_names_each_stage() {
 
 /// A packet the VR answers with an ICMP error (TTL 1) is traced with the length it arrived
 /// with, not the error's, though the error is written over it in place.
+/// Traced packets a lossy link drops as they are sent: each record has its egress and the
+/// impairment's reason (a packet the VR dropped keeps the VR's), in bursts of 1, 2 and 257.
+#[test]
+fn a_trace_shows_what_the_egress_links_impairment_dropped() {
+    for n in [1usize, 2, 257] {
+        let mut lab = Lab::new(&[base_vr()], &[512, 512, 512]);
+        let lossy = ImpairConfig { loss: Loss::Random(Chance::ALWAYS), ..ImpairConfig::default() };
+        lab.e.cell_mut().set_impair(1, Some(lossy)).unwrap();
+        lab.e.cell_mut().set_trace(0, n as u32 + 1).unwrap();
+        let mut frames = vec![fwd_frame(); n];
+        frames.insert(n / 2, blackholed());
+        lab.send(0, &frames);
+        lab.run();
+        assert!(lab.recv(1).is_empty());
+        let (recs, left) = lab.e.cell_mut().take_trace();
+        assert_eq!((recs.len(), left), (n + 1, 0), "n={n}");
+        for (k, r) in recs.iter().enumerate() {
+            if k == n / 2 {
+                assert_eq!((r.egress, r.drop, r.impair), (None, Some(VrDrop::Blackhole), None));
+            } else {
+                let want = (Some(1), None, Some(ImpairDrop::Loss));
+                assert_eq!((r.egress, r.drop, r.impair), want, "n={n} record {k}");
+            }
+        }
+        let imp = *lab.e.cell().port_impair(1).unwrap().counters();
+        assert_eq!((imp.offered, imp.dropped(ImpairDrop::Loss)), (n as u64, n as u64), "n={n}");
+        assert_eq!(lab.e.cell().stages().tx_packets, n as u64, "n={n}");
+    }
+}
+
 #[test]
 fn a_traced_drop_keeps_its_received_length() {
     let mut lab = Lab::new(&[base_vr()], &RINGS);
