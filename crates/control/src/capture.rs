@@ -62,7 +62,10 @@ fn write_frames(
             let data = from_hex(&f.hex).ok_or_else(|| {
                 ControlError::State(format!("capture {id}: a frame's bytes are not hex"))
             })?;
+            // An impairment drops frames on their way out of the port.
+            let impaired = f.reason.as_deref().is_some_and(|r| r.starts_with("impair_"));
             let dir = match f.dir.as_str() {
+                "drop" if impaired => Direction::Outbound,
                 "rx" | "drop" => Direction::Inbound,
                 "tx" => Direction::Outbound,
                 _ => Direction::Unknown,
@@ -122,6 +125,10 @@ pub fn trace_line(p: &TraceRow) -> String {
         );
     }
     match (&p.egress, &p.drop) {
+        // Sent, then dropped by the impairment of the link it left by.
+        (Some(e), Some(d)) if d.starts_with("impair_") => {
+            line += &format!(" -> rewrite -> egress {e} -> drop: {d}")
+        }
         (_, Some(d)) => line += &format!(" -> drop: {d}"),
         (Some(e), None) if p.lookup.is_some() => line += &format!(" -> rewrite -> egress {e}"),
         (Some(e), None) => line += &format!(" -> answered -> egress {e}"),

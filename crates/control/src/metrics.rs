@@ -24,21 +24,17 @@
 //! (`metrics_page.html`), fetch nothing from elsewhere, and write topology names only as text
 //! (`textContent`), never as markup.
 //!
-//! **The HTTP side** is a small HTTP/1.0 responder on a std `TcpListener` (one thread
-//! accepting, one short-lived thread per connection): one request per connection, its head at
-//! most [`MAX_REQUEST`] bytes, whole within [`READ_DEADLINE`] however the client spreads it
-//! out; `GET` (or `HEAD`) `/metrics`, `/` and `/api/graph` only. It stays hand-written
-//! rather than a server crate (issue 24 asked for one): the small synchronous candidate,
-//! `tiny_http`, runs its own accept loop and reads heads with no size bound (its header-limit
-//! change is an unmerged pull request), so it could keep neither [`MAX_REQUEST`] nor the
-//! cutting of the oldest pending connection below; the async ones would bring a runtime into
-//! control. At most [`MAX_PENDING`] connections may be sending
-//! their head at once, and one more cuts the oldest of them ([`crate::admit`]), so slow or
-//! silent clients cannot keep a scraper out (a real one sends its head at once); at most
-//! [`MAX_CONNECTIONS`] requests are answered at once, more get 503 at once. There is no
-//! authentication: listen on loopback or a management address.
+//! **The HTTP side** is `hyper`'s HTTP/1 server (`http.rs`), without an async runtime: one
+//! thread accepting, one short-lived thread per connection driving hyper over the blocking
+//! socket. One request per connection, its head at most [`MAX_REQUEST`] bytes, whole within
+//! [`READ_DEADLINE`] however the client spreads it out (else `431`, `408`); `GET` (or `HEAD`)
+//! `/metrics`, `/` and `/api/graph` only (else `404`, `405`). The response speaks the
+//! request's HTTP version (1.0 to a 1.0 client) and closes the connection. At most
+//! [`MAX_PENDING`] connections may be sending their head at once, and one more cuts the oldest
+//! of them ([`crate::admit`]), so slow or silent clients cannot keep a scraper out (a real one
+//! sends its head at once); at most [`MAX_CONNECTIONS`] requests are answered at once, more get
+//! 503 at once. There is no authentication: listen on loopback or a management address.
 
-use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -56,10 +52,12 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::admit::{self, Pending};
+use crate::admit::Pending;
 use crate::graph::Graph;
 use crate::runtime::Snapshot;
 use crate::{ControlError, Node};
+
+mod http;
 
 /// Requests answered at once (their head read); more are answered 503 and closed.
 pub const MAX_CONNECTIONS: usize = 8;
@@ -723,7 +721,7 @@ impl MetricsServer {
             let (shared, stop, pending) = (shared.clone(), stop.clone(), pending.clone());
             std::thread::Builder::new()
                 .name("metrics-accept".into())
-                .spawn(move || accept_loop(l, &shared, &pending, &stop))
+                .spawn(move || http::accept_loop(l, &shared, &pending, &stop))
                 .map_err(|e| ControlError::io("metrics thread", e))?
         };
         Ok(MetricsServer { addr, shared, pending, stop, thread: Some(thread) })
@@ -791,140 +789,4 @@ impl Drop for MetricsServer {
             let _ = t.join();
         }
     }
-}
-
-fn accept_loop(l: TcpListener, shared: &Arc<Shared>, pending: &Arc<Pending>, stop: &AtomicBool) {
-    for conn in l.incoming() {
-        if stop.load(Ordering::Acquire) {
-            break;
-        }
-        let Ok(s) = conn else {
-            // Out of descriptors and the like: do not spin.
-            std::thread::sleep(Duration::from_millis(50));
-            continue;
-        };
-        let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
-        let slot = match pending.admit(&s) {
-            Ok((slot, cut)) => {
-                if let Some(peer) = cut {
-                    shared.counts.cut.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(%peer, limit = MAX_PENDING, "metrics: cut the oldest connection still sending its request");
-                }
-                slot
-            }
-            Err(_) => continue,
-        };
-        let shared = shared.clone();
-        // Not made (out of threads): the connection and its slot go with the closure.
-        let _ = std::thread::Builder::new()
-            .name("metrics-http".into())
-            .spawn(move || serve_one(s, slot, &shared));
-    }
-    pending.cut_all();
-}
-
-/// Gives an answering place back when the answer is done.
-struct Answering<'a>(&'a AtomicUsize);
-
-impl Drop for Answering<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Reads the request head: `Err(status)` when it is too long, too slow or not HTTP.
-fn read_head(s: &mut TcpStream) -> Result<Vec<u8>, &'static str> {
-    let t0 = Instant::now();
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    loop {
-        if buf.windows(4).any(|w| w == b"\r\n\r\n") || buf.windows(2).any(|w| w == b"\n\n") {
-            return Ok(buf);
-        }
-        if buf.len() > MAX_REQUEST {
-            return Err("431 Request Header Fields Too Large");
-        }
-        let left = READ_DEADLINE.saturating_sub(t0.elapsed());
-        if left.is_zero() {
-            return Err("408 Request Timeout");
-        }
-        let _ = s.set_read_timeout(Some(left));
-        match s.read(&mut chunk) {
-            Ok(0) => return Err("400 Bad Request"),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return Err("408 Request Timeout"),
-        }
-    }
-}
-
-fn serve_one(mut s: TcpStream, slot: admit::Slot, shared: &Shared) {
-    let head = match read_head(&mut s) {
-        Ok(h) => h,
-        Err(status) => {
-            if status.starts_with("408") {
-                shared.counts.timed_out.fetch_add(1, Ordering::Relaxed);
-            }
-            respond(&mut s, status, "text/plain", format!("{status}\n").as_bytes(), true);
-            return;
-        }
-    };
-    drop(slot);
-    if shared.answering.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-        shared.answering.fetch_sub(1, Ordering::AcqRel);
-        shared.counts.busy.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(limit = MAX_CONNECTIONS, "metrics: too many requests at once; answered 503");
-        let body = b"too many connections\n";
-        respond(&mut s, "503 Service Unavailable", "text/plain", body, true);
-        return;
-    }
-    let _answering = Answering(&shared.answering);
-    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let mut words = line.split_whitespace();
-    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    let body_too = method != "HEAD";
-    if method != "GET" && method != "HEAD" {
-        respond(&mut s, "405 Method Not Allowed", "text/plain", b"GET or HEAD only\n", true);
-        return;
-    }
-    let render: fn(&Arc<Sample>) -> String = match path {
-        "/metrics" => Sample::render,
-        "/" => |s| s.page(),
-        "/api/graph" => |s| serde_json::to_string(&s.graph_page()).unwrap_or_default(),
-        _ => {
-            let body = b"routeplex serves GET /metrics, / (the live topology page), /api/graph\n";
-            respond(&mut s, "404 Not Found", "text/plain", body, body_too);
-            return;
-        }
-    };
-    let ctype = match path {
-        "/metrics" => CONTENT_TYPE,
-        "/" => "text/html; charset=utf-8",
-        _ => "application/json",
-    };
-    match shared.sample() {
-        Ok(sample) => respond(&mut s, "200 OK", ctype, render(&sample).as_bytes(), body_too),
-        Err(why) => respond(
-            &mut s,
-            "503 Service Unavailable",
-            "text/plain",
-            format!("{why}\n").as_bytes(),
-            body_too,
-        ),
-    }
-}
-
-fn respond(s: &mut TcpStream, status: &str, ctype: &str, body: &[u8], body_too: bool) {
-    let head = format!(
-        "HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let _ = s.write_all(head.as_bytes());
-    if body_too {
-        let _ = s.write_all(body);
-    }
-    let _ = s.flush();
-    let _ = s.shutdown(std::net::Shutdown::Write);
 }

@@ -161,3 +161,55 @@ fn trace_names_the_stages_of_forwarded_and_dropped_packets() {
     assert!(lines[3].ends_with("(blackhole) -> drop: blackhole"), "{lines:#?}");
     node.stop().unwrap();
 }
+
+/// `out` loses every frame it is sent: a capture of its drops has each forwarded frame twice,
+/// as sent (taken by the link) and as dropped with `impair_loss`, which `tcpdump` reads; a trace
+/// shows the packet's egress and then the link's drop; `status` counts them on the link.
+#[test]
+fn an_impaired_links_drops_are_captured_and_traced() {
+    let topo = TOPO.replace(
+        "{ name: out, kind: mem }",
+        "{ name: out, kind: mem, impair: { loss: 100%, seed: 1 } }",
+    );
+    let topo = Topology::parse(&topo, "capture.yaml", Path::new(".")).unwrap();
+    let mut o = Options::new(1);
+    o.idle = Idle::Yield;
+    let mut node = Node::start(topo, o, 256).unwrap();
+    let tx = node.take_outside("in").unwrap();
+    let mut rx = node.take_outside("out").unwrap();
+    let stop = AtomicBool::new(false);
+
+    let sender = send_later(tx);
+    let mut pcap = Vec::new();
+    let mut ask = |c| node.execute(c);
+    let s = capture::capture(&mut ask, "out", 6, true, &mut pcap, &stop).unwrap();
+    let tx = sender.join().unwrap();
+    assert_eq!(s, capture::Summary { frames: 6, lost: 0 });
+    let lines = tcpdump(&["-r", "-"], Some(&pcap));
+    assert_eq!(lines.len(), 6, "{lines:#?}");
+    for l in &lines {
+        assert!(l.contains("02:00:00:00:01:01 > 02:00:00:00:0b:01"), "{l}");
+        assert!(l.contains("10.0.0.10.1000 > 198.51.100.1.2000: UDP, length 8"), "{l}");
+    }
+    let has = |s: &str| pcap.windows(s.len()).filter(|w| *w == s.as_bytes()).count();
+    assert_eq!(has("dropped: impair_loss"), 3);
+    assert_eq!(rx.rx_burst(&mut Batch::new(16)), 0, "the link lost them all");
+
+    let sender = send_later(tx);
+    let mut lines = Vec::new();
+    let n = capture::trace(&mut ask, "r", 4, &stop, &mut |l| lines.push(l)).unwrap();
+    sender.join().unwrap();
+    assert_eq!(n, 4, "{lines:#?}");
+    for l in &lines[..3] {
+        assert!(l.ends_with("-> rewrite -> egress out -> drop: impair_loss"), "{lines:#?}");
+    }
+    assert!(lines[3].ends_with("(blackhole) -> drop: blackhole"), "{lines:#?}");
+
+    let st = ask(control::api::Command::Status).unwrap();
+    let out = st.json()["ports"].as_array().unwrap().iter().find(|p| p["name"] == "out").cloned();
+    let out = out.expect("port out in status");
+    assert_eq!(out["impair"]["offered"], 6, "{out:#}");
+    assert_eq!(out["impair"]["sent"], 0, "{out:#}");
+    assert_eq!(out["impair"]["drops"]["impair_loss"], 6, "{out:#}");
+    node.stop().unwrap();
+}

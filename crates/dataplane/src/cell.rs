@@ -29,7 +29,7 @@ use crate::config::Reservation;
 use crate::counters::{PortCounters, PortDrop, StageCounters, TxTally, VrDrop};
 use crate::demux::{Conflict, Demux, Target, NO_KEY};
 use crate::egress::{Egress, Links, TxOutcome};
-use crate::impair::{Impair, ImpairConfig};
+use crate::impair::{Impair, ImpairConfig, ImpairDrop, Watch};
 use crate::ingress::{Ingress, IngressQueues, Queue};
 use crate::observe::{Dir, Observe, Reason, Tap, Trace, TraceRecord};
 use crate::switch::Switch;
@@ -66,6 +66,10 @@ struct Tally<'a> {
     tap: Option<&'a mut Tap>,
     /// Frames the capture staged for the port being sent on.
     staged: usize,
+    /// A trace of the packets forwarded in this burst (`None` for frames a VR made).
+    trace: Option<&'a mut Trace>,
+    /// The impaired port whose drops are shown (see [`Watch`]).
+    port: u16,
 }
 
 impl TxOutcome for Tally<'_> {
@@ -91,12 +95,35 @@ impl TxOutcome for Tally<'_> {
             self.tallies[t.vr as usize].count(t.transit, t.len, j < k);
         }
     }
+
+    fn watch<'s>(&'s mut self, p: u16, _: Option<&'s mut Tap>) -> Option<&'s mut dyn Watch> {
+        self.port = p;
+        let tapped = self.tap.as_ref().is_some_and(|t| t.wants_drops(p as usize));
+        (tapped || self.trace.is_some()).then_some(self as &mut dyn Watch)
+    }
+}
+
+/// An impaired port's drops, to the capture of that port's drops and the trace of the VR that
+/// sent the packet.
+impl Watch for Tally<'_> {
+    #[cold]
+    fn dropped(&mut self, slot: Option<u16>, r: ImpairDrop, f: &[u8]) {
+        if let Some(t) = Tap::drops_at(self.tap.as_deref_mut(), self.port as usize) {
+            t.dropped(slot, r, f);
+        }
+        if let (Some(tr), Some(i)) = (self.trace.as_deref_mut(), slot) {
+            tr.impair_dropped(self.info[i as usize].vr, i, r);
+        }
+    }
 }
 
 impl Tx<'_> {
     /// Sends what was staged from `batch` and tallies each packet on its VR.
     fn flush(&mut self, batch: &mut Batch) {
         self.links.flush(batch, &mut self.tally);
+        if let Some(t) = self.tally.trace.as_deref_mut() {
+            t.sent();
+        }
     }
 }
 
@@ -138,7 +165,7 @@ fn refused(o: &mut Observe, at: At, batch: &Batch, meta: &[Meta], sel: &[u16], r
     for &i in sel {
         let i = i as usize;
         let pkt = batch.get(i);
-        observed_fate(o, at, pkt, pkt.len() as u16, &meta[i], None, Some(r));
+        observed_fate(o, at, (i, pkt), pkt.len() as u16, &meta[i], None, Some(r));
     }
 }
 
@@ -177,7 +204,7 @@ fn observe_after(
     let found = lookup.single().map(|(a, nh)| (a, nh, vr.adj(nh)));
     let i = i as usize;
     let rx_len = o.rx_len;
-    observed_fate(o, at, batch.get(i), rx_len, &meta[i], found, drop);
+    observed_fate(o, at, (i, batch.get(i)), rx_len, &meta[i], found, drop);
 }
 
 /// Records what became of one packet (received `rx_len` bytes long): a capture's drop copy, a
@@ -185,7 +212,7 @@ fn observe_after(
 fn observed_fate(
     o: &mut Observe,
     at: At,
-    pkt: &ports::PktBuf,
+    (slot, pkt): (usize, &ports::PktBuf),
     rx_len: u16,
     m: &Meta,
     lookup: Option<(std::net::IpAddr, fib::NextHop, crate::routes::Adj)>,
@@ -211,6 +238,8 @@ fn observed_fate(
                     Fate::Done => None,
                 },
                 drop,
+                impair: None,
+                slot: slot as u16,
             });
         }
     }
@@ -414,7 +443,7 @@ impl Cell {
     pub(crate) fn poll(&mut self, w: &mut Worker, now: u64) -> usize {
         let timed = w.has_clock();
         let mut total = 0;
-        self.egress.release(&mut self.ports, &mut self.pcs, now);
+        self.egress.release(&mut self.ports, &mut self.pcs, now, tap_of(&mut self.obs));
         if self.handoff.is_some() {
             total += self.poll_feeds(w, now, timed);
         }
@@ -445,8 +474,8 @@ impl Cell {
                 continue;
             }
             if let Some((s, m)) = self.member_of[p] {
-                let Cell { ports, pcs, egress, switches, .. } = self;
-                let mut links = Links { ports, pcs, egress };
+                let Cell { ports, pcs, egress, switches, obs, .. } = self;
+                let mut links = Links { ports, pcs, egress, tap: tap_of(obs) };
                 switches[s as usize].forward(&mut links, m, &mut w.batch, base..base + n, now);
                 let t = w.read_clock();
                 w.spare.add_necessary(t.saturating_sub(t0));
@@ -563,6 +592,7 @@ impl Cell {
             vr: v as u16,
             left: count,
             records: Vec::with_capacity(count as usize),
+            unsent: 0,
         });
         self.tidy_obs();
         Ok(())
@@ -818,9 +848,11 @@ impl Cell {
                     stages: &mut *stages,
                     tap: None,
                     staged: 0,
+                    trace: None,
+                    port: 0,
                 };
-                let links =
-                    Links { ports: &mut ports[..], pcs: &mut pcs[..], egress: &mut *egress };
+                let (ports, pcs, egress) = (&mut ports[..], &mut pcs[..], &mut *egress);
+                let links = Links { ports, pcs, egress, tap: None };
                 let mut tx = Tx { links, tally };
                 let mut cx = Burst { now, lookup, out, tx: &mut tx };
                 // Observed: one packet at a time, to learn each one's fate (one call site of
@@ -884,8 +916,12 @@ impl Cell {
     /// The cell's transmit side, tallying by `info`.
     fn tx<'a>(&'a mut self, info: &'a mut [TxInfo]) -> Tx<'a> {
         let Cell { ports, pcs, egress, tallies, stages, obs, .. } = self;
-        let tally = Tally { info, tallies, stages, tap: tap_of(obs), staged: 0 };
-        Tx { links: Links { ports, pcs, egress }, tally }
+        let (tap, trace) = match obs.as_deref_mut() {
+            Some(o) => (o.tap.as_mut(), o.trace.as_mut()),
+            None => (None, None),
+        };
+        let tally = Tally { info, tallies, stages, tap, staged: 0, trace, port: 0 };
+        Tx { links: Links { ports, pcs, egress, tap: None }, tally }
     }
 
     /// Ports' control-path work, neighbor timers of every VR, and whatever they or earlier
@@ -919,8 +955,9 @@ impl Cell {
             w.out.vr = v as u16;
             vr.tick(now, &mut w.out);
             let (info, tap) = (&mut w.info[..], tap_of(obs));
-            let tally = Tally { info, tallies: &mut tallies[..], stages, tap, staged: 0 };
-            let mut tx = Tx { links: Links { ports, pcs, egress }, tally };
+            let tallies = &mut tallies[..];
+            let tally = Tally { info, tallies, stages, tap, staged: 0, trace: None, port: 0 };
+            let mut tx = Tx { links: Links { ports, pcs, egress, tap: None }, tally };
             tx.transmit(&mut w.out);
             vr.counters.add(&std::mem::take(&mut tallies[v]));
         }

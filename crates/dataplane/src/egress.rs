@@ -8,12 +8,15 @@
 //! A port with an impairment ([`Impair`], `impair.rs`) is sent to through it: its frames are
 //! all taken (the impairment drops, holds or passes each and counts what it drops), and what
 //! is due leaves at once; what waits leaves on a later poll ([`Egress::release`]). A port
-//! without one costs a check per burst.
+//! without one costs a check per burst. A capture of an impaired port's drops gets a copy of
+//! each frame its impairment drops; the frames' owner is told the impairment took them all
+//! before it is offered them, so the capture's staged transmit copies are published first.
 
 use ports::{Batch, Port, MAX_BURST};
 
 use crate::counters::PortCounters;
-use crate::impair::Impair;
+use crate::impair::{Impair, Watch};
+use crate::observe::Tap;
 
 /// Per-port transmit lists (512 bytes a port), for the cell's ports.
 pub(crate) struct Egress {
@@ -35,6 +38,11 @@ pub(crate) trait TxOutcome {
     fn before(&mut self, _p: u16, _batch: &mut Batch, _sel: &[u16]) {}
     /// Port `p` took the first `taken` frames of `sel`, and refused the rest.
     fn after(&mut self, p: u16, sel: &[u16], taken: usize);
+    /// What is to see the drops of impaired port `p`: by default `tap`, the cell's capture of
+    /// that port's drops, if there is one.
+    fn watch<'s>(&'s mut self, _p: u16, tap: Option<&'s mut Tap>) -> Option<&'s mut dyn Watch> {
+        tap.map(|t| t as &mut dyn Watch)
+    }
 }
 
 impl Egress {
@@ -78,21 +86,35 @@ impl Egress {
         self.impaired = self.imp.iter().any(Option::is_some);
     }
 
-    /// Sends what impairments hold that is due by `now`, counting it on the ports.
+    /// Sends what impairments hold that is due by `now`, counting it on the ports (and what a
+    /// port refuses in `tap`, if it captures that port's drops).
     #[inline]
-    pub fn release(&mut self, ports: &mut [Box<dyn Port>], pcs: &mut [PortCounters], now: u64) {
+    pub fn release(
+        &mut self,
+        ports: &mut [Box<dyn Port>],
+        pcs: &mut [PortCounters],
+        now: u64,
+        tap: Option<&mut Tap>,
+    ) {
         self.now = now;
         if self.impaired {
-            self.release_all(ports, pcs, now);
+            self.release_all(ports, pcs, now, tap);
         }
     }
 
     #[cold]
-    fn release_all(&mut self, ports: &mut [Box<dyn Port>], pcs: &mut [PortCounters], now: u64) {
+    fn release_all(
+        &mut self,
+        ports: &mut [Box<dyn Port>],
+        pcs: &mut [PortCounters],
+        now: u64,
+        mut tap: Option<&mut Tap>,
+    ) {
         let mut drained = false;
         for (p, i) in self.imp.iter_mut().enumerate() {
             if let Some(i) = i {
-                pcs[p].tx_packets += i.release(now, &mut *ports[p]) as u64;
+                let w = Tap::drops_at(tap.as_deref_mut(), p).map(|t| t as &mut dyn Watch);
+                pcs[p].tx_packets += i.release_watched(now, &mut *ports[p], w) as u64;
                 drained |= i.config().is_none() && i.held() == 0;
             }
         }
@@ -134,13 +156,26 @@ impl Egress {
         pcs: &mut [PortCounters],
         batch: &mut Batch,
         acct: &mut impl TxOutcome,
+        mut tap: Option<&mut Tap>,
     ) {
         for &p in &self.touched {
             let sel = &mut self.sel[p as usize];
             acct.before(p, batch, sel);
             let (port, pc) = (&mut *ports[p as usize], &mut pcs[p as usize]);
-            let k = send(port, pc, self.imp[p as usize].as_deref_mut(), self.now, batch, sel);
-            acct.after(p, sel, k);
+            match self.imp[p as usize].as_deref_mut() {
+                None => {
+                    let k = port.tx_burst(batch, sel);
+                    pc.tx_packets += k as u64;
+                    acct.after(p, sel, k);
+                }
+                Some(imp) => {
+                    // Every frame is taken: the owner accounts them before the impairment
+                    // copies its drops into a capture, which comes after its transmit copies.
+                    acct.after(p, sel, sel.len());
+                    let watch = acct.watch(p, Tap::drops_at(tap.as_deref_mut(), p as usize));
+                    impaired(port, pc, imp, self.now, batch, sel, watch);
+                }
+            }
             sel.clear();
         }
         self.touched.clear();
@@ -152,43 +187,34 @@ pub(crate) struct Links<'a> {
     pub ports: &'a mut [Box<dyn Port>],
     pub pcs: &'a mut [PortCounters],
     pub egress: &'a mut Egress,
+    /// The cell's capture, for impaired ports' drops, when the frames' owner holds none.
+    pub tap: Option<&'a mut Tap>,
 }
 
 impl Links<'_> {
     /// Sends what was staged from `batch`, accounted by `acct`.
     #[inline]
     pub fn flush(&mut self, batch: &mut Batch, acct: &mut impl TxOutcome) {
-        self.egress.flush(self.ports, self.pcs, batch, acct);
+        self.egress.flush(self.ports, self.pcs, batch, acct, self.tap.as_deref_mut());
     }
 
     /// Offers `sel` of `batch` to port `p` at once (frames not staged: a switch's copies).
     #[inline]
     pub fn send(&mut self, p: usize, batch: &mut Batch, sel: &[u16]) -> usize {
         let imp = self.egress.imp[p].as_deref_mut();
-        send(&mut *self.ports[p], &mut self.pcs[p], imp, self.egress.now, batch, sel)
+        let (port, pc, now) = (&mut *self.ports[p], &mut self.pcs[p], self.egress.now);
+        if let Some(i) = imp {
+            let watch = Tap::drops_at(self.tap.as_deref_mut(), p).map(|t| t as &mut dyn Watch);
+            return impaired(port, pc, i, now, batch, sel, watch);
+        }
+        let k = port.tx_burst(batch, sel);
+        pc.tx_packets += k as u64;
+        k
     }
 }
 
-/// Offers `sel` of `batch` to `port` in one `tx_burst`, counting what it took on the port;
-/// returns that count (the frames it took are the first ones of `sel`). Through an
-/// impairment, every frame is taken: what becomes of each is the impairment's to count.
-#[inline]
-pub(crate) fn send(
-    port: &mut dyn Port,
-    pc: &mut PortCounters,
-    imp: Option<&mut Impair>,
-    now: u64,
-    batch: &mut Batch,
-    sel: &[u16],
-) -> usize {
-    if let Some(i) = imp {
-        return impaired(port, pc, i, now, batch, sel);
-    }
-    let k = port.tx_burst(batch, sel);
-    pc.tx_packets += k as u64;
-    k
-}
-
+/// Offers `sel` of `batch` to an impaired port: every frame is taken, what becomes of each is
+/// the impairment's to count (and to show `watch`: a capture of the port's drops, a trace).
 #[cold]
 #[inline(never)]
 fn impaired(
@@ -198,8 +224,9 @@ fn impaired(
     now: u64,
     batch: &mut Batch,
     sel: &[u16],
+    mut watch: Option<&mut (dyn Watch + '_)>,
 ) -> usize {
-    imp.offer(batch, sel, now);
-    pc.tx_packets += imp.release(now, port) as u64;
+    imp.offer_watched(batch, sel, now, watch.as_deref_mut());
+    pc.tx_packets += imp.release_watched(now, port, watch) as u64;
     sel.len()
 }

@@ -213,6 +213,13 @@ impl ImpairConfig {
     }
 }
 
+/// What is shown the frames an impairment drops (a capture, a trace): only while one looks.
+pub(crate) trait Watch {
+    /// Frame `f` was dropped for `r`; `slot`: its slot in the batch offered, if it was
+    /// dropped as it was offered.
+    fn dropped(&mut self, slot: Option<u16>, r: ImpairDrop, f: &[u8]);
+}
+
 /// Why an impairment dropped a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(usize)]
@@ -373,6 +380,18 @@ impl Impair {
     /// the pool, its buffer exchanged for a spare of the pool's). Those due at once leave at
     /// the next [`Impair::release`].
     pub fn offer(&mut self, batch: &mut Batch, sel: &[u16], now: u64) {
+        self.offer_watched(batch, sel, now, None);
+    }
+
+    /// [`Impair::offer`], each frame dropped shown to `watch` (a capture of the port's drops,
+    /// a trace) if there is one, with its slot in `batch`.
+    pub(crate) fn offer_watched(
+        &mut self,
+        batch: &mut Batch,
+        sel: &[u16],
+        now: u64,
+        mut watch: Option<&mut (dyn Watch + '_)>,
+    ) {
         self.counters.offered += sel.len() as u64;
         for &i in sel {
             let copies = if self.roll(self.cfg.duplicate) {
@@ -383,13 +402,13 @@ impl Impair {
             };
             for copy in 0..copies {
                 if self.lost() {
-                    self.counters.drops[ImpairDrop::Loss as usize] += 1;
+                    self.dropped(ImpairDrop::Loss, &mut watch, i, batch.get(i as usize).frame());
                     continue;
                 }
                 let Some(s) = self.free.pop() else {
                     let queued = self.cfg.rate_bps > 0 && self.link_free > now;
                     let r = if queued { ImpairDrop::Rate } else { ImpairDrop::Limit };
-                    self.counters.drops[r as usize] += 1;
+                    self.dropped(r, &mut watch, i, batch.get(i as usize).frame());
                     continue;
                 };
                 let pkt = &mut self.slots[s as usize].buf;
@@ -402,6 +421,9 @@ impl Impair {
                     // A smaller limit set live while more waited: this one does not fit.
                     self.free.push(s);
                     self.counters.drops[ImpairDrop::Limit as usize] += 1;
+                    if let Some(w) = watch.as_deref_mut() {
+                        w.dropped(Some(i), ImpairDrop::Limit, self.slots[s as usize].buf.frame());
+                    }
                     continue;
                 }
                 self.corrupt(s);
@@ -411,9 +433,34 @@ impl Impair {
         }
     }
 
+    /// Counts a drop for `r` of the frame in slot `i`, and shows it to `watch`.
+    #[inline]
+    fn dropped(
+        &mut self,
+        r: ImpairDrop,
+        watch: &mut Option<&mut (dyn Watch + '_)>,
+        i: u16,
+        f: &[u8],
+    ) {
+        self.counters.drops[r as usize] += 1;
+        if let Some(w) = watch.as_deref_mut() {
+            w.dropped(Some(i), r, f);
+        }
+    }
+
     /// Sends every frame due by `now` on `port`, in time order, in bursts; returns how many the
     /// port took (the rest are dropped, [`ImpairDrop::TxFull`]).
     pub fn release(&mut self, now: u64, port: &mut dyn Port) -> usize {
+        self.release_watched(now, port, None)
+    }
+
+    /// [`Impair::release`], each frame the port refused shown to `watch`, if any.
+    pub(crate) fn release_watched(
+        &mut self,
+        now: u64,
+        port: &mut dyn Port,
+        mut watch: Option<&mut (dyn Watch + '_)>,
+    ) -> usize {
         let mut sent = 0;
         loop {
             let n = self.pop_due(now);
@@ -421,6 +468,11 @@ impl Impair {
                 return sent;
             }
             let k = port.tx_burst(&mut self.out, &ALL_SLOTS[..n]);
+            if let Some(w) = watch.as_deref_mut() {
+                for j in k..n {
+                    w.dropped(None, ImpairDrop::TxFull, self.out.get(j).frame());
+                }
+            }
             for j in 0..n {
                 let s = self.from[j];
                 self.out.swap_buf(j, &mut self.slots[s as usize].buf);

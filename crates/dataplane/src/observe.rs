@@ -17,6 +17,7 @@ use std::sync::Arc;
 use ports::PktBuf;
 
 use crate::counters::{PortDrop, VrDrop};
+use crate::impair::ImpairDrop;
 use crate::routes::Adj;
 
 /// Bytes of a frame a capture keeps (a frame buffer's size: whole frames).
@@ -29,7 +30,8 @@ pub enum Dir {
     Rx,
     /// Handed to the port for transmission, and taken by it.
     Tx,
-    /// Received on the port and dropped, for the reason recorded.
+    /// Dropped, for the reason recorded: received on the port and dropped there or in a VR,
+    /// or sent to the port and dropped by its impairment ([`Reason::Impair`]).
     Drop,
 }
 
@@ -43,11 +45,13 @@ impl Dir {
     }
 }
 
-/// Why a captured or traced packet was dropped: at classification, or in a VR.
+/// Why a captured or traced packet was dropped: at classification, in a VR, or by the
+/// impairment of the port it was sent to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
     Port(PortDrop),
     Vr(VrDrop),
+    Impair(ImpairDrop),
 }
 
 impl Reason {
@@ -55,6 +59,7 @@ impl Reason {
         match self {
             Reason::Port(r) => r.name(),
             Reason::Vr(r) => r.name(),
+            Reason::Impair(r) => r.name(),
         }
     }
 }
@@ -240,6 +245,12 @@ impl Tap {
         }
     }
 
+    /// The tap, if it copies what is dropped at port `p` (an impairment's drops there).
+    #[inline]
+    pub(crate) fn drops_at(tap: Option<&mut Tap>, p: usize) -> Option<&mut Tap> {
+        tap.filter(|t| t.wants_drops(p))
+    }
+
     /// Copies received frames.
     pub(crate) fn rx(&mut self, p: usize, pkts: &[PktBuf]) {
         if self.port as usize == p {
@@ -282,6 +293,14 @@ impl Tap {
     }
 }
 
+/// A capture of an impaired port's drops (see [`Tap::drops_at`]) copies each frame dropped.
+impl crate::impair::Watch for Tap {
+    #[cold]
+    fn dropped(&mut self, _slot: Option<u16>, r: ImpairDrop, f: &[u8]) {
+        self.record(Dir::Drop, Some(Reason::Impair(r)), f);
+    }
+}
+
 /// What one traced packet met at each stage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TraceRecord {
@@ -300,6 +319,11 @@ pub struct TraceRecord {
     pub egress: Option<u16>,
     /// The drop reason, if it was dropped.
     pub drop: Option<VrDrop>,
+    /// Why the impairment of the port it was sent out of dropped it, if it did so as it was
+    /// sent (a frame it held and dropped later, `impair_tx_full`, is no longer traced).
+    pub impair: Option<ImpairDrop>,
+    /// The packet's slot in its burst, to find its record when its egress is flushed.
+    pub(crate) slot: u16,
 }
 
 /// A per-VR trace budget and its records.
@@ -307,6 +331,27 @@ pub(crate) struct Trace {
     pub vr: u16,
     pub left: u32,
     pub records: Vec<TraceRecord>,
+    /// Records from here on are of packets whose burst is not sent yet.
+    pub unsent: usize,
+}
+
+impl Trace {
+    /// The packet in slot `slot` of the burst being sent, if it is VR `vr`'s and traced, was
+    /// dropped by the impairment of its egress port, for `r`.
+    pub(crate) fn impair_dropped(&mut self, vr: u16, slot: u16, r: ImpairDrop) {
+        if vr != self.vr {
+            return;
+        }
+        let unsent = self.unsent.min(self.records.len());
+        if let Some(rec) = self.records[unsent..].iter_mut().find(|t| t.slot == slot) {
+            rec.impair = Some(r);
+        }
+    }
+
+    /// The burst being sent is sent.
+    pub(crate) fn sent(&mut self) {
+        self.unsent = self.records.len();
+    }
 }
 
 /// Everything observed on a cell: at most one capture and one trace.

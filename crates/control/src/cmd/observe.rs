@@ -139,7 +139,8 @@ impl Node {
                     adjacency: adj_text(adj, &ifname),
                 }),
                 egress: r.egress.map(port),
-                drop: r.drop.map(|d| d.name().into()),
+                // The VR's drop, or the egress link's impairment's (the packet was sent).
+                drop: r.drop.map(|d| d.name().into()).or_else(|| r.impair.map(|d| d.name().into())),
             })
             .collect();
         Ok(TraceRead { vr, packets, left })
