@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::sys::threads::Sampler;
 use crate::Result;
 
 pub mod fleet_lab;
@@ -48,8 +47,8 @@ pub struct Args {
     /// The lease TTL of the hosts and the controller for failover and drain, seconds, 1..=60.
     #[arg(long, default_value_t = 1)]
     ttl_s: u64,
-    /// The lease TTL while placing --vrs (the agent applies inside its renewal tick, so a TTL
-    /// shorter than a big apply fences the host: docs/fleet.md, the agent), 1..=60.
+    /// The lease TTL while placing --vrs and draining (the agent applies inside its renewal
+    /// tick, so a TTL shorter than a big apply fences the host: docs/fleet.md, the agent), 1..=60.
     #[arg(long, default_value_t = 10)]
     place_ttl_s: u64,
     /// VRs on the drained host, 1..=200.
@@ -93,6 +92,10 @@ pub struct FailoverOut {
     pub moves: Vec<(String, String)>,
     /// Why each repetition that did not recover failed.
     pub failed: Vec<String>,
+    /// Repetitions before which the VR was seen running on two hosts at once (the host
+    /// started again after the previous kill ran it from its journal until its agent applied
+    /// the desired topology); each waited until one host ran it.
+    pub duplicate_reps: usize,
 }
 
 /// What the drain measured.
@@ -196,6 +199,7 @@ pub fn report(
                 "max_ms": round3(percentile(&f.samples_ms, 100.0)),
                 "moves": f.moves.iter().map(|(a, b)| json!({"from": a, "to": b})).collect::<Vec<_>>(),
                 "failed": f.failed,
+                "repetitions_with_the_vr_on_two_hosts_before": f.duplicate_reps,
             });
             out["ttl_s"] = json!(f.ttl_s);
             let ttl_ms = f.ttl_s as f64 * 1000.0;
@@ -275,7 +279,7 @@ pub fn report(
     out
 }
 
-const METHOD: &str = "one machine: an underlay bridge with a 3-member etcd cluster on its address; hosts h0..h3 in network namespaces on it, each `routeplex run` with a fleet: section (workers: 1); a `routeplex fleet controller` in the root namespace. The fleet document has switch seg (one VNI, stretched over VXLAN to every host with a VR on it) whose own member is an afpacket port to the probe namespace; an anchor VR pinned to h0 (which offers only the anchor's 1 MiB) puts that port on h0, so the measured VRs go to h1..h3. Probes are ICMP echoes from the probe namespace (a raw socket; each probe's send and answer time kept). place_seconds: `fleet apply` start to (every VR listed in its host's record with every interface up, then an echo answered by --sample VRs per host). failover_ms: one VR probed every 10 ms, its host SIGKILLed, the time to the first answer received after the kill; the host started again between repetitions; p50/p99 are nearest-rank. drain: --drain-vrs VRs placed on h1 (h2 and h3 cordoned while placing, then uncordoned), each probed every 20 ms; `fleet drain h1`; drain_seconds runs to every VR listed on another host with its interfaces up and an answer to a probe sent after that; drain_lost counts the probes never answered (1 s of grace for late answers), before the drain included (drain.lost_before_drain). vxlan: 60-byte UDP frames from an AF_PACKET generator in a namespace behind h1 to an AF_PACKET sink behind h2: routeplex (`routeplex run` in h1 and h2: afpacket port and vxlan port on a switch) then the kernel (a bridge and a vxlan device in the same namespaces, over the same underlay), interleaved pairs with the memory and compute probes of tester::pairs before each trial; ratio_to_kernel is the median of the per-pair ratios. Each figure that could not be measured is null with its reason in reasons.";
+const METHOD: &str = "one machine: an underlay bridge with a 3-member etcd cluster on its address; hosts h0..h3 in network namespaces on it, each `routeplex run` with a fleet: section (workers: 1); a `routeplex fleet controller` in the root namespace. The fleet document has switch seg (one VNI, stretched over VXLAN to every host with a VR on it) whose own member is an afpacket port to the probe namespace; an anchor VR pinned to h0 (which offers only the anchor's 1 MiB) puts that port on h0, so the measured VRs go to h1..h3. Probes are ICMP echoes from the probe namespace (a raw socket; each probe's send and answer time kept). place_seconds: `fleet apply` start to (every VR listed in its host's record with every interface up, then an echo answered by --sample VRs per host). failover_ms: one VR probed every 10 ms, its host SIGKILLed, the time from the kill to the first answer to a probe sent once the killed process was gone; the host started again between repetitions from its state directory, and the next kill only once a single host runs the VR; p50/p99 are nearest-rank. drain (lease TTL --place-ttl-s): --drain-vrs VRs placed on h1 (h2 and h3 cordoned while placing, then uncordoned), each probed every 20 ms; `fleet drain h1`; drain_seconds runs to every VR listed on another host with its interfaces up and an answer to a probe sent after that; drain_lost counts the probes never answered (1 s of grace for late answers), before the drain included (drain.lost_before_drain). vxlan: 60-byte UDP frames from an AF_PACKET generator in a namespace behind h1 to an AF_PACKET sink behind h2: routeplex (`routeplex run` in h1 and h2: afpacket port and vxlan port on a switch) then the kernel (a bridge and a vxlan device in the same namespaces, over the same underlay), interleaved pairs with the memory and compute probes of tester::pairs before each trial; ratio_to_kernel is the median of the per-pair ratios. placement: where the threads of the bench, the hosts and the controller ran, sampled from each phase's start (a host started again after a kill is not in it; the kernel's own threads are not). Each figure that could not be measured is null with its reason in reasons.";
 
 /// Runs the benchmark.
 pub fn run(a: Args) -> Result<()> {
@@ -365,10 +369,13 @@ fn phase<T>(
     f: impl FnOnce(&mut FleetLab) -> Result<T>,
 ) -> std::result::Result<T, String> {
     let r = f(lab);
-    // The processes are only known once the phase started them: sample the last second.
-    let s = Sampler::start(lab.watches(), Duration::from_millis(20));
-    std::thread::sleep(Duration::from_millis(500));
-    cx.placement.push((name.to_string(), s.finish().to_json()));
+    // Sampled from when the phase started the fleet (processes started later, such as a
+    // host started again after a kill, are not in it).
+    let seen = lab.sampler.take().map_or_else(
+        || json!("not sampled: the phase failed before its processes ran"),
+        |s| s.finish().to_json(),
+    );
+    cx.placement.push((name.to_string(), seen));
     r.map_err(|e| {
         eprintln!("bench fleet: {name} failed: {e}\n{}", lab.logs());
         e.to_string()
@@ -438,11 +445,21 @@ fn failover(lab: &mut FleetLab, a: &Args) -> Result<FailoverOut> {
         samples_ms: Vec::new(),
         moves: Vec::new(),
         failed: Vec::new(),
+        duplicate_reps: 0,
     };
     for rep in 0..a.repetitions {
-        let from = lab.wait("fo0 running", deadline, || {
-            lab.host_of("fo0").ok().flatten().filter(|&h| h > 0)
+        let mut twice = false;
+        let from = lab.wait("fo0 running on one host", deadline, || {
+            match lab.hosts_of("fo0").ok()?.as_slice() {
+                [h] if *h > 0 => Some(*h),
+                [_, _, ..] => {
+                    twice = true;
+                    None
+                }
+                _ => None,
+            }
         })?;
+        out.duplicate_reps += usize::from(twice);
         let p = Pinger::start(&lab.probe_ns(), &[addr], Duration::from_millis(10))?;
         if !p.wait_for(deadline, |l| answered(l) == 1) {
             crate::bail!(
@@ -453,16 +470,17 @@ fn failover(lab: &mut FleetLab, a: &Args) -> Result<FailoverOut> {
         std::thread::sleep(Duration::from_millis(200));
         let t_kill = Instant::now();
         lab.kill_host(from);
-        let back = p.wait_for(deadline, |l| {
-            l[0].first_answer_after(t_kill + Duration::from_millis(50)).is_some()
-                && l[0].first_answer_sent_after(t_kill).is_some()
-        });
+        // Only probes sent once the killed process is gone count: an earlier one may have
+        // been answered by it.
+        let t_dead = Instant::now();
+        let back = p.wait_for(deadline, |l| l[0].first_answer_sent_after(t_dead).is_some());
         let logs = p.stop(Duration::ZERO)?;
-        match logs[0].first_answer_sent_after(t_kill) {
+        match logs[0].first_answer_sent_after(t_dead) {
             Some(at) if back => {
                 out.samples_ms.push((at - t_kill).as_secs_f64() * 1e3);
-                let to =
-                    lab.wait("fo0 listed again", deadline, || lab.host_of("fo0").ok().flatten())?;
+                let to = lab.wait("fo0 listed again", deadline, || {
+                    lab.hosts_of("fo0").ok()?.into_iter().find(|&h| h != from)
+                })?;
                 out.moves.push((format!("h{from}"), format!("h{to}")));
             }
             _ => out.failed.push(format!(
@@ -478,7 +496,9 @@ fn failover(lab: &mut FleetLab, a: &Args) -> Result<FailoverOut> {
 }
 
 fn drain(lab: &mut FleetLab, a: &Args) -> Result<DrainOut> {
-    lab.start_fleet(a.ttl_s)?;
+    // A TTL of 1 s fences hosts on a loaded machine (etcd's answers are late), which would
+    // measure fences, not the drain: the drain runs with the placing TTL.
+    lab.start_fleet(a.place_ttl_s)?;
     // Every VR on h1: the others cordoned while placing, then schedulable again (placement is
     // stable: nothing moves back by itself).
     lab.cordon("h2", true)?;
@@ -531,7 +551,7 @@ fn drain(lab: &mut FleetLab, a: &Args) -> Result<DrainOut> {
         moved.iter().filter(|(h, _)| h != "h0").map(|(h, v)| (h.clone(), v.len())).collect();
     lab.cordon("h1", false)?;
     Ok(DrainOut {
-        ttl_s: a.ttl_s,
+        ttl_s: a.place_ttl_s,
         vrs: a.drain_vrs,
         seconds,
         sent,
@@ -574,6 +594,7 @@ mod tests {
             samples_ms: vec![1500.0, 1400.0, 1900.0],
             moves: vec![("h1".into(), "h2".into()); 3],
             failed: vec!["repetition 3: no answer within 60s of killing h2".into()],
+            duplicate_reps: 1,
         };
         let drain = DrainOut {
             ttl_s: 1,
@@ -597,6 +618,7 @@ mod tests {
         assert_eq!(r["failover_ms"], json!({"p50": 1500.0, "p99": 1900.0}));
         assert_eq!(r["failover"]["repetitions"], 4);
         assert_eq!(r["failover"]["recovered"], 3);
+        assert_eq!(r["failover"]["repetitions_with_the_vr_on_two_hosts_before"], 1);
         assert_eq!(r["ttl_s"], 1);
         assert_eq!(
             (r["drain_seconds"].clone(), r["drain_lost"].clone()),

@@ -134,6 +134,8 @@ pub struct FleetLab {
     /// The TTL the running hosts and controller were started with.
     pub ttl_s: u64,
     pub(crate) exe: PathBuf,
+    /// Where the threads of the fleet started last run, sampled from its start.
+    pub sampler: Option<crate::sys::threads::Sampler>,
 }
 
 impl FleetLab {
@@ -174,6 +176,7 @@ impl FleetLab {
             etcd: None,
             ttl_s: 0,
             exe: std::env::current_exe()?,
+            sampler: None,
         };
         let b = lab.bridge.clone();
         sh("ip", &["link", "add", &b, "type", "bridge"])?;
@@ -238,6 +241,8 @@ impl FleetLab {
         std::fs::write(&file, self.host_file(i, self.ttl_s))?;
         let state = self.dir.join(format!("h{i}"));
         std::fs::create_dir_all(&state)?;
+        // A host started again keeps its state directory (as a restarted host does); a new
+        // phase starts from an empty one: [`FleetLab::start_fleet`].
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -282,6 +287,7 @@ impl FleetLab {
         self.etcdctl(&["del", "--prefix", "/routeplex/"])?;
         self.ttl_s = ttl_s;
         for i in 0..=HOSTS {
+            let _ = std::fs::remove_dir_all(self.dir.join(format!("h{i}")));
             self.start_host(i)?;
         }
         let log = std::fs::File::create(self.dir.join("controller.log"))?;
@@ -294,6 +300,8 @@ impl FleetLab {
             .spawn()
             .context("starting the fleet controller")?;
         self.controller = Some(c);
+        let every = Duration::from_millis(20);
+        self.sampler = Some(crate::sys::threads::Sampler::start(self.watches(), every));
         self.wait("h0..h3 registered", Duration::from_secs(60), || {
             (self.registered().ok()?.len() == HOSTS + 1).then_some(())
         })
@@ -301,6 +309,7 @@ impl FleetLab {
 
     /// Stops the hosts and the controller (SIGTERM: they leave the fleet at once).
     pub fn stop_fleet(&mut self) {
+        drop(self.sampler.take());
         let mut all: Vec<Child> = self.hosts.iter_mut().filter_map(Option::take).collect();
         all.extend(self.controller.take());
         for c in &all {
@@ -385,11 +394,11 @@ impl FleetLab {
             .collect())
     }
 
-    /// The host running `vr` with every interface up, by number.
-    pub fn host_of(&self, vr: &str) -> Result<Option<usize>> {
+    /// The hosts running `vr` with every interface up, by number.
+    pub fn hosts_of(&self, vr: &str) -> Result<Vec<usize>> {
         let r = self.running()?;
-        let h = r.iter().find(|(_, vrs)| vrs.iter().any(|v| v == vr));
-        Ok(h.and_then(|(h, _)| h.strip_prefix('h')?.parse().ok()))
+        let on = r.iter().filter(|(_, vrs)| vrs.iter().any(|v| v == vr));
+        Ok(on.filter_map(|(h, _)| h.strip_prefix('h')?.parse().ok()).collect())
     }
 
     /// Polls `f` every 100 ms until it gives a value, failing after `limit`.
