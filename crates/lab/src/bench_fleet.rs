@@ -119,6 +119,13 @@ pub struct VxlanOut {
     pub trials: Vec<(vxlan::Trial, vxlan::Trial)>,
 }
 
+/// Why a figure could not be measured (the phase's error, as said to the user).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NotMeasured(pub String);
+
+/// A phase's result: what it measured, or why not.
+pub type Outcome<T> = std::result::Result<T, NotMeasured>;
+
 /// The nearest-rank percentile `p` (0..=100) of `v`: the smallest sample with at least p % of
 /// the samples at or below it. NaN when empty.
 pub fn percentile(v: &[f64], p: f64) -> f64 {
@@ -149,10 +156,10 @@ pub struct Context {
 
 /// The report: every figure's key, `null` with its reason where it was not measured.
 pub fn report(
-    place: &std::result::Result<PlaceOut, String>,
-    failover: &std::result::Result<FailoverOut, String>,
-    drain: &std::result::Result<DrainOut, String>,
-    vx: &std::result::Result<VxlanOut, String>,
+    place: &Outcome<PlaceOut>,
+    failover: &Outcome<FailoverOut>,
+    drain: &Outcome<DrainOut>,
+    vx: &Outcome<VxlanOut>,
     cx: &Context,
 ) -> Value {
     let mut reasons = serde_json::Map::new();
@@ -184,7 +191,7 @@ pub fn report(
         }
         Err(e) => {
             out["place_seconds"] = Value::Null;
-            why(&["place_seconds"], e);
+            why(&["place_seconds"], &e.0);
         }
     }
     match failover {
@@ -219,7 +226,7 @@ pub fn report(
         }
         Err(e) => {
             out["failover_ms"] = Value::Null;
-            why(&["failover_ms"], e);
+            why(&["failover_ms"], &e.0);
         }
     }
     match drain {
@@ -238,7 +245,7 @@ pub fn report(
         Err(e) => {
             out["drain_seconds"] = Value::Null;
             out["drain_lost"] = Value::Null;
-            why(&["drain_seconds", "drain_lost"], e);
+            why(&["drain_seconds", "drain_lost"], &e.0);
         }
     }
     match vx {
@@ -257,7 +264,7 @@ pub fn report(
         Err(e) => {
             out["vxlan_mpps"] = Value::Null;
             out["ratio_to_kernel"] = Value::Null;
-            why(&["vxlan_mpps", "ratio_to_kernel"], e);
+            why(&["vxlan_mpps", "ratio_to_kernel"], &e.0);
         }
     }
     out["reasons"] = Value::Object(reasons);
@@ -310,7 +317,7 @@ pub fn run(a: Args) -> Result<()> {
     let drain = phase(&mut lab, &mut cx, "drain", |lab| drain(lab, &a));
     say(&format!("drain: {}", brief(&drain, |d| format!("{:.2} s, {} lost", d.seconds, d.lost))));
     lab.stop_fleet();
-    let vx = vxlan::compare(&mut lab, a.pairs, a.seconds).map_err(|e| e.to_string());
+    let vx = vxlan::compare(&mut lab, a.pairs, a.seconds).map_err(|e| NotMeasured(e.to_string()));
     say(&format!("vxlan: {}", brief(&vx, |v| format!("ratio {:.2}", v.summary.ratio.median))));
     drop(lab);
     cx.load_after = tester::pairs::load_average();
@@ -357,8 +364,8 @@ fn check(a: &Args) -> Result<()> {
     Ok(())
 }
 
-fn brief<T>(r: &std::result::Result<T, String>, f: impl Fn(&T) -> String) -> String {
-    r.as_ref().map_or_else(|e| format!("not measured: {e}"), f)
+fn brief<T>(r: &Outcome<T>, f: impl Fn(&T) -> String) -> String {
+    r.as_ref().map_or_else(|e| format!("not measured: {}", e.0), f)
 }
 
 /// Runs one phase with the threads sampled; its error, with the hosts' logs, as text.
@@ -367,7 +374,7 @@ fn phase<T>(
     cx: &mut Context,
     name: &str,
     f: impl FnOnce(&mut FleetLab) -> Result<T>,
-) -> std::result::Result<T, String> {
+) -> Outcome<T> {
     let r = f(lab);
     // Sampled from when the phase started the fleet (processes started later, such as a
     // host started again after a kill, are not in it).
@@ -378,7 +385,7 @@ fn phase<T>(
     cx.placement.push((name.to_string(), seen));
     r.map_err(|e| {
         eprintln!("bench fleet: {name} failed: {e}\n{}", lab.logs());
-        e.to_string()
+        NotMeasured(e.to_string())
     })
 }
 
@@ -612,7 +619,7 @@ mod tests {
     fn the_report_has_every_figure_and_a_reason_for_each_missing_one() {
         let (p, f, d) = fixture();
         let cx = Context { cpus: 2, load_before: Some([9.0, 8.0, 7.0]), ..Context::default() };
-        let vx = Err("the kernel has no vxlan module".to_string());
+        let vx = Err(NotMeasured("the kernel has no vxlan module".into()));
         let r = report(&Ok(p), &Ok(f), &Ok(d), &vx, &cx);
         assert_eq!(r["place_seconds"], 4.5);
         assert_eq!(r["failover_ms"], json!({"p50": 1500.0, "p99": 1900.0}));
@@ -643,7 +650,7 @@ mod tests {
         let (_, mut f, _) = fixture();
         let failed = f.failed.clone();
         f.samples_ms.clear();
-        let e = "etcd did not start".to_string();
+        let e = NotMeasured("etcd did not start".into());
         let r = report(&Err(e.clone()), &Ok(f), &Err(e.clone()), &Err(e), &Context::default());
         for k in [
             "place_seconds",
