@@ -20,6 +20,7 @@
 pub mod alloc_count;
 pub mod bench;
 pub mod bench_cp;
+pub mod bench_fleet;
 pub mod bench_idle;
 pub mod bench_pairs;
 pub mod bench_pvr;

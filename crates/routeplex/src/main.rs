@@ -7,7 +7,8 @@ mod service;
 mod status_table;
 
 use lab::{
-    bench, bench_cp, bench_idle, bench_routes, bench_switch, bench_vhost, demo, pktgen, test_cmd,
+    bench, bench_cp, bench_fleet, bench_idle, bench_routes, bench_switch, bench_vhost, demo,
+    pktgen, test_cmd,
 };
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -347,6 +348,9 @@ enum BenchCmd {
     /// An idle host: its worker's CPU without traffic, and first-packet latency after silence,
     /// per idle mode (one VR on memif ports, no root).
     Idle(bench_idle::Args),
+    /// A fleet of hosts in namespaces with etcd: placement, failover, drain, VXLAN against the
+    /// kernel's (root; docs/fleet.md).
+    Fleet(bench_fleet::Args),
 }
 
 /// A command-line prefix, saying what is wrong with a bad one (`/33`: the length's range).
@@ -507,6 +511,7 @@ fn bench_cmd(cmd: BenchCmd) -> lab::Result<()> {
         BenchCmd::Switch(a) => bench_switch::run(a),
         BenchCmd::Vhost(a) => bench_vhost::run(a),
         BenchCmd::Idle(a) => bench_idle::run(a),
+        BenchCmd::Fleet(a) => bench_fleet::run(a),
     }
 }
 
