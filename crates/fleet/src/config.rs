@@ -114,6 +114,19 @@ impl FleetConfig {
         Ok(Some(cfg))
     }
 
+    /// What the host's `migration:` section offers the fleet, if it has one.
+    pub fn migration_offer(&self) -> Option<crate::record::MigrationOffer> {
+        let (_, m) = self.host_settings.iter().find(|(k, _)| k == "migration")?;
+        let listen = m.text("listen").and_then(|l| l.parse::<std::net::SocketAddr>().ok());
+        let listen = listen.map(|mut a| {
+            if a.ip().is_unspecified() {
+                a.set_ip(self.underlay);
+            }
+            a
+        });
+        Some(crate::record::MigrationOffer { listen })
+    }
+
     /// A desired topology the fleet controller wrote (it starts with
     /// [`crate::keys::HEADER`]) with the host's own settings added where it has none;
     /// any other text as it is (a person's desired topology says what it means).
