@@ -262,6 +262,22 @@ vrs: []
     }
 
     #[test]
+    fn the_migration_section_is_offered_to_the_fleet() {
+        let c = FleetConfig::from_topology(GOOD, "t.yaml").unwrap().unwrap();
+        assert_eq!(c.migration_offer(), None);
+        let with = |m: &str| {
+            let t = format!("migration: {m}\n{GOOD}");
+            FleetConfig::from_topology(&t, "t.yaml").unwrap().unwrap().migration_offer().unwrap()
+        };
+        // An unspecified address is the underlay's; without `listen` the host only sends.
+        let any = with("{ listen: 0.0.0.0:9470, secret: 0123456789abcdef }");
+        assert_eq!(any.listen, Some("192.0.2.1:9470".parse().unwrap()));
+        let set = with("{ listen: 10.9.0.1:9470, secret: 0123456789abcdef }");
+        assert_eq!(set.listen, Some("10.9.0.1:9470".parse().unwrap()));
+        assert_eq!(with("{ secret: 0123456789abcdef }").listen, None);
+    }
+
+    #[test]
     fn a_good_section_with_defaults() {
         let c = FleetConfig::from_topology(GOOD, "t.yaml").unwrap().unwrap();
         assert_eq!(c.etcd, ["http://127.0.0.1:2379", "http://127.0.0.2:2379"]);

@@ -89,7 +89,7 @@ pub fn plan(inp: &Inputs, leader: &str) -> Outputs {
     p.segments = doc.segments(&at, &vnis);
     let placed: Vec<(String, String)> =
         (p.vrs.iter()).filter_map(|v| Some((v.vr.clone(), v.host.clone()?))).collect();
-    p.migrating = migration::in_flight(&placed, &inp.hosts);
+    p.migrating = migration::in_flight(&placed, &inp.hosts, prev);
     // A VR in flight is on both hosts' segments until it lands: the others send to both.
     for m in &p.migrating {
         for s in p.segments.iter_mut().filter(|s| doc.vr_on(&m.vr, &s.name)) {

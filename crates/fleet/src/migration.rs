@@ -23,6 +23,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::placement::Placement;
 use crate::record::HostRecord;
 use crate::FleetError;
 
@@ -73,8 +74,24 @@ pub fn marks(text: &str) -> Result<Vec<Move>, FleetError> {
     Ok(out)
 }
 
-/// The VRs in flight, in the order of `placed` (VR, host). `hosts` are the live records.
-pub fn in_flight(placed: &[(String, String)], hosts: &[HostRecord]) -> Vec<Move> {
+/// The VRs in flight, in the order of `placed` (VR, host). `hosts` are the live records;
+/// `prev` the last placement: a flight starts only where it put the VR on the source (or
+/// moved it from there, or had it in flight from there), so a record that still lists a VR
+/// the host has just dropped, or lists one it has just been given, starts none.
+pub fn in_flight(
+    placed: &[(String, String)],
+    hosts: &[HostRecord],
+    prev: Option<&Placement>,
+) -> Vec<Move> {
+    let was_on = |vr: &str, src: &str| {
+        prev.is_some_and(|p| {
+            let placed = (p.vrs.iter()).any(|v| {
+                v.vr == vr
+                    && (v.host.as_deref() == Some(src) || v.moved_from.as_deref() == Some(src))
+            });
+            placed || p.migrating.iter().any(|m| m.vr == vr && m.from == src)
+        })
+    };
     // Both ends list the VR while the destination holds it built and down (pre-copy) and the
     // source drains: the source is the one that is not its destination.
     let mut runs: HashMap<&str, Vec<&HostRecord>> = HashMap::new();
@@ -87,6 +104,9 @@ pub fn in_flight(placed: &[(String, String)], hosts: &[HostRecord]) -> Vec<Move>
     for (vr, to) in placed {
         let holders = runs.get(vr.as_str()).map_or(&[][..], |v| &v[..]);
         let Some(src) = holders.iter().find(|s| &s.name != to) else { continue };
+        if !was_on(vr, &src.name) {
+            continue;
+        }
         let Some(dst) = hosts.iter().find(|h| &h.name == to) else { continue };
         let (Some(_), Some(addr)) = (&src.migration, dst.migration_listener()) else { continue };
         out.push(Move { vr: vr.clone(), from: src.name.clone(), to: to.clone(), addr });
