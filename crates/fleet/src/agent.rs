@@ -428,8 +428,7 @@ impl Run {
         };
         let runs = |vr: &str| self.last.vrs.iter().any(|v| v.name == vr);
         let host = self.cfg.host.as_str();
-        let mine: Vec<Move> =
-            moves.into_iter().filter(|m| m.from == host && runs(&m.vr)).collect();
+        let mine: Vec<Move> = moves.into_iter().filter(|m| m.from == host && runs(&m.vr)).collect();
         if mine.is_empty() {
             self.holding = None;
             return true;

@@ -572,8 +572,11 @@ pub fn rebalance(
                 msg: e.to_string(),
             })?;
             let guard = Compare::mod_revision(keys::PLACEMENT, CompareOp::Equal, seen);
-            let txn =
-                Txn::new().when(vec![guard]).and_then(vec![TxnOp::put(keys::PLACEMENT, json, None)]);
+            let txn = Txn::new().when(vec![guard]).and_then(vec![TxnOp::put(
+                keys::PLACEMENT,
+                json,
+                None,
+            )]);
             if !timed(call, "store placement", c.txn(txn)).await?.succeeded() {
                 return Err(FleetError::Record {
                     what: "fleet rebalance".into(),

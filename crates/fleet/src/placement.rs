@@ -571,8 +571,7 @@ mod tests {
         assert!(m.is_empty(), "{m:?}");
         assert_eq!(after, placed(&[("a", "h1"), ("b", "h2")]));
         // 0.6 against 0.5: moving either would make it worse.
-        let (m, _) =
-            rebalance(&units[1..], &hosts, &placed(&[("b", "h2"), ("c", "h1")]));
+        let (m, _) = rebalance(&units[1..], &hosts, &placed(&[("b", "h2"), ("c", "h1")]));
         assert!(m.is_empty(), "{m:?}");
         // No host, or no unit: nothing.
         assert!(rebalance(&units, &[], &HashMap::new()).0.is_empty());

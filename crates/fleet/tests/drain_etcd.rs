@@ -155,13 +155,12 @@ fn drain_and_rebalance_move_vrs_live_and_fall_back_to_a_restart() {
             s
         })
         .collect();
-    let agents: Vec<fleet::Handle> = (0..3)
-        .map(|i| Agent::spawn(cfg(i + 1, &etcd), sims[i].clone(), None).unwrap())
-        .collect();
+    let agents: Vec<fleet::Handle> =
+        (0..3).map(|i| Agent::spawn(cfg(i + 1, &etcd), sims[i].clone(), None).unwrap()).collect();
     wait(long, "three hosts registered", || hosts(&etcd).filter(|h| h.len() == 3));
     let ttl = Duration::from_secs(TTL_S);
-    let ctl = controller::spawn(ControllerConfig { etcd: etcd.clone(), name: "c".into(), ttl })
-        .unwrap();
+    let ctl =
+        controller::spawn(ControllerConfig { etcd: etcd.clone(), name: "c".into(), ttl }).unwrap();
 
     // Placed: a on h1, b on h2 (its group is spread), c on h3; each host runs its share.
     let rev = controller::store(&etcd, FLEET, call).unwrap();

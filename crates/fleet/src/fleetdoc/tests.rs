@@ -185,8 +185,12 @@ fn stretched_segments_get_vxlan_ports_and_every_host_topology_parses() {
         "{text}"
     );
     // A host with nothing placed gets an empty topology (its VRs go).
-    let t = Topology::parse(&d.host_topology("h9", &at, &segs, &u, &BTreeSet::new()).emit(), "h9", Path::new("."))
-        .unwrap();
+    let t = Topology::parse(
+        &d.host_topology("h9", &at, &segs, &u, &BTreeSet::new()).emit(),
+        "h9",
+        Path::new("."),
+    )
+    .unwrap();
     assert!(t.vrs.is_empty() && t.ports.is_empty());
 }
 
