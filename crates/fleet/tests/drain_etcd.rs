@@ -208,7 +208,7 @@ fn drain_and_rebalance_move_vrs_live_and_fall_back_to_a_restart() {
     // A migration the destination refuses: the source removes the VR, the destination then
     // starts it (the restart path), and the source counts the failure.
     events.lock().unwrap().clear();
-    wait(long, "h1's record lists it", || listed(&etcd, "h1", &[vr.clone()]));
+    wait(long, "h1's record lists it", || listed(&etcd, "h1", std::slice::from_ref(&vr)));
     // Draining h1 sends a to h3 (b, of its group, is on h2), or c to h2 (as loaded as h3,
     // and first by name).
     let (dst, dst_i) = if vr == "a" { ("h3", 2) } else { ("h2", 1) };

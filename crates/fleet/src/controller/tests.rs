@@ -211,7 +211,7 @@ fn drain_moves_a_vr_live_when_both_hosts_can() {
         to: "h3".into(),
         addr: "192.0.2.3:9470".parse().unwrap(),
     };
-    assert_eq!(p.migrating, [m.clone()]);
+    assert_eq!(p.migrating, std::slice::from_ref(&m));
     assert_eq!(host_of(p, "a").as_deref(), Some("h3"));
     // lan is held by h1 too until a lands: everyone sends to both ends of the move.
     assert_eq!(p.segments[0].hosts, ["h1", "h2", "h3"]);
