@@ -679,6 +679,38 @@ mod tests {
     }
 
     #[test]
+    fn a_switch_interface_is_said_as_its_switch() {
+        let text = "\
+ports: [{ name: p0, kind: mem }]
+switches: [{ name: lan }]
+vrs:
+  - name: r
+    interfaces:
+      - { name: e0, switch: lan, vlan: 20, mac: \"02:00:00:00:00:01\", addresses: [10.0.0.1/24] }
+      - { name: e1, port: p0, mac: \"02:00:00:00:00:02\", addresses: [10.1.0.1/24] }
+";
+        let t = Topology::parse(text, "t.yaml", Path::new(".")).unwrap();
+        let d = vr_doc(&t, &t.vrs[0], &t.schedule[0]);
+        let f = &d.interfaces;
+        assert_eq!(
+            (f[0].port.as_deref(), f[0].switch.as_deref(), f[0].vlan),
+            (None, Some("lan"), Some(20))
+        );
+        assert_eq!(
+            (f[1].port.as_deref(), f[1].switch.as_deref(), f[1].vlan),
+            (Some("p0"), None, None)
+        );
+        // Another host with a switch of that name takes the document as it is.
+        let vr = serde_json::to_string(&d).unwrap();
+        let other = format!(
+            "switches: [{{ name: lan }}]\nvrs: [{vr}]\nports: [{{ name: p0, kind: mem }}]\n"
+        );
+        let t2 = Topology::parse(&other, "other.yaml", Path::new(".")).unwrap();
+        assert_eq!(t2.vrs[0].interfaces[0].ipv4, t.vrs[0].interfaces[0].ipv4);
+        assert_eq!(t2.switches[0].members.len(), 1);
+    }
+
+    #[test]
     fn round_trips() {
         let s = sample();
         let bytes = s.encode();
