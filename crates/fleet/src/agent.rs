@@ -450,7 +450,7 @@ impl Run {
             }
             let (local, vr, to) = (self.local.clone(), m.vr.clone(), m.addr);
             let t0 = Instant::now();
-            let r = tokio::task::spawn_blocking(move || local.migrate(&vr, to)).await;
+            let r = self.while_renewing(move || local.migrate(&vr, to)).await;
             let ms = t0.elapsed().as_millis() as u64;
             match r.map_err(|e| FleetError::Record { what: "migrate".into(), msg: e.to_string() }) {
                 Ok(Ok(())) => {
@@ -468,6 +468,30 @@ impl Run {
         // What the record lists next: the VRs that left are gone.
         self.read_local().await;
         true
+    }
+
+    /// Runs `f` (a host call that may take longer than a tick: a migration's pre-copy moves
+    /// the whole table) off the event loop, renewing the lease every tick meanwhile, and
+    /// fencing if that fails for too long, as ticks would.
+    async fn while_renewing<T: Send + 'static>(
+        &mut self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, tokio::task::JoinError> {
+        let mut task = tokio::task::spawn_blocking(f);
+        loop {
+            match tokio::time::timeout(self.timing.tick, &mut task).await {
+                Ok(r) => return r,
+                Err(_) => {
+                    // A lease lost meanwhile is granted again by the next tick.
+                    if self.held.is_some() {
+                        if let Err(e) = self.renew().await {
+                            self.failed(e);
+                        }
+                    }
+                    self.fence_if_due().await;
+                }
+            }
+        }
     }
 
     /// Whether host `to` has applied its desired topology (the segments a VR moving there
