@@ -505,6 +505,20 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
     res
 }
 
+/// The switch (and the VLAN in it) that port `p` joins, when `p` is a VR interface's
+/// internal link to it.
+fn switch_of(topo: &Topology, p: dataplane::config::PortId) -> Option<(String, u16)> {
+    let crate::topology::PortKind::Link { peer } = topo.ports.get(usize::from(p))?.kind else {
+        return None;
+    };
+    topo.switches.iter().find_map(|s| {
+        s.members.iter().find(|m| m.port == peer).and_then(|m| match m.mode {
+            dataplane::MemberMode::Access { vlan } => Some((s.name.clone(), vlan)),
+            dataplane::MemberMode::Trunk { .. } => None,
+        })
+    })
+}
+
 /// The VR of the running topology as a document (without routes or tables).
 fn vr_doc(topo: &Topology, cfg: &VrConfig, s: &VrSchedule) -> VrDoc {
     let mut d = VrDoc::new(cfg.name.clone());
@@ -515,11 +529,20 @@ fn vr_doc(topo: &Topology, cfg: &VrConfig, s: &VrSchedule) -> VrDoc {
             .map(ToString::to_string)
             .chain(f.ipv6.iter().map(ToString::to_string))
             .collect();
+        // An interface on a switch sits on an internal link whose other end is an access
+        // member: said as `switch:` (and its VLAN there), so that a host with a switch of the
+        // same name (a restore elsewhere, a migration's destination) joins it.
+        let (port, switch, vlan) = match switch_of(topo, f.port) {
+            Some((sw, v)) => (None, Some(sw), Some(u64::from(v))),
+            None => {
+                (Some(topo.ports[usize::from(f.port)].name.clone()), None, f.vlan.map(u64::from))
+            }
+        };
         d.interfaces.push(IfaceDoc {
             name: f.name.clone(),
-            port: Some(topo.ports[usize::from(f.port)].name.clone()),
-            switch: None,
-            vlan: f.vlan.map(u64::from),
+            port,
+            switch,
+            vlan,
             mac: f.mac.to_string(),
             mtu: Some(u64::from(f.mtu)),
             addresses: addrs,
@@ -653,6 +676,38 @@ mod tests {
 
     fn sample() -> SnapshotV1 {
         crate::fuzzing::sample_snapshot()
+    }
+
+    #[test]
+    fn a_switch_interface_is_said_as_its_switch() {
+        let text = "\
+ports: [{ name: p0, kind: mem }]
+switches: [{ name: lan }]
+vrs:
+  - name: r
+    interfaces:
+      - { name: e0, switch: lan, vlan: 20, mac: \"02:00:00:00:00:01\", addresses: [10.0.0.1/24] }
+      - { name: e1, port: p0, mac: \"02:00:00:00:00:02\", addresses: [10.1.0.1/24] }
+";
+        let t = Topology::parse(text, "t.yaml", Path::new(".")).unwrap();
+        let d = vr_doc(&t, &t.vrs[0], &t.schedule[0]);
+        let f = &d.interfaces;
+        assert_eq!(
+            (f[0].port.as_deref(), f[0].switch.as_deref(), f[0].vlan),
+            (None, Some("lan"), Some(20))
+        );
+        assert_eq!(
+            (f[1].port.as_deref(), f[1].switch.as_deref(), f[1].vlan),
+            (Some("p0"), None, None)
+        );
+        // Another host with a switch of that name takes the document as it is.
+        let vr = serde_json::to_string(&d).unwrap();
+        let other = format!(
+            "switches: [{{ name: lan }}]\nvrs: [{vr}]\nports: [{{ name: p0, kind: mem }}]\n"
+        );
+        let t2 = Topology::parse(&other, "other.yaml", Path::new(".")).unwrap();
+        assert_eq!(t2.vrs[0].interfaces[0].ipv4, t.vrs[0].interfaces[0].ipv4);
+        assert_eq!(t2.switches[0].members.len(), 1);
     }
 
     #[test]

@@ -29,6 +29,7 @@ use tracing::{error, info, warn};
 use crate::config::{FleetConfig, Policy};
 use crate::keys;
 use crate::local::Local;
+use crate::migration::Move;
 use crate::record::{now_ms, FleetStatus, HostRecord, LocalStatus, Timing, MAX_VALUE};
 use crate::FleetError;
 
@@ -37,6 +38,9 @@ const RUN: u8 = 0;
 const LEAVE: u8 = 1;
 /// Stop without revoking: to etcd, what a crash looks like (the key goes when the lease ends).
 const HALT: u8 = 2;
+/// How long a source waits for a destination to apply its share before it gives up moving
+/// a VR live and lets it restart there.
+pub const MIGRATE_WAIT: Duration = Duration::from_secs(10);
 
 /// The running agent. Dropping it stops the agent and revokes its lease.
 pub struct Handle {
@@ -150,6 +154,8 @@ struct Run {
     fenced: bool,
     /// The host's last status.
     last: LocalStatus,
+    /// The desired revision whose VRs wait to move live, since when.
+    holding: Option<(i64, Instant)>,
     /// The last error logged, so a repeated one is not logged every tick.
     logged: Option<String>,
 }
@@ -175,6 +181,7 @@ impl Run {
             tried: 0,
             fenced: false,
             last: LocalStatus::default(),
+            holding: None,
             logged: None,
         }
     }
@@ -243,8 +250,10 @@ impl Run {
         let desired = self.read_desired().await?;
         self.unfence(desired.as_ref()).await;
         if let Some((rev, text)) = desired {
-            let text = self.cfg.with_host_settings(&text);
-            self.converge(rev, &text).await;
+            if self.migrate_out(rev, &text).await {
+                let text = self.cfg.with_host_settings(&text);
+                self.converge(rev, &text).await;
+            }
         }
         self.publish().await
     }
@@ -407,6 +416,103 @@ impl Run {
             }
             Err(e) => self.failed(FleetError::Record { what: source, msg: e.to_string() }),
         }
+    }
+
+    /// Before a desired topology that moves VRs away is applied, moves each of them live
+    /// (its marks, see [`crate::migration`]). False: not yet, a destination has not applied
+    /// its share (no segment to restore the VR into); past [`MIGRATE_WAIT`] the topology is
+    /// applied anyway and the VR restarts there. A failed migration leaves the VR running
+    /// here until that apply removes it: the destination starts it once the flight is over.
+    async fn migrate_out(&mut self, rev: i64, text: &str) -> bool {
+        if rev <= self.st.applied_revision || rev == self.tried {
+            return true;
+        }
+        let moves = match crate::migration::marks(text) {
+            Ok(m) => m,
+            Err(e) => {
+                self.failed(e);
+                return true;
+            }
+        };
+        let runs = |vr: &str| self.last.vrs.iter().any(|v| v.name == vr);
+        let host = self.cfg.host.as_str();
+        let mine: Vec<Move> = moves.into_iter().filter(|m| m.from == host && runs(&m.vr)).collect();
+        if mine.is_empty() {
+            self.holding = None;
+            return true;
+        }
+        let since = match self.holding {
+            Some((r, t)) if r == rev => t,
+            _ => self.holding.insert((rev, Instant::now())).1,
+        };
+        for m in mine {
+            match self.destination_ready(&m.to).await {
+                Ok(true) => {}
+                _ if since.elapsed() < MIGRATE_WAIT => return false,
+                r => {
+                    let why = r.map_or_else(|e| e.to_string(), |_| "not converged".into());
+                    error!(host = %self.cfg.host, vr = %m.vr, to = %m.to, why = %why, wait_s = MIGRATE_WAIT.as_secs(), "fleet: destination not ready in time: the VR is removed here and restarted there (not live)");
+                    self.st.migrations_failed += 1;
+                    continue;
+                }
+            }
+            let (local, vr, to) = (self.local.clone(), m.vr.clone(), m.addr);
+            let t0 = Instant::now();
+            let r = self.while_renewing(move || local.migrate(&vr, to)).await;
+            let ms = t0.elapsed().as_millis() as u64;
+            match r.map_err(|e| FleetError::Record { what: "migrate".into(), msg: e.to_string() }) {
+                Ok(Ok(())) => {
+                    info!(host = %self.cfg.host, vr = %m.vr, to = %m.to, addr = %m.addr, ms, "fleet: VR migrated live");
+                    self.st.migrations += 1;
+                }
+                Ok(Err(e)) | Err(e) => {
+                    error!(host = %self.cfg.host, vr = %m.vr, to = %m.to, error = %e, "fleet: live migration failed: the VR is removed here and restarted there (not live)");
+                    self.st.migrations_failed += 1;
+                    self.failed(e);
+                }
+            }
+        }
+        self.holding = None;
+        // What the record lists next: the VRs that left are gone.
+        self.read_local().await;
+        true
+    }
+
+    /// Runs `f` (a host call that may take longer than a tick: a migration's pre-copy moves
+    /// the whole table) off the event loop, renewing the lease every tick meanwhile, and
+    /// fencing if that fails for too long, as ticks would.
+    async fn while_renewing<T: Send + 'static>(
+        &mut self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, tokio::task::JoinError> {
+        let mut task = tokio::task::spawn_blocking(f);
+        loop {
+            match tokio::time::timeout(self.timing.tick, &mut task).await {
+                Ok(r) => return r,
+                Err(_) => {
+                    // A lease lost meanwhile is granted again by the next tick.
+                    if self.held.is_some() {
+                        if let Err(e) = self.renew().await {
+                            self.failed(e);
+                        }
+                    }
+                    self.fence_if_due().await;
+                }
+            }
+        }
+    }
+
+    /// Whether host `to` has applied its desired topology (the segments a VR moving there
+    /// needs are in it).
+    async fn destination_ready(&mut self, to: &str) -> Result<bool, FleetError> {
+        let mut c = self.client();
+        let key = keys::host(to);
+        let r = self.call("read destination", c.get(key.as_str(), None)).await?;
+        let Some(kv) = r.kvs().first() else { return Ok(false) };
+        let rec = HostRecord::decode(&key, kv.value())?;
+        let r = self.call("read destination's desired", c.get(keys::desired(to), None)).await?;
+        let want = r.kvs().first().map_or(0, |kv| kv.mod_revision());
+        Ok(rec.applied_revision >= want)
     }
 
     async fn publish(&mut self) -> Result<(), FleetError> {

@@ -114,6 +114,19 @@ impl FleetConfig {
         Ok(Some(cfg))
     }
 
+    /// What the host's `migration:` section offers the fleet, if it has one.
+    pub fn migration_offer(&self) -> Option<crate::record::MigrationOffer> {
+        let (_, m) = self.host_settings.iter().find(|(k, _)| k == "migration")?;
+        let listen = m.text("listen").and_then(|l| l.parse::<std::net::SocketAddr>().ok());
+        let listen = listen.map(|mut a| {
+            if a.ip().is_unspecified() {
+                a.set_ip(self.underlay);
+            }
+            a
+        });
+        Some(crate::record::MigrationOffer { listen })
+    }
+
     /// A desired topology the fleet controller wrote (it starts with
     /// [`crate::keys::HEADER`]) with the host's own settings added where it has none;
     /// any other text as it is (a person's desired topology says what it means).
@@ -246,6 +259,22 @@ vrs: []
 
     fn err(text: &str) -> String {
         FleetConfig::from_topology(text, "t.yaml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_migration_section_is_offered_to_the_fleet() {
+        let c = FleetConfig::from_topology(GOOD, "t.yaml").unwrap().unwrap();
+        assert_eq!(c.migration_offer(), None);
+        let with = |m: &str| {
+            let t = format!("migration: {m}\n{GOOD}");
+            FleetConfig::from_topology(&t, "t.yaml").unwrap().unwrap().migration_offer().unwrap()
+        };
+        // An unspecified address is the underlay's; without `listen` the host only sends.
+        let any = with("{ listen: 0.0.0.0:9470, secret: 0123456789abcdef }");
+        assert_eq!(any.listen, Some("192.0.2.1:9470".parse().unwrap()));
+        let set = with("{ listen: 10.9.0.1:9470, secret: 0123456789abcdef }");
+        assert_eq!(set.listen, Some("10.9.0.1:9470".parse().unwrap()));
+        assert_eq!(with("{ secret: 0123456789abcdef }").listen, None);
     }
 
     #[test]

@@ -31,6 +31,7 @@ use tracing::{info, warn};
 use crate::call::{get, timed};
 use crate::fleetdoc::{FleetDoc, Underlay};
 use crate::keys::{self, HEADER};
+use crate::migration;
 use crate::placement::{self, Capacity, Placement, PLACEMENT_VERSION};
 use crate::record::{HostRecord, MAX_VALUE};
 use crate::FleetError;
@@ -80,16 +81,7 @@ pub fn plan(inp: &Inputs, leader: &str) -> Outputs {
             return Outputs { placement: p, topologies: Vec::new() };
         }
     };
-    let caps: Vec<Capacity> = inp
-        .hosts
-        .iter()
-        .map(|h| Capacity {
-            name: h.name.clone(),
-            cpu: h.offer.workers as f64 * h.offer.cpu_share,
-            memory_mib: h.offer.memory_mib,
-            schedulable: !inp.cordoned.contains(&h.name),
-        })
-        .collect();
+    let caps = capacities(inp);
     let prev = inp.prev.as_ref();
     p.vrs = placement::place(&doc.units(), &caps, &prev.map(Placement::hosts).unwrap_or_default());
     if let Some(prev) = prev {
@@ -99,6 +91,19 @@ pub fn plan(inp: &Inputs, leader: &str) -> Outputs {
     let vnis =
         placement::vnis(&doc.segment_names(), &prev.map(Placement::vnis).unwrap_or_default());
     p.segments = doc.segments(&at, &vnis);
+    let placed: Vec<(String, String)> =
+        (p.vrs.iter()).filter_map(|v| Some((v.vr.clone(), v.host.clone()?))).collect();
+    p.migrating = migration::in_flight(&placed, &inp.hosts, prev);
+    // A VR in flight is on both hosts' segments until it lands: the others send to both.
+    for m in &p.migrating {
+        for s in p.segments.iter_mut().filter(|s| doc.vr_on(&m.vr, &s.name)) {
+            if !s.hosts.contains(&m.from) {
+                s.hosts.push(m.from.clone());
+                s.hosts.sort();
+            }
+        }
+    }
+    let incoming: BTreeSet<String> = p.migrating.iter().map(|m| m.vr.clone()).collect();
     let under: HashMap<String, Underlay> = inp
         .hosts
         .iter()
@@ -117,7 +122,9 @@ pub fn plan(inp: &Inputs, leader: &str) -> Outputs {
     let mut topologies = Vec::new();
     let mut errors = Vec::new();
     for h in names {
-        let text = format!("{HEADER}{}", doc.host_topology(h, &at, &p.segments, &under).emit());
+        let marks: String = p.migrating.iter().filter(|m| &m.from == h).map(|m| m.mark()).collect();
+        let t = doc.host_topology(h, &at, &p.segments, &under, &incoming);
+        let text = format!("{HEADER}{marks}{}", t.emit());
         if inp.desired.get(h) == Some(&text) {
             continue;
         }
@@ -144,6 +151,51 @@ fn keep_moved_from(p: &mut Placement, prev: &Placement) {
             v.moved_from = b.moved_from.clone();
         }
     }
+}
+
+/// The live hosts as placement sees them.
+fn capacities(inp: &Inputs) -> Vec<Capacity> {
+    (inp.hosts.iter())
+        .map(|h| Capacity {
+            name: h.name.clone(),
+            cpu: h.offer.workers as f64 * h.offer.cpu_share,
+            memory_mib: h.offer.memory_mib,
+            schedulable: !inp.cordoned.contains(&h.name),
+        })
+        .collect()
+}
+
+/// `fleet rebalance`'s decision, from what etcd holds: pure. The moves that even the load
+/// ([`placement::rebalance`]) and the placement that records them (each moved VR on its new
+/// host, `moved_from` its old one), or `None` when nothing moves. The leader then keeps each
+/// VR where this placement says (stable placement) and moves it live.
+pub fn rebalance_plan(
+    inp: &Inputs,
+) -> Result<(Vec<placement::Rebalanced>, Option<Placement>), FleetError> {
+    let none = |msg: &str| FleetError::Record { what: "fleet rebalance".into(), msg: msg.into() };
+    let Some((rev, text)) = &inp.doc else {
+        return Err(none("no fleet desired state in etcd (routeplex fleet apply first)"));
+    };
+    let Some(prev) = &inp.prev else {
+        return Err(none("no placement in etcd yet: is a fleet controller running?"));
+    };
+    if let Some(e) = &prev.error {
+        return Err(none(&format!("the last placement has an error: {e}")));
+    }
+    let doc = FleetDoc::parse(text, &format!("etcd:{}@{rev}", keys::FLEET_DESIRED))?;
+    let (moves, after) = placement::rebalance(&doc.units(), &capacities(inp), &prev.hosts());
+    if moves.is_empty() {
+        return Ok((moves, None));
+    }
+    let mut p = prev.clone();
+    for v in &mut p.vrs {
+        let Some(new) = after.get(&v.vr) else { continue };
+        if v.host.as_ref() != Some(new) {
+            v.moved_from = v.host.replace(new.clone());
+            v.why = placement::Why::Kept;
+        }
+    }
+    Ok((moves, Some(p)))
 }
 
 /// A controller's settings.
@@ -532,6 +584,43 @@ pub fn dry_run(etcd: &[String], text: &str, call: Duration) -> Result<Placement,
     })
 }
 
+/// `fleet rebalance [--dry-run]`: the moves that even the load now; unless `dry_run`, the
+/// placement that makes them is stored (only if the placement did not change since it was
+/// read) and the leader carries them out, live where both hosts can.
+pub fn rebalance(
+    etcd: &[String],
+    dry_run: bool,
+    call: Duration,
+) -> Result<Vec<placement::Rebalanced>, FleetError> {
+    with_client(etcd, call, move |c| {
+        Box::pin(async move {
+            let inp = read_inputs(c, call).await?;
+            let r = timed(call, "read placement", c.get(keys::PLACEMENT, None)).await?;
+            let seen = r.kvs().first().map_or(0, |kv| kv.mod_revision());
+            let (moves, p) = rebalance_plan(&inp)?;
+            let Some(p) = p.filter(|_| !dry_run) else { return Ok(moves) };
+            let json = serde_json::to_vec(&p).map_err(|e| FleetError::Record {
+                what: keys::PLACEMENT.into(),
+                msg: e.to_string(),
+            })?;
+            let guard = Compare::mod_revision(keys::PLACEMENT, CompareOp::Equal, seen);
+            let txn = Txn::new().when(vec![guard]).and_then(vec![TxnOp::put(
+                keys::PLACEMENT,
+                json,
+                None,
+            )]);
+            if !timed(call, "store placement", c.txn(txn)).await?.succeeded() {
+                return Err(FleetError::Record {
+                    what: "fleet rebalance".into(),
+                    msg: "the placement changed meanwhile (the leader placed again): run it again"
+                        .into(),
+                });
+            }
+            Ok(moves)
+        })
+    })
+}
+
 /// `fleet drain` (`on`) and `fleet uncordon`.
 pub fn cordon(etcd: &[String], host: &str, on: bool, call: Duration) -> Result<(), FleetError> {
     keys::check_name(host)
@@ -583,6 +672,9 @@ pub fn render(p: &Placement) -> String {
         .collect();
     if !stretched.is_empty() {
         s += &format!("over VXLAN: {}\n", stretched.join("; "));
+    }
+    for m in &p.migrating {
+        s += &format!("migrating live: {} from {} to {} ({})\n", m.vr, m.from, m.to, m.addr);
     }
     if !p.cordoned.is_empty() {
         s += &format!("cordoned: {}\n", p.cordoned.join(", "));

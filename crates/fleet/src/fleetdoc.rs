@@ -197,6 +197,11 @@ impl FleetDoc {
         out
     }
 
+    /// Whether VR `vr` has an interface on segment `seg`.
+    pub fn vr_on(&self, vr: &str, seg: &str) -> bool {
+        self.vrs.iter().any(|v| v.name == vr && v.segments.iter().any(|s| s == seg))
+    }
+
     fn anchor<'a>(&self, seg: &str, at: &'a HashMap<String, String>) -> Option<&'a String> {
         self.vrs
             .iter()
@@ -206,16 +211,19 @@ impl FleetDoc {
 
     /// Host `host`'s topology: its VRs, the ports and namespaces they use, its switches and
     /// links, each stretched segment with a `vxlan` port to the other hosts holding it.
-    /// `at` places VRs; `under` gives each host's underlay.
+    /// `at` places VRs; `under` gives each host's underlay. VRs in `withheld` are left out
+    /// (in flight to this host: the migration brings them), their segments kept.
     pub fn host_topology(
         &self,
         host: &str,
         at: &HashMap<String, String>,
         segments: &[Segment],
         under: &HashMap<String, Underlay>,
+        withheld: &BTreeSet<String>,
     ) -> Y {
-        let here: Vec<&VrDoc> =
-            self.vrs.iter().filter(|v| at.get(&v.name).is_some_and(|h| h == host)).collect();
+        let here: Vec<&VrDoc> = (self.vrs.iter())
+            .filter(|v| at.get(&v.name).is_some_and(|h| h == host) && !withheld.contains(&v.name))
+            .collect();
         let holds = |name: &str| {
             segments.iter().any(|s| s.name == name && s.hosts.iter().any(|h| h == host))
         };

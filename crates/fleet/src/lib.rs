@@ -36,6 +36,7 @@ pub mod fleetdoc;
 pub mod fuzzing;
 pub mod keys;
 pub mod local;
+pub mod migration;
 pub mod placement;
 pub mod record;
 pub mod tree;

@@ -19,6 +19,15 @@ pub trait Local: Send + Sync + 'static {
     fn apply(&self, topology: &str, source: &str) -> Result<(), FleetError>;
     /// Takes an interface of a VR up or down.
     fn set_up(&self, vr: &str, interface: &str, up: bool) -> Result<(), FleetError>;
+    /// Moves VR `vr` live to the host whose migration listener is at `to` (control's
+    /// `migrate`). A host that cannot (this default) makes the agent fall back to the
+    /// restart path, as any failed migration does.
+    fn migrate(&self, vr: &str, to: std::net::SocketAddr) -> Result<(), FleetError> {
+        Err(FleetError::Record {
+            what: format!("migrate {vr} to {to}"),
+            msg: "this host's API does not migrate".into(),
+        })
+    }
 }
 
 /// The host's control socket.
@@ -58,5 +67,9 @@ impl Local for Socket {
             addresses: None,
         })
         .map(drop)
+    }
+
+    fn migrate(&self, vr: &str, to: std::net::SocketAddr) -> Result<(), FleetError> {
+        self.ask(Command::Migrate { vr: vr.into(), to: to.to_string() }).map(drop)
     }
 }

@@ -106,6 +106,10 @@ pub struct Placement {
     pub segments: Vec<Segment>,
     /// Cordoned hosts at the time.
     pub cordoned: Vec<String>,
+    /// VRs moving live now (see [`crate::migration`]): placed on their new host, still
+    /// running on the old one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub migrating: Vec<crate::migration::Move>,
     /// Why the fleet desired state could not be placed at all, if so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -269,6 +273,103 @@ fn least_loaded<'h>(
         Some(h) if spread.len() < room.len() => Ok((h, Why::Spread { group: blocking() })),
         Some(h) => Ok((h, Why::LeastLoaded)),
     }
+}
+
+/// One move [`rebalance`] makes: a unit, from a host to another.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Rebalanced {
+    pub vrs: Vec<String>,
+    pub from: String,
+    pub to: String,
+}
+
+/// Evens the CPU load (CPU placed over CPU offered) over the schedulable hosts: moves one
+/// unit at a time, the move that lowers the spread most, while one lowers it. The spread is
+/// the sum of the hosts' squared loads (hosts tied at the top still even out, and every move
+/// strictly lowers it, so it ends). A pinned unit never moves; a move never takes a host
+/// over its CPU or memory, nor beside a member of one of the unit's anti-affinity groups.
+/// `at` is where each VR is now (units on no host, or on a host not in `hosts` or cordoned,
+/// are left alone: drain moves the latter). Returns the moves in order and where each VR is
+/// after them.
+pub fn rebalance(
+    units: &[Unit],
+    hosts: &[Capacity],
+    at: &HashMap<String, String>,
+) -> (Vec<Rebalanced>, HashMap<String, String>) {
+    let idx: HashMap<&str, usize> =
+        hosts.iter().enumerate().map(|(i, h)| (h.name.as_str(), i)).collect();
+    let mut used = vec![Used::default(); hosts.len()];
+    let mut groups: HashMap<(&str, usize), usize> = HashMap::new();
+    // Each unit's host (index), if it is on a live one.
+    let mut on: Vec<Option<usize>> = units
+        .iter()
+        .map(|u| u.vrs.iter().find_map(|v| at.get(v)).and_then(|h| idx.get(h.as_str()).copied()))
+        .collect();
+    for (u, h) in units.iter().zip(&on) {
+        let Some(h) = *h else { continue };
+        used[h].cpu += u.cpu;
+        used[h].mem += u.memory_mib;
+        for g in &u.groups {
+            *groups.entry((g.as_str(), h)).or_default() += 1;
+        }
+    }
+    let load = |x: f64, h: &Capacity| if h.cpu > 0.0 { x / h.cpu } else { 0.0 };
+    let mut moves = Vec::new();
+    // Every move lowers the spread; the bound only guards against rounding.
+    for _ in 0..units.len() * hosts.len() {
+        let mut best: Option<(f64, usize, usize)> = None;
+        for (i, u) in units.iter().enumerate() {
+            let Some(f) = on[i] else { continue };
+            if u.pin.is_some() || u.cpu <= 0.0 || !hosts[f].schedulable {
+                continue;
+            }
+            let lf = load(used[f].cpu, &hosts[f]);
+            let lf2 = load(used[f].cpu - u.cpu, &hosts[f]);
+            for (t, h) in hosts.iter().enumerate() {
+                let fits = used[t].cpu + u.cpu <= h.cpu + EPS
+                    && used[t].mem + u.memory_mib <= h.memory_mib;
+                let apart = u.groups.iter().all(|g| !groups.contains_key(&(g.as_str(), t)));
+                if t == f || !h.schedulable || !fits || !apart {
+                    continue;
+                }
+                let (lt, lt2) = (load(used[t].cpu, h), load(used[t].cpu + u.cpu, h));
+                let delta = lf2 * lf2 + lt2 * lt2 - lf * lf - lt * lt;
+                if delta < -EPS && best.is_none_or(|(d, _, _)| delta < d) {
+                    best = Some((delta, i, t));
+                }
+            }
+        }
+        let Some((_, i, t)) = best else { break };
+        let (u, f) = (&units[i], on[i].expect("a candidate is placed"));
+        used[f].cpu -= u.cpu;
+        used[f].mem -= u.memory_mib;
+        used[t].cpu += u.cpu;
+        used[t].mem += u.memory_mib;
+        for g in &u.groups {
+            if let Some(n) = groups.get_mut(&(g.as_str(), f)) {
+                *n -= 1;
+                if *n == 0 {
+                    groups.remove(&(g.as_str(), f));
+                }
+            }
+            *groups.entry((g.as_str(), t)).or_default() += 1;
+        }
+        on[i] = Some(t);
+        moves.push(Rebalanced {
+            vrs: u.vrs.clone(),
+            from: hosts[f].name.clone(),
+            to: hosts[t].name.clone(),
+        });
+    }
+    let mut after = at.clone();
+    for (u, h) in units.iter().zip(&on) {
+        if let Some(h) = h {
+            for v in &u.vrs {
+                after.insert(v.clone(), hosts[*h].name.clone());
+            }
+        }
+    }
+    (moves, after)
 }
 
 fn room(u: &Unit, h: &Capacity, x: Used) -> String {
@@ -446,6 +547,95 @@ mod tests {
         let u = Unit { vrs: vec!["a".into(), "b".into()], ..unit("", 0.4) };
         let p = place(&[u], &[host("h1", 1.0)], &HashMap::new());
         assert_eq!((at(&p, "a").0, at(&p, "b").0), (on("h1"), on("h1")));
+    }
+
+    fn placed(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(v, h)| (v.to_string(), h.to_string())).collect()
+    }
+
+    /// CPU and memory placed per host never above its offer.
+    fn within(units: &[Unit], hosts: &[Capacity], at: &HashMap<String, String>) -> bool {
+        hosts.iter().all(|h| {
+            let mine = units.iter().filter(|u| at.get(&u.vrs[0]) == Some(&h.name));
+            let (cpu, mem) = mine.fold((0.0, 0), |(c, m), u| (c + u.cpu, m + u.memory_mib));
+            cpu <= h.cpu + EPS && mem <= h.memory_mib
+        })
+    }
+
+    #[test]
+    fn rebalance_moves_nothing_when_balanced() {
+        let units = [unit("a", 0.5), unit("b", 0.5), unit("c", 0.6)];
+        let hosts = [host("h1", 1.0), host("h2", 1.0)];
+        // 0.5 against 0.5: balanced.
+        let (m, after) = rebalance(&units[..2], &hosts, &placed(&[("a", "h1"), ("b", "h2")]));
+        assert!(m.is_empty(), "{m:?}");
+        assert_eq!(after, placed(&[("a", "h1"), ("b", "h2")]));
+        // 0.6 against 0.5: moving either would make it worse.
+        let (m, _) = rebalance(&units[1..], &hosts, &placed(&[("b", "h2"), ("c", "h1")]));
+        assert!(m.is_empty(), "{m:?}");
+        // No host, or no unit: nothing.
+        assert!(rebalance(&units, &[], &HashMap::new()).0.is_empty());
+    }
+
+    #[test]
+    fn rebalance_evens_a_skewed_fleet_within_capacity() {
+        let units: Vec<Unit> = ["a", "b", "c", "d", "e", "f"].map(|n| unit(n, 0.2)).to_vec();
+        let all_h1: Vec<(&str, &str)> = ["a", "b", "c", "d", "e", "f"].map(|v| (v, "h1")).to_vec();
+        let hosts = [host("h1", 1.2), host("h2", 1.0), host("h3", 0.5)];
+        let (m, after) = rebalance(&units, &hosts, &placed(&all_h1));
+        // Loads as even as 0.2 steps allow: h1 0.4/1.2, h2 0.4/1.0, h3 0.4/0.5 would not be
+        // best; the sum of squares picks 3, 2, 1 units.
+        let count = |h: &str| after.values().filter(|x| *x == h).count();
+        assert_eq!((count("h1"), count("h2"), count("h3")), (3, 2, 1), "{m:?}");
+        assert_eq!(m.len(), 3);
+        assert!(m.iter().all(|x| x.from == "h1"), "{m:?}");
+        assert!(within(&units, &hosts, &after));
+        // Rebalancing the result again moves nothing.
+        assert!(rebalance(&units, &hosts, &after).0.is_empty());
+        // A cordoned host neither gives nor takes.
+        let mut cordoned = hosts.clone();
+        cordoned[2].schedulable = false;
+        let (_, after) = rebalance(&units, &cordoned, &placed(&all_h1));
+        assert!(after.values().all(|h| h != "h3"));
+        let mut src_cordoned = hosts.clone();
+        src_cordoned[0].schedulable = false;
+        assert!(rebalance(&units, &src_cordoned, &placed(&all_h1)).0.is_empty());
+    }
+
+    #[test]
+    fn rebalance_holds_pins_and_anti_affinity() {
+        let g = |n: &str, cpu| Unit { groups: vec!["g".into()], ..unit(n, cpu) };
+        let pinned = Unit { pin: on("h1"), ..unit("p", 0.4) };
+        let hosts = [host("h1", 1.0), host("h2", 1.0)];
+        let at = placed(&[("x", "h1"), ("p", "h1"), ("y", "h2")]);
+        // h1 0.8, h2 0.1: x to h2 would even it, but y (same group) is there; p is pinned.
+        let units = [g("x", 0.4), pinned.clone(), g("y", 0.1)];
+        let (m, after) = rebalance(&units, &hosts, &at);
+        assert!(m.is_empty(), "{m:?}");
+        assert_eq!(after, at);
+        // Without the group, x moves; p never does.
+        let units = [unit("x", 0.4), pinned, g("y", 0.1)];
+        let (m, after) = rebalance(&units, &hosts, &at);
+        let x = Rebalanced { vrs: vec!["x".into()], from: "h1".into(), to: "h2".into() };
+        assert_eq!(m, [x]);
+        assert_eq!(after["p"], "h1");
+    }
+
+    #[test]
+    fn rebalance_never_overcommits_cpu_or_memory() {
+        // h1 full at 1.0, h2 at 0.45 of 0.5: b (0.1) would even the loads but not fit.
+        let units = [unit("a", 0.9), unit("b", 0.1), unit("c", 0.45)];
+        let hosts = [host("h1", 1.0), host("h2", 0.5)];
+        let at = placed(&[("a", "h1"), ("b", "h1"), ("c", "h2")]);
+        assert!(rebalance(&units, &hosts, &at).0.is_empty());
+        // Memory counts: h2 has CPU to spare but no memory.
+        let big = Unit { memory_mib: 1000, ..unit("m", 0.3) };
+        let units = [big, unit("n", 0.3), Unit { memory_mib: 100, ..unit("o", 0.0) }];
+        let at = placed(&[("m", "h1"), ("n", "h1"), ("o", "h2")]);
+        let (m, after) = rebalance(&units, &[host("h1", 1.0), host("h2", 1.0)], &at);
+        assert_eq!(m.len(), 1);
+        assert_eq!((after["m"].as_str(), after["n"].as_str()), ("h1", "h2"));
+        assert!(within(&units, &[host("h1", 1.0), host("h2", 1.0)], &after));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! ([`FleetStatus`], its `fleet.json`), and the agent's timing ([`Timing`]). Pure data and
 //! pure functions: tested without etcd or a data plane.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::de::DeserializeOwned;
@@ -49,6 +49,19 @@ pub struct HostRecord {
     pub fenced: bool,
     pub load: Load,
     pub vrs: Vec<VrLive>,
+    /// Present when the host's topology has a `migration:` section (it can send VRs live);
+    /// absent in records of older builds and of hosts without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration: Option<MigrationOffer>,
+}
+
+/// What a host offers for live migration (its `migration:` section, secret left out).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MigrationOffer {
+    /// Where it takes VRs (`migration.listen`, an unspecified address taken as the
+    /// underlay's); `None`: it only sends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
 }
 
 /// How busy a host is.
@@ -191,7 +204,13 @@ impl HostRecord {
             fenced: false,
             load: Load::default(),
             vrs: Vec::new(),
+            migration: cfg.migration_offer(),
         }
+    }
+
+    /// Where other hosts migrate VRs to this one, if it takes them.
+    pub fn migration_listener(&self) -> Option<SocketAddr> {
+        self.migration.as_ref()?.listen
     }
 
     /// The record as stored: JSON, refused if over [`MAX_VALUE`].
@@ -252,6 +271,12 @@ pub struct FleetStatus {
     pub fenced: Vec<(String, String)>,
     /// Times the host fenced itself.
     pub fences: u64,
+    /// VRs moved away live (drain, rebalance).
+    #[serde(default)]
+    pub migrations: u64,
+    /// VRs whose live move failed or could not start: removed here and restarted there.
+    #[serde(default)]
+    pub migrations_failed: u64,
     pub last_error: Option<String>,
     /// When this was written.
     pub updated_ms: u64,
@@ -277,6 +302,12 @@ impl FleetStatus {
         if !self.fenced.is_empty() {
             let f: Vec<String> = self.fenced.iter().map(|(v, i)| format!("{v}:{i}")).collect();
             s += &format!("fleet: FENCED, interfaces down: {}\n", f.join(" "));
+        }
+        if self.migrations + self.migrations_failed > 0 {
+            s += &format!(
+                "fleet: VRs moved away: {} live, {} restarted there (live migration failed)\n",
+                self.migrations, self.migrations_failed
+            );
         }
         if let Some(e) = &self.last_error {
             s += &format!("fleet: last error: {e}\n");
@@ -418,6 +449,8 @@ mod tests {
             applied_revision: 7,
             fenced: vec![("a".into(), "e0".into())],
             fences: 1,
+            migrations: 2,
+            migrations_failed: 1,
             last_error: Some("boom".into()),
             updated_ms: 4500,
         };
@@ -425,5 +458,7 @@ mod tests {
         assert!(r.contains("host h1, etcd reachable, lease ab (age 4.0 s, renewed 1.0 s ago, 1 granted), applied revision 7, written 0.5 s ago"), "{r}");
         assert!(r.contains("FENCED, interfaces down: a:e0"), "{r}");
         assert!(r.contains("last error: boom"), "{r}");
+        assert!(r.contains("VRs moved away: 2 live, 1 restarted there (live migration failed)"));
+        assert!(!FleetStatus::default().render(0).contains("moved away"));
     }
 }

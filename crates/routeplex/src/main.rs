@@ -313,8 +313,8 @@ enum FleetCmd {
         #[arg(long, default_value_t = 3)]
         ttl_s: u64,
     },
-    /// Mark a host unschedulable: the leader places its VRs elsewhere (restarted there, not
-    /// live-migrated yet) and places nothing new on it.
+    /// Mark a host unschedulable: the leader places its VRs elsewhere (moved live where both
+    /// hosts have a `migration:` section, else restarted there) and places nothing new on it.
     Drain {
         host: String,
         #[arg(long, value_delimiter = ',', required = true)]
@@ -325,6 +325,15 @@ enum FleetCmd {
         host: String,
         #[arg(long, value_delimiter = ',', required = true)]
         etcd: Vec<String>,
+    },
+    /// Even the CPU load over the schedulable hosts: move VRs from the most to the least
+    /// loaded while that lowers the spread (pins, capacity, anti-affinity kept), live like a
+    /// drain. --dry-run prints the moves, writing nothing.
+    Rebalance {
+        #[arg(long, value_delimiter = ',', required = true)]
+        etcd: Vec<String>,
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -499,6 +508,7 @@ fn fleet_cmd(cmd: FleetCmd) -> anyhow::Result<()> {
         FleetCmd::Controller { etcd, name, ttl_s } => service::fleet_controller(etcd, name, ttl_s),
         FleetCmd::Drain { host, etcd } => service::fleet_cordon(&host, &etcd, true),
         FleetCmd::Uncordon { host, etcd } => service::fleet_cordon(&host, &etcd, false),
+        FleetCmd::Rebalance { etcd, dry_run } => service::fleet_rebalance(&etcd, dry_run),
     }
 }
 

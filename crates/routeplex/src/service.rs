@@ -124,8 +124,25 @@ pub fn fleet_controller(etcd: Vec<String>, name: Option<String>, ttl_s: u64) -> 
 pub fn fleet_cordon(host: &str, etcd: &[String], on: bool) -> Result<()> {
     fleet::controller::cordon(etcd, host, on, FLEET_CALL)?;
     match on {
-        true => println!("{host}: cordoned; the leading controller places its VRs elsewhere (restarted there: drain is not live migration yet)"),
+        true => println!("{host}: cordoned; the leading controller places its VRs elsewhere (moved live where both hosts have a migration: section; routeplex fleet status shows them)"),
         false => println!("{host}: schedulable again"),
+    }
+    Ok(())
+}
+
+/// `routeplex fleet rebalance --etcd URLS [--dry-run]`.
+pub fn fleet_rebalance(etcd: &[String], dry_run: bool) -> Result<()> {
+    let moves = fleet::controller::rebalance(etcd, dry_run, FLEET_CALL)?;
+    if moves.is_empty() {
+        println!("balanced: no move lowers the spread of the CPU load");
+        return Ok(());
+    }
+    for m in &moves {
+        println!("{}: {} -> {}", m.vrs.join(", "), m.from, m.to);
+    }
+    match dry_run {
+        true => println!("dry run: nothing written"),
+        false => println!("{} move(s) stored in the placement; the leading controller carries them out (routeplex fleet status)", moves.len()),
     }
     Ok(())
 }

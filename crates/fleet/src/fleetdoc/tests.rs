@@ -138,7 +138,7 @@ fn stretched_segments_get_vxlan_ports_and_every_host_topology_parses() {
     u.get_mut("h2").unwrap().dev = Some("eth1".into());
     u.get_mut("h2").unwrap().mtu = Some(9000);
     let topo = |h: &str| {
-        let text = d.host_topology(h, &at, &segs, &u).emit();
+        let text = d.host_topology(h, &at, &segs, &u, &BTreeSet::new()).emit();
         Topology::parse(&text, h, Path::new(".")).unwrap_or_else(|e| panic!("{e}\n{text}"))
     };
     let h1 = topo("h1");
@@ -177,7 +177,7 @@ fn stretched_segments_get_vxlan_ports_and_every_host_topology_parses() {
         .map(|(v, h)| (v.to_string(), h.to_string()))
         .collect();
     let segs2 = d.segments(&at2, &vnis);
-    let text = d.host_topology("h2", &at2, &segs2, &u).emit();
+    let text = d.host_topology("h2", &at2, &segs2, &u, &BTreeSet::new()).emit();
     let t = Topology::parse(&text, "h2", Path::new(".")).unwrap();
     assert_eq!(
         t.ports.iter().filter(|p| matches!(p.kind, PortKind::Vxlan(_))).count(),
@@ -185,8 +185,12 @@ fn stretched_segments_get_vxlan_ports_and_every_host_topology_parses() {
         "{text}"
     );
     // A host with nothing placed gets an empty topology (its VRs go).
-    let t = Topology::parse(&d.host_topology("h9", &at, &segs, &u).emit(), "h9", Path::new("."))
-        .unwrap();
+    let t = Topology::parse(
+        &d.host_topology("h9", &at, &segs, &u, &BTreeSet::new()).emit(),
+        "h9",
+        Path::new("."),
+    )
+    .unwrap();
     assert!(t.vrs.is_empty() && t.ports.is_empty());
 }
 

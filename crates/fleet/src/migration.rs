@@ -1,0 +1,137 @@
+//! Live moves of VRs between live hosts (drain, rebalance): which VRs are in flight, and the
+//! marks that tell a source host's agent to migrate them.
+//!
+//! A VR is **in flight** when the placement puts it on host `to` while another live host,
+//! `from`, still runs it (its record lists it), `from` can send migrations (its topology has
+//! a `migration:` section) and `to` takes them (a `migration: listen`). Everything here is
+//! derived from what etcd holds each round (the placement and the hosts' records), not kept
+//! anywhere: a flight ends when `from`'s record no longer lists the VR, whether the
+//! migration moved it or the fallback removed it. A host whose key is gone (failover) is not
+//! a source: a dead host cannot send, so its VRs are started afresh.
+//!
+//! While a VR is in flight the controller writes (see `controller::plan`):
+//! - `to` a desired topology **without** it but with its segments (switch and VXLAN port),
+//!   so the migration's restore finds them and nothing starts the VR twice;
+//! - `from` a desired topology without it, still holding its segments, and a [`Move::mark`]
+//!   line after the header; its agent migrates the VR to `addr` before it applies that
+//!   topology (on failure it applies it anyway: the VR is removed there and, the flight
+//!   over, `to` is given it and starts it: the old restart path, logged and counted);
+//! - every other host holding one of its segments VXLAN remotes to both `from` and `to`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::placement::Placement;
+use crate::record::HostRecord;
+use crate::FleetError;
+
+/// Starts a mark line in a source's desired topology (after the controller's header).
+pub const MARK: &str = "# migrate: ";
+/// At most this many marks are read from one desired topology.
+pub const MAX_MARKS: usize = 4096;
+
+/// One VR in flight.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Move {
+    pub vr: String,
+    /// The live host that runs it now.
+    pub from: String,
+    /// Where the placement puts it.
+    pub to: String,
+    /// `to`'s migration listener.
+    pub addr: SocketAddr,
+}
+
+impl Move {
+    /// Its mark line, as the controller writes it into `from`'s desired topology.
+    pub fn mark(&self) -> String {
+        format!("{MARK}{} from {} to {} at {}\n", self.vr, self.from, self.to, self.addr)
+    }
+}
+
+/// The marks in a desired topology's text, in order. A line that starts as a mark but does
+/// not read as one is an error naming the line (the controller writes every mark).
+pub fn marks(text: &str) -> Result<Vec<Move>, FleetError> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let Some(rest) = line.strip_prefix(MARK) else { continue };
+        let bad = |msg: &str| FleetError::Record {
+            what: format!("desired topology line {}", n + 1),
+            msg: format!("{msg}: {line:?} (a mark reads `{MARK}VR from HOST to HOST at IP:PORT`)"),
+        };
+        if out.len() == MAX_MARKS {
+            return Err(bad(&format!("more than {MAX_MARKS} marks")));
+        }
+        let w: Vec<&str> = rest.split(' ').collect();
+        let [vr, "from", from, "to", to, "at", addr] = w[..] else {
+            return Err(bad("not a mark"));
+        };
+        let addr = addr.parse().map_err(|_| bad("not an IP:PORT"))?;
+        out.push(Move { vr: vr.into(), from: from.into(), to: to.into(), addr });
+    }
+    Ok(out)
+}
+
+/// The VRs in flight, in the order of `placed` (VR, host). `hosts` are the live records;
+/// `prev` the last placement: a flight starts only where it put the VR on the source (or
+/// moved it from there, or had it in flight from there), so a record that still lists a VR
+/// the host has just dropped, or lists one it has just been given, starts none.
+pub fn in_flight(
+    placed: &[(String, String)],
+    hosts: &[HostRecord],
+    prev: Option<&Placement>,
+) -> Vec<Move> {
+    let was_on = |vr: &str, src: &str| {
+        prev.is_some_and(|p| {
+            let placed = (p.vrs.iter()).any(|v| {
+                v.vr == vr
+                    && (v.host.as_deref() == Some(src) || v.moved_from.as_deref() == Some(src))
+            });
+            placed || p.migrating.iter().any(|m| m.vr == vr && m.from == src)
+        })
+    };
+    // Both ends list the VR while the destination holds it built and down (pre-copy) and the
+    // source drains: the source is the one that is not its destination.
+    let mut runs: HashMap<&str, Vec<&HostRecord>> = HashMap::new();
+    for h in hosts {
+        for v in &h.vrs {
+            runs.entry(v.name.as_str()).or_default().push(h);
+        }
+    }
+    let mut out = Vec::new();
+    for (vr, to) in placed {
+        let holders = runs.get(vr.as_str()).map_or(&[][..], |v| &v[..]);
+        let Some(src) = holders.iter().find(|s| &s.name != to) else { continue };
+        if !was_on(vr, &src.name) {
+            continue;
+        }
+        let Some(dst) = hosts.iter().find(|h| &h.name == to) else { continue };
+        let (Some(_), Some(addr)) = (&src.migration, dst.migration_listener()) else { continue };
+        out.push(Move { vr: vr.clone(), from: src.name.clone(), to: to.clone(), addr });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_round_trip_and_bad_ones_are_named() {
+        let m = Move {
+            vr: "r1".into(),
+            from: "h1".into(),
+            to: "h2".into(),
+            addr: "10.0.0.2:9470".parse().unwrap(),
+        };
+        let text = format!("{}{}vrs: []\n", crate::keys::HEADER, m.mark());
+        assert_eq!(marks(&text).unwrap(), [m]);
+        assert!(marks("vrs: []\n# a comment\n").unwrap().is_empty());
+        let e = marks("x: 1\n# migrate: r1 from h1 to h2\n").unwrap_err().to_string();
+        assert!(e.starts_with("desired topology line 2: not a mark: "), "{e}");
+        let e = marks("# migrate: r1 from h1 to h2 at nowhere\n").unwrap_err().to_string();
+        assert!(e.contains("not an IP:PORT"), "{e}");
+    }
+}
