@@ -505,12 +505,19 @@ impl Run {
     /// Whether host `to` has applied its desired topology (the segments a VR moving there
     /// needs are in it).
     async fn destination_ready(&mut self, to: &str) -> Result<bool, FleetError> {
-        let mut c = self.client();
+        let c = self.client();
+        let get = |k: String| {
+            let c = c.clone();
+            move || {
+                let (mut c, k) = (c.clone(), k.clone());
+                async move { c.get(k, None).await }
+            }
+        };
         let key = keys::host(to);
-        let r = self.call("read destination", c.get(key.as_str(), None)).await?;
+        let r = self.call("read destination", get(key.clone())).await?;
         let Some(kv) = r.kvs().first() else { return Ok(false) };
         let rec = HostRecord::decode(&key, kv.value())?;
-        let r = self.call("read destination's desired", c.get(keys::desired(to), None)).await?;
+        let r = self.call("read destination's desired", get(keys::desired(to))).await?;
         let want = r.kvs().first().map_or(0, |kv| kv.mod_revision());
         Ok(rec.applied_revision >= want)
     }

@@ -595,7 +595,7 @@ pub fn rebalance(
     with_client(etcd, call, move |c| {
         Box::pin(async move {
             let inp = read_inputs(c, call).await?;
-            let r = timed(call, "read placement", c.get(keys::PLACEMENT, None)).await?;
+            let r = timed(call, "read placement", || get(c, keys::PLACEMENT, None)).await?;
             let seen = r.kvs().first().map_or(0, |kv| kv.mod_revision());
             let (moves, p) = rebalance_plan(&inp)?;
             let Some(p) = p.filter(|_| !dry_run) else { return Ok(moves) };
@@ -609,7 +609,11 @@ pub fn rebalance(
                 json,
                 None,
             )]);
-            if !timed(call, "store placement", c.txn(txn)).await?.succeeded() {
+            let store = || {
+                let (mut c, txn) = (c.clone(), txn.clone());
+                async move { c.txn(txn).await }
+            };
+            if !timed(call, "store placement", store).await?.succeeded() {
                 return Err(FleetError::Record {
                     what: "fleet rebalance".into(),
                     msg: "the placement changed meanwhile (the leader placed again): run it again"
