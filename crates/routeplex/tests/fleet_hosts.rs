@@ -281,6 +281,7 @@ impl Lab {
             fenced: false,
             load: Default::default(),
             vrs: Vec::new(),
+            migration: None,
         };
         let key = fleet::keys::host("w");
         self.etcdctl(&["put", &key, &serde_json::to_string(&r).unwrap()]);
