@@ -66,6 +66,15 @@ pub struct Offer {
     pub memory_mib: u64,
 }
 
+/// What a host offers for live migration (its `migration:` section, secret left out).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MigrationOffer {
+    /// Where it takes VRs (`migration.listen`, an unspecified address taken as the
+    /// underlay's); `None`: it only sends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<std::net::SocketAddr>,
+}
+
 /// The validated `fleet:` section.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FleetConfig {
@@ -115,7 +124,7 @@ impl FleetConfig {
     }
 
     /// What the host's `migration:` section offers the fleet, if it has one.
-    pub fn migration_offer(&self) -> Option<crate::record::MigrationOffer> {
+    pub fn migration_offer(&self) -> Option<MigrationOffer> {
         let (_, m) = self.host_settings.iter().find(|(k, _)| k == "migration")?;
         let listen = m.text("listen").and_then(|l| l.parse::<std::net::SocketAddr>().ok());
         let listen = listen.map(|mut a| {
@@ -124,7 +133,7 @@ impl FleetConfig {
             }
             a
         });
-        Some(crate::record::MigrationOffer { listen })
+        Some(MigrationOffer { listen })
     }
 
     /// A desired topology the fleet controller wrote (it starts with

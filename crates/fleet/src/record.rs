@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+pub use crate::config::MigrationOffer;
 use crate::config::{FleetConfig, Offer, Policy};
 use crate::FleetError;
 
@@ -53,15 +54,6 @@ pub struct HostRecord {
     /// absent in records of older builds and of hosts without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration: Option<MigrationOffer>,
-}
-
-/// What a host offers for live migration (its `migration:` section, secret left out).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct MigrationOffer {
-    /// Where it takes VRs (`migration.listen`, an unspecified address taken as the
-    /// underlay's); `None`: it only sends.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub listen: Option<SocketAddr>,
 }
 
 /// How busy a host is.

@@ -244,10 +244,19 @@ report: { derived: [drop_vs_first] }
     assert_eq!(used, 1, "{phases:?}");
     let cap = r.points[0].capacity_pps.unwrap();
     assert_eq!(r.points[1].capacity_pps, Some(cap), "capacity: first");
-    for p in &r.points {
+    for (i, p) in r.points.iter().enumerate() {
         assert_eq!(p.curve.len(), 2);
         assert!((p.curve[0].target_pps - cap * 0.5).abs() < 1e-6 * cap);
-        assert!(p.metrics["peak_forwarded_pps"] > 0.0);
+        // A step whose every attempt the host stalled (the fake DUT's thread off the CPU for
+        // the whole 0.1 s on a loaded machine) may have forwarded nothing: it proves nothing.
+        let valid = r.trials.iter().any(|t| {
+            t.point == i && t.record.phase == "step" && t.record.used && t.record.result.valid
+        });
+        if valid {
+            assert!(p.metrics["peak_forwarded_pps"] > 0.0, "{phases:?}");
+        } else {
+            eprintln!("point {i}: every step trial stalled; its peak is not checked");
+        }
     }
     let dir = std::env::temp_dir().join(format!("tester-sweep-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
