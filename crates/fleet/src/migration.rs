@@ -19,10 +19,8 @@
 //! - every other host holding one of its segments VXLAN remotes to both `from` and `to`.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 
-use serde::{Deserialize, Serialize};
-
+pub use crate::placement::Move;
 use crate::placement::Placement;
 use crate::record::HostRecord;
 use crate::FleetError;
@@ -31,18 +29,6 @@ use crate::FleetError;
 pub const MARK: &str = "# migrate: ";
 /// At most this many marks are read from one desired topology.
 pub const MAX_MARKS: usize = 4096;
-
-/// One VR in flight.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Move {
-    pub vr: String,
-    /// The live host that runs it now.
-    pub from: String,
-    /// Where the placement puts it.
-    pub to: String,
-    /// `to`'s migration listener.
-    pub addr: SocketAddr,
-}
 
 impl Move {
     /// Its mark line, as the controller writes it into `from`'s desired topology.

@@ -109,10 +109,22 @@ pub struct Placement {
     /// VRs moving live now (see [`crate::migration`]): placed on their new host, still
     /// running on the old one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub migrating: Vec<crate::migration::Move>,
+    pub migrating: Vec<Move>,
     /// Why the fleet desired state could not be placed at all, if so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// One VR in flight (see [`crate::migration`]: its mark and how a move is derived).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Move {
+    pub vr: String,
+    /// The live host that runs it now.
+    pub from: String,
+    /// Where the placement puts it.
+    pub to: String,
+    /// `to`'s migration listener.
+    pub addr: std::net::SocketAddr,
 }
 
 impl Placement {
