@@ -24,8 +24,6 @@ use crate::{Context, Result};
 
 pub const ETCD: &str = "/usr/bin/etcd";
 pub const ETCDCTL: &str = "/usr/bin/etcdctl";
-/// The hosts' shared migration secret (they run in namespaces of one machine).
-const MIGRATION_SECRET: &str = "rpx-bench-fleet-migration-secret-0123";
 /// The hosts VRs are placed on (h0 is the probe's).
 pub const HOSTS: usize = 3;
 /// VRs a fleet document may hold here (a desired state stays under etcd's value limit).
@@ -230,23 +228,11 @@ impl FleetLab {
     fn host_file(&self, i: usize, ttl_s: u64) -> String {
         // h0 offers 1 MiB: the anchor's. The measured hosts offer room for every VR.
         let mem = if i == 0 { 1 } else { 1 << 20 };
-        // A migration listener on the underlay: a drain moves VRs live (docs/fleet.md, Drain).
         format!(
-            "workers: 1\nmigration: {{ listen: \"{u}:9470\", secret: {MIGRATION_SECRET} }}\nfleet:\n  etcd: [{}]\n  host: h{i}\n  underlay: {u}\n  offer: {{ workers: 1, cpu_share: 1.0, memory_mib: {mem} }}\n  lease_ttl_s: {ttl_s}\n",
+            "workers: 1\nfleet:\n  etcd: [{}]\n  host: h{i}\n  underlay: {}\n  offer: {{ workers: 1, cpu_share: 1.0, memory_mib: {mem} }}\n  lease_ttl_s: {ttl_s}\n",
             self.etcd_urls().replace(',', ", "),
-            u = self.underlay(i)
+            self.underlay(i)
         )
-    }
-
-    /// Host `i`'s fleet counters from its own `status` (the agent's moves: `migrations`,
-    /// `migrations_failed`).
-    pub fn host_fleet(&self, i: usize) -> Result<Value> {
-        let file = self.dir.join(format!("h{i}.yaml"));
-        let state = self.dir.join(format!("h{i}"));
-        let (f, s) = (file.display().to_string(), state.display().to_string());
-        let out = self.cli(&["status", &f, "--json", "--state-dir", &s])?;
-        let v: Value = serde_json::from_str(&out)?;
-        Ok(v["fleet"].clone())
     }
 
     /// Starts (again) `routeplex run` in host `i`'s namespace.
