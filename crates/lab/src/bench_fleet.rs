@@ -239,7 +239,7 @@ pub fn report(
             });
             limited.insert(
                 "drain_seconds".into(),
-                json!("replacement: `fleet drain` cordons the host; the controller places its VRs elsewhere, the old host removes them and the new ones start them (no live migration on this branch)"),
+                json!("replacement: the bench's hosts have no migration listener, so `fleet drain` places the VRs elsewhere and the new host starts them (not a live drain: docs/fleet.md)"),
             );
         }
         Err(e) => {
