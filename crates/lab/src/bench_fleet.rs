@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::bench_idle::percentile;
 use crate::Result;
 
 pub mod fleet_lab;
@@ -125,18 +126,6 @@ pub struct NotMeasured(pub String);
 
 /// A phase's result: what it measured, or why not.
 pub type Outcome<T> = std::result::Result<T, NotMeasured>;
-
-/// The nearest-rank percentile `p` (0..=100) of `v`: the smallest sample with at least p % of
-/// the samples at or below it. NaN when empty.
-pub fn percentile(v: &[f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * s.len() as f64).ceil() as usize;
-    s[rank.clamp(1, s.len()) - 1]
-}
 
 fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0

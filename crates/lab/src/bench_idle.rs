@@ -101,8 +101,9 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
-/// The `p`-th percentile (nearest rank) of `v`; NaN when empty.
-fn percentile(v: &[f64], p: f64) -> f64 {
+/// The nearest-rank percentile `p` (0..=100) of `v`: the smallest sample with at least p % of
+/// the samples at or below it. NaN when empty.
+pub(crate) fn percentile(v: &[f64], p: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
