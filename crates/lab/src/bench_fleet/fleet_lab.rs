@@ -247,20 +247,32 @@ impl FleetLab {
             .create(true)
             .append(true)
             .open(self.dir.join(format!("h{i}.log")))?;
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.host_ns(i)])
+        let child = self
+            .run_in(&self.host_ns(i), &file, &state, log)
+            .with_context(|| format!("starting host h{i}"))?;
+        self.hosts[i] = Some(child);
+        Ok(())
+    }
+
+    /// `routeplex run FILE --state-dir STATE` in namespace `ns`, its log to `log`.
+    pub fn run_in(
+        &self,
+        ns: &str,
+        file: &Path,
+        state: &Path,
+        log: std::fs::File,
+    ) -> std::io::Result<Child> {
+        Command::new("ip")
+            .args(["netns", "exec", ns])
             .arg(&self.exe)
             .arg("run")
-            .arg(&file)
+            .arg(file)
             .arg("--state-dir")
-            .arg(&state)
+            .arg(state)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .with_context(|| format!("starting host h{i}"))?;
-        self.hosts[i] = Some(child);
-        Ok(())
     }
 
     /// The pid of host `i`'s data plane (`ip netns exec` execs it).

@@ -9,7 +9,7 @@
 //! other. Only one path is live at a time: the routeplex processes stop after their trial,
 //! and the veths leave the bridges after the kernel's.
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use ports::afpacket::{AfPacketOptions, AfPacketPort};
@@ -191,17 +191,8 @@ impl Bed {
             let state = lab.dir.join(format!("vx-h{i}"));
             std::fs::create_dir_all(&state)?;
             let log = std::fs::File::create(lab.dir.join(format!("vx-h{i}.log")))?;
-            let c = Command::new("ip")
-                .args(["netns", "exec", h])
-                .arg(&lab.exe)
-                .arg("run")
-                .arg(&file)
-                .arg("--state-dir")
-                .arg(&state)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
+            let c = lab
+                .run_in(h, &file, &state, log)
                 .context("starting routeplex for the VXLAN trial")?;
             kids.0.push(c);
         }
