@@ -56,18 +56,33 @@ fn ospf_conf(router_id: &str) -> String {
         "router id {router_id};\n\
          protocol device {{ scan time 1; }}\n\
          protocol kernel {{ ipv4 {{ export all; import none; }}; scan time 2; }}\n\
-         protocol ospf v2 {{\n  ipv4 {{ import all; export none; }};\n  area 0 {{\n    \
+         protocol ospf v2 {{\n  debug {{ states, events }};\n  ipv4 {{ import all; export none; }};\n  area 0 {{\n    \
          interface \"c\" {{ type broadcast; hello 1; dead 4; }};\n    \
          interface \"h\" {{ stub yes; }};\n  }};\n}}\n"
     )
 }
 
-fn logs(g: &Guard) -> String {
+/// What each side holds when a wait fails: BIRD's log, its OSPF neighbors and routes, the
+/// mirror's kernel routes, and the VR's kernel routes (the test waits on the last).
+fn logs(g: &Guard, node: &Node, mirrors: [&str; 2]) -> String {
     let mut s = String::new();
-    for n in ["r1", "r2"] {
-        let l = std::fs::read_to_string(g.dir.join(n).join("bird.log")).unwrap_or_default();
-        let tail: Vec<&str> = l.lines().rev().take(15).collect();
+    for (n, ns) in ["r1", "r2"].into_iter().zip(mirrors) {
+        let dir = g.dir.join(n);
+        let l = std::fs::read_to_string(dir.join("bird.log")).unwrap_or_default();
+        let tail: Vec<&str> = l.lines().rev().take(25).collect();
         s += &format!("--- {n} bird.log (last lines, newest first)\n{}\n", tail.join("\n"));
+        let ctl = dir.join("bird.ctl").display().to_string();
+        for q in ["show ospf neighbors", "show ospf interface", "show route"] {
+            let mut a = vec!["-s", ctl.as_str()];
+            a.extend(q.split(' '));
+            let out = Command::new("birdc").args(&a).output();
+            let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+            s += &format!("--- {n} birdc {q}\n{}\n", text.unwrap_or_else(|e| e.to_string()));
+        }
+        let routes = in_ns(ns, &["ip", "route"]);
+        s += &format!("--- {n} mirror: ip route\n{}", String::from_utf8_lossy(&routes.stdout));
+        let vr = node.table(n).map(|t| t.routes(Some(RouteSource::Kernel), usize::MAX));
+        s += &format!("--- {n} VR kernel routes\n{vr:?}\n");
     }
     s
 }
@@ -117,7 +132,7 @@ fn bird_ospf_between_two_vrs() {
         learned,
         "OSPF routes did not reach the VRs\n{:#}\n{}",
         node.status().unwrap(),
-        logs(&g)
+        logs(&g, &node, [&m1, &m2])
     );
     let ping =
         |dst: &str| in_ns(&ha, &["ping", "-c", "3", "-i", "0.2", "-W", "1", dst]).status.success();
@@ -133,7 +148,7 @@ fn bird_ospf_between_two_vrs() {
     };
     assert!(!mirror_up(",UP"), "the mirror tap is still up");
     let gone = wait(&mut node, 30, |n| !has_kernel_route(n, "r1", "10.64.2.0/24"));
-    assert!(gone, "the route outlived the link\n{}", logs(&g));
+    assert!(gone, "the route outlived the link\n{}", logs(&g, &node, [&m1, &m2]));
     assert!(!ping("10.64.2.2"));
     // And back (`apply` again): OSPF reconverges.
     node.apply(parse(true), false).unwrap();
@@ -141,7 +156,7 @@ fn bird_ospf_between_two_vrs() {
     let back = wait(&mut node, 60, |n| {
         has_kernel_route(n, "r1", "10.64.2.0/24") && has_kernel_route(n, "r2", "10.64.1.0/24")
     });
-    assert!(back, "OSPF did not reconverge\n{}", logs(&g));
+    assert!(back, "OSPF did not reconverge\n{}", logs(&g, &node, [&m1, &m2]));
     assert!(ping("10.64.2.2"), "end to end again\n{:#}", node.status().unwrap());
     // An address added to r1's `h` in the topology reaches its mirror tap, and BIRD, which
     // exports `h` as a stub, gives r2 a route to it.
@@ -158,10 +173,9 @@ fn bird_ospf_between_two_vrs() {
     });
     assert!(
         stub,
-        "the new address's subnet did not reach r2, or r1 lost r2's\n{:#}\n{}\nr1's mirror:\n{}",
+        "the new address's subnet did not reach r2, or r1 lost r2's\n{:#}\n{}",
         node.status().unwrap(),
-        logs(&g),
-        String::from_utf8_lossy(&in_ns(&m1, &["ip", "route"]).stdout)
+        logs(&g, &node, [&m1, &m2]),
     );
     assert!(ping("10.64.2.2"), "end to end after the rebuild\n{:#}", node.status().unwrap());
 
