@@ -1,4 +1,4 @@
-//! `fleet::fuzzing::fleet_record` (see its documentation); `tests/fuzz_corpus.rs` in `crates/fleet` runs
+//! `fleet::fuzzing::fleet_record` (see its documentation); `tests/it/fuzz_corpus.rs` in `crates/fleet` runs
 //! the same function on every file of `fuzz/corpus/fleet_record`.
 #![no_main]
 

@@ -1,4 +1,4 @@
-//! `ports::fuzzing::memif` (see its documentation); `tests/fuzz_corpus.rs` in `crates/ports` runs
+//! `ports::fuzzing::memif` (see its documentation); `tests/it/fuzz_corpus.rs` in `crates/ports` runs
 //! the same function on every file of `fuzz/corpus/memif`.
 #![no_main]
 

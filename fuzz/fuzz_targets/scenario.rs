@@ -1,4 +1,4 @@
-//! `tester::fuzzing::scenario` (see its documentation); `tests/fuzz_corpus.rs` in `crates/tester` runs
+//! `tester::fuzzing::scenario` (see its documentation); `tests/it/fuzz_corpus.rs` in `crates/tester` runs
 //! the same function on every file of `fuzz/corpus/scenario`.
 #![no_main]
 

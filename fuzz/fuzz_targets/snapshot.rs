@@ -1,4 +1,4 @@
-//! `control::fuzzing::snapshot` (see its documentation); `tests/fuzz_corpus.rs` in `crates/control` runs
+//! `control::fuzzing::snapshot` (see its documentation); `tests/it/fuzz_corpus.rs` in `crates/control` runs
 //! the same function on every file of `fuzz/corpus/snapshot`.
 #![no_main]
 

@@ -1,4 +1,4 @@
-//! `control::fuzzing::tunnel` (see its documentation); `tests/fuzz_corpus.rs` in `crates/control` runs
+//! `control::fuzzing::tunnel` (see its documentation); `tests/it/fuzz_corpus.rs` in `crates/control` runs
 //! the same function on every file of `fuzz/corpus/tunnel`.
 #![no_main]
 

@@ -1,4 +1,4 @@
-//! `ports::fuzzing::vxlan` (see its documentation); `tests/fuzz_corpus.rs` in `crates/ports` runs
+//! `ports::fuzzing::vxlan` (see its documentation); `tests/it/fuzz_corpus.rs` in `crates/ports` runs
 //! the same function on every file of `fuzz/corpus/vxlan`.
 #![no_main]
 

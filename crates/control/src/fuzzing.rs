@@ -1,5 +1,5 @@
 //! The decoders of what reaches control from outside, on arbitrary bytes: one entry point per
-//! cargo-fuzz target in the workspace's `fuzz/` directory, which routeplex's `tests/fuzz_corpus.rs` also
+//! cargo-fuzz target in the workspace's `fuzz/` directory, which routeplex's `tests/it/fuzz_corpus.rs` also
 //! runs on every committed corpus file, so the fuzz target and the regression test are the same
 //! code. Not part of the API: hidden from the docs and free to change.
 //!
@@ -344,7 +344,7 @@ pub fn sample_snapshot() -> snapshot::SnapshotV1 {
     }
 }
 
-/// Valid inputs of target `name`: its seed corpus (routeplex's `tests/fuzz_corpus.rs` writes them to
+/// Valid inputs of target `name`: its seed corpus (routeplex's `tests/it/fuzz_corpus.rs` writes them to
 /// `fuzz/corpus/NAME/` when asked; the files are committed).
 pub fn seeds(name: &str) -> Vec<Vec<u8>> {
     let route_add = Command::RouteAdd {

@@ -1,5 +1,5 @@
 //! What the fleet reads from a topology file and from etcd, on arbitrary bytes: one entry point
-//! per cargo-fuzz target in the workspace's `fuzz/` directory, which routeplex's `tests/fuzz_corpus.rs` also
+//! per cargo-fuzz target in the workspace's `fuzz/` directory, which routeplex's `tests/it/fuzz_corpus.rs` also
 //! runs on every committed corpus file. Not part of the API: hidden from the docs, free to
 //! change.
 

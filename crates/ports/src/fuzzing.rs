@@ -1,5 +1,5 @@
 //! What a peer hands a port, on arbitrary bytes: one entry point per cargo-fuzz target in the
-//! workspace's `fuzz/` directory, which routeplex's `tests/fuzz_corpus.rs` also runs on every committed
+//! workspace's `fuzz/` directory, which routeplex's `tests/it/fuzz_corpus.rs` also runs on every committed
 //! corpus file. Not part of the API: hidden from the docs, free to change, and allowed to
 //! allocate and open sockets (it is never on a port's path).
 

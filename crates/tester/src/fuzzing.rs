@@ -1,5 +1,5 @@
 //! A scenario file's text, on arbitrary bytes: the entry point of the `scenario` cargo-fuzz
-//! target in the workspace's `fuzz/` directory, which routeplex's `tests/fuzz_corpus.rs` also runs on every
+//! target in the workspace's `fuzz/` directory, which routeplex's `tests/it/fuzz_corpus.rs` also runs on every
 //! committed corpus file. Not part of the API: hidden from the docs, free to change.
 
 use crate::scenario::Scenario;

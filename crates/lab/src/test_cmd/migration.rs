@@ -12,7 +12,7 @@
 //! answered during the move); with seed 003's figures next to them. `gen_gap_ms` is the
 //! generator's own longest pause (a loaded host delays it, and the sink's gap with it).
 //!
-//! The integration test `tests/migration.rs` runs this command, so the namespaces it builds
+//! The integration test `tests/it/migration.rs` runs this command, so the namespaces it builds
 //! are the ones measured here. Every name starts with `rsm` and ends with a tag unique to the
 //! run (pid and counter); everything is removed on drop, even on failure.
 

@@ -328,7 +328,7 @@ impl TxQueue {
         let r = &mem.regions[self.ring.region];
         let start = self.pos;
         // Counted here, once per burst: stores to the port's counters per frame were a sixth
-        // of a 60-byte frame's CPU time through the switch's two ports (tests/memif_cost.rs).
+        // of a 60-byte frame's CPU time through the switch's two ports (tests/it/memif_cost.rs).
         let mut sent = Sent::default();
         let taken = match self.side {
             Side::Client => self.tx_client(mem, r, batch, sel, &mut sent)?,

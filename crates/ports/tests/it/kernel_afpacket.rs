@@ -1,0 +1,91 @@
+//! AF_PACKET (TPACKET_V3) ports on veth pairs (root only; skipped with a printed reason
+//! otherwise).
+//!
+//! Covers: every byte and counter in bursts of 1, 2 and 257 (60..1514 bytes; VLAN-tagged frames
+//! come out with their tag, which the kernel had moved to metadata) both ways; the sender never
+//! reads its own frames; promiscuous mode on while open and off after; a tx ring much smaller
+//! than a burst (wrap-around, full ring, retries); errors for a missing interface and bad
+//! options; the interface disappearing under an open port and coming back; jumbo frames (MTU
+//! 9000, up to 9018 bytes tagged) both ways.
+
+use crate::common_kernel;
+
+use common_kernel::*;
+use ports::afpacket::{AfPacketOptions, AfPacketPort};
+use ports::{Port, PortStatus};
+
+fn open(dev: &str) -> AfPacketPort {
+    AfPacketPort::open(dev, &AfPacketOptions::default()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn afpacket_pair_moves_every_byte() {
+    if !root_or_skip("afpacket_pair_moves_every_byte") {
+        return;
+    }
+    let v = Veth::new();
+    assert_eq!(promiscuity(&v.a, None), 0);
+    let mut a = open(&v.a);
+    let mut b = open(&v.b);
+    assert_eq!(promiscuity(&v.a, None), 1);
+    workout(&mut a, &mut b);
+    assert_eq!((a.status(), b.status()), (PortStatus::Up, PortStatus::Up));
+    drop(a);
+    assert_eq!(promiscuity(&v.a, None), 0);
+}
+
+#[test]
+fn afpacket_small_tx_ring_wraps_and_retries() {
+    if !root_or_skip("afpacket_small_tx_ring_wraps_and_retries") {
+        return;
+    }
+    let v = Veth::new();
+    let small =
+        AfPacketOptions { tx_frames: 8, block_size: 1 << 16, blocks: 8, ..Default::default() };
+    let mut a = AfPacketPort::open(&v.a, &small).unwrap();
+    let mut b = AfPacketPort::open(&v.b, &small).unwrap();
+    workout(&mut a, &mut b);
+}
+
+#[test]
+fn afpacket_open_errors_are_clear() {
+    if !root_or_skip("afpacket_open_errors_are_clear") {
+        return;
+    }
+    let e = AfPacketPort::open("rpx-nosuchif", &AfPacketOptions::default()).err().unwrap();
+    assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    assert_eq!(e.to_string(), "afpacket rpx-nosuchif: no such interface");
+    let e = AfPacketPort::open("much-too-long-name", &AfPacketOptions::default()).err().unwrap();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+    let v = Veth::new();
+    let bad = AfPacketOptions { block_size: 1000, ..Default::default() };
+    let e = AfPacketPort::open(&v.a, &bad).err().unwrap();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+    assert!(e.to_string().starts_with(&format!("afpacket {}: ", v.a)), "{e}");
+}
+
+#[test]
+fn afpacket_interface_removed_and_back() {
+    if !root_or_skip("afpacket_interface_removed_and_back") {
+        return;
+    }
+    let v = Veth::new();
+    let (mut a, mut b) = (open(&v.a), open(&v.b));
+    removed_and_back(&v, &mut a, &mut b, AfPacketPort::ifindex, |a| {
+        assert_eq!(a.qdisc_bypass(), None);
+    });
+}
+
+#[test]
+fn afpacket_jumbo_frames_both_ways() {
+    if !root_or_skip("afpacket_jumbo_frames_both_ways") {
+        return;
+    }
+    let v = Veth::new();
+    set_mtu(&v.a, None, 9000);
+    set_mtu(&v.b, None, 9000);
+    let mut a = open(&v.a);
+    let mut b = open(&v.b);
+    jumbo_workout(&mut a, &mut b);
+    assert_eq!(a.stats().rx_dropped + b.stats().rx_dropped, 0);
+}
