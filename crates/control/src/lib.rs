@@ -32,6 +32,7 @@ pub mod ethtool;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod graph;
+pub mod hold;
 pub mod impair;
 pub mod journal;
 pub mod metrics;
