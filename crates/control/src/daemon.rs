@@ -1068,16 +1068,37 @@ fn leftovers(errors: Vec<crate::netns::NetError>) -> Result<(), ControlError> {
     Err(ControlError::State(format!("could not remove everything: {}", msgs.join("; "))))
 }
 
+/// What a data plane started again on a state directory that an earlier run left (its
+/// journal or checkpoint is there) does with its VRs' interfaces.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnRestart {
+    /// Forward at once, as the host file and the journal say.
+    #[default]
+    Forward,
+    /// Hold every interface that would be up down, from before it forwards, until
+    /// `interface_set up: true` (see [`crate::hold`]): a host of a fleet with `policy: fence`,
+    /// whose VRs may run elsewhere by now (its agent brings back those still placed here).
+    Hold,
+}
+
+/// Whether `dir` holds what an earlier run of a data plane left: its journal or checkpoint.
+pub fn restarted(dir: &Path) -> bool {
+    [crate::journal::FILE, crate::checkpoint::FILE].iter().any(|f| dir.join(f).exists())
+}
+
 /// The data plane in the foreground: builds the host of `topo` (loaded from `file` by the
 /// caller, which needed it for `opts`: a full table's file is not read twice), starts its
 /// workers and serves the control socket in `state_dir` (when given) until `stop` is set or a
 /// `stop` command comes. What happens is logged as events (see the module's documentation).
+/// Started again on a `state_dir` an earlier run left, it holds its VRs' interfaces down when
+/// `on_restart` says so.
 pub fn run(
     file: &Path,
     topo: crate::Topology,
     state_dir: Option<&Path>,
     burst: usize,
     opts: crate::runtime::Options,
+    on_restart: OnRestart,
     stop: &AtomicBool,
 ) -> Result<(), ControlError> {
     if let Some(p) = topo.ports.iter().find(|p| matches!(p.kind, crate::PortKind::Mem { .. })) {
@@ -1098,7 +1119,11 @@ pub fn run(
     // VRs whose checkpoint fits forward with it at once; their tables are built meanwhile.
     let checkpoints =
         state_dir.map(|d| crate::checkpoint::usable(d, &topo.vrs)).unwrap_or_default();
-    let mut node = crate::Node::start_from(topo, opts, burst, &checkpoints)?;
+    let hold = on_restart == OnRestart::Hold && state_dir.is_some_and(restarted);
+    let mut node = match hold {
+        true => crate::Node::start_holding(topo, opts, burst, &checkpoints)?,
+        false => crate::Node::start_from(topo, opts, burst, &checkpoints)?,
+    };
     let canonical = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
     node.set_source(text, canonical.display().to_string());
     let ports = node.topology().ports.len();
@@ -1116,8 +1141,12 @@ pub fn run(
         vrs = node.topology().vrs.len(),
         ports,
         placement = %placement,
+        held = hold,
         "data plane started: forwarding on {ports} port(s) with {workers} worker(s)"
     );
+    if hold {
+        warn!("restarted on a state directory an earlier run left: every VR interface is held down until taken up (interface_set; a fleet agent does for the VRs still placed here)");
+    }
     // The metrics endpoint's thread never calls the workers: this loop samples for it.
     let metrics = match &node.topology().metrics {
         Some(m) => {
@@ -1258,6 +1287,7 @@ impl Recovery {
         let done = (|| {
             node.settle()?;
             let (j, _) = crate::journal::recover(&self.dir, node)?;
+            node.end_hold();
             let wrong = node.take_over()?;
             if !wrong.is_empty() {
                 // Checked against the routes it claims: the checkpoint is wrong, whatever its

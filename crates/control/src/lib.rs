@@ -10,7 +10,8 @@
 //! - the running host ([`node`]): every VR's routes by source and its FIB writers, `apply`'s
 //!   plans (`plan.rs`: a diff of the running topology against an edited file as typed steps,
 //!   the plan's text their `Display`, refused whole when it cannot be made live), the API's
-//!   handlers (one file per object in `cmd/`), snapshots, checkpoints and the route journal;
+//!   handlers (one file per object in `cmd/`), snapshots, checkpoints and the route journal,
+//!   and the interfaces a restart holds down ([`hold`]);
 //! - the service around it ([`daemon`]): run directory, `up`/`down`, and the control socket
 //!   serving the versioned JSON API ([`api`]); capture and trace ([`capture`]); the hosts'
 //!   namespaces, veths, addresses and routes it makes over rtnetlink and the ethtool ioctl,
@@ -32,6 +33,7 @@ pub mod ethtool;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod graph;
+pub mod hold;
 pub mod impair;
 pub mod journal;
 pub mod metrics;

@@ -50,6 +50,8 @@ pub struct Node {
     captures: HashMap<u64, Capture>,
     /// VRs to be added with their interfaces down (a migration's destination).
     start_down: Vec<String>,
+    /// Interfaces held down after a restart (see [`crate::hold`]).
+    held: crate::hold::Held,
     next_capture: u64,
     /// Route sync of each VR with a Linux control plane.
     syncs: Vec<crate::cpsync::CpSync>,
@@ -102,7 +104,33 @@ impl Node {
         burst: usize,
         checkpoints: &HashMap<String, Vec<u8>>,
     ) -> Result<Node, ControlError> {
+        Node::start_with(topo, opts, burst, checkpoints, crate::hold::Held::default())
+    }
+
+    /// As [`start_from`](Node::start_from), a restart that holds every VR interface that
+    /// would be up down from before its worker first polls it, until `interface_set` takes it
+    /// up; VRs added or rebuilt until [`Node::end_hold`] (the journal's replay) are held too
+    /// (see [`crate::hold`]).
+    pub fn start_holding(
+        topo: Topology,
+        opts: Options,
+        burst: usize,
+        checkpoints: &HashMap<String, Vec<u8>>,
+    ) -> Result<Node, ControlError> {
+        Node::start_with(topo, opts, burst, checkpoints, crate::hold::Held::holding())
+    }
+
+    fn start_with(
+        topo: Topology,
+        opts: Options,
+        burst: usize,
+        checkpoints: &HashMap<String, Vec<u8>>,
+        mut held: crate::hold::Held,
+    ) -> Result<Node, ControlError> {
         let mut host = build::host_from(&topo, None, burst, checkpoints)?;
+        if held.is_holding() {
+            hold_at_start(&topo, &mut host.cells, &mut held);
+        }
         let stand_ins = std::mem::take(&mut host.stand_ins);
         // The mirror taps exist now (opening the ports made them): dress them as their VR
         // interfaces.
@@ -168,6 +196,7 @@ impl Node {
             captures: HashMap::new(),
             next_capture: 1,
             start_down: Vec::new(),
+            held,
             syncs,
             cp_made: crate::netns::Made::default(),
             stale_next: HashMap::new(),
@@ -261,7 +290,8 @@ impl Node {
         self.stale_next.insert(vr.to_string(), prefixes);
     }
 
-    /// Takes VR `vr` down from the start if it was asked to be (before it ever forwards).
+    /// Takes VR `vr` down from the start if it was asked to be (before it ever forwards), and
+    /// the interfaces of it that are held (see [`crate::hold`]).
     fn down_from_start(&mut self, vr: &mut Vr) {
         if let Some(i) = self.start_down.iter().position(|n| n == vr.name()) {
             self.start_down.remove(i);
@@ -269,6 +299,26 @@ impl Node {
                 let _ = vr.change(VrChange::Up(k as u16, false));
             }
         }
+        for k in self.held.on_new(vr.name(), &vr.interfaces()) {
+            let _ = vr.change(VrChange::Up(k, false));
+        }
+    }
+
+    /// The journal's replay is over: VRs added from here on are not held (those held stay
+    /// held until `interface_set` takes them up).
+    pub fn end_hold(&mut self) {
+        if self.held.is_holding() {
+            self.held.end();
+            info!(
+                held = self.held.len(),
+                "restart: replay done; held interfaces stay down until taken up"
+            );
+        }
+    }
+
+    /// Whether interface `iface` of VR `vr` is held down (see [`crate::hold`]).
+    pub fn is_held(&self, vr: &str, iface: &str) -> bool {
+        self.held.is_held(vr, iface)
     }
 
     /// The topology as last applied.
@@ -547,6 +597,7 @@ impl Node {
         }
         // Keep what the running host was given for routes added through the API.
         let cur = std::mem::replace(&mut self.topo, next);
+        self.held.retain(&self.topo);
         self.follow_control_planes(&cur)?;
         Ok(plan)
     }
@@ -595,7 +646,16 @@ impl Node {
                 info!(vr, interface = iface, mtu, "interface mtu set");
                 format!("vr {vr}: interface {iface} mtu {mtu}")
             }
-            Step::Up { vr, iface, up, mirror, .. } => self.set_up(vr, iface, up, mirror)?,
+            Step::Up { vr, iface, name, up, mirror, .. } => {
+                if up && self.held.is_held(&vr, &name) {
+                    // Only `interface_set` takes a held interface up.
+                    info!(vr, interface = iface, "interface held down");
+                    format!("vr {vr}: interface {iface} held down")
+                } else {
+                    self.held.release(&vr, &name, false);
+                    self.set_up(vr, iface, up, mirror)?
+                }
+            }
             Step::Mirror { netns, dev, change, .. } => {
                 crate::netns::follow_mirror(&netns, &dev, &change).map_err(|e| {
                     ControlError::State(format!("control plane {netns}: mirror {dev}: {e}"))
@@ -603,7 +663,8 @@ impl Node {
                 info!(netns, dev, ?change, "mirror follows its interface");
                 format!("mirror {netns}/{dev}")
             }
-            Step::Replace { vr, table, new, .. } => {
+            Step::Replace { vr, table, mut new, .. } => {
+                self.down_from_start(&mut new);
                 let r = self
                     .rt
                     .on_vr(&vr, move |c, v| c.replace_vr(v, *new).map(drop).map_err(|e| e.0))?;
@@ -695,6 +756,9 @@ impl Node {
                     let _ = cell.change_vr(k, VrChange::Up(f as u16, false));
                 }
             }
+            for f in self.held.on_new(&name, &cell.vrs()[k].interfaces()) {
+                let _ = cell.change_vr(k, VrChange::Up(f, false));
+            }
         }
         self.rt.add_cell(*cell, worker)?;
         self.outside.extend(outside);
@@ -718,6 +782,24 @@ impl Node {
         }
         info!(vr, batch, worker = ?sched.worker, reservation = ?sched.reservation, "vr schedule set");
         Ok(format!("vr {vr}: schedule"))
+    }
+}
+
+/// A restart's start: every VR interface of `cells` that would be up (not `up: false` in
+/// `topo`) is taken down before the workers start, and held.
+fn hold_at_start(topo: &Topology, cells: &mut [build::Placed], held: &mut crate::hold::Held) {
+    for p in cells {
+        for k in 0..p.cell.vrs().len() {
+            let name = p.cell.vrs()[k].name().to_string();
+            let v = topo.vr_index(crate::hold::logical(&name));
+            let mut ifaces = p.cell.vrs()[k].interfaces();
+            for (f, i) in ifaces.iter_mut().enumerate() {
+                i.2 &= !v.is_some_and(|v| topo.iface_down(v, f as u16));
+            }
+            for f in held.on_new(&name, &ifaces) {
+                let _ = p.cell.change_vr(k, VrChange::Up(f, false));
+            }
+        }
     }
 }
 

@@ -482,7 +482,12 @@ impl VrStatus {
             interfaces: self
                 .interfaces
                 .iter()
-                .map(|(n, mtu, up)| api::InterfaceRow { name: n.clone(), mtu: *mtu, up: *up })
+                .map(|(n, mtu, up)| api::InterfaceRow {
+                    name: n.clone(),
+                    mtu: *mtu,
+                    up: *up,
+                    held: false,
+                })
                 .collect(),
             routes: None,
             fib: None,

@@ -76,7 +76,15 @@ fn start(file: &Path, dir: &Path) -> std::thread::JoinHandle<Result<(), control:
     let topo = Topology::load(&file).unwrap();
     std::thread::spawn(move || {
         static NEVER: AtomicBool = AtomicBool::new(false);
-        control::daemon::run(&file, topo, Some(&dir), 32, Options::new(1), &NEVER)
+        control::daemon::run(
+            &file,
+            topo,
+            Some(&dir),
+            32,
+            Options::new(1),
+            control::daemon::OnRestart::Forward,
+            &NEVER,
+        )
     })
 }
 

@@ -152,6 +152,9 @@ struct Run {
     tried: i64,
     /// Fenced and not yet back: a host with no interface up fences once, not every tick.
     fenced: bool,
+    /// The host's status was read once: the interfaces it held down from its restart became
+    /// the fenced set.
+    adopted: bool,
     /// The host's last status.
     last: LocalStatus,
     /// The desired revision whose VRs wait to move live, since when.
@@ -180,6 +183,7 @@ impl Run {
             renewed: None,
             tried: 0,
             fenced: false,
+            adopted: false,
             last: LocalStatus::default(),
             holding: None,
             logged: None,
@@ -202,6 +206,10 @@ impl Run {
     }
 
     async fn tick(&mut self) {
+        if !self.adopted {
+            // Before etcd is reached: a restarted host's held interfaces are fenced ones.
+            self.read_local().await;
+        }
         self.fence_if_due().await;
         let r = self.round().await;
         self.st.etcd_reachable = !matches!(
@@ -367,7 +375,12 @@ impl Run {
     async fn read_local(&mut self) {
         let local = self.local.clone();
         match tokio::task::spawn_blocking(move || local.status()).await {
-            Ok(Ok(s)) => self.last = s,
+            Ok(Ok(s)) => {
+                if !self.adopted {
+                    self.adopt_held(&s);
+                }
+                self.last = s;
+            }
             Ok(Err(e)) => self.failed(e),
             Err(e) => self.failed(FleetError::Record { what: "status".into(), msg: e.to_string() }),
         }
@@ -580,6 +593,22 @@ impl Run {
         }
     }
 
+    /// On the first status read: the interfaces the host holds down since it restarted (its
+    /// VRs may run elsewhere by now) are fenced, so [`Run::unfence`] brings back, once a
+    /// lease is held, those whose VR the desired topology still places here.
+    fn adopt_held(&mut self, s: &LocalStatus) {
+        self.adopted = true;
+        let held = s.held_interfaces();
+        if held.is_empty() {
+            return;
+        }
+        warn!(host = %self.cfg.host, interfaces = held.len(), "fleet: restarted with VRs' interfaces held down: fenced until a lease is held and the desired topology read");
+        self.st.fenced.extend(held);
+        self.st.fenced.sort();
+        self.st.fenced.dedup();
+        self.fenced = true;
+    }
+
     /// With a lease again: brings fenced interfaces back up where the desired topology still
     /// places their VR here (or there is none).
     async fn unfence(&mut self, desired: Option<&(i64, String)>) {
@@ -695,6 +724,87 @@ fn write_atomic(path: &std::path::Path, st: &FleetStatus) -> Result<(), FleetErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A restarted host whose VRs `a` (e0, e1) and `b` (e0) are held down, `b`'s e1 set down
+    /// by its operator; records what the agent asks.
+    #[derive(Default)]
+    struct Restarted {
+        set: Mutex<Vec<(String, String, bool)>>,
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Local for Restarted {
+        fn status(&self) -> Result<LocalStatus, FleetError> {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            let held = serde_json::json!({"name": "e0", "up": false, "held": true});
+            let ifs = |more: serde_json::Value| serde_json::json!([held, more]);
+            LocalStatus::from_json(serde_json::json!({"workers": [{"index": 0}], "vrs": [
+                {"name": "a", "interfaces": ifs(serde_json::json!({"name": "e1", "up": false, "held": true}))},
+                {"name": "b", "interfaces": ifs(serde_json::json!({"name": "e1", "up": false}))},
+            ]}))
+        }
+
+        fn apply(&self, _: &str, _: &str) -> Result<(), FleetError> {
+            Ok(())
+        }
+
+        fn set_up(&self, vr: &str, interface: &str, up: bool) -> Result<(), FleetError> {
+            self.set.lock().unwrap().push((vr.into(), interface.into(), up));
+            Ok(())
+        }
+    }
+
+    /// An agent of `local` whose etcd does not answer (nothing listens on port 9).
+    fn cut_off(local: Arc<Restarted>) -> (Run, tokio::runtime::Runtime) {
+        let text = "fleet:\n  etcd: [http://127.0.0.1:9]\n  host: h1\n  underlay: 192.0.2.1\n  offer: { workers: 1, cpu_share: 0.5, memory_mib: 256 }\n  lease_ttl_s: 1\n";
+        let cfg = FleetConfig::from_topology(text, "test").unwrap().unwrap();
+        assert_eq!(cfg.policy, Policy::Fence);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let run = Run::new(cfg, local, None, Arc::new(Mutex::new(FleetStatus::default())));
+        (run, rt)
+    }
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter().map(|(v, i)| (v.to_string(), i.to_string())).collect()
+    }
+
+    #[test]
+    fn held_interfaces_are_fenced_from_the_first_status_and_stay_down_without_etcd() {
+        let local = Arc::new(Restarted::default());
+        let (mut run, rt) = cut_off(local.clone());
+        rt.block_on(run.tick());
+        assert!(!run.st.etcd_reachable, "{:?}", run.st);
+        assert!(run.fenced);
+        assert_eq!(run.st.fenced, pairs(&[("a", "e0"), ("a", "e1"), ("b", "e0")]));
+        assert_eq!(run.shared.lock().unwrap().fenced, run.st.fenced, "published");
+        assert_eq!(run.st.fences, 0, "not a fence of this run's: the lease was never held");
+        // Ticks without etcd: nothing is brought up, the status is not read again to adopt.
+        rt.block_on(run.tick());
+        assert_eq!(local.reads.load(Ordering::Relaxed), 1);
+        assert!(local.set.lock().unwrap().is_empty(), "{:?}", local.set);
+        assert_eq!(run.st.fenced.len(), 3);
+    }
+
+    #[test]
+    fn a_lease_again_brings_back_the_held_vrs_still_placed_here() {
+        let local = Arc::new(Restarted::default());
+        let (mut run, rt) = cut_off(local.clone());
+        rt.block_on(run.read_local());
+        // The desired topology keeps `a` here; `b` went elsewhere (its apply removes it).
+        let desired = (7, "vrs:\n  - { name: a }\n".to_string());
+        rt.block_on(run.unfence(Some(&desired)));
+        let set = local.set.lock().unwrap().clone();
+        let want = [("a", "e0", true), ("a", "e1", true)];
+        assert_eq!(set, want.map(|(v, i, u)| (v.to_string(), i.to_string(), u)));
+        assert!(!run.fenced && run.st.fenced.is_empty(), "{:?}", run.st);
+        // No desired topology: the host's own file owns its VRs, all come back.
+        let local = Arc::new(Restarted::default());
+        let (mut run, rt) = cut_off(local.clone());
+        rt.block_on(run.read_local());
+        rt.block_on(run.unfence(None));
+        assert_eq!(local.set.lock().unwrap().len(), 3);
+        assert!(local.set.lock().unwrap().iter().all(|s| s.2));
+    }
 
     #[test]
     fn desired_vrs_are_read_with_their_place() {

@@ -127,6 +127,9 @@ pub struct LocalReservation {
 pub struct LocalInterface {
     pub name: String,
     pub up: bool,
+    /// Held down since the host restarted (control's `hold`): what it would fence.
+    #[serde(default)]
+    pub held: bool,
 }
 
 impl LocalStatus {
@@ -161,8 +164,18 @@ impl LocalStatus {
 
     /// Every interface that is up, as (VR, interface): what fencing takes down.
     pub fn up_interfaces(&self) -> Vec<(String, String)> {
+        self.interfaces(|i| i.up)
+    }
+
+    /// Every interface held down since the host restarted, as (VR, interface): fenced from
+    /// the start.
+    pub fn held_interfaces(&self) -> Vec<(String, String)> {
+        self.interfaces(|i| i.held)
+    }
+
+    fn interfaces(&self, which: impl Fn(&LocalInterface) -> bool) -> Vec<(String, String)> {
         let each = |v: &LocalVr| {
-            let up = v.interfaces.iter().filter(|i| i.up);
+            let up = v.interfaces.iter().filter(|i| which(i));
             up.map(|i| (v.name.clone(), i.name.clone())).collect::<Vec<_>>()
         };
         self.vrs.iter().flat_map(each).collect()

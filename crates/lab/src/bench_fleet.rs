@@ -93,9 +93,10 @@ pub struct FailoverOut {
     pub moves: Vec<(String, String)>,
     /// Why each repetition that did not recover failed.
     pub failed: Vec<String>,
-    /// Repetitions before which the VR was seen running on two hosts at once (the host
-    /// started again after the previous kill ran it from its journal until its agent applied
-    /// the desired topology); each waited until one host ran it.
+    /// Repetitions before which the VR was seen running (every interface up) on two hosts at
+    /// once: the host started again after the previous kill running it from its journal
+    /// before its agent applied the desired topology. 0 expected: a restarted fenced host
+    /// holds its interfaces down (`control::hold`). Each repetition waited until one host ran it.
     pub duplicate_reps: usize,
 }
 

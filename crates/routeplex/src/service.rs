@@ -36,7 +36,13 @@ pub fn run(file: &Path, state_dir: Option<&Path>, burst: usize) -> Result<()> {
     let topo = Topology::load(file)?;
     // A `fleet:` section: the agent runs beside the data plane, a client of its control
     // socket, and leaves the fleet (revokes its lease) when the data plane stops.
-    let _agent = fleet_agent(file, state_dir)?;
+    let agent = fleet_agent(file, state_dir)?;
+    // A fenced fleet host started again may find its VRs placed elsewhere meanwhile: they
+    // stay down until its agent knows (control::hold).
+    let on_restart = match &agent {
+        Some((_, fleet::Policy::Fence)) => daemon::OnRestart::Hold,
+        _ => daemon::OnRestart::Forward,
+    };
     sys::stop_on_signals(&STOP);
     let mut opts = Options::for_topology(&topo);
     opts.pin = Some(sys::pin);
@@ -44,11 +50,14 @@ pub fn run(file: &Path, state_dir: Option<&Path>, burst: usize) -> Result<()> {
     // opts.idle is the topology's `idle:` (default adaptive: spin while there is traffic,
     // sleep on the ports' descriptors once there is none).
     // What it does is logged (stderr, the service log under `up`): see `crate::logs` and `control::daemon`.
-    Ok(daemon::run(file, topo, state_dir, burst, opts, &STOP)?)
+    Ok(daemon::run(file, topo, state_dir, burst, opts, on_restart, &STOP)?)
 }
 
-/// Starts the fleet agent when the topology has a `fleet:` section.
-fn fleet_agent(file: &Path, state_dir: Option<&Path>) -> Result<Option<fleet::Handle>> {
+/// Starts the fleet agent when the topology has a `fleet:` section; with the section's policy.
+fn fleet_agent(
+    file: &Path,
+    state_dir: Option<&Path>,
+) -> Result<Option<(fleet::Handle, fleet::Policy)>> {
     let text =
         yamlpath::read_file(file, 16 << 20).with_context(|| format!("{}", file.display()))?;
     let Some(cfg) = fleet::FleetConfig::from_topology(&text, &file.display().to_string())? else {
@@ -61,7 +70,8 @@ fn fleet_agent(file: &Path, state_dir: Option<&Path>) -> Result<Option<fleet::Ha
         );
     };
     let local = std::sync::Arc::new(fleet::local::Socket::new(dir.join("control.sock")));
-    Ok(Some(fleet::Agent::spawn(cfg, local, Some(dir.join(FLEET_FILE)))?))
+    let policy = cfg.policy;
+    Ok(Some((fleet::Agent::spawn(cfg, local, Some(dir.join(FLEET_FILE)))?, policy)))
 }
 
 /// What the fleet agent last knew of the fleet, in the service's directory.

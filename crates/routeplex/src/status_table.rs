@@ -123,6 +123,15 @@ fn vrs(out: &mut String, s: &api::Status) {
     }
     out.push('\n');
     table(out, &rows);
+    let held: Vec<String> = (s.vrs.iter())
+        .flat_map(|v| {
+            v.interfaces.iter().filter(|i| i.held).map(|i| format!("{}:{}", v.name, i.name))
+        })
+        .collect();
+    if !held.is_empty() {
+        // A restarted fenced fleet host's (control::hold): until `interface_set up`.
+        let _ = writeln!(out, "held down since the restart: {}", held.join(" "));
+    }
 }
 
 /// Replicated VRs: the logical VR, its counters the sum of its replicas' (listed above).
@@ -403,6 +412,24 @@ mod tests {
         s.vrs[0].routes.as_mut().unwrap().insert("kernel".into(), 1200);
         let t = render(&s);
         assert!(t.contains("1,203 (kernel 1,200)"), "{t}");
+    }
+
+    #[test]
+    fn held_interfaces_are_listed_under_the_vrs() {
+        let mut s = status();
+        let mut r = vr("r", 0, &[]);
+        let row = |name: &str, up: bool, held: bool| api::InterfaceRow {
+            name: name.into(),
+            mtu: 1500,
+            up,
+            held,
+        };
+        r.interfaces = vec![row("a", false, true), row("b", false, false), row("c", true, false)];
+        s.vrs.push(r);
+        let t = render(&s);
+        assert!(t.contains("\nheld down since the restart: r:a\n"), "{t}");
+        s.vrs[0].interfaces[0].held = false;
+        assert!(!render(&s).contains("held"), "{}", render(&s));
     }
 
     #[test]

@@ -130,6 +130,10 @@ pub struct InterfaceRow {
     pub name: String,
     pub mtu: u16,
     pub up: bool,
+    /// Held down since a restart of a fenced fleet host, until `interface_set` takes it up
+    /// (see `control::hold`); left out when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
 }
 
 /// A VR's FIB: prefixes per family, memory, next hops.

@@ -23,6 +23,9 @@ impl Node {
         let snap = self.rt.snapshot()?;
         let mut s = snap.to_status();
         for v in &mut s.vrs {
+            for i in &mut v.interfaces {
+                i.held = self.held.is_held(&v.name, &i.name);
+            }
             if let Some(t) = self.tables.get(&v.name) {
                 let routes =
                     t.counts().iter().map(|(s, n)| (s.name().to_string(), *n as u64)).collect();

@@ -139,8 +139,15 @@ impl Node {
         interface: &str,
         u: bool,
     ) -> Result<(), ControlError> {
-        self.vr_change(vr, VrChange::Up(i, u))?;
         let v = self.topo.vr_index(vr).expect("checked");
+        if !self.held.release(vr, interface, u) {
+            // An `up` the journal's replay brings, on a restart that holds: it would be up,
+            // and stays down until taken up once the replay is over.
+            self.topo.set_iface_down(v, i, false);
+            info!(vr, interface, "interface held down");
+            return Ok(());
+        }
+        self.vr_change(vr, VrChange::Up(i, u))?;
         self.topo.set_iface_down(v, i, !u);
         info!(vr, interface, up = u, "interface set up/down");
         // Its mirror follows, so the control plane's daemons see the link change.

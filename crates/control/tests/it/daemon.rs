@@ -457,3 +457,139 @@ fn idle_clients_filling_every_slot_make_room_for_a_new_one() {
         assert!(err_msg(r).contains("idle longest"), "{r}");
     }
 }
+
+/// A data plane run by `daemon::run` on state directory `state` (memif ports: no root), until
+/// dropped.
+struct Running {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<(), ControlError>>>,
+    sock: PathBuf,
+}
+
+impl Running {
+    fn start(file: &Path, state: &Path, on_restart: daemon::OnRestart) -> Running {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (f, s, flag) = (file.to_path_buf(), state.to_path_buf(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let topo = control::Topology::load(&f)?;
+            let opts = control::runtime::Options::for_topology(&topo);
+            daemon::run(&f, topo, Some(&s), 32, opts, on_restart, &flag)
+        });
+        let r = Running { stop, thread: Some(thread), sock: state.join("control.sock") };
+        let t0 = Instant::now();
+        while daemon::ask(&r.sock, Command::Hello, Duration::from_secs(1)).is_err() {
+            let done = r.thread.as_ref().is_some_and(|t| t.is_finished());
+            assert!(
+                !done && t0.elapsed() < Duration::from_secs(30),
+                "the data plane did not answer"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        r
+    }
+
+    fn ask(&self, cmd: Command) -> api::Answer {
+        daemon::ask(&self.sock, cmd, Duration::from_secs(10)).expect("answered")
+    }
+
+    /// Each VR's interfaces as (VR, interface, up, held), sorted.
+    fn interfaces(&self) -> Vec<(String, String, bool, bool)> {
+        let s = api::Status::try_from(self.ask(Command::Status)).unwrap();
+        let mut out: Vec<_> = (s.vrs.iter())
+            .flat_map(|v| {
+                v.interfaces.iter().map(|i| (v.name.clone(), i.name.clone(), i.up, i.held))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn set_up(&self, vr: &str, interface: &str, up: bool) {
+        let cmd = Command::InterfaceSet {
+            vr: vr.into(),
+            interface: interface.into(),
+            mtu: None,
+            up: Some(up),
+            addresses: None,
+        };
+        self.ask(cmd);
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let r = t.join();
+            if !std::thread::panicking() {
+                r.expect("no panic").expect("stopped cleanly");
+            }
+        }
+    }
+}
+
+fn rows(list: &[(&str, &str, bool, bool)]) -> Vec<(String, String, bool, bool)> {
+    list.iter().map(|(v, i, u, h)| (v.to_string(), i.to_string(), *u, *h)).collect()
+}
+
+/// Issue 23: a fenced fleet host started again on its state directory (`OnRestart::Hold`)
+/// holds every VR interface that would be up down, and says so in `status`, before anything
+/// else: the file's VRs and the one the journal's replay adds, a replayed `up` included; an
+/// interface set `up: false` is down, not held. `interface_set up: true` takes one up and
+/// clears it. A first start holds nothing, nor does a restart without the option.
+#[test]
+fn a_restart_that_holds_starts_every_interface_that_would_be_up_down_until_taken_up() {
+    let d = TempDir::new();
+    let tag = format!("rpx-held-{}", std::process::id());
+    let file = d.0.join("held.yaml");
+    let text = format!(
+        "workers: 1\nports:\n  - {{ name: m0, kind: memif, socket: \"@{tag}-0\" }}\n  - {{ name: m1, kind: memif, socket: \"@{tag}-1\" }}\n  - {{ name: m2, kind: memif, socket: \"@{tag}-2\" }}\nvrs:\n  - name: r\n    interfaces:\n      - {{ name: a, port: m0, mac: 02:00:00:00:01:00, addresses: [10.0.0.1/24] }}\n      - {{ name: b, port: m1, mac: 02:00:00:00:01:01, addresses: [10.0.1.1/24], up: false }}\n"
+    );
+    std::fs::write(&file, &text).unwrap();
+    let state = d.0.join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let hold = daemon::OnRestart::Hold;
+
+    // A first start (nothing left in the directory) holds nothing, whatever the option.
+    assert!(!daemon::restarted(&state));
+    let r = Running::start(&file, &state, hold);
+    assert_eq!(r.interfaces(), rows(&[("r", "a", true, false), ("r", "b", false, false)]));
+    // A VR added live: journaled, so the restart's replay adds it.
+    let more = "  - name: s\n    interfaces:\n      - { name: x, port: m2, mac: 02:00:00:00:02:00, addresses: [10.1.0.1/24] }\n";
+    let cmd = Command::Apply {
+        topology: format!("{text}{more}"),
+        file: file.display().to_string(),
+        dry_run: false,
+    };
+    r.ask(cmd);
+    assert_eq!(r.interfaces()[2], ("s".into(), "x".into(), true, false));
+    drop(r);
+    assert!(daemon::restarted(&state), "the journal is left for the next start");
+
+    // Started again with the option: down and held from the first status on.
+    let r = Running::start(&file, &state, hold);
+    let held = [("r", "a", false, true), ("r", "b", false, false), ("s", "x", false, true)];
+    assert_eq!(r.interfaces(), rows(&held));
+    r.set_up("r", "a", true);
+    assert_eq!(
+        r.interfaces(),
+        rows(&[("r", "a", true, false), ("r", "b", false, false), ("s", "x", false, true)])
+    );
+    // Set down, it is down and not held; up again, up.
+    r.set_up("s", "x", false);
+    assert_eq!(r.interfaces()[2], ("s".into(), "x".into(), false, false));
+    r.set_up("s", "x", true);
+    assert_eq!(r.interfaces()[2], ("s".into(), "x".into(), true, false));
+    drop(r);
+
+    // Without the option a restart holds nothing.
+    let r = Running::start(&file, &state, daemon::OnRestart::Forward);
+    let up = [("r", "a", true, false), ("r", "b", false, false), ("s", "x", true, false)];
+    assert_eq!(r.interfaces(), rows(&up));
+    drop(r);
+
+    // With it again: the `up`s the journal replays (r.a, s.x were set up) stay held.
+    let r = Running::start(&file, &state, hold);
+    assert_eq!(r.interfaces(), rows(&held));
+}
