@@ -317,8 +317,14 @@ impl Drop for Service {
 struct Sleeper(Child);
 
 impl Sleeper {
+    /// Started 50 ms before anything the test starts next: a process's start time counts in
+    /// clock ticks (10 ms), and a data plane started in the sleeper's tick would pass for the
+    /// sleeper, which is what the pid-reuse check compares (CI once saw `up` say "already up"
+    /// with the sleeper's pid in the state file).
     fn new() -> Sleeper {
-        Sleeper(Command::new("sleep").arg("120").spawn().unwrap())
+        let s = Sleeper(Command::new("sleep").arg("120").spawn().unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+        s
     }
 
     fn alive(&mut self) -> bool {
