@@ -128,9 +128,7 @@ impl Node {
         mut held: crate::hold::Held,
     ) -> Result<Node, ControlError> {
         let mut host = build::host_from(&topo, None, burst, checkpoints)?;
-        if held.is_holding() {
-            hold_at_start(&topo, &mut host.cells, &mut held);
-        }
+        down_at_start(&topo, &mut host.cells, &mut held)?;
         let stand_ins = std::mem::take(&mut host.stand_ins);
         // The mirror taps exist now (opening the ports made them): dress them as their VR
         // interfaces.
@@ -163,16 +161,6 @@ impl Node {
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| ControlError::io("route table thread", e))?;
-        // Interfaces set `up: false` start down (their mirrors were left down).
-        for (v, down) in topo.iface_down.iter().enumerate() {
-            for &i in down {
-                let name = topo.vrs[v].name.clone();
-                rt.on_vr_each(&name, move |c, k| c.change_vr(k, VrChange::Up(i, false)))?
-                    .into_iter()
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| ControlError::Invalid(e.0))?;
-            }
-        }
         let mut syncs = Vec::new();
         for (v, cfg) in topo.vrs.iter().enumerate() {
             if let Some(cp) = topo.control_plane(v) {
@@ -785,22 +773,29 @@ impl Node {
     }
 }
 
-/// A restart's start: every VR interface of `cells` that would be up (not `up: false` in
-/// `topo`) is taken down before the workers start, and held.
-fn hold_at_start(topo: &Topology, cells: &mut [build::Placed], held: &mut crate::hold::Held) {
+/// Before the workers start: the interfaces of `cells` set `up: false` in `topo` go down
+/// (their mirrors were left down), and on a restart that holds, every other one too, held (a
+/// replica's interfaces as its VR's).
+fn down_at_start(
+    topo: &Topology,
+    cells: &mut [build::Placed],
+    held: &mut crate::hold::Held,
+) -> Result<(), ControlError> {
     for p in cells {
         for k in 0..p.cell.vrs().len() {
             let name = p.cell.vrs()[k].name().to_string();
-            let v = topo.vr_index(crate::hold::logical(&name));
-            let mut ifaces = p.cell.vrs()[k].interfaces();
-            for (f, i) in ifaces.iter_mut().enumerate() {
-                i.2 &= !v.is_some_and(|v| topo.iface_down(v, f as u16));
+            if let Some(v) = topo.vr_index(crate::hold::logical(&name)) {
+                for &i in topo.iface_down.get(v).into_iter().flatten() {
+                    let down = p.cell.change_vr(k, VrChange::Up(i, false));
+                    down.map_err(|e| ControlError::Invalid(e.0))?;
+                }
             }
-            for f in held.on_new(&name, &ifaces) {
+            for f in held.on_new(&name, &p.cell.vrs()[k].interfaces()) {
                 let _ = p.cell.change_vr(k, VrChange::Up(f, false));
             }
         }
     }
+    Ok(())
 }
 
 /// The process's resident memory, from /proc (0 where it cannot be read).
