@@ -744,9 +744,7 @@ impl Node {
                     let _ = cell.change_vr(k, VrChange::Up(f as u16, false));
                 }
             }
-            for f in self.held.on_new(&name, &cell.vrs()[k].interfaces()) {
-                let _ = cell.change_vr(k, VrChange::Up(f, false));
-            }
+            hold_new(&mut self.held, &mut cell, k);
         }
         self.rt.add_cell(*cell, worker)?;
         self.outside.extend(outside);
@@ -790,12 +788,17 @@ fn down_at_start(
                     down.map_err(|e| ControlError::Invalid(e.0))?;
                 }
             }
-            for f in held.on_new(&name, &p.cell.vrs()[k].interfaces()) {
-                let _ = p.cell.change_vr(k, VrChange::Up(f, false));
-            }
+            hold_new(held, &mut p.cell, k);
         }
     }
     Ok(())
+}
+
+/// Takes the interfaces of VR `k` of `cell`, about to run, down where `held` holds them.
+fn hold_new(held: &mut crate::hold::Held, cell: &mut dataplane::Cell, k: usize) {
+    for f in held.on_new(cell.vrs()[k].name(), &cell.vrs()[k].interfaces()) {
+        let _ = cell.change_vr(k, VrChange::Up(f, false));
+    }
 }
 
 /// The process's resident memory, from /proc (0 where it cannot be read).

@@ -175,8 +175,8 @@ impl LocalStatus {
 
     fn interfaces(&self, which: impl Fn(&LocalInterface) -> bool) -> Vec<(String, String)> {
         let each = |v: &LocalVr| {
-            let up = v.interfaces.iter().filter(|i| which(i));
-            up.map(|i| (v.name.clone(), i.name.clone())).collect::<Vec<_>>()
+            let picked = v.interfaces.iter().filter(|i| which(i));
+            picked.map(|i| (v.name.clone(), i.name.clone())).collect::<Vec<_>>()
         };
         self.vrs.iter().flat_map(each).collect()
     }
