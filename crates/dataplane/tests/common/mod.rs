@@ -39,6 +39,18 @@ pub fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
+/// Sources `192.0.2.B` and `2001:db8:B::1` (the same B, from 77 up) whose lane of the
+/// solicitation budget, in `other`'s family, is not `other`'s: the lanes are keyed with a
+/// secret drawn per process, and one source in 16 would share a given source's lane.
+pub fn sources_outside_lane_of(other: &str) -> [String; 2] {
+    let v6 = usize::from(ip(other).is_ipv6());
+    let lane = |a: &str| dataplane::solicitation_lane(ip(a));
+    (77..=255u8)
+        .map(|b| [format!("192.0.2.{b}"), format!("2001:db8:{b:x}::1")])
+        .find(|s| lane(&s[v6]) != lane(other))
+        .expect("a source in another lane")
+}
+
 pub fn mac(m: [u8; 6]) -> MacAddr {
     MacAddr(m)
 }

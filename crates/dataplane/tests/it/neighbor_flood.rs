@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use common::*;
 use dataplane::config::VrConfig;
-use dataplane::{solicitation_lane, Engine, NeighborState, PortCounters, VrCounters, VrDrop};
+use dataplane::{Engine, NeighborState, PortCounters, VrCounters, VrDrop};
 use ports::mem::{self, MemPort};
 use ports::{Batch, Port, PortStats, PortStatus};
 
@@ -217,13 +217,8 @@ fn flood_spares_the_real_neighbor(v6: bool, flush_at: Option<u64>, other_source:
 
     let template = fl.packet(fl.random_dst(&mut Rng(1)), 1);
     let real_frame = if other_source {
-        // The lanes are keyed with a secret drawn per process: pick a source whose lane is not
-        // the flood's this time (one in 16 would share it).
-        let flood_lane = solicitation_lane(ip(if v6 { "2001:4860::1" } else { "8.8.8.8" }));
-        let src = (77..=255u8)
-            .map(|b| [format!("192.0.2.{b}"), format!("2001:db8:{b:x}::1")])
-            .find(|s| solicitation_lane(ip(&s[usize::from(v6)])) != flood_lane)
-            .expect("a source in another lane");
+        // Outside the flood's lane of the solicitation budget this time.
+        let src = sources_outside_lane_of(if v6 { "2001:4860::1" } else { "8.8.8.8" });
         fl.packet_from([&src[0], &src[1]], real, 2)
     } else {
         fl.packet(real, 2)

@@ -6,7 +6,7 @@ use crate::common;
 
 use common::*;
 use dataplane::config::VrConfig;
-use dataplane::{solicitation_lane, NeighborState, PortDrop, VrDrop};
+use dataplane::{NeighborState, PortDrop, VrDrop};
 use etherparse::{Icmpv4Type, Icmpv6Type};
 
 const RINGS: [usize; 3] = [64, 64, 64];
@@ -50,17 +50,6 @@ fn transit(dst: &str, tag: u8) -> (Ip4, Vec<u8>) {
     let p = udp4_pkt("8.8.8.8", dst, 64, &[tag; 11]);
     let f = to_vr(M1, GW, None, &p);
     (p, f)
-}
-
-/// A source of transit packets other than [`transit`]'s 8.8.8.8, in another lane of the
-/// solicitation budget: the lanes are keyed with a secret drawn per process, and one source in
-/// 16 would share 8.8.8.8's (a test of the budget's share then failed one run in 20).
-fn other_source() -> String {
-    let lane = |a: &str| solicitation_lane(a.parse().unwrap());
-    (77..=255u8)
-        .map(|b| format!("192.0.2.{b}"))
-        .find(|s| lane(s) != lane("8.8.8.8"))
-        .expect("a source in another lane")
 }
 
 /// The host unreachable (RFC 1812 §4.3.3.1) the VR sends back to GW about `p`, a transit
@@ -814,7 +803,8 @@ fn neighbor_table_full() {
     lab.check(".21 resolved");
     // From another source: new resolutions share the budget by source, so once it is down
     // to half, 8.8.8.8 alone would wait for its own share (see `neighbor_flood.rs`).
-    let f3 = to_vr(M1, GW, None, &udp4_pkt(&other_source(), "10.0.0.22", 64, &[3; 11]));
+    let [other, _] = sources_outside_lane_of("8.8.8.8");
+    let f3 = to_vr(M1, GW, None, &udp4_pkt(&other, "10.0.0.22", 64, &[3; 11]));
     lab.send(1, &[&f3]);
     lab.run();
     lab.expect_silence();
@@ -966,7 +956,8 @@ fn solicitations_are_rate_limited() {
     let (p2, f2) = transit("10.0.0.21", 2);
     // From another source: new resolutions share the budget by source, so once it is down
     // to half, 8.8.8.8 alone would wait for its own share (see `neighbor_flood.rs`).
-    let f3 = to_vr(M1, GW, None, &udp4_pkt(&other_source(), "10.0.0.22", 64, &[3; 11]));
+    let [other, _] = sources_outside_lane_of("8.8.8.8");
+    let f3 = to_vr(M1, GW, None, &udp4_pkt(&other, "10.0.0.22", 64, &[3; 11]));
     lab.send(1, &[f1.clone(), f2.clone(), f3.clone()]);
     lab.run();
     lab.expect_unordered(0, &[arp("10.0.0.20"), arp("10.0.0.21")]);
