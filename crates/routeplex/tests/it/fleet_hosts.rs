@@ -472,6 +472,48 @@ impl Lab {
         self.background.push(c);
         self.background.len() - 1
     }
+
+    /// Captures, from the watcher, the ARP on the segment and what host `h` sends on the
+    /// underlay (files named after `tag`): what [`Lab::m_answered_once`] reads.
+    fn watch_m(&mut self, h: usize, tag: &str) -> (PathBuf, PathBuf) {
+        let w = self.watcher();
+        let arp = self.dir.join(format!("arp-{tag}.txt"));
+        self.spawn_in(&w, &["tcpdump", "-l", "-n", "-e", "-i", "vxw", "arp"], &arp);
+        let sent = self.dir.join(format!("from-h{h}-{tag}.txt"));
+        let filter = format!("udp port 4789 and src host {}", self.underlay(h));
+        self.spawn_in(&w, &["tcpdump", "-l", "-n", "-e", "-i", "ul", &filter], &sent);
+        (arp, sent)
+    }
+
+    /// From [`Lab::watch_m`]'s captures: the watcher asked for m's address at least 10 times
+    /// and got at most one answer per question (host `h`'s m has the same MAC and address: a
+    /// second answer would be it), all from m's MAC, nearly all answered (a lost one is not a
+    /// duplicate); and `h` sent nothing from m's MAC. Returns (questions, answers).
+    fn m_answered_once(&self, (arp, sent): &(PathBuf, PathBuf), h: usize) -> (usize, usize) {
+        let arp = std::fs::read_to_string(arp).unwrap();
+        let question = format!("Request who-has {M_ADDR} tell 10.100.0.9");
+        let asked = arp.lines().filter(|l| l.contains(&question)).count();
+        let to_watcher = format!("> {WATCHER_MAC}");
+        let answer = format!("Reply {M_ADDR} is-at");
+        let replies: Vec<&str> =
+            arp.lines().filter(|l| l.contains(&answer) && l.contains(&to_watcher)).collect();
+        assert!(asked >= 10, "the watcher asked {asked} times: {arp}");
+        assert!(replies.iter().all(|l| l.contains(&format!("is-at {M_MAC}"))), "{arp}");
+        assert!(
+            replies.len() <= asked,
+            "more answers ({}) than questions ({asked}): {arp}",
+            replies.len()
+        );
+        assert!(
+            replies.len() * 10 >= asked * 9,
+            "{} answers to {asked} questions: {arp}",
+            replies.len()
+        );
+        let sent = std::fs::read_to_string(sent).unwrap();
+        let from_m = sent.lines().filter(|l| l.contains(&format!("{M_MAC} >"))).count();
+        assert_eq!(from_m, 0, "h{h} sent frames from m's MAC: {sent}");
+        (asked, replies.len())
+    }
 }
 
 impl Drop for Lab {
@@ -805,11 +847,7 @@ fn three_hosts_placed_by_the_controller_carry_a_segment_fence_and_fail_over() {
 
     // The partition heals while the watcher keeps asking the segment who has m's address: h1
     // must keep m down (its desired topology no longer has it) and remove it; r1 comes back.
-    let cap = lab.dir.join("arp.txt");
-    lab.spawn_in(&w, &["tcpdump", "-l", "-n", "-e", "-i", "vxw", "arp"], &cap);
-    let from_h1 = lab.dir.join("from-h1.txt");
-    let h1_filter = format!("udp port 4789 and src host {}", lab.underlay(1));
-    lab.spawn_in(&w, &["tcpdump", "-l", "-n", "-e", "-i", "ul", &h1_filter], &from_h1);
+    let watch = lab.watch_m(1, "heal");
     let asks = lab.dir.join("asks.txt");
     let probe = format!(
         "for k in $(seq 40); do ip neigh flush dev vxw; ping -c 1 -W 1 {M_ADDR}; sleep 0.2; done"
@@ -824,32 +862,8 @@ fn three_hosts_placed_by_the_controller_carry_a_segment_fence_and_fail_over() {
     });
     let _ = lab.background[asker].wait();
     std::thread::sleep(Duration::from_millis(300));
-    let arp = std::fs::read_to_string(&cap).unwrap();
-    // The watcher's questions, and the answers addressed to it.
-    let question = format!("Request who-has {M_ADDR} tell 10.100.0.9");
-    let asked = arp.lines().filter(|l| l.contains(&question)).count();
-    let to_watcher = format!("> {WATCHER_MAC}");
-    let answer = format!("Reply {M_ADDR} is-at");
-    let replies: Vec<&str> =
-        arp.lines().filter(|l| l.contains(&answer) && l.contains(&to_watcher)).collect();
-    assert!(asked >= 10, "the watcher asked {asked} times: {arp}");
-    assert!(replies.iter().all(|l| l.contains(&format!("is-at {M_MAC}"))), "{arp}");
-    // One answer per question at most (h1's m has the same MAC and address: a second answer
-    // would be it), and nearly all answered (a lost one is not a duplicate).
-    assert!(
-        replies.len() <= asked,
-        "more answers ({}) than questions ({asked}): {arp}",
-        replies.len()
-    );
-    assert!(
-        replies.len() * 10 >= asked * 9,
-        "{} answers to {asked} questions: {arp}",
-        replies.len()
-    );
-    // Nothing h1 sent on the segment came from m (r1, back up, may speak).
-    let h1_sent = std::fs::read_to_string(&from_h1).unwrap();
-    let from_m = h1_sent.lines().filter(|l| l.contains(&format!("{M_MAC} >"))).count();
-    assert_eq!(from_m, 0, "h1 sent frames from m's MAC after the partition healed: {h1_sent}");
+    // One answer per question for m, and nothing from m out of h1 (r1, back up, may speak).
+    let (asked, answers) = lab.m_answered_once(&watch, 1);
     let s = lab.status(1).unwrap();
     assert_eq!(
         (s["fleet"]["fences"].as_u64(), s["fleet"]["leases_granted"].as_u64()),
@@ -859,7 +873,7 @@ fn three_hosts_placed_by_the_controller_carry_a_segment_fence_and_fail_over() {
     );
     assert_eq!(lab.placed("m").as_deref(), Some("h2"), "m stays where it went (stable)");
     println!("ping e1 -> e3 through r1 again: {}", summary(&ping(&e1, "10.3.0.2", 3)));
-    lab.step(&format!("partition healed: h1 registered on a new lease, runs r1 only (m kept down and removed); the watcher asked {asked} times and got {} answers, all from m on h2; h1 sent no frame from m", replies.len()));
+    lab.step(&format!("partition healed: h1 registered on a new lease, runs r1 only (m kept down and removed); the watcher asked {asked} times and got {answers} answers, all from m on h2; h1 sent no frame from m"));
 
     // h2 (m's home now) SIGKILLed: m is placed again on a surviving host and forwards there.
     // A ping from e3 runs throughout; its first reply after the kill dates the failover.
@@ -930,11 +944,7 @@ fn three_hosts_placed_by_the_controller_carry_a_segment_fence_and_fail_over() {
 /// `home` all along; r2 comes back up on h2 once it is placed there again.
 fn restart_h2_holds_m_down(lab: &mut Lab, home: &str) {
     let w = lab.watcher();
-    let cap = lab.dir.join("arp-restart.txt");
-    lab.spawn_in(&w, &["tcpdump", "-l", "-n", "-e", "-i", "vxw", "arp"], &cap);
-    let from_h2 = lab.dir.join("from-h2.txt");
-    let h2_filter = format!("udp port 4789 and src host {}", lab.underlay(2));
-    lab.spawn_in(&w, &["tcpdump", "-l", "-n", "-e", "-i", "ul", &h2_filter], &from_h2);
+    let watch = lab.watch_m(2, "restart");
     let probe = format!(
         "while :; do ip neigh flush dev vxw; ping -c 1 -W 1 {M_ADDR} >/dev/null; sleep 0.01; done"
     );
@@ -979,35 +989,11 @@ fn restart_h2_holds_m_down(lab: &mut Lab, home: &str) {
     let log = lab.log("h2");
     assert!(log.contains("every VR interface is held down"), "h2 did not hold: {}", tail(&log, 30));
     assert!(log.contains("interfaces held down: fenced"), "{}", tail(&log, 30));
-    let arp = std::fs::read_to_string(&cap).unwrap();
-    let asked = arp
-        .lines()
-        .filter(|l| l.contains(&format!("Request who-has {M_ADDR} tell 10.100.0.9")))
-        .count();
-    let replies: Vec<&str> = arp
-        .lines()
-        .filter(|l| {
-            l.contains(&format!("Reply {M_ADDR} is-at")) && l.contains(&format!("> {WATCHER_MAC}"))
-        })
-        .collect();
-    assert!(asked >= 10, "the watcher asked {asked} times: {arp}");
-    assert!(replies.iter().all(|l| l.contains(&format!("is-at {M_MAC}"))), "{arp}");
-    // One answer per question at most (a second would be h2's m), nearly all answered (m's
-    // home kept answering while h2 came back).
-    assert!(replies.len() <= asked, "{} answers to {asked} questions: {arp}", replies.len());
-    assert!(
-        replies.len() * 10 >= asked * 9,
-        "{} answers to {asked} questions: {arp}",
-        replies.len()
-    );
-    let h2_sent = std::fs::read_to_string(&from_h2).unwrap();
-    let from_m = h2_sent.lines().filter(|l| l.contains(&format!("{M_MAC} >"))).count();
-    assert_eq!(from_m, 0, "the restarted h2 sent frames from m's MAC: {h2_sent}");
+    let (asked, answers) = lab.m_answered_once(&watch, 2);
     assert_eq!(lab.placed("m").as_deref(), Some(home), "m stays on {home}");
     lab.step(&format!(
-        "h2 started again from its state directory: back with r2 only, up and converged after {:.1}s; {reads} status reads, {m_seen} showed m (held, down); the watcher asked {asked} times, {} answers, all from m on {home}; h2 sent no frame from m",
+        "h2 started again from its state directory: back with r2 only, up and converged after {:.1}s; {reads} status reads, {m_seen} showed m (held, down); the watcher asked {asked} times, {answers} answers, all from m on {home}; h2 sent no frame from m",
         back.as_secs_f64(),
-        replies.len()
     ));
 }
 
