@@ -94,6 +94,25 @@ impl Drop for Pair {
     }
 }
 
+/// Waits (at most 30 s) until the server listens on the abstract socket `@tag`.
+fn listening(tag: &str, server: &mut Child) -> Result<()> {
+    let name = format!("@{tag}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let unix = std::fs::read_to_string("/proc/net/unix").context("/proc/net/unix")?;
+        if unix.lines().any(|l| l.split_whitespace().last() == Some(name.as_str())) {
+            return Ok(());
+        }
+        if let Ok(Some(status)) = server.try_wait() {
+            bail!("the DPDK memif server exited before listening on {name}: {status}");
+        }
+        if Instant::now() > deadline {
+            bail!("the DPDK memif server did not listen on {name} within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// `key=value` from a RESULT line.
 fn field(line: &str, k: &str) -> f64 {
     line.split_whitespace()
@@ -146,8 +165,10 @@ pub fn measure(
         });
         pair.children.push(child);
         if i == 0 {
-            // Let the server listen before the client tries (it retries, but slowly).
-            std::thread::sleep(Duration::from_millis(300));
+            // The client must find the server listening: a client that connects too early
+            // retries slowly or not at all (on a loaded CI machine, an EAL start took longer
+            // than the fixed 300 ms this once waited, and the link never came up).
+            listening(&tag, &mut pair.children[0])?;
         }
     }
     if pinned {
