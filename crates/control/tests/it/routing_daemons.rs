@@ -147,9 +147,19 @@ fn bird_ospf_between_two_vrs() {
         String::from_utf8_lossy(&out.stdout).contains(up)
     };
     assert!(!mirror_up(",UP"), "the mirror tap is still up");
-    let gone = wait(&mut node, 30, |n| !has_kernel_route(n, "r1", "10.64.2.0/24"));
+    let down_at = Instant::now();
+    let gone = wait(&mut node, 30, |n| {
+        !has_kernel_route(n, "r1", "10.64.2.0/24") && !has_kernel_route(n, "r2", "10.64.1.0/24")
+    });
     assert!(gone, "the route outlived the link\n{}", logs(&g, &node, [&m1, &m2]));
     assert!(!ping("10.64.2.2"));
+    // The link stays down past BIRD's MinLSInterval (5 s) so that r1 has sent its router LSA
+    // without it. Once, the link came back within that interval: r1's deferred LSA then
+    // matched the one it had before the cut and was dropped, its one SPF run had failed in
+    // between ("Cannot find next hop for LSA" for r2's network LSA), and nothing ran it again
+    // within the 60 s below. The test is of routeplex bringing a mirror down and up, not of
+    // a flap faster than OSPF's own timers.
+    std::thread::sleep(Duration::from_secs(6).saturating_sub(down_at.elapsed()));
     // And back (`apply` again): OSPF reconverges.
     node.apply(parse(true), false).unwrap();
     assert!(mirror_up(",UP"), "the mirror tap is not up again");
