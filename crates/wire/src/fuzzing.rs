@@ -26,6 +26,33 @@ use crate::udp::{self, UdpRepr};
 use crate::vlan::{self, VlanRepr};
 use crate::{checksum, ethertype, ip_proto, MacAddr};
 
+/// splitmix64: small, fast and good enough to drive mutations; the same seed gives the same
+/// inputs, so a failure reproduces. Shared by `tests/no_panic.rs` and the workspace's corpus
+/// mutation run (`crates/routeplex/tests/it/fuzz_corpus.rs`).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// In `0..n` (`n` > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            let r = self.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&r[..chunk.len()]);
+        }
+    }
+}
+
 /// IGMP and MLD views: accessors after `check_len`, and record walks that end with at most
 /// one error, as the last item.
 fn group_messages(data: &[u8]) {

@@ -15,32 +15,8 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use wire::fuzzing::{seeds, Field, Seed};
+use wire::fuzzing::{seeds, Field, Rng, Seed};
 use wire::{arp, ethernet, ethertype, icmpv4, icmpv6, ip_proto, ipv4, ipv6, ndp, tcp, udp, vlan};
-
-/// splitmix64: small, fast and good enough to drive mutations.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-
-    fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            let r = self.next_u64().to_le_bytes();
-            chunk.copy_from_slice(&r[..chunk.len()]);
-        }
-    }
-}
 
 /// How many frames got through each layer's checks, to show the feed is not vacuous: a
 /// generator whose frames all fail the Ethernet or IP checks would test nothing below them.

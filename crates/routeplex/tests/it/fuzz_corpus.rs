@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use wire::fuzzing::Rng;
+
 /// Per crate: its targets, the function a target runs, and its seeds.
 type Fuzzing = (&'static [&'static str], fn(&str, &[u8]) -> bool, fn(&str) -> Vec<Vec<u8>>);
 
@@ -83,23 +85,6 @@ fn the_libfuzzer_targets_call_the_functions_run_here() {
         let name = e.unwrap().file_name().to_string_lossy().into_owned();
         let t = name.strip_suffix(".rs").unwrap_or(&name).to_string();
         assert!(here.contains(&t.as_str()), "fuzz/fuzz_targets/{name}: not run by CI's build");
-    }
-}
-
-/// splitmix64: small, fast, and the same inputs for the same seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
     }
 }
 
