@@ -352,6 +352,7 @@ pub(crate) fn diff(cur: &Current, next: &Topology) -> Result<Vec<Step>, Refusal>
         refused: Vec::new(),
         joins: Vec::new(),
         leaves: Vec::new(),
+        added: HashMap::new(),
     };
     d.fixed();
     d.ports_kept();
@@ -391,6 +392,9 @@ struct Diff<'a> {
     joins: Vec<(String, String, dataplane::MemberMode, usize)>,
     /// Link ends (both, by name) of the VRs that leave a running switch.
     leaves: Vec<String>,
+    /// The ports earlier steps of this diff add to each running cell, by name, in order: a
+    /// second VR joining the same cell finds its ports after the first one's.
+    added: HashMap<usize, Vec<String>>,
 }
 
 impl Diff<'_> {
@@ -822,7 +826,8 @@ impl Diff<'_> {
     }
 
     /// New VR `next.vrs[i]` joins running cell `c`, opening those of `port_names` that are new
-    /// (an internal link both ends, its switch end joining its switch).
+    /// (an internal link both ends, its switch end joining its switch), after the ports that
+    /// earlier joins of this diff add to the cell.
     fn join_cell(&mut self, i: usize, c: usize, port_names: &[String]) -> Result<(), ControlError> {
         let (cur, next) = (self.cur.topo, self.next);
         let v = &next.vrs[i];
@@ -839,7 +844,9 @@ impl Diff<'_> {
             adds.push(p.clone());
             adds.extend(link_end(p).map(|e| next.ports[usize::from(e)].name.clone()));
         }
-        let local = local_ports(self.cur, c, next, &adds);
+        let earlier = self.added.entry(c).or_default();
+        earlier.extend(adds);
+        let local = local_ports(self.cur, c, next, earlier);
         let (table, vr) = vr_in_cell(v, &local)?;
         let (mut opened, mut vxlan, mut members) = (Vec::new(), Vec::new(), Vec::new());
         let mut outside = Vec::new();

@@ -456,6 +456,81 @@ switches:
     members: [{ port: m1 }]
 ";
 
+/// Whether a frame sent into `from` for `dst` behind the VR with MAC `vr_mac` makes that VR
+/// ask for `dst` (an ARP request from `asker`) on `rx` within [`DEADLINE`].
+fn asks_on(
+    from: &mut ports::mem::MemPort,
+    rx: &mut ports::mem::MemPort,
+    vr_mac: [u8; 6],
+    dst: [u8; 4],
+    asker: [u8; 6],
+) -> bool {
+    let mut batch = ports::Batch::new(256);
+    batch.push_copy(&frame_to(vr_mac, dst, 0));
+    assert_eq!(ports::Port::tx_burst(from, &mut batch, &[0]), 1);
+    let t0 = Instant::now();
+    while t0.elapsed() < DEADLINE {
+        batch.clear();
+        if ports::Port::rx_burst(rx, &mut batch) == 0 {
+            thread::sleep(Duration::from_millis(1));
+        }
+        let arp = |f: &[u8]| f.len() >= 14 && f[6..12] == asker && f[12..14] == [8, 6];
+        if batch.packets().iter().any(|p| arp(p.frame())) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Two new VRs join one running switch in one `apply`: the second one's ports come after the
+/// first one's in the cell (a plan that gave both the same cell-local ports had the second
+/// step refused, "not a free port of the cell", after the first had run), and the switch
+/// forwards to both.
+#[test]
+fn two_new_vrs_join_a_running_switch_in_one_apply() {
+    const VR_B: &str = "vrs:
+  - name: b
+    interfaces:
+      - { name: e0, switch: lan, mac: 02:00:00:00:0b:00, addresses: [10.0.0.1/24] }
+      - { name: e1, port: mb, mac: 02:00:00:00:0b:01, addresses: [10.1.0.1/24] }
+";
+    let joining = |v: &str, k: u8| {
+        format!(
+            "  - name: {v}
+    interfaces:
+      - {{ name: e0, switch: lan, mac: 02:00:00:00:0{k:x}:00, addresses: [10.0.0.{k}/24] }}
+      - {{ name: e1, port: m{v}, mac: 02:00:00:00:0{k:x}:01, addresses: [10.{k}.0.1/24] }}
+"
+        )
+    };
+    let with_b = format!("ports:\n{SEGMENT}{VR_B}");
+    let mut n = node(&with_b);
+    let grown = format!("{with_b}{}{}", joining("c", 0xc), joining("d", 0xd)).replace(
+        "switches:",
+        "  - { name: mc, kind: mem }\n  - { name: md, kind: mem }\nswitches:",
+    );
+    let plan = n.apply(parse(&grown), false).unwrap();
+    assert_eq!(plan.steps.len(), 2, "{plan}");
+    for (step, vr) in plan.steps.iter().zip(["c", "d"]) {
+        assert!(step.starts_with(&format!("+ vr {vr} (joins the cell of ")), "{plan}");
+        assert!(step.ends_with(&format!("; opens m{vr}; on switch lan)")), "{plan}");
+    }
+    let status = n.status().unwrap().json();
+    let members: Vec<&str> = (status["switches"][0]["members"].as_array().unwrap().iter())
+        .map(|m| m["port"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(members.len(), 4, "{status:#}");
+    assert!(members.contains(&"lan.c.e0.sw") && members.contains(&"lan.d.e0.sw"), "{status:#}");
+    let mut m1 = n.take_outside("m1").unwrap();
+    for (vr, k, net) in [("c", 0xc, 0xc), ("d", 0xd, 0xd), ("b", 0xb, 1)] {
+        let mut rx = n.take_outside(&format!("m{vr}")).unwrap();
+        let (mac, asker) = ([2, 0, 0, 0, k, 0], [2, 0, 0, 0, k, 1]);
+        let asked = asks_on(&mut m1, &mut rx, mac, [10, net, 0, 9], asker);
+        assert!(asked, "{vr} never asked for 10.{net}.0.9 on e1: the switch does not reach it");
+    }
+    n.stop().unwrap();
+}
+
 /// A switch segment added and removed by `apply`: its switch, member port and VRs start as a
 /// new cell and forward (a frame from the member port reaches the VR over the switch, which
 /// routes it out of its other interface), the VR that was running is untouched; a new VR
