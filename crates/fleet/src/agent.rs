@@ -412,7 +412,9 @@ impl Run {
         self.tried = rev;
         let source = format!("etcd:{}@{rev}", keys::desired(&self.cfg.host));
         let (local, t, s) = (self.local.clone(), text.to_string(), source.clone());
-        match tokio::task::spawn_blocking(move || local.apply(&t, &s)).await {
+        // A host's first share of a big fleet builds hundreds of VRs in one apply, which can
+        // outlast the lease's TTL: renew meanwhile, as a migration does.
+        match self.while_renewing(move || local.apply(&t, &s)).await {
             Ok(Ok(())) => {
                 info!(host = %self.cfg.host, revision = rev, "fleet: desired topology applied");
                 self.st.applied_revision = rev;
