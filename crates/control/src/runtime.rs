@@ -122,8 +122,9 @@ type Job = Box<dyn FnOnce(&mut Cell) + Send>;
 enum Cmd {
     Install(usize, Box<Cell>),
     Job(usize, Job),
-    /// Removes the cell and drops it (its ports close).
-    Remove(usize, Sender<()>),
+    /// Removes the cell and hands it back, to be dropped (its ports closed, its buffers'
+    /// memory returned) off the worker.
+    Remove(usize, Sender<Option<Box<Cell>>>),
     Detach(usize, Sender<Box<Cell>>),
     Reserve {
         cell: usize,
@@ -742,8 +743,9 @@ impl Runtime {
         let w = self.live_worker(c)?;
         let (tx, rx) = mpsc::channel();
         self.send(w, Cmd::Remove(c, tx))?;
-        answer(&rx, w)?;
+        let cell = answer(&rx, w)?;
         self.cells[c] = CellInfo { worker: w, vrs: Vec::new(), ports: Vec::new(), live: false };
+        drop(cell);
         Ok(())
     }
 
@@ -1094,11 +1096,11 @@ impl Ctx {
                             }
                         }
                         Cmd::Remove(id, reply) => {
-                            if let Some(i) = ids.iter().position(|&x| x == id) {
+                            let cell = ids.iter().position(|&x| x == id).map(|i| {
                                 ids.remove(i);
-                                cells.remove(i);
-                            }
-                            let _ = reply.send(());
+                                Box::new(cells.remove(i))
+                            });
+                            let _ = reply.send(cell);
                         }
                         Cmd::Detach(id, reply) => {
                             if let Some(i) = ids.iter().position(|&x| x == id) {

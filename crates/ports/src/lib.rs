@@ -8,6 +8,8 @@
 //! - Buffers are allocated once, when a batch or a port is made. Sending and receiving exchange
 //!   buffers or copy bytes; neither allocates. Every batch slot always holds a buffer of
 //!   [`BUF_SIZE`] bytes, so a slot whose packet was sent holds an empty buffer afterwards.
+//!   Buffers are carved from anonymous mappings: memory is spent on the pages frames touched,
+//!   not on a ring's idle spares.
 //! - A port owns its buffer memory. Peers (other processes, the kernel) never see a batch; a
 //!   backend that shares memory with a peer copies between that memory and the batch, after
 //!   checking every index and length the peer supplied.
