@@ -288,7 +288,12 @@ impl Run {
             let mut c = c.clone();
             async move { c.lease_grant(ttl, None).await }
         };
-        let id = self.call("lease grant", grant).await?.id();
+        let lease = self.call("lease grant", grant).await?;
+        let (id, granted_ttl) = (lease.id(), lease.ttl());
+        if granted_ttl != ttl {
+            warn!(host = %self.cfg.host, asked_s = ttl, granted_s = granted_ttl, "fleet: etcd granted another lease TTL than asked (etcd's shortest is 1.5 x its election timeout): a dead host is noticed after the granted one");
+        }
+        self.st.lease_ttl_s = Some(granted_ttl);
         let granted_ms = now_ms();
         self.held = Some(Held { id, granted_ms, keeper: None });
         self.renewed = Some(sent);
@@ -296,7 +301,7 @@ impl Run {
         self.st.lease_granted_ms = Some(granted_ms);
         self.st.renewed_ms = Some(granted_ms);
         self.st.leases_granted += 1;
-        info!(host = %self.cfg.host, lease = format_args!("{id:x}"), ttl_s = ttl, "fleet: lease granted");
+        info!(host = %self.cfg.host, lease = format_args!("{id:x}"), ttl_s = granted_ttl, "fleet: lease granted");
         // Registered at once, so the host is visible before its first status is read.
         self.publish().await
     }
@@ -369,6 +374,7 @@ impl Run {
         warn!(host = %self.cfg.host, lease = format_args!("{id:x}"), "fleet: lease lost; registering again");
         self.held = None;
         self.st.lease = None;
+        self.st.lease_ttl_s = None;
         FleetError::LeaseLost(id)
     }
 

@@ -266,6 +266,10 @@ pub struct FleetStatus {
     pub lease: Option<i64>,
     /// When it was granted (ms since the epoch).
     pub lease_granted_ms: Option<u64>,
+    /// The TTL etcd granted it, seconds: etcd raises a TTL below its own minimum (1.5 × its
+    /// election timeout, 2 s with etcd's defaults) without an error.
+    #[serde(default)]
+    pub lease_ttl_s: Option<i64>,
     /// When a renewal last succeeded (when it was sent: etcd renewed no earlier).
     pub renewed_ms: Option<u64>,
     /// Leases granted since the agent started (more than one: it lost one and came back).
@@ -294,10 +298,11 @@ impl FleetStatus {
             t.map_or("-".into(), |t| format!("{:.1} s", now_ms.saturating_sub(t) as f64 / 1e3))
         };
         let mut s = format!(
-            "fleet: host {}, etcd {}, lease {} (age {}, renewed {} ago, {} granted), applied revision {}, written {} ago\n",
+            "fleet: host {}, etcd {}, lease {}{} (age {}, renewed {} ago, {} granted), applied revision {}, written {} ago\n",
             self.host,
             if self.etcd_reachable { "reachable" } else { "unreachable" },
             self.lease.map_or("none".into(), |l| format!("{l:x}")),
+            self.lease_ttl_s.map_or(String::new(), |t| format!(" TTL {t} s")),
             age(self.lease_granted_ms),
             age(self.renewed_ms),
             self.leases_granted,
@@ -449,6 +454,7 @@ mod tests {
             etcd_reachable: true,
             lease: Some(0xab),
             lease_granted_ms: Some(1000),
+            lease_ttl_s: Some(2),
             renewed_ms: Some(4000),
             leases_granted: 1,
             applied_revision: 7,
@@ -460,7 +466,7 @@ mod tests {
             updated_ms: 4500,
         };
         let r = s.render(5000);
-        assert!(r.contains("host h1, etcd reachable, lease ab (age 4.0 s, renewed 1.0 s ago, 1 granted), applied revision 7, written 0.5 s ago"), "{r}");
+        assert!(r.contains("host h1, etcd reachable, lease ab TTL 2 s (age 4.0 s, renewed 1.0 s ago, 1 granted), applied revision 7, written 0.5 s ago"), "{r}");
         assert!(r.contains("FENCED, interfaces down: a:e0"), "{r}");
         assert!(r.contains("last error: boom"), "{r}");
         assert!(r.contains("VRs moved away: 2 live, 1 restarted there (live migration failed)"));

@@ -51,6 +51,8 @@ fn hosts_register_converge_survive_a_member_and_fence_without_quorum() {
     assert_eq!(seen[1].record.vrs[0].name, "c");
     assert!(seen.iter().all(|h| h.lease_ttl_left_s > 0 && h.lease_ttl_left_s <= 5), "{seen:?}");
     let lease1 = h1.status().lease.expect("h1 holds a lease");
+    // The TTL etcd granted, as etcd answered (it raises one under 1.5 x its election timeout).
+    assert_eq!(h1.status().lease_ttl_s, Some(5));
     assert_eq!(seen[0].record.lease, lease1);
 
     // h1 converges to its desired topology, once per revision.
