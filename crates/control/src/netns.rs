@@ -250,12 +250,21 @@ pub fn make_control_plane(ns: &str, made: &mut Made) -> Result<(), NetError> {
 
 /// Gives each mirror tap of `topo` (made by the data plane when it opened its ports, down and
 /// bare) its VR interface's MAC, MTU and addresses, and takes it up when the interface is.
-pub fn configure_mirrors(topo: &Topology) -> Result<(), NetError> {
-    (0..topo.vrs.len()).try_for_each(|v| configure_mirrors_of(topo, v))
+pub fn configure_mirrors(
+    topo: &Topology,
+    held: &dyn Fn(&str, &str) -> bool,
+) -> Result<(), NetError> {
+    (0..topo.vrs.len()).try_for_each(|v| configure_mirrors_of(topo, v, held))
 }
 
-/// [`configure_mirrors`] for VR `v`'s taps alone (a VR added to a running host).
-pub fn configure_mirrors_of(topo: &Topology, v: usize) -> Result<(), NetError> {
+/// [`configure_mirrors`] for VR `v`'s taps alone (a VR added to a running host). A tap is up
+/// when its interface is: not down in the topology, and not held down (`held(vr, iface)`, a
+/// restarted fenced host's), so the VR's control plane does not speak for it either.
+pub fn configure_mirrors_of(
+    topo: &Topology,
+    v: usize,
+    held: &dyn Fn(&str, &str) -> bool,
+) -> Result<(), NetError> {
     for p in &topo.ports {
         let PortKind::Mirror { netns, vr, iface } = &p.kind else { continue };
         if *vr != v {
@@ -272,7 +281,7 @@ pub fn configure_mirrors_of(topo: &Topology, v: usize) -> Result<(), NetError> {
         for a in &f.ipv6 {
             nl.add_address(dev, (*a).into(), true)?;
         }
-        nl.set_up(dev, !topo.iface_down(*vr, *iface))?;
+        nl.set_up(dev, !topo.iface_down(*vr, *iface) && !held(&topo.vrs[*vr].name, dev))?;
     }
     Ok(())
 }

@@ -132,7 +132,7 @@ impl Node {
         let stand_ins = std::mem::take(&mut host.stand_ins);
         // The mirror taps exist now (opening the ports made them): dress them as their VR
         // interfaces.
-        crate::netns::configure_mirrors(&topo)
+        crate::netns::configure_mirrors(&topo, &|vr, i| held.is_held(vr, i))
             .map_err(|e| ControlError::Invalid(format!("control plane: {e}")))?;
         let outside = topo
             .ports
@@ -468,7 +468,8 @@ impl Node {
             if cur.vr_index(&v.name).is_some() {
                 continue;
             }
-            crate::netns::configure_mirrors_of(&self.topo, i)
+            let held = &self.held;
+            crate::netns::configure_mirrors_of(&self.topo, i, &|vr, f| held.is_held(vr, f))
                 .map_err(|e| ControlError::State(format!("vr {}: control plane: {e}", v.name)))?;
             let stale = self.stale_next.remove(&v.name).unwrap_or_default();
             let secs = std::time::Duration::from_secs(cp.stale_secs.into());

@@ -138,6 +138,48 @@ fn the_mirror_namespace_pings_through_the_vr_and_takes_tcp_to_its_address() {
     assert!(!control::netns::namespace_exists(&m));
 }
 
+/// Issue 23: a restarted fenced host holds its VR interfaces down, and their mirror taps with
+/// them (the VR's control plane must not speak for a VR that may run elsewhere now) until
+/// `interface_set` takes the interface up.
+#[test]
+fn a_held_interface_has_its_mirror_down_until_taken_up() {
+    if control::sys::euid() != 0 {
+        eprintln!("skipped: needs root (network namespaces, veth, taps)");
+        return;
+    }
+    let pid = std::process::id();
+    let (h, m, link) = (format!("rcqh{pid}"), format!("rcqm{pid}"), format!("rcq{pid}a"));
+    let mut guard = Guard { namespaces: vec![h.clone()], made: Made::default() };
+    host(&h, &link, &["10.62.0.2/24"], &["10.62.0.1"]);
+    let text = format!(
+        "ports:\n  - {{ name: pa, kind: afpacket, interface: {link} }}\n\
+         vrs:\n  - name: r\n    control_plane: {{ kind: linux, netns: {m} }}\n    interfaces:\n      \
+         - {{ name: e0, port: pa, mac: 02:00:00:00:62:01, addresses: [10.62.0.1/24] }}\n"
+    );
+    let topo = Topology::parse(&text, "cp.yaml", Path::new(".")).unwrap();
+    control::netns::make(&topo, &mut guard.made).unwrap();
+    let checkpoints = std::collections::HashMap::new();
+    let mut node = Node::start_holding(topo, options(), 64, &checkpoints).unwrap();
+    node.end_hold();
+    let show =
+        || String::from_utf8_lossy(&in_ns(&m, &["ip", "link", "show", "e0"]).stdout).to_string();
+    let held = show();
+    assert!(held.contains("02:00:00:00:62:01") && held.contains("state DOWN"), "{held}");
+    node.execute(control::api::Command::InterfaceSet {
+        vr: "r".into(),
+        interface: "e0".into(),
+        mtu: None,
+        up: Some(true),
+        addresses: None,
+    })
+    .unwrap();
+    let up = show();
+    assert!(up.contains(",UP") || up.contains("<UP"), "{up}");
+    node.stop().unwrap();
+    drop(guard);
+    assert!(!control::netns::namespace_exists(&m));
+}
+
 #[test]
 fn a_punt_flood_is_bounded_and_forwarding_goes_on() {
     if control::sys::euid() != 0 {
