@@ -48,8 +48,9 @@ pub struct Args {
     /// The lease TTL of the hosts and the controller for failover and drain, seconds, 1..=60.
     #[arg(long, default_value_t = 1)]
     ttl_s: u64,
-    /// The lease TTL while placing --vrs and draining (the agent applies inside its renewal
-    /// tick, so a TTL shorter than a big apply fences the host: docs/fleet.md, the agent), 1..=60.
+    /// The lease TTL while placing --vrs and draining, seconds, 1..=60: longer than failover's,
+    /// so that the figure times the placing, not the fences of hosts whose renewals wait for
+    /// the CPUs while they build hundreds of VRs.
     #[arg(long, default_value_t = 10)]
     place_ttl_s: u64,
     /// VRs on the drained host, 1..=200.

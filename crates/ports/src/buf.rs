@@ -10,8 +10,9 @@
 //! of a batch do not all fall into the same L1 sets.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::ptr::NonNull;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 /// Bytes of storage behind every packet buffer: [`HEADROOM`], then a jumbo frame of
 /// [`MAX_FRAME`] bytes. A frame is never split over buffers, so this is what makes MTU 9216
@@ -47,82 +48,110 @@ fn geometry() -> &'static Geometry {
     })
 }
 
-/// One anonymous private mapping that buffers are carved from; unmapped when its last
-/// buffer (each holds an `Arc`) is dropped.
-struct Slab {
-    base: NonNull<u8>,
+/// The live slabs, by base address: their length, how many buffers of each are alive, and
+/// whether a thread still carves from it. Taken only when a buffer is made or dropped (pools
+/// at start, teardown), never per packet; a buffer finds its slab by its address, so it
+/// carries no pointer to it and stays 16 bytes, as the heap box it replaced.
+struct SlabState {
     len: usize,
+    live: usize,
+    carving: bool,
 }
 
-// SAFETY: the mapping is plain memory owned by the slab; which bytes a thread touches is
-// decided by the `PktBuf`s, each of which owns its own stride exclusively.
-unsafe impl Send for Slab {}
-// SAFETY: as above; the slab itself is never written through a shared reference.
-unsafe impl Sync for Slab {}
+static SLABS: Mutex<BTreeMap<usize, SlabState>> = Mutex::new(BTreeMap::new());
 
-impl Slab {
-    fn map() -> Arc<Slab> {
-        let len = geometry().stride * SLAB_BUFS;
-        // SAFETY: a new anonymous mapping at an address the kernel picks: no existing memory
-        // is affected. Failure is checked below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        match NonNull::new(p.cast::<u8>()) {
-            Some(base) if p != libc::MAP_FAILED => Arc::new(Slab { base, len }),
-            // As a failed heap allocation does: no memory for buffers is not recoverable.
-            _ => std::alloc::handle_alloc_error(
-                std::alloc::Layout::from_size_align(len, LINE).expect("slab layout"),
-            ),
+fn slabs() -> std::sync::MutexGuard<'static, BTreeMap<usize, SlabState>> {
+    // A panic while holding the lock leaves the map consistent (every change is one step).
+    SLABS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Maps a new slab (an anonymous private mapping), registered as being carved.
+fn map_slab() -> usize {
+    let len = geometry().stride * SLAB_BUFS;
+    // SAFETY: a new anonymous mapping at an address the kernel picks: no existing memory is
+    // affected. Failure is checked below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED || p.is_null() {
+        // As a failed heap allocation does: no memory for buffers is not recoverable.
+        std::alloc::handle_alloc_error(
+            std::alloc::Layout::from_size_align(len, LINE).expect("slab layout"),
+        );
+    }
+    let base = p as usize;
+    slabs().insert(base, SlabState { len, live: 0, carving: true });
+    base
+}
+
+/// Unmaps the slab at `base` if nothing uses it any more (no live buffer, no carver).
+fn unmap_if_unused(map: &mut BTreeMap<usize, SlabState>, base: usize) {
+    if map.get(&base).is_some_and(|s| s.live == 0 && !s.carving) {
+        let len = map.remove(&base).expect("present").len;
+        // SAFETY: the mapping was made by `map_slab` with this base and length, and nothing
+        // points into it any more: no buffer of it is alive and no thread carves from it.
+        unsafe { libc::munmap(base as *mut libc::c_void, len) };
+    }
+}
+
+/// A thread's slab being carved: its base and how many buffers it has handed out. Dropped
+/// with the thread, it lets the slab go once its buffers have.
+struct Carver(Option<(usize, usize)>);
+
+impl Drop for Carver {
+    fn drop(&mut self) {
+        if let Some((base, _)) = self.0.take() {
+            let mut map = slabs();
+            if let Some(s) = map.get_mut(&base) {
+                s.carving = false;
+            }
+            unmap_if_unused(&mut map, base);
         }
     }
 }
 
-impl Drop for Slab {
-    fn drop(&mut self) {
-        // SAFETY: the mapping is this slab's, and no buffer points into it any more: each
-        // holds an `Arc` to the slab, and this is the last one going.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
-    }
-}
-
 thread_local! {
-    /// The slab this thread carves new buffers from, and how many it has handed out.
-    static CARVING: RefCell<Option<(Arc<Slab>, usize)>> = const { RefCell::new(None) };
+    static CARVING: RefCell<Carver> = const { RefCell::new(Carver(None)) };
 }
 
-/// The next buffer index of this thread's slab (a new slab when it is used up).
-fn carve() -> (Arc<Slab>, usize) {
-    let next = |c: &mut Option<(Arc<Slab>, usize)>| {
-        let (slab, used) = match c {
-            Some(s) if s.1 < SLAB_BUFS => s,
-            _ => c.insert((Slab::map(), 0)),
+/// The address of a new buffer's stride: the next one of this thread's slab (a new slab when
+/// it is used up), counted live.
+fn carve() -> usize {
+    let next = |c: &mut Carver| {
+        let (base, used) = match &mut c.0 {
+            Some(cur) if cur.1 < SLAB_BUFS => cur,
+            _ => {
+                drop(c.0.take().map(|cur| Carver(Some(cur))));
+                c.0.insert((map_slab(), 0))
+            }
         };
         *used += 1;
-        (slab.clone(), *used - 1)
+        let at = *base + (*used - 1) * geometry().stride;
+        slabs().get_mut(base).expect("a carved slab is registered").live += 1;
+        at
     };
-    // A thread being torn down has no slab of its own any more: a fresh one serves it.
-    CARVING.try_with(|c| next(&mut c.borrow_mut())).unwrap_or_else(|_| next(&mut None))
+    // A thread being torn down has no slab of its own any more: a fresh one serves it, let
+    // go at once so that it is unmapped with this buffer.
+    CARVING.try_with(|c| next(&mut c.borrow_mut())).unwrap_or_else(|_| next(&mut Carver(None)))
 }
 
 /// One packet buffer: fixed storage and the window `[off, off + len)` that holds the frame.
 pub struct PktBuf {
-    /// `BUF_SIZE` bytes inside `slab`, owned by this buffer alone.
+    /// `BUF_SIZE` bytes inside one stride of a slab, owned by this buffer alone.
     data: NonNull<[u8; BUF_SIZE]>,
-    slab: Arc<Slab>,
     off: u16,
     len: u16,
 }
 
 // SAFETY: a buffer owns its bytes exclusively (no other `PktBuf` points into its stride), as a
-// `Box<[u8; BUF_SIZE]>` would; the shared slab is only kept alive through the `Arc`.
+// `Box<[u8; BUF_SIZE]>` would; its slab stays mapped while it lives (counted in `SLABS`).
 unsafe impl Send for PktBuf {}
 // SAFETY: `&PktBuf` only reads its own bytes; writes need `&mut PktBuf`.
 unsafe impl Sync for PktBuf {}
@@ -141,18 +170,21 @@ impl std::fmt::Debug for PktBuf {
 
 impl Drop for PktBuf {
     fn drop(&mut self) {
-        // The slab lives on for other buffers: give this one's pages back now. (A racing last
-        // drop elsewhere at worst advises pages about to be unmapped: our `Arc` keeps them.)
-        if Arc::strong_count(&self.slab) > 1 {
-            let g = geometry();
-            let start = self.data.as_ptr() as usize;
-            let page_start = start - (start - self.slab.base.as_ptr() as usize) % g.stride;
-            // SAFETY: `[page_start, page_start + stride)` is this buffer's stride, whole
-            // pages inside the slab's mapping that no other buffer uses, and nothing reads
-            // them after this drop; `MADV_DONTNEED` only drops their contents.
-            unsafe {
-                libc::madvise(page_start as *mut libc::c_void, g.stride, libc::MADV_DONTNEED)
-            };
+        let g = geometry();
+        let addr = self.data.as_ptr() as usize;
+        let mut map = slabs();
+        let Some((&base, s)) = map.range_mut(..=addr).next_back() else { return };
+        debug_assert!(addr < base + s.len, "a buffer outside every slab");
+        s.live -= 1;
+        if s.live > 0 || s.carving {
+            // The slab lives on for other buffers: give this one's pages back now.
+            let stride = base + (addr - base) / g.stride * g.stride;
+            // SAFETY: `[stride, stride + g.stride)` is this buffer's stride, whole pages
+            // inside the slab's mapping that no other buffer uses, and nothing reads them
+            // after this drop; `MADV_DONTNEED` only drops their contents.
+            unsafe { libc::madvise(stride as *mut libc::c_void, g.stride, libc::MADV_DONTNEED) };
+        } else {
+            unmap_if_unused(&mut map, base);
         }
     }
 }
@@ -160,14 +192,15 @@ impl Drop for PktBuf {
 impl PktBuf {
     /// An empty buffer. This maps memory now and then; call it only when building pools.
     pub fn new() -> Self {
-        let (slab, i) = carve();
         let g = geometry();
-        let at = i * g.stride + (i % g.colors) * LINE;
-        debug_assert!(i < SLAB_BUFS && at + BUF_SIZE <= (i + 1) * g.stride);
-        // SAFETY: `i < SLAB_BUFS` and the color leaves `BUF_SIZE` bytes inside stride `i`, so
-        // `[at, at + BUF_SIZE)` lies in the slab's mapping; `carve` hands out each index once.
-        let data = unsafe { NonNull::new_unchecked(slab.base.as_ptr().add(at)) }.cast();
-        PktBuf { data, slab, off: HEADROOM as u16, len: 0 }
+        let stride = carve();
+        // Consecutive strides start at consecutive colors.
+        let at = stride + (stride / g.stride % g.colors) * LINE;
+        // SAFETY: `carve` returned the start of a stride of a mapped slab (never null) that no
+        // other buffer was given; the color leaves `BUF_SIZE` bytes inside it (`colors` was
+        // sized so).
+        let data = unsafe { NonNull::new_unchecked(at as *mut [u8; BUF_SIZE]) };
+        PktBuf { data, off: HEADROOM as u16, len: 0 }
     }
 
     #[inline]
@@ -465,6 +498,29 @@ mod tests {
             assert!(b.storage_mut().0.iter().all(|&x| x == i as u8), "buffer {i} was overwritten");
         }
         std::thread::spawn(move || drop(bufs)).join().unwrap();
+    }
+
+    #[test]
+    fn a_slab_is_unmapped_with_its_last_buffer_once_its_thread_is_gone() {
+        let bufs = std::thread::spawn(|| (0..SLAB_BUFS + 5).map(|_| PktBuf::new()).collect())
+            .join()
+            .unwrap();
+        let bufs: Vec<PktBuf> = bufs;
+        let base_of = |b: &PktBuf| {
+            let a = b.data.as_ptr() as usize;
+            *slabs().range(..=a).next_back().expect("its slab is mapped").0
+        };
+        let mut bases: Vec<usize> = bufs.iter().map(base_of).collect();
+        bases.dedup();
+        assert_eq!(bases.len(), 2, "{} buffers from one thread in two slabs", bufs.len());
+        assert!(bases.iter().all(|b| !slabs()[b].carving), "the thread is gone");
+        let mut first = bufs;
+        let rest = first.split_off(SLAB_BUFS);
+        drop(first);
+        assert!(!slabs().contains_key(&bases[0]), "a slab outlived its buffers");
+        assert_eq!(slabs()[&bases[1]].live, 5);
+        drop(rest);
+        assert!(!slabs().contains_key(&bases[1]), "a slab outlived its buffers");
     }
 
     #[test]
