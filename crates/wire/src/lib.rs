@@ -135,16 +135,16 @@ pub(crate) mod bytes {
 
 #[cfg(test)]
 pub(crate) mod testutil {
-    /// A deterministic splitmix64 generator, so failing tests reproduce.
+    /// A deterministic splitmix64 generator, so failing tests reproduce: the stream of
+    /// [`crate::fuzzing::Rng`], with the draws these tests were written against.
     pub struct Rng(pub u64);
 
     impl Rng {
         pub fn next_u64(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
+            let mut r = crate::fuzzing::Rng(self.0);
+            let v = r.next_u64();
+            self.0 = r.0;
+            v
         }
 
         pub fn below(&mut self, n: u64) -> u64 {
