@@ -159,6 +159,9 @@ struct Run {
     last: LocalStatus,
     /// The desired revision whose VRs wait to move live, since when.
     holding: Option<(i64, Instant)>,
+    /// The topology last applied (host settings added), for the remotes a source sets before
+    /// it moves VRs away ([`crate::migration::remotes_before_moves`]); none since a restart.
+    applied: Option<String>,
     /// The last error logged, so a repeated one is not logged every tick.
     logged: Option<String>,
 }
@@ -186,6 +189,7 @@ impl Run {
             adopted: false,
             last: LocalStatus::default(),
             holding: None,
+            applied: None,
             logged: None,
         }
     }
@@ -424,6 +428,7 @@ impl Run {
             Ok(Ok(())) => {
                 info!(host = %self.cfg.host, revision = rev, "fleet: desired topology applied");
                 self.st.applied_revision = rev;
+                self.applied = Some(text.to_string());
             }
             Ok(Err(e)) => {
                 // The host did not answer (not listening yet, restarting): not a refusal, so
@@ -466,6 +471,7 @@ impl Run {
             Some((r, t)) if r == rev => t,
             _ => self.holding.insert((rev, Instant::now())).1,
         };
+        let mut remotes_set = false;
         for m in mine {
             match self.destination_ready(&m.to).await {
                 Ok(true) => {}
@@ -476,6 +482,10 @@ impl Run {
                     self.st.migrations_failed += 1;
                     continue;
                 }
+            }
+            if !remotes_set {
+                remotes_set = true;
+                self.remotes_before_moves(rev, text).await;
             }
             let (local, vr, to) = (self.local.clone(), m.vr.clone(), m.addr);
             let t0 = Instant::now();
@@ -497,6 +507,33 @@ impl Run {
         // What the record lists next: the VRs that left are gone.
         self.read_local().await;
         true
+    }
+
+    /// Before the first VR moves away: the running topology with the next one's VXLAN remotes
+    /// (a live change), so the VRs that stay here reach the moved ones from their first frame
+    /// at the destination. Without it they would until this host applies the next topology,
+    /// after the moves. A failure is logged and the moves go on.
+    async fn remotes_before_moves(&mut self, rev: i64, text: &str) {
+        let next = self.cfg.with_host_settings(text);
+        let Some(t) = (self.applied.as_deref())
+            .and_then(|a| crate::migration::remotes_before_moves(a, &next))
+        else {
+            return;
+        };
+        let source = format!("etcd:{}@{rev} (remotes before moves)", keys::desired(&self.cfg.host));
+        let local = self.local.clone();
+        match self.while_renewing(move || local.apply(&t, &source)).await {
+            Ok(Ok(())) => {
+                info!(host = %self.cfg.host, revision = rev, "fleet: VXLAN remotes set before moving VRs away")
+            }
+            Ok(Err(e)) => {
+                warn!(host = %self.cfg.host, revision = rev, error = %e, "fleet: VXLAN remotes not set before the moves");
+                self.failed(e);
+            }
+            Err(e) => {
+                warn!(host = %self.cfg.host, error = %e, "fleet: VXLAN remotes not set before the moves")
+            }
+        }
     }
 
     /// Runs `f` (a host call that may take longer than a tick: a migration's pre-copy moves

@@ -210,7 +210,10 @@ impl FleetDoc {
     }
 
     /// Host `host`'s topology: its VRs, the ports and namespaces they use, its switches and
-    /// links, each stretched segment with a `vxlan` port to the other hosts holding it.
+    /// links, each segment with a `vxlan` port to the other hosts holding it. A segment on this
+    /// host alone has one too, with no remotes: when another host joins it or the last one
+    /// leaves, only the port's remotes change, which `apply` does live (a port joining or
+    /// leaving a running switch is not live), and its interfaces' MTUs stay where they are.
     /// `at` places VRs; `under` gives each host's underlay. VRs in `withheld` are left out
     /// (in flight to this host: the migration brings them), their segments kept.
     pub fn host_topology(
@@ -244,9 +247,6 @@ impl FleetDoc {
         let links: Vec<String> = self.links.iter().filter(|l| holds(l)).cloned().collect();
         let vxlan = |seg: &str| -> Option<Y> {
             let s = segments.iter().find(|s| s.name == seg)?;
-            if s.hosts.len() < 2 {
-                return None;
-            }
             let me = under.get(host)?;
             let remotes: Vec<Y> = (s.hosts.iter())
                 .filter(|h| *h != host)
@@ -320,7 +320,7 @@ impl FleetDoc {
             .iter()
             .map(|v| {
                 let mut b = v.body.clone();
-                if let Some(Y { kind: Kind::L(ifs), .. }) = b_get_mut(&mut b, "interfaces") {
+                if let Some(Y { kind: Kind::L(ifs), .. }) = b.get_mut("interfaces") {
                     for i in ifs {
                         i.rename("link", "switch");
                     }
@@ -338,13 +338,6 @@ impl FleetDoc {
         }
         t.set("vrs", Y::l(vr_list));
         t
-    }
-}
-
-fn b_get_mut<'a>(y: &'a mut Y, key: &str) -> Option<&'a mut Y> {
-    match &mut y.kind {
-        Kind::M(e) => e.iter_mut().find(|(k, _)| k == key).map(|(_, v)| v),
-        _ => None,
     }
 }
 

@@ -17,8 +17,16 @@
 //!   topology (on failure it applies it anyway: the VR is removed there and, the flight
 //!   over, `to` is given it and starts it: the old restart path, logged and counted);
 //! - every other host holding one of its segments VXLAN remotes to both `from` and `to`.
+//!
+//! `from`'s own VXLAN remotes must reach `to` before the VR runs there: a VR that stays on
+//! `from` (a neighbour on its segment) answers the moved one only through them. So before its
+//! first move the source applies [`remotes_before_moves`]: the topology it runs with the
+//! remotes of the new one (live: only the remotes change), then migrates, then applies the new
+//! topology.
 
 use std::collections::HashMap;
+
+use yamlpath::{Located, Value};
 
 pub use crate::placement::Move;
 use crate::placement::Placement;
@@ -58,6 +66,44 @@ pub fn marks(text: &str) -> Result<Vec<Move>, FleetError> {
         out.push(Move { vr: vr.into(), from: from.into(), to: to.into(), addr });
     }
     Ok(out)
+}
+
+/// `applied` (the topology a host runs) with each `vxlan` port's remotes as `desired` (the
+/// topology it is to run next) has them for a port of that name: what a source applies
+/// before it moves VRs away. None when no remotes differ or a text does not parse (both are
+/// the agent's own or the controller's, checked when written).
+pub fn remotes_before_moves(applied: &str, desired: &str) -> Option<String> {
+    let tree = |t: &str| {
+        let doc = yamlpath::parse_document(t, "vrs:").ok()?;
+        crate::tree::Y::from_value(&Value::<Located>::root(&doc)).ok()
+    };
+    let (mut now, next) = (tree(applied)?, tree(desired)?);
+    // A remotes list's addresses (the nodes also carry their position in the file).
+    fn addresses(y: &crate::tree::Y) -> Vec<&crate::tree::Kind> {
+        match &y.kind {
+            crate::tree::Kind::L(l) => l.iter().map(|a| &a.kind).collect(),
+            k => vec![k],
+        }
+    }
+    fn remotes(p: &crate::tree::Y) -> Option<(Option<&str>, Option<crate::tree::Y>)> {
+        (p.text("kind") == Some("vxlan")).then(|| (p.text("name"), p.get("remotes").cloned()))
+    }
+    let wanted: HashMap<&str, crate::tree::Y> = (next.items("ports").iter())
+        .filter_map(remotes)
+        .filter_map(|(n, r)| Some((n?, r.unwrap_or_else(|| crate::tree::Y::l(Vec::new())))))
+        .collect();
+    let mut changed = false;
+    if let Some(crate::tree::Y { kind: crate::tree::Kind::L(ports), .. }) = now.get_mut("ports") {
+        for p in ports.iter_mut() {
+            let Some((Some(name), had)) = remotes(p) else { continue };
+            let Some(want) = wanted.get(name) else { continue };
+            if had.as_ref().map(addresses) != Some(addresses(want)) {
+                p.set("remotes", want.clone());
+                changed = true;
+            }
+        }
+    }
+    changed.then(|| format!("{}{}", crate::keys::HEADER, now.emit()))
 }
 
 /// The VRs in flight, in the order of `placed` (VR, host). `hosts` are the live records;
@@ -103,6 +149,50 @@ pub fn in_flight(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn before_moves_the_running_topology_takes_the_next_ones_remotes() {
+        let h = crate::keys::HEADER;
+        let port = |vni: u32, remotes: &str| {
+            format!("  - {{ name: vxlan-{vni}, kind: vxlan, vni: {vni}, local: 10.0.0.3, remotes: {remotes} }}\n")
+        };
+        let vr = "vrs:\n  - { name: s, interfaces: [{ name: e0, switch: lan, mac: \"02:00:00:00:00:01\" }] }\n";
+        let applied = format!(
+            "{h}ports:\n{}{}  - {{ name: m, kind: mem }}\nswitches: [{{ name: lan }}]\n{vr}",
+            port(1, "[]"),
+            port(2, "[10.0.0.2]")
+        );
+        // The next topology: vxlan-1 gains h1; vxlan-2 as it was; r left out (it moves).
+        let next = format!(
+            "{h}# migrate: r from h3 to h1 at 10.0.0.1:9470\nports:\n{}{}switches: [{{ name: lan }}]\n{vr}",
+            port(1, "[10.0.0.1]"),
+            port(2, "[10.0.0.2]")
+        );
+        let pre = remotes_before_moves(&applied, &next).expect("vxlan-1's remotes differ");
+        assert!(pre.starts_with(h), "{pre}");
+        let t = control::topology::Topology::parse(&pre, "pre", std::path::Path::new("."))
+            .unwrap_or_else(|e| panic!("{e}\n{pre}"));
+        let remotes: Vec<(String, Vec<String>)> = (t.ports.iter())
+            .filter_map(|p| match &p.kind {
+                control::topology::PortKind::Vxlan(x) => {
+                    Some((p.name.clone(), x.remotes.iter().map(|r| r.to_string()).collect()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            remotes,
+            [
+                ("vxlan-1".into(), vec!["10.0.0.1".into()]),
+                ("vxlan-2".into(), vec!["10.0.0.2".into()])
+            ]
+        );
+        // Everything else is the running topology's: its mem port and VR stay.
+        assert!(t.port_index("m").is_some());
+        assert_eq!(t.vrs.len(), 1);
+        assert_eq!(remotes_before_moves(&applied, &applied), None, "nothing to change");
+        assert_eq!(remotes_before_moves(&applied, "vrs: [\n"), None, "the next does not parse");
+    }
 
     #[test]
     fn marks_round_trip_and_bad_ones_are_named() {

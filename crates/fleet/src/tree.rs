@@ -64,6 +64,14 @@ impl Y {
         }
     }
 
+    /// The value under `key` of a mapping, to change.
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut Y> {
+        match &mut self.kind {
+            Kind::M(e) => e.iter_mut().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
     /// The text of a single value under `key`, if present and not empty.
     pub fn text(&self, key: &str) -> Option<&str> {
         match self.get(key).map(|y| &y.kind) {

@@ -171,7 +171,8 @@ fn stretched_segments_get_vxlan_ports_and_every_host_topology_parses() {
     let h3 = topo("h3");
     assert_eq!(h3.switches.len(), 1);
     assert_eq!(h3.switches[0].name, "r2r3");
-    // r2 and r3 on one host: the link is a local 2-member switch, no VXLAN.
+    // r2 and r3 on one host: the link is a local 2-member switch whose vxlan port has no
+    // remotes (it gains them, live, when r3 moves away).
     let at2: HashMap<String, String> = [("r1", "h1"), ("r2", "h2"), ("r3", "h2")]
         .iter()
         .map(|(v, h)| (v.to_string(), h.to_string()))
@@ -179,11 +180,15 @@ fn stretched_segments_get_vxlan_ports_and_every_host_topology_parses() {
     let segs2 = d.segments(&at2, &vnis);
     let text = d.host_topology("h2", &at2, &segs2, &u, &BTreeSet::new()).emit();
     let t = Topology::parse(&text, "h2", Path::new(".")).unwrap();
-    assert_eq!(
-        t.ports.iter().filter(|p| matches!(p.kind, PortKind::Vxlan(_))).count(),
-        1,
-        "{text}"
-    );
+    let remotes: Vec<(&str, usize)> = (t.ports.iter())
+        .filter_map(|p| match &p.kind {
+            PortKind::Vxlan(vx) => Some((p.name.as_str(), vx.remotes.len())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(remotes, [("vxlan-10000", 1), ("vxlan-10001", 0)], "{text}");
+    // Its interfaces keep the MTU they had while the link was stretched.
+    assert_eq!((t.vrs[0].interfaces[1].mtu, t.vrs[1].interfaces[0].mtu), (8950, 8950), "{text}");
     // A host with nothing placed gets an empty topology (its VRs go).
     let t = Topology::parse(
         &d.host_topology("h9", &at, &segs, &u, &BTreeSet::new()).emit(),

@@ -11,6 +11,12 @@
 //! between h1 and h3. The end host pings r (every 10 ms) while `routeplex fleet drain h1`
 //! runs: the controller places r on h2, h1's agent migrates it there, and every ping is
 //! answered (0 lost). Then r runs on h2 only, h1 counts one live migration and runs nothing.
+//! Then two more moves under the same pings: `fleet drain h2` takes r to h3 beside s (lan on
+//! one host again), and after `fleet uncordon h1`, `fleet rebalance` moves r from h3 to h1,
+//! out of a segment that ran on one host. Both are live with nothing lost: every segment has
+//! its vxlan port from the start, so each host's apply only changes remotes, and h3 sets its
+//! remotes before it moves r (without that, s answered r at h1 only after the move: 63 of 600
+//! pings lost).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -233,6 +239,38 @@ impl Lab {
         Some(v["interfaces"].as_array()?.iter().map(|i| i["up"] == true).collect())
     }
 
+    /// Pings r from the end host every 10 ms while `during` runs; (sent, answered, output).
+    fn pinged(&self, during: impl FnOnce()) -> (u32, u32, String) {
+        let out = self.dir.join("ping.out");
+        let f = std::fs::File::create(&out).unwrap();
+        let n = PINGS.to_string();
+        let e = self.end_ns();
+        let args = ["netns", "exec", &e, "ping", "-n", "-i", "0.01", "-c", &n, "-W", "2"];
+        let mut ping = Command::new("ip")
+            .args(args)
+            .arg("10.100.0.1")
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        during();
+        let st = ping.wait().unwrap();
+        let p = std::fs::read_to_string(&out).unwrap();
+        let (sent, got) = counts(&p).unwrap_or_else(|| panic!("ping said: {p}\n{}", self.logs()));
+        assert!(st.success() && sent == PINGS && got == sent, "lost pings: {p}\n{}", self.logs());
+        (sent, got, p)
+    }
+
+    /// The host the placement puts VR `vr` on, once no VR is in flight.
+    fn placed(&self, vr: &str) -> Value {
+        let f = self.wait("the flight over", || {
+            self.fleet().filter(|f| f["placement"]["migrating"].is_null())
+        });
+        let v = f["placement"]["vrs"].as_array().unwrap().iter().find(|v| v["vr"] == vr).cloned();
+        v.unwrap()["host"].clone()
+    }
+
     fn wait<T>(&self, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
         let t0 = Instant::now();
         loop {
@@ -320,31 +358,20 @@ fn drain_moves_a_vr_live_under_traffic_with_nothing_lost() {
     println!("[{:.1}s] r runs on h1; e3 reaches it across lan", t0.elapsed().as_secs_f64());
 
     // Pings every 10 ms while the drain runs.
-    let out = lab.dir.join("ping.out");
-    let f = std::fs::File::create(&out).unwrap();
-    let n = PINGS.to_string();
-    let mut ping = Command::new("ip")
-        .args(["netns", "exec", &e, "ping", "-n", "-i", "0.01", "-c", &n, "-W", "2", "10.100.0.1"])
-        .stdout(f.try_clone().unwrap())
-        .stderr(f)
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    let t_drain = Instant::now();
-    let o = lab.cli(&["fleet", "drain", "h1", "--etcd", &urls]);
-    assert!(o.status.success(), "fleet drain: {}", text(&o));
-    lab.wait("r up on h2", || lab.ups(2, "r").filter(|u| u == &[true]));
-    let moved_s = t_drain.elapsed().as_secs_f64();
-    lab.wait("r gone from h1", || lab.status(1).filter(|s| s["vrs"] == serde_json::json!([])));
-    let st = ping.wait().unwrap();
-    let p = std::fs::read_to_string(&out).unwrap();
-    let (sent, got) = counts(&p).unwrap_or_else(|| panic!("ping said: {p}\n{}", lab.logs()));
+    let mut moved_s = 0.0;
+    let (sent, got, p) = lab.pinged(|| {
+        let t_drain = Instant::now();
+        let o = lab.cli(&["fleet", "drain", "h1", "--etcd", &urls]);
+        assert!(o.status.success(), "fleet drain: {}", text(&o));
+        lab.wait("r up on h2", || lab.ups(2, "r").filter(|u| u == &[true]));
+        moved_s = t_drain.elapsed().as_secs_f64();
+        lab.wait("r gone from h1", || lab.status(1).filter(|s| s["vrs"] == serde_json::json!([])));
+    });
     println!(
         "[{:.1}s] drained: r up on h2 {moved_s:.1} s after `fleet drain`; pings {sent} sent, {got} answered ({} DUP)",
         t0.elapsed().as_secs_f64(),
         p.matches("DUP!").count()
     );
-    assert!(st.success() && sent == PINGS && got == sent, "lost pings: {p}\n{}", lab.logs());
     // Moved live, not restarted: h1's agent says so and counts it.
     let h1 = lab.log("h1.log");
     assert!(h1.contains("fleet: VR migrated live"), "{}", lab.logs());
@@ -354,11 +381,59 @@ fn drain_moves_a_vr_live_under_traffic_with_nothing_lost() {
         (s["fleet"]["migrations"] == 1).then_some(s["fleet"].clone())
     });
     assert_eq!(fleet["migrations_failed"], 0);
-    let f = lab
-        .wait("the flight over", || lab.fleet().filter(|f| f["placement"]["migrating"].is_null()));
-    let r = f["placement"]["vrs"].as_array().unwrap().iter().find(|v| v["vr"] == "r").cloned();
-    assert_eq!(r.unwrap()["host"], "h2");
+    assert_eq!(lab.placed("r"), "h2");
     let again = ns_ok(&e, &["ping", "-n", "-c", "3", "-i", "0.2", "-W", "2", "10.100.0.1"]);
     assert_eq!(counts(&again), Some((3, 3)), "{again}");
+
+    // h2 drained too (h1 still cordoned): r joins s on h3 and lan is on one host again; then
+    // h1 uncordoned and the load rebalanced: r leaves h3, stretching lan from a host where it
+    // ran alone. Each host's vxlan port on lan only changes its remotes, so both moves are
+    // live and lose nothing.
+    let (sent, got, _) = lab.pinged(|| {
+        let o = lab.cli(&["fleet", "drain", "h2", "--etcd", &urls]);
+        assert!(o.status.success(), "fleet drain: {}", text(&o));
+        lab.wait("r up on h3", || lab.ups(3, "r").filter(|u| u == &[true]));
+        lab.wait("r gone from h2", || lab.status(2).filter(|s| s["vrs"] == serde_json::json!([])));
+    });
+    assert_eq!(lab.placed("r"), "h3");
+    println!(
+        "[{:.1}s] r on h3 beside s; pings {sent} sent, {got} answered",
+        t0.elapsed().as_secs_f64()
+    );
+    let o = lab.cli(&["fleet", "uncordon", "h1", "--etcd", &urls]);
+    assert!(o.status.success(), "fleet uncordon: {}", text(&o));
+    lab.wait("h1 schedulable", || {
+        lab.fleet().filter(|f| f["placement"]["cordoned"].as_array().is_some_and(|c| c.len() == 1))
+    });
+    let (sent, got, _) = lab.pinged(|| {
+        let o = lab.cli(&["fleet", "rebalance", "--etcd", &urls]);
+        assert!(o.status.success(), "fleet rebalance: {}", text(&o));
+        assert!(text(&o).contains("r: h3 -> h1"), "{}", text(&o));
+        lab.wait("r up on h1", || lab.ups(1, "r").filter(|u| u == &[true]));
+        lab.wait("r gone from h3", || {
+            let s = lab.status(3)?;
+            (s["vrs"].as_array()?.len() == 1).then_some(())
+        });
+    });
+    assert_eq!(lab.placed("r"), "h1");
+    // s stays on h3 and answers r at h1 only through h3's remotes: set before the move.
+    assert!(
+        lab.log("h3.log").contains("fleet: VXLAN remotes set before moving VRs away"),
+        "{}",
+        lab.logs()
+    );
+    println!(
+        "[{:.1}s] r rebalanced to h1; pings {sent} sent, {got} answered",
+        t0.elapsed().as_secs_f64()
+    );
+    for (i, n) in [(2, 1), (3, 1)] {
+        let s = lab.wait("the moves counted", || lab.status(i));
+        assert_eq!(
+            (s["fleet"]["migrations"].clone(), s["fleet"]["migrations_failed"].clone()),
+            (n.into(), 0.into()),
+            "h{i}: {}",
+            lab.logs()
+        );
+    }
     println!("[{:.1}s] done", t0.elapsed().as_secs_f64());
 }
