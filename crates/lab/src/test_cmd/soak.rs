@@ -528,22 +528,71 @@ struct Window {
     to_ms: u64,
 }
 
-/// Per flow: sent, received, lost inside its windows, lost outside them.
-fn judge_flow(sent: &[u32], got: &[bool], windows: &[Window], flow: usize) -> (u64, u64, u64, u64) {
-    let (mut rx, mut expected, mut unexpected) = (0, 0, 0);
+/// A run of frames of one flow lost outside its windows, consecutive in sequence: when the
+/// first and the last were sent, so the report can place the event.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct LossRun {
+    from_ms: u64,
+    to_ms: u64,
+    frames: u64,
+}
+
+/// Loss runs kept per flow for the report (the rest only counted).
+const MAX_RUNS: usize = 32;
+
+/// One flow judged: frames sent, received, lost inside its windows, lost outside them, and
+/// the first [`MAX_RUNS`] runs of the latter.
+#[derive(Debug, Default, PartialEq)]
+struct Judged {
+    sent: u64,
+    received: u64,
+    expected: u64,
+    unexpected: u64,
+    runs: Vec<LossRun>,
+    runs_dropped: u64,
+}
+
+fn judge_flow(sent: &[u32], got: &[bool], windows: &[Window], flow: usize) -> Judged {
+    let mut j = Judged { sent: sent.len() as u64, ..Judged::default() };
+    let (mut last_lost, mut kept) = (None, false);
     for (seq, &at) in sent.iter().enumerate() {
+        let at = at as u64;
         if got.get(seq).copied().unwrap_or(false) {
-            rx += 1;
-        } else if windows
-            .iter()
-            .any(|w| w.flow == flow && (w.from_ms..=w.to_ms).contains(&(at as u64)))
-        {
-            expected += 1;
+            j.received += 1;
+        } else if windows.iter().any(|w| w.flow == flow && (w.from_ms..=w.to_ms).contains(&at)) {
+            j.expected += 1;
         } else {
-            unexpected += 1;
+            j.unexpected += 1;
+            if last_lost == Some(seq.wrapping_sub(1)) {
+                if let (true, Some(r)) = (kept, j.runs.last_mut()) {
+                    r.to_ms = at;
+                    r.frames += 1;
+                }
+            } else if j.runs.len() < MAX_RUNS {
+                j.runs.push(LossRun { from_ms: at, to_ms: at, frames: 1 });
+                kept = true;
+            } else {
+                j.runs_dropped += 1;
+                kept = false;
+            }
+            last_lost = Some(seq);
         }
     }
-    (sent.len() as u64, rx, expected, unexpected)
+    j
+}
+
+/// What ran around `run`: the activities that overlap it or ended within 5 s before it.
+fn around(log: &[(u64, u64, Activity)], run: &LossRun) -> String {
+    let near: Vec<String> = log
+        .iter()
+        .filter(|&&(from, to, _)| from <= run.to_ms && to + 5000 >= run.from_ms)
+        .map(|(from, to, a)| format!("{a:?} {from}-{to} ms"))
+        .collect();
+    if near.is_empty() {
+        "no activity within 5 s".into()
+    } else {
+        near.join(", ")
+    }
 }
 
 /// What the activities did, for the report.
@@ -572,6 +621,8 @@ struct Soak<'a> {
     flip_present: bool,
     flip_deleted_ms: u64,
     windows: Vec<Window>,
+    /// Every activity run: start and end in ms since the soak's start.
+    log: Vec<(u64, u64, Activity)>,
     counts: Counts,
     flood: Option<JoinHandle<Result<u64>>>,
     flood_frames: Arc<AtomicU64>,
@@ -748,6 +799,7 @@ impl Soak<'_> {
     }
 
     fn run(&mut self, a: Activity) {
+        let from_ms = self.ms();
         let r = match a {
             Activity::RouteBatch => self.route_batch(),
             Activity::Apply => self.apply(),
@@ -756,6 +808,7 @@ impl Soak<'_> {
             Activity::Flood => self.flood(),
             Activity::RouteFlip => self.route_flip(),
         };
+        self.log.push((from_ms, self.ms(), a));
         if let Err(e) = r {
             let m = format!("{a:?} at {:.1} s: {e:#}", self.t0.elapsed().as_secs_f64());
             self.say(&format!("FAILED {m}"));
@@ -833,6 +886,7 @@ fn soak(a: &SoakArgs) -> Result<Value> {
         flip_present: false,
         flip_deleted_ms: 0,
         windows: Vec::new(),
+        log: Vec::new(),
         counts: Counts::default(),
         flood: None,
         flood_frames: Arc::new(AtomicU64::new(0)),
@@ -894,20 +948,30 @@ fn report(
     }
     let mut fl = Vec::new();
     for (k, f) in flows.iter().enumerate() {
-        let (tx, rx, expected, unexpected) = judge_flow(&sent[k], &got[k], &s.windows, k);
-        if unexpected > 0 {
+        let j = judge_flow(&sent[k], &got[k], &s.windows, k);
+        if j.unexpected > 0 {
             failures.push(format!(
-                "flow {} (through {}; may lose frames only to: {}): {unexpected} of {tx} frames lost outside the expected windows{}",
+                "flow {} (through {}; may lose frames only to: {}): {} of {} frames lost outside the expected windows, first from {} ms ({}){}",
                 f.name,
                 vr_name(f.vr),
                 f.expected,
+                j.unexpected,
+                j.sent,
+                j.runs[0].from_ms,
+                around(&s.log, &j.runs[0]),
                 if sink_drops > 0 { format!(" (host b's kernel dropped {sink_drops} datagrams for a full socket buffer)") } else { String::new() }
             ));
         }
+        let runs: Vec<Value> = j
+            .runs
+            .iter()
+            .map(|r| json!({ "from_ms": r.from_ms, "to_ms": r.to_ms, "frames": r.frames, "around": around(&s.log, r) }))
+            .collect();
         fl.push(json!({
             "name": f.name, "vr": vr_name(f.vr), "src": f.src.to_string(), "dst": f.dst.to_string(),
-            "expected_losses": f.expected, "sent": tx, "received": rx,
-            "lost_expected": expected, "lost_unexpected": unexpected,
+            "expected_losses": f.expected, "sent": j.sent, "received": j.received,
+            "lost_expected": j.expected, "lost_unexpected": j.unexpected,
+            "unexpected_runs": runs, "unexpected_runs_not_listed": j.runs_dropped,
         }));
     }
     let tot = total(per);
@@ -978,6 +1042,15 @@ fn text(v: &Value) -> String {
             f["lost_unexpected"].as_u64().unwrap_or(0),
             f["expected_losses"].as_str().unwrap_or_default()
         );
+        for r in f["unexpected_runs"].as_array().into_iter().flatten() {
+            t += &format!(
+                "  lost {} sent {}-{} ms; around: {}\n",
+                r["frames"],
+                r["from_ms"],
+                r["to_ms"],
+                r["around"].as_str().unwrap_or_default()
+            );
+        }
     }
     t += &format!(
         "{:<15} {:>10} {:>10} {:>10} {:>10} {:>14} {:>12} {:>12}\n",
@@ -1079,8 +1152,38 @@ mod tests {
         let w =
             [Window { flow: 0, from_ms: 5, to_ms: 25 }, Window { flow: 1, from_ms: 30, to_ms: 50 }];
         // seq 1 and 2 in flow 0's window; seq 4 (never received) is outside it.
-        assert_eq!(judge_flow(&sent, &got, &w, 0), (5, 2, 2, 1));
-        assert_eq!(judge_flow(&sent, &got, &w, 1), (5, 2, 1, 2));
+        let j = judge_flow(&sent, &got, &w, 0);
+        assert_eq!((j.sent, j.received, j.expected, j.unexpected), (5, 2, 2, 1));
+        assert_eq!(j.runs, [LossRun { from_ms: 40, to_ms: 40, frames: 1 }]);
+        let j = judge_flow(&sent, &got, &w, 1);
+        assert_eq!((j.sent, j.received, j.expected, j.unexpected), (5, 2, 1, 2));
+        assert_eq!(
+            j.runs,
+            [LossRun { from_ms: 10, to_ms: 20, frames: 2 }],
+            "seq 1 and 2 are one run; seq 4 is in flow 1's window"
+        );
+    }
+
+    #[test]
+    fn loss_runs_split_at_a_received_frame_and_stop_at_the_cap() {
+        // Every third frame received: runs of two, one per gap.
+        let n = 3 * (MAX_RUNS + 5);
+        let sent: Vec<u32> = (0..n as u32).map(|i| i * 10).collect();
+        let got: Vec<bool> = (0..n).map(|i| i % 3 == 0).collect();
+        let j = judge_flow(&sent, &got, &[], 0);
+        assert_eq!(j.unexpected, 2 * (MAX_RUNS as u64 + 5));
+        assert_eq!(j.runs.len(), MAX_RUNS);
+        assert_eq!(j.runs_dropped, 5);
+        assert_eq!(j.runs[1], LossRun { from_ms: 40, to_ms: 50, frames: 2 });
+        assert_eq!(
+            j.runs[MAX_RUNS - 1].frames,
+            2,
+            "runs past the cap do not extend the last kept one"
+        );
+        let log =
+            [(0, 35, Activity::Apply), (45, 60, Activity::Flood), (9000, 9100, Activity::Migrate)];
+        assert_eq!(around(&log, &j.runs[1]), "Apply 0-35 ms, Flood 45-60 ms");
+        assert_eq!(around(&log[2..], &j.runs[1]), "no activity within 5 s");
     }
 
     #[test]
