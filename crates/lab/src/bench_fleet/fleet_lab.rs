@@ -28,6 +28,11 @@ pub const ETCDCTL: &str = "/usr/bin/etcdctl";
 pub const HOSTS: usize = 3;
 /// VRs a fleet document may hold here (a desired state stays under etcd's value limit).
 pub const MAX_VRS: usize = 4000;
+/// Where every host takes VRs live (each host has its own namespace and underlay address).
+const MIGRATION_PORT: u16 = 9470;
+/// The hosts' shared migration secret (at least 16 bytes: control's rule); a bench's, not a
+/// user's.
+const MIGRATION_SECRET: &str = "bench-fleet-migration-0123";
 
 fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
@@ -234,13 +239,21 @@ impl FleetLab {
     }
 
     fn host_file(&self, i: usize, ttl_s: u64) -> String {
-        // h0 offers 1 MiB: the anchor's. The measured hosts offer room for every VR.
+        // h0 offers 1 MiB: the anchor's. The measured hosts offer room for every VR. Every
+        // host takes VRs live, so a drain moves them with live migration.
         let mem = if i == 0 { 1 } else { 1 << 20 };
         format!(
-            "workers: 1\nfleet:\n  etcd: [{}]\n  host: h{i}\n  underlay: {}\n  offer: {{ workers: 1, cpu_share: 1.0, memory_mib: {mem} }}\n  lease_ttl_s: {ttl_s}\n",
+            "workers: 1\nmigration: {{ listen: 0.0.0.0:{MIGRATION_PORT}, secret: {MIGRATION_SECRET} }}\nfleet:\n  etcd: [{}]\n  host: h{i}\n  underlay: {}\n  offer: {{ workers: 1, cpu_share: 1.0, memory_mib: {mem} }}\n  lease_ttl_s: {ttl_s}\n",
             self.etcd_urls().replace(',', ", "),
             self.underlay(i)
         )
+    }
+
+    /// What host `i`'s agent last wrote of the fleet (`fleet.json` in its state directory).
+    pub fn fleet_status(&self, i: usize) -> Result<Value> {
+        let f = self.dir.join(format!("h{i}")).join("fleet.json");
+        let b = std::fs::read(&f).with_context(|| format!("reading {}", f.display()))?;
+        serde_json::from_slice(&b).with_context(|| format!("parsing {}", f.display()))
     }
 
     /// Starts (again) `routeplex run` in host `i`'s namespace.
