@@ -31,6 +31,7 @@ use yamlpath::{Located, Value};
 pub use crate::placement::Move;
 use crate::placement::Placement;
 use crate::record::HostRecord;
+use crate::tree::{Kind, Y};
 use crate::FleetError;
 
 /// Starts a mark line in a source's desired topology (after the controller's header).
@@ -75,25 +76,25 @@ pub fn marks(text: &str) -> Result<Vec<Move>, FleetError> {
 pub fn remotes_before_moves(applied: &str, desired: &str) -> Option<String> {
     let tree = |t: &str| {
         let doc = yamlpath::parse_document(t, "vrs:").ok()?;
-        crate::tree::Y::from_value(&Value::<Located>::root(&doc)).ok()
+        Y::from_value(&Value::<Located>::root(&doc)).ok()
     };
     let (mut now, next) = (tree(applied)?, tree(desired)?);
     // A remotes list's addresses (the nodes also carry their position in the file).
-    fn addresses(y: &crate::tree::Y) -> Vec<&crate::tree::Kind> {
+    fn addresses(y: &Y) -> Vec<&Kind> {
         match &y.kind {
-            crate::tree::Kind::L(l) => l.iter().map(|a| &a.kind).collect(),
+            Kind::L(l) => l.iter().map(|a| &a.kind).collect(),
             k => vec![k],
         }
     }
-    fn remotes(p: &crate::tree::Y) -> Option<(Option<&str>, Option<crate::tree::Y>)> {
+    fn remotes(p: &Y) -> Option<(Option<&str>, Option<Y>)> {
         (p.text("kind") == Some("vxlan")).then(|| (p.text("name"), p.get("remotes").cloned()))
     }
-    let wanted: HashMap<&str, crate::tree::Y> = (next.items("ports").iter())
+    let wanted: HashMap<&str, Y> = (next.items("ports").iter())
         .filter_map(remotes)
-        .filter_map(|(n, r)| Some((n?, r.unwrap_or_else(|| crate::tree::Y::l(Vec::new())))))
+        .filter_map(|(n, r)| Some((n?, r.unwrap_or_else(|| Y::l(Vec::new())))))
         .collect();
     let mut changed = false;
-    if let Some(crate::tree::Y { kind: crate::tree::Kind::L(ports), .. }) = now.get_mut("ports") {
+    if let Some(Y { kind: Kind::L(ports), .. }) = now.get_mut("ports") {
         for p in ports.iter_mut() {
             let Some((Some(name), had)) = remotes(p) else { continue };
             let Some(want) = wanted.get(name) else { continue };
