@@ -640,18 +640,36 @@ impl Run {
 
     /// On the first status read: the interfaces the host holds down since it restarted (its
     /// VRs may run elsewhere by now) are fenced, so [`Run::unfence`] brings back, once a
-    /// lease is held, those whose VR the desired topology still places here.
+    /// lease is held, those whose VR the desired topology still places here. So are those
+    /// the last run's agent had fenced (its `fleet.json`) and that are down now: a host that
+    /// crashed while fenced replays the fence from its journal as plain downs, not holds.
     fn adopt_held(&mut self, s: &LocalStatus) {
         self.adopted = true;
-        let held = s.held_interfaces();
+        let mut held = s.held_interfaces();
+        let down = s.down_interfaces();
+        held.extend(self.fenced_before().into_iter().filter(|f| down.contains(f)));
         if held.is_empty() {
             return;
         }
-        warn!(host = %self.cfg.host, interfaces = held.len(), "fleet: restarted with VRs' interfaces held down: fenced until a lease is held and the desired topology read");
+        warn!(host = %self.cfg.host, interfaces = held.len(), "fleet: restarted with VRs' interfaces held down or fenced by the last run: fenced until a lease is held and the desired topology read");
         self.st.fenced.extend(held);
         self.st.fenced.sort();
         self.st.fenced.dedup();
         self.fenced = true;
+    }
+
+    /// The interfaces the last run's agent had fenced when it last wrote its status file
+    /// (none without one, or one that does not read).
+    fn fenced_before(&self) -> Vec<(String, String)> {
+        let Some(path) = &self.state_file else { return Vec::new() };
+        let Ok(b) = std::fs::read(path) else { return Vec::new() };
+        match crate::record::decode::<FleetStatus>("fleet.json", &b) {
+            Ok(st) => st.fenced,
+            Err(e) => {
+                warn!(host = %self.cfg.host, file = %path.display(), error = %e, "fleet: the last run's status does not read: its fence, if any, is not known");
+                Vec::new()
+            }
+        }
     }
 
     /// With a lease again: brings fenced interfaces back up where the desired topology still
@@ -828,6 +846,36 @@ mod tests {
         assert_eq!(local.reads.load(Ordering::Relaxed), 1);
         assert!(local.set.lock().unwrap().is_empty(), "{:?}", local.set);
         assert_eq!(run.st.fenced.len(), 3);
+    }
+
+    #[test]
+    fn what_the_last_run_fenced_and_is_down_is_fenced_again() {
+        let dir = std::env::temp_dir().join(format!("rpx-agent-fenced-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("fleet.json");
+        // The last run fenced b.e1 (down now, not held: replayed from the journal) and z.e0
+        // (no such VR now); a.e0 is held anyway.
+        let before = FleetStatus {
+            host: "h1".into(),
+            fenced: pairs(&[("a", "e0"), ("b", "e1"), ("z", "e0")]),
+            ..FleetStatus::default()
+        };
+        write_atomic(&file, &before).unwrap();
+        let local = Arc::new(Restarted::default());
+        let (mut run, rt) = cut_off(local.clone());
+        run.state_file = Some(file.clone());
+        rt.block_on(run.read_local());
+        let want = [("a", "e0"), ("a", "e1"), ("b", "e0"), ("b", "e1")];
+        assert_eq!(run.st.fenced, pairs(&want));
+        rt.block_on(run.unfence(None));
+        assert_eq!(local.set.lock().unwrap().len(), 4, "{:?}", local.set);
+        // A status file that does not read adopts nothing beyond the held ones.
+        std::fs::write(&file, b"{not json").unwrap();
+        let (mut run, rt) = cut_off(Arc::new(Restarted::default()));
+        run.state_file = Some(file);
+        rt.block_on(run.read_local());
+        assert_eq!(run.st.fenced, pairs(&[("a", "e0"), ("a", "e1"), ("b", "e0")]));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -173,6 +173,11 @@ impl LocalStatus {
         self.interfaces(|i| i.held)
     }
 
+    /// Every interface that is down (set down, held or fenced), as (VR, interface).
+    pub fn down_interfaces(&self) -> Vec<(String, String)> {
+        self.interfaces(|i| !i.up)
+    }
+
     fn interfaces(&self, which: impl Fn(&LocalInterface) -> bool) -> Vec<(String, String)> {
         let each = |v: &LocalVr| {
             let picked = v.interfaces.iter().filter(|i| which(i));
