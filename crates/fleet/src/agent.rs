@@ -647,11 +647,14 @@ impl Run {
         self.adopted = true;
         let mut held = s.held_interfaces();
         let down = s.down_interfaces();
-        held.extend(self.fenced_before().into_iter().filter(|f| down.contains(f)));
+        let before: Vec<_> =
+            self.fenced_before().into_iter().filter(|f| down.contains(f)).collect();
+        let fenced_by_last_run = before.len();
+        held.extend(before);
         if held.is_empty() {
             return;
         }
-        warn!(host = %self.cfg.host, interfaces = held.len(), "fleet: restarted with VRs' interfaces held down or fenced by the last run: fenced until a lease is held and the desired topology read");
+        warn!(host = %self.cfg.host, interfaces = held.len(), fenced_by_last_run, "fleet: restarted with VRs' interfaces held down: fenced until a lease is held and the desired topology read");
         self.st.fenced.extend(held);
         self.st.fenced.sort();
         self.st.fenced.dedup();
