@@ -665,7 +665,14 @@ impl Run {
     /// (none without one, or one that does not read).
     fn fenced_before(&self) -> Vec<(String, String)> {
         let Some(path) = &self.state_file else { return Vec::new() };
-        let Ok(b) = std::fs::read(path) else { return Vec::new() };
+        // Read no further than decode takes (one byte over, so it says the file is too long).
+        let mut b = Vec::new();
+        let read = std::fs::File::open(path).and_then(|f| {
+            std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_VALUE as u64 + 1), &mut b)
+        });
+        if read.is_err() {
+            return Vec::new();
+        }
         match crate::record::decode::<FleetStatus>("fleet.json", &b) {
             Ok(st) => st.fenced,
             Err(e) => {
