@@ -56,7 +56,14 @@ struct SlabState {
     len: usize,
     live: usize,
     carving: bool,
+    /// Which mapping this is: the kernel may hand a new slab the address of one just unmapped
+    /// (another test thread's), so tests tell slabs apart by this, not by base.
+    #[cfg(test)]
+    serial: u64,
 }
+
+#[cfg(test)]
+static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 static SLABS: Mutex<BTreeMap<usize, SlabState>> = Mutex::new(BTreeMap::new());
 
@@ -87,7 +94,16 @@ fn map_slab() -> usize {
         );
     }
     let base = p as usize;
-    slabs().insert(base, SlabState { len, live: 0, carving: true });
+    slabs().insert(
+        base,
+        SlabState {
+            len,
+            live: 0,
+            carving: true,
+            #[cfg(test)]
+            serial: SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        },
+    );
     base
 }
 
@@ -506,21 +522,26 @@ mod tests {
             .join()
             .unwrap();
         let bufs: Vec<PktBuf> = bufs;
-        let base_of = |b: &PktBuf| {
+        // Other tests map and unmap slabs meanwhile, maybe at an address one of these had.
+        let slab_of = |b: &PktBuf| {
             let a = b.data.as_ptr() as usize;
-            *slabs().range(..=a).next_back().expect("its slab is mapped").0
+            let map = slabs();
+            let (base, s) = map.range(..=a).next_back().expect("its slab is mapped");
+            (*base, s.serial)
         };
-        let mut bases: Vec<usize> = bufs.iter().map(base_of).collect();
-        bases.dedup();
-        assert_eq!(bases.len(), 2, "{} buffers from one thread in two slabs", bufs.len());
-        assert!(bases.iter().all(|b| !slabs()[b].carving), "the thread is gone");
+        let mapped =
+            |(base, serial): (usize, u64)| slabs().get(&base).is_some_and(|s| s.serial == serial);
+        let mut ours: Vec<(usize, u64)> = bufs.iter().map(slab_of).collect();
+        ours.dedup();
+        assert_eq!(ours.len(), 2, "{} buffers from one thread in two slabs", bufs.len());
+        assert!(ours.iter().all(|(b, _)| !slabs()[b].carving), "the thread is gone");
         let mut first = bufs;
         let rest = first.split_off(SLAB_BUFS);
         drop(first);
-        assert!(!slabs().contains_key(&bases[0]), "a slab outlived its buffers");
-        assert_eq!(slabs()[&bases[1]].live, 5);
+        assert!(!mapped(ours[0]), "a slab outlived its buffers");
+        assert_eq!(slabs()[&ours[1].0].live, 5);
         drop(rest);
-        assert!(!slabs().contains_key(&bases[1]), "a slab outlived its buffers");
+        assert!(!mapped(ours[1]), "a slab outlived its buffers");
     }
 
     #[test]

@@ -5,9 +5,10 @@
 //! there by path).
 #![allow(dead_code)]
 
-use std::net::{IpAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 pub const ETCD: &str = "/usr/bin/etcd";
 
@@ -17,6 +18,7 @@ pub struct Cluster {
     members: Vec<Option<Child>>,
     /// Each member's client URL, `http://ADDR:PORT`.
     pub clients: Vec<String>,
+    client_addrs: Vec<SocketAddr>,
 }
 
 fn free_port(addr: IpAddr) -> u16 {
@@ -24,8 +26,23 @@ fn free_port(addr: IpAddr) -> u16 {
 }
 
 impl Cluster {
-    /// Three members on `addr`, data under a directory named after `tag` and this process.
+    /// Three members on `addr`, data under a directory named after `tag` and this process,
+    /// each listening once this returns. A free port can be taken (by any process's outgoing
+    /// connection) between picking it and etcd binding it, and a member then exits: CI saw a
+    /// cluster of two serve, then lose quorum when the test killed one member. Such a cluster
+    /// is started again on other ports.
     pub fn start(addr: IpAddr, tag: &str) -> Cluster {
+        for attempt in 1..=3 {
+            let mut c = Cluster::spawn(addr, tag);
+            match c.listening() {
+                Ok(()) => return c,
+                Err(why) => eprintln!("etcd cluster, try {attempt} of 3: {why}"),
+            }
+        }
+        panic!("no etcd cluster of three members listening after 3 tries (see above)");
+    }
+
+    fn spawn(addr: IpAddr, tag: &str) -> Cluster {
         let pid = std::process::id();
         // In memory where there is a tmpfs: etcd syncs its log on every write, and on a disk
         // that builds share a sync was seen to stall renewals past a 3 s lease's fence point.
@@ -42,6 +59,7 @@ impl Cluster {
             args: Vec::new(),
             members: Vec::new(),
             clients: Vec::new(),
+            client_addrs: Vec::new(),
         };
         for (i, (client, peer)) in ports.iter().enumerate() {
             let cu = format!("http://{addr}:{client}");
@@ -59,12 +77,38 @@ impl Cluster {
             ];
             c.args.push(args);
             c.clients.push(cu);
+            c.client_addrs.push(SocketAddr::new(addr, *client));
             c.members.push(None);
         }
         for i in 0..3 {
             c.run(i);
         }
         c
+    }
+
+    /// Waits until every member accepts connections on its client port (etcd binds its peer
+    /// port first), or says which member exited and the end of its log.
+    fn listening(&mut self) -> Result<(), String> {
+        let t0 = Instant::now();
+        loop {
+            for i in 0..self.members.len() {
+                let child = self.members[i].as_mut().expect("started");
+                if let Ok(Some(status)) = child.try_wait() {
+                    let log = std::fs::read_to_string(self.dir.join(format!("m{i}.log")));
+                    let log = log.unwrap_or_default();
+                    let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+                    return Err(format!("member m{i} exited ({status}): {last}"));
+                }
+            }
+            let timeout = Duration::from_millis(200);
+            if self.client_addrs.iter().all(|a| TcpStream::connect_timeout(a, timeout).is_ok()) {
+                return Ok(());
+            }
+            if t0.elapsed() > Duration::from_secs(20) {
+                return Err("not every member listens after 20 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// Starts member `i` (again: its data directory makes it rejoin).

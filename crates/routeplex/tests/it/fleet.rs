@@ -5,7 +5,7 @@
 //! when etcd goes away (its VR's interfaces go down through the API) and comes back when etcd
 //! does, and leaves the fleet (its key goes at once) when it stops.
 
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -35,20 +35,49 @@ impl Lab {
         let dir = std::env::temp_dir().join(format!("rpx-fleet-cli-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let (c, p) = (free_port(), free_port());
-        let url = format!("http://127.0.0.1:{c}");
-        let etcd_args = vec![
-            "--name=m0".into(),
-            format!("--data-dir={}", dir.join("etcd").display()),
-            format!("--listen-client-urls={url}"),
-            format!("--advertise-client-urls={url}"),
-            format!("--listen-peer-urls=http://127.0.0.1:{p}"),
-            format!("--initial-advertise-peer-urls=http://127.0.0.1:{p}"),
-            format!("--initial-cluster=m0=http://127.0.0.1:{p}"),
-        ];
-        let mut lab = Lab { dir, etcd: None, etcd_args, url, run: None };
-        lab.start_etcd();
-        lab
+        let mut lab = Lab { dir, etcd: None, etcd_args: Vec::new(), url: String::new(), run: None };
+        // A free port may be taken between picking it and etcd binding it: then etcd exits,
+        // and it starts again on others.
+        for attempt in 1..=3 {
+            let (c, p) = (free_port(), free_port());
+            lab.url = format!("http://127.0.0.1:{c}");
+            lab.etcd_args = vec![
+                "--name=m0".into(),
+                format!("--data-dir={}", lab.dir.join("etcd").display()),
+                format!("--listen-client-urls={}", lab.url),
+                format!("--advertise-client-urls={}", lab.url),
+                format!("--listen-peer-urls=http://127.0.0.1:{p}"),
+                format!("--initial-advertise-peer-urls=http://127.0.0.1:{p}"),
+                format!("--initial-cluster=m0=http://127.0.0.1:{p}"),
+            ];
+            lab.start_etcd();
+            match lab.etcd_listening(SocketAddr::from(([127, 0, 0, 1], c))) {
+                Ok(()) => return lab,
+                Err(why) => eprintln!("etcd, try {attempt} of 3: {why}"),
+            }
+            lab.kill_etcd();
+            let _ = std::fs::remove_dir_all(lab.dir.join("etcd"));
+        }
+        panic!("etcd did not listen after 3 tries (see above)");
+    }
+
+    /// Waits until etcd accepts connections on `client`, or says that it exited and why.
+    fn etcd_listening(&mut self, client: SocketAddr) -> Result<(), String> {
+        let t0 = Instant::now();
+        loop {
+            if let Ok(Some(status)) = self.etcd.as_mut().expect("started").try_wait() {
+                let log = std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default();
+                let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+                return Err(format!("etcd exited ({status}): {last}"));
+            }
+            if TcpStream::connect_timeout(&client, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if t0.elapsed() > Duration::from_secs(20) {
+                return Err("etcd does not listen after 20 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     fn start_etcd(&mut self) {

@@ -232,7 +232,7 @@ fn ospf_square_every_event_kind() {
     // vr_stop brings down r2's two interfaces.
     assert_eq!(events[4]["result"].as_array().map(Vec::len), Some(2), "{:#}", events[4]);
     let (mut flap_lost, mut stop_lost) = (0, 0);
-    for (name, w) in windows_add_up(&r, 33) {
+    for (name, w) in windows_add_up(&r, 36) {
         let (before, impair, down, up, stop, start, kill, restart) =
             (&w[0], &w[1], &w[3], &w[4], &w[5], &w[6], &w[7], &w[8]);
         assert_eq!(u(&before["lost"]), 0, "{name}: loss before the events: {before:#}");
