@@ -679,6 +679,20 @@ impl Node {
                 info!(switch, port, "switch member left");
                 format!("switch {switch}: member {port} left")
             }
+            Step::AddPort { cell, port, name, switch, mode, vxlan, outside } => {
+                self.vxlan.extend(vxlan.map(|h| (name.clone(), h)));
+                self.outside.extend(outside.map(|m| (name.clone(), m)));
+                self.rt.add_port_on_switch(cell, port, switch.clone(), mode)?;
+                info!(port = %name, switch, cell, "port added to a running switch");
+                format!("port {name}: opened, on switch {switch}")
+            }
+            Step::ClosePort { cell, port, name } => {
+                self.rt.close_port(cell, &port)?;
+                self.vxlan.remove(&name);
+                self.outside.remove(&name);
+                info!(port = %name, cell, "port closed");
+                format!("port {name}: closed")
+            }
             Step::Remotes { port, to, .. } => {
                 let h = self.vxlan.get(&port).ok_or_else(|| {
                     ControlError::State(format!("port {port}: no vxlan handle to change"))

@@ -153,6 +153,26 @@ pub(crate) enum Step {
         port: String,
         cell: usize,
     },
+    /// A port (not a link) joining running switch `switch` in cell `cell`: opened by the
+    /// diff, added as the cell's next port and a member from the next burst.
+    AddPort {
+        cell: usize,
+        port: Box<dyn ports::Port>,
+        name: String,
+        switch: String,
+        mode: dataplane::MemberMode,
+        /// Its handle, a `vxlan` port's.
+        vxlan: Option<ports::vxlan::VxlanHandle>,
+        /// Its outside end, a `mem` port's.
+        outside: Option<MemPort>,
+    },
+    /// A port (not a link) that left its switch (a [`Step::Leave`] before this one) and the
+    /// topology: closed, its runtime port `port`, named `name` in the file.
+    ClosePort {
+        cell: usize,
+        port: String,
+        name: String,
+    },
     /// A port's impairment set, changed or ended (`impair:`): runtime port `port`, named
     /// `name` in the file; `new` when it had none.
     Impair {
@@ -256,6 +276,10 @@ impl fmt::Display for Step {
             Step::Leave { switch, port, .. } => {
                 write!(f, "~ switch {switch}: member {port} leaves")
             }
+            Step::AddPort { name, switch, .. } => {
+                write!(f, "+ port {name} (opens; joins switch {switch})")
+            }
+            Step::ClosePort { name, .. } => write!(f, "- port {name} (closes)"),
             Step::Remotes { port, from, to } => {
                 write!(f, "~ port {port}: remotes {} -> {}", addrs(from), addrs(to))
             }
@@ -360,7 +384,7 @@ pub(crate) fn diff(cur: &Current, next: &Topology) -> Result<Vec<Step>, Refusal>
         d.steps.push(Step::Idle { from: cur.topo.idle, to: next.idle });
     }
     let mut cells_gone = d.removals()?;
-    d.switches_kept_or_gone(&mut cells_gone);
+    d.switches_kept_or_gone(&mut cells_gone)?;
     d.ports_gone(&cells_gone);
     for (i, v) in next.vrs.iter().enumerate() {
         if let Some(j) = cur.topo.vr_index(&v.name) {
@@ -480,16 +504,16 @@ impl Diff<'_> {
     /// Switches of both must be the same (members by port name, VLANs, settings); a switch
     /// that goes takes its cell with it (a cell of switches and ports alone is removed here,
     /// one with VRs by `removals`). New switches come with new segments (`new_segments`).
-    fn switches_kept_or_gone(&mut self, cells_gone: &mut Vec<usize>) {
+    fn switches_kept_or_gone(&mut self, cells_gone: &mut Vec<usize>) -> Result<(), ControlError> {
         let (cur, next, rt) = (self.cur.topo, self.next, self.cur.rt);
         let next_sw: HashMap<&str, String> =
             next.switches.iter().map(|s| (s.name.as_str(), switch_text(next, s))).collect();
         let next_rt: Vec<String> = next.ports.iter().map(|p| rt_port(next, &p.name)).collect();
         for s in &cur.switches {
             if let Some(t) = next_sw.get(s.name.as_str()) {
-                if *t != switch_text(cur, s) && !self.members_change_live(s) {
+                if *t != switch_text(cur, s) && !self.members_change_live(s)? {
                     self.refused.push(format!(
-                        "switch {}: its members or settings changed (a VR or port joining or leaving a running switch is not live): {FIX}",
+                        "switch {}: its members or settings changed (live: VRs and ports joining or leaving a switch without static entries; not: its settings, or a member's port or mode): {FIX}",
                         s.name
                     ));
                 }
@@ -517,19 +541,21 @@ impl Diff<'_> {
             let switches = cell_switches(cur, &ports);
             self.steps.push(Step::RemoveCell { cell: c, vrs: Vec::new(), switches, ports });
         }
+        Ok(())
     }
 
-    /// Whether running switch `s` changes only by gaining members that are the switch ends of
-    /// new internal links (new VRs' interfaces on it) and losing those of VRs that go; if so,
-    /// the new ones are noted in `joins` and the others leave (a `Leave` step before their
-    /// VR goes). Its static entries name members by position, so a switch with any keeps its
-    /// members.
-    fn members_change_live(&mut self, s: &SwitchSettings) -> bool {
+    /// Whether switch `s` changes only by members joining or leaving, which runs live: a
+    /// VR's link (the VR new, or going), or a port of another kind new to (or gone from) the
+    /// topology. Its settings and static entries stay as they were, and a member that stays
+    /// keeps its mode. Records the VR links that join (`joins`, for `new_vrs`) and pushes the
+    /// steps of the rest: ports opened and added, members leaving, ports closed. Static
+    /// entries name members by position, so a switch with any keeps its members.
+    fn members_change_live(&mut self, s: &SwitchSettings) -> Result<bool, ControlError> {
         let (cur, next, rt) = (self.cur.topo, self.next, self.cur.rt);
-        let Some(n) = next.switches.iter().find(|n| n.name == s.name) else { return false };
+        let Some(n) = next.switches.iter().find(|n| n.name == s.name) else { return Ok(false) };
         let plain = |t: &SwitchSettings| SwitchSettings { members: Vec::new(), ..t.clone() };
         if plain(s) != plain(n) || !s.statics.is_empty() {
-            return false;
+            return Ok(false);
         }
         let named = |t: &Topology, m: &dataplane::MemberConfig| {
             (t.ports[usize::from(m.port)].name.clone(), m.mode.clone())
@@ -537,11 +563,15 @@ impl Diff<'_> {
         let had: Vec<_> = s.members.iter().map(|m| named(cur, m)).collect();
         let has: Vec<_> = n.members.iter().map(|m| named(next, m)).collect();
         let Some(c) = (had.first()).and_then(|(p, _)| rt.cell_of_port(&rt_port(cur, p))) else {
-            return false;
+            return Ok(false);
         };
         let extra: Vec<_> = has.iter().filter(|m| !had.contains(m)).collect();
         let gone: Vec<_> = had.iter().filter(|m| !has.contains(m)).collect();
-        // A member that goes is the switch end of a link whose VR goes.
+        fn kind<'t>(t: &'t Topology, p: &str) -> Option<&'t PortKind> {
+            t.port_index(p).map(|g| &t.ports[g].kind)
+        }
+        let link = |k: Option<&PortKind>| matches!(k, Some(PortKind::Link { .. }));
+        // A member that goes is the switch end of a link whose VR goes, or a port that goes.
         let vr_goes = |p: &str| {
             let g = cur.port_index(p).expect("named");
             let PortKind::Link { peer } = cur.ports[g].kind else { return None };
@@ -550,29 +580,51 @@ impl Diff<'_> {
             (next.vr_index(&vr.name).is_none() && next.port_index(p).is_none())
                 .then(|| (vr.name.clone(), end))
         };
-        let ok = gone.iter().all(|(p, _)| vr_goes(p).is_some())
-            && extra.iter().all(|(p, _)| {
-                cur.port_index(p).is_none()
-                    && next
-                        .port_index(p)
-                        .is_some_and(|g| matches!(next.ports[g].kind, PortKind::Link { .. }))
-            });
+        let port_goes = |p: &str| !link(kind(cur, p)) && kind(next, p).is_none();
+        // A member that joins is new to the topology: a VR's link, or a port of another kind
+        // (not a control plane's mirror tap).
+        let joins_new = |p: &str| {
+            kind(cur, p).is_none()
+                && kind(next, p).is_some_and(|k| !matches!(k, PortKind::Mirror { .. }))
+        };
+        let ok = gone.iter().all(|(p, _)| vr_goes(p).is_some() || port_goes(p))
+            && extra.iter().all(|(p, _)| joins_new(p));
         if !ok {
-            return false;
+            return Ok(false);
         }
-        (self.joins)
-            .extend(extra.into_iter().map(|(p, m)| (p.clone(), s.name.clone(), m.clone(), c)));
+        for (p, m) in extra {
+            if link(kind(next, p)) {
+                self.joins.push((p.clone(), s.name.clone(), m.clone(), c));
+                continue;
+            }
+            let o = open_port(next, next.port_index(p).expect("named"))?;
+            self.added.entry(c).or_default().push(p.clone());
+            self.steps.push(Step::AddPort {
+                cell: c,
+                port: o.port,
+                name: p.clone(),
+                switch: s.name.clone(),
+                mode: m.clone(),
+                vxlan: o.vxlan,
+                outside: o.outside,
+            });
+        }
         for (p, _) in gone {
-            let (vr, end) = vr_goes(p).expect("checked");
+            let port = rt_port(cur, p);
+            let leave = Step::Leave { switch: s.name.clone(), port: port.clone(), cell: c };
+            let Some((vr, end)) = vr_goes(p) else {
+                self.steps.push(leave);
+                self.steps.push(Step::ClosePort { cell: c, port, name: p.clone() });
+                self.leaves.push(p.clone());
+                continue;
+            };
             let at = (self.steps.iter())
                 .position(|st| matches!(st, Step::RemoveVr(v) if *v == vr))
                 .unwrap_or(self.steps.len());
-            let port = rt_port(cur, p);
-            let leave = Step::Leave { switch: s.name.clone(), port, cell: c };
             self.steps.insert(at, leave);
             self.leaves.extend([p.clone(), end]);
         }
-        true
+        Ok(true)
     }
 
     /// Cells of `next` with a switch that the running host gains whole (every VR, switch and

@@ -796,6 +796,55 @@ impl Runtime {
         Ok(())
     }
 
+    /// Adds `port` to cell `c` and makes it a member of the cell's switch `switch` in `mode`,
+    /// in one job: a port joining a running switch. On error nothing changes.
+    pub fn add_port_on_switch(
+        &mut self,
+        c: usize,
+        port: Box<dyn ports::Port>,
+        switch: String,
+        mode: dataplane::MemberMode,
+    ) -> Result<(), RuntimeError> {
+        let name = port.name().to_string();
+        // Err((whether the port was added, why)).
+        let r = self.on_cell(c, move |cell| {
+            let s = (cell.switches().iter().position(|s| s.name() == switch))
+                .ok_or_else(|| (false, format!("no switch {switch} in the cell")))?;
+            let p = cell.add_port(port).map_err(|e| (false, e.0))?;
+            if let Err(e) = cell.add_switch_member(s, p, mode) {
+                // Not a member, so not on the data path: closed again at once.
+                drop(cell.close_port(p));
+                return Err((true, e.0));
+            }
+            Ok(())
+        })?;
+        match r {
+            Ok(()) => self.cells[c].ports.push(name),
+            Err((added, why)) => {
+                if added {
+                    self.cells[c].ports.push(ports::closed::closed_name(&name));
+                }
+                return Err(RuntimeError(why));
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes port `name` of cell `c` (in no switch, carrying no VR interface; see
+    /// [`Cell::close_port`]); the port is dropped here, off the data path. The cell's list
+    /// keeps its place under the closed port's name, so the others keep their numbers.
+    pub fn close_port(&mut self, c: usize, name: &str) -> Result<(), RuntimeError> {
+        let Some(p) = self.cells.get(c).and_then(|i| i.ports.iter().rposition(|n| n == name))
+        else {
+            return err(format!("no port {name} in cell {c}"));
+        };
+        let r = self.on_cell(c, move |cell| cell.close_port(p as u16).map_err(|e| e.0))?;
+        let port = r.map_err(RuntimeError)?;
+        self.cells[c].ports[p] = ports::closed::closed_name(name);
+        drop(port);
+        Ok(())
+    }
+
     /// Removes VR `name` from its cell (which keeps running, with its ports); returns the VR,
     /// to be dropped by the caller, off the worker.
     pub fn remove_vr(&mut self, name: &str) -> Result<dataplane::Vr, RuntimeError> {

@@ -1055,11 +1055,7 @@ impl Cell {
                 return Err(e);
             }
         };
-        let added = self.ports.len() - n;
-        self.pcs.extend((0..added).map(|_| PortCounters::default()));
-        self.burst.extend((0..added).map(|_| MAX_BURST as u16));
-        self.egress.add_ports(added);
-        self.link_down.extend((0..added).map(|_| false));
+        self.grow_ports(self.ports.len() - n);
         self.batch.push(MAX_BURST as u16);
         self.accounts.push(Account::default());
         self.tallies.push(TxTally::default());
@@ -1067,9 +1063,60 @@ impl Cell {
         self.vr_tail.push(NONE);
         self.demux = demux;
         self.member_of = member_of;
-        self.queued.extend((0..added).map(|_| false));
         self.retune_ingress();
         Ok(())
+    }
+
+    /// The per-port state of `added` ports just pushed onto `ports`.
+    fn grow_ports(&mut self, added: usize) {
+        self.pcs.extend((0..added).map(|_| PortCounters::default()));
+        self.burst.extend((0..added).map(|_| MAX_BURST as u16));
+        self.egress.add_ports(added);
+        self.link_down.extend((0..added).map(|_| false));
+        self.queued.extend((0..added).map(|_| false));
+    }
+
+    /// Adds `port` as the cell's next ([`Cell::port_count`] before the call, returned), in no
+    /// switch and carrying no VR interface: for a running switch to take as a member
+    /// ([`Cell::add_switch_member`]). On error nothing changes.
+    pub fn add_port(&mut self, port: Box<dyn Port>) -> Result<u16, BuildError> {
+        let p = self.ports.len();
+        if p + 1 >= NONE as usize {
+            return Err(BuildError(format!("{} ports: at most 65534", p + 1)));
+        }
+        self.ports.push(port);
+        let checked = demux_of(&self.ports, &self.vrs)
+            .and_then(|d| members_of(&self.ports, &d, &self.switches).map(|m| (d, m)));
+        let (demux, member_of) = match checked {
+            Ok(x) => x,
+            Err(e) => {
+                self.ports.pop();
+                return Err(e);
+            }
+        };
+        self.grow_ports(1);
+        self.demux = demux;
+        self.member_of = member_of;
+        Ok(p as u16)
+    }
+
+    /// Closes port `p`, one in no switch and carrying no VR interface: a
+    /// [`ports::closed::Closed`] takes its number, so that every other port keeps its own, and
+    /// the port is returned for the caller to drop off the data path (its socket, mapping or
+    /// interface goes with it). Its counters stay. On error nothing changes.
+    pub fn close_port(&mut self, p: u16) -> Result<Box<dyn Port>, BuildError> {
+        let i = usize::from(p);
+        let free = self.member_of.get(i).is_some_and(Option::is_none) && !self.demux.has_port(i);
+        if !free {
+            return Err(BuildError(format!(
+                "port {p}: not a free port of the cell ({} ports)",
+                self.ports.len()
+            )));
+        }
+        let closed = Box::new(ports::closed::Closed::new(self.ports[i].name()));
+        // Down from now on, as housekeeping will see it: no VR is told its link changed.
+        self.link_down[i] = true;
+        Ok(std::mem::replace(&mut self.ports[i], closed))
     }
 
     /// Makes port `p` (one of the cell's, carrying no VR interface and in no switch) a member

@@ -20,6 +20,7 @@
 pub mod afpacket;
 pub mod afxdp;
 mod buf;
+pub mod closed;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod mem;

@@ -533,10 +533,11 @@ fn two_new_vrs_join_a_running_switch_in_one_apply() {
 
 /// A switch segment added and removed by `apply`: its switch, member port and VRs start as a
 /// new cell and forward (a frame from the member port reaches the VR over the switch, which
-/// routes it out of its other interface), the VR that was running is untouched; a new VR
-/// joins the running switch (a member added live, flooded to), leaves it (the member taken
-/// out, then the VR removed) and joins again; a port joining it is refused whole with what to
-/// do instead.
+/// routes it out of its other interface), the VR that was running is untouched; a port joins
+/// the running switch and forwards, then leaves it and closes; a member's mode changing is
+/// refused whole with what to do instead; a new VR joins the running switch (a member added
+/// live, flooded to; its ports after the closed one in the cell), leaves it (the member taken
+/// out, then the VR removed) and joins again.
 #[test]
 fn a_switch_segment_is_added_and_removed_live() {
     const BASE: &str = "\
@@ -583,16 +584,43 @@ vrs:
     assert_eq!(sw.as_array().map(Vec::len), Some(1), "{status:#}");
     assert_eq!(sw[0]["name"], "lan", "{status:#}");
 
-    // A member joining the running switch is refused whole; nothing changes.
+    // A port joining the running switch opens and is a member from the next burst: a frame
+    // from it to b's MAC reaches b, which asks on its other interface.
     let grown = with.replace("members: [{ port: m1 }]", "members: [{ port: m1 }, { port: m2 }]");
     let grown = grown.replace("switches:", "  - { name: m2, kind: mem }\nswitches:");
-    let e = n.apply(parse(&grown), false).unwrap_err();
+    let plan = n.apply(parse(&grown), false).unwrap();
+    assert_eq!(plan.steps, ["+ port m2 (opens; joins switch lan)"], "{plan}");
+    assert_eq!(plan.unchanged, ["a", "b"], "{plan}");
+    let mut m2 = n.take_outside("m2").unwrap();
+    let (b_mac, b_e1) = ([2, 0, 0, 0, 0x0b, 0], [2, 0, 0, 0, 0x0b, 1]);
+    let asked = asks_on(&mut m2, &mut mb, b_mac, [10, 1, 0, 11], b_e1);
+    assert!(asked, "b never asked for 10.1.0.11: the switch does not forward from m2");
+    // A member whose mode changes is refused whole; nothing changes.
+    let retagged = grown.replace("{ port: m2 }", "{ port: m2, vlan: 7 }");
+    let e = n.apply(parse(&retagged), false).unwrap_err();
     assert!(
         e.to_string().contains("switch lan: its members or settings changed")
             && e.to_string().contains("routeplex down"),
         "{e}"
     );
+    assert_eq!(n.plan(&parse(&grown)).unwrap().steps, Vec::<String>::new());
+    // The port leaves the switch and the topology: the member is taken out, then the port
+    // closes; its place in the cell holds a closed port, and the switch still forwards.
+    let plan = n.apply(parse(&with), false).unwrap();
+    assert_eq!(plan.steps, ["~ switch lan: member m2 leaves", "- port m2 (closes)"], "{plan}");
+    let status = n.status().unwrap().json();
+    let members: Vec<&str> = (status["switches"][0]["members"].as_array().unwrap().iter())
+        .map(|m| m["port"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(members.len(), 2, "{status:#}");
+    assert!(!members.contains(&"m2"), "{status:#}");
+    let closed = (status["ports"].as_array().unwrap().iter())
+        .find(|p| p["name"] == "m2 (closed)")
+        .unwrap_or_else(|| panic!("no closed port m2: {status:#}"));
+    assert!(closed["status"].to_string().contains("closed"), "{closed:#}");
     assert_eq!(n.plan(&parse(&with)).unwrap().steps, Vec::<String>::new());
+    let asked = asks_on(&mut m1, &mut mb, b_mac, [10, 1, 0, 12], b_e1);
+    assert!(asked, "b never asked for 10.1.0.12: the switch stopped forwarding from m1");
 
     // A new VR joins the running switch: the switch gains the member live and floods to it
     // (a frame from m1 to c's MAC reaches c, which asks on its other interface).

@@ -269,3 +269,61 @@ fn a_burst_learns_before_it_forwards_and_a_full_ring_counts() {
     let got = l.received();
     assert_eq!((got[1].len(), got[3].len(), got[0].len(), got[2].len()), (64, 64, 0, 0));
 }
+
+/// A port added to a running switch (what `apply` does when a port joins one): frames flood
+/// to it, it learns and is learned, every other port keeps its number; closed again after it
+/// left the switch, its number holds a closed port that moves nothing, and the port itself
+/// (here its peer's ring) is handed back. A port in a switch, or carrying a VR, is not closed.
+#[test]
+fn a_port_added_to_a_running_switch_and_closed_again() {
+    let mut l = Lab::new(16);
+    let (a, b) = mem::pair("m4", "h4", 64);
+    let p = l.e.cell_mut().add_port(Box::new(a)).unwrap();
+    assert_eq!((p, l.e.port_count()), (4, 5));
+    l.hosts.push(b);
+    l.e.cell_mut().add_switch_member(0, p, MemberMode::Access { vlan: 10 }).unwrap();
+
+    // A's broadcast in VLAN 10 floods to m1, m3 (tagged) and the new m4.
+    l.send(0, frame(BCAST, A, None, 1));
+    l.want.rx += 1;
+    l.want.learned += 1;
+    l.want.flooded += 1;
+    l.want.flood_copies += 3;
+    let tagged = frame(BCAST, A, Some(10), 1);
+    let b1 = frame(BCAST, A, None, 1);
+    l.check(
+        "flood reaches the new member",
+        vec![none(), vec![b1.clone()], none(), vec![tagged], vec![b1]],
+    );
+    // The new member's host answers A: one copy, to m0 alone; D is learned on member 4.
+    l.send(4, frame(A, D, None, 2));
+    l.want.rx += 1;
+    l.want.learned += 1;
+    l.want.forwarded += 1;
+    l.check(
+        "unicast from the new member",
+        vec![vec![frame(A, D, None, 2)], none(), none(), none(), none()],
+    );
+    assert!(l.table().contains(&(10, D, 4, false)), "{:?}", l.table());
+
+    let refused = l.e.cell_mut().close_port(p).map(|_| ()).unwrap_err();
+    assert!(refused.0.contains("port 4: not a free port"), "{refused}");
+    l.e.cell_mut().remove_switch_member(0, p).unwrap();
+    let port = l.e.cell_mut().close_port(p).unwrap();
+    assert_eq!(port.name(), "m4");
+    drop(port);
+    assert_eq!(l.e.cell().port_name(4), "m4 (closed)");
+    assert!(matches!(l.e.cell().port_status(4), ports::PortStatus::Down(_)));
+    assert_eq!(l.e.port_count(), 5, "the others keep their numbers");
+    // A broadcast floods to the members that stay only.
+    l.send(0, frame(BCAST, A, None, 3));
+    l.want.rx += 1;
+    l.want.flooded += 1;
+    l.want.flood_copies += 2;
+    let b3 = frame(BCAST, A, None, 3);
+    l.check(
+        "after the close",
+        vec![none(), vec![b3], none(), vec![frame(BCAST, A, Some(10), 3)], none()],
+    );
+    assert!(l.e.cell_mut().close_port(0).is_err(), "a member port is not closed");
+}
