@@ -155,6 +155,9 @@ struct Run {
     /// The host's status was read once: the interfaces it held down from its restart became
     /// the fenced set.
     adopted: bool,
+    /// What the last run's agent had fenced (its status file), read before this run's first
+    /// write of that file replaces it; emptied once adopted.
+    last_run_fenced: Option<Vec<(String, String)>>,
     /// The host's last status.
     last: LocalStatus,
     /// The desired revision whose VRs wait to move live, since when.
@@ -187,6 +190,7 @@ impl Run {
             tried: 0,
             fenced: false,
             adopted: false,
+            last_run_fenced: None,
             last: LocalStatus::default(),
             holding: None,
             applied: None,
@@ -647,8 +651,9 @@ impl Run {
         self.adopted = true;
         let mut held = s.held_interfaces();
         let down = s.down_interfaces();
-        let before: Vec<_> =
-            self.fenced_before().into_iter().filter(|f| down.contains(f)).collect();
+        self.remember_last_run();
+        let last = self.last_run_fenced.replace(Vec::new()).unwrap_or_default();
+        let before: Vec<_> = last.into_iter().filter(|f| down.contains(f)).collect();
         let fenced_by_last_run = before.len();
         held.extend(before);
         if held.is_empty() {
@@ -659,6 +664,14 @@ impl Run {
         self.st.fenced.sort();
         self.st.fenced.dedup();
         self.fenced = true;
+    }
+
+    /// Reads what the last run's agent fenced, once, before this run writes the file (the
+    /// data plane may answer its first status only after a tick has published one).
+    fn remember_last_run(&mut self) {
+        if self.last_run_fenced.is_none() {
+            self.last_run_fenced = Some(self.fenced_before());
+        }
     }
 
     /// The interfaces the last run's agent had fenced when it last wrote its status file
@@ -753,6 +766,7 @@ impl Run {
         if let Ok(mut s) = self.shared.lock() {
             *s = self.st.clone();
         }
+        self.remember_last_run();
         if let Some(path) = &self.state_file {
             if let Err(e) = write_atomic(path, &self.st) {
                 self.failed(e);
@@ -874,6 +888,9 @@ mod tests {
         let local = Arc::new(Restarted::default());
         let (mut run, rt) = cut_off(local.clone());
         run.state_file = Some(file.clone());
+        // A first tick that cannot read the status yet (the data plane not listening) still
+        // publishes this run's status, over the last run's file: what that said is kept.
+        run.publish_status();
         rt.block_on(run.read_local());
         let want = [("a", "e0"), ("a", "e1"), ("b", "e0"), ("b", "e1")];
         assert_eq!(run.st.fenced, pairs(&want));

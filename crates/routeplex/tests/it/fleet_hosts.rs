@@ -20,8 +20,10 @@
 //! VTEP reaches the VRs; one etcd member (a follower) SIGKILLed changes nothing; the leading
 //! controller SIGKILLed, the other leads; h1 cut off the underlay fences itself (its VRs'
 //! interfaces down; its end host's gateway silent), its key goes after the TTL and `m` is placed
-//! on another host and answers there; when the partition heals h1 keeps `m` down and drops it
-//! while the watcher sees one answer per ARP request for `m`'s address (none from h1); h2 (now
+//! on another host and answers there; h1 SIGKILLed while fenced and started again, still cut
+//! off, comes back with the same interfaces fenced; when the partition heals h1 brings r1 back
+//! up, keeps `m` down and drops it while the watcher sees one answer per ARP request for `m`'s
+//! address (none from h1); h2 (now
 //! `m`'s home) SIGKILLed: `m` is placed on a surviving host and forwards again, and the time from
 //! the SIGKILL to the first answered ping is printed; h2 started again from its state directory
 //! holds `m` (and r2) down from its start, never answers for `m`, and brings back r2 only.
@@ -849,6 +851,31 @@ fn three_hosts_placed_by_the_controller_carry_a_segment_fence_and_fail_over() {
     ));
     println!("ping e3 -> m on h2: {}", summary(&ping(&e3, M_ADDR, 3)));
 
+    // h1 SIGKILLed while fenced and still cut off, then started again from its state
+    // directory: its journal replays the fence as plain downs, and its new agent takes what
+    // the last one fenced (its fleet.json) as fenced again, so that the heal brings r1 back.
+    lab.kill_host(1);
+    lab.start_host(1);
+    let s = lab.wait("h1 restarted while cut off, r1 and m down and fenced", DEADLINE, || {
+        lab.ups(1, "r1").filter(|u| u == &[false, false])?;
+        lab.ups(1, "m").filter(|u| u == &[false])?;
+        // The new agent's record (the last run's stays in fleet.json until it writes one):
+        // no fence of its own, the last run's taken over.
+        lab.status(1).filter(|s| {
+            s["fleet"]["fences"] == 0
+                && s["fleet"]["fenced"].as_array().is_some_and(|f| f.len() == 3)
+        })
+    });
+    let mut refenced: Vec<String> =
+        s["fleet"]["fenced"].as_array().unwrap().iter().map(|p| p.to_string()).collect();
+    refenced.sort();
+    assert_eq!(refenced, fenced, "{}", s["fleet"]);
+    let log = lab.log("h1");
+    assert!(log.contains("fenced_by_last_run=3"), "{}", tail(&log, 30));
+    let o = ns(&e1, &["ping", "-n", "-c", "2", "-i", "0.2", "-W", "1", "10.1.0.1"]);
+    assert!(!o.status.success(), "restarted fenced r1 answered its end host: {}", text(&o));
+    lab.step("h1 SIGKILLed while fenced and started again, still cut off: r1 and m down, fenced again from its last status");
+
     // The partition heals while the watcher keeps asking the segment who has m's address: h1
     // must keep m down (its desired topology no longer has it) and remove it; r1 comes back.
     let watch = lab.watch_m(1, "heal");
@@ -871,13 +898,13 @@ fn three_hosts_placed_by_the_controller_carry_a_segment_fence_and_fail_over() {
     let s = lab.status(1).unwrap();
     assert_eq!(
         (s["fleet"]["fences"].as_u64(), s["fleet"]["leases_granted"].as_u64()),
-        (Some(1), Some(2)),
-        "{}",
+        (Some(0), Some(1)),
+        "the restarted agent: no fence of its own, one lease: {}",
         s["fleet"]
     );
     assert_eq!(lab.placed("m").as_deref(), Some("h2"), "m stays where it went (stable)");
     println!("ping e1 -> e3 through r1 again: {}", summary(&ping(&e1, "10.3.0.2", 3)));
-    lab.step(&format!("partition healed: h1 registered on a new lease, runs r1 only (m kept down and removed); the watcher asked {asked} times and got {answers} answers, all from m on h2; h1 sent no frame from m"));
+    lab.step(&format!("partition healed: h1 (started again) registered on a lease, runs r1 only, up (m kept down and removed); the watcher asked {asked} times and got {answers} answers, all from m on h2; h1 sent no frame from m"));
 
     // h2 (m's home now) SIGKILLed: m is placed again on a surviving host and forwards there.
     // A ping from e3 runs throughout; its first reply after the kill dates the failover.
