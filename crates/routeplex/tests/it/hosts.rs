@@ -681,3 +681,91 @@ fn up_and_down_need_no_ip_or_ethtool_on_the_path() {
     assert_eq!(ours(), (vec![], vec![]), "down removes what up made, exactly");
     gone(&s);
 }
+
+/// Host a (made by `up`) on switch `lan` with VR r; with `c`, also an AF_PACKET port on veth
+/// `rpx-cT`, whose other end is in namespace cT (made by the test), as a member of `lan`.
+fn switch_with(t: &str, c: bool) -> String {
+    let (port, member) = if c {
+        (
+            format!("  - {{ name: c{t}, kind: afpacket, interface: rpx-c{t} }}\n"),
+            format!(", {{ port: c{t} }}"),
+        )
+    } else {
+        (String::new(), String::new())
+    };
+    format!(
+        r#"hosts:
+  - {{ name: a{t}, addresses: [10.51.0.2/24], gateways: [10.51.0.1] }}
+ports:
+  - {{ name: a{t}, kind: afpacket, host: a{t} }}
+{port}switches:
+  - {{ name: lan, members: [{{ port: a{t} }}{member}] }}
+vrs:
+  - name: r
+    interfaces:
+      - {{ name: e0, switch: lan, mac: "02:00:00:00:51:01", addresses: [10.51.0.1/24] }}
+"#
+    )
+}
+
+/// The AF_PACKET sockets bound to interface `ifname` (/proc/net/packet's `Iface` column).
+fn packet_sockets(ifname: &str) -> usize {
+    let index = std::fs::read_to_string(format!("/sys/class/net/{ifname}/ifindex")).unwrap();
+    let table = std::fs::read_to_string("/proc/net/packet").unwrap();
+    table.lines().skip(1).filter(|l| l.split_whitespace().nth(4) == Some(index.trim())).count()
+}
+
+/// `apply` adds a port on a real interface to a running switch and takes it away again: c,
+/// behind the new port, pings host a across the switch and VR r on it; once the port is gone
+/// from the file, c reaches nothing, no AF_PACKET socket is left on its interface, and a
+/// still reaches r.
+#[test]
+fn a_port_joins_a_running_switch_and_leaves_it() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root() {
+        return;
+    }
+    let s = Service::new(|t| switch_with(t, false));
+    s.up();
+    assert_pings(&s.a(), "10.51.0.1");
+    let (c, veth) = (s.c(), format!("rpx-{}", s.c()));
+    for args in [
+        vec!["netns", "add", &c],
+        vec!["link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &c],
+        vec!["link", "set", &veth, "up"],
+        vec!["-n", &c, "addr", "add", "10.51.0.3/24", "dev", "eth0"],
+        vec!["-n", &c, "link", "set", "eth0", "up"],
+    ] {
+        let o = sh("ip", &args);
+        assert!(o.status.success(), "ip {args:?}: {}", text(&o));
+    }
+
+    std::fs::write(&s.file, switch_with(&s.tag, true)).unwrap();
+    let o = s.routeplex(&["apply"]);
+    assert!(o.status.success(), "apply: {}", text(&o));
+    let joined = format!("+ port c{} (opens; joins switch lan)", s.tag);
+    assert!(text(&o).contains(&joined), "{}", text(&o));
+    assert_pings(&c, "10.51.0.2");
+    assert_pings(&c, "10.51.0.1");
+    assert!(packet_sockets(&veth) >= 1, "no AF_PACKET socket on {veth}");
+
+    std::fs::write(&s.file, switch_with(&s.tag, false)).unwrap();
+    let o = s.routeplex(&["apply"]);
+    assert!(o.status.success(), "apply: {}", text(&o));
+    let closed = format!("- port c{} (closes)", s.tag);
+    assert!(
+        text(&o).contains("~ switch lan: member") && text(&o).contains(&closed),
+        "{}",
+        text(&o)
+    );
+    let o = ping(&c, "10.51.0.2", "2");
+    assert!(!o.status.success(), "c still reaches a: {}", text(&o));
+    assert_eq!(packet_sockets(&veth), 0, "the closed port's socket is still open on {veth}");
+    assert_pings(&s.a(), "10.51.0.1");
+
+    assert!(s.routeplex(&["down"]).status.success());
+    // The veth first: a namespace's devices go after `netns del` returns.
+    assert!(sh("ip", &["link", "del", &veth]).status.success());
+    assert!(sh("ip", &["netns", "del", &c]).status.success());
+    gone(&s);
+}
