@@ -212,8 +212,8 @@ impl FleetDoc {
     /// Host `host`'s topology: its VRs, the ports and namespaces they use, its switches and
     /// links, each segment with a `vxlan` port to the other hosts holding it. A segment on this
     /// host alone has one too, with no remotes: when another host joins it or the last one
-    /// leaves, only the port's remotes change, which `apply` does live (a port joining or
-    /// leaving a running switch is not live), and its interfaces' MTUs stay where they are.
+    /// leaves, only the port's remotes change, in place (no port opened or closed, no member
+    /// joining or leaving the switch), and its interfaces' MTUs stay where they are.
     /// `at` places VRs; `under` gives each host's underlay. VRs in `withheld` are left out
     /// (in flight to this host: the migration brings them), their segments kept.
     pub fn host_topology(
