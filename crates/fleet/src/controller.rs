@@ -671,8 +671,12 @@ pub fn render(p: &Placement) -> String {
     let mut s = String::new();
     control::topology::text_table(&mut s, "", &rows);
     let stretched: Vec<String> = (p.segments.iter())
-        .filter(|s| s.hosts.len() > 1)
-        .map(|s| format!("{} (VNI {}: {})", s.name, s.vni, s.hosts.join(", ")))
+        .filter(|s| s.hosts.len() + s.vteps.len() > 1 && !s.hosts.is_empty())
+        .map(|s| {
+            let mut ends = s.hosts.clone();
+            ends.extend(s.vteps.iter().map(|a| format!("VTEP {a}")));
+            format!("{} (VNI {}: {})", s.name, s.vni, ends.join(", "))
+        })
         .collect();
     if !stretched.is_empty() {
         s += &format!("over VXLAN: {}\n", stretched.join("; "));

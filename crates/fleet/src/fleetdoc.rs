@@ -4,7 +4,9 @@
 //! ```yaml
 //! ports:    [...]      # as in a topology; a port goes where the VRs using it go
 //! hosts:    [...]      # namespaces, with the port that attaches them
-//! switches: [...]      # stretched over VXLAN when its members land on several hosts
+//! switches: [...]      # stretched over VXLAN when its members land on several hosts;
+//!                      # `vteps: [ADDR, ...]`: VTEPs that are no routeplex host (a kernel
+//!                      # or hardware VXLAN device) on the segment, sent to as hosts are
 //! vrs:
 //!   - name: r1
 //!     host: h1             # optional: pinned to this host
@@ -41,6 +43,8 @@ pub const MAX_DOC_BYTES: u64 = 1 << 20;
 pub const MAX_VRS: usize = 10_000;
 /// The most CPU a VR may ask for, in workers.
 const MAX_CPU: f64 = 1024.0;
+/// At most this many `vteps` on a switch.
+const MAX_VTEPS: usize = 64;
 
 /// One VR of the fleet.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,10 +68,13 @@ pub struct FleetDoc {
     pub source: String,
     pub hosts: Vec<Y>,
     pub ports: Vec<Y>,
+    /// Their topology entries, `vteps` removed.
     pub switches: Vec<Y>,
     /// Point-to-point links named by interfaces, in file order.
     pub links: Vec<String>,
     pub vrs: Vec<VrDoc>,
+    /// The VTEPs of each switch that are no routeplex host (`vteps:`), by switch name.
+    pub vteps: BTreeMap<String, Vec<IpAddr>>,
 }
 
 /// A host as the cut needs it: where its VXLAN ports bind.
@@ -192,7 +199,8 @@ impl FleetDoc {
                 .filter_map(|v| at.get(&v.name).cloned())
                 .collect();
             let vni = vnis.get(&name).copied().unwrap_or(0);
-            out.push(Segment { name, vni, hosts: hosts.into_iter().collect() });
+            let vteps = self.vteps.get(&name).cloned().unwrap_or_default();
+            out.push(Segment { name, vni, hosts: hosts.into_iter().collect(), vteps });
         }
         out
     }
@@ -248,11 +256,17 @@ impl FleetDoc {
         let vxlan = |seg: &str| -> Option<Y> {
             let s = segments.iter().find(|s| s.name == seg)?;
             let me = under.get(host)?;
-            let remotes: Vec<Y> = (s.hosts.iter())
+            let mut remotes: Vec<IpAddr> = (s.hosts.iter())
                 .filter(|h| *h != host)
                 .filter_map(|h| under.get(h))
-                .map(|u| Y::s(u.addr.to_string()))
+                .map(|u| u.addr)
                 .collect();
+            for v in &s.vteps {
+                if *v != me.addr && !remotes.contains(v) {
+                    remotes.push(*v);
+                }
+            }
+            let remotes: Vec<Y> = remotes.iter().map(|a| Y::s(a.to_string())).collect();
             let mut p = Y::m(vec![
                 ("name", Y::s(format!("vxlan-{}", s.vni))),
                 ("kind", Y::s("vxlan")),
@@ -341,11 +355,44 @@ impl FleetDoc {
     }
 }
 
+/// A switch's `vteps:`: unicast addresses, each once, at most [`MAX_VTEPS`].
+fn read_vteps(list: &Value<'_>) -> Result<Vec<IpAddr>, Located> {
+    let items = list.list()?;
+    if items.len() > MAX_VTEPS {
+        return Err(
+            list.error(format_args!("vteps: at most {MAX_VTEPS} addresses, found {}", items.len()))
+        );
+    }
+    let mut out: Vec<IpAddr> = Vec::new();
+    for i in &items {
+        let t = i.text()?;
+        let a: IpAddr =
+            t.parse().map_err(|_| i.bad(t, format_args!("vteps: {t:?} is not an IP address")))?;
+        if a.is_unspecified() || a.is_multicast() {
+            return Err(i.bad(t, format_args!("vteps: {a} is not a unicast address")));
+        }
+        if out.contains(&a) {
+            return Err(i.bad(t, format_args!("vteps: {a} is named twice")));
+        }
+        out.push(a);
+    }
+    Ok(out)
+}
+
 fn read(root: &Value<'_>, source: &str) -> Result<FleetDoc, Located> {
     let top = root.map(TOP_KEYS)?;
     let copy =
         |k: &str| -> Result<Vec<Y>, Located> { top.list(k)?.iter().map(Y::from_value).collect() };
-    let (hosts, ports, switches) = (copy("hosts")?, copy("ports")?, copy("switches")?);
+    let (hosts, ports, mut switches) = (copy("hosts")?, copy("ports")?, copy("switches")?);
+    // A switch's `vteps` are the fleet's: control's parser never sees them.
+    let mut vteps = BTreeMap::new();
+    for (v, y) in top.list("switches")?.iter().zip(switches.iter_mut()) {
+        let Ok(m) = v.mapping() else { continue };
+        let Some(list) = m.get("vteps") else { continue };
+        let name = m.req("name")?.text()?.to_string();
+        vteps.insert(name, read_vteps(&list)?);
+        y.remove("vteps");
+    }
     let switch_names: HashMap<String, usize> = (top.list("switches")?.iter())
         .filter_map(|s| {
             let m = s.mapping().ok()?;
@@ -453,7 +500,7 @@ fn read(root: &Value<'_>, source: &str) -> Result<FleetDoc, Located> {
             ));
         }
     }
-    let fd = FleetDoc { source: source.to_string(), hosts, ports, switches, links, vrs };
+    let fd = FleetDoc { source: source.to_string(), hosts, ports, switches, links, vrs, vteps };
     // VRs sharing a port are placed together: their pins must agree.
     for u in fd.units() {
         let pins: BTreeSet<&String> = fd

@@ -92,6 +92,9 @@ pub struct Segment {
     pub vni: u32,
     /// Hosts holding a member, by name; carried over VXLAN when more than one.
     pub hosts: Vec<String>,
+    /// VTEPs on it that are no routeplex host (the fleet document's `vteps:`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vteps: Vec<std::net::IpAddr>,
 }
 
 /// What the controller stores at `/routeplex/fleet/placement`.

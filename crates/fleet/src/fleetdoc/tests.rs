@@ -124,11 +124,21 @@ fn stretched_segments_get_vxlan_ports_and_every_host_topology_parses() {
     let segs = d.segments(&at, &vnis);
     assert_eq!(
         segs[0],
-        Segment { name: "lan".into(), vni: 10_000, hosts: vec!["h1".into(), "h2".into()] }
+        Segment {
+            name: "lan".into(),
+            vni: 10_000,
+            hosts: vec!["h1".into(), "h2".into()],
+            vteps: Vec::new()
+        }
     );
     assert_eq!(
         segs[1],
-        Segment { name: "r2r3".into(), vni: 10_001, hosts: vec!["h2".into(), "h3".into()] }
+        Segment {
+            name: "r2r3".into(),
+            vni: 10_001,
+            hosts: vec!["h2".into(), "h3".into()],
+            vteps: Vec::new()
+        }
     );
     let mut u: HashMap<String, Underlay> =
         [("h1", "192.0.2.1"), ("h2", "192.0.2.2"), ("h3", "192.0.2.3")]
@@ -219,4 +229,64 @@ fn the_example_parses_and_places() {
     let at: HashMap<String, String> =
         p.iter().filter_map(|x| Some((x.vr.clone(), x.host.clone()?))).collect();
     assert_eq!((at["r1"].as_str(), at["edge1"].as_str(), at["edge2"].as_str()), ("h1", "h2", "h3"));
+}
+
+/// A switch's `vteps`: VTEPs that are no routeplex host, sent to by every host holding the
+/// segment (beside the other hosts, and alone when one host holds it), never by the host
+/// whose underlay it is; control never sees the key. Bad ones name their position.
+#[test]
+fn vteps_of_a_switch_are_remotes_of_every_host_on_it() {
+    let doc = DOC.replace(
+        "  - name: lan\n",
+        "  - name: lan\n    vteps: [192.0.2.9, 198.51.100.9, 192.0.2.2]\n",
+    );
+    let d = FleetDoc::parse(&doc, "f.yaml").unwrap();
+    let want: Vec<IpAddr> =
+        ["192.0.2.9", "198.51.100.9", "192.0.2.2"].iter().map(|a| a.parse().unwrap()).collect();
+    assert_eq!(d.vteps["lan"], want);
+    assert!(d.switches[0].get("vteps").is_none(), "control never sees vteps");
+    let u: HashMap<String, Underlay> = [("h1", "192.0.2.1"), ("h2", "192.0.2.2")]
+        .iter()
+        .map(|(h, a)| (h.to_string(), under(a)))
+        .collect();
+    let remotes = |at: &[(&str, &str)], host: &str| {
+        let at: HashMap<String, String> =
+            at.iter().map(|(v, h)| (v.to_string(), h.to_string())).collect();
+        let vnis = crate::placement::vnis(&d.segment_names(), &HashMap::new());
+        let segs = d.segments(&at, &vnis);
+        assert_eq!(segs[0].vteps, want);
+        let text = d.host_topology(host, &at, &segs, &u, &BTreeSet::new()).emit();
+        let t =
+            Topology::parse(&text, host, Path::new(".")).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let p = t.ports.iter().find(|p| p.name == "vxlan-10000").expect("lan's vxlan port");
+        let PortKind::Vxlan(vx) = &p.kind else { panic!("{text}") };
+        vx.remotes.iter().map(|a| a.to_string()).collect::<Vec<_>>()
+    };
+    // lan on h1 alone: its remotes are the VTEPs (h2's underlay once, as a VTEP).
+    let alone = [("r1", "h1"), ("r2", "h1"), ("r3", "h1")];
+    assert_eq!(remotes(&alone, "h1"), ["192.0.2.9", "198.51.100.9", "192.0.2.2"]);
+    // lan on h1 and h2: each has the other once, and never itself.
+    let both = [("r1", "h1"), ("r2", "h2"), ("r3", "h2")];
+    assert_eq!(remotes(&both, "h1"), ["192.0.2.2", "192.0.2.9", "198.51.100.9"]);
+    assert_eq!(remotes(&both, "h2"), ["192.0.2.1", "192.0.2.9", "198.51.100.9"]);
+
+    let bad = |vteps: &str| {
+        err(&DOC.replace("  - name: lan\n", &format!("  - name: lan\n    vteps: {vteps}\n")))
+    };
+    let e = bad("[192.0.2.300]");
+    assert!(
+        e.starts_with("f.yaml:8:13: switches[0].vteps[0]:") && e.contains("not an IP address"),
+        "{e}"
+    );
+    let e = bad("[0.0.0.0]");
+    assert!(e.contains("vteps: 0.0.0.0 is not a unicast address"), "{e}");
+    let e = bad("[239.1.1.1]");
+    assert!(e.contains("vteps: 239.1.1.1 is not a unicast address"), "{e}");
+    let e = bad("[192.0.2.9, 192.0.2.9]");
+    assert!(e.contains("vteps: 192.0.2.9 is named twice"), "{e}");
+    let many: Vec<String> = (1..=65).map(|i| format!("10.0.0.{i}")).collect();
+    let e = bad(&format!("[{}]", many.join(", ")));
+    assert!(e.contains("vteps: at most 64 addresses, found 65"), "{e}");
+    let e = bad("nope");
+    assert!(e.starts_with("f.yaml:8:"), "{e}");
 }

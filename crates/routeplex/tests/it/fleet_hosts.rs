@@ -11,9 +11,9 @@
 //! rI pinned to hI (a router between the end host's network, on an afpacket port, and the
 //! switch `seg`), `m` unpinned with one interface on `seg` only (what moves on failure: an end
 //! host behind a VR cannot follow it to another machine, an address on the stretched segment
-//! can), and `w`, pinned to host `w`: the watcher. The watcher is plain Linux (a kernel `vxlan`
-//! device on the segment's VNI), so it has no agent: the test writes a host record for it, and
-//! `w` describes its device, so the controller lists the watcher among the segment's VTEPs.
+//! can). The watcher is plain Linux (a kernel `vxlan` device on the segment's VNI), no
+//! routeplex host: `seg` names its underlay address in `vteps:`, so every host on the segment
+//! sends to it.
 //!
 //! The sequence: hosts register; the dry run and the controller place the VRs; real ping and
 //! iperf3 between the end hosts, across hosts through the VRs and the tunnels, and the kernel
@@ -51,7 +51,7 @@ const M_ADDR: &str = "10.100.0.50";
 /// The fleet's desired state. rI routes between its end host's network 10.I.0.0/24 and the
 /// segment (10.100.0.I); `m` has only a segment address and routes back to every end host.
 /// No VR needs CPU but `m`, so `m` goes to the least-loaded host by name: h1, then h2, ...
-/// (deterministic); host `w` offers too little for it.
+/// (deterministic). `WATCHER` stands for the watcher's underlay address.
 const FLEET: &str = r#"# fleet_hosts: placed by the routeplex fleet controller
 ports:
   - { name: pa1, kind: afpacket, interface: ea1 }
@@ -59,6 +59,7 @@ ports:
   - { name: pa3, kind: afpacket, interface: ea3 }
 switches:
   - name: seg
+    vteps: [WATCHER]
 vrs:
   - name: r1
     host: h1
@@ -92,10 +93,6 @@ vrs:
       - { prefix: 10.1.0.0/24, via: 10.100.0.1 }
       - { prefix: 10.2.0.0/24, via: 10.100.0.2 }
       - { prefix: 10.3.0.0/24, via: 10.100.0.3 }
-  - name: w
-    host: w
-    interfaces:
-      - { name: e0, switch: seg, mac: "02:00:00:00:64:09", addresses: [10.100.0.9/24] }
 "#;
 
 fn sh(cmd: &str, args: &[&str]) -> Output {
@@ -264,31 +261,6 @@ impl Lab {
         ns_ok(&w, &["ethtool", "-K", "vxw", "tx", "off"]);
     }
 
-    /// The watcher's host record (a plain Linux VTEP has no agent): on no lease, so it stays;
-    /// it offers too little CPU for `m`.
-    fn register_watcher(&self) {
-        let r = fleet::record::HostRecord {
-            v: fleet::record::RECORD_VERSION,
-            name: "w".into(),
-            underlay: self.watcher_underlay().parse().unwrap(),
-            underlay_dev: None,
-            underlay_netns: None,
-            underlay_mtu: None,
-            offer: fleet::Offer { workers: 1, cpu_share: 0.01, memory_mib: 1 },
-            policy: fleet::Policy::Keep,
-            lease: 0,
-            registered_ms: 0,
-            updated_ms: 0,
-            applied_revision: 0,
-            fenced: false,
-            load: Default::default(),
-            vrs: Vec::new(),
-            migration: None,
-        };
-        let key = fleet::keys::host("w");
-        self.etcdctl(&["put", &key, &serde_json::to_string(&r).unwrap()]);
-    }
-
     /// The `fleet:` section and the rest of host `i`'s own file (no VRs: the controller
     /// places them).
     fn host_file(&self, i: usize) -> String {
@@ -388,12 +360,13 @@ impl Lab {
             .map(|h| h["record"].clone())
     }
 
-    /// The hosts registered by their agents (not the watcher's record), by name.
+    /// The hosts registered by their agents, by name.
     fn registered(&self) -> Option<Vec<String>> {
         let f = self.fleet()?;
         let hosts = f["hosts"].as_array()?;
-        let names = hosts.iter().map(|h| h["record"]["name"].as_str().unwrap_or("?").to_string());
-        Some(names.filter(|n| n != "w").collect())
+        Some(
+            hosts.iter().map(|h| h["record"]["name"].as_str().unwrap_or("?").to_string()).collect(),
+        )
     }
 
     /// The controller's placement in etcd, if one is written.
@@ -675,8 +648,7 @@ fn three_hosts_placed_by_the_controller_carry_a_segment_fence_and_fail_over() {
     let names =
         lab.wait("h1..h3 registered", DEADLINE, || lab.registered().filter(|n| n.len() == 3));
     assert_eq!(names, ["h1", "h2", "h3"]);
-    lab.register_watcher();
-    lab.step("h1..h3 registered from their namespaces; the watcher's record written");
+    lab.step("h1..h3 registered from their namespaces");
     for i in 1..=2 {
         lab.start_controller(i);
     }
@@ -699,13 +671,13 @@ fn three_hosts_placed_by_the_controller_carry_a_segment_fence_and_fail_over() {
 
     // The fleet's desired state: the dry run says where each VR lands, then it is stored.
     let doc = lab.dir.join("fleet.yaml");
-    std::fs::write(&doc, FLEET).unwrap();
+    std::fs::write(&doc, FLEET.replace("WATCHER", &lab.watcher_underlay())).unwrap();
     let d = doc.to_str().unwrap();
     let o = lab.cli(&["fleet", "apply", d, "--etcd", &urls, "--dry-run", "--json"]);
     assert!(o.status.success(), "fleet apply --dry-run: {}", text(&o));
     let dry: Placement = serde_json::from_slice(&o.stdout).unwrap();
     let at = dry.hosts();
-    let want = [("r1", "h1"), ("r2", "h2"), ("r3", "h3"), ("m", "h1"), ("w", "w")];
+    let want = [("r1", "h1"), ("r2", "h2"), ("r3", "h3"), ("m", "h1")];
     for (vr, h) in want {
         assert_eq!(at.get(vr).map(String::as_str), Some(h), "{vr}: {dry:?}");
     }
@@ -724,12 +696,14 @@ fn three_hosts_placed_by_the_controller_carry_a_segment_fence_and_fail_over() {
         assert_eq!(p.hosts().get(vr).map(String::as_str), Some(h), "{vr}: {p:?}");
     }
     let seg = p.segments.iter().find(|s| s.name == "seg").expect("seg placed");
-    assert_eq!(seg.hosts, ["h1", "h2", "h3", "w"], "{p:?}");
+    assert_eq!(seg.hosts, ["h1", "h2", "h3"], "{p:?}");
+    let watcher: IpAddr = lab.watcher_underlay().parse().unwrap();
+    assert_eq!(seg.vteps, [watcher], "{p:?}");
     let vni = seg.vni;
     lab.watcher_vxlan(vni);
-    for (vr, h) in want.iter().filter(|(_, h)| *h != "w") {
+    for (vr, h) in want {
         let i = index(h);
-        let n = if *vr == "m" { 1 } else { 2 };
+        let n = if vr == "m" { 1 } else { 2 };
         lab.wait(&format!("{vr} up on {h}"), DEADLINE, || {
             lab.ups(i, vr).filter(|u| u.len() == n && u.iter().all(|&u| u))
         });
