@@ -196,13 +196,22 @@ fn a_scenario_runs_on_fake_duts_with_exact_per_class_counts() {
     assert_eq!(r.points.len(), 2);
     for (p, c0) in r.points.iter().zip([5_000.0, 20_000.0]) {
         assert!(p.skipped.is_none());
-        // 0.05 s at c0 + 5 kpps: exact frame counts per class, no warm-up.
+        // 0.05 s at c0 + 5 kpps: exact frame counts per class, no warm-up, when the generator
+        // kept up with the rate. On a machine loaded enough that it could not (CI once saw 213
+        // of 250), what it offered still arrives whole, counted alike at every stage.
         let want = [(c0 * 0.05) as u64, 250];
+        let kept_up = p.metrics["attempted_pps"] >= p.metrics["target_pps"];
         for (c, w) in p.classes.iter().zip(want) {
-            assert_eq!(c.offered, w, "{}: {}", p.label, c.name);
-            assert_eq!(c.received, w, "{}: {}", p.label, c.name);
-            assert_eq!(c.dut_received, Some(w));
-            assert_eq!(c.dut_forwarded, Some(w));
+            let at = format!("{}: {}", p.label, c.name);
+            if kept_up {
+                assert_eq!(c.offered, w, "{at}");
+            } else {
+                eprintln!("{at}: the generator fell behind (a loaded machine): {} of {w} offered, exact counts of those", c.offered);
+                assert!(c.offered > 0 && c.offered <= w, "{at}: {} of {w}", c.offered);
+            }
+            assert_eq!(c.received, c.offered, "{at}");
+            assert_eq!(c.dut_received, Some(c.offered), "{at}");
+            assert_eq!(c.dut_forwarded, Some(c.offered), "{at}");
         }
         assert_eq!(p.metrics["target_pps"], c0 + 5_000.0);
         assert_eq!(p.streams.len(), 2, "one port per class");
