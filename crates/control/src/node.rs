@@ -680,9 +680,9 @@ impl Node {
                 format!("switch {switch}: member {port} left")
             }
             Step::AddPort { cell, port, name, switch, mode, vxlan, outside } => {
+                self.rt.add_port_on_switch(cell, port, switch.clone(), mode)?;
                 self.vxlan.extend(vxlan.map(|h| (name.clone(), h)));
                 self.outside.extend(outside.map(|m| (name.clone(), m)));
-                self.rt.add_port_on_switch(cell, port, switch.clone(), mode)?;
                 info!(port = %name, switch, cell, "port added to a running switch");
                 format!("port {name}: opened, on switch {switch}")
             }
