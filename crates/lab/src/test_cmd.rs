@@ -715,6 +715,18 @@ mod tests {
         assert!(bad(&["sweep", "--max-rate", "fast"]).contains("--max-rate"));
     }
 
+    /// The runner options of the tests that count every frame: the drain waits for 250 ms
+    /// of quiet, not 10, so frames still in a ring of a DUT worker that lost its CPU for a
+    /// while arrive (CI saw a 2-worker DUT's last 199 frames come after a 30 ms stall, once
+    /// the drain had ended). The rings hold 200 ms of the tests' rate.
+    fn drain_through_stalls() -> RunnerOptions {
+        RunnerOptions {
+            idle_sleep: Some(Duration::from_micros(20)),
+            quiet: Duration::from_millis(250),
+            ..RunnerOptions::default()
+        }
+    }
+
     /// A small table so the test builds its VRs quickly.
     fn small_dut(topo: &str, name: &str) -> dut::RouteplexDut {
         let topo = lab::topology(topo, name).unwrap();
@@ -726,10 +738,7 @@ mod tests {
     fn four_vrs_forward_every_frame_and_count_per_vr() {
         let d = small_dut(include_str!("demo.yaml"), "demo.yaml");
         let spec = TrafficSpec { flows: 64, ..TrafficSpec::default() };
-        let opts = RunnerOptions {
-            idle_sleep: Some(Duration::from_micros(20)),
-            ..RunnerOptions::default()
-        };
+        let opts = drain_through_stalls();
         let mut r = Runner::new(Box::new(d), &spec, opts).unwrap();
         assert_eq!(r.classes(), ["vr-a", "vr-b", "vr-c", "vr-d"]);
         // 20 kpps for 0.25 s: 5,000 frames; the rings hold 4096 each, 200 ms of any stall.
@@ -755,10 +764,7 @@ mod tests {
         let d = small_dut(&text, "demo-2-workers.yaml");
         assert!(d.describe()["worker"].as_str().unwrap().contains("2 worker threads"));
         let spec = TrafficSpec { flows: 64, ..TrafficSpec::default() };
-        let opts = RunnerOptions {
-            idle_sleep: Some(Duration::from_micros(20)),
-            ..RunnerOptions::default()
-        };
+        let opts = drain_through_stalls();
         let mut r = Runner::new(Box::new(d), &spec, opts).unwrap();
         let t =
             r.trial(&Load::paced(20_000.0, Duration::from_millis(250), Duration::from_millis(20)));
