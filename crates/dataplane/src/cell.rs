@@ -245,6 +245,9 @@ fn observed_fate(
     }
 }
 
+/// Per port: the switch and member it belongs to, or `None` for VR demux.
+type MemberOf = Vec<Option<(u16, u16)>>;
+
 /// Ports, the VRs and switches on them, and their counters: the unit a worker runs.
 pub struct Cell {
     ports: Vec<Box<dyn Port>>,
@@ -257,8 +260,7 @@ pub struct Cell {
     /// Per VR: its reservation and what it spent.
     accounts: Vec<Account>,
     switches: Vec<Switch>,
-    /// Per port: the switch and member it belongs to, or `None` for VR demux.
-    member_of: Vec<Option<(u16, u16)>>,
+    member_of: MemberOf,
     demux: Demux,
     egress: Egress,
     /// Per VR: transmit outcomes not yet added to its counters.
@@ -1045,9 +1047,7 @@ impl Cell {
         let n = self.ports.len();
         self.ports.extend(ports);
         self.vrs.push(vr);
-        let checked = demux_of(&self.ports, &self.vrs)
-            .and_then(|d| members_of(&self.ports, &d, &self.switches).map(|m| (d, m)));
-        let (demux, member_of) = match checked {
+        let (demux, member_of) = match self.wiring() {
             Ok(x) => x,
             Err(e) => {
                 self.vrs.pop();
@@ -1065,6 +1065,14 @@ impl Cell {
         self.member_of = member_of;
         self.retune_ingress();
         Ok(())
+    }
+
+    /// The demux and switch membership of the cell's ports and VRs as they are now, or why
+    /// they conflict.
+    fn wiring(&self) -> Result<(Demux, MemberOf), BuildError> {
+        let demux = demux_of(&self.ports, &self.vrs)?;
+        let member_of = members_of(&self.ports, &demux, &self.switches)?;
+        Ok((demux, member_of))
     }
 
     /// The per-port state of `added` ports just pushed onto `ports`.
@@ -1085,9 +1093,7 @@ impl Cell {
             return Err(BuildError(format!("{} ports: at most 65534", p + 1)));
         }
         self.ports.push(port);
-        let checked = demux_of(&self.ports, &self.vrs)
-            .and_then(|d| members_of(&self.ports, &d, &self.switches).map(|m| (d, m)));
-        let (demux, member_of) = match checked {
+        let (demux, member_of) = match self.wiring() {
             Ok(x) => x,
             Err(e) => {
                 self.ports.pop();
@@ -1369,7 +1375,7 @@ fn members_of(
     ports: &[Box<dyn Port>],
     demux: &Demux,
     switches: &[Switch],
-) -> Result<Vec<Option<(u16, u16)>>, BuildError> {
+) -> Result<MemberOf, BuildError> {
     let mut member_of = vec![None; ports.len()];
     for (s, sw) in switches.iter().enumerate() {
         for (m, p) in sw.live_members() {
