@@ -86,29 +86,17 @@ impl Cluster {
         c
     }
 
-    /// Waits until every member accepts connections on its client port (etcd binds its peer
-    /// port first), or says which member exited and the end of its log.
+    /// Waits until every member accepts connections on its client port (see
+    /// [`wait_listening`]).
     fn listening(&mut self) -> Result<(), String> {
-        let t0 = Instant::now();
-        loop {
-            for i in 0..self.members.len() {
-                let child = self.members[i].as_mut().expect("started");
-                if let Ok(Some(status)) = child.try_wait() {
-                    let log = std::fs::read_to_string(self.dir.join(format!("m{i}.log")));
-                    let log = log.unwrap_or_default();
-                    let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
-                    return Err(format!("member m{i} exited ({status}): {last}"));
-                }
-            }
-            let timeout = Duration::from_millis(200);
-            if self.client_addrs.iter().all(|a| TcpStream::connect_timeout(a, timeout).is_ok()) {
-                return Ok(());
-            }
-            if t0.elapsed() > Duration::from_secs(20) {
-                return Err("not every member listens after 20 s".into());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let Cluster { dir, members, client_addrs, .. } = self;
+        let mut each: Vec<_> = (members.iter_mut().zip(client_addrs.iter()).enumerate())
+            .map(|(i, (c, a))| {
+                let c = c.as_mut().expect("started");
+                (format!("member m{i}"), c, dir.join(format!("m{i}.log")), *a)
+            })
+            .collect();
+        wait_listening(&mut each)
     }
 
     /// Starts member `i` (again: its data directory makes it rejoin).
@@ -130,6 +118,32 @@ impl Cluster {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+/// Waits until each of `members` (its name, process, log file and client address) accepts
+/// connections on its client port (etcd binds its peer port first), or says which one exited
+/// and the last line of its log.
+pub fn wait_listening(
+    members: &mut [(String, &mut Child, PathBuf, SocketAddr)],
+) -> Result<(), String> {
+    let t0 = Instant::now();
+    loop {
+        for (name, child, log, _) in members.iter_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(log).unwrap_or_default();
+                let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+                return Err(format!("{name} exited ({status}): {last}"));
+            }
+        }
+        let timeout = Duration::from_millis(200);
+        if members.iter().all(|(.., a)| TcpStream::connect_timeout(a, timeout).is_ok()) {
+            return Ok(());
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            return Err("not every member listens after 20 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

@@ -5,14 +5,16 @@
 //! when etcd goes away (its VR's interfaces go down through the API) and comes back when etcd
 //! does, and leaves the fleet (its key goes at once) when it stops.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const ETCD: &str = "/usr/bin/etcd";
+use crate::etcd;
+use etcd::ETCD;
+
 const ETCDCTL: &str = "/usr/bin/etcdctl";
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -51,7 +53,10 @@ impl Lab {
                 format!("--initial-cluster=m0=http://127.0.0.1:{p}"),
             ];
             lab.start_etcd();
-            match lab.etcd_listening(SocketAddr::from(([127, 0, 0, 1], c))) {
+            let child = lab.etcd.as_mut().expect("started");
+            let me =
+                ("etcd".to_string(), child, lab.dir.join("etcd.log"), ([127, 0, 0, 1], c).into());
+            match etcd::wait_listening(&mut [me]) {
                 Ok(()) => return lab,
                 Err(why) => eprintln!("etcd, try {attempt} of 3: {why}"),
             }
@@ -59,25 +64,6 @@ impl Lab {
             let _ = std::fs::remove_dir_all(lab.dir.join("etcd"));
         }
         panic!("etcd did not listen after 3 tries (see above)");
-    }
-
-    /// Waits until etcd accepts connections on `client`, or says that it exited and why.
-    fn etcd_listening(&mut self, client: SocketAddr) -> Result<(), String> {
-        let t0 = Instant::now();
-        loop {
-            if let Ok(Some(status)) = self.etcd.as_mut().expect("started").try_wait() {
-                let log = std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default();
-                let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
-                return Err(format!("etcd exited ({status}): {last}"));
-            }
-            if TcpStream::connect_timeout(&client, Duration::from_millis(200)).is_ok() {
-                return Ok(());
-            }
-            if t0.elapsed() > Duration::from_secs(20) {
-                return Err("etcd does not listen after 20 s".into());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
     }
 
     fn start_etcd(&mut self) {
