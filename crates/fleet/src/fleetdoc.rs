@@ -384,21 +384,19 @@ fn read(root: &Value<'_>, source: &str) -> Result<FleetDoc, Located> {
     let copy =
         |k: &str| -> Result<Vec<Y>, Located> { top.list(k)?.iter().map(Y::from_value).collect() };
     let (hosts, ports, mut switches) = (copy("hosts")?, copy("ports")?, copy("switches")?);
+    let mut switch_names: HashMap<String, usize> = HashMap::new();
     // A switch's `vteps` are the fleet's: control's parser never sees them.
     let mut vteps = BTreeMap::new();
     for (v, y) in top.list("switches")?.iter().zip(switches.iter_mut()) {
         let Ok(m) = v.mapping() else { continue };
+        if let Some(n) = m.get("name").and_then(|n| n.text().ok()) {
+            switch_names.insert(n.to_string(), v.line());
+        }
         let Some(list) = m.get("vteps") else { continue };
         let name = m.req("name")?.text()?.to_string();
         vteps.insert(name, read_vteps(&list)?);
         y.remove("vteps");
     }
-    let switch_names: HashMap<String, usize> = (top.list("switches")?.iter())
-        .filter_map(|s| {
-            let m = s.mapping().ok()?;
-            Some((m.get("name")?.text().ok()?.to_string(), s.line()))
-        })
-        .collect();
     let vr_vals = top.list("vrs")?;
     if vr_vals.len() > MAX_VRS {
         return Err(top
