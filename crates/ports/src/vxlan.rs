@@ -14,6 +14,17 @@
 //! per-flow source port so ECMP can spread flows; it is a SHOULD, and receivers, the Linux
 //! kernel included, accept any source port).
 //!
+//! Segmentation offload (UDP GSO): consecutive datagrams of a burst to one remote with the
+//! same length (the last of a run may be shorter) leave as one `sendmmsg` message with a
+//! `UDP_SEGMENT` control message, one iovec per datagram (still no copy). The kernel routes
+//! and walks its stack once for the run and cuts it into ordinary datagrams as late as it can
+//! (in the device driver, or in the NIC with USO; a veth carries the run whole to the other
+//! namespace, where the receiving socket cuts it). What arrives on the wire is exactly what
+//! one send per datagram makes, so any VXLAN receiver takes it. A run the kernel refuses
+//! (`EINVAL`: a datagram longer than the path allows unfragmented; `EIO`: the underlay
+//! device has no checksum offload) is sent again one datagram per message; after `EIO` the
+//! port stops asking for segmentation.
+//!
 //! Contract and checks:
 //! - Several VNIs may share one underlay address and port: the ports of one namespace, address
 //!   and UDP port share one socket (an *endpoint*). Whichever of them reads the socket keeps its
@@ -80,6 +91,14 @@ pub const AGING_S: u32 = 300;
 const INBOX: usize = 256;
 /// Datagrams one `sendmmsg` carries at most.
 const TX_MSGS: usize = 1024;
+/// Datagrams one `UDP_SEGMENT` message carries at most (the kernel's `UDP_MAX_SEGMENTS` is 64
+/// on older kernels, 128 on newer ones).
+const GSO_SEGS: usize = 64;
+/// UDP payload bytes one `UDP_SEGMENT` message carries at most (an IPv4 datagram's limit less
+/// its headers, with room to spare).
+const GSO_BYTES: usize = 65_000;
+/// `SOL_UDP` options from `linux/udp.h` (not in libc for glibc targets).
+const UDP_SEGMENT: libc::c_int = 103;
 /// Probes per learning-table lookup.
 const PROBES: usize = 4;
 const ETH_HLEN: usize = 14;
@@ -156,10 +175,11 @@ impl Reason {
 }
 
 const NREASONS: usize = Reason::ALL.len();
-/// Counter slots: the reasons, then datagrams sent, frames flooded, frames learned from.
+/// Counter slots: the reasons, then datagrams sent, frames flooded, segmented sends.
 const C_DATAGRAMS: usize = NREASONS;
 const C_FLOODED: usize = NREASONS + 1;
-const NCOUNTERS: usize = NREASONS + 2;
+const C_GSO: usize = NREASONS + 2;
+const NCOUNTERS: usize = NREASONS + 3;
 
 /// A port's VXLAN counters, as published after its last burst.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -170,6 +190,8 @@ pub struct VxlanCounters {
     pub tx_datagrams: u64,
     /// Frames sent to every remote because their destination was not learned.
     pub tx_flooded: u64,
+    /// `sendmmsg` messages that carried two or more datagrams (UDP GSO).
+    pub tx_gso_sends: u64,
 }
 
 impl VxlanCounters {
@@ -298,6 +320,7 @@ impl VxlanHandle {
         let mut out = VxlanCounters {
             tx_datagrams: c(C_DATAGRAMS),
             tx_flooded: c(C_FLOODED),
+            tx_gso_sends: c(C_GSO),
             ..Default::default()
         };
         for (i, d) in out.drops.iter_mut().enumerate() {
@@ -532,18 +555,103 @@ impl Msgs {
             Ok(r as usize)
         }
     }
+}
 
-    fn send(&mut self, fd: RawFd, from: usize, to: usize) -> io::Result<usize> {
-        // SAFETY: messages from..to were set by `set` in this burst, to frames and addresses
-        // that are not touched until the call returns.
-        let r = unsafe {
-            libc::sendmmsg(
-                fd,
-                self.hdrs[from..to].as_mut_ptr(),
-                (to - from) as u32,
-                libc::MSG_DONTWAIT,
-            )
-        };
+/// Scratch for `sendmmsg`: an iovec and a remote per queued datagram, and per message its
+/// header and room for one `UDP_SEGMENT` control message.
+struct TxMsgs {
+    iovs: Vec<libc::iovec>,
+    to: Vec<u16>,
+    hdrs: Vec<libc::mmsghdr>,
+    /// `first[k]`: the first datagram of message `k`; one more entry ends the last message.
+    first: Vec<usize>,
+    cmsgs: Vec<[u64; 4]>,
+}
+
+// SAFETY: as for `Msgs`: the pointers are rewritten before every `sendmmsg` and only read by it.
+unsafe impl Send for TxMsgs {}
+
+impl TxMsgs {
+    fn new(n: usize) -> Self {
+        // SAFETY: plain C structs for which all-zero bytes are a valid value.
+        let (i, h) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        TxMsgs {
+            iovs: vec![i; n],
+            to: vec![0; n],
+            hdrs: vec![h; n],
+            first: vec![0; n + 1],
+            cmsgs: vec![[0; 4]; n],
+        }
+    }
+
+    /// Queues datagram `i`: `len` bytes at `buf`, to remote `r`.
+    fn set(&mut self, i: usize, buf: *mut u8, len: usize, r: usize) {
+        self.iovs[i] = libc::iovec { iov_base: buf.cast(), iov_len: len };
+        self.to[i] = r as u16;
+    }
+
+    /// Where the run of datagrams starting at `i` (before `m`) ends: the same remote, the
+    /// same length, a last one that may be shorter, within the kernel's limits.
+    fn run_end(&self, i: usize, m: usize) -> usize {
+        let seg = self.iovs[i].iov_len;
+        let (mut j, mut bytes) = (i + 1, seg);
+        while j < m && j - i < GSO_SEGS && self.to[j] == self.to[i] {
+            let len = self.iovs[j].iov_len;
+            if len > seg || bytes + len > GSO_BYTES {
+                break;
+            }
+            bytes += len;
+            j += 1;
+            if len < seg {
+                break;
+            }
+        }
+        j
+    }
+
+    /// Fills messages for datagrams `off..m`, a run per message from `gso_from` on and one
+    /// datagram per message before it; returns how many messages.
+    fn build(&mut self, off: usize, m: usize, gso_from: usize, names: &mut [Name]) -> usize {
+        let (mut k, mut i) = (0, off);
+        while i < m {
+            let j = if i >= gso_from { self.run_end(i, m) } else { i + 1 };
+            let (seg, name) = (self.iovs[i].iov_len, &mut names[usize::from(self.to[i])]);
+            let h = &mut self.hdrs[k].msg_hdr;
+            h.msg_name = (&mut name.0 as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = name.1;
+            h.msg_iov = &mut self.iovs[i];
+            h.msg_iovlen = j - i;
+            h.msg_control = std::ptr::null_mut();
+            h.msg_controllen = 0;
+            h.msg_flags = 0;
+            if j - i > 1 {
+                let buf = &mut self.cmsgs[k];
+                h.msg_control = buf.as_mut_ptr().cast();
+                // SAFETY: CMSG_SPACE and CMSG_LEN are pure computations; the buffer is 32
+                // bytes, 8-aligned, room for a cmsghdr and the u16 CMSG_DATA points after it
+                // (CMSG_SPACE(2) is 24); CMSG_FIRSTHDR reads only msg_control(len), set here.
+                unsafe {
+                    h.msg_controllen = libc::CMSG_SPACE(2) as usize;
+                    let c = libc::CMSG_FIRSTHDR(h);
+                    (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+                    (*c).cmsg_level = libc::SOL_UDP;
+                    (*c).cmsg_type = UDP_SEGMENT;
+                    libc::CMSG_DATA(c).cast::<u16>().write_unaligned(seg as u16);
+                }
+            }
+            self.hdrs[k].msg_len = 0;
+            self.first[k] = i;
+            k += 1;
+            i = j;
+        }
+        self.first[k] = i;
+        k
+    }
+
+    fn send(&mut self, fd: RawFd, n: usize) -> io::Result<usize> {
+        // SAFETY: messages 0..n were filled by `build` in this burst, pointing at frames,
+        // iovecs, addresses and control buffers that are not touched until the call returns.
+        let r = unsafe { libc::sendmmsg(fd, self.hdrs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT) };
         if r < 0 {
             Err(io::Error::last_os_error())
         } else {
@@ -551,6 +659,9 @@ impl Msgs {
         }
     }
 }
+
+/// A remote's socket address and its length.
+type Name = (libc::sockaddr_storage, libc::socklen_t);
 
 /// The address in `s`, if it holds an IPv4 or IPv6 one.
 fn ip_of(s: &libc::sockaddr_storage) -> Option<IpAddr> {
@@ -609,11 +720,14 @@ pub struct VxlanPort {
     shared: Arc<Shared>,
     /// The remote set as of `generation`, and its socket addresses; capacity reserved at open.
     remotes: Vec<IpAddr>,
-    remote_addrs: Vec<libc::sockaddr_storage>,
+    remote_addrs: Vec<Name>,
     generation: u64,
     fdb: Fdb,
     rx: Msgs,
-    tx: Msgs,
+    tx: TxMsgs,
+    /// Whether runs to one remote go as one `UDP_SEGMENT` send (off after the kernel said
+    /// `EIO`: the underlay device cannot checksum them).
+    gso: bool,
     stats: PortStats,
     counters: [u64; NCOUNTERS],
     dirty: bool,
@@ -657,7 +771,8 @@ impl VxlanPort {
             generation: 0,
             fdb: Fdb::new(),
             rx: Msgs::new(MAX_BURST),
-            tx: Msgs::new(TX_MSGS),
+            tx: TxMsgs::new(TX_MSGS),
+            gso: true,
             stats: PortStats::default(),
             counters: [0; NCOUNTERS],
             dirty: false,
@@ -690,8 +805,13 @@ impl VxlanPort {
         self.remotes.clear();
         self.remotes.extend_from_slice(&r[..r.len().min(MAX_REMOTES)]);
         self.remote_addrs.clear();
-        self.remote_addrs
-            .extend(self.remotes.iter().map(|&ip| storage_of(SocketAddr::new(ip, port))));
+        self.remote_addrs.extend(self.remotes.iter().map(|&ip| {
+            let len = match ip {
+                IpAddr::V4(_) => size_of::<libc::sockaddr_in>(),
+                IpAddr::V6(_) => size_of::<libc::sockaddr_in6>(),
+            };
+            (storage_of(SocketAddr::new(ip, port)), len as libc::socklen_t)
+        }));
         self.fdb.clear();
         let mut q = self.inbox.lock().unwrap_or_else(PoisonError::into_inner);
         q.remotes.clear();
@@ -803,17 +923,6 @@ impl VxlanPort {
         batch.set_len(kept);
     }
 
-    /// Queues message `m` for `frame` to remote `r`.
-    fn queue(&mut self, m: usize, frame: *mut u8, len: usize, r: usize) {
-        let name = &mut self.remote_addrs[r] as *mut libc::sockaddr_storage;
-        self.tx.set(m, frame, len, name);
-        let namelen = match self.remotes[r] {
-            IpAddr::V4(_) => size_of::<libc::sockaddr_in>(),
-            IpAddr::V6(_) => size_of::<libc::sockaddr_in6>(),
-        };
-        self.tx.hdrs[m].msg_hdr.msg_namelen = namelen as libc::socklen_t;
-    }
-
     /// Adds the header to `b` and queues its datagrams after the `m` queued (sending those
     /// first if there is no room); returns how many are queued now.
     fn encap(&mut self, b: &mut PktBuf, mut m: usize) -> usize {
@@ -842,7 +951,7 @@ impl VxlanPort {
             m = 0;
         }
         for r in targets {
-            self.queue(m, ptr, dlen, r);
+            self.tx.set(m, ptr, dlen, r);
             m += 1;
         }
         self.stats.tx_packets += 1;
@@ -851,19 +960,31 @@ impl VxlanPort {
         m
     }
 
-    /// Sends messages `0..m`; counts what the socket refused.
+    /// Sends datagrams `0..m`, runs as one message while `gso` holds; counts what the socket
+    /// refused.
     fn flush(&mut self, m: usize) {
         let fd = self.ep.sock.as_raw_fd();
-        let mut off = 0;
+        let (mut off, mut gso_from) = (0, if self.gso { 0 } else { m });
         while off < m {
-            match self.tx.send(fd, off, m) {
+            let n = self.tx.build(off, m, gso_from, &mut self.remote_addrs);
+            match self.tx.send(fd, n) {
                 Ok(0) => break,
                 Ok(k) => {
-                    off += k;
-                    self.counters[C_DATAGRAMS] += k as u64;
+                    let runs = (0..k).filter(|&i| self.tx.first[i + 1] - self.tx.first[i] > 1);
+                    self.counters[C_GSO] += runs.count() as u64;
+                    self.counters[C_DATAGRAMS] += (self.tx.first[k] - off) as u64;
+                    off = self.tx.first[k];
                     self.dirty = true;
                 }
                 Err(e) if matches!(sys::errno(&e), libc::EAGAIN | libc::ENOBUFS) => break,
+                Err(e) if self.tx.first[1] - off > 1 => {
+                    // The kernel refused the run as a whole: its datagrams go one by one.
+                    gso_from = self.tx.first[1];
+                    if sys::errno(&e) == libc::EIO {
+                        self.gso = false;
+                        gso_from = m;
+                    }
+                }
                 Err(_) => {
                     self.count(Reason::SendError, 1);
                     off += 1;
@@ -925,13 +1046,14 @@ impl Port for VxlanPort {
     }
 
     fn mode_name(&self) -> Option<&'static str> {
-        Some("udp socket")
+        Some(if self.gso { "udp socket, gso" } else { "udp socket" })
     }
 
     fn backend_counters(&self, out: &mut Vec<(&'static str, u64)>) {
         out.extend(Reason::ALL.iter().map(|&r| (r.name(), self.counters[r as usize])));
         out.push(("tx_datagrams", self.counters[C_DATAGRAMS]));
         out.push(("tx_flooded", self.counters[C_FLOODED]));
+        out.push(("tx_gso_sends", self.counters[C_GSO]));
     }
 
     fn wakeup_fds(&self, out: &mut Vec<RawFd>) -> bool {

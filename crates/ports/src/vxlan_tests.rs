@@ -149,6 +149,7 @@ fn round_trips_in_batches_of_1_2_and_257() {
     assert_eq!((s.tx_packets, s.tx_errors, s.tx_full), (sent, 0, 0));
     let c = a.handle().counters();
     assert_eq!((c.tx_datagrams, c.tx_flooded), (sent, sent));
+    assert_eq!(c.tx_gso_sends, 0, "every frame a length of its own: no runs");
     assert_eq!(b.stats().rx_packets, sent);
     assert_eq!(b.stats().rx_dropped, 0);
     assert_eq!(b.handle().counters(), VxlanCounters::default());
@@ -156,6 +157,58 @@ fn round_trips_in_batches_of_1_2_and_257() {
     let jumbo = frame(BCAST, MAC_A, 9, MAX_FRAME);
     send(&mut a, std::slice::from_ref(&jumbo));
     assert_eq!(recv(&mut b, 1, 1), [jumbo]);
+}
+
+#[test]
+fn runs_of_one_length_leave_as_segmented_sends_and_arrive_in_order() {
+    let (mut a, mut b, _) = pair(16, 4243);
+    assert_eq!(a.mode_name(), Some("udp socket, gso"));
+    let (mut sent, mut runs) = (0u64, 0u64);
+    // Runs of 64 (the cap) and what is left: 1 -> none, 2 -> one, 257 -> four and a single.
+    for (n, want_runs) in [(1usize, 0u64), (2, 1), (257, 4)] {
+        let frames: Vec<Vec<u8>> = (0..n).map(|i| frame(BCAST, MAC_A, i as u32, 60)).collect();
+        send(&mut a, &frames);
+        assert_eq!(recv(&mut b, n, 512), frames, "batch of {n}");
+        sent += n as u64;
+        runs += want_runs;
+        let c = a.handle().counters();
+        assert_eq!((c.tx_datagrams, c.tx_gso_sends), (sent, runs), "batch of {n}");
+    }
+    // A shorter frame ends a run, a longer one starts the next; jumbo frames run too.
+    let lens = [60, 60, 60, 50, 60, 70, 70, MAX_FRAME, MAX_FRAME];
+    let frames: Vec<Vec<u8>> =
+        lens.iter().enumerate().map(|(i, &l)| frame(BCAST, MAC_A, i as u32, l)).collect();
+    send(&mut a, &frames);
+    assert_eq!(recv(&mut b, frames.len(), 16), frames);
+    let c = a.handle().counters();
+    assert_eq!(c.tx_datagrams, sent + lens.len() as u64);
+    assert_eq!(c.tx_gso_sends, runs + 3, "[60 60 60 50] [60] [70 70] [jumbo jumbo]");
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!((sa.tx_errors, sa.tx_full, sb.rx_dropped), (0, 0, 0));
+    assert_eq!(b.handle().counters().drops, [0; NREASONS]);
+}
+
+#[test]
+fn a_run_ends_at_another_remote_a_longer_frame_or_the_kernels_limits() {
+    let mut t = TxMsgs::new(300);
+    let mut q = |lens: &[(usize, usize)]| {
+        for (i, &(len, r)) in lens.iter().enumerate() {
+            t.set(i, std::ptr::null_mut(), len, r);
+        }
+        let (mut out, mut i) = (Vec::new(), 0);
+        while i < lens.len() {
+            let j = t.run_end(i, lens.len());
+            out.push(j - i);
+            i = j;
+        }
+        out
+    };
+    assert_eq!(q(&[(68, 0)]), [1]);
+    assert_eq!(q(&[(68, 0), (68, 0), (68, 1), (68, 1), (68, 0)]), [2, 2, 1]);
+    assert_eq!(q(&[(68, 0), (69, 0), (67, 0), (67, 0)]), [1, 2, 1]);
+    assert_eq!(q(&[(68, 0); 200]), [64, 64, 64, 8]);
+    // 9,242-byte datagrams: seven fit in GSO_BYTES, the eighth would not.
+    assert_eq!(q(&[(9242, 0); 9]), [7, 2]);
 }
 
 #[test]

@@ -125,7 +125,8 @@ fn assert_clean_vxlan(status: &impl Json) {
     assert!(port["rx"].as_u64().unwrap() > 0, "{port:#}");
     assert!(port["tx"].as_u64().unwrap() > 0, "{port:#}");
     assert_eq!(port["rx_dropped"], 0, "{port:#}");
-    assert_eq!(port["mode"], "udp socket");
+    // "udp socket, gso" while the kernel takes runs of datagrams as one send.
+    assert!(port["mode"].as_str().unwrap().starts_with("udp socket"), "{port:#}");
     let b = &port["backend"];
     assert!(b["tx_datagrams"].as_u64().unwrap() >= port["tx"].as_u64().unwrap(), "{port:#}");
     for r in ports::vxlan::Reason::ALL {

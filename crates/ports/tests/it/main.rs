@@ -18,6 +18,7 @@ mod kernel_afpacket;
 mod kernel_afpacket_fanout;
 mod kernel_cross;
 mod kernel_tap;
+mod kernel_vxlan;
 mod memif_cost;
 mod memif_dpdk;
 mod memif_loop;
