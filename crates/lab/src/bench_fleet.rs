@@ -65,6 +65,34 @@ pub struct Args {
     /// VXLAN: seconds per trial.
     #[arg(long, default_value_t = 2.0)]
     seconds: f64,
+    /// The phases to run (the others' figures are null, with the reason); all by default.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = Phase::ALL)]
+    phases: Vec<Phase>,
+}
+
+/// One phase of the benchmark.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Place,
+    Failover,
+    Drain,
+    Vxlan,
+}
+
+impl Phase {
+    const ALL: [Phase; 4] = [Phase::Place, Phase::Failover, Phase::Drain, Phase::Vxlan];
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = match self {
+            Phase::Place => "place",
+            Phase::Failover => "failover",
+            Phase::Drain => "drain",
+            Phase::Vxlan => "vxlan",
+        };
+        f.write_str(n)
+    }
 }
 
 /// What the placement measured.
@@ -313,14 +341,18 @@ pub fn run(a: Args) -> Result<()> {
     };
     let mut lab = FleetLab::new()?;
     let say = |s: &str| eprintln!("bench fleet: {s}");
-    let place = phase(&mut lab, &mut cx, "place", |lab| place(lab, &a));
+    let place = phase(&mut lab, &mut cx, &a, Phase::Place, |lab| place(lab, &a));
     say(&format!("place: {}", brief(&place, |p| format!("{:.2} s", p.seconds))));
-    let failover = phase(&mut lab, &mut cx, "failover", |lab| failover(lab, &a));
+    let failover = phase(&mut lab, &mut cx, &a, Phase::Failover, |lab| failover(lab, &a));
     say(&format!("failover: {}", brief(&failover, |f| format!("{:?} ms", f.samples_ms))));
-    let drain = phase(&mut lab, &mut cx, "drain", |lab| drain(lab, &a));
+    let drain = phase(&mut lab, &mut cx, &a, Phase::Drain, |lab| drain(lab, &a));
     say(&format!("drain: {}", brief(&drain, |d| format!("{:.2} s, {} lost", d.seconds, d.lost))));
     lab.stop_fleet();
-    let vx = vxlan::compare(&mut lab, a.pairs, a.seconds).map_err(|e| NotMeasured(e.to_string()));
+    let vx = if a.phases.contains(&Phase::Vxlan) {
+        vxlan::compare(&mut lab, a.pairs, a.seconds).map_err(|e| NotMeasured(e.to_string()))
+    } else {
+        Err(not_asked(Phase::Vxlan))
+    };
     say(&format!("vxlan: {}", brief(&vx, |v| format!("ratio {:.2}", v.summary.ratio.median))));
     drop(lab);
     cx.load_after = tester::pairs::load_average();
@@ -372,12 +404,21 @@ fn brief<T>(r: &Outcome<T>, f: impl Fn(&T) -> String) -> String {
 }
 
 /// Runs one phase with the threads sampled; its error, with the hosts' logs, as text.
+fn not_asked(p: Phase) -> NotMeasured {
+    NotMeasured(format!("not run: --phases leaves out {p}"))
+}
+
 fn phase<T>(
     lab: &mut FleetLab,
     cx: &mut Context,
-    name: &str,
+    a: &Args,
+    p: Phase,
     f: impl FnOnce(&mut FleetLab) -> Result<T>,
 ) -> Outcome<T> {
+    if !a.phases.contains(&p) {
+        return Err(not_asked(p));
+    }
+    let name = p.to_string();
     let r = f(lab);
     // Sampled from when the phase started the fleet (processes started later, such as a
     // host started again after a kill, are not in it).
@@ -385,7 +426,7 @@ fn phase<T>(
         || json!("not sampled: the phase failed before its processes ran"),
         |s| s.finish().to_json(),
     );
-    cx.placement.push((name.to_string(), seen));
+    cx.placement.push((name.clone(), seen));
     r.map_err(|e| {
         eprintln!("bench fleet: {name} failed: {e}\n{}", lab.logs());
         NotMeasured(e.to_string())
