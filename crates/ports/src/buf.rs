@@ -469,31 +469,41 @@ mod tests {
         assert!(!b.fill(&[0; BUF_SIZE]));
     }
 
-    /// Resident bytes of this process (`VmRSS`).
-    fn rss() -> usize {
-        let s = std::fs::read_to_string("/proc/self/status").unwrap();
-        let line = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-        line.split_whitespace().nth(1).unwrap().parse::<usize>().unwrap() * 1024
+    /// Whether the page holding `addr` is in memory (`mincore`): a property of these pages
+    /// alone, which other test threads mapping memory at the same time cannot move (the whole
+    /// process's RSS can).
+    fn resident(addr: usize) -> bool {
+        let page = addr & !4095;
+        let mut v = 0u8;
+        // SAFETY: mincore only reads the page tables for one page of a mapping this process
+        // holds (a live slab) and writes one byte into `v`.
+        let r = unsafe { libc::mincore(page as *mut libc::c_void, 1, &mut v) };
+        assert_eq!(r, 0, "mincore {page:#x}: {}", std::io::Error::last_os_error());
+        v & 1 == 1
     }
 
     #[test]
     fn buffers_cost_the_pages_their_frames_touched() {
         const N: usize = 8192; // 73 MiB of storage
-        const MIB: usize = 1 << 20;
-        let before = rss();
         let mut bufs: Vec<PktBuf> = (0..N).map(|_| PktBuf::new()).collect();
-        let made = rss();
-        assert!(made < before + 8 * MIB, "spares are backed: {before} -> {made} bytes");
+        // Where each buffer's frame will start.
+        let at: Vec<usize> =
+            bufs.iter_mut().map(|b| b.storage_mut().0.as_ptr() as usize + HEADROOM).collect();
+        let count =
+            |addrs: &mut dyn Iterator<Item = &usize>| addrs.filter(|&&a| resident(a)).count();
+        let made = count(&mut at.iter());
+        assert!(made <= N / 8, "spares are backed: {made} of {N} frame pages in memory");
         // A 60-byte frame touches one page of each buffer.
         for b in &mut bufs {
             assert!(b.fill(&[0x5a; 60]));
         }
-        let filled = rss();
-        assert!(filled >= made + N * 4096 * 3 / 4, "{made} -> {filled} bytes for {N} frames");
+        let filled = count(&mut at.iter());
+        assert!(filled >= N * 3 / 4, "{filled} of {N} frame pages in memory once filled");
         // Every other buffer dropped: their slabs live on, their pages go back at once.
         let kept: Vec<PktBuf> = bufs.into_iter().step_by(2).collect();
-        let halved = rss();
-        assert!(halved + N / 2 * 4096 * 3 / 4 <= filled, "{filled} -> {halved} bytes");
+        let dropped = count(&mut at.iter().skip(1).step_by(2));
+        assert!(dropped <= N / 2 / 8, "{dropped} of {} dropped frame pages still in memory", N / 2);
+        assert!(count(&mut at.iter().step_by(2)) >= N / 2 * 3 / 4, "kept pages stay in memory");
         assert!(kept.iter().all(|b| b.frame() == [0x5a; 60]), "a kept buffer lost its frame");
     }
 

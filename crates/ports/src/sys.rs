@@ -407,6 +407,12 @@ impl Mmap {
         Self::map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE, -1, 0)
     }
 
+    /// Private anonymous memory backed page by page as it is first touched (a staging area
+    /// sized for the worst case that mostly sees far less).
+    pub(crate) fn lazy(len: usize) -> io::Result<Mmap> {
+        Self::map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    }
+
     /// A shared mapping of a socket's ring at `offset`.
     pub(crate) fn shared(fd: &OwnedFd, len: usize, offset: u64) -> io::Result<Mmap> {
         Self::map(len, libc::MAP_SHARED | libc::MAP_POPULATE, fd.as_raw_fd(), offset as libc::off_t)

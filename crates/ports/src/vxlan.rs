@@ -5,11 +5,12 @@
 //! `recvmmsg` and written with `sendmmsg`, one syscall per burst each way. The kernel builds and
 //! checks the outer IPv4/IPv6 and UDP headers, routes, resolves the next hop's MAC, fragments
 //! if it must and never answers our port with ICMP port-unreachable, so this port only adds and
-//! removes the 8-byte VXLAN header: received datagrams land in batch buffers 8 bytes before
-//! [`HEADROOM`], so the inner frame ends up exactly where every other backend puts a frame, and
-//! sending pushes the header into the frame's headroom (no copy). AF_PACKET/AF_XDP with
-//! routeplex building the outer headers would allow a per-flow UDP source port, but would need
-//! its own neighbour resolution, routing and ICMP suppression; that is later work. The price
+//! removes the 8-byte VXLAN header: sending pushes the header into the frame's headroom (no
+//! copy); received datagrams are copied from a staging area into batch buffers 8 bytes before
+//! [`HEADROOM`], so the inner frame ends up exactly where every other backend puts a frame.
+//! AF_PACKET/AF_XDP with routeplex building the outer headers would allow a per-flow UDP source
+//! port, but would need its own neighbour resolution, routing and ICMP suppression; that is
+//! later work. The price
 //! of the socket: every datagram leaves from source port `dstport` (RFC 7348 §5 asks for a
 //! per-flow source port so ECMP can spread flows; it is a SHOULD, and receivers, the Linux
 //! kernel included, accept any source port).
@@ -23,7 +24,10 @@
 //! one send per datagram makes, so any VXLAN receiver takes it. A run the kernel refuses
 //! (`EINVAL`: a datagram longer than the path allows unfragmented; `EIO`: the underlay
 //! device has no checksum offload) is sent again one datagram per message; after `EIO` the
-//! port stops asking for segmentation.
+//! port stops asking for segmentation. On receipt the socket asks for UDP GRO: the kernel
+//! joins a run of datagrams from one sender into one message of up to 64 KiB (whether it was
+//! sent as a run or met the receiving device's GRO), which is why datagrams land in a staging
+//! area of 64 KiB slots and are copied out one by one rather than read into packet buffers.
 //!
 //! Contract and checks:
 //! - Several VNIs may share one underlay address and port: the ports of one namespace, address
@@ -48,8 +52,8 @@
 //!   that changed them ([`VxlanHandle::counters`]), for `status`; the totals also show in
 //!   [`PortStats`] (`rx_dropped`, `tx_errors`, `tx_full`). `tx_packets` counts frames;
 //!   `tx_datagrams` counts what replication made of them.
-//! - Nothing allocates per packet: message headers, addresses and the learning table are made
-//!   at open.
+//! - Nothing allocates per packet: message headers, addresses, the staging area (32 slots of
+//!   64 KiB, in memory only once datagrams touch it) and the learning table are made at open.
 //!
 //! MTU: an inner frame of an IP MTU of M is M + 14 bytes; the datagram is M + 50 bytes on an
 //! IPv4 underlay ([`OVERHEAD_V4`]) and M + 70 on IPv6 ([`OVERHEAD_V6`]), so an interface on a
@@ -99,6 +103,11 @@ const GSO_SEGS: usize = 64;
 const GSO_BYTES: usize = 65_000;
 /// `SOL_UDP` options from `linux/udp.h` (not in libc for glibc targets).
 const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+/// Messages one `recvmmsg` reads at most.
+const RX_MSGS: usize = 32;
+/// Bytes of one receive slot: the longest UDP payload, which GRO may make of a run.
+const RX_SLOT: usize = 1 << 16;
 /// Probes per learning-table lookup.
 const PROBES: usize = 4;
 const ETH_HLEN: usize = 14;
@@ -175,11 +184,13 @@ impl Reason {
 }
 
 const NREASONS: usize = Reason::ALL.len();
-/// Counter slots: the reasons, then datagrams sent, frames flooded, segmented sends.
+/// Counter slots: the reasons, then datagrams sent, frames flooded, segmented sends, joined
+/// receives.
 const C_DATAGRAMS: usize = NREASONS;
 const C_FLOODED: usize = NREASONS + 1;
 const C_GSO: usize = NREASONS + 2;
-const NCOUNTERS: usize = NREASONS + 3;
+const C_GRO: usize = NREASONS + 3;
+const NCOUNTERS: usize = NREASONS + 4;
 
 /// A port's VXLAN counters, as published after its last burst.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -192,6 +203,8 @@ pub struct VxlanCounters {
     pub tx_flooded: u64,
     /// `sendmmsg` messages that carried two or more datagrams (UDP GSO).
     pub tx_gso_sends: u64,
+    /// Received messages that carried two or more datagrams (UDP GRO).
+    pub rx_gro_reads: u64,
 }
 
 impl VxlanCounters {
@@ -321,6 +334,7 @@ impl VxlanHandle {
             tx_datagrams: c(C_DATAGRAMS),
             tx_flooded: c(C_FLOODED),
             tx_gso_sends: c(C_GSO),
+            rx_gro_reads: c(C_GRO),
             ..Default::default()
         };
         for (i, d) in out.drops.iter_mut().enumerate() {
@@ -445,6 +459,9 @@ fn open_socket(addr: SocketAddr, dev: Option<&str>) -> io::Result<UdpSocket> {
         sys::setsockopt(&fd, libc::SOL_SOCKET, libc::SO_BINDTODEVICE, &name)
             .map_err(err("SO_BINDTODEVICE"))?;
     }
+    // Runs of datagrams from one sender arrive as one message (see `Staging`); a kernel
+    // without UDP GRO hands them over one by one, which is not an error either.
+    let _ = sys::setsockopt(&fd, libc::SOL_UDP, UDP_GRO, &1i32);
     // A larger receive buffer rides out a worker's pause; refused sizes are not an error.
     let _ = sys::setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &(4i32 << 20));
     let _ = sys::setsockopt(&fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &(4i32 << 20));
@@ -503,58 +520,136 @@ impl Fdb {
     }
 }
 
-/// Scratch for `recvmmsg`/`sendmmsg`: headers, one iovec and one address each.
-struct Msgs {
+/// What one `recvmmsg` message brought: its length, its segment length (the datagrams GRO
+/// joined are that long, the last maybe shorter; the whole length if it joined none), the
+/// sender, and whether the kernel cut it short.
+#[derive(Clone, Copy)]
+struct Got {
+    len: usize,
+    seg: usize,
+    from: Option<IpAddr>,
+    truncated: bool,
+}
+
+/// Received datagrams waiting to be taken apart. With UDP GRO on, the kernel hands a run of
+/// datagrams from one sender over as one message of up to 64 KiB (the segment length in a
+/// control message), too long for a packet buffer: messages land in slots of [`RX_SLOT`]
+/// bytes here, and each datagram is copied into the batch (one short copy from a cache-hot
+/// area, where GRO saves a trip through the stack per datagram).
+struct Staging {
+    area: sys::Mmap,
     hdrs: Vec<libc::mmsghdr>,
     iovs: Vec<libc::iovec>,
     names: Vec<libc::sockaddr_storage>,
+    cmsgs: Vec<[u64; 4]>,
+    got: Vec<Got>,
+    /// The next datagram to take: message `next`, `off` bytes in.
+    next: usize,
+    off: usize,
 }
 
-// SAFETY: the raw pointers in `hdrs` and `iovs` point into this struct's own vectors or into
-// batch buffers; they are rewritten before every syscall and only read by the syscall they
-// were written for, so moving the struct to another thread cannot make a use dangle or race.
-unsafe impl Send for Msgs {}
+// SAFETY: the raw pointers in `hdrs` and `iovs` point into this struct's own buffers; they are
+// rewritten before every syscall and only read by the syscall they were written for, so moving
+// the struct to another thread cannot make a use dangle or race.
+unsafe impl Send for Staging {}
 
-impl Msgs {
-    fn new(n: usize) -> Self {
-        // SAFETY: these are plain C structs for which all-zero bytes are a valid value (null
-        // pointers, zero lengths).
-        let (h, i, s) = unsafe { (std::mem::zeroed(), std::mem::zeroed(), std::mem::zeroed()) };
-        Msgs { hdrs: vec![h; n], iovs: vec![i; n], names: vec![s; n] }
+impl Staging {
+    fn new() -> io::Result<Self> {
+        // SAFETY: plain C structs for which all-zero bytes are a valid value.
+        let (h, i, n) = unsafe { (std::mem::zeroed(), std::mem::zeroed(), std::mem::zeroed()) };
+        Ok(Staging {
+            area: sys::Mmap::lazy(RX_MSGS * RX_SLOT)?,
+            hdrs: vec![h; RX_MSGS],
+            iovs: vec![i; RX_MSGS],
+            names: vec![n; RX_MSGS],
+            cmsgs: vec![[0; 4]; RX_MSGS],
+            got: Vec::with_capacity(RX_MSGS),
+            next: 0,
+            off: 0,
+        })
     }
 
-    /// Points message `i` at `buf` and at address slot `name` (`namelen` bytes of it).
-    fn set(&mut self, i: usize, buf: *mut u8, len: usize, name: *mut libc::sockaddr_storage) {
-        self.iovs[i] = libc::iovec { iov_base: buf.cast(), iov_len: len };
-        let h = &mut self.hdrs[i];
-        h.msg_len = 0;
-        h.msg_hdr.msg_name = name.cast();
-        h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        h.msg_hdr.msg_iov = &mut self.iovs[i];
-        h.msg_hdr.msg_iovlen = 1;
-        h.msg_hdr.msg_control = std::ptr::null_mut();
-        h.msg_hdr.msg_controllen = 0;
-        h.msg_hdr.msg_flags = 0;
-    }
-
-    fn recv(&mut self, fd: RawFd, n: usize) -> io::Result<usize> {
-        // SAFETY: messages 0..n were set by `set` just before, to buffers and addresses that
-        // stay alive and unaliased for the duration of the call.
+    /// Reads what the socket has (nothing if datagrams still wait here); false if `recvmmsg`
+    /// failed with something other than "nothing to read".
+    fn fill(&mut self, fd: RawFd) -> bool {
+        if self.next < self.got.len() {
+            return true;
+        }
+        for i in 0..RX_MSGS {
+            let base = (self.area.addr() as usize + i * RX_SLOT) as *mut libc::c_void;
+            self.iovs[i] = libc::iovec { iov_base: base, iov_len: RX_SLOT };
+            let h = &mut self.hdrs[i];
+            h.msg_len = 0;
+            h.msg_hdr.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_iov = &mut self.iovs[i];
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = self.cmsgs[i].as_mut_ptr().cast();
+            h.msg_hdr.msg_controllen = size_of::<[u64; 4]>();
+            h.msg_hdr.msg_flags = 0;
+        }
+        // SAFETY: every message was set just above, to slots, addresses and control buffers of
+        // this struct that stay alive and unaliased for the duration of the call.
         let r = unsafe {
             libc::recvmmsg(
                 fd,
                 self.hdrs.as_mut_ptr(),
-                n as u32,
+                RX_MSGS as u32,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
         };
+        (self.next, self.off) = (0, 0);
+        self.got.clear();
         if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(r as usize)
+            return sys::errno(&io::Error::last_os_error()) == libc::EAGAIN;
+        }
+        for i in 0..r as usize {
+            let h = &self.hdrs[i];
+            let len = h.msg_len as usize;
+            let seg = gro_segment(&h.msg_hdr).filter(|&g| (1..len).contains(&g)).unwrap_or(len);
+            let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            self.got.push(Got { len, seg, from: ip_of(&self.names[i]), truncated });
+        }
+        true
+    }
+
+    /// The next datagram: where it starts in the area, its length, its sender, and whether it
+    /// was cut short (then the rest of its message is skipped).
+    fn take(&mut self) -> Option<(usize, usize, Got)> {
+        while let Some(&g) = self.got.get(self.next) {
+            // An empty datagram is one too (too short, and counted so).
+            if self.off < g.len.max(1) {
+                let n = if g.truncated { g.len } else { g.seg.min(g.len - self.off) };
+                let at = self.next * RX_SLOT + self.off;
+                self.off += n.max(1);
+                return Some((at, n, g));
+            }
+            (self.next, self.off) = (self.next + 1, 0);
+        }
+        None
+    }
+
+    fn is_empty(&self) -> bool {
+        self.next >= self.got.len()
+    }
+}
+
+/// The segment length of a message GRO joined, from its `UDP_GRO` control message.
+fn gro_segment(h: &libc::msghdr) -> Option<usize> {
+    // SAFETY: the kernel wrote msg_control(len) for this message; CMSG_FIRSTHDR and
+    // CMSG_NXTHDR stay inside it, and CMSG_DATA of a SOL_UDP/UDP_GRO header holds an int.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                let g = libc::CMSG_DATA(c).cast::<libc::c_int>().read_unaligned();
+                return usize::try_from(g).ok();
+            }
+            c = libc::CMSG_NXTHDR(h, c);
         }
     }
+    None
 }
 
 /// Scratch for `sendmmsg`: an iovec and a remote per queued datagram, and per message its
@@ -723,7 +818,7 @@ pub struct VxlanPort {
     remote_addrs: Vec<Name>,
     generation: u64,
     fdb: Fdb,
-    rx: Msgs,
+    rx: Staging,
     tx: TxMsgs,
     /// Whether runs to one remote go as one `UDP_SEGMENT` send (off after the kernel said
     /// `EIO`: the underlay device cannot checksum them).
@@ -770,7 +865,8 @@ impl VxlanPort {
             remote_addrs: Vec::with_capacity(MAX_REMOTES),
             generation: 0,
             fdb: Fdb::new(),
-            rx: Msgs::new(MAX_BURST),
+            rx: Staging::new()
+                .map_err(|e| sys::step_err(BACKEND, name, "mapping its staging area", e))?,
             tx: TxMsgs::new(TX_MSGS),
             gso: true,
             stats: PortStats::default(),
@@ -873,34 +969,32 @@ impl VxlanPort {
         }
     }
 
-    /// One `recvmmsg` into `batch`'s spare slots; keeps this VNI's frames, hands the others'.
+    /// Takes up to `room` datagrams from the staging area (reading the socket first if it is
+    /// empty) into `batch`'s spare slots: keeps this VNI's frames, hands the others'.
     fn recv(&mut self, batch: &mut Batch, room: usize) {
-        let base = batch.len();
-        let start = HEADROOM - HEADER_LEN;
-        for (i, b) in batch.slots_mut()[base..base + room].iter_mut().enumerate() {
-            let (st, _) = b.storage_mut();
-            let win = &mut st[start..start + HEADER_LEN + MAX_FRAME];
-            let name = &mut self.rx.names[i] as *mut libc::sockaddr_storage;
-            self.rx.set(i, win.as_mut_ptr(), win.len(), name);
+        if self.rx.is_empty() && !self.rx.fill(self.ep.sock.as_raw_fd()) {
+            self.count(Reason::RecvError, 1);
         }
-        let got = match self.rx.recv(self.ep.sock.as_raw_fd(), room) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
-            Err(_) => {
-                self.count(Reason::RecvError, 1);
-                0
+        let start = HEADROOM - HEADER_LEN;
+        let mut kept = batch.len();
+        // At most `room` datagrams, kept or not: a sibling's inbox takes no more per burst
+        // than the socket gave it before.
+        for _ in 0..room {
+            let Some((at, n, g)) = self.rx.take() else { break };
+            if g.seg < g.len {
+                self.counters[C_GRO] += u64::from(at % RX_SLOT == 0);
             }
-        };
-        let mut kept = base;
-        for i in 0..got {
-            let (len, flags) =
-                (self.rx.hdrs[i].msg_len as usize, self.rx.hdrs[i].msg_hdr.msg_flags);
-            let from = ip_of(&self.rx.names[i]);
-            let slot = &mut batch.slots_mut()[base + i];
-            slot.set_window(start, len.min(HEADER_LEN + MAX_FRAME));
-            let verdict = match (flags & libc::MSG_TRUNC != 0, from) {
+            let slot = &mut batch.slots_mut()[kept];
+            let verdict = match (g.truncated || n > HEADER_LEN + MAX_FRAME, g.from) {
                 (true, _) | (_, None) => Err(Reason::TooLong),
-                (false, Some(from)) => parse(slot.frame()).map(|vni| (vni, from)),
+                (false, Some(from)) => {
+                    let (st, _) = slot.storage_mut();
+                    // SAFETY: the kernel writes the area only inside `recvmmsg`, which needs
+                    // `&mut self.rx`, so not while this slice lives.
+                    st[start..start + n].copy_from_slice(unsafe { self.rx.area.slice(at, n) });
+                    slot.set_window(start, n);
+                    parse(slot.frame()).map(|vni| (vni, from))
+                }
             };
             let keep = match verdict {
                 Ok((vni, from)) if vni == self.vni => self.accept(slot, from),
@@ -915,10 +1009,7 @@ impl VxlanPort {
                     false
                 }
             };
-            if keep {
-                batch.slots_mut().swap(kept, base + i);
-                kept += 1;
-            }
+            kept += usize::from(keep);
         }
         batch.set_len(kept);
     }
@@ -1054,13 +1145,15 @@ impl Port for VxlanPort {
         out.push(("tx_datagrams", self.counters[C_DATAGRAMS]));
         out.push(("tx_flooded", self.counters[C_FLOODED]));
         out.push(("tx_gso_sends", self.counters[C_GSO]));
+        out.push(("rx_gro_reads", self.counters[C_GRO]));
     }
 
     fn wakeup_fds(&self, out: &mut Vec<RawFd>) -> bool {
         out.push(self.ep.sock.as_raw_fd());
-        // A sibling VNI's port may read our frames off the socket into our inbox, which no
-        // descriptor signals: then the worker must keep its naps short.
-        self.ep.count.load(Relaxed) == 1
+        // A sibling VNI's port may read our frames off the socket into our inbox, and frames
+        // may wait in the staging area, neither of which a descriptor signals: then the
+        // worker must keep its naps short.
+        self.ep.count.load(Relaxed) == 1 && self.rx.is_empty()
     }
 }
 

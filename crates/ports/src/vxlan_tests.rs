@@ -185,7 +185,41 @@ fn runs_of_one_length_leave_as_segmented_sends_and_arrive_in_order() {
     assert_eq!(c.tx_gso_sends, runs + 3, "[60 60 60 50] [60] [70 70] [jumbo jumbo]");
     let (sa, sb) = (a.stats(), b.stats());
     assert_eq!((sa.tx_errors, sa.tx_full, sb.rx_dropped), (0, 0, 0));
-    assert_eq!(b.handle().counters().drops, [0; NREASONS]);
+    // This kernel's loopback may cut runs before the socket (a veth hands them over whole:
+    // tests/it/kernel_vxlan.rs); a receiver never reads more joined messages than were sent.
+    let cb = b.handle().counters();
+    assert!(cb.rx_gro_reads <= c.tx_gso_sends, "{cb:?}");
+    assert_eq!(cb.drops, [0; NREASONS]);
+}
+
+#[test]
+fn joined_messages_are_taken_apart_at_their_segment_length() {
+    let mut st = Staging::new().unwrap();
+    let got = |len, seg, truncated| Got { len, seg, from: Some(lo(17, 1)), truncated };
+    st.got.extend([
+        got(3 * 68 + 50, 68, false),
+        got(0, 0, false),
+        got(100, 100, true),
+        got(68, 68, false),
+    ]);
+    let mut out = Vec::new();
+    while let Some((at, n, g)) = st.take() {
+        out.push((at, n, g.truncated));
+    }
+    let s = RX_SLOT;
+    assert_eq!(
+        out,
+        [
+            (0, 68, false),
+            (68, 68, false),
+            (136, 68, false),
+            (204, 50, false),
+            (s, 0, false),
+            (2 * s, 100, true),
+            (3 * s, 68, false)
+        ]
+    );
+    assert!(st.is_empty());
 }
 
 #[test]
@@ -264,7 +298,13 @@ fn vnis_sharing_an_address_are_demultiplexed_and_unknown_vnis_counted() {
         let mut batch = Batch::new(n);
         let deadline = Instant::now() + Duration::from_secs(5);
         while got.len() < n {
-            assert!(Instant::now() < deadline, "b20 got {} of {n}", got.len());
+            assert!(
+                Instant::now() < deadline,
+                "b20 got {} of {n}: b10 {:?} b20 {:?}",
+                got.len(),
+                b10.handle().counters(),
+                b20.handle().counters()
+            );
             batch.clear();
             b10.rx_burst(&mut batch);
             assert!(batch.is_empty(), "b10 must not deliver VNI 20 frames");

@@ -2,7 +2,8 @@
 //! with a printed reason otherwise).
 //!
 //! Covers what loopback cannot: runs of equal frames leave as UDP GSO sends through a real
-//! device and arrive in order, byte for byte, both ways, in bursts of 1, 2 and 257; runs the
+//! device and arrive in order (read as UDP GRO messages and taken apart), byte for byte, both
+//! ways, in bursts of 1, 2 and 257; runs the
 //! kernel refuses (datagrams longer than the underlay's MTU) go one by one and arrive
 //! fragmented and whole; an underlay device without checksum offload still carries every
 //! frame (the kernel either segments in software or refuses with `EIO`, and then the port
@@ -78,6 +79,9 @@ fn vxlan_runs_cross_a_real_underlay_as_gso_sends_and_arrive_in_order() {
     // a burst of 5 (one run): 13 runs; the 2-bursts are runs of two: 20 more.
     assert_eq!((gso_sends(&a), gso_sends(&b)), (33, 33));
     assert_eq!(a.mode_name(), Some("udp socket, gso"));
+    // The veth carries runs whole; the receiving socket (UDP GRO) hands them over as one.
+    let gro = |p: &VxlanPort| p.handle().counters().rx_gro_reads;
+    assert!(gro(&a) > 0 && gro(&b) > 0, "runs read whole: {} {}", gro(&a), gro(&b));
     // Mixed lengths (runs only where lengths repeat) still arrive in order.
     workout(&mut a, &mut b);
     for p in [&a, &b] {
