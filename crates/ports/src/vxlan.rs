@@ -35,8 +35,8 @@
 //!   own VNI's frames and hands the others' buffers (swapped, not copied) to the owning port's
 //!   bounded inbox, which that port drains at its next `rx_burst`. A VNI no port has is dropped
 //!   and counted (`unknown_vni`).
-//! - Every received datagram is checked before a byte of it is used: truncated by the kernel
-//!   (longer than a jumbo frame: `too_long`), shorter than the VXLAN header and an Ethernet
+//! - Every received datagram (each segment of a joined message alone) is checked before a
+//!   byte of it is used: longer than a jumbo frame and the header (`too_long`), shorter than the VXLAN header and an Ethernet
 //!   header (`short`), the I flag clear (`bad_flags`; the reserved bits are ignored as §5
 //!   says), a source address that is not one of the port's remotes (`unknown_remote`), a full
 //!   inbox of a sibling VNI (`inbox_full`).
@@ -125,7 +125,7 @@ pub enum Reason {
     UnknownVni,
     /// Received: from an address that is not one of the port's remotes.
     UnknownRemote,
-    /// Received: longer than a packet buffer (truncated by the kernel).
+    /// Received: longer than a packet buffer (a jumbo frame and the header).
     TooLong,
     /// Received for a sibling VNI whose inbox was full.
     InboxFull,
