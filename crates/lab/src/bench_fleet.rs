@@ -142,6 +142,10 @@ pub struct DrainOut {
     pub lost: u64,
     /// Of those, lost before the drain began (a baseline: 0 on a quiet path).
     pub lost_before: u64,
+    /// The first [`LOST_LISTED`] probes lost: the VR's name and when the probe was sent,
+    /// seconds from the drain's start (negative: before it) and Unix time (to find it in the
+    /// hosts' logs).
+    pub lost_probes: Vec<(String, f64, f64)>,
     pub per_host_after: Vec<(String, usize)>,
     /// The drained host's agent's counts during the drain: VRs moved live, and VRs whose live
     /// move failed (removed there, restarted at the destination).
@@ -265,6 +269,12 @@ pub fn report(
                 "per_host_after": d.per_host_after.iter().map(|(h, n)| json!({"host": h, "vrs": n})).collect::<Vec<_>>(),
             });
             out["drain"]["moved_live"] = json!(d.live);
+            out["drain"]["lost_probes"] = d
+                .lost_probes
+                .iter()
+                .map(|(vr, t, unix)| json!({"vr": vr, "sent_s": round3(*t), "sent_unix_s": round3(*unix)}))
+                .collect::<Vec<_>>()
+                .into();
             out["drain"]["restarted"] = json!(d.restarted);
             let why = if d.restarted > 0 {
                 format!("restarts: {} of {} VRs' live moves failed (h1.log says why), so they were removed at h1 and started again at their new host", d.restarted, d.vrs)
@@ -547,6 +557,9 @@ fn failover(lab: &mut FleetLab, a: &Args) -> Result<FailoverOut> {
     Ok(out)
 }
 
+/// Lost probes the drain's report lists one by one, at most.
+const LOST_LISTED: usize = 32;
+
 fn drain(lab: &mut FleetLab, a: &Args) -> Result<DrainOut> {
     // A TTL of 1 s fences hosts on a loaded machine (etcd's answers are late), which would
     // measure fences, not the drain: the drain runs with the placing TTL.
@@ -600,6 +613,27 @@ fn drain(lab: &mut FleetLab, a: &Args) -> Result<DrainOut> {
             t.sent.iter().zip(&t.answered).filter(|(s, a)| **s < t0 && a.is_none()).count() as u64
         })
         .sum();
+    let since = |s: Instant| {
+        s.checked_duration_since(t0)
+            .map_or_else(|| -t0.duration_since(s).as_secs_f64(), |d| d.as_secs_f64())
+    };
+    let (now, unix_now) = (Instant::now(), std::time::SystemTime::now());
+    let unix = |s: Instant| {
+        let t = unix_now - now.duration_since(s);
+        t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+    };
+    let lost_probes = logs
+        .iter()
+        .zip(&names)
+        .flat_map(|(t, n)| {
+            t.sent
+                .iter()
+                .zip(&t.answered)
+                .filter(|(_, a)| a.is_none())
+                .map(|(s, _)| (n.clone(), since(*s), unix(*s)))
+        })
+        .take(LOST_LISTED)
+        .collect();
     let per_host_after =
         moved.iter().filter(|(h, _)| h != "h0").map(|(h, v)| (h.clone(), v.len())).collect();
     lab.cordon("h1", false)?;
@@ -614,6 +648,7 @@ fn drain(lab: &mut FleetLab, a: &Args) -> Result<DrainOut> {
         sent,
         lost,
         lost_before,
+        lost_probes,
         per_host_after,
     })
 }
@@ -661,6 +696,7 @@ mod tests {
             sent: 4000,
             lost: 310,
             lost_before: 0,
+            lost_probes: vec![("dr3".into(), 1.25, 1_764_400_000.5)],
             per_host_after: vec![("h2".into(), 10), ("h3".into(), 10)],
             live: 18,
             restarted: 2,
@@ -687,6 +723,10 @@ mod tests {
         assert_eq!(
             (r["drain"]["moved_live"].clone(), r["drain"]["restarted"].clone()),
             (json!(18), json!(2))
+        );
+        assert_eq!(
+            r["drain"]["lost_probes"],
+            json!([{"vr": "dr3", "sent_s": 1.25, "sent_unix_s": 1_764_400_000.5}])
         );
         assert!(
             r["limited_by"]["drain_seconds"].as_str().unwrap().starts_with("restarts: 2 of 20"),

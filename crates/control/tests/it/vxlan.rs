@@ -129,6 +129,10 @@ fn assert_clean_vxlan(status: &impl Json) {
     assert!(port["mode"].as_str().unwrap().starts_with("udp socket"), "{port:#}");
     let b = &port["backend"];
     assert!(b["tx_datagrams"].as_u64().unwrap() >= port["tx"].as_u64().unwrap(), "{port:#}");
+    println!(
+        "vx: mode {}, tx {} in {} gso sends, rx {} with {} gro reads",
+        port["mode"], port["tx"], b["tx_gso_sends"], port["rx"], b["rx_gro_reads"]
+    );
     for r in ports::vxlan::Reason::ALL {
         assert_eq!(b[r.name()], 0, "{}: {port:#}", r.name());
     }
