@@ -604,6 +604,14 @@ fn drain(lab: &mut FleetLab, a: &Args) -> Result<DrainOut> {
     let seconds = t0.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_secs(1));
     let logs = p.stop(Duration::from_secs(1))?;
+    // Every counter of every host, beside the logs, to find where a lost probe went.
+    for i in 1..=fleet_lab::HOSTS {
+        let path = |p: String| lab.dir.join(p).to_string_lossy().into_owned();
+        let (file, state) = (path(format!("h{i}.yaml")), path(format!("h{i}")));
+        if let Ok(st) = lab.cli(&["status", &file, "--json", "--state-dir", &state]) {
+            let _ = std::fs::write(lab.dir.join(format!("h{i}-status-after-drain.json")), st);
+        }
+    }
     crate::ensure!(ok, "after the drain some VRs never answered again");
     let sent = logs.iter().map(|t| t.sent.len() as u64).sum();
     let lost = logs.iter().map(TargetLog::lost).sum();
