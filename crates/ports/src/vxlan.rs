@@ -569,12 +569,9 @@ impl Staging {
         })
     }
 
-    /// Reads what the socket has (nothing if datagrams still wait here); false if `recvmmsg`
-    /// failed with something other than "nothing to read".
+    /// Reads what the socket has into the area, forgetting what was there (call it once the
+    /// area is empty); false if `recvmmsg` failed with something other than "nothing to read".
     fn fill(&mut self, fd: RawFd) -> bool {
-        if self.next < self.got.len() {
-            return true;
-        }
         for i in 0..RX_MSGS {
             let base = (self.area.addr() as usize + i * RX_SLOT) as *mut libc::c_void;
             self.iovs[i] = libc::iovec { iov_base: base, iov_len: RX_SLOT };
@@ -663,7 +660,8 @@ struct TxMsgs {
     cmsgs: Vec<[u64; 4]>,
 }
 
-// SAFETY: as for `Msgs`: the pointers are rewritten before every `sendmmsg` and only read by it.
+// SAFETY: as for `Staging`: the pointers are rewritten before every `sendmmsg` and only read by
+// it.
 unsafe impl Send for TxMsgs {}
 
 impl TxMsgs {
