@@ -570,8 +570,9 @@ impl Staging {
     }
 
     /// Reads what the socket has into the area, forgetting what was there (call it once the
-    /// area is empty); false if `recvmmsg` failed with something other than "nothing to read".
-    fn fill(&mut self, fd: RawFd) -> bool {
+    /// area is empty). Returns how many messages GRO joined, or `None` if `recvmmsg` failed
+    /// with something other than "nothing to read".
+    fn fill(&mut self, fd: RawFd) -> Option<u64> {
         for i in 0..RX_MSGS {
             let base = (self.area.addr() as usize + i * RX_SLOT) as *mut libc::c_void;
             self.iovs[i] = libc::iovec { iov_base: base, iov_len: RX_SLOT };
@@ -599,7 +600,7 @@ impl Staging {
         (self.next, self.off) = (0, 0);
         self.got.clear();
         if r < 0 {
-            return sys::errno(&io::Error::last_os_error()) == libc::EAGAIN;
+            return (sys::errno(&io::Error::last_os_error()) == libc::EAGAIN).then_some(0);
         }
         for i in 0..r as usize {
             let h = &self.hdrs[i];
@@ -608,7 +609,7 @@ impl Staging {
             let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
             self.got.push(Got { len, seg, from: ip_of(&self.names[i]), truncated });
         }
-        true
+        Some(self.got.iter().filter(|g| g.seg < g.len).count() as u64)
     }
 
     /// The next datagram: where it starts in the area, its length, its sender, and whether it
@@ -970,8 +971,15 @@ impl VxlanPort {
     /// Takes up to `room` datagrams from the staging area (reading the socket first if it is
     /// empty) into `batch`'s spare slots: keeps this VNI's frames, hands the others'.
     fn recv(&mut self, batch: &mut Batch, room: usize) {
-        if self.rx.is_empty() && !self.rx.fill(self.ep.sock.as_raw_fd()) {
-            self.count(Reason::RecvError, 1);
+        if self.rx.is_empty() {
+            match self.rx.fill(self.ep.sock.as_raw_fd()) {
+                Some(0) => {}
+                Some(joined) => {
+                    self.counters[C_GRO] += joined;
+                    self.dirty = true;
+                }
+                None => self.count(Reason::RecvError, 1),
+            }
         }
         let start = HEADROOM - HEADER_LEN;
         let mut kept = batch.len();
@@ -979,9 +987,6 @@ impl VxlanPort {
         // than the socket gave it before.
         for _ in 0..room {
             let Some((at, n, g)) = self.rx.take() else { break };
-            if g.seg < g.len {
-                self.counters[C_GRO] += u64::from(at % RX_SLOT == 0);
-            }
             let slot = &mut batch.slots_mut()[kept];
             let verdict = match (g.truncated || n > HEADER_LEN + MAX_FRAME, g.from) {
                 (true, _) | (_, None) => Err(Reason::TooLong),
