@@ -21,6 +21,7 @@
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
+use clap::ValueEnum;
 use serde_json::{json, Value};
 
 use crate::bench_idle::percentile;
@@ -66,7 +67,7 @@ pub struct Args {
     #[arg(long, default_value_t = 2.0)]
     seconds: f64,
     /// The phases to run (the others' figures are null, with the reason); all by default.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = Phase::ALL)]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = Phase::value_variants().to_vec())]
     phases: Vec<Phase>,
 }
 
@@ -79,19 +80,10 @@ pub enum Phase {
     Vxlan,
 }
 
-impl Phase {
-    const ALL: [Phase; 4] = [Phase::Place, Phase::Failover, Phase::Drain, Phase::Vxlan];
-}
-
 impl std::fmt::Display for Phase {
+    /// The name `--phases` takes.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let n = match self {
-            Phase::Place => "place",
-            Phase::Failover => "failover",
-            Phase::Drain => "drain",
-            Phase::Vxlan => "vxlan",
-        };
-        f.write_str(n)
+        f.write_str(self.to_possible_value().expect("no phase is skipped").get_name())
     }
 }
 
@@ -413,11 +405,12 @@ fn brief<T>(r: &Outcome<T>, f: impl Fn(&T) -> String) -> String {
     r.as_ref().map_or_else(|e| format!("not measured: {}", e.0), f)
 }
 
-/// Runs one phase with the threads sampled; its error, with the hosts' logs, as text.
 fn not_asked(p: Phase) -> NotMeasured {
     NotMeasured(format!("not run: --phases leaves out {p}"))
 }
 
+/// Runs one phase with the threads sampled (unless `--phases` leaves it out); its error, with
+/// the hosts' logs, as text.
 fn phase<T>(
     lab: &mut FleetLab,
     cx: &mut Context,
@@ -604,12 +597,15 @@ fn drain(lab: &mut FleetLab, a: &Args) -> Result<DrainOut> {
     let seconds = t0.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_secs(1));
     let logs = p.stop(Duration::from_secs(1))?;
-    // Every counter of every host, beside the logs, to find where a lost probe went.
-    for i in 1..=fleet_lab::HOSTS {
+    // Every counter of every host, beside the logs that are kept, to find where a lost probe
+    // went.
+    if lab.keeps_logs() {
         let path = |p: String| lab.dir.join(p).to_string_lossy().into_owned();
-        let (file, state) = (path(format!("h{i}.yaml")), path(format!("h{i}")));
-        if let Ok(st) = lab.cli(&["status", &file, "--json", "--state-dir", &state]) {
-            let _ = std::fs::write(lab.dir.join(format!("h{i}-status-after-drain.json")), st);
+        for i in 1..=HOSTS {
+            let (file, state) = (path(format!("h{i}.yaml")), path(format!("h{i}")));
+            if let Ok(st) = lab.cli(&["status", &file, "--json", "--state-dir", &state]) {
+                let _ = std::fs::write(path(format!("h{i}-status-after-drain.json")), st);
+            }
         }
     }
     crate::ensure!(ok, "after the drain some VRs never answered again");

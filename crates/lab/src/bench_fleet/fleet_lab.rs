@@ -387,6 +387,12 @@ impl FleetLab {
         Ok(text(&o))
     }
 
+    /// Whether the bed's directory (logs, state, files) stays after the run
+    /// (`RPX_BENCH_KEEP=1`).
+    pub fn keeps_logs(&self) -> bool {
+        std::env::var_os("RPX_BENCH_KEEP").is_some()
+    }
+
     /// `routeplex ARGS`, failing with its output.
     pub fn cli(&self, args: &[&str]) -> Result<String> {
         let o = Command::new(&self.exe).args(args).output().context("running routeplex")?;
@@ -523,7 +529,7 @@ impl Drop for FleetLab {
                 .status();
         }
         let _ = Command::new("ip").args(["link", "del", &self.bridge]).status();
-        if std::env::var_os("RPX_BENCH_KEEP").is_none() {
+        if !self.keeps_logs() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
