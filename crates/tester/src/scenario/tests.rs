@@ -176,12 +176,19 @@ fn hostile_scenarios_give_short_errors() {
 }
 
 /// Runs `sc` (its quick form if `quick`) on fake DUTs, with the options all the runs here
-/// share: a short idle sleep for runner and DUTs alike, no progress lines.
+/// share: a short idle sleep for runner and DUTs alike, no progress lines, and a drain that
+/// waits half a second of quiet rather than 10 ms. The fake DUT is a thread of this loaded
+/// test process: CI once saw it off the CPU for the whole default quiet time after a trial,
+/// and the wire's 250 frames counted as lost. A trial that gets everything back ends at once.
 fn run_on_fakes(sc: &Scenario, quick: bool) -> ScenarioReport {
     let idle_sleep = Some(Duration::from_micros(20));
     let o = RunOptions {
         quick,
-        runner: RunnerOptions { idle_sleep, ..RunnerOptions::default() },
+        runner: RunnerOptions {
+            idle_sleep,
+            quiet: Duration::from_millis(500),
+            ..RunnerOptions::default()
+        },
         progress: false,
         placement: serde_json::json!({}),
         tool: "test".into(),
