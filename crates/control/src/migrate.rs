@@ -22,6 +22,11 @@
 //!    directly; the source keeps doing so until the switches have learned the move (no frame
 //!    for [`DRAIN_QUIET`], and at least [`DRAIN_MIN`] after the commit, the first three
 //!    announcement rounds; at most [`DRAIN_MAX`]), then removes its VR and ends the tunnel.
+//!    At the stop it also hands the VR's stations off in the switches it sits on
+//!    (`dataplane::Switch::hand_off`): the destination's announcements come back by the
+//!    switch's VXLAN member and move the stations there, and a third host's frames that
+//!    still arrive by that member (sent before that host learned) go to the VR's member and
+//!    through the tunnel instead of being dropped as `same_port`.
 //!
 //! A VR with a `control_plane` takes its mirror along: the snapshot carries the control plane,
 //! with `netns` and `migrate_netns` swapped when the latter is set (two hosts on one machine
@@ -370,11 +375,31 @@ pub struct FinalState {
     pub not_after_ns: Option<u64>,
 }
 
-/// The source's VR back as it was after a failed stop: no redirect, the neighbors it had,
-/// interfaces up; then announced, in case the destination's announcements moved the
-/// switches before it gave up.
+/// The switch ends of VR `vr`'s internal links, as (port in the VR's cell, the interface's
+/// MAC): where the source hands its stations off from its stop (`dataplane::Switch::hand_off`;
+/// a VR and the switches it sits on share a cell).
+fn switch_ends(node: &Node, vr: &str) -> Vec<(u16, wire::MacAddr)> {
+    let t = node.topology();
+    let Some(v) = t.vrs.iter().find(|v| v.name == vr) else { return Vec::new() };
+    let rt = node.runtime();
+    let end = |i: &dataplane::config::IfaceConfig| {
+        let crate::topology::PortKind::Link { peer } = t.ports.get(usize::from(i.port))?.kind
+        else {
+            return None;
+        };
+        let name = &t.ports.get(usize::from(peer))?.name;
+        let p = rt.cell_ports(rt.cell_of_port(name)?).iter().rposition(|n| n == name)?;
+        Some((u16::try_from(p).ok()?, i.mac))
+    };
+    v.interfaces.iter().filter_map(end).collect()
+}
+
+/// The source's VR back as it was after a failed stop: no redirect, its stations no longer
+/// handed off, the neighbors it had, interfaces up; then announced, in case the destination's
+/// announcements moved the switches before it gave up.
 fn resume(node: &Node, vr: &str, learned: &[SnapNeighbor]) -> Result<(), ControlError> {
     let n = node.topology().vrs.iter().find(|v| v.name == vr).map_or(0, |v| v.interfaces.len());
+    let ends = switch_ends(node, vr);
     // Its own table's rows: they parse and are individual addresses (it learned them).
     let neighbors = snapshot::restored_neighbors(learned).unwrap_or_default();
     let st = dataplane::RestoredState {
@@ -384,6 +409,9 @@ fn resume(node: &Node, vr: &str, learned: &[SnapNeighbor]) -> Result<(), Control
     };
     node.runtime().on_vr(vr, move |c, v| {
         let _ = c.set_redirect(v, None);
+        for &(p, _) in &ends {
+            let _ = c.end_hand_off(p);
+        }
         let _ = c.change_vr(v, dataplane::VrChange::Restore(Box::new(st)));
         for i in 0..n {
             let _ = c.change_vr(v, dataplane::VrChange::Up(i as u16, true));
@@ -458,7 +486,9 @@ pub fn migrate(node: &mut Node, vr: &str, to: SocketAddr) -> Result<Migrated, Co
         None => (None, None),
     };
     let counts = redirect.as_ref().map(|t| t.counts.clone());
-    let (rows, counters) = node.runtime().on_vr(vr, move |c, v| {
+    // Only with a tunnel: without one, what reaches the source is dropped anyway.
+    let ends = if redirect.is_some() { switch_ends(node, vr) } else { Vec::new() };
+    let (rows, counters, refused) = node.runtime().on_vr(vr, move |c, v| {
         // The neighbors first: taking an interface down flushes its own.
         let rows = match c.change_vr(v, dataplane::VrChange::Neighbors) {
             Ok(dataplane::VrAnswer::Neighbors(r)) => r,
@@ -467,11 +497,20 @@ pub fn migrate(node: &mut Node, vr: &str, to: SocketAddr) -> Result<Migrated, Co
         if let Some(t) = redirect {
             let _ = c.set_redirect(v, Some(Box::new(t)));
         }
+        let refused: Vec<String> = ends
+            .iter()
+            .filter_map(|&(p, mac)| c.hand_off_station(p, mac).err())
+            .map(|e| e.0)
+            .collect();
         for i in 0..n {
             let _ = c.change_vr(v, dataplane::VrChange::Up(i as u16, false));
         }
-        (rows, *c.vrs()[v].counters())
+        (rows, *c.vrs()[v].counters(), refused)
     })?;
+    for e in refused {
+        // Not fatal: frames a third host sends during the switches' learning may be lost.
+        warn!(vr, error = %e, "migration: a station could not be handed off");
+    }
     let learned = snapshot::learned(rows);
     let bound = cfg.stop_timeout;
     let done = (|| {

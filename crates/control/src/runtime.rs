@@ -347,6 +347,7 @@ impl SwitchStatus {
                 learned: c.learned,
                 moved: c.moved,
                 move_refused: c.move_refused,
+                handed_back: c.handed_back,
                 learn_limited: c.learn_limited,
                 aged: c.aged,
                 snooped: c.snooped,

@@ -1165,6 +1165,27 @@ impl Cell {
         Ok(())
     }
 
+    /// Station `mac` is leaving the switch member on port `p` (see
+    /// [`crate::Switch::hand_off`]).
+    pub fn hand_off_station(&mut self, p: u16, mac: wire::MacAddr) -> Result<(), BuildError> {
+        let sw = self.switch_on(p)?;
+        sw.hand_off(p, mac).map_err(|e| BuildError(e.0))
+    }
+
+    /// Ends the hand-offs from the switch member on port `p` (see
+    /// [`crate::Switch::end_hand_off`]).
+    pub fn end_hand_off(&mut self, p: u16) -> Result<usize, BuildError> {
+        let sw = self.switch_on(p)?;
+        sw.end_hand_off(p).map_err(|e| BuildError(e.0))
+    }
+
+    fn switch_on(&mut self, p: u16) -> Result<&mut Switch, BuildError> {
+        match self.member_of.get(usize::from(p)) {
+            Some(&Some((s, _))) => Ok(&mut self.switches[usize::from(s)]),
+            _ => Err(BuildError(format!("port {p} of the cell is in no switch"))),
+        }
+    }
+
     /// Removes VR `v` and returns it; its ports stay in the cell (frames for it are then
     /// dropped at demux as `not_for_us`).
     pub fn remove_vr(&mut self, v: usize) -> Result<Vr, BuildError> {

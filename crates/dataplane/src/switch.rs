@@ -138,6 +138,9 @@ pub struct SwitchCounters {
     pub moved: u64,
     /// Stations a static entry pins elsewhere: not moved.
     pub move_refused: u64,
+    /// Frames for a station handed off ([`Switch::hand_off`]) that arrived by the member it
+    /// is now learned on, sent to the member it left instead of dropped (`same_port`).
+    pub handed_back: u64,
     /// Sources not learned because the table held `mac_limit` dynamic entries.
     pub learn_limited: u64,
     /// Entries removed by aging.
@@ -172,6 +175,14 @@ struct Entry {
     member: u16,
     seen: u64,
     fixed: bool,
+    /// The member the station is leaving ([`Switch::hand_off`]), or `NONE`.
+    away: u16,
+}
+
+impl Entry {
+    fn learned(member: u16, seen: u64) -> Entry {
+        Entry { member, seen, fixed: false, away: NONE }
+    }
 }
 
 /// A row of the MAC table, for `show` and test dumps.
@@ -181,6 +192,8 @@ pub struct MacRow {
     pub mac: MacAddr,
     pub member: u16,
     pub fixed: bool,
+    /// The member the station is being handed off from ([`Switch::hand_off`]).
+    pub away: Option<u16>,
 }
 
 /// One registered multicast group.
@@ -399,7 +412,8 @@ impl Switch {
                     s.mac, s.vlan, s.member
                 ));
             }
-            table.insert(key(s.vlan, s.mac), Entry { member: s.member, seen: 0, fixed: true });
+            let e = Entry { fixed: true, ..Entry::learned(s.member, 0) };
+            table.insert(key(s.vlan, s.mac), e);
         }
         Ok(Switch {
             name: cfg.name.clone(),
@@ -469,23 +483,31 @@ impl Switch {
         Ok(())
     }
 
+    /// The member on port `port`.
+    fn member_on(&self, port: PortId) -> Result<u16, SwitchError> {
+        match self.member_at.get(usize::from(port)) {
+            Some(&m) if m != NONE => Ok(m),
+            _ => Err(SwitchError(format!("switch {}: port {port} is not a member", self.name))),
+        }
+    }
+
     /// Takes the member on port `port` out (a VR leaving the switch): from the next burst
-    /// nothing is flooded or forwarded to it, and what was learned or snooped on it is
-    /// forgotten. The other members keep their numbers and entries; the port then belongs to
-    /// no member (its number is not reused). A member with static entries stays. On error
-    /// nothing changes.
+    /// nothing is flooded or forwarded to it, and what was learned or snooped on it, and the
+    /// hand-offs from it, are forgotten. The other members keep their numbers and entries;
+    /// the port then belongs to no member (its number is not reused). A member with static
+    /// entries stays. On error nothing changes.
     pub fn remove_member_on(&mut self, port: PortId) -> Result<(), SwitchError> {
-        let err = |m: String| Err(SwitchError(format!("switch {}: {m}", self.name)));
-        let i = match self.member_at.get(usize::from(port)) {
-            Some(&m) if m != NONE => m,
-            _ => return err(format!("port {port} is not a member")),
-        };
+        let i = self.member_on(port)?;
         if self.table.values().any(|e| e.fixed && e.member == i) {
-            return err(format!("member {i} (port {port}) has static entries"));
+            return Err(SwitchError(format!(
+                "switch {}: member {i} (port {port}) has static entries",
+                self.name
+            )));
         }
         let before = self.table.len();
         self.table.retain(|_, e| e.member != i);
         self.dynamic -= (before - self.table.len()) as u32;
+        self.end_hand_off_from(i);
         for set in self.flood_sets.values_mut() {
             if set.contains(&i) {
                 *set = set.iter().copied().filter(|&m| m != i).collect();
@@ -502,6 +524,57 @@ impl Switch {
         self.member_at[usize::from(port)] = NONE;
         self.members[usize::from(i)].gone = true;
         Ok(())
+    }
+
+    /// Station `mac` is leaving the member on port `port`: its VR moves to another host live,
+    /// and from its stop until it is removed here what reaches its member goes on to the
+    /// destination. Until that member leaves or [`Switch::end_hand_off`], a frame for the
+    /// station that arrives by the member it is learned on is sent to the member it left
+    /// (`handed_back`) instead of dropped as `same_port`.
+    ///
+    /// Why: the destination's announcements reach this switch through its tunnel member
+    /// (VXLAN) and move the station there, while frames a third host sent before it learned
+    /// of the move still arrive through that same member. Learning stays as it is, so this
+    /// host's own members reach the station at its new place directly. A station not in the
+    /// table is learned on the member now (when the table has room; unknown, it is flooded,
+    /// and so reaches the member anyway). On error nothing changes.
+    pub fn hand_off(&mut self, port: PortId, mac: MacAddr) -> Result<(), SwitchError> {
+        let m = self.member_on(port)?;
+        if !mac.is_unicast() {
+            return Err(SwitchError(format!("switch {}: {mac} is not a station", self.name)));
+        }
+        let vlans: Vec<u16> = match &self.members[usize::from(m)].mode {
+            MemberMode::Access { vlan } => vec![*vlan],
+            MemberMode::Trunk { vlans, native } => vlans.iter().copied().chain(*native).collect(),
+        };
+        for v in vlans {
+            match self.table.get_mut(&key(v, mac)) {
+                Some(e) => e.away = m,
+                None if self.dynamic < self.limit => {
+                    let e = Entry { away: m, ..Entry::learned(m, self.now) };
+                    self.table.insert(key(v, mac), e);
+                    self.dynamic += 1;
+                }
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the hand-offs from the member on port `port` (a move that failed: its VR runs
+    /// here again). Returns how many stations it ended.
+    pub fn end_hand_off(&mut self, port: PortId) -> Result<usize, SwitchError> {
+        let m = self.member_on(port)?;
+        Ok(self.end_hand_off_from(m))
+    }
+
+    fn end_hand_off_from(&mut self, m: u16) -> usize {
+        let mut n = 0;
+        for e in self.table.values_mut().filter(|e| e.away == m) {
+            e.away = NONE;
+            n += 1;
+        }
+        n
     }
 
     /// The members still on the switch (those not taken out): (member number, port).
@@ -569,6 +642,7 @@ impl Switch {
                 mac: MacAddr::from_bytes(&k.to_be_bytes()[2..]),
                 member: e.member,
                 fixed: e.fixed,
+                away: (e.away != NONE).then_some(e.away),
             })
             .collect();
         v.sort_by_key(|r| (r.vlan, r.mac));
@@ -668,7 +742,14 @@ impl Switch {
             return None;
         }
         match self.table.get(&key(vlan, h.dst)) {
-            Some(e) if e.member == from => self.drop(from, SwitchDrop::SamePort),
+            Some(e) if e.member == from && (e.away == NONE || e.away == from) => {
+                self.drop(from, SwitchDrop::SamePort)
+            }
+            Some(e) if e.member == from => {
+                let away = e.away;
+                self.counters.handed_back += 1;
+                return Some(away);
+            }
             Some(e) => return Some(e.member),
             None => {
                 self.counters.miss += 1;
@@ -699,7 +780,7 @@ impl Switch {
                 e.seen = now;
             }
             None if self.dynamic < self.limit => {
-                self.table.insert(k, Entry { member: from, seen: now, fixed: false });
+                self.table.insert(k, Entry::learned(from, now));
                 self.dynamic += 1;
                 self.counters.learned += 1;
             }

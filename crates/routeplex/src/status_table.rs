@@ -383,7 +383,7 @@ mod tests {
             name: "sw".into(),
             counters: serde_json::from_str(
                 r#"{"rx":0,"forwarded":0,"flooded":0,"flood_copies":0,"miss":0,"learned":0,
-                "moved":0,"move_refused":0,"learn_limited":0,"aged":0,"snooped":0,
+                "moved":0,"move_refused":0,"handed_back":0,"learn_limited":0,"aged":0,"snooped":0,
                 "snooped_copies":0,"joins":0,"leaves":0,"expired":0,"queries":0,"groups_full":0}"#,
             )
             .unwrap(),

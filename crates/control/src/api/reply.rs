@@ -242,6 +242,10 @@ pub struct SwitchCountersRow {
     pub learned: u64,
     pub moved: u64,
     pub move_refused: u64,
+    /// Frames sent on to a VR moving away live (see `dataplane::Switch::hand_off`); absent
+    /// from a daemon older than the field.
+    #[serde(default)]
+    pub handed_back: u64,
     pub learn_limited: u64,
     pub aged: u64,
     pub snooped: u64,

@@ -99,7 +99,12 @@ fn start(text: &str, file: &Path) -> Node {
 
 /// A destination host: its node served on a control socket, and a migration listener.
 fn start_dest(dir: &Path, secret: &str, peers: Vec<IpAddr>) -> Served {
-    let node = start(DEST, &dir.join("dst.yaml"));
+    start_dest_with(dir, DEST, secret, peers)
+}
+
+/// [`start_dest`] with topology `text`.
+fn start_dest_with(dir: &Path, text: &str, secret: &str, peers: Vec<IpAddr>) -> Served {
+    let node = start(text, &dir.join("dst.yaml"));
     let sock = dir.join("control.sock");
     let access = Access { owner: unsafe_free_euid(), status_gid: None };
     let l = daemon::bind(&sock, &access).unwrap();
@@ -637,6 +642,140 @@ fn full_table_migration_figures() {
         "{{\"routes\":{},\"fib_ipv4_at_destination\":{v4},\"wall_ms\":{wall:.1},\"migrate\":{r},\"limits\":\"debug-assertion test profile (opt-level 2), loopback TCP, one process, shared 2-CPU machine\"}}",
         r.json()["routes"]
     );
+    dst.stop().unwrap();
+    src.stop().unwrap();
+}
+
+/// Three hosts on one VXLAN segment over loopback: the source and the destination are
+/// routeplex hosts (a switch with a vxlan member, and on the source VR `r` on the switch), the
+/// third is this test, a bare UDP socket that never learns: it keeps sending its pings to
+/// the source's VTEP, as a host does until the destination's announcements reach it. The
+/// destination's announcements reach the source by the same vxlan member, and move the VR's
+/// station there; the third host's pings that arrive after that must still reach the VR
+/// (handed back to its member and on through the handoff tunnel) rather than be dropped as
+/// `same_port`. Every ping is answered, and the source's switch counts each one sent after
+/// the announcement as `handed_back`.
+#[test]
+fn pings_from_a_host_that_has_not_learned_the_move_reach_the_moved_vr() {
+    use etherparse::{Icmpv4Type, NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
+    use std::net::UdpSocket;
+    const VR_MAC: [u8; 6] = [2, 0, 0, 0, 0x0a, 0];
+    const C_MAC: [u8; 6] = [2, 0, 0, 0, 0x0c, 3];
+    let d = TempDir::new("third");
+    let port = 20_000 + (std::process::id() % 20_000) as u16;
+    let segment = |local: u8, remotes: &str| {
+        format!(
+            "ports:\n  - {{ name: vx, kind: vxlan, vni: 42, local: 127.0.0.{local}, remotes: [{remotes}], dstport: {port} }}\n\
+             switches:\n  - {{ name: seg, members: [{{ port: vx }}] }}\n"
+        )
+    };
+    let src_text = format!(
+        "workers: 1\nmigration: {{ secret: {SECRET}, stop_timeout_ms: 5000 }}\n{}\
+         vrs:\n  - name: r\n    interfaces:\n      \
+         - {{ name: e0, switch: seg, mac: 02:00:00:00:0a:00, addresses: [10.9.0.1/24] }}\n    \
+         neighbors:\n      - {{ address: 10.9.0.3, mac: 02:00:00:00:0c:03, interface: e0 }}\n",
+        segment(1, "127.0.0.2, 127.0.0.3")
+    );
+    let mut src = start(&src_text, &d.0.join("src.yaml"));
+    let dest = start_dest_with(
+        &d.0,
+        &format!("workers: 1\n{}", segment(2, "127.0.0.1, 127.0.0.3")),
+        SECRET,
+        vec!["127.0.0.1".parse().unwrap()],
+    );
+    let c = UdpSocket::bind(("127.0.0.3", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+    let ping = |seq: u16| {
+        let mut v = vec![0x08, 0, 0, 0, 0, 0, 42, 0];
+        PacketBuilder::ethernet2(C_MAC, VR_MAC)
+            .ipv4([10, 9, 0, 3], [10, 9, 0, 1], 64)
+            .icmpv4_echo_request(7, seq)
+            .write(&mut v, &[0x5a; 32])
+            .unwrap();
+        c.send_to(&v, ("127.0.0.1", port)).unwrap();
+    };
+    // What arrives: an echo reply's sequence number, or the destination's announcement (an
+    // ARP frame from the VR's MAC sent by the destination's VTEP).
+    enum Got {
+        Reply(u16),
+        Announced,
+    }
+    let recv = || -> Option<Got> {
+        let mut buf = [0u8; 2048];
+        let (n, from) = c.recv_from(&mut buf).ok()?;
+        let p = SlicedPacket::from_ethernet(buf.get(8..n)?).ok()?;
+        let eth = p.link.as_ref()?.to_header()?;
+        let eth = match eth {
+            etherparse::LinkHeader::Ethernet2(e) => e,
+            _ => return None,
+        };
+        if eth.ether_type == etherparse::EtherType::ARP && eth.source == VR_MAC {
+            return (from.ip() == IpAddr::from([127, 0, 0, 2])).then_some(Got::Announced);
+        }
+        match (&p.net, &p.transport) {
+            (Some(NetSlice::Ipv4(_)), Some(TransportSlice::Icmpv4(i))) => match i.icmp_type() {
+                Icmpv4Type::EchoReply(e) if e.id == 7 => Some(Got::Reply(e.seq)),
+                _ => None,
+            },
+            _ => None,
+        }
+    };
+    // The path works before the move: the source's VR answers (its switch learns C).
+    let t0 = Instant::now();
+    let mut answered = std::collections::BTreeSet::new();
+    while !answered.contains(&0) {
+        assert!(t0.elapsed() < Duration::from_secs(5), "no answer from the source's VR");
+        ping(0);
+        for _ in 0..50 {
+            if let Some(Got::Reply(s)) = recv() {
+                answered.insert(s);
+            }
+        }
+    }
+    let to = dest.addr().to_string();
+    let mover = std::thread::spawn(move || {
+        let r = src.execute(Command::Migrate { vr: "r".into(), to });
+        (src, r)
+    });
+    // A ping every 5 ms until 20 have gone after the announcement (100 ms, within the
+    // source's drain), then nothing: the source then ends its drain and removes its VR.
+    let (mut seq, mut after) = (1u16, None::<u16>);
+    let mut next = Instant::now();
+    while after.is_none_or(|a| seq < a + 20) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no announcement from the destination");
+        if Instant::now() >= next {
+            ping(seq);
+            seq += 1;
+            next += Duration::from_millis(5);
+        }
+        match recv() {
+            Some(Got::Reply(s)) => {
+                answered.insert(s);
+            }
+            Some(Got::Announced) if after.is_none() => after = Some(seq),
+            _ => {}
+        }
+    }
+    let (src, r) = mover.join().unwrap();
+    let r = r.unwrap();
+    let quiet = Instant::now();
+    while answered.len() < usize::from(seq) && quiet.elapsed() < Duration::from_secs(2) {
+        if let Some(Got::Reply(s)) = recv() {
+            answered.insert(s);
+        }
+    }
+    let missing: Vec<u16> = (0..seq).filter(|s| !answered.contains(s)).collect();
+    let status = serde_json::to_value(src.status().unwrap()).unwrap();
+    let sw = &status["switches"][0];
+    assert!(missing.is_empty(), "pings not answered: {missing:?} of 0..{seq} (announced before {after:?})\nmigration {r}\nsource's switch {sw:#}");
+    // Exact: the destination's flood lists the source first among its remotes, so the
+    // source has the announcement queued before this socket can see its own copy.
+    let after = after.unwrap();
+    assert_eq!(sw["counters"]["handed_back"], u64::from(seq - after), "{sw:#}");
+    assert!(r.json()["forwarded"].as_u64().unwrap() >= u64::from(seq - after), "{r}");
+    assert!(src.table("r").is_none(), "the source still has the VR");
+    let mut dst = dest.finish();
+    assert!(all_up(&vr(&mut dst, "r")));
     dst.stop().unwrap();
     src.stop().unwrap();
 }

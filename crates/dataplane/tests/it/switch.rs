@@ -327,3 +327,79 @@ fn a_port_added_to_a_running_switch_and_closed_again() {
     );
     assert!(l.e.cell_mut().close_port(0).is_err(), "a member port is not closed");
 }
+
+/// A VR moving away live: its station A on m0 is handed off. The destination's announcement
+/// arrives by the trunk (the tunnel member) and moves A there; a frame for A that still
+/// arrives by the trunk (sent before its host learned) goes back to m0 instead of being
+/// dropped, while a local member's frame goes to the trunk. Ended, or m0 gone, the same
+/// frame is a `same_port` drop again.
+#[test]
+fn a_station_handed_off_gets_what_still_arrives_by_its_new_member() {
+    let mut l = Lab::new(16);
+    l.send(0, frame(BCAST, A, None, 1));
+    l.want.rx += 1;
+    l.want.flooded += 1;
+    l.want.flood_copies += 2;
+    l.want.learned += 1;
+    l.check(
+        "A on m0",
+        vec![none(), vec![frame(BCAST, A, None, 1)], none(), vec![frame(BCAST, A, Some(10), 1)]],
+    );
+    let cell = l.e.cell_mut();
+    cell.hand_off_station(0, MacAddr(A)).unwrap();
+    // C, never seen, is learned on m0 by the hand-off; a multicast MAC or a port in no switch
+    // is refused.
+    cell.hand_off_station(0, MacAddr(C)).unwrap();
+    assert!(cell.hand_off_station(0, MacAddr(BCAST)).is_err());
+    assert!(cell.hand_off_station(9, MacAddr(A)).is_err());
+    let away: Vec<_> =
+        l.e.switches()[0].table().iter().map(|r| (r.mac.0, r.member, r.away)).collect();
+    assert_eq!(away, vec![(S, 1, None), (A, 0, Some(0)), (C, 0, Some(0))]);
+
+    // The announcement from the trunk moves A there and floods to m0 and m1.
+    l.send(3, frame(BCAST, A, Some(10), 2));
+    l.want.rx += 1;
+    l.want.moved += 1;
+    l.want.flooded += 1;
+    l.want.flood_copies += 2;
+    l.check(
+        "announcement",
+        vec![vec![frame(BCAST, A, None, 2)], vec![frame(BCAST, A, None, 2)], none(), none()],
+    );
+
+    // D's frame to A, by the trunk: handed back to m0 (not `same_port`).
+    l.send(3, frame(A, D, Some(10), 3));
+    l.want.rx += 1;
+    l.want.learned += 1;
+    l.want.forwarded += 1;
+    l.want.handed_back += 1;
+    l.check("handed back", vec![vec![frame(A, D, None, 3)], none(), none(), none()]);
+
+    // B's frame to A, from m1: to A's new place.
+    l.send(1, frame(A, B, None, 4));
+    l.want.rx += 1;
+    l.want.learned += 1;
+    l.want.forwarded += 1;
+    l.check("local to the new place", vec![none(), none(), none(), vec![frame(A, B, Some(10), 4)]]);
+
+    // Ended (a failed move): the trunk's frame to A is dropped as before.
+    assert_eq!(l.e.cell_mut().end_hand_off(0).unwrap(), 2);
+    l.send(3, frame(A, D, Some(10), 5));
+    l.want.rx += 1;
+    l.want.drops[SwitchDrop::SamePort as usize] += 1;
+    l.check("ended", vec![none(), none(), none(), none()]);
+
+    // Handed off again, then m0 leaves the switch (the VR removed): the hand-off goes with it.
+    l.e.cell_mut().hand_off_station(0, MacAddr(A)).unwrap();
+    l.send(3, frame(A, D, Some(10), 6));
+    l.want.rx += 1;
+    l.want.forwarded += 1;
+    l.want.handed_back += 1;
+    l.check("again", vec![vec![frame(A, D, None, 6)], none(), none(), none()]);
+    l.e.cell_mut().remove_switch_member(0, 0).unwrap();
+    assert!(l.e.switches()[0].table().iter().all(|r| r.away.is_none()), "{:?}", l.table());
+    l.send(3, frame(A, D, Some(10), 7));
+    l.want.rx += 1;
+    l.want.drops[SwitchDrop::SamePort as usize] += 1;
+    l.check("member gone", vec![none(), none(), none(), none()]);
+}
