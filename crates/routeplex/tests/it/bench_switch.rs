@@ -21,10 +21,37 @@ fn bench(args: &[&str]) -> std::process::Output {
 }
 
 fn json(args: &[&str]) -> serde_json::Value {
+    for _ in 0..2 {
+        let j = json_once(args);
+        if !worker_never_ran(&j) {
+            return j;
+        }
+        // Seen in CI beside other test binaries: 0.2 s in which the switch's worker (pinned
+        // to CPU 1) neither ran nor blocked, its CPU given to nothing of this machine's (the
+        // VM's second CPU not running): the run measured nothing of the switch.
+        eprintln!("{args:?}: the switch's worker never ran during the run (read back from /proc); once more: {j}");
+    }
+    json_once(args)
+}
+
+fn json_once(args: &[&str]) -> serde_json::Value {
     let o = bench(args);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{args:?} failed: {}{out}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {out}"))
+}
+
+/// Whether the run delivered nothing while the switch's worker had no CPU time and no
+/// context switch at all in the placement read back from /proc.
+fn worker_never_ran(j: &serde_json::Value) -> bool {
+    let threads = j["placement"]["threads"].as_array().into_iter().flatten();
+    let worker = threads.into_iter().find(|t| t["role"] == "switch worker");
+    j["mpps"].as_f64() == Some(0.0)
+        && worker.is_some_and(|t| {
+            t["busy"].as_f64() == Some(0.0)
+                && t["context_switches"]["voluntary"] == 0
+                && t["context_switches"]["involuntary"] == 0
+        })
 }
 
 #[test]
