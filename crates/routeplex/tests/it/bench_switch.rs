@@ -74,8 +74,16 @@ fn flooding_reaches_the_sinks_without_duplicates() {
     let total = j["total_mpps"].as_f64().unwrap();
     assert!(j["mpps"].as_f64().unwrap() > 0.0, "{j}");
     assert_eq!(j["destinations"].as_u64(), Some(3), "{j}");
-    // A flooded frame reaches each of the 3 sinks at most once: no copy is made twice.
-    assert!(total <= 3.0 * offered * 1.001, "{total} Mpps delivered from {offered} offered: {j}");
+    // A flooded frame reaches each of the 3 sinks at most once: no copy is made twice. The
+    // window may also deliver what the warm-up left in flight, at most the ring into the
+    // switch (1,024 slots) and one burst of its worker (256): CI once saw 40 frames' worth of
+    // copies more than 3 × offered, the generator given 20 % of its CPU.
+    let secs = j["seconds"].as_f64().unwrap();
+    let (copies, frames) = (total * 1e6 * secs, offered * 1e6 * secs);
+    assert!(
+        copies <= 3.0 * (frames + 1280.0),
+        "{copies:.0} copies delivered from {frames:.0} frames offered: {j}"
+    );
     assert_eq!(j["batch"].as_u64(), Some(32), "{j}");
 }
 
