@@ -60,6 +60,16 @@ pub enum MemberMode {
     Trunk { vlans: Vec<u16>, native: Option<u16> },
 }
 
+impl MemberMode {
+    /// The VLANs it carries: its access VLAN, or a trunk's tagged ones and its native one.
+    fn vlans(&self) -> Vec<u16> {
+        match self {
+            MemberMode::Access { vlan } => vec![*vlan],
+            MemberMode::Trunk { vlans, native } => vlans.iter().copied().chain(*native).collect(),
+        }
+    }
+}
+
 /// One member of a switch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemberConfig {
@@ -385,13 +395,7 @@ impl Switch {
         }
         let mut flood_sets: FxHashMap<u16, Vec<u16>> = FxHashMap::default();
         for (i, m) in cfg.members.iter().enumerate() {
-            let vlans: Vec<u16> = match &m.mode {
-                MemberMode::Access { vlan } => vec![*vlan],
-                MemberMode::Trunk { vlans, native } => {
-                    vlans.iter().copied().chain(*native).collect()
-                }
-            };
-            for v in vlans {
+            for v in m.mode.vlans() {
                 if !(1..=4094).contains(&v) {
                     return err(format!(
                         "member {i} (port {}) has VLAN {v}, outside 1..=4094",
@@ -458,10 +462,7 @@ impl Switch {
         if self.member_at.get(usize::from(port)).is_some_and(|&m| m != NONE) {
             return err(format!("port {port} is already a member"));
         }
-        let vlans: Vec<u16> = match &mode {
-            MemberMode::Access { vlan } => vec![*vlan],
-            MemberMode::Trunk { vlans, native } => vlans.iter().copied().chain(*native).collect(),
-        };
+        let vlans = mode.vlans();
         if let Some(v) = vlans.iter().find(|v| !(1..=4094).contains(*v)) {
             return err(format!("new member (port {port}) has VLAN {v}, outside 1..=4094"));
         }
@@ -543,11 +544,7 @@ impl Switch {
         if !mac.is_unicast() {
             return Err(SwitchError(format!("switch {}: {mac} is not a station", self.name)));
         }
-        let vlans: Vec<u16> = match &self.members[usize::from(m)].mode {
-            MemberMode::Access { vlan } => vec![*vlan],
-            MemberMode::Trunk { vlans, native } => vlans.iter().copied().chain(*native).collect(),
-        };
-        for v in vlans {
+        for v in self.members[usize::from(m)].mode.vlans() {
             match self.table.get_mut(&key(v, mac)) {
                 Some(e) => e.away = m,
                 None if self.dynamic < self.limit => {

@@ -103,6 +103,28 @@ impl Lab {
     }
 }
 
+impl Lab {
+    /// A broadcast from A (m0, VLAN 10) reaches the other VLAN 10 members only: m1 untagged,
+    /// the trunk tagged 10; m2 (VLAN 20) sees nothing. A is learned on m0.
+    #[track_caller]
+    fn broadcast_from_a(&mut self, step: &str) {
+        self.send(0, frame(BCAST, A, None, 1));
+        self.want.rx += 1;
+        self.want.flooded += 1;
+        self.want.flood_copies += 2;
+        self.want.learned += 1;
+        self.check(
+            step,
+            vec![
+                none(),
+                vec![frame(BCAST, A, None, 1)],
+                none(),
+                vec![frame(BCAST, A, Some(10), 1)],
+            ],
+        );
+    }
+}
+
 fn none() -> Vec<Vec<u8>> {
     Vec::new()
 }
@@ -110,18 +132,7 @@ fn none() -> Vec<Vec<u8>> {
 #[test]
 fn learning_aging_moves_flooding_and_vlan_separation() {
     let mut l = Lab::new(16);
-
-    // A broadcast from A (m0, VLAN 10) reaches the other VLAN 10 members only: m1 untagged,
-    // the trunk tagged 10; m2 (VLAN 20) sees nothing. A is learned.
-    l.send(0, frame(BCAST, A, None, 1));
-    l.want.rx += 1;
-    l.want.flooded += 1;
-    l.want.flood_copies += 2;
-    l.want.learned += 1;
-    l.check(
-        "broadcast",
-        vec![none(), vec![frame(BCAST, A, None, 1)], none(), vec![frame(BCAST, A, Some(10), 1)]],
-    );
+    l.broadcast_from_a("broadcast");
     assert_eq!(l.table(), vec![(10, S, 1, true), (10, A, 0, false)]);
 
     // B answers A from m1: known unicast, one port, the very frame. B is learned.
@@ -336,15 +347,7 @@ fn a_port_added_to_a_running_switch_and_closed_again() {
 #[test]
 fn a_station_handed_off_gets_what_still_arrives_by_its_new_member() {
     let mut l = Lab::new(16);
-    l.send(0, frame(BCAST, A, None, 1));
-    l.want.rx += 1;
-    l.want.flooded += 1;
-    l.want.flood_copies += 2;
-    l.want.learned += 1;
-    l.check(
-        "A on m0",
-        vec![none(), vec![frame(BCAST, A, None, 1)], none(), vec![frame(BCAST, A, Some(10), 1)]],
-    );
+    l.broadcast_from_a("A on m0");
     let cell = l.e.cell_mut();
     cell.hand_off_station(0, MacAddr(A)).unwrap();
     // C, never seen, is learned on m0 by the hand-off; a multicast MAC or a port in no switch
