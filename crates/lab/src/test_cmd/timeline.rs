@@ -52,6 +52,9 @@ const IN_FLIGHT: Duration = Duration::from_millis(50);
 /// How long receivers wait for late probes after the last was sent.
 const DRAIN: Duration = Duration::from_millis(500);
 
+/// An action that took this long (ms) is named in the text report.
+const SLOW_ACTION_MS: f64 = 50.0;
+
 const PHASE_WARM: u8 = 0;
 const PHASE_RUN: u8 = 1;
 const PHASE_STOP: u8 = 2;
@@ -194,17 +197,22 @@ fn execute(tl: &Timeline) -> Result<Value> {
     let _ = shared.t0.set(t0);
     shared.phase.store(PHASE_RUN, Ordering::Release);
     let mut applied_ns = Vec::with_capacity(tl.actions.len());
+    let mut took_ns = Vec::with_capacity(tl.actions.len());
     let mut results = Vec::with_capacity(tl.actions.len());
     let end = Duration::from_secs_f64(tl.duration);
     let mut next = 0;
+    let mut pace = Pace::new(t0);
     while next < tl.actions.len() || t0.elapsed() < end {
         while next < tl.actions.len() && t0.elapsed().as_secs_f64() >= tl.actions[next].at {
-            applied_ns.push(t0.elapsed().as_nanos() as u64);
+            let at = t0.elapsed();
+            applied_ns.push(at.as_nanos() as u64);
             let r = apply(&mut lab, &tl.actions[next].what);
+            took_ns.push((t0.elapsed() - at).as_nanos() as u64);
             results.push(r.unwrap_or_else(|e| json!({ "error": e.to_string() })));
             next += 1;
         }
-        sync_for(lab.node(), Duration::from_millis(2));
+        node_sync(lab.node(), &mut pace);
+        std::thread::sleep(Duration::from_millis(2));
     }
     let mut sent = Vec::new();
     // Senders end by themselves after their last probe.
@@ -220,7 +228,8 @@ fn execute(tl: &Timeline) -> Result<Value> {
     let sent: Vec<Vec<u64>> = sent.into_iter().collect::<Result<_>>()?;
     let got: Vec<(Vec<bool>, u64)> = got.into_iter().collect::<Result<_>>()?;
     let status = serde_json::to_value(lab.node().status().map_err(|e| format_err!("{e}"))?)?;
-    Ok(report(tl, converged_s, &applied_ns, &results, &sent, &got, &status))
+    let run = Run { converged_s, applied_ns, took_ns, results, pace: pace.json() };
+    Ok(report(tl, &run, &sent, &got, &status))
 }
 
 /// Refuses a timeline whose names the topology lacks, before anything is made.
@@ -302,6 +311,40 @@ fn sync_for(node: &mut Node, d: Duration) {
         }
         std::thread::sleep((end - now).min(Duration::from_millis(2)));
     }
+}
+
+/// How steadily the runner kept the control planes' routes flowing from time 0: the longest
+/// time between two sync passes and when it ended. An action that blocks, or a machine that
+/// keeps the runner off its CPU, holds every route change back that long.
+struct Pace {
+    t0: Instant,
+    last: Instant,
+    longest: Duration,
+    ended: Duration,
+}
+
+impl Pace {
+    fn new(t0: Instant) -> Pace {
+        Pace { t0, last: t0, longest: Duration::ZERO, ended: Duration::ZERO }
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "longest_sync_gap_ms": self.longest.as_secs_f64() * 1e3,
+            "ended_ms": self.ended.as_secs_f64() * 1e3,
+        })
+    }
+}
+
+/// One sync pass, timed into `pace`.
+fn node_sync(node: &mut Node, pace: &mut Pace) {
+    node.sync_control_planes();
+    let now = Instant::now();
+    if now - pace.last > pace.longest {
+        pace.longest = now - pace.last;
+        pace.ended = now - pace.t0;
+    }
+    pace.last = now;
 }
 
 /// Applies one action through the API's commands (killing a daemon is the runner's own).
@@ -448,13 +491,21 @@ fn receiver(
     })
 }
 
+/// What the main thread recorded of the run.
+struct Run {
+    converged_s: f64,
+    /// When each action began and how long it took (ns from time 0).
+    applied_ns: Vec<u64>,
+    took_ns: Vec<u64>,
+    results: Vec<Value>,
+    pace: Value,
+}
+
 /// The report: per flow its totals, per window (before the first event, then one per action)
 /// what each flow saw.
 fn report(
     tl: &Timeline,
-    converged_s: f64,
-    applied_ns: &[u64],
-    results: &[Value],
+    run: &Run,
     sent: &[Vec<u64>],
     got: &[(Vec<bool>, u64)],
     status: &Value,
@@ -465,7 +516,7 @@ fn report(
         .zip(got)
         .map(|(s, (g, _))| {
             let in_flight = IN_FLIGHT.as_nanos() as u64;
-            outages(s, &g[..s.len().min(g.len())], applied_ns, end_ns, in_flight)
+            outages(s, &g[..s.len().min(g.len())], &run.applied_ns, end_ns, in_flight)
         })
         .collect();
     let flows: Vec<Value> = tl
@@ -493,8 +544,9 @@ fn report(
                 "event": a.event,
                 "action": a.what.label(),
                 "at_s": a.at,
-                "applied_ms": applied_ns[k] as f64 / 1e6,
-                "result": results[k],
+                "applied_ms": run.applied_ns[k] as f64 / 1e6,
+                "took_ms": run.took_ns[k] as f64 / 1e6,
+                "result": run.results[k],
                 "flows": window(k + 1),
             })
         })
@@ -505,8 +557,9 @@ fn report(
         "file": tl.file,
         "about": tl.about,
         "timers": tl.timers,
-        "converged_s": converged_s,
+        "converged_s": run.converged_s,
         "settle_s": tl.settle,
+        "runner": run.pace,
         "duration_s": tl.duration,
         "in_flight_ms": IN_FLIGHT.as_millis() as u64,
         "flows": flows,
@@ -573,11 +626,20 @@ fn text(r: &Value) -> String {
         if let Some(err) = e["result"]["error"].as_str() {
             s += &format!("           the action failed: {err}\n");
         }
+        // Most take a few milliseconds; a slow one delayed what it did and held route sync back.
+        if e["took_ms"].as_f64().is_some_and(|t| t >= SLOW_ACTION_MS) {
+            s += &format!("           the action took {} ms\n", ms(&e["took_ms"]));
+        }
     }
     s += &format!(
         "\ntimes in ms from the event; a probe sent up to {} ms before an event counts in its \
          window; back: the first probe delivered after the last loss\n",
         r["in_flight_ms"]
+    );
+    s += &format!(
+        "the runner synced the control planes' routes at most {} ms apart (until {} ms)\n",
+        ms(&r["runner"]["longest_sync_gap_ms"]),
+        ms(&r["runner"]["ended_ms"])
     );
     s
 }

@@ -4,11 +4,16 @@
 //! ports renamed for this run, and the report must show no loss before the cut, loss during
 //! it, forwarding back afterwards (a finite reconvergence time), and counters that add up;
 //! then examples/scenarios/ospf-square-failures.yaml, every other event kind once (an
-//! impairment, a flap, a VR stopped and started, a daemon killed and restarted). The two
-//! run side by side (each its own names). Needs root and BIRD; says why it skips otherwise.
+//! impairment, a flap, a VR stopped and started, a daemon killed and restarted). Each run
+//! has its own names, and they run one after another: beside another run's teardown (its
+//! taps and packet sockets closed, its namespaces deleted) a mirror tap's `down` waited in
+//! the kernel (`synchronize_rcu_expedited` in `dev_deactivate_many`) for up to 3.3 s, and the
+//! daemons learned of the cut only when the link was back. Needs root and BIRD; says why it
+//! skips otherwise.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
 use serde_json::Value;
 
@@ -67,6 +72,9 @@ fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
 }
 
+/// Held by the run in progress (see the module doc).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 /// Whether the test can run here (root, BIRD); prints why not.
 fn can_run() -> bool {
     if Command::new("id").arg("-u").output().map_or(true, |o| !o.stdout.starts_with(b"0\n")) {
@@ -84,6 +92,8 @@ fn can_run() -> bool {
 /// (short enough for the kernel's names: "tl" + tag + "r1" and "rp-t" + tag + "a") and
 /// returns its JSON report.
 fn run_example(lab: &str, scenario: &str, tag: &str) -> Value {
+    // A run that failed poisons the lock; the next one still runs.
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = Dir(std::env::temp_dir().join(format!("routeplex-timeline-test-{tag}")));
     let file = renamed_example(&dir.0, tag, lab, scenario);
     let out = Command::new(env!("CARGO_BIN_EXE_routeplex"))
@@ -108,7 +118,10 @@ fn windows_add_up(r: &Value, seconds: u64) -> Vec<(String, Vec<Value>)> {
     for e in events {
         assert!(e["result"].get("error").is_none(), "the action failed: {e:#}");
         assert!(e["applied_ms"].as_f64().unwrap() >= e["at_s"].as_f64().unwrap() * 1e3);
+        assert!(e["took_ms"].as_f64().is_some_and(|t| t >= 0.0), "{e:#}");
     }
+    let gap = r["runner"]["longest_sync_gap_ms"].as_f64().expect("the runner's pace");
+    eprintln!("the runner synced routes at most {gap:.1} ms apart");
     let mut out = Vec::new();
     for f in r["flows"].as_array().unwrap() {
         let name = f["name"].as_str().unwrap();
