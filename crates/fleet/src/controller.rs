@@ -88,8 +88,8 @@ pub fn plan(inp: &Inputs, leader: &str) -> Outputs {
         keep_moved_from(&mut p, prev);
     }
     let at = p.hosts();
-    let vnis =
-        placement::vnis(&doc.segment_names(), &prev.map(Placement::vnis).unwrap_or_default());
+    let history = prev.map(Placement::vnis).unwrap_or_default();
+    let vnis = placement::vnis(&doc.segment_names(), &history, &doc.vnis);
     p.segments = doc.segments(&at, &vnis);
     let placed: Vec<(String, String)> =
         (p.vrs.iter()).filter_map(|v| Some((v.vr.clone(), v.host.clone()?))).collect();

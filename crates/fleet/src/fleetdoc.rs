@@ -6,7 +6,9 @@
 //! hosts:    [...]      # namespaces, with the port that attaches them
 //! switches: [...]      # stretched over VXLAN when its members land on several hosts;
 //!                      # `vteps: [ADDR, ...]`: VTEPs that are no routeplex host (a kernel
-//!                      # or hardware VXLAN device) on the segment, sent to as hosts are
+//!                      # or hardware VXLAN device) on the segment, sent to as hosts are;
+//!                      # `vni: N` (1..=16777215, each once): the segment's VNI, where such
+//!                      # a VTEP was configured with one (else the controller allocates)
 //! vrs:
 //!   - name: r1
 //!     host: h1             # optional: pinned to this host
@@ -30,7 +32,7 @@ use std::path::Path;
 
 use yamlpath::{Located, Value};
 
-use crate::placement::{Segment, Unit};
+use crate::placement::{Segment, Unit, VNI_MAX};
 use crate::tree::{Kind, Y};
 use crate::FleetError;
 
@@ -75,6 +77,8 @@ pub struct FleetDoc {
     pub vrs: Vec<VrDoc>,
     /// The VTEPs of each switch that are no routeplex host (`vteps:`), by switch name.
     pub vteps: BTreeMap<String, Vec<IpAddr>>,
+    /// The VNIs the document gives its switches (`vni:`), by switch name.
+    pub vnis: BTreeMap<String, u32>,
 }
 
 /// A host as the cut needs it: where its VXLAN ports bind.
@@ -385,17 +389,34 @@ fn read(root: &Value<'_>, source: &str) -> Result<FleetDoc, Located> {
         |k: &str| -> Result<Vec<Y>, Located> { top.list(k)?.iter().map(Y::from_value).collect() };
     let (hosts, ports, mut switches) = (copy("hosts")?, copy("ports")?, copy("switches")?);
     let mut switch_names: HashMap<String, usize> = HashMap::new();
-    // A switch's `vteps` are the fleet's: control's parser never sees them.
-    let mut vteps = BTreeMap::new();
+    // A switch's `vteps` and `vni` are the fleet's: control's parser never sees them.
+    let (mut vteps, mut vnis) = (BTreeMap::new(), BTreeMap::new());
+    // Which switch (and its line) gave each VNI.
+    let mut vni_of: HashMap<u32, (String, usize)> = HashMap::new();
     for (v, y) in top.list("switches")?.iter().zip(switches.iter_mut()) {
         let Ok(m) = v.mapping() else { continue };
         if let Some(n) = m.get("name").and_then(|n| n.text().ok()) {
             switch_names.insert(n.to_string(), v.line());
         }
-        let Some(list) = m.get("vteps") else { continue };
-        let name = m.req("name")?.text()?.to_string();
-        vteps.insert(name, read_vteps(&list)?);
-        y.remove("vteps");
+        if let Some(list) = m.get("vteps") {
+            let name = m.req("name")?.text()?.to_string();
+            vteps.insert(name, read_vteps(&list)?);
+            y.remove("vteps");
+        }
+        if let Some(x) = m.get("vni") {
+            let name = m.req("name")?.text()?.to_string();
+            let vni: u32 = x.int("VNI", 1, VNI_MAX.into())?;
+            if let Some((other, line)) = vni_of.get(&vni) {
+                let (t, why) = (x.text()?, "each segment needs a VNI of its own");
+                return Err(x.bad(
+                    t,
+                    format_args!("VNI {vni} is switch {other:?}'s already (line {line}): {why}"),
+                ));
+            }
+            vni_of.insert(vni, (name.clone(), x.line()));
+            vnis.insert(name, vni);
+            y.remove("vni");
+        }
     }
     let vr_vals = top.list("vrs")?;
     if vr_vals.len() > MAX_VRS {
@@ -498,7 +519,8 @@ fn read(root: &Value<'_>, source: &str) -> Result<FleetDoc, Located> {
             ));
         }
     }
-    let fd = FleetDoc { source: source.to_string(), hosts, ports, switches, links, vrs, vteps };
+    let fd =
+        FleetDoc { source: source.to_string(), hosts, ports, switches, links, vrs, vteps, vnis };
     // VRs sharing a port are placed together: their pins must agree.
     for u in fd.units() {
         let pins: BTreeSet<&String> = fd

@@ -397,12 +397,29 @@ fn room(u: &Unit, h: &Capacity, x: Used) -> String {
     )
 }
 
-/// One VNI per segment: a segment keeps the VNI it had; a new one gets the lowest free VNI
-/// from [`VNI_BASE`], in name order, so the same history always gives the same VNIs.
-pub fn vnis(segments: &[String], prev: &HashMap<String, u32>) -> BTreeMap<String, u32> {
+/// One VNI per segment: the one the document gives it (`pinned`, each VNI once: the fleet
+/// document's parser refuses a repeat); else the VNI it had if that is in the controller's
+/// range and no pinned segment now has it; else the lowest free VNI from [`VNI_BASE`], in
+/// name order, so the same history always gives the same VNIs.
+pub fn vnis(
+    segments: &[String],
+    prev: &HashMap<String, u32>,
+    pinned: &BTreeMap<String, u32>,
+) -> BTreeMap<String, u32> {
     let mut out = BTreeMap::new();
     let mut taken = BTreeSet::new();
+    let given = |s: &String| pinned.get(s).copied().filter(|v| (1..=VNI_MAX).contains(v));
     for s in segments {
+        if let Some(v) = given(s) {
+            if taken.insert(v) {
+                out.insert(s.clone(), v);
+            }
+        }
+    }
+    for s in segments {
+        if out.contains_key(s) {
+            continue;
+        }
         if let Some(&v) = prev.get(s).filter(|v| (VNI_BASE..=VNI_MAX).contains(*v)) {
             if taken.insert(v) {
                 out.insert(s.clone(), v);
@@ -656,22 +673,41 @@ mod tests {
     #[test]
     fn vnis_are_stable_and_deterministic() {
         let segs: Vec<String> = ["lan", "core", "l12"].iter().map(|s| s.to_string()).collect();
-        let v = vnis(&segs, &HashMap::new());
+        let none = BTreeMap::new();
+        let v = vnis(&segs, &HashMap::new(), &none);
         assert_eq!(v["core"], VNI_BASE);
         assert_eq!(v["l12"], VNI_BASE + 1);
         assert_eq!(v["lan"], VNI_BASE + 2);
         // core gone, a new one added: the others keep theirs, the new one takes the free VNI.
         let prev: HashMap<String, u32> = v.into_iter().collect();
         let segs2: Vec<String> = ["lan", "l12", "new"].iter().map(|s| s.to_string()).collect();
-        let v2 = vnis(&segs2, &prev);
+        let v2 = vnis(&segs2, &prev, &none);
         assert_eq!((v2["lan"], v2["l12"], v2["new"]), (VNI_BASE + 2, VNI_BASE + 1, VNI_BASE));
         // A bad or doubled previous VNI is not trusted.
         let bad: HashMap<String, u32> =
             [("lan".to_string(), 7), ("l12".to_string(), VNI_BASE), ("new".to_string(), VNI_BASE)]
                 .into();
-        let v3 = vnis(&segs2, &bad);
+        let v3 = vnis(&segs2, &bad, &none);
         let all: BTreeSet<u32> = v3.values().copied().collect();
         assert_eq!(all.len(), 3);
         assert!(all.iter().all(|v| *v >= VNI_BASE));
+    }
+
+    #[test]
+    fn a_pinned_vni_wins_over_history_and_allocation() {
+        let segs: Vec<String> = ["lan", "core", "l12"].iter().map(|s| s.to_string()).collect();
+        let prev: HashMap<String, u32> =
+            [("core".to_string(), VNI_BASE), ("lan".to_string(), VNI_BASE + 1)].into();
+        // `l12` pinned below the allocated range; `lan` pinned to what `core` had.
+        let pinned: BTreeMap<String, u32> =
+            [("l12".to_string(), 42), ("lan".to_string(), VNI_BASE)].into();
+        let v = vnis(&segs, &prev, &pinned);
+        assert_eq!((v["l12"], v["lan"]), (42, VNI_BASE));
+        // `core` lost its VNI to a pinned segment: the lowest free one, skipping the pinned.
+        assert_eq!(v["core"], VNI_BASE + 1);
+        // Unpinned again: `lan` keeps what it had, `l12` gets one from the controller's range.
+        let prev: HashMap<String, u32> = v.into_iter().collect();
+        let v2 = vnis(&segs, &prev, &BTreeMap::new());
+        assert_eq!((v2["lan"], v2["core"], v2["l12"]), (VNI_BASE, VNI_BASE + 1, VNI_BASE + 2));
     }
 }

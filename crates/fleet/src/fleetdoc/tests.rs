@@ -120,7 +120,7 @@ fn stretched_segments_get_vxlan_ports_and_every_host_topology_parses() {
         .iter()
         .map(|(v, h)| (v.to_string(), h.to_string()))
         .collect();
-    let vnis = crate::placement::vnis(&d.segment_names(), &HashMap::new());
+    let vnis = crate::placement::vnis(&d.segment_names(), &HashMap::new(), &d.vnis);
     let segs = d.segments(&at, &vnis);
     assert_eq!(
         segs[0],
@@ -252,7 +252,7 @@ fn vteps_of_a_switch_are_remotes_of_every_host_on_it() {
     let remotes = |at: &[(&str, &str)], host: &str| {
         let at: HashMap<String, String> =
             at.iter().map(|(v, h)| (v.to_string(), h.to_string())).collect();
-        let vnis = crate::placement::vnis(&d.segment_names(), &HashMap::new());
+        let vnis = crate::placement::vnis(&d.segment_names(), &HashMap::new(), &d.vnis);
         let segs = d.segments(&at, &vnis);
         assert_eq!(segs[0].vteps, want);
         let text = d.host_topology(host, &at, &segs, &u, &BTreeSet::new()).emit();
@@ -289,4 +289,49 @@ fn vteps_of_a_switch_are_remotes_of_every_host_on_it() {
     assert!(e.contains("vteps: at most 64 addresses, found 65"), "{e}");
     let e = bad("nope");
     assert!(e.starts_with("f.yaml:8:"), "{e}");
+}
+
+/// A switch's `vni`: the segment's VNI in every host's vxlan port, over what the controller
+/// would allocate; control never sees the key. A bad or repeated one names its position.
+#[test]
+fn a_switch_vni_is_its_segments_on_every_host() {
+    let doc = DOC.replace("  - name: lan\n", "  - name: lan\n    vni: 4242\n");
+    let d = FleetDoc::parse(&doc, "f.yaml").unwrap();
+    assert_eq!(d.vnis["lan"], 4242);
+    assert!(d.switches[0].get("vni").is_none(), "control never sees vni");
+    let at: HashMap<String, String> = [("r1", "h1"), ("r2", "h2"), ("r3", "h2")]
+        .iter()
+        .map(|(v, h)| (v.to_string(), h.to_string()))
+        .collect();
+    let vnis = crate::placement::vnis(&d.segment_names(), &HashMap::new(), &d.vnis);
+    let segs = d.segments(&at, &vnis);
+    let lan = segs.iter().find(|s| s.name == "lan").expect("lan stretched");
+    assert_eq!(lan.vni, 4242);
+    let u: HashMap<String, Underlay> = [("h1", "192.0.2.1"), ("h2", "192.0.2.2")]
+        .iter()
+        .map(|(h, a)| (h.to_string(), under(a)))
+        .collect();
+    for host in ["h1", "h2"] {
+        let text = d.host_topology(host, &at, &segs, &u, &BTreeSet::new()).emit();
+        let t =
+            Topology::parse(&text, host, Path::new(".")).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let p = t.ports.iter().find(|p| p.name == "vxlan-4242").expect("lan's vxlan port");
+        let PortKind::Vxlan(vx) = &p.kind else { panic!("{text}") };
+        assert_eq!(vx.vni, 4242, "{text}");
+    }
+
+    let bad =
+        |v: &str| err(&DOC.replace("  - name: lan\n", &format!("  - name: lan\n    vni: {v}\n")));
+    let e = bad("0");
+    assert!(e.starts_with("f.yaml:8:10: switches[0].vni:"), "{e}");
+    assert!(e.contains("VNI 0 is out of range 1..=16777215"), "{e}");
+    let e = bad("16777216");
+    assert!(e.contains("VNI 16777216 is out of range 1..=16777215"), "{e}");
+    let e = bad("ten");
+    assert!(e.contains("must be an integer in 1..=16777215"), "{e}");
+    let two =
+        DOC.replace("  - name: lan\n", "  - name: lan\n    vni: 7\n  - name: wan\n    vni: 7\n");
+    let e = err(&two);
+    assert!(e.starts_with("f.yaml:10:10: switches[1].vni:"), "{e}");
+    assert!(e.contains("VNI 7 is switch \"lan\"'s already (line 8)"), "{e}");
 }

@@ -11,9 +11,10 @@
 //! rI pinned to hI (a router between the end host's network, on an afpacket port, and the
 //! switch `seg`), `m` unpinned with one interface on `seg` only (what moves on failure: an end
 //! host behind a VR cannot follow it to another machine, an address on the stretched segment
-//! can). The watcher is plain Linux (a kernel `vxlan` device on the segment's VNI), no
-//! routeplex host: `seg` names its underlay address in `vteps:`, so every host on the segment
-//! sends to it.
+//! can). The watcher is plain Linux (a kernel `vxlan` device configured by hand with VNI
+//! [`SEG_VNI`]), no routeplex host: `seg` names its underlay address in `vteps:`, so every
+//! host on the segment sends to it, and pins that VNI (`vni:`), so the hosts' VXLAN ports use
+//! the watcher's.
 //!
 //! The sequence: hosts register; the dry run and the controller place the VRs; real ping and
 //! iperf3 between the end hosts, across hosts through the VRs and the tunnels, and the kernel
@@ -44,6 +45,9 @@ const TTL_S: u64 = 3;
 const DEADLINE: Duration = Duration::from_secs(30);
 /// The watcher's MAC on the segment (10.100.0.9).
 const WATCHER_MAC: &str = "02:00:00:00:64:09";
+/// The VNI the watcher's kernel device was given, which the fleet document pins for `seg`
+/// (outside the range the controller allocates from).
+const SEG_VNI: u32 = 4242;
 /// `m`'s MAC and address: the VR that moves.
 const M_MAC: &str = "02:00:00:00:64:50";
 const M_ADDR: &str = "10.100.0.50";
@@ -51,7 +55,8 @@ const M_ADDR: &str = "10.100.0.50";
 /// The fleet's desired state. rI routes between its end host's network 10.I.0.0/24 and the
 /// segment (10.100.0.I); `m` has only a segment address and routes back to every end host.
 /// No VR needs CPU but `m`, so `m` goes to the least-loaded host by name: h1, then h2, ...
-/// (deterministic). `WATCHER` stands for the watcher's underlay address.
+/// (deterministic). `WATCHER` stands for the watcher's underlay address, `SEG_VNI` for
+/// [`SEG_VNI`].
 const FLEET: &str = r#"# fleet_hosts: placed by the routeplex fleet controller
 ports:
   - { name: pa1, kind: afpacket, interface: ea1 }
@@ -60,6 +65,7 @@ ports:
 switches:
   - name: seg
     vteps: [WATCHER]
+    vni: SEG_VNI
 vrs:
   - name: r1
     host: h1
@@ -242,8 +248,8 @@ impl Lab {
         ok("ip", &["-n", n, "link", "set", "ul", "up"]);
     }
 
-    /// The watcher's kernel vxlan device on the segment's `vni` (the controller allocated it),
-    /// flooding to every host (no multicast), with `w`'s MAC and address.
+    /// The watcher's kernel vxlan device on VNI `vni` (made by hand, as for a VTEP that is no
+    /// routeplex host), flooding to every host (no multicast), with `w`'s MAC and address.
     fn watcher_vxlan(&self, vni: u32) {
         let w = self.watcher();
         let local = self.watcher_underlay();
@@ -671,7 +677,8 @@ fn three_hosts_placed_by_the_controller_carry_a_segment_fence_and_fail_over() {
 
     // The fleet's desired state: the dry run says where each VR lands, then it is stored.
     let doc = lab.dir.join("fleet.yaml");
-    std::fs::write(&doc, FLEET.replace("WATCHER", &lab.watcher_underlay())).unwrap();
+    let fleet_doc = FLEET.replace("WATCHER", &lab.watcher_underlay());
+    std::fs::write(&doc, fleet_doc.replace("SEG_VNI", &SEG_VNI.to_string())).unwrap();
     let d = doc.to_str().unwrap();
     let o = lab.cli(&["fleet", "apply", d, "--etcd", &urls, "--dry-run", "--json"]);
     assert!(o.status.success(), "fleet apply --dry-run: {}", text(&o));
@@ -699,7 +706,8 @@ fn three_hosts_placed_by_the_controller_carry_a_segment_fence_and_fail_over() {
     assert_eq!(seg.hosts, ["h1", "h2", "h3"], "{p:?}");
     let watcher: IpAddr = lab.watcher_underlay().parse().unwrap();
     assert_eq!(seg.vteps, [watcher], "{p:?}");
-    let vni = seg.vni;
+    assert_eq!(seg.vni, SEG_VNI, "the VNI the document pins: {p:?}");
+    let vni = SEG_VNI;
     lab.watcher_vxlan(vni);
     for (vr, h) in want {
         let i = index(h);
