@@ -113,13 +113,33 @@ fn under(a: &str) -> Underlay {
     Underlay { addr: a.parse().unwrap(), dev: None, netns: None, mtu: None }
 }
 
+/// Each VR's host, from `(vr, host)` pairs.
+fn placed(at: &[(&str, &str)]) -> HashMap<String, String> {
+    at.iter().map(|(v, h)| (v.to_string(), h.to_string())).collect()
+}
+
+/// Each host's underlay, from `(host, address)` pairs.
+fn underlays(hosts: &[(&str, &str)]) -> HashMap<String, Underlay> {
+    hosts.iter().map(|(h, a)| (h.to_string(), under(a))).collect()
+}
+
+/// Host `host`'s share of `d`, parsed by control's parser, and its text.
+fn topology_of(
+    d: &FleetDoc,
+    host: &str,
+    at: &HashMap<String, String>,
+    segs: &[Segment],
+    u: &HashMap<String, Underlay>,
+) -> (Topology, String) {
+    let text = d.host_topology(host, at, segs, u, &BTreeSet::new()).emit();
+    let t = Topology::parse(&text, host, Path::new(".")).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    (t, text)
+}
+
 #[test]
 fn stretched_segments_get_vxlan_ports_and_every_host_topology_parses() {
     let d = FleetDoc::parse(DOC, "f.yaml").unwrap();
-    let at: HashMap<String, String> = [("r1", "h1"), ("r2", "h2"), ("r3", "h3")]
-        .iter()
-        .map(|(v, h)| (v.to_string(), h.to_string()))
-        .collect();
+    let at = placed(&[("r1", "h1"), ("r2", "h2"), ("r3", "h3")]);
     let vnis = crate::placement::vnis(&d.segment_names(), &HashMap::new(), &d.vnis);
     let segs = d.segments(&at, &vnis);
     assert_eq!(
@@ -140,17 +160,10 @@ fn stretched_segments_get_vxlan_ports_and_every_host_topology_parses() {
             vteps: Vec::new()
         }
     );
-    let mut u: HashMap<String, Underlay> =
-        [("h1", "192.0.2.1"), ("h2", "192.0.2.2"), ("h3", "192.0.2.3")]
-            .iter()
-            .map(|(h, a)| (h.to_string(), under(a)))
-            .collect();
+    let mut u = underlays(&[("h1", "192.0.2.1"), ("h2", "192.0.2.2"), ("h3", "192.0.2.3")]);
     u.get_mut("h2").unwrap().dev = Some("eth1".into());
     u.get_mut("h2").unwrap().mtu = Some(9000);
-    let topo = |h: &str| {
-        let text = d.host_topology(h, &at, &segs, &u, &BTreeSet::new()).emit();
-        Topology::parse(&text, h, Path::new(".")).unwrap_or_else(|e| panic!("{e}\n{text}"))
-    };
+    let topo = |h: &str| topology_of(&d, h, &at, &segs, &u).0;
     let h1 = topo("h1");
     assert_eq!(h1.vrs.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(), ["r1"]);
     // The anchor (r1's host) holds the switch's own port, the namespace and r1's port.
@@ -183,13 +196,9 @@ fn stretched_segments_get_vxlan_ports_and_every_host_topology_parses() {
     assert_eq!(h3.switches[0].name, "r2r3");
     // r2 and r3 on one host: the link is a local 2-member switch whose vxlan port has no
     // remotes (it gains them, live, when r3 moves away).
-    let at2: HashMap<String, String> = [("r1", "h1"), ("r2", "h2"), ("r3", "h2")]
-        .iter()
-        .map(|(v, h)| (v.to_string(), h.to_string()))
-        .collect();
+    let at2 = placed(&[("r1", "h1"), ("r2", "h2"), ("r3", "h2")]);
     let segs2 = d.segments(&at2, &vnis);
-    let text = d.host_topology("h2", &at2, &segs2, &u, &BTreeSet::new()).emit();
-    let t = Topology::parse(&text, "h2", Path::new(".")).unwrap();
+    let (t, text) = topology_of(&d, "h2", &at2, &segs2, &u);
     let remotes: Vec<(&str, usize)> = (t.ports.iter())
         .filter_map(|p| match &p.kind {
             PortKind::Vxlan(vx) => Some((p.name.as_str(), vx.remotes.len())),
@@ -200,12 +209,7 @@ fn stretched_segments_get_vxlan_ports_and_every_host_topology_parses() {
     // Its interfaces keep the MTU they had while the link was stretched.
     assert_eq!((t.vrs[0].interfaces[1].mtu, t.vrs[1].interfaces[0].mtu), (8950, 8950), "{text}");
     // A host with nothing placed gets an empty topology (its VRs go).
-    let t = Topology::parse(
-        &d.host_topology("h9", &at, &segs, &u, &BTreeSet::new()).emit(),
-        "h9",
-        Path::new("."),
-    )
-    .unwrap();
+    let (t, _) = topology_of(&d, "h9", &at, &segs, &u);
     assert!(t.vrs.is_empty() && t.ports.is_empty());
 }
 
@@ -245,19 +249,13 @@ fn vteps_of_a_switch_are_remotes_of_every_host_on_it() {
         ["192.0.2.9", "198.51.100.9", "192.0.2.2"].iter().map(|a| a.parse().unwrap()).collect();
     assert_eq!(d.vteps["lan"], want);
     assert!(d.switches[0].get("vteps").is_none(), "control never sees vteps");
-    let u: HashMap<String, Underlay> = [("h1", "192.0.2.1"), ("h2", "192.0.2.2")]
-        .iter()
-        .map(|(h, a)| (h.to_string(), under(a)))
-        .collect();
+    let u = underlays(&[("h1", "192.0.2.1"), ("h2", "192.0.2.2")]);
     let remotes = |at: &[(&str, &str)], host: &str| {
-        let at: HashMap<String, String> =
-            at.iter().map(|(v, h)| (v.to_string(), h.to_string())).collect();
+        let at = placed(at);
         let vnis = crate::placement::vnis(&d.segment_names(), &HashMap::new(), &d.vnis);
         let segs = d.segments(&at, &vnis);
         assert_eq!(segs[0].vteps, want);
-        let text = d.host_topology(host, &at, &segs, &u, &BTreeSet::new()).emit();
-        let t =
-            Topology::parse(&text, host, Path::new(".")).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let (t, text) = topology_of(&d, host, &at, &segs, &u);
         let p = t.ports.iter().find(|p| p.name == "vxlan-10000").expect("lan's vxlan port");
         let PortKind::Vxlan(vx) = &p.kind else { panic!("{text}") };
         vx.remotes.iter().map(|a| a.to_string()).collect::<Vec<_>>()
@@ -299,22 +297,14 @@ fn a_switch_vni_is_its_segments_on_every_host() {
     let d = FleetDoc::parse(&doc, "f.yaml").unwrap();
     assert_eq!(d.vnis["lan"], 4242);
     assert!(d.switches[0].get("vni").is_none(), "control never sees vni");
-    let at: HashMap<String, String> = [("r1", "h1"), ("r2", "h2"), ("r3", "h2")]
-        .iter()
-        .map(|(v, h)| (v.to_string(), h.to_string()))
-        .collect();
+    let at = placed(&[("r1", "h1"), ("r2", "h2"), ("r3", "h2")]);
     let vnis = crate::placement::vnis(&d.segment_names(), &HashMap::new(), &d.vnis);
     let segs = d.segments(&at, &vnis);
     let lan = segs.iter().find(|s| s.name == "lan").expect("lan stretched");
     assert_eq!(lan.vni, 4242);
-    let u: HashMap<String, Underlay> = [("h1", "192.0.2.1"), ("h2", "192.0.2.2")]
-        .iter()
-        .map(|(h, a)| (h.to_string(), under(a)))
-        .collect();
+    let u = underlays(&[("h1", "192.0.2.1"), ("h2", "192.0.2.2")]);
     for host in ["h1", "h2"] {
-        let text = d.host_topology(host, &at, &segs, &u, &BTreeSet::new()).emit();
-        let t =
-            Topology::parse(&text, host, Path::new(".")).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let (t, text) = topology_of(&d, host, &at, &segs, &u);
         let p = t.ports.iter().find(|p| p.name == "vxlan-4242").expect("lan's vxlan port");
         let PortKind::Vxlan(vx) = &p.kind else { panic!("{text}") };
         assert_eq!(vx.vni, 4242, "{text}");
