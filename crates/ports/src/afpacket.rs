@@ -14,8 +14,9 @@
 //!   (`tpacket_req3`, retire timeout 1 ms by default) and a tx ring of fixed
 //!   10 KiB slots (a jumbo frame each),
 //!   both in one mapping; `bind` to the ifindex with `ETH_P_ALL`; promiscuous mode through
-//!   `PACKET_ADD_MEMBERSHIP` (VR interfaces have their own MACs), dropped by the kernel when the
-//!   socket closes.
+//!   `PACKET_ADD_MEMBERSHIP` (VR interfaces have their own MACs), dropped by the port when it
+//!   closes (`PACKET_DROP_MEMBERSHIP`): the kernel would drop it only at the socket's last
+//!   reference, and a child process forked by any thread holds one until it execs.
 //!
 //! Contract and checks:
 //! - rx walks the blocks the kernel retired (`TP_STATUS_USER`): every block header field
@@ -70,6 +71,7 @@ const BACKEND: &str = "afpacket";
 
 const SOL_PACKET: i32 = 263;
 const PACKET_ADD_MEMBERSHIP: i32 = 1;
+const PACKET_DROP_MEMBERSHIP: i32 = 2;
 const PACKET_RX_RING: i32 = 5;
 const PACKET_STATISTICS: i32 = 6;
 const PACKET_VERSION: i32 = 10;
@@ -211,6 +213,17 @@ struct Live {
     qdisc_bypass: bool,
     /// `PACKET_STATISTICS` resets on read; this accumulates it.
     kernel_drops: Cell<u64>,
+    /// The promiscuous membership this socket added, dropped in `Drop`.
+    promisc: Option<PacketMreq>,
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if let Some(mreq) = &self.promisc {
+            // An error means the interface is gone, and its promiscuity with it.
+            let _ = sys::setsockopt(&self.fd, SOL_PACKET, PACKET_DROP_MEMBERSHIP, mreq);
+        }
+    }
 }
 
 struct RxRing {
@@ -511,7 +524,7 @@ impl Live {
             ..Default::default()
         };
         sys::bind(&fd, &addr).map_err(at(BACKEND, name, "bind"))?;
-        if o.promisc {
+        let promisc = if o.promisc {
             let mreq = PacketMreq {
                 ifindex: ifindex as i32,
                 kind: PACKET_MR_PROMISC,
@@ -522,7 +535,10 @@ impl Live {
                 name,
                 "setsockopt(PACKET_ADD_MEMBERSHIP, PROMISC)",
             ))?;
-        }
+            Some(mreq)
+        } else {
+            None
+        };
         if let Some(id) = o.fanout {
             join_fanout(&fd, name, Join::Id(id))?;
         }
@@ -540,6 +556,7 @@ impl Live {
             kick_pending: false,
             qdisc_bypass,
             kernel_drops: Cell::new(0),
+            promisc,
         })
     }
 

@@ -3,7 +3,8 @@
 //!
 //! Covers: every byte and counter in bursts of 1, 2 and 257 (60..1514 bytes; VLAN-tagged frames
 //! come out with their tag, which the kernel had moved to metadata) both ways; the sender never
-//! reads its own frames; promiscuous mode on while open and off after; a tx ring much smaller
+//! reads its own frames; promiscuous mode on while open and off after, even while a forked
+//! child shares the socket; a tx ring much smaller
 //! than a burst (wrap-around, full ring, retries); errors for a missing interface and bad
 //! options; the interface disappearing under an open port and coming back; jumbo frames (MTU
 //! 9000, up to 9018 bytes tagged) both ways.
@@ -31,6 +32,38 @@ fn afpacket_pair_moves_every_byte() {
     workout(&mut a, &mut b);
     assert_eq!((a.status(), b.status()), (PortStatus::Up, PortStatus::Up));
     drop(a);
+    assert_eq!(promiscuity(&v.a, None), 0);
+}
+
+/// A child forked by any thread of the process shares the socket until it execs or exits; the
+/// kernel would end the membership only then (a CI run read promiscuity 1 after the drop).
+#[test]
+fn afpacket_promiscuity_ends_with_the_port_while_a_forked_child_shares_its_socket() {
+    if !root_or_skip(
+        "afpacket_promiscuity_ends_with_the_port_while_a_forked_child_shares_its_socket",
+    ) {
+        return;
+    }
+    let v = Veth::new();
+    let a = open(&v.a);
+    assert_eq!(promiscuity(&v.a, None), 1);
+    // SAFETY: the child calls only nanosleep and _exit, both async-signal-safe.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
+    if child == 0 {
+        let two_s = libc::timespec { tv_sec: 2, tv_nsec: 0 };
+        // SAFETY: the child only sleeps and leaves, holding the parent's descriptors meanwhile.
+        unsafe {
+            libc::nanosleep(&two_s, std::ptr::null_mut());
+            libc::_exit(0);
+        }
+    }
+    drop(a);
+    let now = promiscuity(&v.a, None);
+    let mut status = 0;
+    // SAFETY: `child` is our child; `status` outlives the call.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+    assert_eq!(now, 0, "the membership outlived the port while a child held its socket");
     assert_eq!(promiscuity(&v.a, None), 0);
 }
 
