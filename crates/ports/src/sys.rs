@@ -151,6 +151,14 @@ pub(crate) fn open_dev(path: &std::ffi::CStr, flags: i32) -> io::Result<OwnedFd>
     cvt(fd as libc::c_long).map(own_fd)
 }
 
+/// Sets `FD_CLOEXEC` on an fd another process passed us: received fds come without it unless
+/// the receiver asked (`MSG_CMSG_CLOEXEC`), and every program we start would inherit them.
+pub(crate) fn close_on_exec(fd: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: F_SETFD takes an integer and touches only the descriptor's flags.
+    let ret = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    cvt(ret as libc::c_long).map(drop)
+}
+
 /// `setsockopt(2)` of one value.
 pub(crate) fn setsockopt<T: Pod>(fd: &OwnedFd, level: i32, name: i32, val: &T) -> io::Result<()> {
     let (ptr, len) = ((val as *const T).cast(), size_of::<T>() as libc::socklen_t);

@@ -243,6 +243,7 @@ impl VhostUserBackendReqHandlerMut for Device {
                 // Touching pages past the end of the file would fault (SIGBUS).
                 return Err(invalid("memory table: region beyond the end of its file"));
             }
+            keep(&file)?;
             if !sealed_against_shrinking(&file) {
                 unsealed += 1;
             }
@@ -318,12 +319,14 @@ impl VhostUserBackendReqHandlerMut for Device {
 
     fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
         self.vring(index as u32)?;
+        fd.as_ref().map(keep).transpose()?;
         self.vrings[index as usize].kick = fd;
         self.start(index as usize);
         Ok(())
     }
 
     fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
+        fd.as_ref().map(keep).transpose()?;
         self.vring(index as u32)?.call = fd;
         Ok(())
     }
@@ -417,6 +420,14 @@ impl VhostUserBackendReqHandlerMut for Device {
     fn set_log_base(&mut self, _: &VhostUserLog, _: File) -> VuResult<()> {
         Err(invalid("dirty logging not offered"))
     }
+}
+
+/// Readies an fd the frontend sent for keeping: the crate receives fds without
+/// `MSG_CMSG_CLOEXEC`, and a control-plane daemon or tool routeplex starts later would otherwise
+/// hold the guest's memory and eventfds for its whole life. (A program started between the
+/// receive and this call can still inherit one; the crate's receive would have to change.)
+fn keep(file: &File) -> VuResult<()> {
+    crate::sys::close_on_exec(file).map_err(|_| invalid("fcntl(FD_CLOEXEC) on a received fd"))
 }
 
 /// Whether the file behind a region cannot shrink under us (memfd seals).

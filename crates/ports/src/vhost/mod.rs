@@ -19,7 +19,9 @@
 //! - **A frontend that goes away** (EOF, error, a message we refuse) is forgotten entirely:
 //!   its memory unmapped, its rings and eventfds closed, and the port is
 //!   [`PortStatus::Down`] with the reason until the next frontend (server) or the next
-//!   successful connect (client) sets the rings up again.
+//!   successful connect (client) sets the rings up again. The fds it sends and we keep (memory
+//!   regions, kick and call eventfds) are made close-on-exec as they arrive, so no program
+//!   routeplex starts later (a routing daemon, tcpdump) holds a guest's memory.
 //! - **Features offered**: VERSION_1, MRG_RXBUF, PROTOCOL_FEATURES (MQ and REPLY_ACK), and MQ
 //!   with CTRL_VQ when `queues > 1` (the frontend serves the control queue itself). No
 //!   checksum or segmentation offloads: every frame is complete. No EVENT_IDX, no packed rings,

@@ -1,7 +1,8 @@
 //! routeplex's vhost-user port ↔ a real DPDK 22.11 `virtio_user` frontend (the PMD-agnostic
 //! peer tests/dpdk/memif_peer.c, run with `--vdev net_virtio_user0,...`): both socket modes,
 //! both directions, byte-exact contents checked on both sides, and a frontend killed with
-//! SIGKILL mid-traffic followed by a new one on the same port.
+//! SIGKILL mid-traffic followed by a new one on the same port, and none of the fds the frontend
+//! sent inherited by a program started while it is connected.
 //!
 //! The peer is built with `cc` and `pkg-config --cflags --libs libdpdk` into the test's temp
 //! dir, cached by a hash of source and flags. Without libdpdk-dev the tests print why and pass,
@@ -307,6 +308,28 @@ fn flood_then_kill(port: &mut VhostUserPort, peer: &mut Peer) {
     assert_eq!(port.tx_burst(&mut b, &[0]), 0, "a port without a frontend takes nothing");
 }
 
+/// The fds a program started now would inherit, besides stdin, stdout and stderr. The child
+/// lists its own: read from outside, `/proc/PID/fd` can still show the fds exec is closing.
+fn fds_a_started_program_inherits() -> Vec<String> {
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            r#"cd /proc/$$/fd && for f in *; do printf '%s -> ' "$f"; readlink "$f" || echo gone; done"#,
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run sh");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut fds: Vec<String> = text
+        .lines()
+        .filter(|l| l.split(' ').next().and_then(|n| n.parse::<u32>().ok()).is_some_and(|n| n > 2))
+        .map(String::from)
+        .collect();
+    fds.sort();
+    fds
+}
+
 fn down_reason(p: &VhostUserPort) -> String {
     match p.status() {
         PortStatus::Down(r) => r,
@@ -319,6 +342,8 @@ fn dpdk_virtio_user_client_with_routeplex_server_both_directions() {
     let Some(bin) = peer_binary() else { return };
     let _g = serial();
     let sock = unique_socket();
+    // What the test process lets children inherit anyway (a test runner's jobserver pipe).
+    let inherited = fds_a_started_program_inherits();
     let mut p = port(&sock, Mode::Server);
     let mode = std::fs::metadata(&sock).unwrap().permissions();
     assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
@@ -328,6 +353,8 @@ fn dpdk_virtio_user_client_with_routeplex_server_both_directions() {
     assert_eq!(p.active_queue_pairs(), 1);
     let acked = p.acked_features();
     assert!(acked & (1 << 32) != 0 && acked & (1 << 15) != 0, "VERSION_1 + MRG_RXBUF: {acked:#x}");
+    // The guest's memory and eventfds stay ours: a daemon started now does not hold them.
+    assert_eq!(fds_a_started_program_inherits(), inherited);
     exchange(&mut p, &mut peer);
     assert!(down_reason(&p).contains("waiting for a frontend"), "{:?}", p.status());
     assert_eq!(p.vhost_stats().connects, 1);
