@@ -146,7 +146,11 @@ impl Drop for Pinger {
 fn icmp_socket() -> Result<OwnedFd> {
     // SAFETY: socket takes plain integers and returns a new descriptor or -1.
     let fd = unsafe {
-        libc::socket(libc::AF_INET, libc::SOCK_RAW | libc::SOCK_NONBLOCK, libc::IPPROTO_ICMP)
+        libc::socket(
+            libc::AF_INET,
+            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            libc::IPPROTO_ICMP,
+        )
     };
     if fd < 0 {
         return Err(std::io::Error::last_os_error()).context("a raw ICMP socket (needs root)");
