@@ -310,6 +310,8 @@ fn flood_then_kill(port: &mut VhostUserPort, peer: &mut Peer) {
 
 /// The fds a program started now would inherit, besides stdin, stdout and stderr. The child
 /// lists its own: read from outside, `/proc/PID/fd` can still show the fds exec is closing.
+/// Tests that may run beside this one in the process open theirs close-on-exec (vhost_common's
+/// guest does), or `cargo test` of the whole binary would see them here.
 fn fds_a_started_program_inherits() -> Vec<String> {
     let out = Command::new("sh")
         .args([

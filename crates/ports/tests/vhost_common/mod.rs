@@ -79,7 +79,9 @@ unsafe impl Send for Guest {}
 impl Guest {
     pub fn new(pairs: u16) -> Guest {
         // SAFETY: memfd_create with a valid C string; the result is checked.
-        let fd = unsafe { libc::memfd_create(c"rvh-guest".as_ptr(), libc::MFD_ALLOW_SEALING) };
+        let fd = unsafe {
+            libc::memfd_create(c"rvh-guest".as_ptr(), libc::MFD_ALLOW_SEALING | libc::MFD_CLOEXEC)
+        };
         assert!(fd >= 0);
         // SAFETY: fd is ours.
         let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -107,8 +109,12 @@ impl Guest {
             pairs,
             avail: vec![0; n],
             used_seen: vec![0; n],
-            kicks: (0..n).map(|_| EventFd::new(libc::EFD_NONBLOCK).unwrap()).collect(),
-            calls: (0..n).map(|_| EventFd::new(libc::EFD_NONBLOCK).unwrap()).collect(),
+            kicks: (0..n)
+                .map(|_| EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap())
+                .collect(),
+            calls: (0..n)
+                .map(|_| EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap())
+                .collect(),
         }
     }
 
