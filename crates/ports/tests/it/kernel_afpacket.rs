@@ -4,10 +4,9 @@
 //! Covers: every byte and counter in bursts of 1, 2 and 257 (60..1514 bytes; VLAN-tagged frames
 //! come out with their tag, which the kernel had moved to metadata) both ways; the sender never
 //! reads its own frames; promiscuous mode on while open and off after, even while a forked
-//! child shares the socket; a tx ring much smaller
-//! than a burst (wrap-around, full ring, retries); errors for a missing interface and bad
-//! options; the interface disappearing under an open port and coming back; jumbo frames (MTU
-//! 9000, up to 9018 bytes tagged) both ways.
+//! child shares the socket; a tx ring much smaller than a burst (wrap-around, full ring,
+//! retries); errors for a missing interface and bad options; the interface disappearing under
+//! an open port and coming back; jumbo frames (MTU 9000, up to 9018 bytes tagged) both ways.
 
 use crate::common_kernel;
 
