@@ -398,13 +398,14 @@ fn read(root: &Value<'_>, source: &str) -> Result<FleetDoc, Located> {
         if let Some(n) = m.get("name").and_then(|n| n.text().ok()) {
             switch_names.insert(n.to_string(), v.line());
         }
+        // Required only where a fleet key needs it; control's parser checks it everywhere.
+        let name = || -> Result<String, Located> { Ok(m.req("name")?.text()?.to_string()) };
         if let Some(list) = m.get("vteps") {
-            let name = m.req("name")?.text()?.to_string();
-            vteps.insert(name, read_vteps(&list)?);
+            vteps.insert(name()?, read_vteps(&list)?);
             y.remove("vteps");
         }
         if let Some(x) = m.get("vni") {
-            let name = m.req("name")?.text()?.to_string();
+            let name = name()?;
             let vni: u32 = x.int("VNI", 1, VNI_MAX.into())?;
             if let Some((other, line)) = vni_of.get(&vni) {
                 let (t, why) = (x.text()?, "each segment needs a VNI of its own");

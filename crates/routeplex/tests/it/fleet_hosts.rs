@@ -707,8 +707,7 @@ fn three_hosts_placed_by_the_controller_carry_a_segment_fence_and_fail_over() {
     let watcher: IpAddr = lab.watcher_underlay().parse().unwrap();
     assert_eq!(seg.vteps, [watcher], "{p:?}");
     assert_eq!(seg.vni, SEG_VNI, "the VNI the document pins: {p:?}");
-    let vni = SEG_VNI;
-    lab.watcher_vxlan(vni);
+    lab.watcher_vxlan(SEG_VNI);
     for (vr, h) in want {
         let i = index(h);
         let n = if vr == "m" { 1 } else { 2 };
@@ -720,7 +719,7 @@ fn three_hosts_placed_by_the_controller_carry_a_segment_fence_and_fail_over() {
         .map(|i| lab.wait(&format!("h{i} converged"), DEADLINE, || lab.converged(i)))
         .collect();
     lab.step(&format!(
-        "placed by {}: r1, m on h1, r2 on h2, r3 on h3, seg on VNI {vni}; applied revisions {revs:?}",
+        "placed by {}: r1, m on h1, r2 on h2, r3 on h3, seg on VNI {SEG_VNI}; applied revisions {revs:?}",
         p.leader
     ));
 
@@ -749,7 +748,7 @@ fn three_hosts_placed_by_the_controller_carry_a_segment_fence_and_fail_over() {
         j["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0) / 1e6
     );
     for i in 1..=3 {
-        assert_vxlan_moved(&lab, i, vni);
+        assert_vxlan_moved(&lab, i, SEG_VNI);
     }
 
     // One member down (a follower: quorum and leader kept): nothing changes.
