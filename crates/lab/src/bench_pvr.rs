@@ -69,6 +69,42 @@ impl Outcome {
     fn mpps(&self) -> f64 {
         self.forwarded as f64 / self.timed_ns.max(1) as f64 * 1e3
     }
+
+    /// Each worker's own rate (its frames over its own busy time): min, mean and max in Mpps.
+    fn worker_rates(&self) -> Rates {
+        let r: Vec<f64> =
+            self.per_worker.iter().map(|&(n, ns)| n as f64 / ns.max(1) as f64 * 1e3).collect();
+        let min = r.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = r.iter().copied().fold(0.0, f64::max);
+        Rates { min, mean: r.iter().sum::<f64>() / r.len().max(1) as f64, max }
+    }
+}
+
+/// Workers' own rates, Mpps.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Rates {
+    min: f64,
+    mean: f64,
+    max: f64,
+}
+
+/// Where N replicas lose against N times one: each worker slower than one replica alone
+/// (`alone` = mean own rate over the one replica's rate), or rounds waiting for the slowest
+/// worker (`slowest` = its rate over the mean). Either below 0.9 is named.
+fn scaling_losses(w: Rates, one_replica_mpps: f64) -> (f64, f64, Option<String>) {
+    let alone = w.mean / one_replica_mpps.max(f64::MIN_POSITIVE);
+    let slowest = w.min / w.mean.max(f64::MIN_POSITIVE);
+    let mut why = Vec::new();
+    if alone < 0.9 {
+        why.push(format!("each worker alone forwards {:.0} % of one replica's rate (the workers slow each other: shared caches, memory or the host)", alone * 100.0));
+    }
+    if slowest < 0.9 {
+        why.push(format!(
+            "each round waits for the slowest worker ({:.0} % of the mean rate)",
+            slowest * 100.0
+        ));
+    }
+    (alone, slowest, (!why.is_empty()).then(|| why.join("; ")))
 }
 
 pub fn run(o: Opts) -> Result<()> {
@@ -141,11 +177,17 @@ pub fn run(o: Opts) -> Result<()> {
     let scaling = pairs.as_ref().map_or(1.0, |p| p.ratio.median);
     let top_mpps = pairs.as_ref().map_or(base.mpps(), |p| p.a.median);
     let base_mpps = pairs.as_ref().map_or(base.mpps(), |p| p.b.median);
-    let limited_by = if online < o.replicas + 1 {
+    // The last pair's N replicas against its one replica (the pair ran back to back).
+    let losses =
+        many.as_ref().map(|m| (m.worker_rates(), scaling_losses(m.worker_rates(), base.mpps())));
+    let mut limited_by = if online < o.replicas + 1 {
         format!("{online} online CPU(s) for {} workers and the generator: workers share CPUs with each other or with the generator's waits, so scaling is bounded by the CPUs, not the design", o.replicas)
     } else {
         "the workers, each on its own CPU while timed (the generator waits at the barrier)".into()
     };
+    if let Some((_, (_, _, Some(why)))) = &losses {
+        limited_by = format!("{limited_by}; {why}");
+    }
     let out = json!({
         "mpps": top_mpps,
         "mpps_per_worker": top_mpps / o.workers as f64,
@@ -164,10 +206,14 @@ pub fn run(o: Opts) -> Result<()> {
         "frame_bytes": 60,
         "one_replica": outcome_json(&base),
         "replicated": many.as_ref().map(outcome_json),
+        "worker_mpps": losses.as_ref().map(|(w, (alone, slowest, _))| json!({
+            "min": w.min, "mean": w.mean, "max": w.max,
+            "mean_over_one_replica": alone, "min_over_mean": slowest,
+        })),
         "placement": placement.to_json(),
         "online_cpus": online,
         "limited_by": limited_by,
-        "method": "rings pre-filled by the generator while the workers wait at a barrier; timed: barrier release to each worker's last frame, slowest worker per round; reordered from per-flow sequence numbers at the sink; one replica and N replicas measured in the same run, interleaved in pairs (N, 1, N, 1, ...; --pairs) with a fixed memory probe (dependent random reads over 8 MiB) and compute probe timed before each; mpps and one_replica_mpps are the medians, scaling the median of the per-pair ratios (pairs.ratio has min and max), a pair flagged when its two trials' probes differ by more than 10 %; one_replica and replicated are the last pair's",
+        "method": "rings pre-filled by the generator while the workers wait at a barrier; timed: barrier release to each worker's last frame, slowest worker per round; reordered from per-flow sequence numbers at the sink; one replica and N replicas measured in the same run, interleaved in pairs (N, 1, N, 1, ...; --pairs) with a fixed memory probe (dependent random reads over 8 MiB) and compute probe timed before each; mpps and one_replica_mpps are the medians, scaling the median of the per-pair ratios (pairs.ratio has min and max), a pair flagged when its two trials' probes differ by more than 10 %; one_replica and replicated are the last pair's; worker_mpps: each worker's frames over its own busy time in that pair's N-replica run, mean_over_one_replica against its one replica, min_over_mean the slowest against the mean",
     });
     if o.json {
         println!("{out}");
@@ -177,6 +223,12 @@ pub fn run(o: Opts) -> Result<()> {
             table.v4.len(), table.label, o.flows, base_mpps, o.replicas, o.workers, top_mpps,
             top_mpps / o.workers as f64, scaling, reordered, lost
         );
+        if let Some((w, (alone, slowest, _))) = &losses {
+            println!(
+                "each worker alone (last pair): {:.2}-{:.2} Mpps, mean {:.2} ({:.2}x one replica); slowest {:.2}x the mean",
+                w.min, w.max, w.mean, alone, slowest
+            );
+        }
         if let Some(p) = &pairs {
             for l in p.lines() {
                 println!("{l}");
@@ -406,5 +458,44 @@ fn worker(
         if done.send((r, pkts, ns)).is_err() || go.recv().is_err() {
             return cell;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(per_worker: Vec<(u64, u64)>) -> Outcome {
+        Outcome {
+            replicas: per_worker.len(),
+            forwarded: per_worker.iter().map(|w| w.0).sum(),
+            timed_ns: per_worker.iter().map(|w| w.1).max().unwrap_or(0),
+            reordered: 0,
+            lost: 0,
+            counted: per_worker.iter().map(|w| w.0).collect(),
+            per_worker,
+        }
+    }
+
+    #[test]
+    fn worker_rates_are_each_workers_frames_over_its_own_busy_time() {
+        // 1,000 frames in 100 us = 10 Mpps; 1,000 in 125 us = 8 Mpps.
+        let w = outcome(vec![(1_000, 100_000), (1_000, 125_000)]).worker_rates();
+        assert!((w.max - 10.0).abs() < 1e-9 && (w.min - 8.0).abs() < 1e-9, "{w:?}");
+        assert!((w.mean - 9.0).abs() < 1e-9, "{w:?}");
+        // The round lasted as long as the slowest: 2,000 frames in 125 us.
+        assert!((outcome(vec![(1_000, 100_000), (1_000, 125_000)]).mpps() - 16.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn scaling_losses_name_slow_workers_and_stragglers_only_past_ten_per_cent() {
+        let even = Rates { min: 11.0, mean: 11.5, max: 12.0 };
+        assert_eq!(scaling_losses(even, 12.0).2, None);
+        let (alone, slowest, why) = scaling_losses(Rates { min: 7.8, mean: 8.5, max: 9.0 }, 12.0);
+        assert!((alone - 8.5 / 12.0).abs() < 1e-9 && slowest > 0.9);
+        assert!(why.unwrap().starts_with("each worker alone forwards 71 %"));
+        let (_, slowest, why) = scaling_losses(Rates { min: 6.0, mean: 10.0, max: 12.0 }, 10.5);
+        assert!((slowest - 0.6).abs() < 1e-9);
+        assert_eq!(why.unwrap(), "each round waits for the slowest worker (60 % of the mean rate)");
     }
 }
