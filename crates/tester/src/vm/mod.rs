@@ -326,7 +326,7 @@ pub fn qemu_args(
 /// A running guest; killed when dropped.
 pub struct Qemu {
     child: Child,
-    log: Arc<Mutex<String>>,
+    log: ConsoleLog,
     started: Instant,
     /// How it runs.
     pub accel: Accel,
@@ -350,35 +350,13 @@ impl Qemu {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| Error::new(format!("starting {QEMU}: {e}")))?;
-        let log = Arc::new(Mutex::new(String::new()));
-        for mut s in [
-            Box::new(child.stdout.take().expect("piped")) as Box<dyn Read + Send>,
-            Box::new(child.stderr.take().expect("piped")),
-        ] {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = s.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    let mut l = log.lock().unwrap_or_else(|e| e.into_inner());
-                    // Bounded: a guest that floods its console keeps only the last 1 MiB.
-                    if l.len() > 1 << 20 {
-                        let cut = l.len() - (1 << 19);
-                        let cut = (cut..l.len()).find(|&i| l.is_char_boundary(i)).unwrap_or(0);
-                        l.drain(..cut);
-                    }
-                    l.push_str(&String::from_utf8_lossy(&buf[..n]).replace('\r', ""));
-                }
-            });
-        }
+        let log = ConsoleLog::capture(&mut child);
         Ok(Qemu { child, log, started: Instant::now(), accel })
     }
 
     /// Everything the guest and QEMU printed so far.
     pub fn log(&self) -> String {
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.log.text()
     }
 
     /// The guest's `RVH ` lines so far.
@@ -389,9 +367,11 @@ impl Qemu {
             .collect()
     }
 
-    /// The exit status, if QEMU has exited.
+    /// The exit status, if QEMU has exited; then its whole output is in [`log`](Self::log).
     pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().ok().flatten()
+        let st = self.child.try_wait().ok().flatten()?;
+        self.log.settle();
+        Some(st)
     }
 
     /// Time since start.
@@ -406,8 +386,92 @@ impl Qemu {
     }
 }
 
+/// QEMU's stdout and stderr, read by a thread each into one bounded text. When QEMU has exited
+/// the readers may still hold its last lines (seen: a guest's final `RVH` lines missing from a
+/// log read right after the exit), so [`settle`](Self::settle) waits for them to reach the end
+/// of their pipes.
+struct ConsoleLog {
+    text: Arc<Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl ConsoleLog {
+    fn capture(child: &mut Child) -> ConsoleLog {
+        let text = Arc::new(Mutex::new(String::new()));
+        let mut readers = Vec::new();
+        let pipes = [
+            child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>),
+            child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ];
+        for mut s in pipes.into_iter().flatten() {
+            let text = text.clone();
+            readers.push(std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    let mut l = text.lock().unwrap_or_else(|e| e.into_inner());
+                    // Bounded: a guest that floods its console keeps only the last 1 MiB.
+                    if l.len() > 1 << 20 {
+                        let cut = l.len() - (1 << 19);
+                        let cut = (cut..l.len()).find(|&i| l.is_char_boundary(i)).unwrap_or(0);
+                        l.drain(..cut);
+                    }
+                    l.push_str(&String::from_utf8_lossy(&buf[..n]).replace('\r', ""));
+                }
+            }));
+        }
+        ConsoleLog { text, readers }
+    }
+
+    fn text(&self) -> String {
+        self.text.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Once the process has exited: waits (2 s at most, in case something else holds a pipe
+    /// open) until both readers have reached the end of their pipes.
+    fn settle(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while self.readers.iter().any(|r| !r.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.readers.retain(|r| !r.is_finished());
+    }
+}
+
 impl Drop for Qemu {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_console_log_has_every_line_once_its_process_has_exited() {
+        // Fewer bytes than a pipe holds: the program can exit before a reader has read any.
+        let mut child = Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 3000 ]; do echo \"RVH line $i\"; i=$((i+1)); done; echo err >&2"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut log = ConsoleLog::capture(&mut child);
+        while child.try_wait().unwrap().is_none() {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        log.settle();
+        let text = log.text();
+        assert_eq!(text.lines().filter(|l| l.starts_with("RVH line ")).count(), 3000);
+        assert!(
+            text.contains("RVH line 2999\n") && text.contains("err\n"),
+            "{}",
+            &text[text.len() - 200..]
+        );
+        assert!(log.readers.is_empty(), "readers still running after the end of their pipes");
     }
 }
