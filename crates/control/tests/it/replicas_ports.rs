@@ -137,6 +137,11 @@ vrs:
     let receiver = std::thread::spawn(move || {
         enter(&h2c);
         let s = UdpSocket::bind("10.78.1.2:5001").unwrap();
+        // Every flow's datagrams queue here for one reading thread: with the default buffer a
+        // busy moment overflowed it (CI: 30 of 40 fragmented datagrams arrived, yet h2's
+        // kernel had reassembled all 40 and counted UdpRcvbufErrors 202). The test is about
+        // the path, not this socket.
+        control::sys::set_rcvbuf(&s, 16 << 20).unwrap();
         s.set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
         ready_tx.send(()).unwrap();
         let mut last: HashMap<u16, u32> = HashMap::new();
