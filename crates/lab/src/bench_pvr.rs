@@ -178,8 +178,10 @@ pub fn run(o: Opts) -> Result<()> {
     let top_mpps = pairs.as_ref().map_or(base.mpps(), |p| p.a.median);
     let base_mpps = pairs.as_ref().map_or(base.mpps(), |p| p.b.median);
     // The last pair's N replicas against its one replica (the pair ran back to back).
-    let losses =
-        many.as_ref().map(|m| (m.worker_rates(), scaling_losses(m.worker_rates(), base.mpps())));
+    let losses = many.as_ref().map(|m| {
+        let w = m.worker_rates();
+        (w, scaling_losses(w, base.mpps()))
+    });
     let mut limited_by = if online < o.replicas + 1 {
         format!("{online} online CPU(s) for {} workers and the generator: workers share CPUs with each other or with the generator's waits, so scaling is bounded by the CPUs, not the design", o.replicas)
     } else {

@@ -470,7 +470,7 @@ mod tests {
         assert!(
             text.contains("RVH line 2999\n") && text.contains("err\n"),
             "{}",
-            &text[text.len() - 200..]
+            &text[text.len().saturating_sub(200)..]
         );
         assert!(log.readers.is_empty(), "readers still running after the end of their pipes");
     }
