@@ -60,8 +60,8 @@
 //! turns out uniform collapses the same way into its `top` entry.
 //!
 //! # Batched lookup
-//! [`Poptrie::lookup_batch`] walks 64 IPv4 or 32 IPv6 keys in lockstep, one level at a time:
-//! first every lane's `top` entry is prefetched, then read (and its block entry prefetched),
+//! [`Poptrie::lookup_batch`] walks 64 IPv4 or 32 IPv6 keys in lockstep (a shorter batch in 8,
+//! 16 or 32 lanes, whichever holds it), one level at a time: first every lane's `top` entry is prefetched, then read (and its block entry prefetched),
 //! then each level steps every lane still walking and prefetches the node it goes to next, so
 //! a level's cache misses overlap instead of queueing. Finished lanes drop out of the live
 //! list, so a lane that ends in `top` costs nothing more. A lane takes no branch of its own:
@@ -530,12 +530,34 @@ impl<K: Key> Poptrie<K> {
             keys.len()
         );
         if K::BITS <= 32 {
-            for (k, o) in keys.chunks(LANES4).zip(out.chunks_mut(LANES4)) {
-                self.lanes::<LANES4>(k, o);
-            }
+            self.batch::<LANES4>(keys, out);
         } else {
-            for (k, o) in keys.chunks(LANES6).zip(out.chunks_mut(LANES6)) {
-                self.lanes::<LANES6>(k, o);
+            self.batch::<LANES6>(keys, out);
+        }
+    }
+
+    /// [`lookup_batch`](Self::lookup_batch) in walks of at most `L` lanes. A short batch (a
+    /// VR's share of a burst spread over many VRs: 2 packets each for 16 VRs in a burst of
+    /// 32) walks in lane arrays sized to it: the walk clears and scans its arrays whole, and
+    /// for 64 lanes that was about 180 instructions a call, more than two IPv4 lookups cost.
+    #[inline(always)]
+    fn batch<const L: usize>(&self, keys: &[K], out: &mut [NextHop]) {
+        match keys.len() {
+            0 => {}
+            // Two walks on their own still overlap in the CPU, and cost less than setting
+            // up the lanes for them.
+            1..=2 => {
+                for (k, o) in keys.iter().zip(out.iter_mut()) {
+                    *o = self.lookup(*k);
+                }
+            }
+            3..=8 => self.lanes::<8>(keys, out),
+            9..=16 => self.lanes::<16>(keys, out),
+            17..=32 if L >= 32 => self.lanes::<32>(keys, out),
+            _ => {
+                for (k, o) in keys.chunks(L).zip(out.chunks_mut(L)) {
+                    self.lanes::<L>(k, o);
+                }
             }
         }
     }
@@ -1278,7 +1300,7 @@ mod tests {
         let t = Poptrie::build(&rib);
         let mut rng = crate::synthetic::Rng::new(5);
         let keys: Vec<u32> = (0..600).map(|_| rng.next_u64() as u32).collect();
-        for n in [0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 255, 256, 257, 600] {
+        for n in [0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 257, 600] {
             let mut out = vec![0xFFFF; n + 3];
             t.lookup_batch(&keys[..n], &mut out);
             for i in 0..n {
@@ -1314,7 +1336,7 @@ mod tests {
                     a.mask(l) | (rng.next_u128() & 0u128.last(l))
                 })
                 .collect();
-            for n in [1, 31, 32, 33, 64, 100, 1000] {
+            for n in [1, 2, 8, 9, 16, 17, 31, 32, 33, 64, 100, 1000] {
                 let mut out = vec![0xFFFF; n];
                 t.lookup_batch(&keys[..n], &mut out);
                 for i in 0..n {

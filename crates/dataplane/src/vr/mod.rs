@@ -391,22 +391,20 @@ impl Vr {
         self.counters.rx_packets += sel.len() as u64;
         self.counters.rx_bytes += bytes;
         if n4 > 0 {
-            let t = self.r4.load();
+            let t = self.r4.cached();
             self.seen.0 = t.generation();
             let s = &mut *cx.lookup;
             t.lookup_batch(&s.keys4[..n4], &mut s.nh4[..n4]);
-            drop(t);
             for k in 0..n4 {
                 let (i, nh) = (cx.lookup.at4[k] as usize, cx.lookup.nh4[k]);
                 meta[i].fate = self.forward4(cx, &mut pkts[i], &meta[i], nh);
             }
         }
         if n6 > 0 {
-            let t = self.r6.load();
+            let t = self.r6.cached();
             self.seen.1 = t.generation();
             let s = &mut *cx.lookup;
             t.lookup_batch(&s.keys6[..n6], &mut s.nh6[..n6]);
-            drop(t);
             for k in 0..n6 {
                 let (i, nh) = (cx.lookup.at6[k] as usize, cx.lookup.nh6[k]);
                 meta[i].fate = self.forward6(cx, &mut pkts[i], &meta[i], nh);
