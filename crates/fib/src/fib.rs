@@ -368,7 +368,6 @@ mod tests {
         assert!(fib.retired.is_empty() || fib.retired.iter().all(|v| Arc::strong_count(v) > 1));
     }
 
-
     #[test]
     fn cached_reader_follows_publishes_and_never_frees_a_version() {
         let mut fib = Fib::<u32>::from_routes([(0x0A00_0000, 8, 1)]);
