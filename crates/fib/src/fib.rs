@@ -254,9 +254,9 @@ impl<K: Key> FibReader<K> {
 
     /// The current version through this reader's cache: when nothing was published since the
     /// last call, one relaxed load and a compare (a [`load`](Self::load) costs about 55
-    /// instructions, which a VR pays per batch: with 16 VRs on a worker and 2 packets each,
-    /// that was a tenth of the packet's cost). The returned version stays alive until the
-    /// next call, however long that takes (see the module docs: the writer still frees it).
+    /// instructions, which a VR paid per batch: with 16 VRs on a worker and 2 packets each,
+    /// about 27 a packet). The returned version stays alive until the next call, however
+    /// long that takes (see the module docs: the writer still frees it).
     #[inline]
     pub fn cached(&mut self) -> &Poptrie<K> {
         self.cache.load()

@@ -61,9 +61,10 @@
 //!
 //! # Batched lookup
 //! [`Poptrie::lookup_batch`] walks 64 IPv4 or 32 IPv6 keys in lockstep (a shorter batch in 8,
-//! 16 or 32 lanes, whichever holds it), one level at a time: first every lane's `top` entry is prefetched, then read (and its block entry prefetched),
-//! then each level steps every lane still walking and prefetches the node it goes to next, so
-//! a level's cache misses overlap instead of queueing. Finished lanes drop out of the live
+//! 16 or 32 lanes, whichever holds it), one level at a time: first every lane's `top` entry
+//! is prefetched, then read (and its block entry prefetched), then each level steps every
+//! lane still walking and prefetches the node it goes to next, so a level's cache misses
+//! overlap instead of queueing. Finished lanes drop out of the live
 //! list, so a lane that ends in `top` costs nothing more. A lane takes no branch of its own:
 //! whether a walk goes on at a level is as good as random, so branching on it mispredicted
 //! about once per lookup and level; instead every live lane's answer is written at every
