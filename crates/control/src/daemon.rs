@@ -741,11 +741,20 @@ pub fn require_root(verb: &str) -> Result<(), ControlError> {
 /// the background, returning once it answers. Prints what it did through `say`.
 pub fn up(file: &Path, exe: &Path, say: &mut dyn FnMut(String)) -> Result<(), ControlError> {
     require_root("up")?;
-    let topo = crate::Topology::load(file)?;
     let canonical = file.canonicalize().map_err(|e| ControlError::io(file.display(), e))?;
     let p = Paths::for_file(file)?;
+    let prior = read_state(&p)?;
+    // A data plane that died, started again on its file: it reads the file's route tables
+    // itself, and `up` needs only the hosts and ports, so a restart does not wait for a full
+    // table to be parsed twice. A broken table file then fails the data plane's start, and
+    // `up` reports that (with the end of its log).
+    let restart = prior.as_ref().is_some_and(|st| st.topology == canonical && !st.running());
+    let topo = match restart {
+        true => crate::Topology::load_without_tables(file)?,
+        false => crate::Topology::load(file)?,
+    };
     p.make_dir(&Access::from_env())?;
-    if let Some(st) = read_state(&p)? {
+    if let Some(st) = prior {
         if st.topology != canonical {
             return Err(ControlError::State(format!(
                 "a service named {} is up from {}; take it down first",

@@ -471,12 +471,34 @@ impl Topology {
         Topology::parse(&text, &source, base_dir)
     }
 
+    /// As [`load`](Self::load), without reading the table files (`tables:` entries add no
+    /// routes and are not checked): for `up` starting a data plane again on a file it ran
+    /// before, which reads the tables itself; `up` needs the hosts and ports, and a full
+    /// table's file costs about 40 ms to parse, which the restart waited for twice.
+    pub fn load_without_tables(path: &Path) -> std::result::Result<Topology, TopologyError> {
+        let source = path.display().to_string();
+        let text = yamlpath::read_file(path, MAX_TOPOLOGY_BYTES).map_err(|e| {
+            TopologyError::at(ErrorKind::Io, (0, 0), "", None, format!("cannot read: {e}"))
+                .in_file(&source)
+        })?;
+        Topology::parse_with(&text, &source, None)
+    }
+
     /// Validates a topology given as text. `source` names it in errors; relative table paths
     /// are resolved against `base_dir`.
     pub fn parse(
         text: &str,
         source: &str,
         base_dir: &Path,
+    ) -> std::result::Result<Topology, TopologyError> {
+        Topology::parse_with(text, source, Some(base_dir))
+    }
+
+    /// [`parse`](Self::parse), reading the table files against `tables` (`None`: not at all).
+    fn parse_with(
+        text: &str,
+        source: &str,
+        tables: Option<&Path>,
     ) -> std::result::Result<Topology, TopologyError> {
         let build = || -> Result<Topology> {
             let doc = yaml::parse_document(text)?;
@@ -518,7 +540,7 @@ impl Topology {
             let mut iface_down = Vec::new();
             let mut cp_netns: HashMap<String, usize> = HashMap::new();
             for v in top.list("vrs")? {
-                let (cfg, down) = vr::vr(&v, &mut host, base_dir)?;
+                let (cfg, down) = vr::vr(&v, &mut host, tables)?;
                 iface_down.push(down);
                 let cp = match v.mapping()?.get("control_plane") {
                     Some(cv) => {

@@ -939,6 +939,26 @@ fn with_table(
     Topology::parse(&text, "lab.yaml", &dir.0)
 }
 
+/// `up` restarting a data plane reads the topology without its tables: the same hosts, ports
+/// and VRs, none of the table's routes, and a table file it would refuse is not read at all.
+#[test]
+fn load_without_tables_reads_no_table_file() {
+    let dir = Scratch::new("notables");
+    dir.write("t.txt", "10.1.0.0/16 0\n10.2.0.0/16 1\n");
+    let text = vr1("    tables:\n      - file: t.txt\n        next_hops: [10.0.1.2]\n");
+    let file = dir.write("lab.yaml", &text);
+    let full = Topology::load(&file).unwrap();
+    let bare = Topology::load_without_tables(&file).unwrap();
+    assert_eq!(full.vrs[0].routes.len(), bare.vrs[0].routes.len() + 2, "{:?}", bare.vrs[0].routes);
+    assert_eq!(full.ports, bare.ports);
+    assert_eq!(full.hosts, bare.hosts);
+    assert_eq!(full.vrs[0].interfaces, bare.vrs[0].interfaces);
+    dir.write("t.txt", "not a table\n");
+    assert!(Topology::load(&file).is_err(), "a broken table fails a full load");
+    let bare = Topology::load_without_tables(&file).unwrap();
+    assert!(bare.vrs[0].routes.iter().all(|r| r.prefix.to_string() != "10.1.0.0/16"));
+}
+
 #[test]
 fn table_next_hops_cycle_per_family() {
     let dir = Scratch::new("cycle");

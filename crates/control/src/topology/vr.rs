@@ -52,7 +52,12 @@ const LIMITS: &[(&str, u64, u64, SetLimit)] = &[
 
 /// Reads one VR; `host` holds what must be unique across VRs. Also returns the interfaces
 /// given `up: false` (administratively down).
-pub(super) fn vr(v: &Value, host: &mut Host, base_dir: &Path) -> Result<(VrConfig, Vec<IfaceId>)> {
+/// `tables`: the directory relative table paths resolve against; `None` reads no table file.
+pub(super) fn vr(
+    v: &Value,
+    host: &mut Host,
+    tables: Option<&Path>,
+) -> Result<(VrConfig, Vec<IfaceId>)> {
     let m = v.map(VR_KEYS)?;
     let name_v = m.req("name")?;
     let name = name(&name_v)?;
@@ -95,7 +100,9 @@ pub(super) fn vr(v: &Value, host: &mut Host, base_dir: &Path) -> Result<(VrConfi
         neighbors.push(n);
     }
 
-    table::load_tables(&vr, &m.list("tables")?, &static_lines, base_dir, &mut routes)?;
+    if let Some(base_dir) = tables {
+        table::load_tables(&vr, &m.list("tables")?, &static_lines, base_dir, &mut routes)?;
+    }
 
     let limits = match m.get("limits") {
         Some(lv) => limits(&lv)?,

@@ -726,3 +726,44 @@ vrs:
         assert!(st.get("ok").is_some(), "round {round}: {st}");
     }
 }
+
+/// After SIGKILL `up` reads the topology without its table files (the data plane it starts
+/// reads them): the VR comes back with the table's routes, and a table file broken meanwhile
+/// fails the data plane's start, which `up` reports, naming the file and its line.
+#[test]
+fn up_after_sigkill_leaves_the_table_files_to_the_data_plane() {
+    if !root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = Service::new(8);
+    let table = s.dir.join("t.txt");
+    std::fs::write(&table, "10.95.0.0/24 0\n").unwrap();
+    let topo = std::fs::read_to_string(&s.file).unwrap();
+    let eb = "addresses: [10.62.0.1/24, \"2001:db8:62::1/64\"] }\n";
+    assert!(topo.contains(eb));
+    let with = topo.replacen(
+        eb,
+        &format!("{eb}    tables: [{{ file: t.txt, next_hops: [10.62.0.2] }}]\n"),
+        1,
+    );
+    std::fs::write(&s.file, with).unwrap();
+    s.ok("up", &[]);
+    let b = s.b();
+    let o = sh("ip", &["netns", "exec", &b, "ip", "addr", "add", "10.95.0.1/32", "dev", "lo"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(s.reaches("10.95.0.1"), "the table's route before the kill");
+
+    s.kill();
+    s.ok("up", &[]);
+    assert!(s.reaches("10.95.0.1"), "the table's route after the restart");
+
+    s.kill();
+    std::fs::write(&table, "10.95.0.0/24 0\nnot a prefix\n").unwrap();
+    let o = s.routeplex("up", &[]);
+    let said = text(&o);
+    assert!(!o.status.success(), "up with a broken table file: {said}");
+    assert!(said.contains("t.txt:2"), "the error names the file and line: {said}");
+    // Found by the data plane, not by `up` (which reads no table file on a restart).
+    assert!(said.contains("the data plane exited"), "{said}");
+}
