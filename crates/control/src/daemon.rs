@@ -737,24 +737,32 @@ pub fn require_root(verb: &str) -> Result<(), ControlError> {
     Ok(())
 }
 
+/// Whether `up` starts a data plane again on `file`, which one ran from before and is gone.
+/// Any doubt (no state, a state `up` refuses, a running one) answers no: `up` then reads the
+/// whole file, as a first start does, and reports what it finds in the order it always has.
+fn restarting(file: &Path) -> bool {
+    let (Ok(canonical), Ok(p)) = (file.canonicalize(), Paths::for_file(file)) else {
+        return false;
+    };
+    matches!(read_state(&p), Ok(Some(st)) if st.topology == canonical && !st.running())
+}
+
 /// `routeplex up`: makes the topology's hosts and starts `exe run FILE --state-dir DIR` in
 /// the background, returning once it answers. Prints what it did through `say`.
 pub fn up(file: &Path, exe: &Path, say: &mut dyn FnMut(String)) -> Result<(), ControlError> {
     require_root("up")?;
-    let canonical = file.canonicalize().map_err(|e| ControlError::io(file.display(), e))?;
-    let p = Paths::for_file(file)?;
-    let prior = read_state(&p)?;
     // A data plane that died, started again on its file: it reads the file's route tables
     // itself, and `up` needs only the hosts and ports, so a restart does not wait for a full
     // table to be parsed twice. A broken table file then fails the data plane's start, and
     // `up` reports that (with the end of its log).
-    let restart = prior.as_ref().is_some_and(|st| st.topology == canonical && !st.running());
-    let topo = match restart {
+    let topo = match restarting(file) {
         true => crate::Topology::load_without_tables(file)?,
         false => crate::Topology::load(file)?,
     };
+    let canonical = file.canonicalize().map_err(|e| ControlError::io(file.display(), e))?;
+    let p = Paths::for_file(file)?;
     p.make_dir(&Access::from_env())?;
-    if let Some(st) = prior {
+    if let Some(st) = read_state(&p)? {
         if st.topology != canonical {
             return Err(ControlError::State(format!(
                 "a service named {} is up from {}; take it down first",

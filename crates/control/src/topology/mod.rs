@@ -462,13 +462,7 @@ impl Topology {
     /// Reads and validates a topology file and the table files it names. Only a regular file
     /// of at most [`MAX_TOPOLOGY_BYTES`] is read (see [`yamlpath::read_file`]).
     pub fn load(path: &Path) -> std::result::Result<Topology, TopologyError> {
-        let source = path.display().to_string();
-        let text = yamlpath::read_file(path, MAX_TOPOLOGY_BYTES).map_err(|e| {
-            TopologyError::at(ErrorKind::Io, (0, 0), "", None, format!("cannot read: {e}"))
-                .in_file(&source)
-        })?;
-        let base_dir = path.parent().unwrap_or(Path::new(""));
-        Topology::parse(&text, &source, base_dir)
+        Topology::load_with(path, true)
     }
 
     /// As [`load`](Self::load), without reading the table files (`tables:` entries add no
@@ -476,12 +470,17 @@ impl Topology {
     /// before, which reads the tables itself; `up` needs the hosts and ports, and a full
     /// table's file costs about 40 ms to parse, which the restart waited for twice.
     pub fn load_without_tables(path: &Path) -> std::result::Result<Topology, TopologyError> {
+        Topology::load_with(path, false)
+    }
+
+    fn load_with(path: &Path, tables: bool) -> std::result::Result<Topology, TopologyError> {
         let source = path.display().to_string();
         let text = yamlpath::read_file(path, MAX_TOPOLOGY_BYTES).map_err(|e| {
             TopologyError::at(ErrorKind::Io, (0, 0), "", None, format!("cannot read: {e}"))
                 .in_file(&source)
         })?;
-        Topology::parse_with(&text, &source, None)
+        let base_dir = path.parent().unwrap_or(Path::new(""));
+        Topology::parse_with(&text, &source, tables.then_some(base_dir))
     }
 
     /// Validates a topology given as text. `source` names it in errors; relative table paths
