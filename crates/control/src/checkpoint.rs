@@ -6,13 +6,15 @@
 //! length u64, CRC-32 u32 of the body, then the body: the VR count u32, and per VR its name
 //! (u16 length, bytes), the fingerprint of what its table was built from, and the table's
 //! checkpoint (u32 length, [`RouteTable::checkpoint`]). The fingerprint is the CRC-32 of the
-//! VR's configuration (interfaces, neighbors, limits, every route of the file) and the length
-//! and CRC-32 of the journal as it was then: routes changed through the API are in the
-//! journal, so a table checkpointed after them is only used with that same journal.
+//! VR's configuration (interfaces, neighbors, limits, every route of the file but its tables',
+//! which count by the sum of their files: [`config_crc`]) and the length and CRC-32 of the
+//! journal as it was then: routes changed through the API are in the journal, so a table
+//! checkpointed after them is only used with that same journal.
 //!
 //! At start, a VR whose fingerprint matches is built as a stand-in from its checkpoint (its
 //! compiled tables published to the VR as they were), and its real table is built from the
-//! routes in the background; the journal is replayed into that one, which then takes the
+//! routes in the background (its tables' routes read there too, when the data plane deferred
+//! them: [`crate::daemon::load`]); the journal is replayed into that one, which then takes the
 //! stand-in's readers over (see [`crate::Node::settle`]). A file that is damaged, of another
 //! version or too large is refused whole, and a VR whose fingerprint differs is built from
 //! its routes as without a checkpoint; both are logged, naming the file and what was wrong.
@@ -39,7 +41,7 @@ pub const FILE: &str = "checkpoint";
 /// The file's first bytes.
 pub const MAGIC: [u8; 8] = *b"RPLXCKPT";
 /// The format this build writes and reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// The largest checkpoint read (a full IPv4 and IPv6 table compile to a few MiB per VR).
 pub const MAX_FILE: u64 = 1 << 30;
 const HEADER: usize = 8 + 4 + 8 + 4;
@@ -53,13 +55,20 @@ pub struct Fingerprint {
     pub journal_crc: u32,
 }
 
-/// The CRC-32 of a VR's configuration: everything its table is built from.
-pub fn config_crc(cfg: &VrConfig) -> u32 {
+/// The CRC-32 of a VR's configuration: everything its table is built from. Its tables'
+/// routes count by `table_sum` (the sum of the files they were read from, see
+/// [`crate::Topology::table_sums`]), not one by one, so a data plane started again tells
+/// whether its checkpoint fits without parsing the files ([`crate::Topology::load_deferring_tables`]).
+pub fn config_crc(cfg: &VrConfig, table_sum: Option<u32>) -> u32 {
     let mut h = crc32fast::Hasher::new();
     h.update(format!("{:?}{:?}{:?}", cfg.interfaces, cfg.neighbors, cfg.limits).as_bytes());
+    h.update(&table_sum.map_or([0; 5], |s| {
+        let b = s.to_le_bytes();
+        [1, b[0], b[1], b[2], b[3]]
+    }));
     // By hand rather than by Debug: a full table is half a million routes.
     let mut buf = Vec::with_capacity(64 << 10);
-    for r in &cfg.routes {
+    for r in cfg.routes.iter().filter(|r| r.source != dataplane::RouteSource::Table) {
         match r.prefix {
             IpNet::V4(p) => buf.extend_from_slice(&p.addr().octets()),
             IpNet::V6(p) => buf.extend_from_slice(&p.addr().octets()),
@@ -252,7 +261,11 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<HashMap<String, Entry>, CheckpointFa
 /// The checkpointed tables of `vrs` that fit: those whose fingerprint matches what they are
 /// built from now (their configuration, the journal in `dir`). What does not fit, and a file
 /// that cannot be used, is logged; those VRs are built from their routes.
-pub fn usable(dir: &Path, vrs: &[VrConfig]) -> HashMap<String, Vec<u8>> {
+pub fn usable(
+    dir: &Path,
+    vrs: &[VrConfig],
+    table_sums: &[Option<u32>],
+) -> HashMap<String, Vec<u8>> {
     let t0 = std::time::Instant::now();
     let mut entries = match read(dir) {
         Ok(Some(e)) => e,
@@ -270,10 +283,11 @@ pub fn usable(dir: &Path, vrs: &[VrConfig]) -> HashMap<String, Vec<u8>> {
         }
     };
     let mut out = HashMap::new();
-    for cfg in vrs {
+    for (v, cfg) in vrs.iter().enumerate() {
         let Some(e) = entries.remove(&cfg.name) else { continue };
-        let now =
-            Fingerprint { config: config_crc(cfg), journal_len: journal.0, journal_crc: journal.1 };
+        let sum = table_sums.get(v).copied().flatten();
+        let config = config_crc(cfg, sum);
+        let now = Fingerprint { config, journal_len: journal.0, journal_crc: journal.1 };
         if now == e.fingerprint {
             out.insert(cfg.name.clone(), e.table);
         } else {
@@ -334,8 +348,9 @@ mod tests {
             .to_string()
             .contains("not a routeplex checkpoint"));
         let mut d = b.clone();
-        d[8] = 2;
-        assert!(parse(&d).unwrap_err().to_string().contains("version 2"));
+        // Version 1 summed every route of a VR's tables one by one, not their files.
+        d[8] = 1;
+        assert!(parse(&d).unwrap_err().to_string().contains("version 1, this build reads 2"));
     }
 
     #[test]
@@ -351,11 +366,11 @@ mod tests {
             limits: Default::default(),
         };
         let t = RouteTable::new(&cfg).unwrap();
-        let fp = Fingerprint { config: config_crc(&cfg), journal_len: 0, journal_crc: 0 };
+        let fp = Fingerprint { config: config_crc(&cfg, None), journal_len: 0, journal_crc: 0 };
         write(&dir, &[("r", &t, fp)]).unwrap();
         let md = std::fs::metadata(dir.join(FILE)).unwrap();
         assert_eq!(std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o777, 0o600);
-        assert_eq!(usable(&dir, std::slice::from_ref(&cfg))["r"], t.checkpoint());
+        assert_eq!(usable(&dir, std::slice::from_ref(&cfg), &[])["r"], t.checkpoint());
         // Another configuration: stale, not used.
         let mut other = cfg.clone();
         other.routes.push(dataplane::routes::route(
@@ -363,10 +378,10 @@ mod tests {
             RouteTarget::Blackhole,
             dataplane::RouteSource::Static,
         ));
-        assert!(usable(&dir, &[other]).is_empty());
+        assert!(usable(&dir, &[other], &[]).is_empty());
         // The journal changed since: stale too.
         std::fs::write(dir.join(crate::journal::FILE), b"x").unwrap();
-        assert!(usable(&dir, &[cfg]).is_empty());
+        assert!(usable(&dir, &[cfg], &[]).is_empty());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

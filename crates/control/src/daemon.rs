@@ -1103,8 +1103,34 @@ pub fn restarted(dir: &Path) -> bool {
     [crate::journal::FILE, crate::checkpoint::FILE].iter().any(|f| dir.join(f).exists())
 }
 
+/// The topology [`run`] serves from `file`: when `state_dir` holds a checkpoint, with its
+/// tables read for their sums only ([`crate::Topology::load_deferring_tables`]), so a data
+/// plane started again forwards from its checkpoint without first parsing a full table;
+/// `run` reads them at once after all when the checkpoint does not fit them.
+pub fn load(file: &Path, state_dir: Option<&Path>) -> Result<crate::Topology, ControlError> {
+    let checkpointed = state_dir.is_some_and(|d| d.join(crate::checkpoint::FILE).exists());
+    Ok(match checkpointed {
+        true => crate::Topology::load_deferring_tables(file)?,
+        false => crate::Topology::load(file)?,
+    })
+}
+
+/// Whether `topo`'s deferred tables (if any) can wait: every VR with tables forwards from a
+/// checkpoint in `checkpoints` meanwhile (a replicated VR never does, see
+/// [`crate::build::host_from`]).
+fn tables_wait(
+    topo: &crate::Topology,
+    checkpoints: &std::collections::HashMap<String, Vec<u8>>,
+) -> bool {
+    topo.tables_deferred.is_none()
+        || (0..topo.vrs.len()).filter(|&v| topo.table_sum(v).is_some()).all(|v| {
+            checkpoints.contains_key(&topo.vrs[v].name)
+                && topo.schedule.get(v).is_none_or(|s| s.copies() == 1)
+        })
+}
+
 /// The data plane in the foreground: builds the host of `topo` (loaded from `file` by the
-/// caller, which needed it for `opts`: a full table's file is not read twice), starts its
+/// caller with [`load`], which needed it for `opts`: a full table's file is not read twice), starts its
 /// workers and serves the control socket in `state_dir` (when given) until `stop` is set or a
 /// `stop` command comes. What happens is logged as events (see the module's documentation).
 /// Started again on a `state_dir` an earlier run left, it holds its VRs' interfaces down when
@@ -1134,8 +1160,19 @@ pub fn run(
         crate::journal::check(d)?;
     }
     // VRs whose checkpoint fits forward with it at once; their tables are built meanwhile.
-    let checkpoints =
-        state_dir.map(|d| crate::checkpoint::usable(d, &topo.vrs)).unwrap_or_default();
+    let usable = |t: &crate::Topology| {
+        state_dir.map(|d| crate::checkpoint::usable(d, &t.vrs, &t.table_sums)).unwrap_or_default()
+    };
+    let mut checkpoints = usable(&topo);
+    let mut topo = topo;
+    if !tables_wait(&topo, &checkpoints) {
+        info!(file = %file.display(), "checkpoint: not every VR with tables can forward from it; reading the tables now");
+        topo = crate::Topology::load(file)?;
+        checkpoints = usable(&topo);
+    }
+    if topo.tables_deferred.is_some() {
+        info!(file = %file.display(), "tables deferred: their VRs forward from the checkpoint while the table files are read");
+    }
     let hold = on_restart == OnRestart::Hold && state_dir.is_some_and(restarted);
     let mut node = match hold {
         true => crate::Node::start_holding(topo, opts, burst, &checkpoints)?,
@@ -1374,9 +1411,11 @@ impl Recovery {
 fn write_checkpoint(dir: &Path, node: &crate::Node) -> Result<u64, ControlError> {
     use crate::checkpoint::{config_crc, journal_state, Fingerprint};
     let (journal_len, journal_crc) = journal_state(dir)?;
-    let list: Vec<_> = (node.topology().vrs.iter())
-        .filter_map(|v| {
-            let fp = Fingerprint { config: config_crc(v), journal_len, journal_crc };
+    let topo = node.topology();
+    let list: Vec<_> = (topo.vrs.iter().enumerate())
+        .filter_map(|(i, v)| {
+            let config = config_crc(v, topo.table_sum(i));
+            let fp = Fingerprint { config, journal_len, journal_crc };
             Some((v.name.as_str(), node.table(&v.name)?, fp))
         })
         .collect();

@@ -63,11 +63,56 @@ pub struct Node {
     /// Each MSR's shared state (back-end states and counters), by its VR's name, made at start
     /// so that `status` has it before the front end is taken ([`crate::msr::Msr::take`]).
     msrs: HashMap<String, crate::msr_state::MsrState>,
-    /// VRs started from a checkpoint: their tables being built from the routes.
-    building: Vec<(String, std::thread::JoinHandle<Result<RouteTable, dataplane::BuildError>>)>,
+    /// VRs started from a checkpoint: their tables being built from the routes (see
+    /// [`build_table`]).
+    building: Vec<(String, std::thread::JoinHandle<Result<Built, String>>)>,
     /// Their stand-ins, replaced in `tables` by [`Node::settle`], until [`Node::take_over`],
-    /// with a reader of the table that replaced each (to tell whether it is still there).
-    stand_ins: Vec<(String, RouteTable, fib::FibReader<u32>)>,
+    /// with a reader of the table that replaced each (to tell whether it is still there) and
+    /// whether the stand-in came from the checkpoint (to be checked against the routes).
+    stand_ins: Vec<(String, RouteTable, fib::FibReader<u32>, bool)>,
+}
+
+/// A VR's table built in the background, with its whole configuration when its tables'
+/// routes were read there ([`Topology::tables_deferred`]), and whether the table it replaces
+/// came from the checkpoint.
+struct Built {
+    table: RouteTable,
+    whole: Option<VrConfig>,
+    from_checkpoint: bool,
+}
+
+/// The topology a deferred table is read from once, shared by the VRs' builders.
+type Whole = std::sync::Arc<std::sync::OnceLock<Result<Topology, String>>>;
+
+/// Builds VR `cfg`'s table from its routes; when `deferred` names the file its tables were
+/// left in, it is read first (once for all VRs) and must give the VR as `cfg` is but for its
+/// tables' routes, with tables of sum `sum`: the sum its checkpoint was chosen by.
+fn build_table(
+    cfg: VrConfig,
+    sum: Option<u32>,
+    deferred: Option<(std::path::PathBuf, Whole)>,
+    from_checkpoint: bool,
+) -> Result<Built, String> {
+    let Some((file, whole)) = deferred else {
+        let table = RouteTable::new(&cfg).map_err(|e| e.0)?;
+        return Ok(Built { table, whole: None, from_checkpoint });
+    };
+    let topo = whole.get_or_init(|| Topology::load(&file).map_err(|e| e.to_string()));
+    let topo = topo.as_ref().map_err(Clone::clone)?;
+    let changed = || {
+        format!(
+            "{} changed while the data plane started (its tables or the VR's settings are not those it was started with): start it again",
+            file.display()
+        )
+    };
+    let v = topo.vrs.iter().position(|v| v.name == cfg.name).ok_or_else(changed)?;
+    let whole = &topo.vrs[v];
+    let crc = crate::checkpoint::config_crc;
+    if topo.table_sum(v) != sum || crc(whole, sum) != crc(&cfg, sum) {
+        return Err(changed());
+    }
+    let table = RouteTable::new(whole).map_err(|e| e.0)?;
+    Ok(Built { table, whole: Some(whole.clone()), from_checkpoint })
 }
 
 /// Installs adjacency list `list` in VR `vr` on its worker, in every replica of a replicated
@@ -149,15 +194,24 @@ impl Node {
         let tables = topo.vrs.iter().map(|v| v.name.clone()).zip(host.tables).collect();
         let vxlan = host.vxlan.into_iter().collect();
         let rt = Runtime::start(host.cells, opts)?;
-        // After the workers: the critical path to forwarding comes first.
-        let building = stand_ins
-            .iter()
-            .filter_map(|name| {
-                let cfg = topo.vrs.iter().find(|v| &v.name == name)?.clone();
+        // After the workers: the critical path to forwarding comes first. With its tables
+        // deferred, a VR that has tables is rebuilt even when its checkpoint was refused (it
+        // forwards without their routes until then, which only a damaged checkpoint causes:
+        // one whose sums differ is not offered).
+        let whole = Whole::default();
+        let building = (topo.vrs.iter().enumerate())
+            .filter_map(|(v, cfg)| {
+                let sum = topo.table_sum(v);
+                let deferred = topo.tables_deferred.clone().filter(|_| sum.is_some());
+                let from_checkpoint = stand_ins.contains(&cfg.name);
+                if !from_checkpoint && deferred.is_none() {
+                    return None;
+                }
+                let (cfg, later) = (cfg.clone(), deferred.map(|f| (f, whole.clone())));
                 let h = std::thread::Builder::new()
-                    .name(format!("table-{name}"))
-                    .spawn(move || RouteTable::new(&cfg));
-                Some(h.map(|h| (name.clone(), h)))
+                    .name(format!("table-{}", cfg.name))
+                    .spawn(move || build_table(cfg, sum, later, from_checkpoint));
+                Some(h.map(|h| (topo.vrs[v].name.clone(), h)))
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| ControlError::io("route table thread", e))?;
@@ -209,18 +263,24 @@ impl Node {
     pub fn settle(&mut self) -> Result<(), ControlError> {
         for (name, h) in std::mem::take(&mut self.building) {
             let t0 = std::time::Instant::now();
-            let table = h
+            let built = h
                 .join()
                 .map_err(|_| {
                     ControlError::State(format!("vr {name}: building its table panicked"))
                 })?
-                .map_err(|e| ControlError::State(format!("vr {name}: {}", e.0)))?;
-            let marker = table.fibs().0.reader();
-            if let Some(stand_in) = self.tables.insert(name.clone(), table) {
-                self.stand_ins.push((name.clone(), stand_in, marker));
+                .map_err(|e| ControlError::State(format!("vr {name}: {e}")))?;
+            if let Some(whole) = built.whole {
+                if let Some(cfg) = self.topo.vrs.iter_mut().find(|v| v.name == name) {
+                    *cfg = whole;
+                }
+            }
+            let marker = built.table.fibs().0.reader();
+            if let Some(stand_in) = self.tables.insert(name.clone(), built.table) {
+                self.stand_ins.push((name.clone(), stand_in, marker, built.from_checkpoint));
             }
             info!(vr = %name, waited_ms = t0.elapsed().as_millis() as u64, "route table built from the routes");
         }
+        self.topo.tables_deferred = None;
         Ok(())
     }
 
@@ -230,13 +290,13 @@ impl Node {
     /// table built from the routes (see [`RouteTable::disagreement`]), with where.
     pub fn take_over(&mut self) -> Result<Vec<(String, std::net::IpAddr)>, ControlError> {
         let mut wrong = Vec::new();
-        for (name, stand_in, marker) in std::mem::take(&mut self.stand_ins) {
+        for (name, stand_in, marker, from_checkpoint) in std::mem::take(&mut self.stand_ins) {
             // A replay that removed or rebuilt the VR left no VR reading the stand-in.
             let Some(table) = self.tables.get_mut(&name) else { continue };
             if !table.fibs().0.reader().same_as(&marker) {
                 continue;
             }
-            if let Some(at) = table.disagreement(&stand_in) {
+            if let Some(at) = table.disagreement(&stand_in).filter(|_| from_checkpoint) {
                 wrong.push((name.clone(), at));
             }
             let rt = &self.rt;
@@ -246,7 +306,10 @@ impl Node {
             if installed > 0 {
                 warn!(vr = %name, installed, "checkpoint: adjacencies differed from the rebuilt table's; installed");
             }
-            info!(vr = %name, "route table took over from the checkpoint");
+            match from_checkpoint {
+                true => info!(vr = %name, "route table took over from the checkpoint"),
+                false => info!(vr = %name, "route table with its tables' routes took over"),
+            }
         }
         Ok(wrong)
     }

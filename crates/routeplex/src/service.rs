@@ -33,7 +33,7 @@ pub fn down(file: &Path) -> Result<()> {
 /// each pinned to its CPU, idling as its `idle:` says) and the control socket (when
 /// `state_dir` is given), until SIGTERM/SIGINT or `stop`.
 pub fn run(file: &Path, state_dir: Option<&Path>, burst: usize) -> Result<()> {
-    let topo = Topology::load(file)?;
+    let topo = daemon::load(file, state_dir)?;
     // A `fleet:` section: the agent runs beside the data plane, a client of its control
     // socket, and leaves the fleet (revokes its lease) when the data plane stops.
     let agent = fleet_agent(file, state_dir)?;

@@ -119,7 +119,7 @@ const END: u16 = u16::MAX;
 /// How long a destination's tunnel lasts after its first poll if no end comes (the source
 /// died): the source's longest drain, and then some.
 const LIFETIME: Duration = Duration::from_secs(5);
-/// How long a destination's tunnel holds the VR's ports at most (see [`TunnelRx::holding`]).
+/// How long a destination's tunnel holds the VR's ports at most (see [`TunnelRx::hold_for`]).
 pub const HOLD_MAX: Duration = Duration::from_millis(100);
 
 /// The datagram that ends the tunnel keyed `key`, sent by the source once its VR is gone.

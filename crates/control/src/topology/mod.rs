@@ -198,7 +198,16 @@ pub use run::{
 pub use vr::bad_prefix_length;
 pub use vxlan::VxlanSpec;
 
+use table::Tables;
 use yaml::{BadKind, Result, Value};
+
+/// Which of [`Tables`] a load asks for (its directory is the file's).
+#[derive(Clone, Copy)]
+enum Mode {
+    Read,
+    Sum,
+    Skip,
+}
 
 /// A validated topology: the host's ports and its virtual routers.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -235,6 +244,13 @@ pub struct Topology {
     /// Interfaces given `up: false` (administratively down), per VR: `iface_down[i]` is
     /// `vrs[i]`'s, in interface order (empty when no interface is down).
     pub iface_down: Vec<Vec<IfaceId>>,
+    /// The sum of each VR's `tables:` (each file's path, gateways and bytes; see
+    /// [`crate::checkpoint`]): `table_sums[i]` is `vrs[i]`'s, `None` when it has no table or
+    /// its files were not read (empty when no VR has a table).
+    pub table_sums: Vec<Option<u32>>,
+    /// Set by [`Topology::load_deferring_tables`]: the file to read again for the routes of
+    /// the VRs' tables, which `vrs` lacks until then.
+    pub tables_deferred: Option<std::path::PathBuf>,
 }
 
 /// One port of the host.
@@ -462,7 +478,7 @@ impl Topology {
     /// Reads and validates a topology file and the table files it names. Only a regular file
     /// of at most [`MAX_TOPOLOGY_BYTES`] is read (see [`yamlpath::read_file`]).
     pub fn load(path: &Path) -> std::result::Result<Topology, TopologyError> {
-        Topology::load_with(path, true)
+        Topology::load_with(path, Mode::Read)
     }
 
     /// As [`load`](Self::load), without reading the table files (`tables:` entries add no
@@ -470,17 +486,34 @@ impl Topology {
     /// before, which reads the tables itself; `up` needs the hosts and ports, and a full
     /// table's file costs about 40 ms to parse, which the restart waited for twice.
     pub fn load_without_tables(path: &Path) -> std::result::Result<Topology, TopologyError> {
-        Topology::load_with(path, false)
+        Topology::load_with(path, Mode::Skip)
     }
 
-    fn load_with(path: &Path, tables: bool) -> std::result::Result<Topology, TopologyError> {
+    /// As [`load`](Self::load), with the table files read for their sums but not parsed:
+    /// `vrs` lacks their routes, and [`Topology::tables_deferred`] names `path`, to be read
+    /// again for them. A data plane started again whose checkpoint matches those sums
+    /// forwards with it meanwhile, instead of after parsing a full table (about 40 ms).
+    pub fn load_deferring_tables(path: &Path) -> std::result::Result<Topology, TopologyError> {
+        let mut t = Topology::load_with(path, Mode::Sum)?;
+        if t.table_sums.iter().any(Option::is_some) {
+            t.tables_deferred = Some(path.to_path_buf());
+        }
+        Ok(t)
+    }
+
+    fn load_with(path: &Path, mode: Mode) -> std::result::Result<Topology, TopologyError> {
         let source = path.display().to_string();
         let text = yamlpath::read_file(path, MAX_TOPOLOGY_BYTES).map_err(|e| {
             TopologyError::at(ErrorKind::Io, (0, 0), "", None, format!("cannot read: {e}"))
                 .in_file(&source)
         })?;
         let base_dir = path.parent().unwrap_or(Path::new(""));
-        Topology::parse_with(&text, &source, tables.then_some(base_dir))
+        let tables = match mode {
+            Mode::Read => Tables::Read(base_dir),
+            Mode::Sum => Tables::Sum(base_dir),
+            Mode::Skip => Tables::Skip,
+        };
+        Topology::parse_with(&text, &source, tables)
     }
 
     /// Validates a topology given as text. `source` names it in errors; relative table paths
@@ -490,14 +523,14 @@ impl Topology {
         source: &str,
         base_dir: &Path,
     ) -> std::result::Result<Topology, TopologyError> {
-        Topology::parse_with(text, source, Some(base_dir))
+        Topology::parse_with(text, source, Tables::Read(base_dir))
     }
 
-    /// [`parse`](Self::parse), reading the table files against `tables` (`None`: not at all).
+    /// [`parse`](Self::parse), doing with the table files what `tables` says.
     fn parse_with(
         text: &str,
         source: &str,
-        tables: Option<&Path>,
+        tables: Tables,
     ) -> std::result::Result<Topology, TopologyError> {
         let build = || -> Result<Topology> {
             let doc = yaml::parse_document(text)?;
@@ -538,9 +571,11 @@ impl Topology {
             let mut control_planes = Vec::new();
             let mut iface_down = Vec::new();
             let mut cp_netns: HashMap<String, usize> = HashMap::new();
+            let mut table_sums = Vec::new();
             for v in top.list("vrs")? {
-                let (cfg, down) = vr::vr(&v, &mut host, tables)?;
+                let (cfg, down, sum) = vr::vr(&v, &mut host, tables)?;
                 iface_down.push(down);
+                table_sums.push(sum);
                 let cp = match v.mapping()?.get("control_plane") {
                     Some(cv) => {
                         let spec = cp::control_plane(&cv, &cfg, &v)?;
@@ -585,6 +620,9 @@ impl Topology {
             if control_planes.iter().all(Option::is_none) {
                 control_planes.clear();
             }
+            if table_sums.iter().all(Option::is_none) {
+                table_sums.clear();
+            }
             if iface_down.iter().all(Vec::is_empty) {
                 iface_down.clear();
             }
@@ -613,6 +651,8 @@ impl Topology {
                 control_planes,
                 msrs,
                 iface_down,
+                table_sums,
+                tables_deferred: None,
             })
         };
         build().map_err(|e| e.in_file(source))
@@ -626,6 +666,11 @@ impl Topology {
     /// The cells: what must run on one worker together (see `run.rs`).
     pub fn cells(&self) -> Vec<CellPlan> {
         run::cells(&self.ports, &self.vrs, &self.switches)
+    }
+
+    /// The sum of VR `v`'s tables (see [`Topology::table_sums`]).
+    pub fn table_sum(&self, v: usize) -> Option<u32> {
+        self.table_sums.get(v).copied().flatten()
     }
 
     /// VR `v`'s control plane, if it has one.

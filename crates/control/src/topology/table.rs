@@ -28,16 +28,35 @@ pub const MAX_TABLE_BYTES: u64 = 256 << 20;
 const LINE_QUOTE_MAX: usize = 20;
 const NEXT_HOP_KEYS: &[&str] = &["via", "interface"];
 
-/// Loads every table of a VR into `routes`, skipping prefixes that `statics` (static route
-/// prefixes) or the VR's connected subnets already cover.
+/// What reading a topology does with its VRs' `tables:` files.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Tables<'a> {
+    /// Reads them into the VRs' routes (relative paths against this directory).
+    Read(&'a Path),
+    /// Reads them for their sums only, not parsed: their routes are read later (a data plane
+    /// started again, which forwards from its checkpoint meanwhile).
+    Sum(&'a Path),
+    /// Does not open them (`up` starting a data plane again, which reads them itself).
+    Skip,
+}
+
+/// Loads every table of a VR into `routes` (`None`: reads the files for their sum only),
+/// skipping prefixes that `statics` (static route prefixes) or the VR's connected subnets
+/// already cover. Returns the tables' sum, `None` when the VR has none: the CRC-32 of each
+/// table's path, gateways and bytes, so a checkpoint tells whether the tables it was built
+/// from are still those in the files without parsing them (see `crate::checkpoint`).
 pub(super) fn load_tables(
     vr: &Vr,
     tables: &[Value],
     statics: &HashMap<IpNet, usize>,
     base_dir: &Path,
-    routes: &mut Vec<RouteConfig>,
-) -> Result<()> {
-    let first = routes.len();
+    mut routes: Option<&mut Vec<RouteConfig>>,
+) -> Result<Option<u32>> {
+    if tables.is_empty() {
+        return Ok(None);
+    }
+    let first = routes.as_ref().map_or(0, |r| r.len());
+    let mut sum = crc32fast::Hasher::new();
     // Per table: where its entries start in `routes`, its `file:` value, and its path.
     let mut loaded: Vec<(usize, Value, String)> = Vec::new();
     for tv in tables {
@@ -54,6 +73,9 @@ pub(super) fn load_tables(
         let text = yamlpath::read_file(&path, MAX_TABLE_BYTES).map_err(|io| {
             file_v.bad_kind(ErrorKind::Io, file_s, format_args!("cannot read table {shown}: {io}"))
         })?;
+        sum.update(format!("{shown}\0{gw4:?}{gw6:?}\0{}\0", text.len()).as_bytes());
+        sum.update(text.as_bytes());
+        let Some(routes) = routes.as_deref_mut() else { continue };
         let list = fib::prefix_file::parse(&text, &shown)
             .map_err(|e| file_v.bad(file_s, line_error(&e, &shown, within(&path, base_dir))))?;
         drop(text);
@@ -83,10 +105,10 @@ pub(super) fn load_tables(
             });
         }
     }
-    if loaded.len() < 2 {
-        return Ok(());
+    if let Some(routes) = routes.filter(|_| loaded.len() >= 2) {
+        unique(&routes[first..], &loaded, first)?;
     }
-    unique(&routes[first..], &loaded, first)
+    Ok(Some(sum.finalize()))
 }
 
 /// The message for a table line that is not `prefix next-hop-id`, naming the file and line.

@@ -959,6 +959,43 @@ fn load_without_tables_reads_no_table_file() {
     assert!(bare.vrs[0].routes.iter().all(|r| r.prefix.to_string() != "10.1.0.0/16"));
 }
 
+/// A data plane started again reads its table files for their sums only: the same sums as a
+/// full load, none of the tables' routes, the file named to be read again; a table changed
+/// (its bytes or its gateways) changes the sum, and so does none at all.
+#[test]
+fn load_deferring_tables_sums_the_files_without_their_routes() {
+    let dir = Scratch::new("deferred");
+    dir.write("t.txt", "10.1.0.0/16 0\n10.2.0.0/16 1\n");
+    let text = vr1("    tables:\n      - file: t.txt\n        next_hops: [10.0.1.2]\n");
+    let file = dir.write("lab.yaml", &text);
+    let full = Topology::load(&file).unwrap();
+    let later = Topology::load_deferring_tables(&file).unwrap();
+    assert!(full.table_sum(0).is_some() && full.tables_deferred.is_none());
+    assert_eq!(later.table_sums, full.table_sums);
+    assert_eq!(later.tables_deferred.as_deref(), Some(file.as_path()));
+    assert_eq!(full.vrs[0].routes.len(), later.vrs[0].routes.len() + 2);
+    let crc = crate::checkpoint::config_crc;
+    assert_eq!(crc(&full.vrs[0], full.table_sum(0)), crc(&later.vrs[0], later.table_sum(0)));
+    // The sum without the tables: what a VR without them has.
+    let none = Topology::load_without_tables(&file).unwrap();
+    assert!(none.table_sums.is_empty() && none.tables_deferred.is_none());
+    assert!(Topology::parse(&vr1(""), "lab.yaml", &dir.0).unwrap().table_sums.is_empty());
+
+    dir.write("t.txt", "10.1.0.0/16 0\n10.2.0.0/16 0\n");
+    let edited = Topology::load_deferring_tables(&file).unwrap();
+    assert_ne!(edited.table_sums, full.table_sums, "another next-hop id");
+    let hops = text.replace("[10.0.1.2]", "[10.0.1.3]");
+    dir.write("t.txt", "10.1.0.0/16 0\n10.2.0.0/16 1\n");
+    dir.write("lab.yaml", &hops);
+    let rehopped = Topology::load_deferring_tables(&file).unwrap();
+    assert_ne!(rehopped.table_sums, full.table_sums, "another gateway");
+    // A broken table is found when its routes are read, not by its sum.
+    dir.write("lab.yaml", &text);
+    dir.write("t.txt", "not a table\n");
+    assert!(Topology::load_deferring_tables(&file).is_ok());
+    assert!(Topology::load(&file).is_err());
+}
+
 #[test]
 fn table_next_hops_cycle_per_family() {
     let dir = Scratch::new("cycle");

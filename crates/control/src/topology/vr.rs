@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::path::Path;
 
 use dataplane::config::{
     IfaceConfig, IfaceId, NeighborConfig, RouteConfig, RouteSource, RouteTarget, VrConfig,
@@ -11,6 +10,7 @@ use dataplane::config::{
 use ipnet::IpNet;
 use wire::MacAddr;
 
+use super::table::Tables;
 use super::yaml::{Result, Value};
 use super::{list_or_none, name, table, Host, Segment};
 
@@ -52,12 +52,13 @@ const LIMITS: &[(&str, u64, u64, SetLimit)] = &[
 
 /// Reads one VR; `host` holds what must be unique across VRs. Also returns the interfaces
 /// given `up: false` (administratively down).
-/// `tables`: the directory relative table paths resolve against; `None` reads no table file.
+/// `tables`: whether its table files are read (see [`Tables`]). Also returns their sum
+/// (see [`table::load_tables`]), `None` when it has none or they were not read.
 pub(super) fn vr(
     v: &Value,
     host: &mut Host,
-    tables: Option<&Path>,
-) -> Result<(VrConfig, Vec<IfaceId>)> {
+    tables: Tables,
+) -> Result<(VrConfig, Vec<IfaceId>, Option<u32>)> {
     let m = v.map(VR_KEYS)?;
     let name_v = m.req("name")?;
     let name = name(&name_v)?;
@@ -100,16 +101,24 @@ pub(super) fn vr(
         neighbors.push(n);
     }
 
-    if let Some(base_dir) = tables {
-        table::load_tables(&vr, &m.list("tables")?, &static_lines, base_dir, &mut routes)?;
-    }
+    let table_sum = match tables {
+        Tables::Read(dir) => {
+            table::load_tables(&vr, &m.list("tables")?, &static_lines, dir, Some(&mut routes))?
+        }
+        Tables::Sum(dir) => table::load_tables(&vr, &m.list("tables")?, &static_lines, dir, None)?,
+        Tables::Skip => None,
+    };
 
     let limits = match m.get("limits") {
         Some(lv) => limits(&lv)?,
         None => VrLimits::default(),
     };
     let down = vr.down;
-    Ok((VrConfig { name: vr.name, interfaces: vr.ifaces, routes, neighbors, limits }, down))
+    Ok((
+        VrConfig { name: vr.name, interfaces: vr.ifaces, routes, neighbors, limits },
+        down,
+        table_sum,
+    ))
 }
 
 /// A VR while it is being read: what later fields are checked against.

@@ -110,7 +110,7 @@ fn start(
 ) -> Result<(Node, Journal, Replayed, Vec<(String, std::net::IpAddr)>), ControlError> {
     journal::check(dir)?;
     let topo = file_topology();
-    let ckpt = checkpoint::usable(dir, &topo.vrs);
+    let ckpt = checkpoint::usable(dir, &topo.vrs, &topo.table_sums);
     let mut o = Options::new(1);
     o.idle = Idle::Yield;
     let mut n = Node::start_from(topo, o, 256, &ckpt)?;
@@ -312,13 +312,11 @@ fn history(rng: &mut Rng, changes: usize, dir: &RunDir) -> History {
     // The checkpoint as the daemon writes it: of the tables running now, fingerprinted with
     // their configuration and the journal.
     let (jl, jc) = checkpoint::journal_state(&d).unwrap();
-    let list: Vec<_> = n
-        .topology()
-        .vrs
-        .iter()
-        .map(|v| {
+    let topo = n.topology();
+    let list: Vec<_> = (topo.vrs.iter().enumerate())
+        .map(|(i, v)| {
             let fp = checkpoint::Fingerprint {
-                config: checkpoint::config_crc(v),
+                config: checkpoint::config_crc(v, topo.table_sum(i)),
                 journal_len: jl,
                 journal_crc: jc,
             };
@@ -448,7 +446,10 @@ fn a_checkpoint_cut_or_flipped_is_refused_and_the_routes_come_back_as_acknowledg
         let d = dir.with(&h.bytes, Some(b));
         let e = checkpoint::read(d).expect_err(what).to_string();
         assert!(e.starts_with(&format!("checkpoint {}: ", path.display())), "{what}: {e}");
-        assert!(checkpoint::usable(d, &file_topology().vrs).is_empty(), "{what}");
+        assert!(
+            checkpoint::usable(d, &file_topology().vrs, &file_topology().table_sums).is_empty(),
+            "{what}"
+        );
         // Every fifth: a whole start, from the routes.
         if i.is_multiple_of(5) {
             assert_eq!(recovered(&dir, &h.bytes, Some(b), false).0, *want, "{what}");

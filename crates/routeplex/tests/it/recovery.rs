@@ -728,8 +728,9 @@ vrs:
 }
 
 /// After SIGKILL `up` reads the topology without its table files (the data plane it starts
-/// reads them): the VR comes back with the table's routes, and a table file broken meanwhile
-/// fails the data plane's start, which `up` reports, naming the file and its line.
+/// reads them: after forwarding from its checkpoint when their sums still fit it, before when
+/// a table was edited): the VR comes back with the table's routes, and a table file broken
+/// meanwhile fails the data plane's start, which `up` reports, naming the file and its line.
 #[test]
 fn up_after_sigkill_leaves_the_table_files_to_the_data_plane() {
     if !root() {
@@ -754,9 +755,40 @@ fn up_after_sigkill_leaves_the_table_files_to_the_data_plane() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(s.reaches("10.95.0.1"), "the table's route before the kill");
 
+    // The checkpoint is written a moment after the start (300 ms after the last change).
+    let ckpt = s.run_dir().join("checkpoint");
+    let t0 = Instant::now();
+    while !ckpt.exists() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(ckpt.exists(), "no checkpoint");
     s.kill();
+    let mark = std::fs::read_to_string(s.run_dir().join("log")).unwrap().len();
     s.ok("up", &[]);
     assert!(s.reaches("10.95.0.1"), "the table's route after the restart");
+    // Forwarding from the checkpoint while the table file was read: the data plane took it
+    // over with the table's routes, and it runs the file's configuration (apply finds
+    // nothing to change, as it would if the VR had lost the table's routes).
+    let dry = s.ok("apply", &["--dry-run"]);
+    let log = log_since(&s, mark);
+    assert!(log.contains("tables deferred"), "{log}");
+    assert!(log.contains("took over from the checkpoint"), "{log}");
+    assert!(!log.contains("reading the tables now"), "{log}");
+    assert!(dry.contains("nothing to change"), "{dry}");
+
+    // A table edited while it was down: its sum no longer fits the checkpoint, so the data
+    // plane reads the file before forwarding, and forwards with the new route.
+    std::thread::sleep(Duration::from_millis(600));
+    s.kill();
+    std::fs::write(&table, "10.95.0.0/24 0\n10.96.0.0/24 0\n").unwrap();
+    let o = sh("ip", &["netns", "exec", &b, "ip", "addr", "add", "10.96.0.1/32", "dev", "lo"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let mark = std::fs::read_to_string(s.run_dir().join("log")).unwrap().len();
+    s.ok("up", &[]);
+    assert!(s.reaches("10.96.0.1"), "the edited table's new route after the restart");
+    let log = log_since(&s, mark);
+    assert!(log.contains("reading the tables now"), "{log}");
+    assert!(!log.contains("tables deferred"), "{log}");
 
     s.kill();
     std::fs::write(&table, "10.95.0.0/24 0\nnot a prefix\n").unwrap();
