@@ -33,9 +33,11 @@ fn unique(prefix: &str) -> String {
     format!("{prefix}{}x{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
 }
 
+/// Two workers idling as a host's do by default (they sleep once their ports are quiet), so
+/// the tests see what a peer's first frames meet.
 fn options() -> Options {
     let mut o = Options::new(2);
-    o.idle = Idle::Yield;
+    o.idle = Idle::Adaptive;
     o
 }
 

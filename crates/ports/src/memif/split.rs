@@ -5,12 +5,13 @@
 //! dispatcher thread between the rings and the workers.
 //!
 //! The control channel (socket, handshake, regions, disconnects) stays one [`MemifPort`], held
-//! by the queues together behind a mutex that only [`Port::service`] takes (`try_lock`: a
-//! worker never waits for another's housekeeping), never `rx_burst` or `tx_burst`. Whichever
-//! queue's `service` gets the lock runs the control path and, once connected, hands each ring
-//! pair out to its queue. Every connection and every teardown bumps an epoch (an atomic); the
-//! data path compares it once per burst and drops rings of an ended connection at once, so no
-//! queue touches a ring after its connection ends. The mapped regions are reference-counted:
+//! by the queues together behind a mutex (`try_lock` only: a worker never waits for another's
+//! housekeeping). Whichever queue's [`Port::service`] gets the lock runs the control path and,
+//! once connected, hands each ring pair out to its queue. Every connection and every teardown
+//! bumps an epoch (an atomic); the data path compares it once per burst, and on a change drops
+//! rings of an ended connection at once (so no queue touches a ring after its connection ends)
+//! and takes the new one's rings (the lock's only use in `rx_burst` and `tx_burst`, once per
+//! connection). The mapped regions are reference-counted:
 //! they stay mapped until the last queue holding a ring of theirs lets it go.
 //!
 //! A peer that settles on fewer rings than there are queues leaves the extra queues Down, with
@@ -165,13 +166,32 @@ impl MemifQueue {
     }
 
     /// Whether this queue may use its rings: it holds some, of the current connection (rings
-    /// of an ended one are dropped here), and found no fault in them.
+    /// of an ended one are dropped here, a new one's taken), and found no fault in them.
+    #[inline]
     fn ready(&mut self) -> bool {
-        if self.live.is_some() && self.shared.epoch.load(Ordering::Acquire) != self.seen {
-            self.live = None;
-            self.status = PortStatus::Down("memif connection ended".into());
+        if self.shared.epoch.load(Ordering::Acquire) != self.seen {
+            self.catch_up();
         }
         self.live.is_some() && self.fault.is_none()
+    }
+
+    /// A connection ended or began since this queue last looked: drops the ended one's rings
+    /// and, when the control path is free (`try_lock`: never waits), takes the new one's now
+    /// rather than at this queue's next `service`. A worker asleep until frames came is woken
+    /// by them, not by the connect: it found this queue Down and dropped the first burst
+    /// forwarded to it (tx_full) however long ago the peer had connected.
+    #[cold]
+    fn catch_up(&mut self) {
+        let shared = self.shared.clone();
+        match shared.ctl.try_lock() {
+            Ok(mut c) => self.sync(&mut c),
+            Err(TryLockError::Poisoned(e)) => self.sync(&mut e.into_inner()),
+            Err(TryLockError::WouldBlock) => {
+                if self.live.take().is_some() {
+                    self.status = PortStatus::Down("memif connection ended".into());
+                }
+            }
+        };
     }
 
     /// Under the control lock: reports a fault, takes this queue's rings of a new connection,

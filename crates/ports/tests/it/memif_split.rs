@@ -111,6 +111,40 @@ fn each_queue_moves_frames_on_its_own_ring_in_order() {
     assert_eq!(one.queues(), (1, 1));
 }
 
+/// A queue whose `service` never ran since the peer connected (its worker asleep until
+/// frames came) takes its rings at its first burst: nothing forwarded to it is refused.
+#[test]
+fn a_queue_takes_a_new_connections_rings_at_its_first_burst() {
+    let sock = unique_socket(false);
+    let mut so = opts(&sock, "srv");
+    so.queues = 2;
+    let mut co = opts(&sock, "cli");
+    co.queues = 2;
+    let mut s = MemifPort::server(so).unwrap().split(2).unwrap();
+    let mut c = MemifPort::client(co).unwrap().split(2).unwrap();
+    let (s0, s1) = s.split_at_mut(1);
+    let (c0, c1) = c.split_at_mut(1);
+    service_until(&mut [&mut s0[0], &mut c0[0], &mut c1[0]], "queue 0 and the client up", |p| {
+        p.iter().all(|q| q.status() == PortStatus::Up)
+    });
+    assert_ne!(s1[0].status(), PortStatus::Up, "not serviced: it has not looked yet");
+    let a: Vec<Vec<u8>> = (0..100).map(|q| frame(MAGIC_RPX, q, frame_len(q))).collect();
+    let mut b = Batch::new(32);
+    a[..32].iter().for_each(|f| assert!(b.push_copy(f)));
+    let sel: Vec<u16> = (0..32).collect();
+    assert_eq!(s1[0].tx_burst(&mut b, &sel), 32, "the first burst, before any service");
+    assert_eq!(s1[0].stats().tx_full, 0);
+    assert_eq!(s1[0].status(), PortStatus::Up);
+    let mut r = Batch::new(256);
+    assert_eq!(c1[0].rx_burst(&mut r), 32, "on the client's ring 1");
+    let first: Vec<Vec<u8>> = r.packets().iter().map(|p| p.frame().to_vec()).collect();
+    assert_eq!(first, a[..32]);
+    let got = send(&mut s1[0], &mut [&mut c0[0], &mut c1[0]], &a[32..]);
+    assert_eq!(got, vec![vec![], a[32..].to_vec()]);
+    assert_eq!(s1[0].stats().tx_packets, 100);
+    assert_eq!(c1[0].stats().rx_packets, 100);
+}
+
 #[test]
 fn a_split_must_match_the_queues() {
     let mut o = opts(&unique_socket(true), "srv");
