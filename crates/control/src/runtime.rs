@@ -78,13 +78,15 @@ pub struct Options {
 }
 
 impl Options {
-    /// `workers` unpinned workers with a monotonic clock that yield when idle.
+    /// `workers` unpinned workers with a monotonic clock, idling as a host's do by default
+    /// ([`Idle::Adaptive`]: they sleep once their ports are quiet, so in-process nodes, as in
+    /// tests, meet a peer's first frames as a host would and leave idle CPUs to others).
     pub fn new(workers: usize) -> Options {
         Options {
             cpus: vec![None; workers],
             pin: None,
             clock: monotonic_clock,
-            idle: Idle::Yield,
+            idle: Idle::Adaptive,
             spare_window_ns: SPARE_WINDOW_NS,
         }
     }

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use control::api::Command;
 use control::journal::{self, Journal};
 use control::model::{IfaceDoc, PortDoc, PortKindDoc, VrDoc};
-use control::runtime::{Idle, Options};
+use control::runtime::Options;
 use control::{Node, Topology};
 use serde_json::{json, Value};
 
@@ -59,8 +59,7 @@ impl Drop for RunDir {
 
 /// A data plane started from `TEXT` with the journal of `dir` replayed, as `up` starts one.
 fn up(dir: &Path) -> (Node, Journal) {
-    let mut o = Options::new(1);
-    o.idle = Idle::Yield;
+    let o = Options::new(1);
     let topo = Topology::parse(TEXT, FILE, Path::new(".")).unwrap();
     let mut n = Node::start(topo, o, 256).unwrap();
     n.set_source(TEXT.into(), FILE.into());

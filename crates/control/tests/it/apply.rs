@@ -17,7 +17,7 @@ use crate::common;
 
 use common::{frame_to, generate, sink, DEADLINE};
 use control::api::{Command, Route};
-use control::runtime::{Idle, Options};
+use control::runtime::Options;
 use control::{ControlError, Node, Topology};
 use serde_json::json;
 
@@ -84,8 +84,7 @@ fn parse(text: &str) -> Topology {
 }
 
 fn node(text: &str) -> Node {
-    let mut o = Options::new(2);
-    o.idle = Idle::Yield;
+    let o = Options::new(2);
     Node::start(parse(text), o, 256).unwrap()
 }
 

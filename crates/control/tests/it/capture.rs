@@ -16,7 +16,7 @@ use crate::common;
 
 use common::frame_to;
 use control::capture;
-use control::runtime::{Idle, Options};
+use control::runtime::Options;
 use control::{Node, Topology};
 use ports::mem::MemPort;
 use ports::{Batch, Port};
@@ -41,8 +41,7 @@ const VR_MAC: [u8; 6] = [2, 0, 0, 0, 1, 0];
 
 fn node() -> Node {
     let topo = Topology::parse(TOPO, "capture.yaml", Path::new(".")).unwrap();
-    let mut o = Options::new(1);
-    o.idle = Idle::Yield;
+    let o = Options::new(1);
     Node::start(topo, o, 256).unwrap()
 }
 
@@ -172,8 +171,7 @@ fn an_impaired_links_drops_are_captured_and_traced() {
         "{ name: out, kind: mem, impair: { loss: 100%, seed: 1 } }",
     );
     let topo = Topology::parse(&topo, "capture.yaml", Path::new(".")).unwrap();
-    let mut o = Options::new(1);
-    o.idle = Idle::Yield;
+    let o = Options::new(1);
     let mut node = Node::start(topo, o, 256).unwrap();
     let tx = node.take_outside("in").unwrap();
     let mut rx = node.take_outside("out").unwrap();

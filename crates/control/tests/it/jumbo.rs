@@ -16,7 +16,7 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use control::runtime::{Idle, Options};
+use control::runtime::Options;
 use control::{Node, Topology};
 use ports::memif::{MemifOptions, MemifPort};
 use ports::{Batch, Port, PortStatus};
@@ -269,8 +269,7 @@ vrs:
 "
     );
     let topo = Topology::parse(&text, "jumbo-kernel.yaml", Path::new(".")).unwrap();
-    let mut o = Options::new(1);
-    o.idle = Idle::Yield;
+    let o = Options::new(1);
     let node = Node::start(topo, o, 64).unwrap();
     // 8972 bytes of ICMP payload: 9000-byte IP packets, DF set, both ways through the VR.
     let (ok, out) = ping(&h1, 8972, "10.81.2.2");

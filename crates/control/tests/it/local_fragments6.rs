@@ -10,7 +10,7 @@ use reply_json::Json;
 use std::path::Path;
 use std::process::Command;
 
-use control::runtime::{Idle, Options};
+use control::runtime::Options;
 use control::{Node, Topology};
 
 use crate::hosts;
@@ -56,8 +56,7 @@ fn echo_replies_over_the_mtu_leave_in_fragments() {
          - {{ name: ea, port: pa, mac: \"02:00:00:00:aa:01\", addresses: [10.1.0.1/24, \"2001:db8:1::1/64\"] }}\n"
     );
     let topo = Topology::parse(&text, "local_fragments6.yaml", Path::new(".")).unwrap();
-    let mut o = Options::new(1);
-    o.idle = Idle::Yield;
+    let o = Options::new(1);
     let node = Node::start(topo, o, 64).unwrap();
     // Small pings first: both sides resolved.
     let small6 = ping(&h, "2001:db8:1::1", "56", 3);

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use control::api::{Command, Route};
 use control::daemon::{self, Access};
 use control::migrate::{self, Channel, Listener};
-use control::runtime::{Idle, Options};
+use control::runtime::Options;
 use control::snapshot::{self, SnapNeighbor};
 use control::{MigrationConfig, Node, Topology};
 use dataplane::Adj;
@@ -90,8 +90,7 @@ vrs:
 
 fn start(text: &str, file: &Path) -> Node {
     let topo = Topology::parse(text, &file.display().to_string(), Path::new("/")).unwrap();
-    let mut o = Options::new(1);
-    o.idle = Idle::Yield;
+    let o = Options::new(1);
     let mut n = Node::start(topo, o, 256).unwrap();
     n.set_source(text.to_string(), file.display().to_string());
     n

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use control::msr::Msr;
-use control::runtime::{Idle, Options};
+use control::runtime::Options;
 use control::{Node, Topology};
 use dataplane::msr::{BackendState, Change};
 use etherparse::PacketBuilder;
@@ -129,8 +129,7 @@ fn forwarded(node: &mut Node, r: usize) -> u64 {
 #[test]
 fn a_back_end_switched_off_drains_its_flows_whole_and_in_order_then_takes_no_new_one() {
     let topo = Topology::parse(TOPO, "msr.yaml", Path::new(".")).unwrap();
-    let mut o = Options::new(2);
-    o.idle = Idle::Yield;
+    let o = Options::new(2);
     let mut node = Node::start(topo, o, 64).unwrap();
     let st = node.status().unwrap();
     assert_eq!(st.json()["msrs"][0]["name"], "r1");

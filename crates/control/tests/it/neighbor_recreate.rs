@@ -21,7 +21,7 @@ use std::path::Path;
 use std::process::Command;
 
 use control::api::Command as Api;
-use control::runtime::{Idle, Options};
+use control::runtime::Options;
 use control::{Node, Topology};
 use serde_json::Value;
 
@@ -126,8 +126,7 @@ fn neighbors_follow_a_peer_whose_mac_changes() {
          \x20     - {{ name: e2, port: p2, mac: 02:00:00:00:78:02, addresses: [10.78.2.1/24, \"2001:db8:78:2::1/64\"] }}\n"
     );
     let topo = Topology::parse(&text, "recreate.yaml", Path::new(".")).unwrap();
-    let mut o = Options::new(1);
-    o.idle = Idle::Yield;
+    let o = Options::new(1);
     let mut node = Node::start(topo, o, 64).unwrap();
 
     recovers(&mut node, &h2, MAC1, "at start");

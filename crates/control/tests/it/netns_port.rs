@@ -8,7 +8,7 @@ use reply_json::Json;
 use std::path::Path;
 use std::process::Command;
 
-use control::runtime::{Idle, Options};
+use control::runtime::Options;
 use control::{Node, Topology};
 
 use crate::hosts;
@@ -38,8 +38,7 @@ fn a_port_opens_its_interface_in_an_existing_namespace() {
          vrs:\n  - name: r\n    interfaces:\n      - {{ name: e0, port: p0, mac: 02:00:00:00:77:01, addresses: [10.77.0.1/24] }}\n"
     );
     let topo = Topology::parse(&text, "netns.yaml", Path::new(".")).unwrap();
-    let mut o = Options::new(1);
-    o.idle = Idle::Yield;
+    let o = Options::new(1);
     let node = Node::start(topo, o, 64).unwrap();
     let ping = Command::new("ip")
         .args(["netns", "exec", &host_ns, "ping", "-c", "3", "-i", "0.2", "-W", "2", "10.77.0.1"])

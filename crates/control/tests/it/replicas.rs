@@ -9,7 +9,7 @@ use reply_json::Json;
 use std::path::Path;
 use std::time::Instant;
 
-use control::runtime::{Idle, Options};
+use control::runtime::Options;
 use control::{Node, Topology};
 use dataplane::config::{RouteConfig, RouteTarget};
 use dataplane::replica::RssPort;
@@ -98,9 +98,7 @@ fn run(
 }
 
 fn options() -> Options {
-    let mut o = Options::new(2);
-    o.idle = Idle::Yield;
-    o
+    Options::new(2)
 }
 
 #[test]

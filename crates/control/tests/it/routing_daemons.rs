@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use control::runtime::{Idle, Options};
+use control::runtime::Options;
 use control::{Node, Topology};
 use dataplane::config::RouteTarget;
 use dataplane::{Forward, RouteOp, RouteSource};
@@ -23,9 +23,7 @@ use hosts::{bird, have, in_ns, ok, run, Guard};
 use ipnet::IpNet;
 
 fn options() -> Options {
-    let mut o = Options::new(1);
-    o.idle = Idle::Yield;
-    o
+    Options::new(1)
 }
 
 /// Whether VR `vr` holds a `kernel` route for `prefix`.

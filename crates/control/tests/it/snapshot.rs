@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use control::api::{Command, Route};
-use control::runtime::{Idle, Options};
+use control::runtime::Options;
 use control::snapshot::{self, SnapNeighbor, Snapshot};
 use control::{ControlError, Node, Topology};
 use dataplane::Adj;
@@ -123,8 +123,7 @@ vrs:
 
 fn start(text: &str, file: &Path) -> Node {
     let topo = Topology::parse(text, &file.display().to_string(), Path::new("/")).unwrap();
-    let mut o = Options::new(topo.workers.count().unwrap_or(1));
-    o.idle = Idle::Yield;
+    let o = Options::new(topo.workers.count().unwrap_or(1));
     let mut n = Node::start(topo, o, 256).unwrap();
     n.set_source(text.to_string(), file.display().to_string());
     n

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use control::runtime::{Idle, Options};
+use control::runtime::Options;
 use control::{Node, Topology};
 
 use crate::hosts;
@@ -148,8 +148,7 @@ fn multicast_reaches_the_host_that_joined_and_not_the_others() {
          switches:\n  - name: sw\n    members:\n      - {{ port: p0 }}\n      - {{ port: p1 }}\n      - {{ port: p2 }}\n"
     );
     let topo = Topology::parse(&text, "snoop.yaml", Path::new(".")).unwrap();
-    let mut o = Options::new(1);
-    o.idle = Idle::Yield;
+    let o = Options::new(1);
     let node = Node::start(topo, o, 64).unwrap();
 
     // Host 1 joins; host 2 watches its link; host 0 sends 20 datagrams.

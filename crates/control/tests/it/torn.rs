@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use control::api::Command;
 use control::checkpoint;
 use control::journal::{self, Journal, Replayed};
-use control::runtime::{Idle, Options};
+use control::runtime::Options;
 use control::{ControlError, Node, Topology};
 use fib::synthetic::Rng;
 use serde_json::{json, Value};
@@ -111,8 +111,7 @@ fn start(
     journal::check(dir)?;
     let topo = file_topology();
     let ckpt = checkpoint::usable(dir, &topo.vrs, &topo.table_sums);
-    let mut o = Options::new(1);
-    o.idle = Idle::Yield;
+    let o = Options::new(1);
     let mut n = Node::start_from(topo, o, 256, &ckpt)?;
     n.set_source(TEXT.into(), FILE.into());
     n.settle()?;
@@ -163,8 +162,7 @@ fn state(n: &Node) -> String {
 /// its API routes, looked up at every boundary of both tables.
 fn fib_is_a_fresh_builds(n: &Node) {
     let text = n.source_text().unwrap().to_string();
-    let mut o = Options::new(1);
-    o.idle = Idle::Yield;
+    let o = Options::new(1);
     let mut f = Node::start(Topology::parse(&text, FILE, Path::new(".")).unwrap(), o, 256).unwrap();
     for v in &n.topology().vrs {
         let t = n.table(&v.name).unwrap();

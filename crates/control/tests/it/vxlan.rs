@@ -11,7 +11,7 @@ use reply_json::Json;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use control::runtime::{Idle, Options};
+use control::runtime::Options;
 use control::{Node, Topology};
 use serde_json::Value;
 
@@ -67,8 +67,7 @@ fn topology(u: &str, local: &str, remote: &str, n: u8, routes: &str) -> Topology
 }
 
 fn start(t: Topology) -> Node {
-    let mut o = Options::new(1);
-    o.idle = Idle::Yield;
+    let o = Options::new(1);
     Node::start(t, o, 64).unwrap()
 }
 

@@ -16,7 +16,7 @@ use crate::common;
 
 use common::{frame, generate, seq_of, sink, DEADLINE, MOVES};
 use control::build;
-use control::runtime::{Idle, Options, Runtime};
+use control::runtime::{Options, Runtime};
 use control::Topology;
 use dataplane::{Budget, Reservation, VrDrop};
 use ports::mem::MemPort;
@@ -59,9 +59,7 @@ fn vr_json<'a>(json: &'a serde_json::Value, name: &str) -> &'a serde_json::Value
 }
 
 fn options(workers: usize) -> Options {
-    let mut o = Options::new(workers);
-    o.idle = Idle::Yield;
-    o
+    Options::new(workers)
 }
 
 #[test]
