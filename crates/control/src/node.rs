@@ -65,7 +65,7 @@ pub struct Node {
     msrs: HashMap<String, crate::msr_state::MsrState>,
     /// VRs started from a checkpoint: their tables being built from the routes (see
     /// [`build_table`]).
-    building: Vec<(String, std::thread::JoinHandle<Result<Built, String>>)>,
+    building: Vec<(String, std::thread::JoinHandle<Result<Built, ControlError>>)>,
     /// Their stand-ins, replaced in `tables` by [`Node::settle`], until [`Node::take_over`],
     /// with a reader of the table that replaced each (to tell whether it is still there) and
     /// whether the stand-in came from the checkpoint (to be checked against the routes).
@@ -82,7 +82,7 @@ struct Built {
 }
 
 /// The topology a deferred table is read from once, shared by the VRs' builders.
-type Whole = std::sync::Arc<std::sync::OnceLock<Result<Topology, String>>>;
+type Whole = std::sync::Arc<std::sync::OnceLock<Result<Topology, crate::TopologyError>>>;
 
 /// Builds VR `cfg`'s table from its routes; when `deferred` names the file its tables were
 /// left in, it is read first (once for all VRs) and must give the VR as `cfg` is but for its
@@ -92,27 +92,36 @@ fn build_table(
     sum: Option<u32>,
     deferred: Option<(std::path::PathBuf, Whole)>,
     from_checkpoint: bool,
-) -> Result<Built, String> {
+) -> Result<Built, ControlError> {
     let Some((file, whole)) = deferred else {
-        let table = RouteTable::new(&cfg).map_err(|e| e.0)?;
+        let table = RouteTable::new(&cfg).map_err(|e| ControlError::State(e.0))?;
         return Ok(Built { table, whole: None, from_checkpoint });
     };
-    let topo = whole.get_or_init(|| Topology::load(&file).map_err(|e| e.to_string()));
-    let topo = topo.as_ref().map_err(Clone::clone)?;
+    let topo = whole.get_or_init(|| Topology::load(&file));
+    let topo = topo.as_ref().map_err(|e| ControlError::State(e.to_string()))?;
     let changed = || {
-        format!(
+        ControlError::State(format!(
             "{} changed while the data plane started (its tables or the VR's settings are not those it was started with): start it again",
             file.display()
-        )
+        ))
     };
     let v = topo.vrs.iter().position(|v| v.name == cfg.name).ok_or_else(changed)?;
     let whole = &topo.vrs[v];
-    let crc = crate::checkpoint::config_crc;
-    if topo.table_sum(v) != sum || crc(whole, sum) != crc(&cfg, sum) {
+    if topo.table_sum(v) != sum || !same_but_tables(whole, &cfg) {
         return Err(changed());
     }
-    let table = RouteTable::new(whole).map_err(|e| e.0)?;
+    let table = RouteTable::new(whole).map_err(|e| ControlError::State(e.0))?;
     Ok(Built { table, whole: Some(whole.clone()), from_checkpoint })
+}
+
+/// Whether `a` and `b` are the same VR but for the routes of their tables.
+fn same_but_tables(a: &VrConfig, b: &VrConfig) -> bool {
+    let own = |c: &VrConfig| {
+        c.routes.iter().filter(|r| r.source != dataplane::RouteSource::Table).cloned().collect()
+    };
+    let (ra, rb): (Vec<_>, Vec<_>) = (own(a), own(b));
+    (&a.name, &a.interfaces, &a.neighbors, &a.limits, ra)
+        == (&b.name, &b.interfaces, &b.neighbors, &b.limits, rb)
 }
 
 /// Installs adjacency list `list` in VR `vr` on its worker, in every replica of a replicated
