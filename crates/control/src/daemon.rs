@@ -1130,9 +1130,9 @@ fn tables_wait(
 }
 
 /// The data plane in the foreground: builds the host of `topo` (loaded from `file` by the
-/// caller with [`load`], which needed it for `opts`: a full table's file is not read twice), starts its
-/// workers and serves the control socket in `state_dir` (when given) until `stop` is set or a
-/// `stop` command comes. What happens is logged as events (see the module's documentation).
+/// caller with [`load`], which needed it for `opts`: a full table's file is not read twice),
+/// starts its workers and serves the control socket in `state_dir` (when given) until `stop`
+/// is set or a `stop` command comes. What happens is logged as events (see the module's documentation).
 /// Started again on a `state_dir` an earlier run left, it holds its VRs' interfaces down when
 /// `on_restart` says so.
 pub fn run(

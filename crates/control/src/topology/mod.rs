@@ -201,14 +201,6 @@ pub use vxlan::VxlanSpec;
 use table::Tables;
 use yaml::{BadKind, Result, Value};
 
-/// Which of [`Tables`] a load asks for (its directory is the file's).
-#[derive(Clone, Copy)]
-enum Mode {
-    Read,
-    Sum,
-    Skip,
-}
-
 /// A validated topology: the host's ports and its virtual routers.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Topology {
@@ -478,7 +470,7 @@ impl Topology {
     /// Reads and validates a topology file and the table files it names. Only a regular file
     /// of at most [`MAX_TOPOLOGY_BYTES`] is read (see [`yamlpath::read_file`]).
     pub fn load(path: &Path) -> std::result::Result<Topology, TopologyError> {
-        Topology::load_with(path, Mode::Read)
+        Topology::load_with(path, |dir| Tables::Read(dir))
     }
 
     /// As [`load`](Self::load), without reading the table files (`tables:` entries add no
@@ -486,7 +478,7 @@ impl Topology {
     /// before, which reads the tables itself; `up` needs the hosts and ports, and a full
     /// table's file costs about 40 ms to parse, which the restart waited for twice.
     pub fn load_without_tables(path: &Path) -> std::result::Result<Topology, TopologyError> {
-        Topology::load_with(path, Mode::Skip)
+        Topology::load_with(path, |_| Tables::Skip)
     }
 
     /// As [`load`](Self::load), with the table files read for their sums but not parsed:
@@ -494,26 +486,25 @@ impl Topology {
     /// again for them. A data plane started again whose checkpoint matches those sums
     /// forwards with it meanwhile, instead of after parsing a full table (about 40 ms).
     pub fn load_deferring_tables(path: &Path) -> std::result::Result<Topology, TopologyError> {
-        let mut t = Topology::load_with(path, Mode::Sum)?;
+        let mut t = Topology::load_with(path, |dir| Tables::Sum(dir))?;
         if t.table_sums.iter().any(Option::is_some) {
             t.tables_deferred = Some(path.to_path_buf());
         }
         Ok(t)
     }
 
-    fn load_with(path: &Path, mode: Mode) -> std::result::Result<Topology, TopologyError> {
+    /// Reads `path`, doing with its table files what `tables` says given the file's directory.
+    fn load_with(
+        path: &Path,
+        tables: fn(&Path) -> Tables,
+    ) -> std::result::Result<Topology, TopologyError> {
         let source = path.display().to_string();
         let text = yamlpath::read_file(path, MAX_TOPOLOGY_BYTES).map_err(|e| {
             TopologyError::at(ErrorKind::Io, (0, 0), "", None, format!("cannot read: {e}"))
                 .in_file(&source)
         })?;
         let base_dir = path.parent().unwrap_or(Path::new(""));
-        let tables = match mode {
-            Mode::Read => Tables::Read(base_dir),
-            Mode::Sum => Tables::Sum(base_dir),
-            Mode::Skip => Tables::Skip,
-        };
-        Topology::parse_with(&text, &source, tables)
+        Topology::parse_with(&text, &source, tables(base_dir))
     }
 
     /// Validates a topology given as text. `source` names it in errors; relative table paths
