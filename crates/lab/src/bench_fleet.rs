@@ -134,7 +134,7 @@ pub struct DrainOut {
     pub lost: u64,
     /// Of those, lost before the drain began (a baseline: 0 on a quiet path).
     pub lost_before: u64,
-    /// The first [`LOST_LISTED`] probes lost: the VR's name and when the probe was sent,
+    /// The first `LOST_LISTED` probes lost: the VR's name and when the probe was sent,
     /// seconds from the drain's start (negative: before it) and Unix time (to find it in the
     /// hosts' logs).
     pub lost_probes: Vec<(String, f64, f64)>,

@@ -4,7 +4,7 @@
 //! - Labs: the DUT drivers ([`test_cmd`]: a routeplex VR in memory or on memif, Linux
 //!   namespaces, macvlan, bridge, OVS, a VM), the peers lab (iperf3 and ping through a DUT), the
 //!   migration, timeline, scenario and soak labs.
-//! - Benchmarks ([`bench`] and the `bench_*` modules), the packet generator ([`pktgen`]), the
+//! - Benchmarks ([`bench`](mod@bench) and the `bench_*` modules), the packet generator ([`pktgen`]), the
 //!   in-memory demo ([`demo`]) and the in-memory host they share ([`lab`]).
 //! - What they ask of the OS ([`sys`]: pinning, signals, the TSC clock, per-thread CPU) and the
 //!   allocation counter the benchmarks report from ([`alloc_count`]; the binary installs it as

@@ -114,7 +114,7 @@ pub fn memif(data: &[u8]) {
     crate::memif::fuzz_rings(data);
 }
 
-/// vhost-user rings as a guest fills them: see [`crate::vhost::fuzz_rings`].
+/// vhost-user rings as a guest fills them: see `crate::vhost::fuzz_rings`.
 pub fn vhost(data: &[u8]) {
     crate::vhost::fuzz_rings(data);
 }

@@ -104,7 +104,7 @@ impl Iface {
 pub(crate) struct Icmp(pub u8, pub u8, pub u32);
 
 /// A virtual router. The output queue and the lookup scratch are the worker's, lent to each VR
-/// while it runs ([`OutQueue`], [`Lookup`]), so a thousand VRs do not each carry them.
+/// while it runs (`OutQueue`, `Lookup`), so a thousand VRs do not each carry them.
 pub struct Vr {
     pub(crate) name: String,
     pub(crate) ifaces: Vec<Iface>,

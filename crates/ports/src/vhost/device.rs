@@ -1,7 +1,7 @@
 //! The vhost-user device state a frontend (QEMU, DPDK `virtio_user`) sets up over the socket:
-//! features, the memory table (mapped from the fds it sends) and one [`Vring`] per virtqueue.
+//! features, the memory table (mapped from the fds it sends) and one `Vring` per virtqueue.
 //!
-//! `vhost`'s `BackendReqHandler` parses each message and calls [`Device`] through
+//! `vhost`'s `BackendReqHandler` parses each message and calls `Device` through
 //! `VhostUserBackendReqHandlerMut`; everything the frontend supplies is checked here before it
 //! is stored: ring indexes and sizes, ring addresses (translated from the frontend's virtual
 //! addresses to guest-physical ones and checked against the mapped regions), region bounds
