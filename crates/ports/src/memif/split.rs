@@ -5,8 +5,8 @@
 //! dispatcher thread between the rings and the workers.
 //!
 //! The control channel (socket, handshake, regions, disconnects) stays one [`MemifPort`], held
-//! by the queues together behind a mutex (`try_lock` only: a worker never waits for another's
-//! housekeeping). Whichever queue's [`Port::service`] gets the lock runs the control path and,
+//! by the queues together behind a mutex that their workers only `try_lock` (a worker never
+//! waits for another's housekeeping). Whichever queue's [`Port::service`] gets the lock runs the control path and,
 //! once connected, hands each ring pair out to its queue. Every connection and every teardown
 //! bumps an epoch (an atomic); the data path compares it once per burst, and on a change drops
 //! rings of an ended connection at once (so no queue touches a ring after its connection ends)
@@ -35,6 +35,19 @@ struct Shared {
     /// The control socket's fds (listener, connection; -1 for none), for `wakeup_fds`, which
     /// must not lock. Read stale, an fd only wakes a sleeper for nothing.
     ctl_fds: [AtomicI32; 2],
+}
+
+impl Shared {
+    /// The control side, unless another queue's worker holds it (never waits). A queue's
+    /// worker that panicked in the control path left the port's state whole (each step leaves
+    /// it consistent), so a poisoned lock is taken as it is.
+    fn control(&self) -> Option<std::sync::MutexGuard<'_, Control>> {
+        match self.ctl.try_lock() {
+            Ok(c) => Some(c),
+            Err(TryLockError::WouldBlock) => None,
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        }
+    }
 }
 
 /// The control side: the port (whose own burst functions are never called once split) and the
@@ -183,10 +196,9 @@ impl MemifQueue {
     #[cold]
     fn catch_up(&mut self) {
         let shared = self.shared.clone();
-        match shared.ctl.try_lock() {
-            Ok(mut c) => self.sync(&mut c),
-            Err(TryLockError::Poisoned(e)) => self.sync(&mut e.into_inner()),
-            Err(TryLockError::WouldBlock) => {
+        match shared.control() {
+            Some(mut c) => self.sync(&mut c),
+            None => {
                 if self.live.take().is_some() {
                     self.status = PortStatus::Down("memif connection ended".into());
                 }
@@ -313,13 +325,7 @@ impl Port for MemifQueue {
         let shared = self.shared.clone();
         // Another queue's worker is running the control path: this one's turn comes at its
         // next service.
-        let mut c = match shared.ctl.try_lock() {
-            Ok(c) => c,
-            Err(TryLockError::WouldBlock) => return,
-            // A queue's worker panicked in the control path; the port's state is still
-            // whole (each step leaves it consistent), so carry on.
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-        };
+        let Some(mut c) = shared.control() else { return };
         c.port.service();
         c.settle(&shared);
         self.sync(&mut c);

@@ -57,15 +57,22 @@ fn send(tx: &mut MemifQueue, rxs: &mut [&mut MemifQueue], frames: &[Vec<u8>]) ->
     }
 }
 
-#[test]
-fn each_queue_moves_frames_on_its_own_ring_in_order() {
+/// A two-queue server ("srv") and client ("cli") on one socket, each split into its queues,
+/// not yet connected; and the socket's path.
+fn split_pair() -> (Vec<MemifQueue>, Vec<MemifQueue>, String) {
     let sock = unique_socket(false);
     let mut so = opts(&sock, "srv");
     so.queues = 2;
     let mut co = opts(&sock, "cli");
     co.queues = 2;
-    let mut s = MemifPort::server(so).unwrap().split(2).unwrap();
-    let mut c = MemifPort::client(co).unwrap().split(2).unwrap();
+    let s = MemifPort::server(so).unwrap().split(2).unwrap();
+    let c = MemifPort::client(co).unwrap().split(2).unwrap();
+    (s, c, sock)
+}
+
+#[test]
+fn each_queue_moves_frames_on_its_own_ring_in_order() {
+    let (mut s, mut c, sock) = split_pair();
     assert_eq!(s[1].name(), "srv#1");
     {
         let (s0, s1) = s.split_at_mut(1);
@@ -115,13 +122,7 @@ fn each_queue_moves_frames_on_its_own_ring_in_order() {
 /// frames came) takes its rings at its first burst: nothing forwarded to it is refused.
 #[test]
 fn a_queue_takes_a_new_connections_rings_at_its_first_burst() {
-    let sock = unique_socket(false);
-    let mut so = opts(&sock, "srv");
-    so.queues = 2;
-    let mut co = opts(&sock, "cli");
-    co.queues = 2;
-    let mut s = MemifPort::server(so).unwrap().split(2).unwrap();
-    let mut c = MemifPort::client(co).unwrap().split(2).unwrap();
+    let (mut s, mut c, _sock) = split_pair();
     let (s0, s1) = s.split_at_mut(1);
     let (c0, c1) = c.split_at_mut(1);
     service_until(&mut [&mut s0[0], &mut c0[0], &mut c1[0]], "queue 0 and the client up", |p| {
