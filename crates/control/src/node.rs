@@ -64,8 +64,8 @@ pub struct Node {
     /// so that `status` has it before the front end is taken ([`crate::msr::Msr::take`]).
     msrs: HashMap<String, crate::msr_state::MsrState>,
     /// VRs started from a checkpoint: their tables being built from the routes (see
-    /// [`build_table`]).
-    building: Vec<(String, std::thread::JoinHandle<Result<Built, ControlError>>)>,
+    /// [`build_table`]), and whether the table they replace came from the checkpoint.
+    building: Vec<(String, bool, Building)>,
     /// Their stand-ins, replaced in `tables` by [`Node::settle`], until [`Node::take_over`],
     /// with a reader of the table that replaced each (to tell whether it is still there) and
     /// whether the stand-in came from the checkpoint (to be checked against the routes).
@@ -73,13 +73,14 @@ pub struct Node {
 }
 
 /// A VR's table built in the background, with its whole configuration when its tables'
-/// routes were read there ([`Topology::tables_deferred`]), and whether the table it replaces
-/// came from the checkpoint.
+/// routes were read there ([`Topology::tables_deferred`]).
 struct Built {
     table: RouteTable,
     whole: Option<VrConfig>,
-    from_checkpoint: bool,
 }
+
+/// The thread building a VR's table (see [`build_table`]).
+type Building = std::thread::JoinHandle<Result<Built, ControlError>>;
 
 /// The topology a deferred table is read from once, shared by the VRs' builders.
 type Whole = std::sync::Arc<std::sync::OnceLock<Result<Topology, crate::TopologyError>>>;
@@ -91,11 +92,10 @@ fn build_table(
     cfg: VrConfig,
     sum: Option<u32>,
     deferred: Option<(std::path::PathBuf, Whole)>,
-    from_checkpoint: bool,
 ) -> Result<Built, ControlError> {
     let Some((file, whole)) = deferred else {
         let table = RouteTable::new(&cfg).map_err(|e| ControlError::State(e.0))?;
-        return Ok(Built { table, whole: None, from_checkpoint });
+        return Ok(Built { table, whole: None });
     };
     let topo = whole.get_or_init(|| Topology::load(&file));
     let topo = topo.as_ref().map_err(|e| ControlError::State(e.to_string()))?;
@@ -111,7 +111,7 @@ fn build_table(
         return Err(changed());
     }
     let table = RouteTable::new(whole).map_err(|e| ControlError::State(e.0))?;
-    Ok(Built { table, whole: Some(whole.clone()), from_checkpoint })
+    Ok(Built { table, whole: Some(whole.clone()) })
 }
 
 /// Whether `a` and `b` are the same VR but for the routes of their tables.
@@ -219,8 +219,8 @@ impl Node {
                 let (cfg, later) = (cfg.clone(), deferred.map(|f| (f, whole.clone())));
                 let h = std::thread::Builder::new()
                     .name(format!("table-{}", cfg.name))
-                    .spawn(move || build_table(cfg, sum, later, from_checkpoint));
-                Some(h.map(|h| (topo.vrs[v].name.clone(), h)))
+                    .spawn(move || build_table(cfg, sum, later));
+                Some(h.map(|h| (topo.vrs[v].name.clone(), from_checkpoint, h)))
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| ControlError::io("route table thread", e))?;
@@ -263,14 +263,14 @@ impl Node {
 
     /// Whether those tables are built (settling would not wait).
     pub fn built(&self) -> bool {
-        self.building.iter().all(|(_, h)| h.is_finished())
+        self.building.iter().all(|(_, _, h)| h.is_finished())
     }
 
     /// Waits for the tables of the VRs started from a checkpoint and puts them in place of
     /// their stand-ins, whose FIBs the VRs go on reading until [`Node::take_over`]: route
     /// operations (a journal's replay) apply to the real tables from here on.
     pub fn settle(&mut self) -> Result<(), ControlError> {
-        for (name, h) in std::mem::take(&mut self.building) {
+        for (name, from_checkpoint, h) in std::mem::take(&mut self.building) {
             let t0 = std::time::Instant::now();
             let built = h
                 .join()
@@ -285,7 +285,7 @@ impl Node {
             }
             let marker = built.table.fibs().0.reader();
             if let Some(stand_in) = self.tables.insert(name.clone(), built.table) {
-                self.stand_ins.push((name.clone(), stand_in, marker, built.from_checkpoint));
+                self.stand_ins.push((name.clone(), stand_in, marker, from_checkpoint));
             }
             info!(vr = %name, waited_ms = t0.elapsed().as_millis() as u64, "route table built from the routes");
         }

@@ -939,14 +939,21 @@ fn with_table(
     Topology::parse(&text, "lab.yaml", &dir.0)
 }
 
+/// A directory holding `lab.yaml`, one VR whose table `t.txt` gives two prefixes via
+/// 10.0.1.2; with the topology's text and its path.
+fn lab_with_a_table(tag: &str) -> (Scratch, String, PathBuf) {
+    let dir = Scratch::new(tag);
+    dir.write("t.txt", "10.1.0.0/16 0\n10.2.0.0/16 1\n");
+    let text = vr1("    tables:\n      - file: t.txt\n        next_hops: [10.0.1.2]\n");
+    let file = dir.write("lab.yaml", &text);
+    (dir, text, file)
+}
+
 /// `up` restarting a data plane reads the topology without its tables: the same hosts, ports
 /// and VRs, none of the table's routes, and a table file it would refuse is not read at all.
 #[test]
 fn load_without_tables_reads_no_table_file() {
-    let dir = Scratch::new("notables");
-    dir.write("t.txt", "10.1.0.0/16 0\n10.2.0.0/16 1\n");
-    let text = vr1("    tables:\n      - file: t.txt\n        next_hops: [10.0.1.2]\n");
-    let file = dir.write("lab.yaml", &text);
+    let (dir, _, file) = lab_with_a_table("notables");
     let full = Topology::load(&file).unwrap();
     let bare = Topology::load_without_tables(&file).unwrap();
     assert_eq!(full.vrs[0].routes.len(), bare.vrs[0].routes.len() + 2, "{:?}", bare.vrs[0].routes);
@@ -964,10 +971,7 @@ fn load_without_tables_reads_no_table_file() {
 /// (its bytes or its gateways) changes the sum, and so does none at all.
 #[test]
 fn load_deferring_tables_sums_the_files_without_their_routes() {
-    let dir = Scratch::new("deferred");
-    dir.write("t.txt", "10.1.0.0/16 0\n10.2.0.0/16 1\n");
-    let text = vr1("    tables:\n      - file: t.txt\n        next_hops: [10.0.1.2]\n");
-    let file = dir.write("lab.yaml", &text);
+    let (dir, text, file) = lab_with_a_table("deferred");
     let full = Topology::load(&file).unwrap();
     let later = Topology::load_deferring_tables(&file).unwrap();
     assert!(full.table_sum(0).is_some() && full.tables_deferred.is_none());
