@@ -45,8 +45,8 @@ pub(crate) struct Class {
 }
 
 #[derive(Default)]
-struct PortTable {
-    unicast: FxHashMap<u64, Target>,
+pub(crate) struct PortTable {
+    unicast: Unicast,
     vlans: FxHashSet<u16>,
     arp: FxHashMap<(u16, Ipv4Addr), Target>,
     nd: FxHashMap<(u16, Ipv6Addr), Target>,
@@ -58,6 +58,125 @@ struct PortTable {
     mcast: FxHashMap<u16, Target>,
     /// This port is the Linux mirror of that interface: what arrives on it is injected.
     mirror_of: Option<Target>,
+}
+
+/// Unicast (VLAN, MAC) keys to interfaces: a direct-mapped array in front of a hash map.
+/// The frames of a burst spread over many VRs miss `classify`'s last-hit compare one after
+/// another, and a hash map's probe cost about 30 instructions a frame where one multiply, one
+/// load and one compare do (16 VRs on one port cost 38 instructions a packet more than one).
+struct Unicast {
+    /// `1 << bits` slots, each a key (or [`NO_KEY`]) and its target. A key sits in slot
+    /// [`Unicast::slot`] unless another key had it first; an empty slot therefore means no
+    /// key of that slot is known at all.
+    front: Box<[(u64, Target)]>,
+    bits: u32,
+    /// The slot hash's multiplier: of [`MULTIPLIERS`], the one that left the fewest keys
+    /// out of the front when it was last laid out (a few interfaces' MACs usually get a
+    /// slot each, so none of their frames reaches the map).
+    mul: u64,
+    /// Every key, those in `front` included.
+    map: FxHashMap<u64, Target>,
+}
+
+/// Odd multipliers for the slot hash (the golden ratio's, then arbitrary odd ones).
+const MULTIPLIERS: [u64; 8] = [
+    0x9e37_79b9_7f4a_7c15,
+    0xc2b2_ae3d_27d4_eb4f,
+    0x1656_67b1_9e37_79f9,
+    0xd6e8_feb8_6659_fd93,
+    0xa076_1d64_78bd_642f,
+    0xe703_7ed1_a0b4_28db,
+    0x8ebc_6af0_9c88_c6e3,
+    0x5899_65cc_7537_4cc3,
+];
+
+impl Default for Unicast {
+    fn default() -> Unicast {
+        Unicast::laid_out(Unicast::MIN_BITS, FxHashMap::default())
+    }
+}
+
+impl Unicast {
+    const MIN_BITS: u32 = 4;
+    /// 4,096 slots of 16 bytes: beyond about 1,000 interfaces on one port, some keys are
+    /// found in the map only.
+    const MAX_BITS: u32 = 12;
+    /// Up to this many keys, a key that finds its slot taken lays the front out again.
+    const RELAY_KEYS: usize = 1024;
+
+    /// The front of `map`'s keys in `1 << bits` slots, with the multiplier that places most.
+    fn laid_out(bits: u32, map: FxHashMap<u64, Target>) -> Unicast {
+        let none = (NO_KEY, Target { vr: 0, iface: 0 });
+        let front = vec![none; 1 << bits].into_boxed_slice();
+        let mut u = Unicast { front, bits, mul: MULTIPLIERS[0], map };
+        let mut best = (usize::MAX, MULTIPLIERS[0]);
+        for mul in MULTIPLIERS {
+            u.mul = mul;
+            let left = u.place();
+            if left < best.0 {
+                best = (left, mul);
+            }
+            if left == 0 {
+                return u;
+            }
+        }
+        u.mul = best.1;
+        u.place();
+        u
+    }
+
+    /// Lays the front out anew with `mul`; returns the keys left to the map alone.
+    fn place(&mut self) -> usize {
+        self.front.fill((NO_KEY, Target { vr: 0, iface: 0 }));
+        let mut left = 0;
+        for (&k, &t) in &self.map {
+            let s = self.slot(k);
+            if self.front[s].0 == NO_KEY {
+                self.front[s] = (k, t);
+            } else {
+                left += 1;
+            }
+        }
+        left
+    }
+
+    #[inline(always)]
+    fn slot(&self, k: u64) -> usize {
+        (k.wrapping_mul(self.mul) >> (64 - self.bits)) as usize
+    }
+
+    #[inline(always)]
+    fn get(&self, k: u64) -> Option<Target> {
+        let (fk, t) = self.front[self.slot(k)];
+        if fk == k {
+            Some(t)
+        } else if fk == NO_KEY {
+            None
+        } else {
+            self.map.get(&k).copied()
+        }
+    }
+
+    /// Adds `k` (not present); the front grows to keep at least 4 slots a key.
+    fn insert(&mut self, k: u64, t: Target) {
+        self.map.insert(k, t);
+        let want = (self.map.len() * 4).next_power_of_two().trailing_zeros();
+        let bits = want.clamp(Self::MIN_BITS, Self::MAX_BITS);
+        let s = self.slot(k);
+        if self.front[s].0 == NO_KEY && bits == self.bits {
+            self.front[s] = (k, t);
+        } else if bits > self.bits || self.map.len() <= Self::RELAY_KEYS {
+            *self = Unicast::laid_out(bits, std::mem::take(&mut self.map));
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    fn targets(&self) -> impl Iterator<Item = &Target> {
+        self.map.values()
+    }
 }
 
 /// fe80::/64, the link-local subnet every interface has.
@@ -95,7 +214,7 @@ impl Demux {
         t: Target,
     ) -> Result<(), Conflict> {
         let p = &mut self.ports[port];
-        if let Some(&old) = p.unicast.get(&key(vlan, mac)) {
+        if let Some(old) = p.unicast.get(key(vlan, mac)) {
             return Err(Conflict::Mac(old));
         }
         for a in v4 {
@@ -144,7 +263,7 @@ impl Demux {
 
     /// Whether frames on `port` go to two or more VRs (its demux is a choice between them).
     pub fn shared(&self, port: usize) -> bool {
-        let mut vrs = self.ports[port].unicast.values().map(|t| t.vr);
+        let mut vrs = self.ports[port].unicast.targets().map(|t| t.vr);
         let first = vrs.next();
         vrs.any(|v| Some(v) != first)
     }
@@ -176,8 +295,7 @@ impl Demux {
         self.ports[port].mirror_of
     }
 
-    /// Classifies one frame received on `port`. `last` remembers the previous unicast hit:
-    /// a burst is mostly for one MAC, and a compare is cheaper than a hash lookup.
+    /// Classifies one frame received on `port` (see [`PortTable::classify`]).
     #[inline(always)]
     pub fn classify(
         &self,
@@ -185,18 +303,34 @@ impl Demux {
         f: &[u8],
         last: &mut (u64, Target),
     ) -> Result<Class, PortDrop> {
+        self.ports[port].classify(f, last)
+    }
+
+    /// Port `port`'s table, for a burst's frames to be classified without finding it again
+    /// for each.
+    #[inline(always)]
+    pub fn table(&self, port: usize) -> &PortTable {
+        &self.ports[port]
+    }
+}
+
+impl PortTable {
+    /// Classifies one frame received on this port. `last` remembers the previous unicast
+    /// hit: a burst is mostly for one MAC, and a compare is cheaper than any lookup.
+    #[inline(always)]
+    pub fn classify(&self, f: &[u8], last: &mut (u64, Target)) -> Result<Class, PortDrop> {
         let h = l2::parse(f).ok_or(PortDrop::Runt)?;
         if h.dst.is_unicast() {
             let k = key(h.vlan, h.dst);
             if k == last.0 {
                 return Ok(Class { target: last.1, l3: h.l3 as u16, ethertype: h.ethertype });
             }
-            if let Some(&t) = self.ports[port].unicast.get(&k) {
+            if let Some(t) = self.unicast.get(k) {
                 *last = (k, t);
                 return Ok(Class { target: t, l3: h.l3 as u16, ethertype: h.ethertype });
             }
         }
-        let p = &self.ports[port];
+        let p = self;
         if !p.vlans.contains(&h.vlan) {
             return Err(PortDrop::VlanUnknown);
         }
@@ -270,4 +404,82 @@ fn ns_target(f: &[u8], l3: usize) -> Option<Ipv6Addr> {
     }
     let b: [u8; 16] = ip[48..64].try_into().ok()?;
     Some(Ipv6Addr::from(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(i: usize) -> Target {
+        Target { vr: i as u16, iface: (i >> 16) as u16 }
+    }
+
+    /// Keys like VR interfaces' MACs: 02:aa:00:00:hi:lo on VLAN `i % 3`.
+    fn k(i: usize) -> u64 {
+        key((i % 3) as u16, MacAddr([2, 0xaa, 0, (i >> 16) as u8, (i >> 8) as u8, i as u8]))
+    }
+
+    #[test]
+    fn unicast_finds_every_key_through_growth_collisions_and_a_full_front() {
+        let mut u = Unicast::default();
+        assert_eq!(u.get(k(0)), None);
+        // Past MAX_BITS' 4,096 slots: most keys then live in the map alone.
+        for n in 0..6000 {
+            u.insert(k(n), t(n));
+            // Every key so far, after every insert (the front was rebuilt along the way).
+            if n < 70 || n % 997 == 0 {
+                for i in 0..=n {
+                    assert_eq!(u.get(k(i)), Some(t(i)), "key {i} after {n} inserts");
+                }
+            }
+            assert_eq!(u.get(k(n + 1)), None, "key {} before its insert", n + 1);
+        }
+        assert_eq!(u.bits, Unicast::MAX_BITS);
+        let in_front = u.front.iter().filter(|e| e.0 != NO_KEY).count();
+        assert!(in_front > 2000 && in_front < 4096, "{in_front} keys in the front");
+        assert_eq!(u.targets().count(), 6000);
+        assert_eq!(u.get(NO_KEY), None);
+    }
+
+    #[test]
+    fn a_few_interfaces_each_get_a_slot_so_none_of_their_frames_reaches_the_map() {
+        for n in [2, 16, 64, 256] {
+            let mut u = Unicast::default();
+            for i in 0..n {
+                u.insert(k(i), t(i));
+            }
+            let in_front = u.front.iter().filter(|e| e.0 != NO_KEY).count();
+            assert_eq!(in_front, n, "{n} keys in {} slots, multiplier {:#x}", u.front.len(), u.mul);
+            assert!((0..n).all(|i| u.front[u.slot(k(i))] == (k(i), t(i))));
+        }
+    }
+
+    #[test]
+    fn classify_demuxes_interleaved_vrs_and_refuses_an_unknown_mac() {
+        let mut d = Demux::new(1);
+        let mac = |i: u8| MacAddr([2, 0xaa, 0, 0, 0, i]);
+        for i in 0..16u8 {
+            let a = [Ipv4Addr::new(10, 0, i, 1)];
+            d.add(0, 0, mac(i), &a, &[], Target { vr: i as u16, iface: 0 }).unwrap();
+        }
+        let conflict = d.add(0, 0, mac(3), &[], &[], Target { vr: 99, iface: 0 });
+        assert_eq!(conflict, Err(Conflict::Mac(Target { vr: 3, iface: 0 })));
+        let frame = |dst: MacAddr| {
+            let mut f = vec![0u8; 60];
+            f[..6].copy_from_slice(&dst.0);
+            f[6..12].copy_from_slice(&[2, 0x10, 0, 0, 0, 1]);
+            f[12..14].copy_from_slice(&ethertype::IPV4.to_be_bytes());
+            f
+        };
+        let mut last = (NO_KEY, Target { vr: 0, iface: 0 });
+        for round in 0..2 {
+            for i in (0..16u8).rev() {
+                let c = d.classify(0, &frame(mac(i)), &mut last).unwrap();
+                assert_eq!(c.target, Target { vr: i as u16, iface: 0 }, "round {round}");
+                assert_eq!((c.l3, c.ethertype), (14, ethertype::IPV4));
+            }
+        }
+        assert_eq!(d.classify(0, &frame(mac(16)), &mut last), Err(PortDrop::NotForUs));
+        assert_eq!(d.classify(0, &frame(mac(16))[..10], &mut last), Err(PortDrop::Runt));
+    }
 }

@@ -410,7 +410,9 @@ impl Vr {
                 meta[i].fate = self.forward6(cx, &mut pkts[i], &meta[i], nh);
             }
         }
-        self.drain(cx.out);
+        if self.spill_n > 0 || self.neigh.has_output() {
+            self.drain(cx.out);
+        }
     }
 
     /// Timers: neighbor retransmissions and failures. Cheap when nothing is pending.

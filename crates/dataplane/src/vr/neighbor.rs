@@ -985,6 +985,13 @@ impl NeighborTable {
         matches!(en.state, NeighborState::Reachable | NeighborState::Stale).then_some(en.mac)
     }
 
+    /// Whether a probe or a resolved queue waits to be sent: the check a VR makes after
+    /// every burst, so that a VR with nothing to send pays two loads for it.
+    #[inline]
+    pub fn has_output(&self) -> bool {
+        !self.probes.is_empty() || !self.ready.is_empty()
+    }
+
     /// Takes the next due probe.
     pub fn pop_probe(&mut self) -> Option<Probe> {
         self.probes.pop()
