@@ -527,7 +527,7 @@ impl Runner {
     }
 
     /// Latencies of the last trial, nanoseconds.
-    pub fn latency_histogram(&self) -> &Histogram<u64> {
+    pub fn latency_histogram(&self) -> Histogram<u64> {
         self.an.latency()
     }
 
@@ -840,7 +840,7 @@ impl Runner {
             drain_ms: w.drain_ns as f64 / 1e6,
             max_stall_us: w.max_stall_ns as f64 / 1e3,
             valid: w.valid,
-            latency: Latency::of(self.an.latency()),
+            latency: Latency::of(&self.an.latency()),
             pacing: w.pacing,
             classes,
             flows: fs,
