@@ -75,18 +75,21 @@
 //! ends (AMAC-style), stepping all lanes for a fixed number of levels, and deferring the few
 //! deep walks to the end of the batch.
 //!
-//! A level only finds the next node: each lane notes the node it stepped and its child's
-//! position, and the leaf run of the node where its walk ended is read once, in a pass after
-//! the last level. Reading it at every level (in case the walk ended there) cost about 15
-//! instructions a step; without it a step is 28 instructions on x86-64 and an IPv6 lookup
-//! about 194 instead of 226 (3.35 steps each on average on the real table). The child's
+//! In an IPv6 walk a level only finds the next node: each lane notes the node it stepped
+//! and its child's position, and the leaf run of the node where its walk ended is read
+//! once, in a pass after the last level. Reading it at every level (in case the walk ended
+//! there) cost about 15 instructions a step; without it a step is 28 instructions on x86-64
+//! and an IPv6 lookup about 194 instead of 226 (3.35 steps each on average on the real
+//! table). IPv4 walks take 0-2 steps, and there the extra pass cost more than it saved (4-6 %
+//! on batches of 8 and 16), so IPv4 reads the run at every level as before. The child's
 //! position is kept as `63 - c`, read from the key's first 64 bits stored inverted: shifted
 //! left by it, a node's `vector` has the child's bit on top (whether the walk goes on) and
 //! the children before it below (the popcount), one shift for both. Measured 2026-11-30 on
-//! the 2-CPU VM, interleaved with the build before: IPv6 1.18× (7 pairs), IPv4 within noise.
-//! Tried the same day and not kept: the `top` reads of a blocked geometry without their
-//! prefetch pass (`top` is 16 KiB: -8 % on IPv6), 64 IPv6 lanes (-14 %), and the lanes'
-//! arrays gathered in a struct (IPv4 -9 %).
+//! the 2-CPU VM, interleaved with the build before (`bench fib --baseline`): IPv6 1.16-1.18×
+//! at batches of 256, IPv4 1.12× at 256, 1.04× at 16, 1.01× at 8. Tried the same day and not
+//! kept: the `top` reads of a blocked geometry without their prefetch pass (`top` is 16 KiB:
+//! -8 % on IPv6), 64 IPv6 lanes (-14 %), and the lanes' arrays gathered in a struct (IPv4
+//! -9 %).
 //!
 //! Two details keep the walk lean. The choice between the inline and the outside leaf
 //! run is arithmetic on an all-ones/zero mask hidden from the optimizer (`opaque`): written
@@ -633,43 +636,52 @@ impl<K: Key> Poptrie<K> {
         }
         // The lanes that walk nodes: the last pass reads their answers.
         let (walked, nwalked) = (live, nlive);
-        let mut last = [0u32; L];
-        let mut shift = [0u8; L];
+        // Per lane: the last node it stepped and the shift it stepped it with.
+        let mut ends = ([0u32; L], [0u8; L]);
         let mut off = s;
         while nlive > 0 {
             // Two copies of the level loop, so that neither tests the offset per lane.
             nlive = if K::BITS <= 64 || off <= 58 {
-                self.level::<L>(&mut cur, &mut last, &mut shift, &mut live, nlive, |i| {
+                self.level::<L>(&mut cur, &mut ends, &mut live, nlive, out, |i| {
                     ((inv[i] << off) >> 58) as u32
                 })
             } else {
-                self.level::<L>(&mut cur, &mut last, &mut shift, &mut live, nlive, |i| {
+                self.level::<L>(&mut cur, &mut ends, &mut live, nlive, out, |i| {
                     (keys[i].chunk(off) & 63) ^ 63
                 })
             };
             off += STRIDE;
         }
-        for &i in &walked[..nwalked] {
-            let i = i as usize & (L - 1);
-            out[i] = self.leaf_run(self.node_at(last[i]), u32::from(shift[i]));
+        if Self::LEAF_AFTER {
+            for &i in &walked[..nwalked] {
+                let i = i as usize & (L - 1);
+                out[i] = self.leaf_run(self.node_at(ends.0[i]), u32::from(ends.1[i]));
+            }
         }
     }
+
+    /// Whether [`lanes`](Self::lanes) reads leaf runs in a pass after the last level (IPv6)
+    /// rather than at every level (IPv4). IPv6 walks are deep (3.35 steps a lookup on the
+    /// real table): a leaf read at every step is mostly wasted, and reading it once saved
+    /// 15 % of the instructions. IPv4 walks take 0-2 steps, and the extra pass cost more
+    /// than it saved: 4-6 % slower on batches of 8 and 16.
+    const LEAF_AFTER: bool = K::BITS > 32;
 
     /// Steps the first `nlive` lanes of `live` one node level down (see
     /// [`lanes`](Self::lanes)); returns how many are still walking, now at the front of
     /// `live`. `up(i)` is `63 - c` for lane `i`'s child `c` at this level: shifted left by
     /// it, a node's `vector` has the child's bit on top and below it only the bits of the
-    /// children before it. Each lane leaves the node it stepped and that shift in `last`
-    /// and `shift`: for a lane whose walk ends here, where its leaf run is. The run is read
-    /// once, after the last level, not at every level in case the walk ends there.
+    /// children before it. With [`LEAF_AFTER`](Self::LEAF_AFTER) each lane leaves the node it
+    /// stepped and that shift in `ends`, where its leaf run is if its walk ends here;
+    /// without, it writes the run's next hop to `out`.
     #[inline(always)]
     fn level<const L: usize>(
         &self,
         cur: &mut [u32; L],
-        last: &mut [u32; L],
-        shift: &mut [u8; L],
+        ends: &mut ([u32; L], [u8; L]),
         live: &mut [u8; L],
         nlive: usize,
+        out: &mut [NextHop],
         up: impl Fn(usize) -> u32,
     ) -> usize {
         let mut still = 0;
@@ -680,8 +692,13 @@ impl<K: Key> Poptrie<K> {
             let nd = self.node_at(node);
             let v = nd.vector << u;
             let next = nd.node_base.wrapping_add(v.count_ones());
-            last[i] = node;
-            shift[i] = u as u8;
+            if Self::LEAF_AFTER {
+                ends.0[i] = node;
+                ends.1[i] = u as u8;
+            } else {
+                // The answer if the walk ends here; overwritten if it goes on.
+                out[i] = self.leaf_run(nd, u);
+            }
             cur[i] = next;
             prefetch(self.nodes.as_ptr().wrapping_add(next as usize));
             // `still <= j`: the write never passes the entry still to be read.
