@@ -60,6 +60,10 @@ pub struct Args {
 /// Goals of issue 15: an idle host idles, and still answers at once.
 const GOAL_IDLE_CPU_PERCENT: f64 = 2.0;
 const GOAL_WAKE_P99_US: f64 = 50.0;
+/// Goal of issue 25: the first frame's p99 at most this many times the p99 of the bare wake
+/// measured in the same run. The absolute goal above is the VM's to meet, this one ours: what
+/// routeplex adds on top of the kernel's and hypervisor's wakeup.
+const GOAL_WAKE_OVER_FLOOR: f64 = 2.0;
 const VR_MAC: [u8; 6] = [2, 0, 0, 0, 1, 0];
 const DST: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 2);
 
@@ -148,6 +152,8 @@ pub fn run(a: Args) -> Result<()> {
     let (cpu, p99) = (head.idle_cpu_percent, head.pct(99.0));
     let cpu_met = cpu <= GOAL_IDLE_CPU_PERCENT;
     let wake_met = p99 <= GOAL_WAKE_P99_US;
+    let over_floor = if floor99 > 0.0 { p99 / floor99 } else { f64::INFINITY };
+    let over_floor_met = over_floor <= GOAL_WAKE_OVER_FLOOR;
     let limited_by = match (cpu_met, wake_met) {
         (true, true) => "goals met".to_string(),
         (_, false) => format!(
@@ -176,11 +182,13 @@ pub fn run(a: Args) -> Result<()> {
         "wake_p99_us": round2(p99),
         "wake_floor_p50_us": round2(floor50),
         "wake_floor_p99_us": round2(floor99),
+        "wake_p99_over_floor_p99": round2(over_floor),
         "poll": poll.map(Figures::to_json),
         "modes": figures.iter().map(Figures::to_json).collect::<Vec<_>>(),
         "goals": {
             "idle_cpu_percent": GOAL_IDLE_CPU_PERCENT, "wake_p99_us": GOAL_WAKE_P99_US,
-            "idle_cpu_met": cpu_met, "wake_met": wake_met,
+            "wake_p99_over_floor_p99": GOAL_WAKE_OVER_FLOOR,
+            "idle_cpu_met": cpu_met, "wake_met": wake_met, "wake_over_floor_met": over_floor_met,
         },
         "limited_by": limited_by,
         "setup": {
@@ -212,10 +220,14 @@ pub fn run(a: Args) -> Result<()> {
         println!(
             "floor (bare eventfd wake of a thread in poll(2)): p50 {floor50:.1} us, p99 {floor99:.1} us"
         );
+        let met = |m: bool| if m { "met" } else { "not met" };
         println!(
-            "goals: idle CPU <= {GOAL_IDLE_CPU_PERCENT} % ({}), wake p99 <= {GOAL_WAKE_P99_US} us ({}); {limited_by}",
-            if cpu_met { "met" } else { "not met" },
-            if wake_met { "met" } else { "not met" },
+            "goals: idle CPU <= {GOAL_IDLE_CPU_PERCENT} % ({}), wake p99 <= {GOAL_WAKE_P99_US} us ({}), \
+             wake p99 <= {GOAL_WAKE_OVER_FLOOR}x the floor's p99 ({:.2}x: {}); {limited_by}",
+            met(cpu_met),
+            met(wake_met),
+            over_floor,
+            met(over_floor_met),
         );
     }
     Ok(())

@@ -17,6 +17,15 @@ fn reports_idle_cpu_and_wake_latency_per_mode() {
     for key in ["idle_cpu_percent", "wake_p50_us", "wake_p99_us", "wake_floor_p50_us"] {
         assert!(j[key].is_number(), "no numeric {key:?} in {j}");
     }
+    // The ratio is the two p99s' (rounding aside), and the verdict follows from it.
+    let (p99, floor99) =
+        (j["wake_p99_us"].as_f64().unwrap(), j["wake_floor_p99_us"].as_f64().unwrap());
+    let ratio = j["wake_p99_over_floor_p99"].as_f64().expect("a numeric ratio");
+    assert!(
+        (ratio - p99 / floor99).abs() <= 0.01 * ratio + 0.01,
+        "{ratio} vs {p99}/{floor99}: {j}"
+    );
+    assert_eq!(j["goals"]["wake_over_floor_met"].as_bool(), Some(ratio <= 2.0), "{j}");
     assert_eq!(j["mode"], "adaptive", "{j}");
     assert!(j["limited_by"].is_string() && j["method"].is_string(), "{j}");
     let modes = j["modes"].as_array().unwrap();
