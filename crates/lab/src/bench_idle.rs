@@ -269,9 +269,12 @@ vrs:
     let frame = lab::udp_frames(vec![DST], wire::MacAddr(VR_MAC)).remove(0).0;
     let tid = worker_tid("worker0").context("the worker thread in /proc/self/task")?;
 
+    // Made once: a burst's buffers are 256 allocations, whose frees between samples (30,000
+    // madvise calls in a run) would keep the client's CPU busy in the silence.
+    let mut bufs = (Batch::new(1), Batch::new(ports::MAX_BURST));
     // Warm up: the path works, every frame comes back.
     for _ in 0..100 {
-        one(&mut tx, &mut rx, &frame, Duration::from_secs(2))
+        one(&mut tx, &mut rx, &mut bufs, &frame, Duration::from_secs(2))
             .context("warm-up: the VR did not forward")?;
     }
 
@@ -294,7 +297,7 @@ vrs:
     for _ in 0..a.samples {
         let gap = a.gap_ms * 1e3 + (jitter.next_u64() % 5_000) as f64;
         std::thread::sleep(Duration::from_micros(gap as u64));
-        match one(&mut tx, &mut rx, &frame, Duration::from_millis(200)) {
+        match one(&mut tx, &mut rx, &mut bufs, &frame, Duration::from_millis(200)) {
             Some(d) => wake_us.push(d.as_nanos() as f64 / 1e3),
             None => lost += 1,
         }
@@ -358,18 +361,19 @@ fn wake_floor(a: &Args, cpu: usize) -> Result<Vec<f64>> {
 fn one(
     tx: &mut MemifPort,
     rx: &mut MemifPort,
+    (out, inb): &mut (Batch, Batch),
     frame: &[u8],
     timeout: Duration,
 ) -> Option<Duration> {
-    let (mut out, mut inb) = (Batch::new(1), Batch::new(ports::MAX_BURST));
+    out.clear();
     out.push_copy(frame);
     let t0 = Instant::now();
-    if tx.tx_burst(&mut out, &[0]) != 1 {
+    if tx.tx_burst(out, &[0]) != 1 {
         return None;
     }
     loop {
         inb.clear();
-        if rx.rx_burst(&mut inb) > 0 {
+        if rx.rx_burst(inb) > 0 {
             let t = t0.elapsed();
             if inb.packets().iter().any(|p| is_ours(p.frame())) {
                 return Some(t);
