@@ -190,8 +190,10 @@ impl PortCounters {
     }
 }
 
-/// What happened in one VR.
+/// What happened in one VR. `repr(C)`: the counters every burst adds to come first, on one
+/// cache line (see `Vr`'s layout).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
 pub struct VrCounters {
     /// Packets demuxed to the VR.
     pub rx_packets: u64,
@@ -201,6 +203,10 @@ pub struct VrCounters {
     pub forwarded: u64,
     /// Bytes of those packets.
     pub forwarded_bytes: u64,
+    /// Packets the VR made (replies, errors, fragments after the first) that could not be sent:
+    /// no route back, neighbor failure or a full ring. Not in `drops`, which count received
+    /// packets only.
+    pub generated_dropped: u64,
     /// Packets addressed to the VR itself (including ARP and neighbor discovery).
     pub local_in: u64,
     /// Echo replies made.
@@ -220,10 +226,6 @@ pub struct VrCounters {
     pub queued: u64,
     /// IPv4 fragments made because a packet without DF exceeded the egress MTU.
     pub fragments_sent: u64,
-    /// Packets the VR made (replies, errors, fragments after the first) that could not be sent:
-    /// no route back, neighbor failure or a full ring. Not in `drops`, which count received
-    /// packets only.
-    pub generated_dropped: u64,
     /// Of `local_in`: packets for the VR itself handed to its Linux control-plane mirror (TCP/UDP to its
     /// addresses, OSPF and other protocols, link-local multicast, ICMP it does not answer,
     /// ARP replies and neighbor advertisements, which the mirror's kernel learns from).
@@ -291,8 +293,11 @@ impl VrCounters {
     pub(crate) fn add(&mut self, t: &TxTally) {
         self.forwarded += t.forwarded;
         self.forwarded_bytes += t.forwarded_bytes;
-        self.drops[VrDrop::TxFull as usize] += t.tx_full;
         self.generated_dropped += t.generated_dropped;
+        // Rare, and on a cache line of its own: not touched when there is nothing to add.
+        if t.tx_full != 0 {
+            self.drops[VrDrop::TxFull as usize] += t.tx_full;
+        }
     }
 
     /// Counts packets demuxed to the VR but refused before it saw them (budget, batch limit).

@@ -259,19 +259,25 @@ pub struct PoptrieStats {
 ///
 /// Built from a [`Rib`] by [`Poptrie::build`]; never changed afterwards. Updates make a new
 /// `Poptrie` (see [`Fib`](crate::Fib)), so a reader holding one sees one consistent version.
+///
+/// `repr(C, align(64))`: what every lookup batch reads (`generation`, which a reader compares
+/// with the version it last saw, `s`, `geo`, `top` and `nodes`) fills the first cache line;
+/// a worker that serves many VRs visits each one's table once a burst and missed the three
+/// lines the compiler's order spread them over.
+#[repr(C, align(64))]
 pub struct Poptrie<K: Key> {
+    generation: u64,
     /// Direct bits in total (`geo.top + geo.block`).
     s: u8,
     geo: Geometry,
     top: Vec<u32>,
-    blocks: Vec<u32>,
     nodes: Vec<Node>,
     leaves: Vec<NextHop>,
+    blocks: Vec<u32>,
     prefixes: usize,
     garbage_nodes: usize,
     garbage_leaves: usize,
     garbage_block_entries: usize,
-    generation: u64,
     _key: PhantomData<fn() -> K>,
 }
 
