@@ -111,8 +111,10 @@ pub(crate) struct Icmp(pub u8, pub u8, pub u32);
 ///
 /// `repr(C)`, the fields every burst reads first (through `counters`' first fields and the
 /// head of `neigh`, also ordered so): with many VRs on a worker, each VR a burst visits costs
-/// the cache lines its state is spread over, and the compiler's order spread these over about
-/// ten of the struct's 21.
+/// the cache lines its state is spread over. In the compiler's order, `Vr::process` missed
+/// 0.83 L1 lines a packet more with 16 VRs on a worker than with 1 (cachegrind, bursts of
+/// 256, 16 packets a VR a visit: 13 lines a visit); in this order, with a `Rewrite` a line
+/// each, 0.55.
 #[repr(C)]
 pub struct Vr {
     /// Per adjacency: its cached L2 header (gateway adjacencies only).
