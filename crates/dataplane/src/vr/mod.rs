@@ -48,7 +48,7 @@ pub use snap::{interface_link_local, restorable, RestoredNeighbor, RestoredState
 /// A gateway adjacency's ready-made L2 header (VPP's adjacency rewrite). The fast path copies
 /// it instead of asking the neighbor table; it is trusted only while the table's epoch is the
 /// one it was made in and the neighbor's reachable time lasts. Epoch 0 never matches.
-/// Aligned to a cache line: at its 40 bytes every other entry straddled two, which a VR on a
+/// Aligned to a cache line: at its 40 bytes half the entries straddled two, which a VR on a
 /// worker with many others misses each burst.
 #[derive(Clone, Copy, Default)]
 #[repr(align(64))]
@@ -114,7 +114,8 @@ pub(crate) struct Icmp(pub u8, pub u8, pub u32);
 /// the cache lines its state is spread over. In the compiler's order, `Vr::process` missed
 /// 0.83 L1 lines a packet more with 16 VRs on a worker than with 1 (cachegrind, bursts of
 /// 256, 16 packets a VR a visit: 13 lines a visit); in this order, with a `Rewrite` a line
-/// each, 0.55.
+/// each, 0.55. Those misses hit L2: the wall time a packet did not move measurably
+/// (docs/performance.md), but nothing forwards slower for it.
 #[repr(C)]
 pub struct Vr {
     /// Per adjacency: its cached L2 header (gateway adjacencies only).

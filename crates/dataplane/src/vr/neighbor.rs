@@ -276,8 +276,8 @@ pub struct NeighborRow {
 
 /// `repr(C)`, the fields a VR reads on every burst first: `epoch` (each packet's cached
 /// rewrite is checked against it), `probes` and `ready` (whether the VR drains the table
-/// after the burst), `next_timer`. Laid out by the compiler they sat on three cache lines;
-/// with many VRs on a worker each visit to a VR missed them.
+/// after the burst), `next_timer`, on one cache line. In the compiler's order they were
+/// apart, and with many VRs on a worker each visit to a VR missed more lines.
 #[repr(C)]
 pub(crate) struct NeighborTable {
     /// Bumped on every change that could invalidate a MAC someone cached (see `epoch`).
