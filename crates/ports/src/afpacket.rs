@@ -117,9 +117,14 @@ const TX_FRAMES_PER_BLOCK: u32 = 8;
 /// How to open an AF_PACKET port.
 #[derive(Clone, Debug)]
 pub struct AfPacketOptions {
-    /// Bytes per rx block: a multiple of the page size. Default 128 KiB.
+    /// Bytes per rx block: a multiple of the page size. Default 16 KiB (a jumbo frame fits).
     pub block_size: u32,
-    /// Rx blocks. Default 32 (4 MiB of ring).
+    /// Rx blocks. Default 256 (4 MiB of ring). The kernel retires a block that holds a frame
+    /// at each `block_timeout_ms`, so a trickle of traffic takes a block per timeout however
+    /// small its frames: the ring holds `blocks` timeouts of a reader that is off its CPU
+    /// (256 ms by default), and more frames than that when they come faster. 32 blocks of
+    /// 128 KiB held the same frames at speed but only 32 ms of a trickle, and a worker
+    /// descheduled for longer on a loaded host lost every frame after that.
     pub blocks: u32,
     /// Milliseconds after which the kernel hands over a block that is not full. Default 1.
     pub block_timeout_ms: u32,
@@ -139,8 +144,8 @@ pub struct AfPacketOptions {
 impl Default for AfPacketOptions {
     fn default() -> Self {
         AfPacketOptions {
-            block_size: 1 << 17,
-            blocks: 32,
+            block_size: 1 << 14,
+            blocks: 256,
             block_timeout_ms: 1,
             tx_frames: 512,
             promisc: true,

@@ -926,7 +926,35 @@ fn soak(a: &SoakArgs) -> Result<Value> {
     stop_sampler.store(true, Ordering::Relaxed);
     let per = samples.join().map_err(|_| crate::format_err!("sampler panicked"))??;
     let sink_drops = udp_errors(&lab).saturating_sub(drops0);
-    report(a, &s, &flows, &sent, &got, &per, sink_drops, &pids)
+    let counters = plane_counters(&lab);
+    report(a, &s, &flows, &sent, &got, &per, sink_drops, &pids, counters)
+}
+
+/// Each data plane's port and VR counters at the end (those that are not zero), so a lost
+/// frame can be placed: a ring that was full, a neighbor queue, a drop by reason. A plane
+/// that does not answer says so.
+fn plane_counters(lab: &Lab) -> Value {
+    let mut out = serde_json::Map::new();
+    for (k, (_, state)) in lab.planes.iter().enumerate() {
+        let st = match api(state, "status", json!({})) {
+            Ok(v) => v,
+            Err(e) => {
+                out.insert(PLANE_NAMES[k].into(), json!({ "error": format!("{e:#}") }));
+                continue;
+            }
+        };
+        let ports = st["ports"].as_array().into_iter().flatten().map(|p| {
+            json!({ "name": p["name"], "rx": p["rx"], "tx": p["tx"], "rx_dropped": p["rx_dropped"],
+                    "tx_full": p["tx_full"], "drops": p["drops"] })
+        });
+        let vrs = st["vrs"].as_array().into_iter().flatten();
+        let vrs = vrs.map(|v| json!({ "name": v["name"], "counters": v["counters"] }));
+        out.insert(
+            PLANE_NAMES[k].into(),
+            json!({ "ports": ports.collect::<Vec<_>>(), "vrs": vrs.collect::<Vec<_>>() }),
+        );
+    }
+    Value::Object(out)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -939,6 +967,7 @@ fn report(
     per: &[Vec<Sample>],
     sink_drops: u64,
     pids: &[u32],
+    counters: Value,
 ) -> Result<Value> {
     let run_s = per.first().and_then(|v| v.last()).map_or(0.0, |x| x.t_s);
     let warm_s = (run_s / 10.0).max(20.0);
@@ -947,6 +976,7 @@ fn report(
         failures.push(format!("and {} more activities failed", s.errors_dropped));
     }
     let mut fl = Vec::new();
+    let mut lost = false;
     for (k, f) in flows.iter().enumerate() {
         let j = judge_flow(&sent[k], &got[k], &s.windows, k);
         if j.unexpected > 0 {
@@ -961,6 +991,7 @@ fn report(
                 around(&s.log, &j.runs[0]),
                 if sink_drops > 0 { format!(" (host b's kernel dropped {sink_drops} datagrams for a full socket buffer)") } else { String::new() }
             ));
+            lost = true;
         }
         let runs: Vec<Value> = j
             .runs
@@ -973,6 +1004,9 @@ fn report(
             "lost_expected": j.expected, "lost_unexpected": j.unexpected,
             "unexpected_runs": runs, "unexpected_runs_not_listed": j.runs_dropped,
         }));
+    }
+    if lost {
+        failures.push(format!("the data planes' counters at the end: {counters}"));
     }
     let tot = total(per);
     let totals = figures(&tot, warm_s);
@@ -1006,6 +1040,7 @@ fn report(
         "activities": activities,
         "flows": fl,
         "sink_drops": sink_drops,
+        "plane_counters": counters,
         "samples_taken": tot.len(),
         "sample_columns": ["t_s", "rss_kib", "fds", "threads"],
         "total": totals,

@@ -12,7 +12,8 @@ use crate::common_kernel;
 
 use common_kernel::*;
 use ports::afpacket::{AfPacketOptions, AfPacketPort};
-use ports::{Port, PortStatus};
+use ports::{Batch, Port, PortStatus};
+use std::time::{Duration, Instant};
 
 fn open(dev: &str) -> AfPacketPort {
     AfPacketPort::open(dev, &AfPacketOptions::default()).unwrap_or_else(|e| panic!("{e}"))
@@ -120,4 +121,48 @@ fn afpacket_jumbo_frames_both_ways() {
     let mut b = open(&v.b);
     jumbo_workout(&mut a, &mut b);
     assert_eq!(a.stats().rx_dropped + b.stats().rx_dropped, 0);
+}
+
+/// A reader off its CPU while frames trickle in. The kernel retires a block that holds a frame
+/// at each timeout (1 ms), so a trickle takes a block per frame: a ring of 32 large blocks was
+/// full after 32 ms and dropped every frame after (a soak on a loaded CI host lost 8 frames of
+/// each flow behind one descheduled worker). 192 frames, each after a pause longer than the
+/// timeout, must all wait in the default ring until the reader comes back.
+#[test]
+fn afpacket_ring_holds_a_trickle_while_the_reader_sleeps() {
+    if !root_or_skip("afpacket_ring_holds_a_trickle_while_the_reader_sleeps") {
+        return;
+    }
+    let v = Veth::new();
+    let (mut a, mut b) = (open(&v.a), open(&v.b));
+    let (run, n) = (run_id(), 192);
+    let want = frames(run, n, &[60], 0);
+    let b0 = b.stats();
+    let mut out = Batch::new(1);
+    for f in &want {
+        out.clear();
+        assert!(out.push_copy(f));
+        let t = Instant::now();
+        while a.tx_burst(&mut out, &[0]) == 0 {
+            assert!(t.elapsed() < Duration::from_secs(5), "{}: tx stuck", a.name());
+            a.service();
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        std::thread::sleep(Duration::from_micros(1500));
+    }
+    let mut inb = Batch::new(256);
+    let (mut got, t) = (0, Instant::now());
+    while got < n && t.elapsed() < Duration::from_secs(5) {
+        inb.clear();
+        b.rx_burst(&mut inb);
+        got += inb
+            .packets()
+            .iter()
+            .filter(|p| parse(p.frame()).is_some_and(|(r, _)| r == run))
+            .count();
+        b.service();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let dropped = b.stats().rx_dropped - b0.rx_dropped;
+    assert_eq!((got, dropped), (n, 0), "frames read and dropped by {}: {:?}", b.name(), b.stats());
 }
