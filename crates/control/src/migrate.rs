@@ -488,7 +488,7 @@ pub fn migrate(node: &mut Node, vr: &str, to: SocketAddr) -> Result<Migrated, Co
     let counts = redirect.as_ref().map(|t| t.counts.clone());
     // Only with a tunnel: without one, what reaches the source is dropped anyway.
     let ends = if redirect.is_some() { switch_ends(node, vr) } else { Vec::new() };
-    let (rows, counters, refused) = node.runtime().on_vr(vr, move |c, v| {
+    let (rows, counters, refused, sent) = node.runtime().on_vr(vr, move |c, v| {
         // The neighbors first: taking an interface down flushes its own.
         let rows = match c.change_vr(v, dataplane::VrChange::Neighbors) {
             Ok(dataplane::VrAnswer::Neighbors(r)) => r,
@@ -505,8 +505,10 @@ pub fn migrate(node: &mut Node, vr: &str, to: SocketAddr) -> Result<Migrated, Co
         for i in 0..n {
             let _ = c.change_vr(v, dataplane::VrChange::Up(i as u16, false));
         }
-        (rows, *c.vrs()[v].counters(), refused)
+        (rows, *c.vrs()[v].counters(), refused, c.vrs()[v].sent())
     })?;
+    // Its last transit frame: after this job it sends none (its interfaces are down).
+    let last_sent_ns = sent.last().map(|t| node.runtime().epoch_ns() + t);
     for e in refused {
         // Not fatal: frames a third host sends during the switches' learning may be lost.
         warn!(vr, error = %e, "migration: a station could not be handed off");
@@ -572,6 +574,7 @@ pub fn migrate(node: &mut Node, vr: &str, to: SocketAddr) -> Result<Migrated, Co
         drain_ms,
         forwarded,
         forward_failed,
+        last_sent_ns,
     })
 }
 
@@ -993,7 +996,6 @@ pub fn commit(node: &mut Node, st: FinalState) -> Result<Committed, ControlError
     Ok(Committed { vr: st.vr, neighbors: took, announced: sent, tunnel })
 }
 
-/// Each interface's name and announcement frames.
 /// Each interface's name and the frames that announce it.
 type Frames = Vec<(String, Vec<Vec<u8>>)>;
 

@@ -228,6 +228,9 @@ pub struct VrStatus {
     pub queued: usize,
     /// Interfaces: name, MTU, up.
     pub interfaces: Vec<(String, u16, bool)>,
+    /// When it first and last sent a transit frame, on the workers' clock (the runtime's
+    /// epoch); [`Snapshot::epoch_ns`] puts it on CLOCK_MONOTONIC.
+    pub sent: dataplane::Sent,
 }
 
 /// One port as a snapshot saw it.
@@ -394,6 +397,8 @@ pub struct WorkerStatus {
 pub struct Snapshot {
     pub uptime: Duration,
     pub workers: Vec<WorkerStatus>,
+    /// The runtime's epoch (the workers' time 0) on CLOCK_MONOTONIC, in ns.
+    pub epoch_ns: u64,
 }
 
 impl Snapshot {
@@ -444,7 +449,7 @@ impl Snapshot {
         api::Status {
             uptime_s: self.uptime.as_secs_f64(),
             workers,
-            vrs: self.vrs().map(|(w, v)| v.to_row(w)).collect(),
+            vrs: self.vrs().map(|(w, v)| v.to_row(w, self.epoch_ns)).collect(),
             ports: self.ports().map(PortRow::to_row).collect(),
             switches: self.switches().map(SwitchStatus::to_row).collect(),
             replicated: Vec::new(),
@@ -462,8 +467,8 @@ impl Snapshot {
 }
 
 impl VrStatus {
-    /// As `status` shows it, on worker `worker`.
-    fn to_row(&self, worker: usize) -> api::VrRow {
+    /// As `status` shows it, on worker `worker` of a runtime whose epoch is `epoch_ns`.
+    fn to_row(&self, worker: usize, epoch_ns: u64) -> api::VrRow {
         api::VrRow {
             name: self.name.clone(),
             worker,
@@ -493,6 +498,8 @@ impl VrStatus {
                     held: false,
                 })
                 .collect(),
+            first_sent_ns: self.sent.first().map(|t| epoch_ns + t),
+            last_sent_ns: self.sent.last().map(|t| epoch_ns + t),
             routes: None,
             fib: None,
             control_plane: None,
@@ -627,6 +634,12 @@ impl Runtime {
     /// The instant the workers' `now` (nanoseconds) counts from.
     pub fn epoch(&self) -> Instant {
         self.epoch
+    }
+
+    /// The epoch on CLOCK_MONOTONIC (which `Instant` reads on Linux), in ns: the workers'
+    /// time `t` is `epoch_ns() + t` there, comparable between processes on one machine.
+    pub fn epoch_ns(&self) -> u64 {
+        crate::sys::monotonic_ns().saturating_sub(self.epoch.elapsed().as_nanos() as u64)
     }
 
     /// Runs `f` on cell `c` on its worker, between two polls, and returns what it returns.
@@ -961,7 +974,7 @@ impl Runtime {
         for (w, rx) in replies.iter().enumerate() {
             workers.push(answer(rx, w)?);
         }
-        Ok(Snapshot { uptime: self.epoch.elapsed(), workers })
+        Ok(Snapshot { uptime: self.epoch.elapsed(), workers, epoch_ns: self.epoch_ns() })
     }
 
     /// Stops every worker and returns the cells, in the order they were given to
@@ -1251,6 +1264,7 @@ fn status(id: usize, c: &Cell) -> CellStatus {
             neighbors: vr.neighbor_occupancy(),
             queued: vr.queued(),
             interfaces: vr.interfaces(),
+            sent: vr.sent(),
         })
         .collect();
     let ports = (0..c.port_count())

@@ -472,7 +472,7 @@ impl Cell {
             self.stages.rx_bursts += 1;
             self.stages.rx_packets += n as u64;
             if let Some(t) = self.demux.mirror_of(p) {
-                self.inject(w, t, base, n);
+                self.inject(w, t, base, n, now);
                 continue;
             }
             if let Some((s, m)) = self.member_of[p] {
@@ -506,7 +506,7 @@ impl Cell {
             }
             let (first, last) = self.run_vrs(w, now, timed, observed.then_some(p), false);
             self.egress(w, base, n);
-            self.settle(w, n, t0, first, last);
+            self.settle(w, n, now, t0, first, last);
         }
         if self.ingress.as_deref().is_some_and(|i| i.backlog > 0) {
             total += self.serve(w, now, timed);
@@ -529,7 +529,7 @@ impl Cell {
     /// `generated_dropped`). They bypass demux and admission: the VR's own control plane
     /// speaks, and its punts are already bounded.
     #[cold]
-    fn inject(&mut self, w: &mut Worker, t: Target, base: usize, n: usize) {
+    fn inject(&mut self, w: &mut Worker, t: Target, base: usize, n: usize, now: u64) {
         let v = t.vr as usize;
         let vr = &mut self.vrs[v];
         for i in base..base + n {
@@ -540,7 +540,7 @@ impl Cell {
             }
         }
         self.tx(&mut w.info[..]).flush(&mut w.batch);
-        self.vrs[v].counters.add(&std::mem::take(&mut self.tallies[v]));
+        self.vrs[v].count_tx(&std::mem::take(&mut self.tallies[v]), now);
     }
 
     /// Observed burst, before classification: copies what port `p` received, and marks every
@@ -721,7 +721,7 @@ impl Cell {
         ing.plan = plan;
         let (first, last) = self.run_vrs(w, now, timed, None, true);
         self.egress(w, 0, n);
-        self.settle(w, n, t0, first, last);
+        self.settle(w, n, now, t0, first, last);
         n
     }
 
@@ -892,7 +892,7 @@ impl Cell {
     /// After the burst itself, what the VRs made (probes, flushed queues, fragments), then the
     /// counts on the VRs the burst touched, and with a clock their charges: each its own run
     /// plus its share, by packets admitted, of the common work (`t0..first` and after `last`).
-    fn settle(&mut self, w: &mut Worker, n: usize, t0: u64, first: u64, last: u64) {
+    fn settle(&mut self, w: &mut Worker, n: usize, now: u64, t0: u64, first: u64, last: u64) {
         self.tx(&mut w.info[..]).transmit(&mut w.out);
         let Cell { vrs, accounts, tallies, .. } = self;
         let end = w.read_clock();
@@ -901,7 +901,7 @@ impl Cell {
         let timed = w.has_clock();
         for (j, &v) in w.touched.iter().enumerate() {
             let v = v as usize;
-            vrs[v].counters.add(&std::mem::take(&mut tallies[v]));
+            vrs[v].count_tx(&std::mem::take(&mut tallies[v]), now);
             if timed {
                 let r = w.runs[j];
                 let share = (u128::from(common) * r.admit.total() as u128 / n as u128) as u64;
@@ -967,7 +967,7 @@ impl Cell {
             let tally = Tally { info, tallies, stages, tap, staged: 0, trace: None, port: 0 };
             let mut tx = Tx { links: Links { ports, pcs, egress, tap: None }, tally };
             tx.transmit(&mut w.out);
-            vr.counters.add(&std::mem::take(&mut tallies[v]));
+            vr.count_tx(&std::mem::take(&mut tallies[v]), now);
         }
     }
 

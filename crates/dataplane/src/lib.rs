@@ -68,7 +68,7 @@ pub use switch::{
 pub use vr::NeighborShare;
 pub use vr::{
     interface_link_local, restorable, solicitation_lane, NeighborRow, NeighborState,
-    RestoredNeighbor, RestoredState, Vr, VrAnswer, VrChange, DEFAULT_PUNT_BURST,
+    RestoredNeighbor, RestoredState, Sent, Vr, VrAnswer, VrChange, DEFAULT_PUNT_BURST,
     DEFAULT_PUNT_PER_SEC,
 };
 pub use worker::{Clock, Worker, AWAY_NS};

@@ -309,6 +309,8 @@ mod tests {
             batch: 32,
             neighbors: api::NeighborUse { used: 1, size: 1024, queued: 0 },
             interfaces: Vec::new(),
+            first_sent_ns: None,
+            last_sent_ns: None,
             routes: None,
             fib: None,
             control_plane: None,

@@ -96,6 +96,13 @@ pub struct VrRow {
     pub batch: usize,
     pub neighbors: NeighborUse,
     pub interfaces: Vec<InterfaceRow>,
+    /// When it first and last sent a transit frame, to its worker's poll: CLOCK_MONOTONIC
+    /// in ns, so comparable between data planes on one machine (a migration's handoff gap
+    /// is the source's last to the destination's first); absent before any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_sent_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sent_ns: Option<u64>,
     /// Routes by source (VRs with a route table).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routes: Option<Counts>,
@@ -583,6 +590,11 @@ pub struct Migrated {
     /// Frames sent on through the handoff tunnel (null without one).
     pub forwarded: Option<u64>,
     pub forward_failed: Option<u64>,
+    /// When the VR here last sent a transit frame, before its stop: CLOCK_MONOTONIC in ns,
+    /// as `status`'s `last_sent_ns` (the destination's `first_sent_ns` less this is the
+    /// handoff gap on the data planes' own clock); null if it sent none.
+    #[serde(default)]
+    pub last_sent_ns: Option<u64>,
 }
 
 /// `migrate_commit`.

@@ -182,7 +182,7 @@ impl Cell {
             total += n;
             let (first, last) = self.run_vrs(w, now, timed, None, false);
             self.egress(w, 0, n);
-            self.settle(w, n, t0, first, last);
+            self.settle(w, n, now, t0, first, last);
         }
         if let Some(h) = self.handoff.as_deref_mut() {
             h.feeds.retain(|(_, f)| !f.ended());

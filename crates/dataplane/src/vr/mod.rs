@@ -128,6 +128,8 @@ pub struct Vr {
     /// FIB generations (IPv4, IPv6) the last batch looked up in.
     seen: (u64, u64),
     spill_n: usize,
+    /// When the VR first and last sent a transit frame (the poll's clock; see [`Sent`]).
+    sent: Sent,
     pub(crate) counters: VrCounters,
     neigh: NeighborTable,
     pub(crate) name: String,
@@ -166,6 +168,43 @@ pub struct Vr {
 /// reply as large as a buffer holds over any MTU of 576 bytes or more (RFC 791's datagram
 /// every host accepts); below that, such a reply is dropped.
 pub(crate) const SPILL: usize = 4;
+
+/// When a VR first and last sent a transit frame, on the clock of the polls that sent them
+/// (the worker's `now`: for a runtime, nanoseconds since its epoch), to the poll: a
+/// migration's handoff gap is the source's `last` to the destination's `first`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sent {
+    first: u64,
+    last: u64,
+}
+
+impl Default for Sent {
+    fn default() -> Sent {
+        Sent { first: Sent::NEVER, last: Sent::NEVER }
+    }
+}
+
+impl Sent {
+    const NEVER: u64 = u64::MAX;
+
+    #[inline]
+    fn at(&mut self, now: u64) {
+        if self.first == Sent::NEVER {
+            self.first = now;
+        }
+        self.last = now;
+    }
+
+    /// The first poll that sent one; `None` before any.
+    pub fn first(&self) -> Option<u64> {
+        (self.first != Sent::NEVER).then_some(self.first)
+    }
+
+    /// The last poll that sent one; `None` before any.
+    pub fn last(&self) -> Option<u64> {
+        (self.last != Sent::NEVER).then_some(self.last)
+    }
+}
 
 /// A change to a running VR, applied by its worker between two bursts ([`Vr::change`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -349,6 +388,20 @@ impl Vr {
     /// Its counters.
     pub fn counters(&self) -> &VrCounters {
         &self.counters
+    }
+
+    /// When it first and last sent a transit frame.
+    pub fn sent(&self) -> Sent {
+        self.sent
+    }
+
+    /// Adds what one transmit of its frames reported, at the poll's `now`.
+    #[inline]
+    pub(crate) fn count_tx(&mut self, t: &crate::counters::TxTally, now: u64) {
+        if t.forwarded > 0 {
+            self.sent.at(now);
+        }
+        self.counters.add(t);
     }
 
     /// Its neighbor table.
@@ -576,6 +629,7 @@ impl Vr {
             spill: Vec::new(),
             spill_port: [0; SPILL],
             spill_n: 0,
+            sent: Sent::default(),
             punt_bucket: Bucket::new(DEFAULT_PUNT_PER_SEC, DEFAULT_PUNT_BURST),
             ident: 0,
             ident6: crate::seed::fresh() as u32,

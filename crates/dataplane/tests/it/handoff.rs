@@ -1,6 +1,7 @@
 //! The live-migration hooks of a cell: a redirect takes a VR's frames instead of the VR (with
 //! the interface each came for), and a feed's frames go through the VR ahead of its ports,
-//! which wait while the feed holds them; a frame for an interface the VR lacks is refused.
+//! which wait while the feed holds them; a frame for an interface the VR lacks is refused; the
+//! VR says when it first and last sent a frame (a handoff gap's two ends).
 
 use crate::common;
 
@@ -128,4 +129,36 @@ fn removing_the_vr_ends_its_hooks() {
     lab.e.cell_mut().set_redirect(0, Some(Box::new(Recorder(Frames::default())))).unwrap();
     lab.e.cell_mut().remove_vr(0).unwrap();
     assert!(s.dropped.load(Ordering::Relaxed));
+}
+
+/// A migration's handoff gap is the source VR's last transit frame to the destination's
+/// first, each the poll that sent it: neither moves for a frame the VR did not send (a
+/// redirect took it), and a fed frame counts as the VR's own.
+#[test]
+fn the_vr_says_when_it_first_and_last_sent() {
+    let mut lab = Lab::new(&[base_vr()], &[64, 64, 64]);
+    let sent = |lab: &Lab| (lab.e.vrs()[0].sent().first(), lab.e.vrs()[0].sent().last());
+    assert_eq!(sent(&lab), (None, None));
+    lab.send(0, &[to_8888(b"one")]);
+    lab.run_at(1_000);
+    assert_eq!(lab.recv(1).len(), 1);
+    assert_eq!(sent(&lab), (Some(1_000), Some(1_000)));
+    // Taken by a redirect: the VR sent nothing.
+    lab.e.cell_mut().set_redirect(0, Some(Box::new(Recorder(Frames::default())))).unwrap();
+    lab.send(0, &[to_8888(b"two")]);
+    lab.run_at(5_000);
+    assert!(lab.recv(1).is_empty());
+    assert_eq!(sent(&lab), (Some(1_000), Some(1_000)));
+    lab.e.cell_mut().set_redirect(0, None).unwrap();
+    lab.send(0, &[to_8888(b"three"), to_8888(b"four")]);
+    lab.run_at(9_000);
+    assert_eq!(lab.recv(1).len(), 2);
+    assert_eq!(sent(&lab), (Some(1_000), Some(9_000)));
+    // A fed frame goes through the VR: sent by it.
+    let s = Shared::default();
+    lab.e.cell_mut().set_feed(0, Some(Box::new(Source(s.clone())))).unwrap();
+    s.queue.lock().unwrap().push_back((0, to_8888(b"fed")));
+    lab.run_at(12_000);
+    assert_eq!(lab.recv(1).len(), 1);
+    assert_eq!(sent(&lab), (Some(1_000), Some(12_000)));
 }

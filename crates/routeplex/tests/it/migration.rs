@@ -11,7 +11,9 @@
 //! source slower to send on a frame than the switch takes to deliver the next one straight to
 //! the destination, which the destination prevents by holding its ports until its own
 //! announcements come back through the tunnel (at most `tunnel::HOLD_MAX`), so none is
-//! allowed. Timings are printed, never asserted.
+//! allowed. The handoff gap on the data planes' clock is checked to exist and be positive
+//! (the source's last frame before the destination's first); timings are printed, never
+//! asserted.
 //!
 //! Needs root; skipped with a message otherwise. Every name starts with `rsm`.
 
@@ -64,6 +66,12 @@ fn a_vr_migrates_there_and_back_under_traffic_with_nothing_lost_or_reordered() {
         for q in ["p50", "p99"] {
             assert!(p["rtt_during_ms"][q].get("mean").is_some(), "rtt_during_ms.{q}: {p}");
         }
+        // The data planes' own clock: the source's last transit frame before its stop, the
+        // destination's first after its commit, one CLOCK_MONOTONIC: every move has both, in
+        // that order.
+        let gaps = values(p, "handoff_gap_ms");
+        assert_eq!(gaps.len(), 2, "handoff_gap_ms: a value per repetition: {p}");
+        assert!(gaps.iter().all(|&g| g > 0.0), "handoff_gap_ms: {gaps:?}");
         assert!(values(p, "bytes_moved").iter().all(|&b| b > 0.0));
         assert!(values(p, "total_ms").iter().all(|&t| t > 0.0));
         let sent = values(p, "sent");
