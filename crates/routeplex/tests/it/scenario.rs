@@ -353,7 +353,17 @@ fn latency_through_one_vr_on_mem_and_memif_judges_the_2us_goal() {
             .iter()
             .find(|g| g["goal"] == format!("p50_us <= 2 at backend={backend}"))
             .unwrap_or_else(|| panic!("the goal on {backend}: {goals:?}"));
-        assert!(g["met"].is_boolean(), "judged on {backend}: {g}");
+        // Judged, or not shown because every trial had the tester stalled (a loaded CI host),
+        // which the goal must then say.
+        let stalled = g["why"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|w| w.as_str().is_some_and(|w| w.contains("every one of its")));
+        assert!(
+            g["met"].is_boolean() || (g["met"].is_null() && stalled),
+            "judged on {backend}: {g}"
+        );
     }
 }
 

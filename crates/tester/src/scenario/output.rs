@@ -389,9 +389,11 @@ pub fn curves_plot(r: &ScenarioReport, path: &Path) -> Result<bool, Error> {
 
 /// One goal's line: met or not, and the value at each point it applies to.
 fn goal_line(g: &serde_json::Value) -> String {
+    let points = g["points"].as_array().map_or(0, Vec::len);
     let verdict = match g["met"].as_bool() {
         Some(true) => "met",
         Some(false) => "NOT met",
+        None if points > 0 => "not shown",
         None => "not measured",
     };
     let mut out = format!("goal {}: {verdict}", g["goal"].as_str().unwrap_or("?"));
@@ -405,7 +407,11 @@ fn goal_line(g: &serde_json::Value) -> String {
                 "{} {}{}",
                 p["point"].as_str().unwrap_or("?"),
                 if v.is_finite() { format!("{v:.4}") } else { "-".into() },
-                if p["met"] == true { "" } else { " (no)" }
+                match p["met"].as_bool() {
+                    Some(true) => "",
+                    Some(false) => " (no)",
+                    None => " (not shown)",
+                }
             )
         })
         .collect();

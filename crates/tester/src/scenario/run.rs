@@ -726,10 +726,18 @@ fn goals(sc: &Scenario, points: &[PointResult], derived: &Value) -> Value {
                 }
                 let Some(v) = super::output::point_value(p, &g.metric) else { continue };
                 let met = g.met_by(v);
-                at.push(json!({"point": p.label, "value": v, "met": met}));
                 let short =
                     p.curve.iter().filter(|c| c.attempted_pps < 0.99 * c.target_pps).count();
                 let stalled = p.metrics.get("invalid_trials").copied().unwrap_or(0.0);
+                let trials = p.metrics.get("trials").copied().unwrap_or(0.0);
+                let shown = point_verdict(met, trials, stalled);
+                at.push(json!({"point": p.label, "value": v, "met": shown}));
+                if shown.is_none() {
+                    why.push(format!(
+                        "{}: met on its figures, but every one of its {trials} trials had the tester's thread descheduled past the stall limit: they are the host's figures, so the point cannot show the goal",
+                        p.label
+                    ));
+                }
                 if !met && stalled > 0.0 {
                     why.push(format!(
                         "{}: {stalled} of {} trials had the tester's thread descheduled past the stall limit (the host's other load): its rates are the host's, not the DUT's",
@@ -745,11 +753,35 @@ fn goals(sc: &Scenario, points: &[PointResult], derived: &Value) -> Value {
                 }
             }
         }
-        let met =
-            if at.is_empty() { Value::Null } else { json!(at.iter().all(|x| x["met"] == true)) };
+        let each: Vec<Option<bool>> = at.iter().map(|x| x["met"].as_bool()).collect();
+        let met = overall_verdict(&each).map_or(Value::Null, Value::Bool);
         out.push(json!({"goal": g.text, "met": met, "points": at, "why": why}));
     }
     Value::Array(out)
+}
+
+/// One point's verdict on a goal: met or not by its figures, except that a goal met only on
+/// trials that were all invalid (the tester descheduled past the stall limit in each) is not
+/// shown (`None`): those figures are the host's. A goal missed on them stays missed, with the
+/// reason beside it.
+pub(super) fn point_verdict(met: bool, trials: f64, stalled: f64) -> Option<bool> {
+    if met && trials > 0.0 && stalled >= trials {
+        None
+    } else {
+        Some(met)
+    }
+}
+
+/// A goal's verdict over the points it applies to: not met if one misses it; else not shown
+/// (`None`) if one could not show it or none had it; else met.
+pub(super) fn overall_verdict(points: &[Option<bool>]) -> Option<bool> {
+    if points.contains(&Some(false)) {
+        Some(false)
+    } else if points.is_empty() || points.contains(&None) {
+        None
+    } else {
+        Some(true)
+    }
 }
 
 /// Per point of `ids` (one series) with a time reservation: the peak (the point without a

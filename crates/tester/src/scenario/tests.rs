@@ -488,3 +488,18 @@ fn ingress_queues_is_a_dut_parameter_off_by_default() {
     assert_eq!((e.field.as_str(), e.value.as_deref()), ("dut.ingress_queues", Some("on")));
     assert!(e.message.contains("true or false"), "{e}");
 }
+
+#[test]
+fn a_goal_met_only_on_stalled_trials_is_not_shown() {
+    use super::run::{overall_verdict, point_verdict};
+    // 3 trials, all stalled: a met goal cannot rest on them; a missed one stays missed.
+    assert_eq!(point_verdict(true, 3.0, 3.0), None);
+    assert_eq!(point_verdict(false, 3.0, 3.0), Some(false));
+    // One good trial is enough to judge; no trials counted: judged on the figures.
+    assert_eq!(point_verdict(true, 3.0, 2.0), Some(true));
+    assert_eq!(point_verdict(true, 0.0, 0.0), Some(true));
+    assert_eq!(overall_verdict(&[Some(true), Some(true)]), Some(true));
+    assert_eq!(overall_verdict(&[Some(true), None]), None);
+    assert_eq!(overall_verdict(&[None, Some(false)]), Some(false));
+    assert_eq!(overall_verdict(&[]), None);
+}
