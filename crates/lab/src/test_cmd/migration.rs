@@ -63,6 +63,10 @@ pub struct MigrationArgs {
     /// Packets per second of each stream.
     #[arg(long, default_value_t = 5000)]
     pub rate: u32,
+    /// The data planes' port on the segment: `afpacket` (frames handed over in blocks the
+    /// kernel closes each millisecond at low rates) or `afxdp` (copy mode on the veth).
+    #[arg(long, default_value = "afpacket", value_parser = ["afpacket", "afxdp"])]
+    pub ports: String,
     /// Print the report as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -152,6 +156,8 @@ pub struct Plan {
     pub routes: Vec<Routes>,
     pub frames: Vec<usize>,
     pub rate: u32,
+    /// The port kind of the data planes' `seg`.
+    pub ports: &'static str,
 }
 
 impl Plan {
@@ -169,6 +175,7 @@ impl Plan {
                 s.trim().parse::<usize>().ok().filter(|n| (64..=1514).contains(n))
             })?,
             rate: a.rate,
+            ports: if a.ports == "afxdp" { "afxdp" } else { "afpacket" },
         })
     }
 }
@@ -268,7 +275,7 @@ impl Lab {
 
     /// Starts both data planes: the VR at s (with `routes` routes via host b), none at d; each
     /// listens for migrations from the other.
-    pub fn start(&mut self, routes: Routes) -> Result<()> {
+    pub fn start(&mut self, routes: Routes, ports: &str) -> Result<()> {
         let table = write_routes(&self.dir, routes)?;
         let tables = match &table {
             Some(f) => format!(
@@ -286,7 +293,7 @@ impl Lab {
             if k == 0 {
                 y += &format!(
                     r#"ports:
-  - {{ name: seg, kind: afpacket, interface: seg }}
+  - {{ name: seg, kind: {ports}, interface: seg }}
 vrs:
   - name: r
     interfaces:
@@ -801,7 +808,7 @@ fn stat(xs: &[f64]) -> Value {
 /// One case: its lab, its repetitions.
 fn case(plan: &Plan, routes: Routes, quiet: bool) -> Result<Vec<Rep>> {
     let mut lab = Lab::new()?;
-    lab.start(routes)?;
+    lab.start(routes, plan.ports)?;
     lab.warm_up()?;
     let mut reps = Vec::new();
     for k in 0..plan.reps {
@@ -1113,7 +1120,7 @@ pub fn measure(
         "scenario": { "name": name, "title": about.title, "about": about.about, "reproduces": about.reproduces,
                       "report": { "goals": GOALS.iter().map(|g| g.0).collect::<Vec<_>>() } },
         "quick": about.quick,
-        "parameters": { "reps": plan.reps, "routes": plan.routes.iter().map(|r| r.label()).collect::<Vec<_>>(), "frames": plan.frames, "rate_pps": plan.rate },
+        "parameters": { "reps": plan.reps, "routes": plan.routes.iter().map(|r| r.label()).collect::<Vec<_>>(), "frames": plan.frames, "rate_pps": plan.rate, "ports": plan.ports },
         "derived": { "primary": primary, "goals": goals },
         "points": points,
         "seed": seed(),
@@ -1248,6 +1255,7 @@ pub fn scenario_file(path: &Path) -> Result<Option<ScenarioFile>> {
             routes: routes(need("routes")?)?,
             frames: frames.clone(),
             rate: need("rate")?.int("packets per second", 100, 200_000)?,
+            ports: "afpacket",
         };
         let q = need("quick")?.map(&["routes", "repetitions"])?;
         let qneed = |k: &str| q.get(k).ok_or_else(|| root.error(format!("missing quick.{k}:")));
@@ -1256,6 +1264,7 @@ pub fn scenario_file(path: &Path) -> Result<Option<ScenarioFile>> {
             routes: routes(qneed("routes")?)?,
             frames,
             rate: plan.rate,
+            ports: plan.ports,
         };
         let about = text
             .lines()
