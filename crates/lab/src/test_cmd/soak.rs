@@ -212,7 +212,12 @@ fn api(state: &Path, cmd: &str, args: Value) -> Result<Value> {
     let sock = state.join("control.sock");
     let mut c = UnixStream::connect(&sock).with_context(|| sock.display().to_string())?;
     c.set_read_timeout(Some(Duration::from_secs(60)))?;
-    writeln!(c, "{}", json!({ "v": 1, "id": 1, "cmd": cmd, "args": args }))?;
+    let mut req = json!({ "v": 1, "id": 1, "cmd": cmd });
+    // A command without arguments (`status`) takes none, not an empty map.
+    if !args.is_null() {
+        req["args"] = args;
+    }
+    writeln!(c, "{req}")?;
     let mut line = String::new();
     // A capture read of 256 frames is well under this.
     BufReader::new(&c).take(64 << 20).read_line(&mut line)?;
@@ -936,7 +941,7 @@ fn soak(a: &SoakArgs) -> Result<Value> {
 fn plane_counters(lab: &Lab) -> Value {
     let mut out = serde_json::Map::new();
     for (k, (_, state)) in lab.planes.iter().enumerate() {
-        let st = match api(state, "status", json!({})) {
+        let st = match api(state, "status", Value::Null) {
             Ok(v) => v,
             Err(e) => {
                 out.insert(PLANE_NAMES[k].into(), json!({ "error": format!("{e:#}") }));

@@ -60,6 +60,12 @@ fn a_two_minute_soak_does_everything_and_nothing_grows_or_is_lost() {
         assert!(f["sent"].as_u64().unwrap() > 1000, "the flows ran: {f}");
         assert_eq!(f["lost_unexpected"], 0, "{f}");
     }
+    // Both data planes answered for their counters at the end; s's seg2 carried r2..r4.
+    let pc = &v["plane_counters"];
+    assert!(pc["s"]["error"].is_null() && pc["d"]["error"].is_null(), "{pc}");
+    let ports = pc["s"]["ports"].as_array().unwrap_or_else(|| panic!("{pc}"));
+    let seg2 = ports.iter().find(|p| p["name"] == "seg2").unwrap_or_else(|| panic!("{pc}"));
+    assert!(seg2["rx"].as_u64().is_some_and(|n| n > 1000), "{seg2}");
     // Every flow but the churned one had its route all along: most of it arrived.
     let steady = &v["flows"][1];
     assert!(steady["received"].as_u64().unwrap() > 1000, "{steady}");
