@@ -372,35 +372,9 @@ vrs:
             .with_context(|| format!("status: {}", String::from_utf8_lossy(&o.stderr)))
     }
 
-    /// Frames both data planes' ports lost or refused so far (a full receive ring, the
-    /// kernel's drops, demux's), all ports together.
-    pub fn port_drops(&self) -> Result<u64> {
-        let mut n = 0;
-        for k in 0..PLANES.len() {
-            for p in self.status(k)?["ports"].as_array().into_iter().flatten() {
-                n += p["rx_dropped"].as_u64().unwrap_or(0) + p["tx_full"].as_u64().unwrap_or(0);
-                n += p["drops"]
-                    .as_object()
-                    .map_or(0, |d| d.values().filter_map(Value::as_u64).sum::<u64>());
-            }
-        }
-        Ok(n)
-    }
-
-    /// When VR `vr` at data plane `k` first sent a transit frame (CLOCK_MONOTONIC ns).
-    pub fn first_sent_ns(&self, k: usize, vr: &str) -> Result<Option<u64>> {
-        let v = self.status(k)?;
-        let row = v["vrs"].as_array().into_iter().flatten().find(|r| r["name"] == vr);
-        Ok(row.and_then(|r| r["first_sent_ns"].as_u64()))
-    }
-
-    /// The VRs data plane `k` runs.
-    pub fn vrs(&self, k: usize) -> Result<Vec<String>> {
-        let v = self.status(k)?;
-        Ok(v["vrs"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|v| v["name"].as_str().map(String::from)).collect())
-            .unwrap_or_default())
+    /// Every data plane's `status`, in plane order.
+    pub fn statuses(&self) -> Result<Vec<Value>> {
+        (0..PLANES.len()).map(|k| self.status(k)).collect()
     }
 
     /// Waits until host a reaches host b through the VR.
@@ -561,6 +535,32 @@ pub(super) fn udp_errors(lab: &Lab) -> u64 {
         .and_then(|h| h.split_whitespace().position(|k| k == "RcvbufErrors"))
         .and_then(|k| udp.get(1)?.split_whitespace().nth(k)?.parse::<u64>().ok())
         .unwrap_or(0)
+}
+
+/// Frames the ports of the data planes in `statuses` lost or refused so far (a full receive
+/// ring, the kernel's drops, demux's), all ports together.
+fn port_drops(statuses: &[Value]) -> u64 {
+    let ports = statuses.iter().flat_map(|st| st["ports"].as_array().into_iter().flatten());
+    ports
+        .map(|p| {
+            let drops = p["drops"].as_object();
+            p["rx_dropped"].as_u64().unwrap_or(0)
+                + p["tx_full"].as_u64().unwrap_or(0)
+                + drops.map_or(0, |d| d.values().filter_map(Value::as_u64).sum::<u64>())
+        })
+        .sum()
+}
+
+/// The VRs a data plane's `status` lists.
+fn vr_names(status: &Value) -> Vec<String> {
+    let rows = status["vrs"].as_array().into_iter().flatten();
+    rows.filter_map(|v| v["name"].as_str().map(String::from)).collect()
+}
+
+/// When VR `vr` in a data plane's `status` first sent a transit frame (CLOCK_MONOTONIC ns).
+fn first_sent_ns(status: &Value, vr: &str) -> Option<u64> {
+    let mut rows = status["vrs"].as_array().into_iter().flatten();
+    rows.find(|r| r["name"] == vr).and_then(|r| r["first_sent_ns"].as_u64())
 }
 
 /// One move from data plane `from` under traffic.
@@ -813,13 +813,16 @@ fn case(plan: &Plan, routes: Routes, quiet: bool) -> Result<Vec<Rep>> {
     let mut reps = Vec::new();
     for k in 0..plan.reps {
         let from = k % 2;
-        let drops0 = lab.port_drops()?;
+        let drops0 = port_drops(&lab.statuses()?);
         let mut r = rep(&lab, plan, from)?;
-        r.port_drops = lab.port_drops()?.saturating_sub(drops0);
-        let first = lab.first_sent_ns(1 - from, "r")?;
+        // Both planes asked once after the move: the drops, where the VR is, and when the
+        // destination's VR first sent.
+        let after = lab.statuses()?;
+        r.port_drops = port_drops(&after).saturating_sub(drops0);
+        let first = first_sent_ns(&after[1 - from], "r");
         r.handoff_gap_ms =
             first.zip(r.migrate["last_sent_ns"].as_u64()).map(|(f, l)| (f as f64 - l as f64) / 1e6);
-        let (at_from, at_to) = (lab.vrs(from)?, lab.vrs(1 - from)?);
+        let (at_from, at_to) = (vr_names(&after[from]), vr_names(&after[1 - from]));
         if at_from.iter().any(|v| v == "r") || !at_to.iter().any(|v| v == "r") {
             bail!(
                 "after the move the VR is at {at_from:?} / {at_to:?}, not only at the destination"

@@ -935,8 +935,8 @@ fn soak(a: &SoakArgs) -> Result<Value> {
     report(a, &s, &flows, &sent, &got, &per, sink_drops, &pids, counters)
 }
 
-/// Each data plane's port and VR counters at the end (those that are not zero), so a lost
-/// frame can be placed: a ring that was full, a neighbor queue, a drop by reason. A plane
+/// Each data plane's port counters and VR counters (those `status` lists: the non-zero ones)
+/// at the end, so a lost frame can be placed: a ring that was full, a neighbor queue, a drop by reason. A plane
 /// that does not answer says so.
 fn plane_counters(lab: &Lab) -> Value {
     let mut out = serde_json::Map::new();
