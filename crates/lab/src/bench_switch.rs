@@ -51,10 +51,13 @@ pub struct Args {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
-    /// `dpdk`: also run DPDK 22.11's own memif client→server pair (no switch) on the same
-    /// CPUs, at 60 and 1514 B, interleaved with the switch (--pairs), and print each size's
-    /// pairs, probes and median `ratio_to_dpdk_pair`.
-    #[arg(long, value_parser = ["dpdk"])]
+    /// Also run an anchor on the same CPUs, at 60 and 1514 B, interleaved with the switch
+    /// (--pairs), and print each size's pairs, probes and median ratio: `dpdk`, DPDK 22.11's
+    /// own memif client→server pair (no switch: one memif hop, `ratio_to_dpdk_pair`);
+    /// `testpmd-io` or `testpmd-mac`, dpdk-testpmd forwarding between two memif ports in the
+    /// switch's place (the same generator and sink, two hops: `ratio_to_testpmd`; needs
+    /// `scripts/setup --bench`).
+    #[arg(long, value_parser = ["dpdk", "testpmd-io", "testpmd-mac"])]
     compare: Option<String>,
     /// With --compare: interleaved pairs per size (routeplex, DPDK, routeplex, …), 1..=100.
     #[arg(long, default_value_t = 5)]
@@ -362,7 +365,7 @@ pub fn run(a: Args) -> Result<()> {
         return figures(dir, a.seconds, &placement);
     }
     if a.compare.is_some() {
-        return compare_dpdk(&a, &placement);
+        return compare(&a, &placement);
     }
     let p = point(a.size, a.destinations, a.batch, a.seconds, members)?;
     let mut j = p.to_json();
@@ -381,12 +384,161 @@ pub fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
-/// The switched path (generator → memif → switch → memif → sink) against DPDK's direct memif
-/// pair (client → memif → server), at 60 and 1514 B, in interleaved pairs (switch, pair,
-/// switch, pair, …) on the same CPUs, the probes of [`tester::pairs`] timed before each trial.
-fn compare_dpdk(a: &Args, pinning: &str) -> Result<()> {
-    let bin = dpdk_pair::binary()?;
-    let (tx_cpu, rx_cpu) = (0, switch_cpu().unwrap_or(0));
+/// An anchor's trial, as the comparison reports it.
+struct AnchorTrial {
+    mpps: f64,
+    limited_by: &'static str,
+    placement: String,
+    json: serde_json::Value,
+}
+
+impl From<Point> for AnchorTrial {
+    fn from(p: Point) -> AnchorTrial {
+        AnchorTrial {
+            mpps: p.mpps,
+            limited_by: p.limited_by,
+            placement: p.placement.summary(),
+            json: p.to_json(),
+        }
+    }
+}
+
+/// What the switch is compared with.
+enum Anchor {
+    /// DPDK's own memif client → server pair ([`dpdk_pair`]).
+    Pair(PathBuf),
+    /// dpdk-testpmd in the switch's place, in this forwarding mode.
+    Testpmd(PathBuf, &'static str),
+}
+
+impl Anchor {
+    fn name(&self) -> String {
+        match self {
+            Anchor::Pair(_) => "DPDK memif pair".into(),
+            Anchor::Testpmd(_, mode) => format!("DPDK testpmd {mode}"),
+        }
+    }
+
+    /// The JSON keys of its trials and of the median ratio.
+    fn keys(&self) -> (&'static str, &'static str) {
+        match self {
+            Anchor::Pair(_) => ("dpdk_pair", "ratio_to_dpdk_pair"),
+            Anchor::Testpmd(..) => ("testpmd", "ratio_to_testpmd"),
+        }
+    }
+
+    fn trial(&self, size: usize, a: &Args) -> Result<AnchorTrial> {
+        let (tx_cpu, rx_cpu) = (0, switch_cpu().unwrap_or(0));
+        match self {
+            Anchor::Pair(bin) => {
+                let d = dpdk_pair::measure(bin, size, 0.5, a.seconds, tx_cpu, rx_cpu)?;
+                Ok(AnchorTrial {
+                    mpps: d.mpps,
+                    limited_by: d.limited_by,
+                    placement: d.placement.summary(),
+                    json: d.to_json(),
+                })
+            }
+            Anchor::Testpmd(bin, mode) => {
+                testpmd_point(bin, mode, size, a.batch, a.seconds, rx_cpu).map(Into::into)
+            }
+        }
+    }
+
+    fn method(&self) -> &'static str {
+        match self {
+            Anchor::Pair(_) => "DPDK 22.11's net_memif client -> server pair (two processes of bench_switch_pair.c, copy mode, one memif hop, no switch), its client on the generator's CPU and its server on the switch worker's",
+            Anchor::Testpmd(..) => "dpdk-testpmd (Debian's dpdk-dev, --no-huge) in the switch's place: two net_memif server ports, the same generator and sink in this process as memif clients (two memif hops, as the switch), forwarding port 0 -> port 1 in the given mode (io: as received; mac: source and destination MACs rewritten), --burst the switch's batch, its forwarding lcore and its main lcore (which waits on stdin) on the switch worker's CPU",
+        }
+    }
+}
+
+/// dpdk-testpmd forwarding in `mode` between two memif servers, its lcores on `cpu`, driven
+/// by the switch's generator and sink.
+fn testpmd_point(
+    bin: &Path,
+    mode: &str,
+    size: usize,
+    batch: usize,
+    seconds: f64,
+    cpu: usize,
+) -> Result<Point> {
+    let tag = format!("rpx-bsw-tpmd-{}-{}", std::process::id(), rand_suffix());
+    let args: Vec<String> = [
+        format!("--forward-mode={mode}"),
+        "--auto-start".into(),
+        "--nb-cores=1".into(),
+        "--total-num-mbufs=16384".into(),
+        "--disable-link-check".into(),
+        format!("--burst={batch}"),
+    ]
+    .to_vec();
+    let mut app = crate::dpdk_apps::App::start(bin, &tag, &format!("0@({cpu}),1@({cpu})"), &args)?;
+    let ports = connect(&app.sockets[0], 0, "bench-tx")
+        .and_then(|tx| Ok((tx, connect(&app.sockets[1], 0, "bench-rx0")?)));
+    let (mut tx, rx) = match ports {
+        Ok(p) => p,
+        Err(e) => {
+            app.check_running()?;
+            crate::bail!("testpmd's memif ports: {e}; it printed:\n{}", app.log);
+        }
+    };
+    let mut rx = [rx];
+    drain(&mut rx);
+    pktgen::measure(&pktgen_args(size, batch, 0.5, SINK_MAC), Some(&mut tx), &mut rx)?;
+    drain(&mut rx);
+    let role = |n: &str, r: &str| (n.to_string(), r.to_string());
+    let sampler = Sampler::start(
+        vec![
+            Watch {
+                pid: std::process::id(),
+                process: "bench".into(),
+                roles: vec![role("main", "generator and sinks")],
+            },
+            Watch {
+                pid: app.pid(),
+                process: "testpmd".into(),
+                roles: vec![
+                    role("rte-worker-1", "testpmd forwarding lcore"),
+                    role("main", "testpmd main lcore (waits on stdin)"),
+                    role("eal-intr-thread", "dpdk interrupt thread (memif control)"),
+                ],
+            },
+        ],
+        Duration::from_millis(10),
+    );
+    let r = pktgen::measure(&pktgen_args(size, batch, seconds, SINK_MAC), Some(&mut tx), &mut rx)?;
+    let placement = sampler.finish();
+    app.check_running()?;
+    crate::ensure!(r.rx_packets > 0, "testpmd forwarded nothing in {:.2} s", r.seconds);
+    let s = r.seconds.max(1e-9);
+    Ok(Point {
+        size,
+        destinations: 1,
+        members: 2,
+        batch,
+        seconds: r.seconds,
+        offered_mpps: r.tx_packets as f64 / s / 1e6,
+        mpps: r.rx_packets as f64 / s / 1e6,
+        total_mpps: r.rx_packets as f64 / s / 1e6,
+        lost: r.lost,
+        generator_busy: r.generator_busy(),
+        ring_full_share: r.ring_full_share(),
+        limited_by: r.limited_by(),
+        placement,
+    })
+}
+
+/// The switched path (generator → memif → switch → memif → sink) against an [`Anchor`], at
+/// 60 and 1514 B, in interleaved pairs (switch, anchor, switch, anchor, …) on the same CPUs,
+/// the probes of [`tester::pairs`] timed before each trial.
+fn compare(a: &Args, pinning: &str) -> Result<()> {
+    let anchor = match a.compare.as_deref() {
+        Some("testpmd-io") => Anchor::Testpmd(crate::dpdk_apps::testpmd()?, "io"),
+        Some("testpmd-mac") => Anchor::Testpmd(crate::dpdk_apps::testpmd()?, "mac"),
+        _ => Anchor::Pair(dpdk_pair::binary()?),
+    };
+    let (trials_key, ratio_key) = anchor.keys();
     let load_before = tester::pairs::load_average();
     let mut sizes = Vec::new();
     for size in [60, 1514] {
@@ -411,15 +563,15 @@ fn compare_dpdk(a: &Args, pinning: &str) -> Result<()> {
                 })
             },
             |_| {
-                dpdk_pair::measure(&bin, size, 0.5, a.seconds, tx_cpu, rx_cpu).or_else(|e| {
-                    eprintln!("the DPDK pair failed to start ({e:#}); starting it once more");
-                    dpdk_pair::measure(&bin, size, 0.5, a.seconds, tx_cpu, rx_cpu)
+                anchor.trial(size, a).or_else(|e| {
+                    eprintln!("{} failed to start ({e:#}); starting it once more", anchor.name());
+                    anchor.trial(size, a)
                 })
             },
         )?;
         let summary = tester::pairs::Summary::from_measured(
             "routeplex switch",
-            "DPDK memif pair",
+            &anchor.name(),
             "Mpps",
             &runs,
             |p| p.mpps,
@@ -427,18 +579,20 @@ fn compare_dpdk(a: &Args, pinning: &str) -> Result<()> {
         );
         if !a.json {
             println!(
-                "{size} B ({} B on the wire), {} interleaved pairs, ratio = routeplex / DPDK:",
+                "{size} B ({} B on the wire), {} interleaved pairs, ratio = routeplex / {}:",
                 size + 4,
-                a.pairs
+                a.pairs,
+                anchor.name()
             );
             for (i, (p, d)) in runs.iter().enumerate() {
                 println!(
-                    "  pair {}: routeplex limited by {}, {}; DPDK limited by {}, {}",
+                    "  pair {}: routeplex limited by {}, {}; {} limited by {}, {}",
                     i + 1,
                     p.value.limited_by,
                     p.value.placement.summary(),
+                    anchor.name(),
                     d.value.limited_by,
-                    d.value.placement.summary()
+                    d.value.placement
                 );
             }
             for l in summary.lines() {
@@ -449,14 +603,15 @@ fn compare_dpdk(a: &Args, pinning: &str) -> Result<()> {
             "size": size,
             "wire_size": size + 4,
             "pairs": summary,
-            "ratio_to_dpdk_pair": summary.ratio.median,
+            ratio_key: summary.ratio.median,
             "routeplex": runs.iter().map(|(p, _)| p.value.to_json()).collect::<Vec<_>>(),
-            "dpdk_pair": runs.iter().map(|(_, d)| d.value.to_json()).collect::<Vec<_>>(),
+            trials_key: runs.iter().map(|(_, d)| d.value.json.clone()).collect::<Vec<_>>(),
         }));
     }
     let j = json!({
         "pinning": pinning,
-        "method": "per size, interleaved pairs (routeplex, DPDK, routeplex, DPDK, ...; --pairs), a fixed memory probe (dependent random reads over 8 MiB) and compute probe timed before every trial: routeplex's learning switch in a `routeplex run` child between two memif ports (this process's generator and sink are the memif clients; two memif hops), then DPDK 22.11's net_memif client -> server pair (two processes of bench_switch_pair.c, copy mode, one memif hop, no switch), its client on the generator's CPU and its server on the switch worker's; mpps is what reached the sink; ratio_to_dpdk_pair = the median over the pairs of routeplex mpps / DPDK pair mpps (pairs.ratio has min and max); a pair is flagged when its two trials' probes differ by more than 10 % (the machine changed speed between them); limited_by: generator if the sender's ring took its bursts whole >= 90 % of the time (the receiver kept up), else dut (the switch, or the DPDK server), ring if frames were lost",
+        "anchor": anchor.name(),
+        "method": format!("per size, interleaved pairs (routeplex, anchor, routeplex, anchor, ...; --pairs), a fixed memory probe (dependent random reads over 8 MiB) and compute probe timed before every trial: routeplex's learning switch in a `routeplex run` child between two memif ports (this process's generator and sink are the memif clients; two memif hops), then the anchor: {}; mpps is what reached the sink; {ratio_key} = the median over the pairs of routeplex mpps / the anchor's mpps (pairs.ratio has min and max); a pair is flagged when its two trials' probes differ by more than 10 % (the machine changed speed between them); limited_by: generator if the sender's ring took its bursts whole >= 90 % of the time (the receiver kept up), else dut (the switch, or the anchor), ring if frames were lost", anchor.method()),
         "load_average_before": load_before,
         "load_average_after": tester::pairs::load_average(),
         "sizes": sizes,

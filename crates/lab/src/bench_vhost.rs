@@ -70,9 +70,7 @@ pub(crate) fn dpdk_binary(name: &str, src_text: &str) -> Result<PathBuf> {
     let flags = String::from_utf8_lossy(&pc.stdout).trim().to_string();
     let mut h = std::hash::DefaultHasher::new();
     (src_text, &flags).hash(&mut h);
-    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
-    let dir = Path::new(&home).join(".cache/routeplex/dpdk");
-    private_dir(&dir)?;
+    let dir = dpdk_cache_dir()?;
     let bin = dir.join(format!("{name}-{:016x}", h.finish()));
     if bin.exists() {
         return Ok(bin);
@@ -93,6 +91,15 @@ pub(crate) fn dpdk_binary(name: &str, src_text: &str) -> Result<PathBuf> {
     }
     std::fs::rename(&tmp, &bin)?;
     Ok(bin)
+}
+
+/// `~/.cache/routeplex/dpdk`, private to its owner: where the DPDK programs the benchmarks
+/// build are kept.
+pub(crate) fn dpdk_cache_dir() -> Result<PathBuf> {
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    let dir = Path::new(&home).join(".cache/routeplex/dpdk");
+    private_dir(&dir)?;
+    Ok(dir)
 }
 
 /// Makes `d` (and its parents) with mode 0700.

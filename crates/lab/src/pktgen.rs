@@ -198,14 +198,20 @@ pub fn run(a: Args) -> Result<()> {
 
 /// Opens a memif client and waits (serving its socket) until the server accepts it.
 pub fn connect(socket: &str, id: u32, name: &str) -> Result<MemifPort> {
+    connect_within(socket, id, name, Duration::from_secs(10))
+}
+
+/// [`connect`], waiting up to `within` (a DPDK server brings its link up only once its
+/// application has started its ports: l3fwd loads its whole table first).
+pub fn connect_within(socket: &str, id: u32, name: &str, within: Duration) -> Result<MemifPort> {
     let mut o = MemifOptions::new(socket.to_string());
     o.id = id;
     o.name = name.to_string();
     let mut p = MemifPort::client(o).with_context(|| format!("memif client of {socket}"))?;
     let t0 = Instant::now();
     while p.status() != PortStatus::Up {
-        if t0.elapsed() > Duration::from_secs(10) {
-            bail!("{socket}: no memif server answered in 10 s ({:?})", p.status());
+        if t0.elapsed() > within {
+            bail!("{socket}: no memif server answered in {within:?} ({:?})", p.status());
         }
         p.service();
         std::thread::sleep(Duration::from_millis(2));
@@ -238,7 +244,18 @@ fn frames_for(a: &Args) -> Result<Vec<(Vec<u8>, u16)>> {
 
 /// Runs the generator on `tx` and the sinks on `rx` for `a.seconds`; prints a line a second
 /// unless `a.json`.
-pub fn measure(a: &Args, mut tx: Option<&mut MemifPort>, rx: &mut [MemifPort]) -> Result<Report> {
+pub fn measure(a: &Args, tx: Option<&mut MemifPort>, rx: &mut [MemifPort]) -> Result<Report> {
+    measure_with(a, Generator::new(frames_for(a)?), tx, rx)
+}
+
+/// [`measure`] with the caller's generator (its frames, `a.size` aside, are the caller's);
+/// the sinks count sequence numbers of one flow per port, so give its frames one flow.
+pub fn measure_with(
+    a: &Args,
+    mut gen: Generator,
+    mut tx: Option<&mut MemifPort>,
+    rx: &mut [MemifPort],
+) -> Result<Report> {
     crate::ensure!(
         (1..=ports::MAX_BURST).contains(&a.batch),
         "--batch {} is outside 1..={}",
@@ -256,7 +273,6 @@ pub fn measure(a: &Args, mut tx: Option<&mut MemifPort>, rx: &mut [MemifPort]) -
         ),
     };
     crate::ensure!(tx.is_some() || !rx.is_empty(), "give --tx, --rx or --ping/--pong");
-    let mut gen = Generator::new(frames_for(a)?);
     let mut r = Report { requested_pps: rate, ..Default::default() };
     // One clock read a round (the TSC where it measures time): the round just ended is
     // charged to waiting (ring full, pacer) or to work.

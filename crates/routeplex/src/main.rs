@@ -7,8 +7,8 @@ mod service;
 mod status_table;
 
 use lab::{
-    bench, bench_cp, bench_fleet, bench_idle, bench_routes, bench_switch, bench_vhost, demo,
-    pktgen, test_cmd,
+    bench, bench_cp, bench_fleet, bench_idle, bench_router, bench_routes, bench_switch,
+    bench_vhost, demo, pktgen, test_cmd,
 };
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -351,6 +351,9 @@ enum BenchCmd {
     ControlPlane(bench_cp::Args),
     /// The learning switch through memif, a separate process (VALE's Figs 6, 8, 9, 10).
     Switch(bench_switch::Args),
+    /// One VR with the full IPv4 table between two memif ports, against DPDK's l3fwd with the
+    /// same table in the same harness (--compare l3fwd).
+    Router(bench_router::Args),
     /// The learning switch between vhost-user ports driven by DPDK virtio_user, beside the
     /// same switch between memif ports driven by DPDK net_memif (64 B and 1518 B).
     Vhost(bench_vhost::Args),
@@ -519,6 +522,7 @@ fn bench_cmd(cmd: BenchCmd) -> lab::Result<()> {
         BenchCmd::Routes(a) => bench_routes::run(a),
         BenchCmd::ControlPlane(a) => bench_cp::run(a),
         BenchCmd::Switch(a) => bench_switch::run(a),
+        BenchCmd::Router(a) => bench_router::run(a),
         BenchCmd::Vhost(a) => bench_vhost::run(a),
         BenchCmd::Idle(a) => bench_idle::run(a),
         BenchCmd::Fleet(a) => bench_fleet::run(a),

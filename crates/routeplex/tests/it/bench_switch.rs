@@ -238,3 +238,31 @@ fn compare_dpdk_reports_both_sides_and_their_ratio() {
         assert_eq!(s["pairs"]["ratio"]["median"].as_f64().unwrap(), m);
     }
 }
+
+/// `--compare testpmd-io`: dpdk-testpmd in the switch's place, driven by the same generator
+/// and sink; its forwarding lcore's placement read back. Skipped without dpdk-testpmd
+/// (`scripts/setup --bench` installs it). No figure is asserted.
+#[test]
+fn compare_testpmd_puts_testpmd_in_the_switchs_place() {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("dpdk-testpmd").is_file()));
+    if !found {
+        eprintln!(
+            "skipped: dpdk-testpmd is not installed (scripts/setup --bench installs dpdk-dev)"
+        );
+        return;
+    }
+    let j = json(&["--compare", "testpmd-io", "--pairs", "1"]);
+    assert_eq!(j["anchor"], "DPDK testpmd io", "{j}");
+    for s in j["sizes"].as_array().expect("sizes") {
+        let (rpx, tp) = (&s["routeplex"][0], &s["testpmd"][0]);
+        let (a, b) = (rpx["mpps"].as_f64().unwrap(), tp["mpps"].as_f64().unwrap());
+        assert!(a > 0.0 && b > 0.0, "a side delivered nothing: {s}");
+        let r = s["ratio_to_testpmd"].as_f64().unwrap();
+        assert!((r - a / b).abs() <= 1e-9 * r.max(1.0), "{s}");
+        let threads = tp["placement"]["threads"].as_array().expect("testpmd placement");
+        let t = threads.iter().find(|t| t["role"] == "testpmd forwarding lcore");
+        let t = t.unwrap_or_else(|| panic!("no forwarding lcore in {tp}"));
+        assert!(t["samples"].as_u64().unwrap() > 0 && t["cpu"].is_u64(), "{t}");
+    }
+}

@@ -11,6 +11,7 @@ mod etcd;
 
 mod bench_idle;
 mod bench_pvr;
+mod bench_router;
 mod bench_switch;
 mod crash;
 mod fleet;

@@ -1,0 +1,435 @@
+//! `routeplex bench router`: one VR holding the full IPv4 table between two memif ports, driven
+//! as a router tester would: this process's generator sends UDP to random addresses across the
+//! table into port 0, its sink counts what the VR forwards out of port 1. With
+//! `--compare l3fwd`, DPDK's l3fwd example (LPM or FIB lookup) with the same table, in the same
+//! harness (two memif servers, the same generator and sink, the same CPUs), in interleaved
+//! pairs with the probes of [`tester::pairs`].
+//!
+//! Placement: the generator and sink in this process's main thread on CPU 0; the VR's one
+//! worker, or l3fwd's one lcore, on the last CPU. Both routers stay up for the whole run (each
+//! loaded its table once); the one not measured waits: l3fwd stopped (SIGSTOP), routeplex's
+//! worker idle (no frames reach it).
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::Result;
+use control::runtime::Options;
+use control::{Node, Topology};
+use ports::memif::MemifPort;
+use ports::{Batch, Port};
+use serde_json::json;
+use tester::frames::{udp_frame, UdpFlow};
+use tester::{GenFrame, Generator};
+use wire::MacAddr;
+
+use crate::dpdk_apps::{self, App};
+use crate::lab::{Rng, Table};
+use crate::sys::threads::{Placement, Sampler, Watch};
+use crate::{pktgen, sys};
+
+/// Options of `routeplex bench router`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// `l3fwd`: also run DPDK 22.11's l3fwd example with the same table in the same harness,
+    /// interleaved with routeplex (--pairs), and print each size's pairs, probes and median
+    /// `ratio_to_l3fwd` (needs `scripts/setup --bench`).
+    #[arg(long, value_parser = ["l3fwd"])]
+    compare: Option<String>,
+    /// l3fwd's lookup: `lpm` (rte_lpm) or `fib` (rte_fib, DIR-24-8).
+    #[arg(long, default_value = "lpm", value_parser = ["lpm", "fib"])]
+    lookup: String,
+    /// Frame sizes without FCS, comma-separated, each 60..=1514.
+    #[arg(long, value_delimiter = ',', default_value = "60,1514")]
+    sizes: Vec<usize>,
+    /// Distinct destination addresses, random inside random prefixes of the table, 1..=1048576.
+    #[arg(long, default_value_t = 65_536)]
+    destinations: usize,
+    /// Prefix file of the IPv4 table [default: the cached real table, else 500,000 generated
+    /// prefixes].
+    #[arg(long)]
+    prefixes: Option<PathBuf>,
+    /// Seconds per trial.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Interleaved pairs per size (routeplex, l3fwd, routeplex, …), 1..=100.
+    #[arg(long, default_value_t = 5)]
+    pairs: usize,
+    /// The generator's burst, 1..=256.
+    #[arg(long, default_value_t = 256)]
+    batch: usize,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+const VR_MAC: MacAddr = MacAddr([2, 0, 0, 0, 1, 0]);
+/// The next hops of the table's routes (eight, with static neighbours, as `bench pipeline`).
+const GATEWAYS: std::ops::RangeInclusive<u8> = 2..=9;
+
+/// One trial of one router.
+struct Point {
+    seconds: f64,
+    offered_mpps: f64,
+    mpps: f64,
+    lost: u64,
+    generator_busy: f64,
+    limited_by: &'static str,
+    placement: Placement,
+}
+
+impl Point {
+    fn to_json(&self, size: usize) -> serde_json::Value {
+        json!({
+            "size": size, "seconds": self.seconds, "offered_mpps": self.offered_mpps,
+            "mpps": self.mpps, "gbps": self.mpps * 1e6 * size as f64 * 8.0 / 1e9,
+            "lost": self.lost, "generator_busy": self.generator_busy,
+            "limited_by": self.limited_by, "placement": self.placement.to_json(),
+        })
+    }
+}
+
+/// A router under test: its two memif ends in this process, and what to sample.
+struct Side {
+    tx: MemifPort,
+    rx: MemifPort,
+    watch: Watch,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    crate::ensure!(!a.sizes.is_empty(), "--sizes is empty");
+    for &s in &a.sizes {
+        crate::ensure!((60..=1514).contains(&s), "--sizes: {s} is outside 60..=1514");
+    }
+    crate::ensure!(
+        (1..=1 << 20).contains(&a.destinations),
+        "--destinations {} is outside 1..=1048576",
+        a.destinations
+    );
+    crate::ensure!(a.seconds > 0.0, "--seconds must be positive");
+    crate::ensure!((1..=100).contains(&a.pairs), "--pairs {} is outside 1..=100", a.pairs);
+    crate::ensure!(
+        (1..=ports::MAX_BURST).contains(&a.batch),
+        "--batch {} is outside 1..=256",
+        a.batch
+    );
+    let l3fwd = a.compare.is_some().then(dpdk_apps::l3fwd).transpose()?;
+    let table = match &a.prefixes {
+        Some(p) => Table::from_file(p)?,
+        None => Table::real_or_generated(500_000, 0, 1)?,
+    };
+    crate::ensure!(!table.v4.is_empty(), "{}: no IPv4 prefixes", table.label);
+    let dsts = table.destinations_v4(a.destinations, &mut Rng::new(0x10f3d))?;
+
+    let cpus = sys::online_cpus();
+    let dut_cpu = cpus - 1;
+    let pinned = cpus > 1 && sys::pin(0);
+    let pinning = if pinned {
+        format!("asked for: generator and sink (this process's main thread) on CPU 0; the VR's one worker, or l3fwd's one lcore, on CPU {dut_cpu}")
+    } else {
+        format!("{cpus} CPU(s): nothing pinned")
+    };
+    let tag = format!("rpx-brt-{}", std::process::id());
+    let t = Instant::now();
+    let node = start_vr(&table, &format!("{tag}-vr"), dut_cpu)?;
+    let vr_build_s = t.elapsed().as_secs_f64();
+    let mut vr = Side {
+        tx: pktgen::connect(&format!("@{tag}-vr-0"), 0, "bench-router-tx")?,
+        rx: pktgen::connect(&format!("@{tag}-vr-1"), 0, "bench-router-rx")?,
+        watch: Watch {
+            pid: std::process::id(),
+            process: "bench".into(),
+            roles: vec![
+                ("main".into(), "generator and sink".into()),
+                ("worker0".into(), "routeplex worker".into()),
+            ],
+        },
+    };
+    let mut dpdk = match &l3fwd {
+        Some(bin) => Some(start_l3fwd(bin, &table, &a.lookup, &format!("{tag}-l3"), dut_cpu)?),
+        None => None,
+    };
+
+    let mut sizes = Vec::new();
+    for &size in &a.sizes {
+        let frames = frames(&dsts, size);
+        let trial = |side: &mut Side| measure(side, &frames, size, a.batch, a.seconds);
+        let Some((app, side)) = dpdk.as_mut() else {
+            let p = trial(&mut vr)?;
+            if !a.json {
+                println!(
+                    "{size} B: routeplex {:.2} Mpps ({:.2} Gbit/s), offered {:.2}, limited by {}; {}",
+                    p.mpps,
+                    p.mpps * size as f64 * 8e-3,
+                    p.offered_mpps,
+                    p.limited_by,
+                    p.placement.summary()
+                );
+            }
+            sizes.push(json!({ "size": size, "routeplex": [p.to_json(size)] }));
+            continue;
+        };
+        let runs = tester::pairs::run(
+            a.pairs,
+            |_| trial(&mut vr),
+            |_| {
+                app.pause(false);
+                let p = trial(side);
+                app.pause(true);
+                app.check_running()?;
+                p
+            },
+        )?;
+        let l3 = format!("DPDK l3fwd ({})", a.lookup);
+        let summary = tester::pairs::Summary::from_measured(
+            "routeplex VR",
+            &l3,
+            "Mpps",
+            &runs,
+            |p| p.mpps,
+            |p| p.mpps,
+        );
+        if !a.json {
+            println!(
+                "{size} B ({} B on the wire), {} interleaved pairs, ratio = routeplex / l3fwd:",
+                size + 4,
+                a.pairs
+            );
+            for (i, (r, d)) in runs.iter().enumerate() {
+                println!(
+                    "  pair {}: routeplex limited by {}, {}; l3fwd limited by {}, {}",
+                    i + 1,
+                    r.value.limited_by,
+                    r.value.placement.summary(),
+                    d.value.limited_by,
+                    d.value.placement.summary()
+                );
+            }
+            for l in summary.lines() {
+                println!("{l}");
+            }
+        }
+        sizes.push(json!({
+            "size": size,
+            "wire_size": size + 4,
+            "pairs": summary,
+            "ratio_to_l3fwd": summary.ratio.median,
+            "routeplex": runs.iter().map(|(r, _)| r.value.to_json(size)).collect::<Vec<_>>(),
+            "l3fwd": runs.iter().map(|(_, d)| d.value.to_json(size)).collect::<Vec<_>>(),
+        }));
+    }
+    drop(node);
+    let j = json!({
+        "table": table.label,
+        "prefixes": table.v4.len(),
+        "destinations": a.destinations,
+        "vr_start_s": vr_build_s,
+        "pinning": pinning,
+        "l3fwd_lookup": l3fwd.as_ref().map(|_| &a.lookup),
+        "method": "per size, interleaved pairs (routeplex, l3fwd, ...; --pairs), the probes of tester::pairs timed before every trial: this process's generator (UDP to --destinations random addresses inside random prefixes of the table, one sequence-numbered flow, bursts of --batch) on memif client -> the router's memif server port 0 -> its port 1 -> this process's sink; the router is a routeplex VR (worker pinned to the last CPU, the table as `table` routes via 8 gateways with static neighbours) or DPDK 22.11's l3fwd example built from dpdk-doc (memif Rx offloads off, LPM/FIB sized for the table; one lcore, the main, pinned to the last CPU; every route to port 1; --parse-ptype); mpps is what reached the sink; lost from the sink's sequence numbers; limited_by: generator if the ring into the router had room >= 90 % of the generator's time, ring if over 1 % was lost, else dut; ratio_to_l3fwd = the median over the pairs of routeplex mpps / l3fwd mpps (pairs.ratio has min and max); a pair is flagged when its two trials' probes differ by more than 10 %",
+        "load_average": tester::pairs::load_average(),
+        "sizes": sizes,
+    });
+    if a.json {
+        println!("{j}");
+    }
+    Ok(())
+}
+
+/// The VR on two memif server ports `@TAG-0`, `@TAG-1`, its worker on `cpu`, the table's
+/// routes via the eight gateways.
+fn start_vr(table: &Table, tag: &str, cpu: usize) -> Result<Node> {
+    let neighbors: String = GATEWAYS
+        .map(|h| {
+            format!(
+                "      - {{ address: 198.19.0.{h}, mac: \"02:00:00:00:02:{h:02x}\", interface: eth1 }}\n"
+            )
+        })
+        .collect();
+    let text = format!(
+        "\
+workers: [{cpu}]
+ports:
+  - {{ name: m0, kind: memif, socket: \"@{tag}-0\" }}
+  - {{ name: m1, kind: memif, socket: \"@{tag}-1\" }}
+vrs:
+  - name: dut
+    interfaces:
+      - {{ name: eth0, port: m0, mac: \"{VR_MAC}\", addresses: [198.18.0.1/24] }}
+      - {{ name: eth1, port: m1, mac: \"02:00:00:00:01:01\", addresses: [198.19.0.1/24] }}
+    neighbors:
+      - {{ address: 198.18.0.2, mac: \"02:00:00:00:00:01\", interface: eth0 }}
+{neighbors}"
+    );
+    let mut topo = Topology::parse(&text, "bench-router.yaml", Path::new("."))?;
+    let gws: Vec<Ipv4Addr> = GATEWAYS.map(|h| Ipv4Addr::new(198, 19, 0, h)).collect();
+    let v4 = Table { label: String::new(), v4: table.v4.clone(), v6: Vec::new() };
+    v4.add_routes(&mut topo.vrs[0], &gws, &[]);
+    let mut opts = Options::for_topology(&topo);
+    opts.pin = Some(sys::pin);
+    opts.clock = sys::tsc_clock;
+    let node = Node::start(topo, opts, ports::MAX_BURST)?;
+    // Node::start's threads inherited no pinning of ours: ours goes (back) to CPU 0.
+    if sys::online_cpus() > 1 {
+        sys::pin(0);
+    }
+    Ok(node)
+}
+
+/// l3fwd with the table (every route to port 1), on `cpu`; its memif ends connected here.
+fn start_l3fwd(
+    bin: &Path,
+    table: &Table,
+    lookup: &str,
+    tag: &str,
+    cpu: usize,
+) -> Result<(App, Side)> {
+    let dir = crate::bench_vhost::dpdk_cache_dir()?.join(tag);
+    std::fs::create_dir_all(&dir)?;
+    let _cleanup = RemoveDir(dir.clone());
+    let (r4, r6) = (dir.join("routes4.txt"), dir.join("routes6.txt"));
+    let mut text = String::with_capacity(table.v4.len() * 24);
+    for (p, _) in &table.v4 {
+        text.push_str(&format!("R{p} 1\n"));
+    }
+    std::fs::write(&r4, text)?;
+    // l3fwd needs an IPv6 rule file too; the frames are IPv4 only.
+    std::fs::write(&r6, "R2001:db8::/32 1\n")?;
+    let args: Vec<String> = [
+        "-p",
+        "0x3",
+        "--config=(0,0,0),(1,0,0)",
+        &format!("--lookup={lookup}"),
+        "--parse-ptype",
+        &format!("--rule_ipv4={}", r4.display()),
+        &format!("--rule_ipv6={}", r6.display()),
+        "--eth-dest=1,02:00:00:00:02:02",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut app = App::start(bin, tag, &format!("0@({cpu})"), &args)?;
+    // It loads the whole table before it starts its ports, so the link comes up late.
+    let within = Duration::from_secs(120);
+    let tx = pktgen::connect_within(&app.sockets[0], 0, "bench-router-l3-tx", within);
+    let rx = tx.and_then(|tx| {
+        Ok((tx, pktgen::connect_within(&app.sockets[1], 0, "bench-router-l3-rx", within)?))
+    });
+    let (tx, rx) = match rx {
+        Ok(p) => p,
+        Err(e) => {
+            app.check_running()?;
+            return Err(crate::Error::msg(format!(
+                "l3fwd's memif ports: {e}; it printed:\n{}",
+                app.log
+            )));
+        }
+    };
+    let side = Side {
+        tx,
+        rx,
+        watch: Watch {
+            pid: app.pid(),
+            process: "l3fwd".into(),
+            roles: vec![
+                ("main".into(), "l3fwd lcore 0".into()),
+                ("eal-intr-thread".into(), "dpdk interrupt thread (memif control)".into()),
+            ],
+        },
+    };
+    app.pause(true);
+    Ok((app, side))
+}
+
+/// Removes a directory on drop.
+struct RemoveDir(PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `size`-byte frames from 198.18.0.2 to each destination, one flow (one sequence space).
+fn frames(dsts: &[Ipv4Addr], size: usize) -> Vec<GenFrame> {
+    dsts.iter()
+        .map(|&d| {
+            let f = UdpFlow {
+                src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+                dst_mac: VR_MAC,
+                vlan: None,
+                src: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)),
+                dst: IpAddr::V4(d),
+                src_port: 1024,
+                dst_port: 7,
+                ttl: 64,
+                size,
+            };
+            GenFrame { frame: udp_frame(&f), flow: 0, class: 0 }
+        })
+        .collect()
+}
+
+fn drain(p: &mut MemifPort) {
+    let mut b = Batch::new(ports::MAX_BURST);
+    for _ in 0..50 {
+        b.clear();
+        p.rx_burst(&mut b);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A warm-up, then one measured trial of `seconds`.
+fn measure(
+    side: &mut Side,
+    frames: &[GenFrame],
+    size: usize,
+    batch: usize,
+    seconds: f64,
+) -> Result<Point> {
+    let args = |seconds| pktgen::Args {
+        tx: None,
+        rx: Vec::new(),
+        ping: None,
+        pong: None,
+        id: 0,
+        rate: "max".into(),
+        size,
+        flows: 1,
+        dst_mac: VR_MAC,
+        src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+        batch,
+        seconds,
+        json: true,
+    };
+    let run = |side: &mut Side, seconds| {
+        let gen = Generator::with_flows(frames.to_vec());
+        pktgen::measure_with(
+            &args(seconds),
+            gen,
+            Some(&mut side.tx),
+            std::slice::from_mut(&mut side.rx),
+        )
+    };
+    drain(&mut side.rx);
+    let warm = run(side, 0.5)?;
+    crate::ensure!(
+        warm.rx_packets > 0,
+        "the router forwarded nothing in a 0.5 s warm-up ({} frames offered)",
+        warm.tx_packets
+    );
+    drain(&mut side.rx);
+    let sampler = Sampler::start(vec![side.watch.clone()], Duration::from_millis(10));
+    let r = run(side, seconds)?;
+    let placement = sampler.finish();
+    let s = r.seconds.max(1e-9);
+    Ok(Point {
+        seconds: r.seconds,
+        offered_mpps: r.tx_packets as f64 / s / 1e6,
+        mpps: r.rx_packets as f64 / s / 1e6,
+        lost: r.lost,
+        generator_busy: r.generator_busy(),
+        limited_by: r.limited_by(),
+        placement,
+    })
+}
