@@ -311,20 +311,8 @@ fn start_l3fwd(
     let mut app = App::start(bin, tag, &format!("0@({cpu})"), &args)?;
     // It loads the whole table before it starts its ports, so the link comes up late.
     let within = Duration::from_secs(120);
-    let tx = pktgen::connect_within(&app.sockets[0], 0, "bench-router-l3-tx", within);
-    let rx = tx.and_then(|tx| {
-        Ok((tx, pktgen::connect_within(&app.sockets[1], 0, "bench-router-l3-rx", within)?))
-    });
-    let (tx, rx) = match rx {
-        Ok(p) => p,
-        Err(e) => {
-            app.check_running()?;
-            return Err(crate::Error::msg(format!(
-                "l3fwd's memif ports: {e}; it printed:\n{}",
-                app.log
-            )));
-        }
-    };
+    let tx = app.connect(0, "bench-router-l3-tx", within)?;
+    let rx = app.connect(1, "bench-router-l3-rx", within)?;
     let side = Side {
         tx,
         rx,

@@ -474,15 +474,8 @@ fn testpmd_point(
     ]
     .to_vec();
     let mut app = crate::dpdk_apps::App::start(bin, &tag, &format!("0@({cpu}),1@({cpu})"), &args)?;
-    let ports = connect(&app.sockets[0], 0, "bench-tx")
-        .and_then(|tx| Ok((tx, connect(&app.sockets[1], 0, "bench-rx0")?)));
-    let (mut tx, rx) = match ports {
-        Ok(p) => p,
-        Err(e) => {
-            app.check_running()?;
-            crate::bail!("testpmd's memif ports: {e}; it printed:\n{}", app.log);
-        }
-    };
+    let mut tx = app.connect(0, "bench-tx", Duration::from_secs(10))?;
+    let rx = app.connect(1, "bench-rx0", Duration::from_secs(10))?;
     let mut rx = [rx];
     drain(&mut rx);
     pktgen::measure(&pktgen_args(size, batch, 0.5, SINK_MAC), Some(&mut tx), &mut rx)?;

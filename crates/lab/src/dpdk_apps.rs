@@ -4,6 +4,10 @@
 //! need). Each runs as a child with two `net_memif` *servers*, as routeplex's own ports are, so
 //! the generator and the sink in this process drive either the same way: memif client →
 //! application → memif client. One lcore, pinned to the CPU routeplex's worker gets.
+//!
+//! Elsewhere than Debian's packages: `ROUTEPLEX_L3FWD` names an l3fwd already built (with the
+//! same edits), and `ROUTEPLEX_DPDK_EAL` adds EAL options to both (say `-d DIR` where the
+//! memif and mempool drivers are not in DPDK's default plugin directory).
 
 use std::hash::{Hash, Hasher};
 use std::io::{BufRead, BufReader};
@@ -13,6 +17,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::{bail, Context, Result};
+use ports::memif::MemifPort;
 
 /// Where Debian's `dpdk-doc` puts DPDK's examples.
 const EXAMPLES: &str = "/usr/share/dpdk/examples";
@@ -57,6 +62,11 @@ const L3FWD_EDITS: [(&str, &str, &str); 6] = [
 /// The l3fwd example built from `dpdk-doc`'s source with [`L3FWD_EDITS`], cached under
 /// `~/.cache/routeplex/dpdk` by a hash of the edits and of DPDK's build flags.
 pub fn l3fwd() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("ROUTEPLEX_L3FWD") {
+        let p = PathBuf::from(p);
+        crate::ensure!(p.is_file(), "ROUTEPLEX_L3FWD={}: no such file", p.display());
+        return Ok(p);
+    }
     let src = Path::new(EXAMPLES);
     if !src.join("l3fwd/main.c").is_file() {
         bail!("DPDK's l3fwd source is not in {EXAMPLES}/l3fwd: {INSTALL}");
@@ -124,6 +134,9 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The most of an application's output kept for error messages.
+const LOG_BYTES: usize = 64 << 10;
+
 /// A DPDK application with two memif server ports on abstract sockets `@TAG-0` and `@TAG-1`;
 /// killed, and its runtime directory removed, on drop.
 pub struct App {
@@ -154,6 +167,9 @@ impl App {
             cmd.arg(format!(
                 "--vdev=net_memif{i},role=server,id=0,socket={tag}-{i},socket-abstract=yes"
             ));
+        }
+        if let Some(extra) = std::env::var_os("ROUTEPLEX_DPDK_EAL") {
+            cmd.args(extra.to_string_lossy().split_whitespace());
         }
         // Our own affinity (pinned to the generator's CPU) must not narrow the child's.
         let pinned = crate::sys::unpin();
@@ -200,11 +216,44 @@ impl App {
         if let Ok(Some(status)) = self.child.try_wait() {
             // Its output threads end with it; give them a moment to hand over the last lines.
             std::thread::sleep(Duration::from_millis(100));
-            self.log.extend(self.lines.try_iter().map(|l| l + "\n"));
+            self.take_lines();
             bail!("the DPDK application {} exited ({status}):\n{}", self.name, self.log);
         }
-        self.log.extend(self.lines.try_iter().map(|l| l + "\n"));
+        self.take_lines();
         Ok(())
+    }
+
+    /// Appends what it printed to `log`, keeping the last [`LOG_BYTES`].
+    fn take_lines(&mut self) {
+        for l in self.lines.try_iter() {
+            self.log.push_str(&l);
+            self.log.push('\n');
+        }
+        if self.log.len() > LOG_BYTES {
+            let mut cut = self.log.len() - LOG_BYTES;
+            while !self.log.is_char_boundary(cut) {
+                cut += 1;
+            }
+            self.log.drain(..cut);
+        }
+    }
+
+    /// A memif client of its port `i`, once its link is up (within `within`); its exit while
+    /// waiting is an error that shows what it printed.
+    pub fn connect(&mut self, i: usize, name: &str, within: Duration) -> Result<MemifPort> {
+        let t0 = std::time::Instant::now();
+        loop {
+            let step = Duration::from_secs(2).min(within.saturating_sub(t0.elapsed()));
+            match crate::pktgen::connect_within(&self.sockets[i], 0, name, step) {
+                Ok(p) => return Ok(p),
+                Err(e) => {
+                    self.check_running()?;
+                    if t0.elapsed() >= within {
+                        bail!("{}'s memif port {i}: {e}; it printed:\n{}", self.name, self.log);
+                    }
+                }
+            }
+        }
     }
 
     /// Stops (SIGSTOP) or continues (SIGCONT) it, so that it leaves its CPU to the other side
