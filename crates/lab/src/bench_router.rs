@@ -10,7 +10,7 @@
 //! loaded its table once); the one not measured waits: l3fwd stopped (SIGSTOP), routeplex's
 //! worker idle (no frames reach it).
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -27,7 +27,7 @@ use wire::MacAddr;
 use crate::dpdk_apps::{self, App};
 use crate::lab::{Rng, Table};
 use crate::sys::threads::{Placement, Sampler, Watch};
-use crate::{pktgen, sys};
+use crate::{pktgen, sys, Family};
 
 /// Options of `routeplex bench router`.
 #[derive(clap::Args)]
@@ -40,14 +40,18 @@ pub struct Args {
     /// l3fwd's lookup: `lpm` (rte_lpm) or `fib` (rte_fib, DIR-24-8).
     #[arg(long, default_value = "lpm", value_parser = ["lpm", "fib"])]
     lookup: String,
+    /// The family forwarded: the VR (and l3fwd) hold that family's table; IPv6 frames are at
+    /// least 70 bytes (Ethernet, IPv6, UDP and the sequence number).
+    #[arg(long, value_enum, default_value = "ipv4")]
+    family: Family,
     /// Frame sizes without FCS, comma-separated, each 60..=1514.
     #[arg(long, value_delimiter = ',', default_value = "60,1514")]
     sizes: Vec<usize>,
     /// Distinct destination addresses, random inside random prefixes of the table, 1..=1048576.
     #[arg(long, default_value_t = 65_536)]
     destinations: usize,
-    /// Prefix file of the IPv4 table [default: the cached real table, else 500,000 generated
-    /// prefixes].
+    /// Prefix file of the table [default: the cached real tables, else 500,000 IPv4 and
+    /// 130,000 IPv6 generated prefixes].
     #[arg(long)]
     prefixes: Option<PathBuf>,
     /// Seconds per trial.
@@ -117,10 +121,21 @@ pub fn run(a: Args) -> Result<()> {
     let l3fwd = a.compare.is_some().then(dpdk_apps::l3fwd).transpose()?;
     let table = match &a.prefixes {
         Some(p) => Table::from_file(p)?,
-        None => Table::real_or_generated(500_000, 0, 1)?,
+        None => Table::real_or_generated(500_000, 130_000, 1)?,
     };
-    crate::ensure!(!table.v4.is_empty(), "{}: no IPv4 prefixes", table.label);
-    let dsts = table.destinations_v4(a.destinations, &mut Rng::new(0x10f3d))?;
+    let mut rng = Rng::new(0x10f3d);
+    let (dsts, prefixes): (Vec<IpAddr>, usize) = match a.family {
+        Family::Ipv4 => {
+            crate::ensure!(!table.v4.is_empty(), "{}: no IPv4 prefixes", table.label);
+            let d = table.destinations_v4(a.destinations, &mut rng)?;
+            (d.into_iter().map(IpAddr::V4).collect(), table.v4.len())
+        }
+        Family::Ipv6 => {
+            crate::ensure!(!table.v6.is_empty(), "{}: no IPv6 prefixes", table.label);
+            let d = table.destinations_v6(a.destinations, &mut rng)?;
+            (d.into_iter().map(IpAddr::V6).collect(), table.v6.len())
+        }
+    };
 
     let cpus = sys::online_cpus();
     let dut_cpu = cpus - 1;
@@ -132,7 +147,7 @@ pub fn run(a: Args) -> Result<()> {
     };
     let tag = format!("rpx-brt-{}", std::process::id());
     let t = Instant::now();
-    let node = start_vr(&table, &format!("{tag}-vr"), dut_cpu)?;
+    let node = start_vr(&table, a.family, &format!("{tag}-vr"), dut_cpu)?;
     let vr_build_s = t.elapsed().as_secs_f64();
     let mut vr = Side {
         tx: pktgen::connect(&format!("@{tag}-vr-0"), 0, "bench-router-tx")?,
@@ -147,27 +162,30 @@ pub fn run(a: Args) -> Result<()> {
         },
     };
     let mut dpdk = match &l3fwd {
-        Some(bin) => Some(start_l3fwd(bin, &table, &a.lookup, &format!("{tag}-l3"), dut_cpu)?),
+        Some(bin) => {
+            Some(start_l3fwd(bin, &table, a.family, &a.lookup, &format!("{tag}-l3"), dut_cpu)?)
+        }
         None => None,
     };
 
     let mut sizes = Vec::new();
     for &size in &a.sizes {
         let frames = frames(&dsts, size);
+        let frame_bytes = frames[0].frame.len();
         let trial = |side: &mut Side| measure(side, &frames, size, a.batch, a.seconds);
         let Some((app, side)) = dpdk.as_mut() else {
             let p = trial(&mut vr)?;
             if !a.json {
                 println!(
-                    "{size} B: routeplex {:.2} Mpps ({:.2} Gbit/s), offered {:.2}, limited by {}; {}",
+                    "{frame_bytes} B: routeplex {:.2} Mpps ({:.2} Gbit/s), offered {:.2}, limited by {}; {}",
                     p.mpps,
-                    p.mpps * size as f64 * 8e-3,
+                    p.mpps * frame_bytes as f64 * 8e-3,
                     p.offered_mpps,
                     p.limited_by,
                     p.placement.summary()
                 );
             }
-            sizes.push(json!({ "size": size, "routeplex": [p.to_json(size)] }));
+            sizes.push(json!({ "size": frame_bytes, "routeplex": [p.to_json(frame_bytes)] }));
             continue;
         };
         let runs = tester::pairs::run(
@@ -192,8 +210,8 @@ pub fn run(a: Args) -> Result<()> {
         );
         if !a.json {
             println!(
-                "{size} B ({} B on the wire), {} interleaved pairs, ratio = routeplex / l3fwd:",
-                size + 4,
+                "{frame_bytes} B ({} B on the wire), {} interleaved pairs, ratio = routeplex / l3fwd:",
+                frame_bytes + 4,
                 a.pairs
             );
             for (i, (r, d)) in runs.iter().enumerate() {
@@ -211,18 +229,19 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
         sizes.push(json!({
-            "size": size,
-            "wire_size": size + 4,
+            "size": frame_bytes,
+            "wire_size": frame_bytes + 4,
             "pairs": summary,
             "ratio_to_l3fwd": summary.ratio.median,
-            "routeplex": runs.iter().map(|(r, _)| r.value.to_json(size)).collect::<Vec<_>>(),
-            "l3fwd": runs.iter().map(|(_, d)| d.value.to_json(size)).collect::<Vec<_>>(),
+            "routeplex": runs.iter().map(|(r, _)| r.value.to_json(frame_bytes)).collect::<Vec<_>>(),
+            "l3fwd": runs.iter().map(|(_, d)| d.value.to_json(frame_bytes)).collect::<Vec<_>>(),
         }));
     }
     drop(node);
     let j = json!({
         "table": table.label,
-        "prefixes": table.v4.len(),
+        "family": match a.family { Family::Ipv4 => "ipv4", Family::Ipv6 => "ipv6" },
+        "prefixes": prefixes,
         "destinations": a.destinations,
         "vr_start_s": vr_build_s,
         "pinning": pinning,
@@ -238,12 +257,12 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 /// The VR on two memif server ports `@TAG-0`, `@TAG-1`, its worker on `cpu`, the table's
-/// routes via the eight gateways.
-fn start_vr(table: &Table, tag: &str, cpu: usize) -> Result<Node> {
+/// `family` routes via the eight gateways of that family.
+fn start_vr(table: &Table, family: Family, tag: &str, cpu: usize) -> Result<Node> {
     let neighbors: String = GATEWAYS
         .map(|h| {
             format!(
-                "      - {{ address: 198.19.0.{h}, mac: \"02:00:00:00:02:{h:02x}\", interface: eth1 }}\n"
+                "      - {{ address: 198.19.0.{h}, mac: \"02:00:00:00:02:{h:02x}\", interface: eth1 }}\n      - {{ address: \"2001:db8:19::{h:x}\", mac: \"02:00:00:00:02:{h:02x}\", interface: eth1 }}\n"
             )
         })
         .collect();
@@ -256,16 +275,23 @@ ports:
 vrs:
   - name: dut
     interfaces:
-      - {{ name: eth0, port: m0, mac: \"{VR_MAC}\", addresses: [198.18.0.1/24] }}
-      - {{ name: eth1, port: m1, mac: \"02:00:00:00:01:01\", addresses: [198.19.0.1/24] }}
+      - {{ name: eth0, port: m0, mac: \"{VR_MAC}\", addresses: [198.18.0.1/24, \"2001:db8:18::1/64\"] }}
+      - {{ name: eth1, port: m1, mac: \"02:00:00:00:01:01\", addresses: [198.19.0.1/24, \"2001:db8:19::1/64\"] }}
     neighbors:
       - {{ address: 198.18.0.2, mac: \"02:00:00:00:00:01\", interface: eth0 }}
+      - {{ address: \"2001:db8:18::2\", mac: \"02:00:00:00:00:01\", interface: eth0 }}
 {neighbors}"
     );
     let mut topo = Topology::parse(&text, "bench-router.yaml", Path::new("."))?;
-    let gws: Vec<Ipv4Addr> = GATEWAYS.map(|h| Ipv4Addr::new(198, 19, 0, h)).collect();
-    let v4 = Table { label: String::new(), v4: table.v4.clone(), v6: Vec::new() };
-    v4.add_routes(&mut topo.vrs[0], &gws, &[]);
+    let (mut gw4, mut gw6) = (Vec::new(), Vec::new());
+    match family {
+        Family::Ipv4 => gw4 = GATEWAYS.map(|h| Ipv4Addr::new(198, 19, 0, h)).collect(),
+        Family::Ipv6 => {
+            gw6 =
+                GATEWAYS.map(|h| Ipv6Addr::new(0x2001, 0xdb8, 0x19, 0, 0, 0, 0, h.into())).collect()
+        }
+    }
+    table.add_routes(&mut topo.vrs[0], &gw4, &gw6);
     let mut opts = Options::for_topology(&topo);
     opts.pin = Some(sys::pin);
     opts.clock = sys::tsc_clock;
@@ -281,6 +307,7 @@ vrs:
 fn start_l3fwd(
     bin: &Path,
     table: &Table,
+    family: Family,
     lookup: &str,
     tag: &str,
     cpu: usize,
@@ -289,13 +316,15 @@ fn start_l3fwd(
     std::fs::create_dir_all(&dir)?;
     let _cleanup = RemoveDir(dir.clone());
     let (r4, r6) = (dir.join("routes4.txt"), dir.join("routes6.txt"));
-    let mut text = String::with_capacity(table.v4.len() * 24);
-    for (p, _) in &table.v4 {
-        text.push_str(&format!("R{p} 1\n"));
+    // l3fwd needs both rule files: the other family gets one route the frames never match.
+    let (mut t4, mut t6) =
+        (String::from("R198.51.100.0/24 1\n"), String::from("R2001:db8::/32 1\n"));
+    match family {
+        Family::Ipv4 => t4 = table.v4.iter().map(|(p, _)| format!("R{p} 1\n")).collect(),
+        Family::Ipv6 => t6 = table.v6.iter().map(|(p, _)| format!("R{p} 1\n")).collect(),
     }
-    std::fs::write(&r4, text)?;
-    // l3fwd needs an IPv6 rule file too; the frames are IPv4 only.
-    std::fs::write(&r6, "R2001:db8::/32 1\n")?;
+    std::fs::write(&r4, t4)?;
+    std::fs::write(&r6, t6)?;
     let args: Vec<String> = [
         "-p",
         "0x3",
@@ -338,16 +367,21 @@ impl Drop for RemoveDir {
     }
 }
 
-/// `size`-byte frames from 198.18.0.2 to each destination, one flow (one sequence space).
-fn frames(dsts: &[Ipv4Addr], size: usize) -> Vec<GenFrame> {
+/// `size`-byte frames (IPv6: at least 70) from 198.18.0.2 or 2001:db8:18::2 to each
+/// destination, one flow (one sequence space).
+fn frames(dsts: &[IpAddr], size: usize) -> Vec<GenFrame> {
     dsts.iter()
         .map(|&d| {
+            let src = match d {
+                IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)),
+                IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0x18, 0, 0, 0, 0, 2)),
+            };
             let f = UdpFlow {
                 src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
                 dst_mac: VR_MAC,
                 vlan: None,
-                src: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)),
-                dst: IpAddr::V4(d),
+                src,
+                dst: d,
                 src_port: 1024,
                 dst_port: 7,
                 ttl: 64,

@@ -55,6 +55,35 @@ fn the_vr_forwards_across_its_table_at_both_sizes() {
     }
 }
 
+/// `--family ipv6`: the VR holds an IPv6 table and forwards IPv6 frames (at least 70 bytes:
+/// the smallest that carries the sequence number).
+#[test]
+fn the_vr_forwards_ipv6_across_its_table() {
+    let dir = std::env::temp_dir().join(format!("rpx-bench-router-v6-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut text = String::new();
+    for a in 1..=512u32 {
+        text.push_str(&format!("2a00:{a:x}::/32 {}\n", 1 + a % 8));
+    }
+    let file = dir.join("prefixes6.txt");
+    std::fs::write(&file, text).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_routeplex"))
+        .args(["bench", "router", "--family", "ipv6", "--sizes", "60", "--seconds", "0.3"])
+        .args(["--destinations", "256", "--json", "--prefixes"])
+        .arg(&file)
+        .output()
+        .expect("run routeplex bench router");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "failed: {}{out}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value =
+        serde_json::from_str(out.lines().rev().find(|l| l.starts_with('{')).unwrap()).unwrap();
+    assert_eq!((j["family"].as_str(), j["prefixes"].as_u64()), (Some("ipv6"), Some(512)), "{j}");
+    let s = &j["sizes"][0];
+    assert_eq!(s["size"], 70, "{s}");
+    assert!(s["routeplex"][0]["mpps"].as_f64().unwrap() > 0.0, "nothing forwarded: {s}");
+}
+
 /// `--compare l3fwd`: interleaved pairs with l3fwd holding the same table, both sides
 /// forwarding, the median ratio of the pairs. Skipped where DPDK's example source is absent
 /// (`scripts/setup --bench` installs dpdk-doc).
