@@ -63,6 +63,9 @@ pub struct Args {
     /// The generator's burst, 1..=256.
     #[arg(long, default_value_t = 256)]
     batch: usize,
+    /// The VR worker's burst (frames per port and poll, as `routeplex run --burst`), 1..=256.
+    #[arg(long, default_value_t = 256)]
+    burst: usize,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -118,6 +121,11 @@ pub fn run(a: Args) -> Result<()> {
         "--batch {} is outside 1..=256",
         a.batch
     );
+    crate::ensure!(
+        (1..=ports::MAX_BURST).contains(&a.burst),
+        "--burst {} is outside 1..=256",
+        a.burst
+    );
     let l3fwd = a.compare.is_some().then(dpdk_apps::l3fwd).transpose()?;
     let table = match &a.prefixes {
         Some(p) => Table::from_file(p)?,
@@ -147,7 +155,7 @@ pub fn run(a: Args) -> Result<()> {
     };
     let tag = format!("rpx-brt-{}", std::process::id());
     let t = Instant::now();
-    let node = start_vr(&table, a.family, &format!("{tag}-vr"), dut_cpu)?;
+    let node = start_vr(&table, a.family, &format!("{tag}-vr"), dut_cpu, a.burst)?;
     let vr_build_s = t.elapsed().as_secs_f64();
     let mut vr = Side {
         tx: pktgen::connect(&format!("@{tag}-vr-0"), 0, "bench-router-tx")?,
@@ -244,6 +252,7 @@ pub fn run(a: Args) -> Result<()> {
         "prefixes": prefixes,
         "destinations": a.destinations,
         "vr_start_s": vr_build_s,
+        "vr_burst": a.burst,
         "pinning": pinning,
         "l3fwd_lookup": l3fwd.as_ref().map(|_| &a.lookup),
         "method": "per size, interleaved pairs (routeplex, l3fwd, ...; --pairs), the probes of tester::pairs timed before every trial: this process's generator (UDP to --destinations random addresses inside random prefixes of the table, one sequence-numbered flow, bursts of --batch) on memif client -> the router's memif server port 0 -> its port 1 -> this process's sink; the router is a routeplex VR (worker pinned to the last CPU, the table as `table` routes via 8 gateways with static neighbours) or DPDK 22.11's l3fwd example built from dpdk-doc (memif Rx offloads off, LPM/FIB sized for the table; one lcore, the main, pinned to the last CPU; every route to port 1; --parse-ptype); mpps is what reached the sink; lost from the sink's sequence numbers; limited_by: generator if the ring into the router had room >= 90 % of the generator's time, ring if over 1 % was lost, else dut; ratio_to_l3fwd = the median over the pairs of routeplex mpps / l3fwd mpps (pairs.ratio has min and max); a pair is flagged when its two trials' probes differ by more than 10 %",
@@ -258,7 +267,7 @@ pub fn run(a: Args) -> Result<()> {
 
 /// The VR on two memif server ports `@TAG-0`, `@TAG-1`, its worker on `cpu`, the table's
 /// `family` routes via the eight gateways of that family.
-fn start_vr(table: &Table, family: Family, tag: &str, cpu: usize) -> Result<Node> {
+fn start_vr(table: &Table, family: Family, tag: &str, cpu: usize, burst: usize) -> Result<Node> {
     let neighbors: String = GATEWAYS
         .map(|h| {
             format!(
@@ -295,7 +304,7 @@ vrs:
     let mut opts = Options::for_topology(&topo);
     opts.pin = Some(sys::pin);
     opts.clock = sys::tsc_clock;
-    let node = Node::start(topo, opts, ports::MAX_BURST)?;
+    let node = Node::start(topo, opts, burst)?;
     // Node::start's threads inherited no pinning of ours: ours goes (back) to CPU 0.
     if sys::online_cpus() > 1 {
         sys::pin(0);
