@@ -18,7 +18,6 @@ use crate::Result;
 use control::runtime::Options;
 use control::{Node, Topology};
 use ports::memif::MemifPort;
-use ports::{Batch, Port};
 use serde_json::json;
 use tester::frames::{udp_frame, UdpFlow};
 use tester::{GenFrame, Generator};
@@ -401,15 +400,6 @@ fn frames(dsts: &[IpAddr], size: usize) -> Vec<GenFrame> {
         .collect()
 }
 
-fn drain(p: &mut MemifPort) {
-    let mut b = Batch::new(ports::MAX_BURST);
-    for _ in 0..50 {
-        b.clear();
-        p.rx_burst(&mut b);
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
 /// A warm-up, then one measured trial of `seconds`.
 fn measure(
     side: &mut Side,
@@ -418,38 +408,23 @@ fn measure(
     batch: usize,
     seconds: f64,
 ) -> Result<Point> {
-    let args = |seconds| pktgen::Args {
-        tx: None,
-        rx: Vec::new(),
-        ping: None,
-        pong: None,
-        id: 0,
-        rate: "max".into(),
-        size,
-        flows: 1,
-        dst_mac: VR_MAC,
-        src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
-        batch,
-        seconds,
-        json: true,
-    };
     let run = |side: &mut Side, seconds| {
         let gen = Generator::with_flows(frames.to_vec());
         pktgen::measure_with(
-            &args(seconds),
+            &pktgen::max_rate(size, batch, seconds, VR_MAC),
             gen,
             Some(&mut side.tx),
             std::slice::from_mut(&mut side.rx),
         )
     };
-    drain(&mut side.rx);
+    pktgen::drain(std::slice::from_mut(&mut side.rx));
     let warm = run(side, 0.5)?;
     crate::ensure!(
         warm.rx_packets > 0,
         "the router forwarded nothing in a 0.5 s warm-up ({} frames offered)",
         warm.tx_packets
     );
-    drain(&mut side.rx);
+    pktgen::drain(std::slice::from_mut(&mut side.rx));
     let sampler = Sampler::start(vec![side.watch.clone()], Duration::from_millis(10));
     let r = run(side, seconds)?;
     let placement = sampler.finish();

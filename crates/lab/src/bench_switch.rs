@@ -190,24 +190,6 @@ fn rand_suffix() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64 % 1_000_000)
 }
 
-fn pktgen_args(size: usize, batch: usize, seconds: f64, dst: MacAddr) -> pktgen::Args {
-    pktgen::Args {
-        tx: None,
-        rx: Vec::new(),
-        ping: None,
-        pong: None,
-        id: 0,
-        rate: "max".into(),
-        size,
-        flows: 1,
-        dst_mac: dst,
-        src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
-        batch,
-        seconds,
-        json: true,
-    }
-}
-
 /// Makes the switch learn `mac` on `port` with one frame from it.
 fn announce(port: &mut MemifPort, mac: MacAddr) {
     let mut f = vec![0xff; 6];
@@ -217,17 +199,6 @@ fn announce(port: &mut MemifPort, mac: MacAddr) {
     let mut b = Batch::new(1);
     b.push_copy(&f);
     port.tx_burst(&mut b, &[0]);
-}
-
-fn drain(ports: &mut [MemifPort]) {
-    let mut b = Batch::new(ports::MAX_BURST);
-    for _ in 0..50 {
-        for p in ports.iter_mut() {
-            b.clear();
-            p.rx_burst(&mut b);
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
 }
 
 /// One rate measurement: a generator on the switch's port 0, sinks on the next `dests`, in a
@@ -247,13 +218,13 @@ fn point(size: usize, dests: usize, batch: usize, seconds: f64, members: usize) 
     } else {
         MacAddr::BROADCAST
     };
-    drain(&mut rx);
-    pktgen::measure(&pktgen_args(size, batch, 0.5, dst), Some(&mut tx), &mut rx)?;
+    pktgen::drain(&mut rx);
+    pktgen::measure(&pktgen::max_rate(size, batch, 0.5, dst), Some(&mut tx), &mut rx)?;
     // What the warm-up left in flight must not count against the measurement's sequence.
-    drain(&mut rx);
+    pktgen::drain(&mut rx);
     let sampler = sample(&sw);
     let r: Report =
-        pktgen::measure(&pktgen_args(size, batch, seconds, dst), Some(&mut tx), &mut rx)?;
+        pktgen::measure(&pktgen::max_rate(size, batch, seconds, dst), Some(&mut tx), &mut rx)?;
     let placement = sampler.finish();
     let s = r.seconds.max(1e-9);
     Ok(Point {
@@ -310,9 +281,9 @@ fn rtt(size: usize, seconds: f64) -> Result<serde_json::Value> {
     let ping_mac = MacAddr([2, 0, 0, 0, 0, 1]);
     announce(&mut pong, SINK_MAC);
     announce(&mut ping, ping_mac);
-    drain(std::slice::from_mut(&mut ping));
-    drain(std::slice::from_mut(&mut pong));
-    let r = pktgen::ping_pong(&pktgen_args(size, 1, seconds, SINK_MAC), &mut ping, &mut pong)?;
+    pktgen::drain(std::slice::from_mut(&mut ping));
+    pktgen::drain(std::slice::from_mut(&mut pong));
+    let r = pktgen::ping_pong(&pktgen::max_rate(size, 1, seconds, SINK_MAC), &mut ping, &mut pong)?;
     let mut v = r.rtt_ns.clone();
     v.sort_unstable();
     let at = |p: f64| {
@@ -464,22 +435,21 @@ fn testpmd_point(
     cpu: usize,
 ) -> Result<Point> {
     let tag = format!("rpx-bsw-tpmd-{}-{}", std::process::id(), rand_suffix());
-    let args: Vec<String> = [
+    let args = vec![
         format!("--forward-mode={mode}"),
         "--auto-start".into(),
         "--nb-cores=1".into(),
         "--total-num-mbufs=16384".into(),
         "--disable-link-check".into(),
         format!("--burst={batch}"),
-    ]
-    .to_vec();
+    ];
     let mut app = crate::dpdk_apps::App::start(bin, &tag, &format!("0@({cpu}),1@({cpu})"), &args)?;
     let mut tx = app.connect(0, "bench-tx", Duration::from_secs(10))?;
     let rx = app.connect(1, "bench-rx0", Duration::from_secs(10))?;
     let mut rx = [rx];
-    drain(&mut rx);
-    pktgen::measure(&pktgen_args(size, batch, 0.5, SINK_MAC), Some(&mut tx), &mut rx)?;
-    drain(&mut rx);
+    pktgen::drain(&mut rx);
+    pktgen::measure(&pktgen::max_rate(size, batch, 0.5, SINK_MAC), Some(&mut tx), &mut rx)?;
+    pktgen::drain(&mut rx);
     let role = |n: &str, r: &str| (n.to_string(), r.to_string());
     let sampler = Sampler::start(
         vec![
@@ -500,7 +470,8 @@ fn testpmd_point(
         ],
         Duration::from_millis(10),
     );
-    let r = pktgen::measure(&pktgen_args(size, batch, seconds, SINK_MAC), Some(&mut tx), &mut rx)?;
+    let r =
+        pktgen::measure(&pktgen::max_rate(size, batch, seconds, SINK_MAC), Some(&mut tx), &mut rx)?;
     let placement = sampler.finish();
     app.check_running()?;
     crate::ensure!(r.rx_packets > 0, "testpmd forwarded nothing in {:.2} s", r.seconds);

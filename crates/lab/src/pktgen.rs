@@ -196,6 +196,38 @@ pub fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
+/// Options for a run at full rate, one flow of `size`-byte frames to `dst`, JSON output.
+pub fn max_rate(size: usize, batch: usize, seconds: f64, dst: MacAddr) -> Args {
+    Args {
+        tx: None,
+        rx: Vec::new(),
+        ping: None,
+        pong: None,
+        id: 0,
+        rate: "max".into(),
+        size,
+        flows: 1,
+        dst_mac: dst,
+        src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+        batch,
+        seconds,
+        json: true,
+    }
+}
+
+/// Reads and drops what `ports` receive for 100 ms: what an earlier run left in flight must
+/// not count against the next one's sequence numbers.
+pub fn drain(ports: &mut [MemifPort]) {
+    let mut b = Batch::new(ports::MAX_BURST);
+    for _ in 0..50 {
+        for p in ports.iter_mut() {
+            b.clear();
+            p.rx_burst(&mut b);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// Opens a memif client and waits (serving its socket) until the server accepts it.
 pub fn connect(socket: &str, id: u32, name: &str) -> Result<MemifPort> {
     connect_within(socket, id, name, Duration::from_secs(10))
