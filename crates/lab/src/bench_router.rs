@@ -1,6 +1,7 @@
-//! `routeplex bench router`: one VR holding the full IPv4 table between two memif ports, driven
-//! as a router tester would: this process's generator sends UDP to random addresses across the
-//! table into port 0, its sink counts what the VR forwards out of port 1. With
+//! `routeplex bench router`: one VR holding the full IPv4 table (or, with `--family ipv6`, the
+//! IPv6 one) between two memif ports, driven as a router tester would: this process's
+//! generator sends UDP to random addresses across the table into port 0, its sink counts what
+//! the VR forwards out of port 1. With
 //! `--compare l3fwd`, DPDK's l3fwd example (LPM or FIB lookup) with the same table, in the same
 //! harness (two memif servers, the same generator and sink, the same CPUs), in interleaved
 //! pairs with the probes of [`tester::pairs`].
@@ -36,7 +37,7 @@ pub struct Args {
     /// `ratio_to_l3fwd` (needs `scripts/setup --bench`).
     #[arg(long, value_parser = ["l3fwd"])]
     compare: Option<String>,
-    /// l3fwd's lookup: `lpm` (rte_lpm) or `fib` (rte_fib, DIR-24-8).
+    /// l3fwd's lookup: `lpm` (rte_lpm, rte_lpm6) or `fib` (rte_fib's DIR-24-8, rte_fib6's trie).
     #[arg(long, default_value = "lpm", value_parser = ["lpm", "fib"])]
     lookup: String,
     /// The family forwarded: the VR (and l3fwd) hold that family's table; IPv6 frames are at

@@ -3,11 +3,13 @@
 //! Debian's `dpdk-doc`, built here at run time with the two changes memif and a full table
 //! need). Each runs as a child with two `net_memif` *servers*, as routeplex's own ports are, so
 //! the generator and the sink in this process drive either the same way: memif client →
-//! application → memif client. One lcore, pinned to the CPU routeplex's worker gets.
+//! application → memif client. The forwarding lcore is pinned to the CPU routeplex's worker
+//! gets.
 //!
 //! Elsewhere than Debian's packages: `ROUTEPLEX_L3FWD` names an l3fwd already built (with the
-//! same edits), and `ROUTEPLEX_DPDK_EAL` adds EAL options to both (say `-d DIR` where the
-//! memif and mempool drivers are not in DPDK's default plugin directory).
+//! same edits), and `ROUTEPLEX_DPDK_EAL` adds EAL options to both: where the drivers are not in
+//! DPDK's default plugin directory, `-d FILE` for each of the vdev bus, the ring mempool and
+//! memif drivers (a `-d DIR` loads only files named `*.so`).
 
 use std::hash::{Hash, Hasher};
 use std::io::{BufRead, BufReader};
