@@ -84,6 +84,9 @@ struct Point {
     generator_busy: f64,
     limited_by: &'static str,
     placement: Placement,
+    /// routeplex only: frames its port towards the sink could not hand over (the sink's ring
+    /// was full), from the data plane's own counters.
+    dut_tx_full: Option<u64>,
 }
 
 impl Point {
@@ -91,7 +94,8 @@ impl Point {
         json!({
             "size": size, "seconds": self.seconds, "offered_mpps": self.offered_mpps,
             "mpps": self.mpps, "gbps": self.mpps * 1e6 * size as f64 * 8.0 / 1e9,
-            "lost": self.lost, "generator_busy": self.generator_busy,
+            "lost": self.lost, "dut_tx_full": self.dut_tx_full,
+            "generator_busy": self.generator_busy,
             "limited_by": self.limited_by, "placement": self.placement.to_json(),
         })
     }
@@ -180,9 +184,9 @@ pub fn run(a: Args) -> Result<()> {
     for &size in &a.sizes {
         let frames = frames(&dsts, size);
         let frame_bytes = frames[0].frame.len();
-        let trial = |side: &mut Side| measure(side, &frames, size, a.batch, a.seconds);
+        let trial = |side: &mut Side, node| measure(side, node, &frames, size, a.batch, a.seconds);
         let Some((app, side)) = dpdk.as_mut() else {
-            let p = trial(&mut vr)?;
+            let p = trial(&mut vr, Some(&node))?;
             if !a.json {
                 println!(
                     "{frame_bytes} B: routeplex {:.2} Mpps ({:.2} Gbit/s), offered {:.2}, limited by {}; {}",
@@ -198,10 +202,10 @@ pub fn run(a: Args) -> Result<()> {
         };
         let runs = tester::pairs::run(
             a.pairs,
-            |_| trial(&mut vr),
+            |_| trial(&mut vr, Some(&node)),
             |_| {
                 app.pause(false);
-                let p = trial(side);
+                let p = trial(side, None);
                 app.pause(true);
                 app.check_running()?;
                 p
@@ -255,7 +259,7 @@ pub fn run(a: Args) -> Result<()> {
         "vr_burst": a.burst,
         "pinning": pinning,
         "l3fwd_lookup": l3fwd.as_ref().map(|_| &a.lookup),
-        "method": "per size, interleaved pairs (routeplex, l3fwd, ...; --pairs), the probes of tester::pairs timed before every trial: this process's generator (UDP to --destinations random addresses inside random prefixes of the table, one sequence-numbered flow, bursts of --batch) on memif client -> the router's memif server port 0 -> its port 1 -> this process's sink; the router is a routeplex VR (worker pinned to the last CPU, the table as `table` routes via 8 gateways with static neighbours) or DPDK 22.11's l3fwd example built from dpdk-doc (memif Rx offloads off, LPM/FIB sized for the table; one lcore, the main, pinned to the last CPU; every route to port 1; --parse-ptype); mpps is what reached the sink; lost from the sink's sequence numbers; limited_by: generator if the ring into the router had room >= 90 % of the generator's time, ring if over 1 % was lost, else dut; ratio_to_l3fwd = the median over the pairs of routeplex mpps / l3fwd mpps (pairs.ratio has min and max); a pair is flagged when its two trials' probes differ by more than 10 %",
+        "method": "per size, interleaved pairs (routeplex, l3fwd, ...; --pairs), the probes of tester::pairs timed before every trial: this process's generator (UDP to --destinations random addresses inside random prefixes of the table, one sequence-numbered flow, bursts of --batch) on memif client -> the router's memif server port 0 -> its port 1 -> this process's sink; the router is a routeplex VR (worker pinned to the last CPU, the table as `table` routes via 8 gateways with static neighbours) or DPDK 22.11's l3fwd example built from dpdk-doc (memif Rx offloads off, LPM/FIB sized for the table; one lcore, the main, pinned to the last CPU; every route to port 1; --parse-ptype); mpps is what reached the sink; lost from the sink's sequence numbers; dut_tx_full (routeplex only, its port counters): frames the VR could not hand to the sink's full ring; limited_by: generator if the ring into the router had room >= 90 % of the generator's time, ring if over 1 % was lost, else dut; ratio_to_l3fwd = the median over the pairs of routeplex mpps / l3fwd mpps (pairs.ratio has min and max); a pair is flagged when its two trials' probes differ by more than 10 %",
         "load_average": tester::pairs::load_average(),
         "sizes": sizes,
     });
@@ -404,6 +408,7 @@ fn frames(dsts: &[IpAddr], size: usize) -> Vec<GenFrame> {
 /// A warm-up, then one measured trial of `seconds`.
 fn measure(
     side: &mut Side,
+    node: Option<&Node>,
     frames: &[GenFrame],
     size: usize,
     batch: usize,
@@ -426,9 +431,17 @@ fn measure(
         warm.tx_packets
     );
     pktgen::drain(std::slice::from_mut(&mut side.rx));
+    let tx_full = || -> Result<Option<u64>> {
+        let Some(n) = node else { return Ok(None) };
+        let snap = n.runtime().snapshot()?;
+        let full = snap.ports().find(|p| p.name == "m1").map(|p| p.stats.tx_full);
+        Ok(full)
+    };
+    let full0 = tx_full()?;
     let sampler = Sampler::start(vec![side.watch.clone()], Duration::from_millis(10));
     let r = run(side, seconds)?;
     let placement = sampler.finish();
+    let dut_tx_full = full0.zip(tx_full()?).map(|(a, b)| b - a);
     let s = r.seconds.max(1e-9);
     Ok(Point {
         seconds: r.seconds,
@@ -438,5 +451,6 @@ fn measure(
         generator_busy: r.generator_busy(),
         limited_by: r.limited_by(),
         placement,
+        dut_tx_full,
     })
 }
