@@ -254,7 +254,11 @@ impl App {
                 Err(e) => {
                     self.check_running()?;
                     if t0.elapsed() >= within {
-                        bail!("{}'s memif port {i}: {e}; it printed:\n{}", self.name, self.log);
+                        bail!(
+                            "{}'s memif port {i} did not come up within {within:?} (the last try: {e}); it printed:\n{}",
+                            self.name,
+                            self.log
+                        );
                     }
                 }
             }
