@@ -151,16 +151,17 @@ pub fn run(a: Args) -> Result<()> {
 
     let cpus = sys::online_cpus();
     let dut_cpu = cpus - 1;
+    let tag = format!("rpx-brt-{}", std::process::id());
+    let t = Instant::now();
+    let node = start_vr(&table, a.family, &format!("{tag}-vr"), dut_cpu, a.burst)?;
+    let vr_build_s = t.elapsed().as_secs_f64();
+    // Pinned once the VR's threads are made, so that they do not inherit CPU 0 alone.
     let pinned = cpus > 1 && sys::pin(0);
     let pinning = if pinned {
         format!("asked for: generator and sink (this process's main thread) on CPU 0; the VR's one worker, or l3fwd's one lcore, on CPU {dut_cpu}")
     } else {
         format!("{cpus} CPU(s): nothing pinned")
     };
-    let tag = format!("rpx-brt-{}", std::process::id());
-    let t = Instant::now();
-    let node = start_vr(&table, a.family, &format!("{tag}-vr"), dut_cpu, a.burst)?;
-    let vr_build_s = t.elapsed().as_secs_f64();
     let mut vr = Side {
         tx: pktgen::connect(&format!("@{tag}-vr-0"), 0, "bench-router-tx")?,
         rx: pktgen::connect(&format!("@{tag}-vr-1"), 0, "bench-router-rx")?,
@@ -308,12 +309,7 @@ vrs:
     let mut opts = Options::for_topology(&topo);
     opts.pin = Some(sys::pin);
     opts.clock = sys::tsc_clock;
-    let node = Node::start(topo, opts, burst)?;
-    // Node::start's threads inherited no pinning of ours: ours goes (back) to CPU 0.
-    if sys::online_cpus() > 1 {
-        sys::pin(0);
-    }
-    Ok(node)
+    Ok(Node::start(topo, opts, burst)?)
 }
 
 /// l3fwd with the table (every route to port 1), on `cpu`; its memif ends connected here.

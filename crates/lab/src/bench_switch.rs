@@ -218,23 +218,39 @@ fn point(size: usize, dests: usize, batch: usize, seconds: f64, members: usize) 
     } else {
         MacAddr::BROADCAST
     };
-    pktgen::drain(&mut rx);
-    pktgen::measure(&pktgen::max_rate(size, batch, 0.5, dst), Some(&mut tx), &mut rx)?;
+    let watch = vec![generator_watch(), switch_watch(&sw)];
+    drive(&mut tx, &mut rx, watch, size, batch, seconds, dst, members)
+}
+
+/// A warm-up, then one measured run of `seconds` from `tx` to the sinks `rx` while `watch` is
+/// sampled; the point says what limited it.
+#[allow(clippy::too_many_arguments)]
+fn drive(
+    tx: &mut MemifPort,
+    rx: &mut [MemifPort],
+    watch: Vec<Watch>,
+    size: usize,
+    batch: usize,
+    seconds: f64,
+    dst: MacAddr,
+    members: usize,
+) -> Result<Point> {
+    pktgen::drain(rx);
+    pktgen::measure(&pktgen::max_rate(size, batch, 0.5, dst), Some(&mut *tx), rx)?;
     // What the warm-up left in flight must not count against the measurement's sequence.
-    pktgen::drain(&mut rx);
-    let sampler = sample(&sw);
-    let r: Report =
-        pktgen::measure(&pktgen::max_rate(size, batch, seconds, dst), Some(&mut tx), &mut rx)?;
+    pktgen::drain(rx);
+    let sampler = Sampler::start(watch, Duration::from_millis(10));
+    let r: Report = pktgen::measure(&pktgen::max_rate(size, batch, seconds, dst), Some(tx), rx)?;
     let placement = sampler.finish();
     let s = r.seconds.max(1e-9);
     Ok(Point {
         size,
-        destinations: dests,
+        destinations: rx.len(),
         members,
         batch,
         seconds: r.seconds,
         offered_mpps: r.tx_packets as f64 / s / 1e6,
-        mpps: r.rx_packets as f64 / dests as f64 / s / 1e6,
+        mpps: r.rx_packets as f64 / rx.len() as f64 / s / 1e6,
         total_mpps: r.rx_packets as f64 / s / 1e6,
         lost: r.lost,
         generator_busy: r.generator_busy(),
@@ -244,24 +260,26 @@ fn point(size: usize, dests: usize, batch: usize, seconds: f64, members: usize) 
     })
 }
 
-/// Samples where this process's threads and the switch process's run, every 10 ms.
-fn sample(sw: &SwitchProcess) -> Sampler {
-    let role = |n: &str, r: &str| (n.to_string(), r.to_string());
-    Sampler::start(
-        vec![
-            Watch {
-                pid: std::process::id(),
-                process: "bench".into(),
-                roles: vec![role("main", "generator and sinks")],
-            },
-            Watch {
-                pid: sw.child.id(),
-                process: "switch".into(),
-                roles: vec![role("worker0", "switch worker"), role("main", "switch control")],
-            },
-        ],
-        Duration::from_millis(10),
-    )
+fn role(thread: &str, role: &str) -> (String, String) {
+    (thread.to_string(), role.to_string())
+}
+
+/// This process's thread, the generator and sinks, as [`drive`] samples it.
+fn generator_watch() -> Watch {
+    Watch {
+        pid: std::process::id(),
+        process: "bench".into(),
+        roles: vec![role("main", "generator and sinks")],
+    }
+}
+
+/// The switch process's threads.
+fn switch_watch(sw: &SwitchProcess) -> Watch {
+    Watch {
+        pid: sw.child.id(),
+        process: "switch".into(),
+        roles: vec![role("worker0", "switch worker"), role("main", "switch control")],
+    }
 }
 
 /// The switch's worker CPU: the last one, when this process could pin itself to CPU 0.
@@ -445,52 +463,29 @@ fn testpmd_point(
     ];
     let mut app = crate::dpdk_apps::App::start(bin, &tag, &format!("0@({cpu}),1@({cpu})"), &args)?;
     let mut tx = app.connect(0, "bench-tx", Duration::from_secs(10))?;
-    let rx = app.connect(1, "bench-rx0", Duration::from_secs(10))?;
-    let mut rx = [rx];
-    pktgen::drain(&mut rx);
-    pktgen::measure(&pktgen::max_rate(size, batch, 0.5, SINK_MAC), Some(&mut tx), &mut rx)?;
-    pktgen::drain(&mut rx);
-    let role = |n: &str, r: &str| (n.to_string(), r.to_string());
-    let sampler = Sampler::start(
-        vec![
-            Watch {
-                pid: std::process::id(),
-                process: "bench".into(),
-                roles: vec![role("main", "generator and sinks")],
-            },
-            Watch {
-                pid: app.pid(),
-                process: "testpmd".into(),
-                roles: vec![
-                    role("rte-worker-1", "testpmd forwarding lcore"),
-                    role("main", "testpmd main lcore (waits on stdin)"),
-                    role("eal-intr-thread", "dpdk interrupt thread (memif control)"),
-                ],
-            },
+    let mut rx = [app.connect(1, "bench-rx0", Duration::from_secs(10))?];
+    let testpmd = Watch {
+        pid: app.pid(),
+        process: "testpmd".into(),
+        roles: vec![
+            role("rte-worker-1", "testpmd forwarding lcore"),
+            role("main", "testpmd main lcore (waits on stdin)"),
+            role("eal-intr-thread", "dpdk interrupt thread (memif control)"),
         ],
-        Duration::from_millis(10),
-    );
-    let r =
-        pktgen::measure(&pktgen::max_rate(size, batch, seconds, SINK_MAC), Some(&mut tx), &mut rx)?;
-    let placement = sampler.finish();
-    app.check_running()?;
-    crate::ensure!(r.rx_packets > 0, "testpmd forwarded nothing in {:.2} s", r.seconds);
-    let s = r.seconds.max(1e-9);
-    Ok(Point {
+    };
+    let p = drive(
+        &mut tx,
+        &mut rx,
+        vec![generator_watch(), testpmd],
         size,
-        destinations: 1,
-        members: 2,
         batch,
-        seconds: r.seconds,
-        offered_mpps: r.tx_packets as f64 / s / 1e6,
-        mpps: r.rx_packets as f64 / s / 1e6,
-        total_mpps: r.rx_packets as f64 / s / 1e6,
-        lost: r.lost,
-        generator_busy: r.generator_busy(),
-        ring_full_share: r.ring_full_share(),
-        limited_by: r.limited_by(),
-        placement,
-    })
+        seconds,
+        SINK_MAC,
+        2,
+    )?;
+    app.check_running()?;
+    crate::ensure!(p.mpps > 0.0, "testpmd forwarded nothing in {:.2} s", p.seconds);
+    Ok(p)
 }
 
 /// The switched path (generator → memif → switch → memif → sink) against an [`Anchor`], at
