@@ -1,15 +1,18 @@
 //! `routeplex bench routes`: route updates through control while a VR forwards.
 //!
 //! One VR holds the real IPv4 table (or a generated one) as `table` routes and forwards 60-byte
-//! UDP on one worker thread; a generator thread offers frames to its port and drains the other.
-//! Control (this thread) first measures forwarding alone, then withdraws and re-announces
-//! random prefixes of the table in batches — batch k withdraws its prefixes and re-announces
-//! batch k-1's — through the same route operations the API uses, while the worker forwards.
+//! UDP on one worker thread, pinned to the last CPU; a generator thread on CPU 0 offers frames
+//! to its port and drains the other. Control (this thread: on CPU 1 when there are three or
+//! more, else beside the generator on CPU 0) first measures forwarding alone, then withdraws
+//! and re-announces random prefixes of the table in batches — batch k withdraws its prefixes
+//! and re-announces batch k-1's — through the same route operations the API uses, while the
+//! worker forwards.
 //! `publish_latency_us` runs from a batch's submission to the first burst the worker looks up
 //! in the FIB generation that batch published (read back from the VR, so it includes one
 //! round trip to the worker, checked every 100 µs). At the end the published FIB is checked
 //! against the RIB.
 
+use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -66,9 +69,16 @@ pub fn run(a: Args) -> Result<()> {
     let eth0 = topo.vrs[0].interfaces[0].mac;
     let mut rng = Rng::new(0x5eed);
     let frames = lab::udp_frames(table.destinations_v4(65_536, &mut rng)?, eth0);
+    let online = crate::sys::online_cpus();
+    // The worker on a CPU of its own; control on another where there is one.
+    let (worker_cpu, control_cpu) = (online - 1, if online >= 3 { 1 } else { 0 });
     let t_build = Instant::now();
     let mut opts = Options::new(1);
     opts.idle = Idle::Yield;
+    if online > 1 {
+        opts.cpus = vec![Some(worker_cpu)];
+        opts.pin = Some(crate::sys::pin);
+    }
     let mut node = Node::start(topo, opts, ports::MAX_BURST)?;
     let build_ms = t_build.elapsed().as_secs_f64() * 1e3;
     let mut p0 = node.take_outside("p0").context("port p0")?;
@@ -77,6 +87,9 @@ pub fn run(a: Args) -> Result<()> {
     // The generator and sink: one thread, offering bursts and counting what comes back.
     let stop = Arc::new(AtomicBool::new(false));
     let forwarded = Arc::new(AtomicU64::new(0));
+    // The generator's own CPU time: the share of a CPU it had in a phase says whether churn
+    // took the offered load away (on fewer than 3 CPUs control runs beside it).
+    let gen_cpu_ns = Arc::new(AtomicU64::new(0));
     let sampler = crate::sys::threads::Sampler::start(
         vec![crate::sys::threads::Watch {
             pid: std::process::id(),
@@ -93,36 +106,57 @@ pub fn run(a: Args) -> Result<()> {
     );
     let traffic = {
         let (stop, forwarded) = (stop.clone(), forwarded.clone());
+        let gen_cpu_ns = gen_cpu_ns.clone();
         std::thread::Builder::new().name("rpx-traffic".into()).spawn(move || {
+            if online > 1 {
+                crate::sys::pin(0);
+            }
             let mut gen = Generator::new(frames);
             let (mut tx, mut rx, mut sink) =
                 (Batch::new(256), Batch::new(ports::MAX_BURST), Sink::default());
+            let mut n = 0u32;
             while !stop.load(Ordering::Relaxed) {
                 gen.send(&mut p0, &mut tx, 256);
                 sink.recv(&mut p1, &mut rx);
                 forwarded.store(sink.packets(), Ordering::Relaxed);
+                n = n.wrapping_add(1);
+                if n.is_multiple_of(256) {
+                    gen_cpu_ns.store(crate::sys::thread_cpu_ns(), Ordering::Relaxed);
+                }
             }
         })?
     };
+    // A phase's forwarding rate (Mpps) and the share of a CPU the generator had in it.
     let rate = |secs: f64, work: &mut dyn FnMut()| {
         let (f0, t0) = (forwarded.load(Ordering::Relaxed), Instant::now());
+        let g0 = gen_cpu_ns.load(Ordering::Relaxed);
         while t0.elapsed().as_secs_f64() < secs {
             work();
         }
-        (forwarded.load(Ordering::Relaxed) - f0) as f64 / t0.elapsed().as_secs_f64() / 1e6
+        let wall = t0.elapsed().as_secs_f64();
+        let mpps = (forwarded.load(Ordering::Relaxed) - f0) as f64 / wall / 1e6;
+        (mpps, gen_cpu_ns.load(Ordering::Relaxed).saturating_sub(g0) as f64 / 1e9 / wall)
     };
+    let (mut gen_before, mut gen_during) = (Vec::new(), Vec::new());
+    if online > 1 {
+        crate::sys::pin(control_cpu);
+    }
     std::thread::sleep(Duration::from_millis(300));
 
     // Churn: batch k withdraws a random set and re-announces batch k-1's.
     let half = a.batch / 2;
     let via = |i: usize| RouteTarget::Via { gateway: IpAddr::V4(gws[i % gws.len()]), iface: None };
     let mut pending: Vec<(IpNet, RouteTarget)> = Vec::new();
+    // The prefixes the batch being built touches (withdrawn now or re-announced).
+    let mut busy: HashSet<IpNet> = HashSet::with_capacity(a.batch);
     let (mut updates, mut lat) = (0u64, Vec::new());
-    let mut churn_s = 0.0;
+    let (mut churn_s, mut churn_cpu_ns) = (0.0, 0u64);
     let mut failure = None;
     let mut churn = || {
         let mut ops = Vec::with_capacity(a.batch);
+        busy.clear();
         for (prefix, target) in pending.drain(..) {
+            busy.insert(prefix);
             ops.push(RouteOp::Replace(dataplane::routes::route(
                 prefix,
                 target,
@@ -133,18 +167,17 @@ pub fn run(a: Args) -> Result<()> {
             let k = (rng.next_u64() % table.v4.len() as u64) as usize;
             let (p, id) = table.v4[k];
             let prefix = IpNet::V4(p);
-            if pending.iter().any(|(q, _)| *q == prefix)
-                || ops.iter().any(|o| matches!(o, RouteOp::Replace(r) if r.prefix == prefix))
-            {
+            if !busy.insert(prefix) {
                 continue;
             }
             ops.push(RouteOp::Delete { prefix, source: RouteSource::Table });
             pending.push((prefix, via(id as usize)));
         }
-        let t0 = Instant::now();
+        let (t0, c0) = (Instant::now(), crate::sys::thread_cpu_ns());
         match node.route_ops(&vr, &ops) {
             Ok(done) => {
                 churn_s += t0.elapsed().as_secs_f64();
+                churn_cpu_ns += crate::sys::thread_cpu_ns().saturating_sub(c0);
                 updates += ops.len() as u64;
                 let g = done.generation4;
                 // Until a burst has looked up in generation g (or the worker stopped).
@@ -175,11 +208,15 @@ pub fn run(a: Args) -> Result<()> {
     let runs = tester::pairs::run(
         a.pairs,
         |_| {
-            Ok::<f64, crate::Error>(rate(a.seconds, &mut || {
-                std::thread::sleep(Duration::from_millis(10))
-            }))
+            let (mpps, c) = rate(a.seconds, &mut || std::thread::sleep(Duration::from_millis(10)));
+            gen_before.push(c);
+            Ok::<f64, crate::Error>(mpps)
         },
-        |_| Ok(rate(a.seconds, &mut churn)),
+        |_| {
+            let (mpps, c) = rate(a.seconds, &mut churn);
+            gen_during.push(c);
+            Ok(mpps)
+        },
     )?;
     // The ratio is during / before, as the goal states it.
     let values: Vec<_> = runs.iter().map(|(b, d)| (d.value, d.probes, b.value, b.probes)).collect();
@@ -187,6 +224,21 @@ pub fn run(a: Args) -> Result<()> {
     let pairs =
         tester::pairs::Summary::new("during churn", "before (no churn)", "Mpps", &values, &loads);
     let (before, during) = (pairs.b.median, pairs.a.median);
+    let gen_share = (median(&mut gen_before), median(&mut gen_during));
+    let limited_by = if gen_share.1 < 0.9 * gen_share.0 {
+        format!(
+            "generator during churn: it had {:.0} % of a CPU against {:.0} % before ({})",
+            gen_share.1 * 100.0,
+            gen_share.0 * 100.0,
+            if online < 3 {
+                "control shares CPU 0 with it: fewer than 3 CPUs"
+            } else {
+                "CPUs shared"
+            }
+        )
+    } else {
+        "dut (the generator kept its CPU in both phases)".to_string()
+    };
     stop.store(true, Ordering::Relaxed);
     let _ = traffic.join();
     let placement = sampler.finish();
@@ -201,7 +253,6 @@ pub fn run(a: Args) -> Result<()> {
     if !ops.is_empty() {
         node.route_ops(&vr, &ops)?;
     }
-    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
     let t = node.table(&vr).context("the VR's table")?;
     let (fib4, _) = t.fibs();
     let published = fib4.current();
@@ -227,6 +278,7 @@ pub fn run(a: Args) -> Result<()> {
     let out = json!({
         "updates": updates,
         "updates_per_sec": updates as f64 / churn_s.max(1e-9),
+        "updates_per_cpu_sec": updates as f64 / (churn_cpu_ns as f64 / 1e9).max(1e-9),
         "updates_per_sec_wall": updates as f64 / (a.seconds * a.pairs as f64),
         "batch": a.batch,
         "batches": lat.len(),
@@ -241,16 +293,18 @@ pub fn run(a: Args) -> Result<()> {
         "fib_bytes": t.fib_bytes(),
         "table": table.label,
         "build_ms": build_ms,
-        "threads": "worker (forwarding), generator+sink, control (updates): 3 busy threads, none pinned (each may run on any online CPU)",
+        "threads": if online > 1 {
+            format!("worker (forwarding) asked for CPU {worker_cpu}, generator+sink for CPU 0, control (updates) for CPU {control_cpu}")
+        } else {
+            "worker, generator+sink and control share the one CPU".to_string()
+        },
         "online_cpus": online,
         "placement": placement.to_json(),
-        "limited_by": if online < 3 {
-            "cpu: fewer CPUs than busy threads, so churn takes CPU time from forwarding and the generator"
-        } else {
-            "dut"
-        },
+        "generator_cpu_share": { "before": gen_share.0, "during": gen_share.1 },
+        "limited_by": limited_by,
+        "generator_cpu_share_method": "per phase, the generator thread's CPU time over the phase's wall time (median over the phases)",
         "pairs_method": "phases of --seconds without churn and with it alternate (--pairs pairs), a fixed memory probe (dependent random reads over 8 MiB) and compute probe timed before each phase; forwarding_mpps_before/during are the phases' medians, ratio the median of the per-pair during / before (pairs.ratio has min and max); a pair is flagged when its two phases' probes differ by more than 10 %; updates, publish latencies and updates_per_sec cover every churn phase",
-        "updates_per_sec_method": "route operations over the time spent inside the route_ops calls (validate, install, patch and publish); updates_per_sec_wall divides by the whole churn phase",
+        "updates_per_sec_method": "route operations over the time spent inside the route_ops calls (validate, install, patch and publish); updates_per_cpu_sec over the CPU time the control thread used in them (what the rate would be on a CPU of its own); updates_per_sec_wall divides by the whole churn phase",
     });
     if a.json {
         println!("{out}");
@@ -264,4 +318,10 @@ pub fn run(a: Args) -> Result<()> {
     node.stop()?;
     crate::ensure!(mismatches == 0, "{mismatches} FIB lookups disagreed with the RIB");
     Ok(())
+}
+
+/// The median of `v` (0 when empty).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }

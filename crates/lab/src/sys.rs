@@ -77,6 +77,17 @@ pub fn process_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// CPU time the calling thread has used so far, in nanoseconds.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec owned by this frame, written by the call.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if r != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Bytes the allocator has handed out and not had back (glibc), all threads.
 pub fn heap_in_use() -> Option<u64> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -12,6 +12,7 @@ mod etcd;
 mod bench_idle;
 mod bench_pvr;
 mod bench_router;
+mod bench_routes;
 mod bench_switch;
 mod crash;
 mod fleet;
