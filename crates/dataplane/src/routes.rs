@@ -364,7 +364,7 @@ impl RouteTable {
                 Some(&n) => n,
                 None => t.alloc(a).ok_or_else(|| err("more than 65535 next hops".into()))?,
             };
-            let old = t.set(r.prefix.trunc(), r.source, nh);
+            let (old, ..) = t.set(r.prefix.trunc(), r.source, nh);
             t.retain(nh);
             if old != NO_ROUTE {
                 t.release(old);
@@ -503,8 +503,7 @@ impl RouteTable {
         for (op, adj) in ops.iter().zip(&adjs) {
             let (prefix, source) = op_key(op);
             let nh = adj.map_or(NO_ROUTE, |a| self.index[&a]);
-            let before = self.best(prefix);
-            let old = self.set(prefix, source, nh);
+            let (old, before, after) = self.set(prefix, source, nh);
             if nh != NO_ROUTE {
                 self.retain(nh);
             }
@@ -517,7 +516,6 @@ impl RouteTable {
                 (true, false) => out.deleted += 1,
                 (false, false) => {}
             }
-            let after = self.best(prefix);
             if before != after {
                 out.fib_changes += 1;
                 match prefix {
@@ -581,19 +579,19 @@ impl RouteTable {
                 return Err(RouteError::NotOperable { index, prefix, kind: name });
             }
             if checked {
-                let present = *seen
+                let present = seen
                     .entry((prefix, source))
                     .or_insert_with(|| self.get(prefix, source) != NO_ROUTE);
                 match op {
-                    RouteOp::Add(_) if present => {
+                    RouteOp::Add(_) if *present => {
                         return Err(RouteError::Exists { index, prefix, kind: name })
                     }
-                    RouteOp::Delete { .. } if !present => {
+                    RouteOp::Delete { .. } if !*present => {
                         return Err(RouteError::Missing { index, prefix, kind: name })
                     }
                     _ => {}
                 }
-                seen.insert((prefix, source), !matches!(op, RouteOp::Delete { .. }));
+                *present = !matches!(op, RouteOp::Delete { .. });
             }
             let bad = |why: TargetError| RouteError::BadTarget { index, prefix, why };
             let want = match op {
@@ -796,34 +794,23 @@ impl RouteTable {
         .map_or(NO_ROUTE, |e| e.nh[s as usize])
     }
 
-    fn best(&self, prefix: IpNet) -> NextHop {
-        match prefix {
-            IpNet::V4(p) => self.v4.get(&(p.network().into(), p.prefix_len())),
-            IpNet::V6(p) => self.v6.get(&(p.network().into(), p.prefix_len())),
-        }
-        .map_or(NO_ROUTE, Entry::best)
-    }
-
-    /// Sets (or with `NO_ROUTE` clears) the source's next hop for `prefix`; returns the old.
-    fn set(&mut self, prefix: IpNet, s: RouteSource, nh: NextHop) -> NextHop {
-        match prefix {
-            IpNet::V4(p) => self.set4(p, s, nh),
-            IpNet::V6(p) => self.set6(p, s, nh),
-        }
+    /// Sets (or with `NO_ROUTE` clears) the source's next hop for `prefix`; returns the old
+    /// one and the prefix's best next hop before and after (one search of the table).
+    fn set(&mut self, prefix: IpNet, s: RouteSource, nh: NextHop) -> (NextHop, NextHop, NextHop) {
+        let r = match prefix {
+            IpNet::V4(p) => set_in(&mut self.v4, (u32::from(p.network()), p.prefix_len()), s, nh),
+            IpNet::V6(p) => set_in(&mut self.v6, (u128::from(p.network()), p.prefix_len()), s, nh),
+        };
+        self.recount(r.0, nh, s);
+        r
     }
 
     fn set4(&mut self, p: Ipv4Net, s: RouteSource, nh: NextHop) -> NextHop {
-        let k = (u32::from(p.network()), p.prefix_len());
-        let old = set_in(&mut self.v4, k, s, nh);
-        self.recount(old, nh, s);
-        old
+        self.set(IpNet::V4(p), s, nh).0
     }
 
     fn set6(&mut self, p: Ipv6Net, s: RouteSource, nh: NextHop) -> NextHop {
-        let k = (u128::from(p.network()), p.prefix_len());
-        let old = set_in(&mut self.v6, k, s, nh);
-        self.recount(old, nh, s);
-        old
+        self.set(IpNet::V6(p), s, nh).0
     }
 
     fn recount(&mut self, old: NextHop, new: NextHop, s: RouteSource) {
@@ -836,21 +823,27 @@ impl RouteTable {
     }
 }
 
+/// [`RouteTable::set`] in one family's map: (old, best before, best after).
 fn set_in<K: std::hash::Hash + Eq>(
     map: &mut FxHashMap<K, Entry>,
     k: K,
     s: RouteSource,
     nh: NextHop,
-) -> NextHop {
+) -> (NextHop, NextHop, NextHop) {
     if nh == NO_ROUTE {
-        let Some(e) = map.get_mut(&k) else { return NO_ROUTE };
+        let Some(e) = map.get_mut(&k) else { return (NO_ROUTE, NO_ROUTE, NO_ROUTE) };
+        let before = e.best();
         let old = std::mem::replace(&mut e.nh[s as usize], NO_ROUTE);
-        if e.best() == NO_ROUTE {
+        let after = e.best();
+        if after == NO_ROUTE {
             map.remove(&k);
         }
-        return old;
+        return (old, before, after);
     }
-    std::mem::replace(&mut map.entry(k).or_default().nh[s as usize], nh)
+    let e = map.entry(k).or_default();
+    let before = e.best();
+    let old = std::mem::replace(&mut e.nh[s as usize], nh);
+    (old, before, e.best())
 }
 
 fn change<K>(a: K, l: u8, nh: NextHop) -> Change<K> {
