@@ -1064,6 +1064,8 @@ struct Builder {
     reused: (usize, usize),
     /// The node runs written into free runs (`(first, len)`), for the patch's check.
     refilled: Vec<(usize, usize)>,
+    /// [`paint`](Self::paint)'s prefixes: (length, first slot, next hop).
+    short: Vec<(u8, usize, NextHop)>,
 }
 
 impl Builder {
@@ -1076,6 +1078,7 @@ impl Builder {
             free,
             reused: (0, 0),
             refilled: Vec::new(),
+            short: Vec::new(),
         }
     }
 
@@ -1125,21 +1128,26 @@ impl Builder {
         entries: &[(K, u8, NextHop)],
     ) {
         let end = first + dir.len();
-        let mut short: Vec<(u8, usize, NextHop)> = covering
-            .iter()
-            .chain(entries.iter())
-            .filter(|p| p.1 <= s)
-            .map(|&(a, l, nh)| (l, a.top(s), nh))
-            .collect();
+        // A buffer kept between calls: a patch paints once per touched slot.
+        let mut short = std::mem::take(&mut self.short);
+        short.clear();
+        short.extend(
+            covering
+                .iter()
+                .chain(entries.iter())
+                .filter(|p| p.1 <= s)
+                .map(|&(a, l, nh)| (l, a.top(s), nh)),
+        );
         short.sort_unstable_by_key(|p| p.0);
         dir.fill(LEAF | u32::from(NO_ROUTE));
-        for (l, start, nh) in short {
+        for &(l, start, nh) in &short {
             let lo = start.max(first);
             let hi = (start + (1usize << (s - l))).min(end);
             if lo < hi {
                 dir[lo - first..hi - first].fill(LEAF | u32::from(nh));
             }
         }
+        self.short = short;
     }
 
     /// Fills `dir`, the direct slots `first .. first + dir.len()` at `s` bits, from
@@ -1227,9 +1235,11 @@ impl Builder {
             vals[c..c + (1usize << (end - l))].fill(nh);
         }
 
-        // Longer prefixes, by child (contiguous per child, as in `for_each_run`).
-        let mut kids = [None::<Node>; 64];
-        let mut any_kid = false;
+        // Longer prefixes, by child (contiguous per child, as in `for_each_run`, and in
+        // child order, so the child nodes come out in the order they are stored).
+        let mut vector = 0u64;
+        let mut run = [Node::default(); 64];
+        let mut nkids = 0;
         let mut i = 0;
         while i < ps.len() {
             if ps[i].1 <= end {
@@ -1245,25 +1255,15 @@ impl Builder {
             match self.node(&ps[i..j], end, vals[c]) {
                 Built::Leaf(nh) => vals[c] = nh,
                 Built::Node(n) => {
-                    kids[c] = Some(n);
-                    any_kid = true;
+                    vector |= 1 << c;
+                    run[nkids] = n;
+                    nkids += 1;
                 }
             }
             i = j;
         }
-        if !any_kid && vals.iter().all(|&v| v == vals[0]) {
+        if nkids == 0 && vals.iter().all(|&v| v == vals[0]) {
             return Built::Leaf(vals[0]);
-        }
-
-        let mut vector = 0u64;
-        let mut run = [Node::default(); 64];
-        let mut nkids = 0;
-        for (c, k) in kids.iter().enumerate() {
-            if let Some(n) = k {
-                vector |= 1 << c;
-                run[nkids] = *n;
-                nkids += 1;
-            }
         }
         // With no children the base is never read; it stays where the next run would go.
         let node_base = if nkids > 0 { self.place_nodes(&run[..nkids]) } else { self.node_index() };
@@ -1272,16 +1272,16 @@ impl Builder {
         let mut outside = [NO_ROUTE; 64];
         let mut runs = 0;
         let mut prev = None;
-        for c in 0..64 {
-            if kids[c].is_none() && prev != Some(vals[c]) {
+        for (c, &v) in vals.iter().enumerate() {
+            if vector & (1 << c) == 0 && prev != Some(v) {
                 leafvec |= 1 << c;
                 if runs < INLINE {
-                    inline[runs] = vals[c];
+                    inline[runs] = v;
                 } else {
-                    outside[runs - INLINE] = vals[c];
+                    outside[runs - INLINE] = v;
                 }
                 runs += 1;
-                prev = Some(vals[c]);
+                prev = Some(v);
             }
         }
         let leaf_base = match runs.checked_sub(INLINE) {
