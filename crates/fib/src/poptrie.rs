@@ -432,8 +432,6 @@ impl<K: Key> Poptrie<K> {
             }
         }
         let all_blocks = concat(&blocks, &b.blocks);
-        b.nodes.shrink_to_fit();
-        b.leaves.shrink_to_fit();
         let t = Poptrie {
             s,
             geo,
@@ -1044,9 +1042,10 @@ fn take(lists: &mut [Vec<u32>], len: usize) -> Option<u32> {
     lists.get_mut(len)?.pop()
 }
 
-/// A copy of `v` with room to append a patch's new runs without moving.
+/// A copy of `v` with room to append a patch's new runs without moving (most runs refill
+/// free ones, so a little room does; trimming afterwards would copy the arrays again).
 fn with_room<T: Copy>(v: &[T]) -> Vec<T> {
-    let mut out = Vec::with_capacity(v.len() + v.len() / 16 + 64);
+    let mut out = Vec::with_capacity(v.len() + v.len() / 256 + 64);
     out.extend_from_slice(v);
     out
 }
