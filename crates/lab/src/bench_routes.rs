@@ -86,6 +86,9 @@ pub fn run(a: Args) -> Result<()> {
 
     // The generator and sink: one thread, offering bursts and counting what comes back.
     let stop = Arc::new(AtomicBool::new(false));
+    // The generator rests while the probes before each phase run: on fewer than 3 CPUs they
+    // share its CPU, and would time the sharing instead of the machine.
+    let rest = Arc::new(AtomicBool::new(true));
     let forwarded = Arc::new(AtomicU64::new(0));
     // The generator's own CPU time: the share of a CPU it had in a phase says whether churn
     // took the offered load away (on fewer than 3 CPUs control runs beside it).
@@ -106,7 +109,7 @@ pub fn run(a: Args) -> Result<()> {
     );
     let traffic = {
         let (stop, forwarded) = (stop.clone(), forwarded.clone());
-        let gen_cpu_ns = gen_cpu_ns.clone();
+        let (gen_cpu_ns, rest) = (gen_cpu_ns.clone(), rest.clone());
         std::thread::Builder::new().name("rpx-traffic".into()).spawn(move || {
             if online > 1 {
                 crate::sys::pin(0);
@@ -116,6 +119,12 @@ pub fn run(a: Args) -> Result<()> {
                 (Batch::new(256), Batch::new(ports::MAX_BURST), Sink::default());
             let mut n = 0u32;
             while !stop.load(Ordering::Relaxed) {
+                if rest.load(Ordering::Relaxed) {
+                    sink.recv(&mut p1, &mut rx);
+                    forwarded.store(sink.packets(), Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
                 gen.send(&mut p0, &mut tx, 256);
                 sink.recv(&mut p1, &mut rx);
                 forwarded.store(sink.packets(), Ordering::Relaxed);
@@ -128,6 +137,8 @@ pub fn run(a: Args) -> Result<()> {
     };
     // A phase's forwarding rate (Mpps) and the share of a CPU the generator had in it.
     let rate = |secs: f64, work: &mut dyn FnMut()| {
+        rest.store(false, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(100));
         let (f0, t0) = (forwarded.load(Ordering::Relaxed), Instant::now());
         let g0 = gen_cpu_ns.load(Ordering::Relaxed);
         while t0.elapsed().as_secs_f64() < secs {
@@ -135,6 +146,7 @@ pub fn run(a: Args) -> Result<()> {
         }
         let wall = t0.elapsed().as_secs_f64();
         let mpps = (forwarded.load(Ordering::Relaxed) - f0) as f64 / wall / 1e6;
+        rest.store(true, Ordering::Relaxed);
         (mpps, gen_cpu_ns.load(Ordering::Relaxed).saturating_sub(g0) as f64 / 1e9 / wall)
     };
     let (mut gen_before, mut gen_during) = (Vec::new(), Vec::new());
