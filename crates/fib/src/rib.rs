@@ -17,9 +17,44 @@ use crate::{Key, NextHop, NO_ROUTE};
 /// `insert` panics when `nh == NO_ROUTE` (0 is the lookup's "nothing matched" answer and can
 /// never be a route), and every method panics when `len > K::BITS`. Both are caller bugs, not
 /// data errors: parsers reject such input before it gets here.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct Rib<K: Key> {
     map: BTreeMap<(K, u8), NextHop>,
+    /// Once the table is large, one bit per possible prefix of length `<= SHORT_MAX` (64 KiB):
+    /// whether the map holds it. A patch asks for the prefixes covering each slot it
+    /// recompiles, one length at a time, and most lengths hold none there: the bit answers
+    /// that without a search of the tree (a few cache misses in a table of 0.5 M entries).
+    short: Option<Box<[u64]>>,
+}
+
+/// Lengths with a presence bit (the direct bits of a large IPv4 FIB).
+const SHORT_MAX: u8 = 18;
+/// Tables from this size keep the bits (the size that gets a large FIB geometry).
+const SHORT_FROM: usize = 32_768;
+
+/// The presence bit of `addr/len` (`len <= SHORT_MAX`, `addr` masked): lengths in turn,
+/// `2^len` bits each.
+fn short_bit<K: Key>(addr: K, len: u8) -> usize {
+    let first = (1usize << len) - 1;
+    if len == 0 {
+        first
+    } else {
+        first + addr.top(len)
+    }
+}
+
+impl<K: Key> PartialEq for Rib<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.map == other.map
+    }
+}
+
+impl<K: Key> Eq for Rib<K> {}
+
+impl<K: Key> core::fmt::Debug for Rib<K> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Rib").field("map", &self.map).finish()
+    }
 }
 
 #[inline]
@@ -30,20 +65,69 @@ fn check_len<K: Key>(len: u8) {
 impl<K: Key> Rib<K> {
     /// An empty table.
     pub fn new() -> Self {
-        Rib { map: BTreeMap::new() }
+        Rib { map: BTreeMap::new(), short: None }
     }
 
     /// Sets `addr/len` → `nh`; returns the previous next hop of that exact prefix.
     pub fn insert(&mut self, addr: K, len: u8, nh: NextHop) -> Option<NextHop> {
         check_len::<K>(len);
         assert!(nh != NO_ROUTE, "next hop 0 (NO_ROUTE) cannot be stored in the RIB");
-        self.map.insert((addr.mask(len), len), nh)
+        let a = addr.mask(len);
+        let old = self.map.insert((a, len), nh);
+        match &mut self.short {
+            Some(bits) if len <= SHORT_MAX => {
+                let b = short_bit(a, len);
+                bits[b / 64] |= 1 << (b % 64);
+            }
+            None if self.map.len() >= SHORT_FROM => self.index_short(),
+            _ => {}
+        }
+        old
     }
 
     /// Removes `addr/len`; returns its next hop if it was present.
     pub fn remove(&mut self, addr: K, len: u8) -> Option<NextHop> {
         check_len::<K>(len);
-        self.map.remove(&(addr.mask(len), len))
+        let a = addr.mask(len);
+        let old = self.map.remove(&(a, len));
+        if let (Some(bits), true) = (&mut self.short, len <= SHORT_MAX) {
+            let b = short_bit(a, len);
+            bits[b / 64] &= !(1 << (b % 64));
+        }
+        old
+    }
+
+    /// Makes the presence bits from the map (kept from then on, also when the table shrinks:
+    /// no flip-flop at the threshold).
+    fn index_short(&mut self) {
+        let mut bits = vec![0u64; short_bit(K::ZERO, SHORT_MAX + 1).div_ceil(64)];
+        for &(a, l) in self.map.keys().filter(|k| k.1 <= SHORT_MAX) {
+            let b = short_bit(a, l);
+            bits[b / 64] |= 1 << (b % 64);
+        }
+        self.short = Some(bits.into_boxed_slice());
+    }
+
+    /// Whether `a/l` (masked) may be in the map: false only when the presence bits say not.
+    #[inline]
+    fn may_hold(&self, a: K, l: u8) -> bool {
+        match &self.short {
+            Some(bits) if l <= SHORT_MAX => {
+                let b = short_bit(a, l);
+                bits[b / 64] & (1 << (b % 64)) != 0
+            }
+            _ => true,
+        }
+    }
+
+    /// The next hop of `a/l` (`a` masked), asking the presence bits first.
+    #[inline]
+    fn find(&self, a: K, l: u8) -> Option<NextHop> {
+        if self.may_hold(a, l) {
+            self.map.get(&(a, l)).copied()
+        } else {
+            None
+        }
     }
 
     /// The next hop of exactly `addr/len` (no longest-prefix matching).
@@ -93,7 +177,7 @@ impl<K: Key> Rib<K> {
         (0..=max_len)
             .filter_map(|l| {
                 let a = addr.mask(l);
-                self.map.get(&(a, l)).map(|&nh| (a, l, nh))
+                self.find(a, l).map(|nh| (a, l, nh))
             })
             .collect()
     }
@@ -133,7 +217,7 @@ impl<K: Key> Cover<K> {
         };
         for l in from..=max_len {
             let a = addr.mask(l);
-            if let Some(&nh) = rib.map.get(&(a, l)) {
+            if let Some(nh) = rib.find(a, l) {
                 self.chain.push((a, l, nh));
             }
         }
@@ -154,7 +238,7 @@ impl<K: Key> FromIterator<(K, u8, NextHop)> for Rib<K> {
     /// times faster than half a million inserts in arbitrary order, which is what a VR's start
     /// pays for a full table.
     fn from_iter<I: IntoIterator<Item = (K, u8, NextHop)>>(iter: I) -> Self {
-        let map = iter
+        let map: BTreeMap<_, _> = iter
             .into_iter()
             .map(|(a, l, nh)| {
                 check_len::<K>(l);
@@ -162,7 +246,11 @@ impl<K: Key> FromIterator<(K, u8, NextHop)> for Rib<K> {
                 ((a.mask(l), l), nh)
             })
             .collect();
-        Rib { map }
+        let mut rib = Rib { map, short: None };
+        if rib.map.len() >= SHORT_FROM {
+            rib.index_short();
+        }
+        rib
     }
 }
 
@@ -272,6 +360,51 @@ mod tests {
         assert_eq!(common_len(5u32, 5), 32);
         assert_eq!(common_len(0u128, 1 << 127), 0);
         assert_eq!(common_len(7u128, 6), 127);
+    }
+
+    #[test]
+    fn presence_bits_answer_as_the_map_does() {
+        // A table large enough to keep the bits, with prefixes of every length around them.
+        let mut rng = crate::synthetic::Rng::new(3);
+        let mut rib = Rib::<u32>::new();
+        while rib.len() < SHORT_FROM + 1000 {
+            let l = [4, 8, 12, 16, 17, 18, 19, 20, 24][rng.below(9) as usize];
+            rib.insert(rng.next_u64() as u32, l, 1 + rng.below(9) as NextHop);
+        }
+        assert!(rib.short.is_some(), "kept from {SHORT_FROM} prefixes");
+        let collected: Rib<u32> = rib.iter().collect();
+        assert!(collected.short.is_some() && collected == rib);
+        // The map alone, without the bits.
+        let brute = |rib: &Rib<u32>, a: u32| -> Vec<(u32, u8, NextHop)> {
+            (0..=20)
+                .filter_map(|l| rib.map.get(&(a.mask(l), l)).map(|&nh| (a.mask(l), l, nh)))
+                .collect()
+        };
+        let check = |rib: &Rib<u32>, seed: u64| {
+            let mut r = crate::synthetic::Rng::new(seed);
+            let picks: Vec<u32> = rib.iter().map(|p| p.0).step_by(97).collect();
+            for i in 0..2000 {
+                let a = if i % 2 == 0 { r.next_u64() as u32 } else { picks[i % picks.len()] };
+                assert_eq!(rib.covering(a, 20), brute(rib, a), "{a:#x}");
+            }
+        };
+        check(&rib, 1);
+        // Removing clears a bit (the same prefix is then not found), adding sets it again.
+        let short: Vec<(u32, u8, NextHop)> =
+            rib.iter().filter(|p| p.1 <= SHORT_MAX).step_by(3).collect();
+        for p in &short {
+            assert_eq!(rib.remove(p.0, p.1), Some(p.2));
+            assert!(!rib.may_hold(p.0, p.1));
+        }
+        check(&rib, 2);
+        for p in &short[..short.len() / 2] {
+            rib.insert(p.0, p.1, p.2);
+            assert!(rib.may_hold(p.0, p.1));
+        }
+        check(&rib, 3);
+        assert_eq!(short_bit(0u32, 0), 0);
+        assert_eq!(short_bit(1u32 << 31, 1), 2);
+        assert_eq!(short_bit(u32::MAX, SHORT_MAX), (1 << (SHORT_MAX + 1)) - 2);
     }
 
     #[test]
