@@ -315,7 +315,7 @@ pub fn run(a: Args) -> Result<()> {
         "generator_cpu_share": { "before": gen_share.0, "during": gen_share.1 },
         "limited_by": limited_by,
         "generator_cpu_share_method": "per phase, the generator thread's CPU time over the phase's wall time (median over the phases)",
-        "pairs_method": "phases of --seconds without churn and with it alternate (--pairs pairs), a fixed memory probe (dependent random reads over 8 MiB) and compute probe timed before each phase; forwarding_mpps_before/during are the phases' medians, ratio the median of the per-pair during / before (pairs.ratio has min and max); a pair is flagged when its two phases' probes differ by more than 10 %; updates, publish latencies and updates_per_sec cover every churn phase",
+        "pairs_method": "phases of --seconds without churn and with it alternate (--pairs pairs), a fixed memory probe (dependent random reads over 8 MiB) and compute probe timed before each phase, the generator resting meanwhile; forwarding_mpps_before/during are the phases' medians, ratio the median of the per-pair during / before (pairs.ratio has min and max); a pair is flagged when its two phases' probes differ by more than 10 %; updates, publish latencies and updates_per_sec cover every churn phase",
         "updates_per_sec_method": "route operations over the time spent inside the route_ops calls (validate, install, patch and publish); updates_per_cpu_sec over the CPU time the control thread used in them (what the rate would be on a CPU of its own); updates_per_sec_wall divides by the whole churn phase",
     });
     if a.json {
