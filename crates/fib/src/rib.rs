@@ -174,12 +174,7 @@ impl<K: Key> Rib<K> {
 
     /// The prefixes of length `<= max_len` that contain `addr`, shortest first.
     pub(crate) fn covering(&self, addr: K, max_len: u8) -> Vec<(K, u8, NextHop)> {
-        (0..=max_len)
-            .filter_map(|l| {
-                let a = addr.mask(l);
-                self.find(a, l).map(|nh| (a, l, nh))
-            })
-            .collect()
+        Cover::new().of(self, addr, max_len).to_vec()
     }
 }
 
