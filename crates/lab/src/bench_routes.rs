@@ -236,7 +236,7 @@ pub fn run(a: Args) -> Result<()> {
     let pairs =
         tester::pairs::Summary::new("during churn", "before (no churn)", "Mpps", &values, &loads);
     let (before, during) = (pairs.b.median, pairs.a.median);
-    let gen_share = (median(&mut gen_before), median(&mut gen_during));
+    let gen_share = (tester::pairs::median(&gen_before), tester::pairs::median(&gen_during));
     let limited_by = if gen_share.1 < 0.9 * gen_share.0 {
         format!(
             "generator during churn: it had {:.0} % of a CPU against {:.0} % before ({})",
@@ -330,10 +330,4 @@ pub fn run(a: Args) -> Result<()> {
     node.stop()?;
     crate::ensure!(mismatches == 0, "{mismatches} FIB lookups disagreed with the RIB");
     Ok(())
-}
-
-/// The median of `v` (0 when empty).
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }

@@ -68,20 +68,19 @@ pub fn clock_ticks() -> u64 {
 
 /// CPU time this process has used so far, all threads, in nanoseconds.
 pub fn process_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid timespec owned by this frame, written by the call.
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    if r != 0 {
-        return 0;
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    cpu_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
 /// CPU time the calling thread has used so far, in nanoseconds.
 pub fn thread_cpu_ns() -> u64 {
+    cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// `clock` (a CPU-time clock) in nanoseconds; 0 if it cannot be read.
+fn cpu_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid timespec owned by this frame, written by the call.
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    let r = unsafe { libc::clock_gettime(clock, &mut ts) };
     if r != 0 {
         return 0;
     }

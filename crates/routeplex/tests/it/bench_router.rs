@@ -5,7 +5,7 @@
 use std::process::Command;
 
 /// A small sorted prefix file: 10.1.0.0/24 .. 10.4.255.0/24.
-fn prefixes(dir: &std::path::Path) -> std::path::PathBuf {
+pub(crate) fn prefixes(dir: &std::path::Path) -> std::path::PathBuf {
     let mut text = String::from("# bench router test table\n");
     for a in 1..=4 {
         for b in 0..=255 {

@@ -7,15 +7,10 @@ use std::process::Command;
 fn churn_leaves_the_fib_equal_to_the_rib_and_says_what_limited_it() {
     let dir = std::env::temp_dir().join(format!("rpx-bench-routes-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut text = String::from("# bench routes test table\n");
-    for a in 1..=4 {
-        for b in 0..=255 {
-            text.push_str(&format!("10.{a}.{b}.0/24 {}\n", 1 + b % 8));
-        }
-    }
+    let file = super::bench_router::prefixes(&dir);
     // Shorter prefixes over the /24s, so that a change recompiles slots under a covering route.
+    let mut text = std::fs::read_to_string(&file).unwrap();
     text.push_str("10.0.0.0/8 3\n10.2.0.0/16 5\n");
-    let file = dir.join("prefixes.txt");
     std::fs::write(&file, text).unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_routeplex"))
         .args(["bench", "routes", "--batch", "200", "--seconds", "0.3", "--pairs", "1", "--json"])
