@@ -13,6 +13,7 @@
 //! idle: adaptive              # optional: what a worker without traffic does. poll: spin
 //!                             # (lowest latency, a whole CPU each); adaptive (default): spin
 //!                             # while traffic flows, then yield, then after ~1 ms of quiet
+//!                             # (50 us when frames come further apart than that)
 //!                             # sleep in poll(2) on its ports' descriptors until frames come
 //!                             # (memif: its eventfds; afxdp, afpacket, tap: their sockets;
 //!                             # mem ports have none, so a worker with one naps ~100 us);

@@ -148,6 +148,37 @@ fn quiet_workers_sleep_yet_forward_and_answer() {
     }
 }
 
+/// `idle: adaptive` under frames that come far apart (a few thousand a second): the worker
+/// sleeps between them rather than yielding its CPU until the next one (before, it slept only
+/// after 1 ms without frames, so a stream like this one kept it awake throughout).
+#[test]
+fn adaptive_sleeps_between_slow_frames() {
+    let tag = format!("rpx-idle-slow-{}", std::process::id());
+    let topo = topology(&tag, Idle::Adaptive);
+    let node = Node::start(topo.clone(), Options::for_topology(&topo), 256).unwrap();
+    let (mut c0, mut c1) = (client(format!("@{tag}-0"), "c0"), client(format!("@{tag}-1"), "c1"));
+    let t0 = Instant::now();
+    while c0.status() != PortStatus::Up || c1.status() != PortStatus::Up {
+        assert!(t0.elapsed() < DEADLINE, "handshake: {:?} {:?}", c0.status(), c1.status());
+        c0.service();
+        c1.service();
+        thread::sleep(Duration::from_millis(1));
+    }
+    let before = node.runtime().snapshot().unwrap().workers[0].sleeps;
+    // Each frame is back before the next is sent, and the next waits 300 us more: they are
+    // at least that far apart at the worker, however loaded the machine.
+    const N: u64 = 200;
+    for k in 0..N {
+        traffic(&mut c0, &mut c1, k, k + 1, 1);
+        thread::sleep(Duration::from_micros(300));
+    }
+    let s = node.runtime().snapshot().unwrap();
+    let slept = s.workers[0].sleeps - before;
+    assert_eq!(s.vr("vr").unwrap().1.counters.forwarded, N);
+    assert!(slept >= N / 2, "{slept} sleeps in {N} frames 300+ us apart: {:?}", s.workers[0]);
+    node.stop().unwrap();
+}
+
 #[test]
 fn a_worker_with_a_mem_port_naps_and_forwards() {
     let text = "\
