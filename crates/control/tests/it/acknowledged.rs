@@ -242,3 +242,78 @@ fn apply_of_the_text_started_from_reverts_live_changes_for_good() {
     n.stop().unwrap();
     drop(j);
 }
+
+/// A migration's commit is journaled as itself (a few hundred bytes: the neighbors and
+/// counters it put in), not as the whole VR again: the VR came in through a restore with its
+/// interfaces down, journaled then, routes and all. A restart brings the VR back as the
+/// commit left it, up, with its routes and the neighbors the source had learned, and so does
+/// the restart after, which reads what compaction wrote.
+#[test]
+fn a_migrated_vr_comes_back_as_its_commit_left_it() {
+    use control::api::Route;
+    use control::snapshot::SnapNeighbor;
+    let dir = RunDir::new("commit");
+    let (mut n, mut j) = up(&dir.0);
+    let routes: Vec<Route> = (0..2000u32)
+        .map(|k| Route {
+            prefix: format!("100.{}.{}.0/24", 64 + (k >> 8), k & 255).parse().unwrap(),
+            via: Some("10.0.1.2".parse().unwrap()),
+            interface: None,
+            blackhole: false,
+        })
+        .collect();
+    run(&mut n, &mut j, Command::RouteAdd { vr: "r".into(), routes });
+    let snap = dir.0.join("r.snap");
+    run(&mut n, &mut j, Command::Snapshot { vr: "r".into(), out: snap.display().to_string() });
+    // As a destination receives it: built down from the source's snapshot, then committed.
+    run(&mut n, &mut j, Command::VrRemove { vr: "r".into() });
+    let at = j.len();
+    run(
+        &mut n,
+        &mut j,
+        Command::Restore { snapshot: snap.display().to_string(), name: None, down: true },
+    );
+    let restore_bytes = j.len() - at;
+    assert!(running(&n, "r").0.iter().all(|i| !i.2), "{:?}", running(&n, "r"));
+    let learned = SnapNeighbor {
+        interface: 1,
+        address: "10.0.1.9".parse().unwrap(),
+        mac: "02:00:00:00:0b:09".into(),
+        reachable: true,
+    };
+    let at = j.len();
+    run(
+        &mut n,
+        &mut j,
+        Command::MigrateCommit {
+            vr: "r".into(),
+            neighbors: vec![learned],
+            counters: vec![("forwarded".into(), 77)],
+            not_after_ns: Some(control::sys::monotonic_ns() + 60_000_000_000),
+        },
+    );
+    let commit_bytes = j.len() - at;
+    assert!(
+        commit_bytes < 1024 && restore_bytes > 10 * commit_bytes,
+        "the commit took {commit_bytes} bytes of journal, the restore {restore_bytes}"
+    );
+    let acknowledged = running(&n, "r");
+    assert!(acknowledged.0.iter().all(|i| i.2), "{acknowledged:?}");
+    let has_neighbor = |n: &mut Node| {
+        let l = n.execute(Command::NeighborList { vr: "r".into() }).unwrap().json();
+        l["neighbors"].as_array().unwrap().iter().any(|r| r["address"] == "10.0.1.9")
+    };
+    assert!(has_neighbor(&mut n));
+    let table = n.table("r").unwrap().routes(None, usize::MAX);
+    n.stop().unwrap();
+    drop(j);
+
+    for restart in ["first", "second"] {
+        let (mut n, j) = up(&dir.0);
+        assert_eq!(running(&n, "r"), acknowledged, "{restart} restart");
+        assert_eq!(n.table("r").unwrap().routes(None, usize::MAX), table, "{restart} restart");
+        assert!(has_neighbor(&mut n), "{restart} restart: the learned neighbor is gone");
+        n.stop().unwrap();
+        drop(j);
+    }
+}
