@@ -115,7 +115,7 @@ fn is_restore(cmd: &Command) -> bool {
 /// (journaled then, routes and all): journaled as itself, the neighbors and counters it puts
 /// in and the interfaces it takes up, without the source's deadline (a monotonic time that
 /// means nothing to a replay). The source waits for the commit's answer with the VR down at
-/// both ends; writing the whole VR again there took 60-240 ms with the full table.
+/// both ends; writing the whole VR again there took 60-420 ms with the full table.
 fn is_commit(cmd: &Command) -> bool {
     matches!(cmd, Command::MigrateCommit { .. })
 }
