@@ -12,7 +12,10 @@
 //! other), and during the VR's load the generator offers half that rate:
 //! `forwarded_ratio_during` is forwarded / offered from the session's start to the last
 //! prefix in the VR's FIB. `seconds_to_full_fib` runs from the first route in the VR's FIB to
-//! the last; `linux_seconds` likewise in the namespace's kernel. `mismatches`: routes in the
+//! the last; `linux_seconds` likewise in the namespace's kernel. The anchor loads with the
+//! traffic paused, and once more after each of the VR's loads with it running on through the
+//! VR (`linux_seconds_same_load`, `ratio_to_linux_same_load`): on a machine with few CPUs the
+//! forwarding's own work slows both the same way, so that ratio is the route path's. `mismatches`: routes in the
 //! VR (source `kernel`) and in its namespace's kernel table that differ, at the end.
 
 use std::collections::HashSet;
@@ -248,6 +251,35 @@ impl Fill {
     }
 }
 
+/// The table withdrawn from the anchor's namespace and loaded again, with whatever the VR
+/// forwards meanwhile (the traffic is not paused): the anchor's time under the load the VR's
+/// own loads see. Returns its seconds and the probes before it.
+fn linux_again(
+    spk: (&str, &Path),
+    lnx: &mut Follow,
+    base: usize,
+    installed: usize,
+    prober: &tester::pairs::Prober,
+    timeout: u64,
+) -> Result<(f64, tester::pairs::Probes)> {
+    birdc(spk.0, spk.1, "disable lnx", 10)?;
+    let t = Instant::now();
+    while lnx.poll()? > base {
+        if t.elapsed() > Duration::from_secs(timeout) {
+            bail!("the withdrawn table is still in the anchor's FIB after {timeout} s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let probes = prober.probe();
+    birdc(spk.0, spk.1, "enable lnx", 10)?;
+    let mut fill = Fill::new(installed, timeout);
+    loop {
+        if let Some(done) = fill.step(lnx.poll()?) {
+            return Ok((done?.0, probes));
+        }
+    }
+}
+
 pub fn run(a: Args) -> Result<()> {
     crate::ensure!(
         control::sys::euid() == 0,
@@ -323,6 +355,8 @@ pub fn run(a: Args) -> Result<()> {
     let prober = tester::pairs::Prober::new();
     let mut values: Vec<(f64, tester::pairs::Probes, f64, tester::pairs::Probes)> = Vec::new();
     let mut loads = vec![tester::pairs::load_average()];
+    // The VR's loads against the anchor's under the same traffic (see `linux_again`).
+    let mut loaded: Vec<(f64, tester::pairs::Probes, f64, tester::pairs::Probes)> = Vec::new();
     let linux_probes = prober.probe();
     let mut lnx = Follow::open(&lnx_ns)?;
     // What the namespace holds without BGP: a withdrawal is over when it is back to this.
@@ -423,6 +457,11 @@ pub fn run(a: Args) -> Result<()> {
     };
     values.push((seconds_to_full_fib, vr_probes, linux_seconds, linux_probes));
     let mut during_ratios = vec![(f1 - f0) as f64 / (o1 - o0).max(1) as f64];
+    let spk = (spk_ns.as_str(), spk_sock.as_path());
+    let again =
+        |lnx: &mut Follow| linux_again(spk, lnx, lnx_base, linux_installed, &prober, a.timeout);
+    let (ls, lp) = again(&mut lnx)?;
+    loaded.push((seconds_to_full_fib, vr_probes, ls, lp));
 
     // Pairs 2..: the table withdrawn from both, then loaded into Linux (no traffic), then into
     // the VR (traffic at the same half rate), each until it holds what it held in pair 1.
@@ -465,6 +504,8 @@ pub fn run(a: Args) -> Result<()> {
         let (o1, f1) = (offered.load(Ordering::Relaxed), forwarded(&node)?);
         during_ratios.push((f1 - f0) as f64 / (o1 - o0).max(1) as f64);
         values.push((vs, vp, ls, lp));
+        let (ls, lp) = again(&mut lnx)?;
+        loaded.push((vs, vp, ls, lp));
     }
     stop.store(true, Ordering::Relaxed);
     let _ = traffic.join();
@@ -474,6 +515,13 @@ pub fn run(a: Args) -> Result<()> {
         "Linux (linux_seconds)",
         "s",
         &values,
+        &loads,
+    );
+    let same_load = tester::pairs::Summary::new(
+        "VR (seconds_to_full_fib)",
+        "Linux under the same traffic (linux_seconds_same_load)",
+        "s",
+        &loaded,
         &loads,
     );
 
@@ -522,6 +570,9 @@ pub fn run(a: Args) -> Result<()> {
         "linux_seconds": pairs.b.median,
         "ratio_to_linux": pairs.ratio.median,
         "pairs": pairs,
+        "linux_seconds_same_load": same_load.b.median,
+        "ratio_to_linux_same_load": same_load.ratio.median,
+        "pairs_same_load": same_load,
         "forwarded_ratio_during_each_pair": during_ratios,
         "fib_bytes": fib_bytes,
         "forwarded_ratio_during": forwarded_during as f64 / offered_during.max(1) as f64,
@@ -540,7 +591,7 @@ pub fn run(a: Args) -> Result<()> {
         } else {
             "route sync and the kernel install"
         },
-        "method": "interleaved pairs (--pairs): Linux, then the VR, then the table withdrawn from both (BGP sessions disabled at the speaker) and again; a fixed memory probe (dependent random reads over 8 MiB) and compute probe timed before each load; seconds_to_full_fib and linux_seconds are the medians over the pairs, ratio_to_linux the median of the per-pair ratios VR / Linux (pairs.ratio has min and max; lower is better); a pair is flagged when its two loads' probes differ by more than 10 %; in every pair Linux loads with the traffic paused and the VR with it at half the VR's rate; after pair 1 each load runs until its FIB holds what it held in pair 1. linux_seconds and seconds_to_full_fib each run from the first route to the last in their FIB (the namespace's kernel table; the VR's kernel-source routes), the last being the table or, where a kernel refuses some prefixes (224/4, 240/4, 255.255.255.255/32), the last growth before 5 s without any (installed, linux_installed); forwarded_ratio_during (pair 1; each pair's in forwarded_ratio_during_each_pair) runs from the session's enable to the last prefix",
+        "method": "interleaved pairs (--pairs): Linux, then the VR, then the table withdrawn from both (BGP sessions disabled at the speaker) and again; a fixed memory probe (dependent random reads over 8 MiB) and compute probe timed before each load; seconds_to_full_fib and linux_seconds are the medians over the pairs, ratio_to_linux the median of the per-pair ratios VR / Linux (pairs.ratio has min and max; lower is better); a pair is flagged when its two loads' probes differ by more than 10 %; in every pair Linux loads with the traffic paused and the VR with it at half the VR's rate; after pair 1 each load runs until its FIB holds what it held in pair 1. After the VR's load in each pair the table is withdrawn from the anchor and loaded into it again with the traffic running on through the VR (the machine as loaded as during the VR's own load): linux_seconds_same_load and ratio_to_linux_same_load (pairs_same_load) compare with that, so the share of the ratio that is the two CPUs' contention shows apart from the route path's. linux_seconds and seconds_to_full_fib each run from the first route to the last in their FIB (the namespace's kernel table; the VR's kernel-source routes), the last being the table or, where a kernel refuses some prefixes (224/4, 240/4, 255.255.255.255/32), the last growth before 5 s without any (installed, linux_installed); forwarded_ratio_during (pair 1; each pair's in forwarded_ratio_during_each_pair) runs from the session's enable to the last prefix",
     });
     if a.json {
         println!("{out}");
@@ -548,6 +599,10 @@ pub fn run(a: Args) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&out)?);
         println!("time to a full FIB, the VR against Linux, {} interleaved pairs:", a.pairs);
         for l in pairs.lines() {
+            println!("{l}");
+        }
+        println!("the VR against Linux under the same traffic:");
+        for l in same_load.lines() {
             println!("{l}");
         }
     }
