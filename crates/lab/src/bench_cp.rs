@@ -15,8 +15,9 @@
 //! the last; `linux_seconds` likewise in the namespace's kernel. The anchor loads with the
 //! traffic paused, and once more after each of the VR's loads with it running on through the
 //! VR (`linux_seconds_same_load`, `ratio_to_linux_same_load`): on a machine with few CPUs the
-//! forwarding's own work slows both the same way, so that ratio is the route path's. `mismatches`: routes in the
-//! VR (source `kernel`) and in its namespace's kernel table that differ, at the end.
+//! forwarding's own work slows both the same way, so that ratio is the route path's.
+//! `mismatches`: routes in the VR (source `kernel`) and in its namespace's kernel table that
+//! differ, at the end.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
