@@ -94,6 +94,20 @@ fn client(socket: String, name: &str) -> MemifPort {
     MemifPort::client(o).unwrap()
 }
 
+/// The clients of the topology's two memif ports, once both are up. The handshakes wake a
+/// sleeping worker through its listening sockets.
+fn clients(tag: &str) -> (MemifPort, MemifPort) {
+    let (mut c0, mut c1) = (client(format!("@{tag}-0"), "c0"), client(format!("@{tag}-1"), "c1"));
+    let t0 = Instant::now();
+    while c0.status() != PortStatus::Up || c1.status() != PortStatus::Up {
+        assert!(t0.elapsed() < DEADLINE, "handshake: {:?} {:?}", c0.status(), c1.status());
+        c0.service();
+        c1.service();
+        thread::sleep(Duration::from_millis(1));
+    }
+    (c0, c1)
+}
+
 #[test]
 fn quiet_workers_sleep_yet_forward_and_answer() {
     for idle in [Idle::Adaptive, Idle::Interrupt] {
@@ -101,16 +115,7 @@ fn quiet_workers_sleep_yet_forward_and_answer() {
         let topo = topology(&tag, idle);
         assert_eq!(topo.idle, idle);
         let mut node = Node::start(topo.clone(), Options::for_topology(&topo), 256).unwrap();
-        let (mut c0, mut c1) =
-            (client(format!("@{tag}-0"), "c0"), client(format!("@{tag}-1"), "c1"));
-        // The handshakes wake the sleeping worker through its listening sockets.
-        let t0 = Instant::now();
-        while c0.status() != PortStatus::Up || c1.status() != PortStatus::Up {
-            assert!(t0.elapsed() < DEADLINE, "handshake: {:?} {:?}", c0.status(), c1.status());
-            c0.service();
-            c1.service();
-            thread::sleep(Duration::from_millis(1));
-        }
+        let (mut c0, mut c1) = clients(&tag);
 
         // Quiet: both workers sleep (worker 1 has no cell), and answer status meanwhile.
         let s = wait_for(node.runtime(), "both workers asleep", |s| {
@@ -156,14 +161,7 @@ fn adaptive_sleeps_between_slow_frames() {
     let tag = format!("rpx-idle-slow-{}", std::process::id());
     let topo = topology(&tag, Idle::Adaptive);
     let node = Node::start(topo.clone(), Options::for_topology(&topo), 256).unwrap();
-    let (mut c0, mut c1) = (client(format!("@{tag}-0"), "c0"), client(format!("@{tag}-1"), "c1"));
-    let t0 = Instant::now();
-    while c0.status() != PortStatus::Up || c1.status() != PortStatus::Up {
-        assert!(t0.elapsed() < DEADLINE, "handshake: {:?} {:?}", c0.status(), c1.status());
-        c0.service();
-        c1.service();
-        thread::sleep(Duration::from_millis(1));
-    }
+    let (mut c0, mut c1) = clients(&tag);
     let before = node.runtime().snapshot().unwrap().workers[0].sleeps;
     // Each frame is back before the next is sent, and the next waits 300 us more: they are
     // at least that far apart at the worker, however loaded the machine.
