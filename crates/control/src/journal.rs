@@ -510,14 +510,13 @@ impl Journal {
             };
             self.live.note(cmd, Some((name.to_string(), down)));
             restore_record(node, name, down)?
-        } else if let Command::MigrateCommit { vr, neighbors, counters, .. } = cmd {
+        } else if is_commit(cmd) {
             self.live.note(cmd, None);
-            command(&Command::MigrateCommit {
-                vr: vr.clone(),
-                neighbors: neighbors.clone(),
-                counters: counters.clone(),
-                not_after_ns: None,
-            })
+            let mut c = cmd.clone();
+            if let Command::MigrateCommit { not_after_ns, .. } = &mut c {
+                *not_after_ns = None;
+            }
+            command(&c)
         } else {
             self.live.note(cmd, None);
             command(cmd)
