@@ -252,10 +252,10 @@ impl Fill {
     }
 }
 
-/// The table withdrawn from the anchor's namespace and loaded again, with whatever the VR
-/// forwards meanwhile (the traffic is not paused): the anchor's time under the load the VR's
-/// own loads see. Returns its seconds and the probes before it.
-fn linux_again(
+/// The table withdrawn from the anchor's namespace and loaded again, until it holds what it
+/// held in pair 1: the anchor's time, with the traffic paused or running on through the VR as
+/// the caller left it. Returns its seconds and the probes before it.
+fn reload_linux(
     spk: (&str, &Path),
     lnx: &mut Follow,
     base: usize,
@@ -356,7 +356,7 @@ pub fn run(a: Args) -> Result<()> {
     let prober = tester::pairs::Prober::new();
     let mut values: Vec<(f64, tester::pairs::Probes, f64, tester::pairs::Probes)> = Vec::new();
     let mut loads = vec![tester::pairs::load_average()];
-    // The VR's loads against the anchor's under the same traffic (see `linux_again`).
+    // The VR's loads against the anchor's under the same traffic.
     let mut loaded: Vec<(f64, tester::pairs::Probes, f64, tester::pairs::Probes)> = Vec::new();
     let linux_probes = prober.probe();
     let mut lnx = Follow::open(&lnx_ns)?;
@@ -459,37 +459,29 @@ pub fn run(a: Args) -> Result<()> {
     values.push((seconds_to_full_fib, vr_probes, linux_seconds, linux_probes));
     let mut during_ratios = vec![(f1 - f0) as f64 / (o1 - o0).max(1) as f64];
     let spk = (spk_ns.as_str(), spk_sock.as_path());
-    let again =
-        |lnx: &mut Follow| linux_again(spk, lnx, lnx_base, linux_installed, &prober, a.timeout);
-    let (ls, lp) = again(&mut lnx)?;
+    let reload =
+        |lnx: &mut Follow| reload_linux(spk, lnx, lnx_base, linux_installed, &prober, a.timeout);
+    let (ls, lp) = reload(&mut lnx)?;
     loaded.push((seconds_to_full_fib, vr_probes, ls, lp));
 
     // Pairs 2..: the table withdrawn from both, then loaded into Linux (no traffic), then into
     // the VR (traffic at the same half rate), each until it holds what it held in pair 1.
     for _ in 1..a.pairs {
-        birdc(&spk_ns, &spk_sock, "disable lnx", 10)?;
         birdc(&spk_ns, &spk_sock, "disable dut", 10)?;
         let t = Instant::now();
         loop {
             node.sync_control_planes();
-            if lnx.poll()? <= lnx_base && kernel_count(&node) <= vr_base {
+            if kernel_count(&node) <= vr_base {
                 break;
             }
             if t.elapsed() > Duration::from_secs(a.timeout) {
-                bail!("the withdrawn table is still in a FIB after {} s", a.timeout);
+                bail!("the withdrawn table is still in the VR's FIB after {} s", a.timeout);
             }
             std::thread::sleep(Duration::from_millis(10));
         }
         pause.store(true, Ordering::Relaxed);
         loads.push(tester::pairs::load_average());
-        let lp = prober.probe();
-        birdc(&spk_ns, &spk_sock, "enable lnx", 10)?;
-        let mut fill = Fill::new(linux_installed, a.timeout);
-        let (ls, _) = loop {
-            if let Some(done) = fill.step(lnx.poll()?) {
-                break done?;
-            }
-        };
+        let (ls, lp) = reload(&mut lnx)?;
         pause.store(false, Ordering::Relaxed);
         std::thread::sleep(Duration::from_millis(200));
         let vp = prober.probe();
@@ -505,7 +497,7 @@ pub fn run(a: Args) -> Result<()> {
         let (o1, f1) = (offered.load(Ordering::Relaxed), forwarded(&node)?);
         during_ratios.push((f1 - f0) as f64 / (o1 - o0).max(1) as f64);
         values.push((vs, vp, ls, lp));
-        let (ls, lp) = again(&mut lnx)?;
+        let (ls, lp) = reload(&mut lnx)?;
         loaded.push((vs, vp, ls, lp));
     }
     stop.store(true, Ordering::Relaxed);
