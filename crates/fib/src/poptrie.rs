@@ -52,7 +52,9 @@
 //! # Build
 //! One pass over the RIB in (address, length) order, which keeps every subtree's prefixes
 //! contiguous. A node first paints its 64 children with the prefixes that end inside its
-//! stride (shortest first, so longer ones win: controlled prefix expansion), then recurses
+//! stride, in that order: two prefixes overlap only when one contains the other, and the
+//! container comes first, so the longer one paints last and wins with no sort by length
+//! (controlled prefix expansion; direct slots and blocks are painted the same way). It recurses
 //! into the children that hold longer prefixes, passing the painted value down as their
 //! default (leaf pushing). Nodes are emitted post-order: a node's children block is written
 //! once all of them are known, so a child that turns out uniform (all 64 children one next
@@ -1063,8 +1065,6 @@ struct Builder {
     reused: (usize, usize),
     /// The node runs written into free runs (`(first, len)`), for the patch's check.
     refilled: Vec<(usize, usize)>,
-    /// [`paint`](Self::paint)'s prefixes: (length, first slot, next hop).
-    short: Vec<(u8, usize, NextHop)>,
 }
 
 impl Builder {
@@ -1077,7 +1077,6 @@ impl Builder {
             free,
             reused: (0, 0),
             refilled: Vec::new(),
-            short: Vec::new(),
         }
     }
 
@@ -1116,8 +1115,8 @@ impl Builder {
     }
 
     /// Paints `dir` (direct slots `first ..` at `s` bits) with the prefixes of `covering`
-    /// and `entries` that end within `s` bits, shortest first so longer ones win; the rest
-    /// of `dir` becomes NO_ROUTE.
+    /// and `entries` that end within `s` bits, in RIB order so longer ones win; the rest of
+    /// `dir` becomes NO_ROUTE.
     fn paint<K: Key>(
         &mut self,
         dir: &mut [u32],
@@ -1127,26 +1126,17 @@ impl Builder {
         entries: &[(K, u8, NextHop)],
     ) {
         let end = first + dir.len();
-        // A buffer kept between calls: a patch paints once per touched slot.
-        let mut short = std::mem::take(&mut self.short);
-        short.clear();
-        short.extend(
-            covering
-                .iter()
-                .chain(entries.iter())
-                .filter(|p| p.1 <= s)
-                .map(|&(a, l, nh)| (l, a.top(s), nh)),
-        );
-        short.sort_unstable_by_key(|p| p.0);
         dir.fill(LEAF | u32::from(NO_ROUTE));
-        for &(l, start, nh) in &short {
+        // `covering`'s prefixes start before `entries` and contain the range's first address,
+        // so the chain is in RIB order (see the module docs, Build).
+        for &(start, l, nh) in covering.iter().chain(entries).filter(|p| p.1 <= s) {
+            let start = start.top(s);
             let lo = start.max(first);
             let hi = (start + (1usize << (s - l))).min(end);
             if lo < hi {
                 dir[lo - first..hi - first].fill(LEAF | u32::from(nh));
             }
         }
-        self.short = short;
     }
 
     /// Fills `dir`, the direct slots `first .. first + dir.len()` at `s` bits, from
@@ -1183,14 +1173,10 @@ impl Builder {
         let per = 1usize << geo.block;
         let base = *entry;
         let mut blk = vec![base; per];
-        // Paint only this slot's prefixes over the inherited value.
-        let mut short: Vec<(u8, usize, NextHop)> = run
-            .iter()
-            .filter(|p| p.1 <= geo.top + geo.block)
-            .map(|&(a, l, nh)| (l, a.top(geo.top + geo.block) - t * per, nh))
-            .collect();
-        short.sort_unstable_by_key(|p| p.0);
-        for (l, start, nh) in short {
+        // Paint only this slot's prefixes over the inherited value, in RIB order (see the
+        // module docs, Build).
+        for &(a, l, nh) in run.iter().filter(|p| p.1 <= geo.top + geo.block) {
+            let start = a.top(geo.top + geo.block) - t * per;
             blk[start..start + (1 << (geo.top + geo.block - l))].fill(LEAF | u32::from(nh));
         }
         let s = geo.top + geo.block;
@@ -1219,18 +1205,9 @@ impl Builder {
         let end = d + STRIDE;
         let mut vals = [def; 64];
 
-        // Prefixes ending in this stride: at most 2 + 4 + ... + 64 = 126 distinct ones.
-        let mut short = [(0u8, 0u8, NO_ROUTE); 126];
-        let mut nshort = 0;
-        for &(a, l, nh) in ps {
-            if l <= end {
-                short[nshort] = (l, a.chunk(d) as u8, nh);
-                nshort += 1;
-            }
-        }
-        short[..nshort].sort_unstable_by_key(|p| p.0);
-        for &(l, c, nh) in &short[..nshort] {
-            let c = usize::from(c);
+        // Prefixes ending in this stride, painted in RIB order (see the module docs, Build).
+        for &(a, l, nh) in ps.iter().filter(|p| p.1 <= end) {
+            let c = a.chunk(d) as usize;
             vals[c..c + (1usize << (end - l))].fill(nh);
         }
 
@@ -1266,25 +1243,26 @@ impl Builder {
         }
         // With no children the base is never read; it stays where the next run would go.
         let node_base = if nkids > 0 { self.place_nodes(&run[..nkids]) } else { self.node_index() };
+        // The leaf runs: a run starts at a slot that is not a child and whose value differs
+        // from the last leaf slot's. Without branches on the values, which a real table's
+        // next hops make unpredictable (this loop was a twentieth of a route update's time).
         let mut leafvec = 0u64;
-        let mut inline = [NO_ROUTE; INLINE];
-        let mut outside = [NO_ROUTE; 64];
+        let mut starts = [NO_ROUTE; 64];
         let mut runs = 0;
-        let mut prev = None;
+        let mut prev = u32::MAX; // no next hop: the first leaf slot starts a run
         for (c, &v) in vals.iter().enumerate() {
-            if vector & (1 << c) == 0 && prev != Some(v) {
-                leafvec |= 1 << c;
-                if runs < INLINE {
-                    inline[runs] = v;
-                } else {
-                    outside[runs - INLINE] = v;
-                }
-                runs += 1;
-                prev = Some(v);
-            }
+            let leaf = vector >> c & 1 == 0;
+            let start = leaf & (u32::from(v) != prev);
+            leafvec |= u64::from(start) << c;
+            starts[runs] = v;
+            runs += usize::from(start);
+            prev = if leaf { u32::from(v) } else { prev };
         }
+        let mut inline = [NO_ROUTE; INLINE];
+        let n = runs.min(INLINE);
+        inline[..n].copy_from_slice(&starts[..n]);
         let leaf_base = match runs.checked_sub(INLINE) {
-            Some(n @ 1..) => self.place_leaves(&outside[..n]),
+            Some(1..) => self.place_leaves(&starts[INLINE..runs]),
             _ => u32::try_from(self.leaves.len()).expect("poptrie: more than 2^32 leaves"),
         };
         Built::Node(Node {
