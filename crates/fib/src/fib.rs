@@ -28,6 +28,15 @@ pub enum Change<K> {
     Remove(K, u8),
 }
 
+impl<K: Copy> Change<K> {
+    /// The prefix it is about.
+    fn prefix(&self) -> (K, u8) {
+        match *self {
+            Change::Insert(a, l, _) | Change::Remove(a, l) => (a, l),
+        }
+    }
+}
+
 /// Counters of how the writer published, for tests, `show` commands and benchmarks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UpdateStats {
@@ -102,7 +111,7 @@ impl<K: Key> Fib<K> {
     pub fn insert(&mut self, addr: K, len: u8, nh: NextHop) -> Option<NextHop> {
         let old = self.rib.insert(addr, len, nh);
         if old != Some(nh) {
-            self.publish_touching(&[self.slot_range(addr, len)]);
+            self.publish_touching(&[self.slot_range((addr, len))]);
         }
         old
     }
@@ -111,26 +120,46 @@ impl<K: Key> Fib<K> {
     pub fn remove(&mut self, addr: K, len: u8) -> Option<NextHop> {
         let old = self.rib.remove(addr, len);
         if old.is_some() {
-            self.publish_touching(&[self.slot_range(addr, len)]);
+            self.publish_touching(&[self.slot_range((addr, len))]);
         }
         old
     }
 
     /// Applies many changes in order and publishes once: the cheap way to load a batch of
     /// routing updates (one copy of the structure for the whole batch).
+    ///
+    /// When the batch can be patched in, each change is made right before the slots it
+    /// touches are recompiled, in address order, so the recompile reads the part of the RIB
+    /// the change just brought into cache. Changes to one prefix keep their order.
     pub fn apply(&mut self, changes: impl IntoIterator<Item = Change<K>>) {
-        let mut touched = Vec::new();
-        for ch in changes {
-            let (addr, len, changed) = match ch {
-                Change::Insert(a, l, nh) => (a, l, self.rib.insert(a, l, nh) != Some(nh)),
-                Change::Remove(a, l) => (a, l, self.rib.remove(a, l).is_some()),
-            };
-            if changed {
-                touched.push(self.slot_range(addr, len));
-            }
+        let mut todo: Vec<((usize, usize), Change<K>)> =
+            changes.into_iter().map(|c| (self.slot_range(c.prefix()), c)).collect();
+        if todo.is_empty() {
+            return;
         }
-        if !touched.is_empty() {
-            self.publish_touching(&touched);
+        todo.sort_by_key(|t| t.0 .0);
+        let merged = merge(todo.iter().map(|t| t.0));
+        let mut changed = false;
+        let mut next = 0;
+        // Makes the changes that touch slots below `end` (each touches its first slot).
+        let mut apply_until = |rib: &mut Rib<K>, end: usize| {
+            while let Some(&(_, ch)) = todo.get(next).filter(|t| t.0 .0 < end) {
+                changed |= apply_one(rib, ch);
+                next += 1;
+            }
+        };
+        if !self.patchable(&merged) {
+            apply_until(&mut self.rib, usize::MAX);
+            if changed {
+                self.full_build();
+            }
+            return;
+        }
+        let p = self.current.patch(&mut self.rib, &merged, &mut apply_until);
+        // Every change touches a slot in one of the ranges, so all of them were made.
+        debug_assert_eq!(next, todo.len());
+        if changed {
+            self.publish_patch(p, &merged);
         }
     }
 
@@ -168,44 +197,47 @@ impl<K: Key> Fib<K> {
     }
 
     /// The direct slots `[start, end)` a change to `addr/len` can alter in the current version.
-    fn slot_range(&self, addr: K, len: u8) -> (usize, usize) {
+    fn slot_range(&self, (addr, len): (K, u8)) -> (usize, usize) {
         let s = self.current.direct_bits();
         let start = addr.mask(len.min(s)).top(s);
         (start, start + (1usize << (s - len.min(s))))
     }
 
+    /// Publishes after a change to `touched`'s slots (the RIB already changed).
     fn publish_touching(&mut self, touched: &[(usize, usize)]) {
-        let cur = &self.current;
-        let s = cur.direct_bits();
-        let want = geometry_for::<K>(self.rib.len(), Some(cur.geometry()));
         let mut ranges = touched.to_vec();
         ranges.sort_unstable();
-        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
-        for (lo, hi) in ranges {
-            match merged.last_mut() {
-                Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
-                _ => merged.push((lo, hi)),
-            }
+        let merged = merge(ranges.into_iter());
+        if !self.patchable(&merged) {
+            return self.full_build();
         }
+        let p = self.current.patch(&mut self.rib, &merged, |_, _| {});
+        self.publish_patch(p, &merged);
+    }
+
+    /// Whether recompiling `merged` (sorted, disjoint slot ranges) is cheaper than a full build.
+    fn patchable(&self, merged: &[(usize, usize)]) -> bool {
         let slots: usize = merged.iter().map(|r| r.1 - r.0).sum();
-        let next = if want != cur.geometry() || slots > (1usize << s) / 8 {
-            None
-        } else {
-            let p = cur.patch(&self.rib, &merged);
-            // Compact once garbage is half of what the copy carries around.
-            (p.garbage_bytes() * 2 <= p.trie_bytes()).then_some(p)
-        };
-        match next {
-            Some(p) => {
-                self.stats.patches += 1;
-                self.stats.slots_rebuilt += slots as u64;
-                self.publish(p);
-            }
-            None => {
-                self.stats.full_builds += 1;
-                self.publish(Poptrie::build_with_geometry(&self.rib, want));
-            }
+        slots <= (1usize << self.current.direct_bits()) / 8
+    }
+
+    /// Publishes `p`, the current version with `merged` recompiled, unless the RIB's size
+    /// now asks for another geometry or the garbage calls for compaction: then a full build.
+    fn publish_patch(&mut self, p: Poptrie<K>, merged: &[(usize, usize)]) {
+        let want = geometry_for::<K>(self.rib.len(), Some(self.current.geometry()));
+        // Compact once garbage is half of what the copy carries around.
+        if want != self.current.geometry() || p.garbage_bytes() * 2 > p.trie_bytes() {
+            return self.full_build();
         }
+        self.stats.patches += 1;
+        self.stats.slots_rebuilt += merged.iter().map(|r| (r.1 - r.0) as u64).sum::<u64>();
+        self.publish(p);
+    }
+
+    fn full_build(&mut self) {
+        let want = geometry_for::<K>(self.rib.len(), Some(self.current.geometry()));
+        self.stats.full_builds += 1;
+        self.publish(Poptrie::build_with_geometry(&self.rib, want));
     }
 
     fn publish(&mut self, mut next: Poptrie<K>) {
@@ -218,6 +250,26 @@ impl<K: Key> Fib<K> {
         self.retired.push(old);
         // Only the writer still holds these: free them here, not in a reader's batch.
         self.retired.retain(|v| Arc::strong_count(v) > 1);
+    }
+}
+
+/// Sorted ranges merged where they overlap or touch.
+fn merge(sorted: impl Iterator<Item = (usize, usize)>) -> Vec<(usize, usize)> {
+    let mut merged: Vec<(usize, usize)> = Vec::new();
+    for (lo, hi) in sorted {
+        match merged.last_mut() {
+            Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+            _ => merged.push((lo, hi)),
+        }
+    }
+    merged
+}
+
+/// Makes `ch` in `rib`; whether that changed anything.
+fn apply_one<K: Key>(rib: &mut Rib<K>, ch: Change<K>) -> bool {
+    match ch {
+        Change::Insert(a, l, nh) => rib.insert(a, l, nh) != Some(nh),
+        Change::Remove(a, l) => rib.remove(a, l).is_some(),
     }
 }
 
@@ -344,6 +396,24 @@ mod tests {
         assert_eq!(fib.current().generation(), 2);
         assert_eq!(fib.reader().load().lookup(0x0A00_0001), 3);
         assert_eq!(fib.rib().len(), 1);
+        // A batch that changes nothing publishes nothing, patched (it recompiles its slots)
+        // or not (a /0 touches every slot).
+        fib.apply([Change::Remove(0x0B00_0000, 8), Change::Remove(0x0A00_0000, 8)]);
+        fib.apply([Change::Insert(0, 0, 3)]);
+        assert_eq!(fib.generation(), 2);
+        assert_eq!(fib.update_stats().publishes, 2);
+        // Changes to one prefix keep their order, among changes sorted by slot around them.
+        fib.apply([
+            Change::Insert(0x0C00_0000, 8, 5),
+            Change::Insert(0x0100_0000, 24, 7),
+            Change::Remove(0x0C00_0000, 8),
+            Change::Insert(0x0C00_0000, 8, 6),
+            Change::Remove(0x0100_0000, 24),
+        ]);
+        assert_eq!(fib.generation(), 3);
+        let now = fib.reader().load();
+        assert_eq!((now.lookup(0x0C01_0203), now.lookup(0x0100_0001)), (6, 3));
+        assert_eq!(fib.rib().iter().collect::<Vec<_>>(), [(0, 0, 3), (0x0C00_0000, 8, 6)]);
     }
 
     #[test]

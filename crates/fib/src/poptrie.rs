@@ -372,8 +372,18 @@ impl<K: Key> Poptrie<K> {
 
     /// A copy of `self` with the `s`-bit direct slots in `ranges` (`[start, end)`, sorted,
     /// disjoint) recompiled from `rib`, which must be the RIB `self` was built from plus
-    /// changes that touch only those slots. See the module docs for the cost model.
-    pub(crate) fn patch(&self, rib: &Rib<K>, ranges: &[(usize, usize)]) -> Self {
+    /// changes that touch only those slots. Those changes may also be left to `before`:
+    /// `before(rib, end)` must make every change that touches a slot below `end`, and is
+    /// called with a rising `end` right before the slots below it are recompiled, so the
+    /// RIB's part for them is still in cache when it is read (a change and its slots'
+    /// recompile are a B-tree descent each, to the same leaf). See the module docs for the
+    /// cost model.
+    pub(crate) fn patch(
+        &self,
+        rib: &mut Rib<K>,
+        ranges: &[(usize, usize)],
+        mut before: impl FnMut(&mut Rib<K>, usize),
+    ) -> Self {
         let (s, geo) = (self.s, self.geo);
         let mut top = self.top.clone();
         let mut blocks = self.blocks.clone();
@@ -389,6 +399,7 @@ impl<K: Key> Poptrie<K> {
         let mut cover = Cover::new();
         if geo.block == 0 {
             for &(lo, hi) in ranges {
+                before(rib, hi);
                 let dir = &mut top[lo..hi];
                 self.redo(rib, &mut b, dir, lo, &mut entries, &mut cover, &mut garbage);
             }
@@ -397,6 +408,7 @@ impl<K: Key> Poptrie<K> {
             let old_blocks = self.blocks.len() / per;
             let mut whole_done = None;
             for &(lo, hi) in ranges {
+                before(rib, hi);
                 let (first_t, last_t) = (lo >> geo.block, (hi - 1) >> geo.block);
                 for (t, entry) in top.iter_mut().enumerate().take(last_t + 1).skip(first_t) {
                     let (tlo, thi) = (t * per, (t + 1) * per);
@@ -413,7 +425,9 @@ impl<K: Key> Poptrie<K> {
                     if whole_done == Some(t) {
                         continue;
                     }
-                    // The whole top entry: its own value and a fresh block if needed.
+                    // The whole top entry: its own value and a fresh block if needed, from
+                    // every change in it (later ranges may fall in it too).
+                    before(rib, thi);
                     if let Some(start) = old_block {
                         for &x in &blocks[start..start + per] {
                             self.add_garbage(x, &mut b.free, &mut garbage);
@@ -1649,7 +1663,7 @@ mod tests {
                         _ => merged.push((lo, hi)),
                     }
                 }
-                t = t.patch(&rib, &merged);
+                t = t.patch(&mut rib, &merged, |_, _| {});
                 let fresh = Poptrie::build_with_geometry(&rib, geo);
                 let entries: Vec<(K, u8)> = rib.iter().map(|p| (p.0, p.1)).collect();
                 let b = crate::testutil::boundaries(entries.into_iter());
@@ -1704,11 +1718,11 @@ mod tests {
             for p in &picked {
                 rib.remove(p.0, p.1);
             }
-            t = t.patch(&rib, &ranges);
+            t = t.patch(&mut rib, &ranges, |_, _| {});
             for p in &picked {
                 rib.insert(p.0, p.1, p.2);
             }
-            t = t.patch(&rib, &ranges);
+            t = t.patch(&mut rib, &ranges, |_, _| {});
             check_against(&t, naive, &rib, 500, round);
             sizes.push(t.nodes.len());
         }
