@@ -522,12 +522,16 @@ impl RouteSync {
                     self.link_change(index, old, Some(link), out);
                 }
             }
+            // One search of the table per message, and the state before published only when
+            // there was one: a full table's load is half a million new prefixes.
             Msg::NewRoute(p) => {
                 if let Some(id) = p.nhid {
                     self.nh_refs.insert(id);
                 }
-                let before = self.published(&p.key);
+                let links = &self.links;
+                let name = |i: u32| links.get(&i).map(|l| l.name.as_str());
                 let variants = self.table.entry(p.key).or_default();
+                let before = publish(&p.key, variants, &name);
                 match variants.iter_mut().find(|v| v.metric == p.variant.metric) {
                     Some(v) if p.v6 && flags & NLM_F_APPEND != 0 && flags & NLM_F_REPLACE == 0 => {
                         merge(v, p.variant)
@@ -544,12 +548,14 @@ impl RouteSync {
                         variants.sort_by_key(|v| v.metric);
                     }
                 }
-                let after = self.published(&p.key);
+                let after = publish(&p.key, variants, &name);
                 push_change(out, &p.key, before, after);
             }
             Msg::DelRoute(p) => {
-                let before = self.published(&p.key);
+                let links = &self.links;
+                let name = |i: u32| links.get(&i).map(|l| l.name.as_str());
                 if let Some(variants) = self.table.get_mut(&p.key) {
+                    let before = publish(&p.key, variants, &name);
                     if let Some(i) = variants.iter().position(|v| v.metric == p.variant.metric) {
                         let gone = match (&mut variants[i].kind, &p.variant.kind) {
                             // IPv6 deletes single siblings: drop only the hops named.
@@ -566,12 +572,12 @@ impl RouteSync {
                             variants.remove(i);
                         }
                     }
+                    let after = publish(&p.key, variants, &name);
                     if variants.is_empty() {
                         self.table.remove(&p.key);
                     }
+                    push_change(out, &p.key, before, after);
                 }
-                let after = self.published(&p.key);
-                push_change(out, &p.key, before, after);
             }
         }
     }
