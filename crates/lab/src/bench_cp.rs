@@ -382,7 +382,7 @@ pub fn run(a: Args) -> Result<()> {
     let traffic = {
         let (stop, pause, rate, offered) =
             (stop.clone(), pause.clone(), rate.clone(), offered.clone());
-        std::thread::spawn(move || {
+        std::thread::Builder::new().name("rpx-traffic".into()).spawn(move || {
             let mut gen = Generator::new(frames);
             let (mut tx, mut rx, mut sink) =
                 (Batch::new(256), Batch::new(ports::MAX_BURST), Sink::default());
@@ -412,7 +412,7 @@ pub fn run(a: Args) -> Result<()> {
                 sink.recv(&mut p1, &mut rx);
                 rx.clear();
             }
-        })
+        })?
     };
     let forwarded = |node: &Node| -> Result<u64> {
         node.runtime()
@@ -435,6 +435,24 @@ pub fn run(a: Args) -> Result<()> {
     let vr_base = kernel_count(&node);
     let vr_probes = prober.probe();
     let (o0, f0) = (offered.load(Ordering::Relaxed), forwarded(&node)?);
+    // Where this process's CPU time went during the VR's first load, to its last prefix (BIRD
+    // and the kernel's netlink work are the rest of the machine's).
+    let mut sampler = Some(crate::sys::threads::Sampler::start(
+        vec![crate::sys::threads::Watch {
+            pid: std::process::id(),
+            process: "bench".into(),
+            roles: [
+                ("main", "control (route sync apply)"),
+                ("rtsync-dut", "route sync listener"),
+                ("worker0", "worker (forwarding)"),
+                ("rpx-traffic", "generator and sink"),
+            ]
+            .map(|(n, r)| (n.to_string(), r.to_string()))
+            .to_vec(),
+        }],
+        Duration::from_millis(20),
+    ));
+    let mut vr_load_threads = None;
     birdc(&spk_ns, &spk_sock, "enable dut", 10)?;
     let mut fill = Fill::new(n, a.timeout);
     let mut at_full = None;
@@ -444,6 +462,7 @@ pub fn run(a: Args) -> Result<()> {
         if at_full.is_none() && k >= n.min(linux_installed) {
             // The load is over when the last prefix is in; forwarding is measured to there.
             at_full = Some((offered.load(Ordering::Relaxed), forwarded(&node)?));
+            vr_load_threads = sampler.take().map(|s| s.finish());
         }
         if let Some(done) = fill.step(k) {
             if done.is_err() {
@@ -452,6 +471,8 @@ pub fn run(a: Args) -> Result<()> {
             break done?;
         }
     };
+    let vr_load_threads =
+        vr_load_threads.or_else(|| sampler.map(|s| s.finish())).unwrap_or_default();
     let (o1, f1) = match at_full {
         Some(x) => x,
         None => (offered.load(Ordering::Relaxed), forwarded(&node)?),
@@ -579,6 +600,7 @@ pub fn run(a: Args) -> Result<()> {
         "bird": "BIRD 2 (the distribution's), same configuration in the VR's namespace and the anchor's; one speaker, eBGP",
         "online_cpus": online,
         "threads": "worker (forwarding), generator+sink, control (route sync apply), route sync listener, BIRD x3, the kernels' netlink work: more busy threads than CPUs, none pinned",
+        "vr_load_threads": vr_load_threads.to_json(),
         "limited_by": if online < 4 {
             "cpu: the worker, the generator, route sync, BIRD and the kernel share few CPUs, so the load takes CPU time from forwarding and the reverse"
         } else {
@@ -598,6 +620,10 @@ pub fn run(a: Args) -> Result<()> {
         for l in same_load.lines() {
             println!("{l}");
         }
+        println!(
+            "this process's threads during the VR's first load: {}",
+            vr_load_threads.summary()
+        );
     }
     node.stop()?;
     drop(lab);

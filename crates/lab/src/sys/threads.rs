@@ -83,7 +83,7 @@ impl ThreadSeen {
             "process": self.process, "pid": self.pid, "tid": self.tid, "name": self.name,
             "role": self.role, "allowed_cpus": self.allowed, "cpu": self.main_cpu(),
             "cpu_share": round3(self.main_share()), "cpus_seen": cpus, "samples": self.samples,
-            "busy": round3(self.busy()),
+            "busy": round3(self.busy()), "cpu_seconds": round3(self.cpu_ns as f64 / 1e9),
             "context_switches": { "voluntary": self.voluntary_switches, "involuntary": self.involuntary_switches },
         })
     }
@@ -126,13 +126,14 @@ impl Placement {
                 continue;
             }
             parts.push(format!(
-                "{} ({} {}) on CPU {cpu} ({:.0} % of samples, allowed {}, busy {:.0} %)",
+                "{} ({} {}) on CPU {cpu} ({:.0} % of samples, allowed {}, busy {:.0} %, {:.2} s CPU)",
                 t.role,
                 t.process,
                 t.name,
                 t.main_share() * 100.0,
                 t.allowed,
-                t.busy() * 100.0
+                t.busy() * 100.0,
+                t.cpu_ns as f64 / 1e9
             ));
         }
         format!("{} online CPU(s); read back from /proc: {}", self.online_cpus, parts.join("; "))
