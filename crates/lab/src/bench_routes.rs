@@ -9,8 +9,9 @@
 //! worker forwards.
 //! `publish_latency_us` runs from a batch's submission to the first burst the worker looks up
 //! in the FIB generation that batch published (read back from the VR, so it includes one
-//! round trip to the worker, checked every 100 µs). At the end the published FIB is checked
-//! against the RIB.
+//! round trip to the worker, checked every 100 µs). After the pairs the same churn runs once
+//! more with the generator resting (`control_alone`): on 2 CPUs that is the only phase in
+//! which control has a CPU to itself. At the end the published FIB is checked against the RIB.
 
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr};
@@ -161,10 +162,9 @@ pub fn run(a: Args) -> Result<()> {
     let mut pending: Vec<(IpNet, RouteTarget)> = Vec::new();
     // The prefixes the batch being built touches (withdrawn now or re-announced).
     let mut busy: HashSet<IpNet> = HashSet::with_capacity(a.batch);
-    let (mut updates, mut lat) = (0u64, Vec::new());
-    let (mut churn_s, mut churn_cpu_ns) = (0.0, 0u64);
     let mut failure = None;
-    let mut churn = || {
+    // `wait_seen`: wait until the worker has looked up in the generation published (traffic).
+    let mut churn = |acc: &mut Churned, wait_seen: bool| {
         let mut ops = Vec::with_capacity(a.batch);
         busy.clear();
         for (prefix, target) in pending.drain(..) {
@@ -188,26 +188,28 @@ pub fn run(a: Args) -> Result<()> {
         let (t0, c0) = (Instant::now(), crate::sys::thread_cpu_ns());
         match node.route_ops(&vr, &ops) {
             Ok(done) => {
-                churn_s += t0.elapsed().as_secs_f64();
-                churn_cpu_ns += crate::sys::thread_cpu_ns().saturating_sub(c0);
-                updates += ops.len() as u64;
+                acc.secs += t0.elapsed().as_secs_f64();
+                acc.cpu_ns += crate::sys::thread_cpu_ns().saturating_sub(c0);
+                acc.updates += ops.len() as u64;
                 let g = done.generation4;
                 // Until a burst has looked up in generation g (or the worker stopped).
-                loop {
-                    let seen =
-                        node.runtime().on_vr(&vr, |c, v| c.vrs()[v].fib_generations_seen().0);
-                    match seen {
-                        Ok(s) if s >= g => break,
-                        Ok(_) if t0.elapsed() > Duration::from_secs(5) => break,
-                        // Not every poll: each check is a job the worker runs between bursts.
-                        Ok(_) => std::thread::sleep(Duration::from_micros(100)),
-                        Err(e) => {
-                            failure.get_or_insert(e.to_string());
-                            break;
+                if wait_seen {
+                    loop {
+                        let seen =
+                            node.runtime().on_vr(&vr, |c, v| c.vrs()[v].fib_generations_seen().0);
+                        match seen {
+                            Ok(s) if s >= g => break,
+                            Ok(_) if t0.elapsed() > Duration::from_secs(5) => break,
+                            // Not every poll: each check is a job the worker runs between bursts.
+                            Ok(_) => std::thread::sleep(Duration::from_micros(100)),
+                            Err(e) => {
+                                failure.get_or_insert(e.to_string());
+                                break;
+                            }
                         }
                     }
                 }
-                lat.push(t0.elapsed().as_secs_f64() * 1e6);
+                acc.lat.push(t0.elapsed().as_secs_f64() * 1e6);
             }
             Err(e) => {
                 failure.get_or_insert(e.to_string());
@@ -217,6 +219,7 @@ pub fn run(a: Args) -> Result<()> {
     };
     // Phases without and with churn alternate, so a change of the machine's speed shows in
     // the pairs' probes instead of in the ratio.
+    let mut during_churn = Churned::default();
     let runs = tester::pairs::run(
         a.pairs,
         |_| {
@@ -225,11 +228,19 @@ pub fn run(a: Args) -> Result<()> {
             Ok::<f64, crate::Error>(mpps)
         },
         |_| {
-            let (mpps, c) = rate(a.seconds, &mut churn);
+            let (mpps, c) = rate(a.seconds, &mut || churn(&mut during_churn, true));
             gen_during.push(c);
             Ok(mpps)
         },
     )?;
+    // Control alone: the same churn with the generator resting, so control has CPU 0 to itself
+    // and the worker, idle, its own: the rate of a machine with a CPU for each. With no
+    // traffic no burst looks the new version up: its latency runs to the publish itself.
+    let mut alone = Churned::default();
+    let t_alone = Instant::now();
+    while t_alone.elapsed().as_secs_f64() < a.seconds {
+        churn(&mut alone, false);
+    }
     // The ratio is during / before, as the goal states it.
     let values: Vec<_> = runs.iter().map(|(b, d)| (d.value, d.probes, b.value, b.probes)).collect();
     let loads: Vec<_> = runs.iter().map(|(b, _)| b.load_average).collect();
@@ -281,24 +292,26 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     let table_routes = t.counts().iter().find(|(s, _)| *s == RouteSource::Table).map_or(0, |c| c.1);
-    lat.sort_by(|a, b| a.total_cmp(b));
-    let pct = |p: f64| {
-        lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or(0.0)
-    };
+    let updates = during_churn.updates;
     let out = json!({
         "updates": updates,
-        "updates_per_sec": updates as f64 / churn_s.max(1e-9),
-        "updates_per_cpu_sec": updates as f64 / (churn_cpu_ns as f64 / 1e9).max(1e-9),
+        "updates_per_sec": during_churn.per_sec(),
+        "updates_per_cpu_sec": during_churn.per_cpu_sec(),
         "updates_per_sec_wall": updates as f64 / (a.seconds * a.pairs as f64),
         "batch": a.batch,
-        "batches": lat.len(),
+        "batches": during_churn.lat.len(),
+        "control_alone": {
+            "updates": alone.updates,
+            "updates_per_sec": alone.per_sec(),
+            "updates_per_cpu_sec": alone.per_cpu_sec(),
+            "publish_latency_us": alone.latency_json(),
+            "method": "after the pairs, --seconds of the same churn with the generator resting: control on CPU 0 and the worker on its own CPU, neither sharing; with no traffic, publish_latency_us runs from a batch's submission to its publish (the pointer swap), not to a burst's first lookup",
+        },
         "forwarding_mpps_before": before,
         "forwarding_mpps_during": during,
         "ratio": pairs.ratio.median,
         "pairs": pairs,
-        "publish_latency_us": { "p50": pct(0.5), "p99": pct(0.99), "max": lat.last().copied().unwrap_or(0.0) },
+        "publish_latency_us": during_churn.latency_json(),
         "mismatches": mismatches,
         "checked": checked,
         "routes": table_routes,
@@ -326,8 +339,47 @@ pub fn run(a: Args) -> Result<()> {
         for l in pairs.lines() {
             println!("{l}");
         }
+        let lat = alone.latency_json();
+        println!(
+            "control alone (generator resting): {:.0} updates/s in the calls, {:.0} per CPU-second; publish p50 {:.0} us, p99 {:.0} us",
+            alone.per_sec(),
+            alone.per_cpu_sec(),
+            lat["p50"].as_f64().unwrap_or(0.0),
+            lat["p99"].as_f64().unwrap_or(0.0)
+        );
     }
     node.stop()?;
     crate::ensure!(mismatches == 0, "{mismatches} FIB lookups disagreed with the RIB");
     Ok(())
+}
+
+/// What churn phases did: route operations, time and CPU inside the calls, and each batch's
+/// publish latency (µs).
+#[derive(Default)]
+struct Churned {
+    updates: u64,
+    secs: f64,
+    cpu_ns: u64,
+    lat: Vec<f64>,
+}
+
+impl Churned {
+    fn per_sec(&self) -> f64 {
+        self.updates as f64 / self.secs.max(1e-9)
+    }
+
+    fn per_cpu_sec(&self) -> f64 {
+        self.updates as f64 / (self.cpu_ns as f64 / 1e9).max(1e-9)
+    }
+
+    fn latency_json(&self) -> serde_json::Value {
+        let mut lat = self.lat.clone();
+        lat.sort_by(|a, b| a.total_cmp(b));
+        let pct = |p: f64| {
+            lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        json!({ "p50": pct(0.5), "p99": pct(0.99), "max": lat.last().copied().unwrap_or(0.0) })
+    }
 }
