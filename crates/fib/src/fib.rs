@@ -130,7 +130,10 @@ impl<K: Key> Fib<K> {
     ///
     /// When the batch can be patched in, each change is made right before the slots it
     /// touches are recompiled, in address order, so the recompile reads the part of the RIB
-    /// the change just brought into cache. Changes to one prefix keep their order.
+    /// the change just brought into cache. Changes to one prefix keep their order. A change
+    /// that turns out to change nothing still has its slots recompiled (and counted in
+    /// `slots_rebuilt`), and counts toward the share of slots past which a full build is
+    /// cheaper: callers pass real changes (a VR's table passes only changed best routes).
     pub fn apply(&mut self, changes: impl IntoIterator<Item = Change<K>>) {
         let mut todo: Vec<((usize, usize), Change<K>)> =
             changes.into_iter().map(|c| (self.slot_range(c.prefix()), c)).collect();

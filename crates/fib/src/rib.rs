@@ -193,7 +193,9 @@ pub(crate) struct Cover<K: Key> {
 }
 
 impl<K: Key> Cover<K> {
-    /// A cache for one unchanging `Rib`.
+    /// A cache for one `Rib`, which may change between calls only by prefixes that contain
+    /// no address asked before (a patch makes each change just before the slots it touches,
+    /// and asks in ascending order: a change after an address starts past it).
     pub(crate) fn new() -> Self {
         Cover { last: None, chain: Vec::new() }
     }

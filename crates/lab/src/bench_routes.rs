@@ -233,9 +233,12 @@ pub fn run(a: Args) -> Result<()> {
             Ok(mpps)
         },
     )?;
-    // Control alone: the same churn with the generator resting, so control has CPU 0 to itself
-    // and the worker, idle, its own: the rate of a machine with a CPU for each. With no
-    // traffic no burst looks the new version up: its latency runs to the publish itself.
+    // Where the threads ran in the pairs (the alone phase is not theirs).
+    let placement = sampler.finish();
+    // Control alone: the same churn with the generator resting, so control shares its CPU
+    // with nothing busy (on 2 CPUs it has CPU 0 to itself, the idle worker CPU 1): the rate of
+    // a machine with a CPU for each. With no traffic no burst looks the new version up: its
+    // latency runs to the publish itself.
     let mut alone = Churned::default();
     let t_alone = Instant::now();
     while t_alone.elapsed().as_secs_f64() < a.seconds {
@@ -264,7 +267,6 @@ pub fn run(a: Args) -> Result<()> {
     };
     stop.store(true, Ordering::Relaxed);
     let _ = traffic.join();
-    let placement = sampler.finish();
     if let Some(e) = failure {
         crate::bail!("route update failed: {e}");
     }
@@ -305,7 +307,7 @@ pub fn run(a: Args) -> Result<()> {
             "updates_per_sec": alone.per_sec(),
             "updates_per_cpu_sec": alone.per_cpu_sec(),
             "publish_latency_us": alone.latency_json(),
-            "method": "after the pairs, --seconds of the same churn with the generator resting: control on CPU 0 and the worker on its own CPU, neither sharing; with no traffic, publish_latency_us runs from a batch's submission to its publish (the pointer swap), not to a burst's first lookup",
+            "method": "after the pairs, --seconds of the same churn with the generator resting, so control shares its CPU with nothing busy (on 2 CPUs: control on CPU 0, the idle worker on CPU 1; on 1 CPU the worker still shares it); with no traffic, publish_latency_us runs from a batch's submission to its publish (the pointer swap), not to a burst's first lookup",
         },
         "forwarding_mpps_before": before,
         "forwarding_mpps_during": during,
@@ -328,7 +330,7 @@ pub fn run(a: Args) -> Result<()> {
         "generator_cpu_share": { "before": gen_share.0, "during": gen_share.1 },
         "limited_by": limited_by,
         "generator_cpu_share_method": "per phase, the generator thread's CPU time over the phase's wall time (median over the phases)",
-        "pairs_method": "phases of --seconds without churn and with it alternate (--pairs pairs), a fixed memory probe (dependent random reads over 8 MiB) and compute probe timed before each phase, the generator resting meanwhile; forwarding_mpps_before/during are the phases' medians, ratio the median of the per-pair during / before (pairs.ratio has min and max); a pair is flagged when its two phases' probes differ by more than 10 %; updates, publish latencies and updates_per_sec cover every churn phase",
+        "pairs_method": "phases of --seconds without churn and with it alternate (--pairs pairs), a fixed memory probe (dependent random reads over 8 MiB) and compute probe timed before each phase, the generator resting meanwhile; forwarding_mpps_before/during are the phases' medians, ratio the median of the per-pair during / before (pairs.ratio has min and max); a pair is flagged when its two phases' probes differ by more than 10 %; updates, publish latencies and updates_per_sec cover every churn phase of the pairs (control_alone apart), and placement the pairs",
         "updates_per_sec_method": "route operations over the time spent inside the route_ops calls (validate, install, patch and publish); updates_per_cpu_sec over the CPU time the control thread used in them (what the rate would be on a CPU of its own); updates_per_sec_wall divides by the whole churn phase",
     });
     if a.json {
