@@ -300,11 +300,7 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
 /// Samples where this process's threads run, its main thread under `role`.
 fn watch_self(role: &str) -> Sampler {
     Sampler::start(
-        vec![Watch {
-            pid: std::process::id(),
-            process: "bench".into(),
-            roles: vec![("main".into(), role.into())],
-        }],
+        vec![Watch::this_process("bench", &[("main", role)])],
         std::time::Duration::from_millis(20),
     )
 }

@@ -438,18 +438,15 @@ pub fn run(a: Args) -> Result<()> {
     // Where this process's CPU time went during the VR's first load, to its last prefix (BIRD
     // and the kernel's netlink work are the rest of the machine's).
     let mut sampler = Some(crate::sys::threads::Sampler::start(
-        vec![crate::sys::threads::Watch {
-            pid: std::process::id(),
-            process: "bench".into(),
-            roles: [
+        vec![crate::sys::threads::Watch::this_process(
+            "bench",
+            &[
                 ("main", "control (route sync apply)"),
                 ("rtsync-dut", "route sync listener"),
                 ("worker0", "worker (forwarding)"),
                 ("rpx-traffic", "generator and sink"),
-            ]
-            .map(|(n, r)| (n.to_string(), r.to_string()))
-            .to_vec(),
-        }],
+            ],
+        )],
         Duration::from_millis(20),
     ));
     let mut vr_load_threads = None;

@@ -165,14 +165,10 @@ pub fn run(a: Args) -> Result<()> {
     let mut vr = Side {
         tx: pktgen::connect(&format!("@{tag}-vr-0"), 0, "bench-router-tx")?,
         rx: pktgen::connect(&format!("@{tag}-vr-1"), 0, "bench-router-rx")?,
-        watch: Watch {
-            pid: std::process::id(),
-            process: "bench".into(),
-            roles: vec![
-                ("main".into(), "generator and sink".into()),
-                ("worker0".into(), "routeplex worker".into()),
-            ],
-        },
+        watch: Watch::this_process(
+            "bench",
+            &[("main", "generator and sink"), ("worker0", "routeplex worker")],
+        ),
     };
     let mut dpdk = match &l3fwd {
         Some(bin) => {

@@ -95,17 +95,14 @@ pub fn run(a: Args) -> Result<()> {
     // took the offered load away (on fewer than 3 CPUs control runs beside it).
     let gen_cpu_ns = Arc::new(AtomicU64::new(0));
     let sampler = crate::sys::threads::Sampler::start(
-        vec![crate::sys::threads::Watch {
-            pid: std::process::id(),
-            process: "bench".into(),
-            roles: [
+        vec![crate::sys::threads::Watch::this_process(
+            "bench",
+            &[
                 ("main", "control (updates)"),
                 ("rpx-traffic", "generator and sink"),
                 ("worker0", "worker (forwarding)"),
-            ]
-            .map(|(n, r)| (n.to_string(), r.to_string()))
-            .to_vec(),
-        }],
+            ],
+        )],
         Duration::from_millis(20),
     );
     let traffic = {
@@ -295,6 +292,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     let table_routes = t.counts().iter().find(|(s, _)| *s == RouteSource::Table).map_or(0, |c| c.1);
     let updates = during_churn.updates;
+    let alone_latency = alone.latency_json();
     let out = json!({
         "updates": updates,
         "updates_per_sec": during_churn.per_sec(),
@@ -306,7 +304,7 @@ pub fn run(a: Args) -> Result<()> {
             "updates": alone.updates,
             "updates_per_sec": alone.per_sec(),
             "updates_per_cpu_sec": alone.per_cpu_sec(),
-            "publish_latency_us": alone.latency_json(),
+            "publish_latency_us": alone_latency,
             "method": "after the pairs, --seconds of the same churn with the generator resting, so control shares its CPU with nothing busy (on 2 CPUs: control on CPU 0, the idle worker on CPU 1; on 1 CPU the worker still shares it); with no traffic, publish_latency_us runs from a batch's submission to its publish (the pointer swap), not to a burst's first lookup",
         },
         "forwarding_mpps_before": before,
@@ -341,7 +339,7 @@ pub fn run(a: Args) -> Result<()> {
         for l in pairs.lines() {
             println!("{l}");
         }
-        let lat = alone.latency_json();
+        let lat = &out["control_alone"]["publish_latency_us"];
         println!(
             "control alone (generator resting): {:.0} updates/s in the calls, {:.0} per CPU-second; publish p50 {:.0} us, p99 {:.0} us",
             alone.per_sec(),

@@ -266,11 +266,7 @@ fn role(thread: &str, role: &str) -> (String, String) {
 
 /// This process's thread, the generator and sinks, as [`drive`] samples it.
 fn generator_watch() -> Watch {
-    Watch {
-        pid: std::process::id(),
-        process: "bench".into(),
-        roles: vec![role("main", "generator and sinks")],
-    }
+    Watch::this_process("bench", &[("main", "generator and sinks")])
 }
 
 /// The switch process's threads.

@@ -165,11 +165,10 @@ impl Report {
 
 pub fn run(a: Args) -> Result<()> {
     let sampler = crate::sys::threads::Sampler::start(
-        vec![crate::sys::threads::Watch {
-            pid: std::process::id(),
-            process: "pktgen".into(),
-            roles: vec![("main".into(), "generator and sinks".into())],
-        }],
+        vec![crate::sys::threads::Watch::this_process(
+            "pktgen",
+            &[("main", "generator and sinks")],
+        )],
         Duration::from_millis(20),
     );
     let r = if let (Some(p), Some(q)) = (&a.ping, &a.pong) {

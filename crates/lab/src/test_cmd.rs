@@ -351,17 +351,14 @@ fn setup(a: &CommonArgs) -> Result<Setup> {
         "refusal": runner.refusal(),
     });
     let seen = Sampler::start(
-        vec![Watch {
-            pid: std::process::id(),
-            process: "routeplex test".into(),
-            roles: [
+        vec![Watch::this_process(
+            "routeplex test",
+            &[
                 ("main", "generator and sink"),
                 ("routeplex-dut", "DUT worker"),
                 ("fake-dut", "fake DUT"),
-            ]
-            .map(|(n, r)| (n.to_string(), r.to_string()))
-            .to_vec(),
-        }],
+            ],
+        )],
         Duration::from_millis(20),
     );
     Ok(Setup { runner, common, placement, parameters, seen })

@@ -478,11 +478,10 @@ impl FleetLab {
     pub fn watches(&self) -> Vec<crate::sys::threads::Watch> {
         use crate::sys::threads::Watch;
         let role = |n: &str, r: &str| (n.to_string(), r.to_string());
-        let mut w = vec![Watch {
-            pid: std::process::id(),
-            process: "bench".into(),
-            roles: vec![role("main", "bench driver"), role("rpx-pinger", "prober")],
-        }];
+        let mut w = vec![Watch::this_process(
+            "bench",
+            &[("main", "bench driver"), ("rpx-pinger", "prober")],
+        )];
         for i in 0..=HOSTS {
             if let Some(pid) = self.host_pid(i) {
                 w.push(Watch {

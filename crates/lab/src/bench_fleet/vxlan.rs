@@ -171,11 +171,7 @@ impl Bed {
     }
 
     fn bench_watch() -> Watch {
-        Watch {
-            pid: std::process::id(),
-            process: "bench".into(),
-            roles: vec![("main".into(), "generator and sink".into())],
-        }
+        Watch::this_process("bench", &[("main", "generator and sink")])
     }
 
     fn routeplex(&mut self, lab: &FleetLab, seconds: f64) -> Result<Trial> {

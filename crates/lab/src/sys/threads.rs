@@ -34,6 +34,17 @@ pub struct Watch {
     pub roles: Vec<(String, String)>,
 }
 
+impl Watch {
+    /// This process, called `process`, its threads named in `roles` as `(thread name, role)`.
+    pub fn this_process(process: &str, roles: &[(&str, &str)]) -> Watch {
+        Watch {
+            pid: std::process::id(),
+            process: process.into(),
+            roles: roles.iter().map(|&(n, r)| (n.to_string(), r.to_string())).collect(),
+        }
+    }
+}
+
 /// What was seen of one thread.
 #[derive(Clone, Debug, Default)]
 pub struct ThreadSeen {
