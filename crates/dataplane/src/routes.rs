@@ -564,9 +564,9 @@ impl RouteTable {
     /// resolves what each added route needs.
     fn validate(&self, ops: &[RouteOp]) -> Result<Vec<Want>, RouteError> {
         // Presence of (prefix, source) after the operations so far, where the batch touched it:
-        // only adds and deletes depend on it, so a batch of replaces alone (a journal's replay,
-        // half a million of them) keeps none. Sized once otherwise.
-        let checked = ops.iter().any(|op| !matches!(op, RouteOp::Replace(_)));
+        // only adds and deletes depend on it, so a batch of replaces and sets alone (a
+        // journal's replay, half a million of them) keeps none. Sized once otherwise.
+        let checked = ops.iter().any(|op| matches!(op, RouteOp::Add(_) | RouteOp::Delete { .. }));
         let mut seen: FxHashMap<(IpNet, RouteSource), bool> = FxHashMap::with_capacity_and_hasher(
             if checked { ops.len() } else { 0 },
             Default::default(),
@@ -578,20 +578,26 @@ impl RouteTable {
             if !source.is_operable() {
                 return Err(RouteError::NotOperable { index, prefix, kind: name });
             }
-            if checked {
-                let present = seen
-                    .entry((prefix, source))
-                    .or_insert_with(|| self.get(prefix, source) != NO_ROUTE);
-                match op {
-                    RouteOp::Add(_) if *present => {
-                        return Err(RouteError::Exists { index, prefix, kind: name })
-                    }
-                    RouteOp::Delete { .. } if !*present => {
-                        return Err(RouteError::Missing { index, prefix, kind: name })
-                    }
-                    _ => {}
+            // A replace or set leaves the route present whatever was there: only adds and
+            // deletes look it up (a miss in a half-million-entry map, for churn half its ops).
+            match op {
+                _ if !checked => {}
+                RouteOp::Replace(_) | RouteOp::Set { .. } => {
+                    seen.insert((prefix, source), true);
                 }
-                *present = !matches!(op, RouteOp::Delete { .. });
+                RouteOp::Add(_) | RouteOp::Delete { .. } => {
+                    let present = seen
+                        .entry((prefix, source))
+                        .or_insert_with(|| self.get(prefix, source) != NO_ROUTE);
+                    let add = matches!(op, RouteOp::Add(_));
+                    if add && *present {
+                        return Err(RouteError::Exists { index, prefix, kind: name });
+                    }
+                    if !add && !*present {
+                        return Err(RouteError::Missing { index, prefix, kind: name });
+                    }
+                    *present = add;
+                }
             }
             let bad = |why: TargetError| RouteError::BadTarget { index, prefix, why };
             let want = match op {
