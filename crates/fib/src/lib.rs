@@ -39,6 +39,7 @@ mod fib;
 mod key;
 pub mod poptrie;
 mod rib;
+mod sorted;
 
 pub mod bench;
 pub mod checkpoint;

@@ -1,13 +1,13 @@
 //! The routing information base: prefix → next hop, the source of truth for one VR and one
 //! address family. Every compiled [`Poptrie`](crate::Poptrie) is a function of a `Rib`.
 //!
-//! Kept in a `BTreeMap` ordered by (address, length) because the compiler needs exactly that
-//! order: the prefixes inside an address range are one contiguous run, and within the run a
-//! prefix comes before everything it contains.
+//! Kept ordered by (address, length) because the compiler needs exactly that order: the
+//! prefixes inside an address range are one contiguous run, and within the run a prefix comes
+//! before everything it contains. The store is a [`SortedMap`] (sorted chunks), not a
+//! `BTreeMap`: route churn is a search per change and per recompiled slot, and the chunks'
+//! directory stays in cache where a B-tree's lower levels do not.
 
-use std::collections::BTreeMap;
-use std::ops::Bound;
-
+use crate::sorted::SortedMap;
 use crate::{Key, NextHop, NO_ROUTE};
 
 /// Prefix → next hop. Host bits beyond the prefix length are masked off on every call, so
@@ -19,7 +19,7 @@ use crate::{Key, NextHop, NO_ROUTE};
 /// data errors: parsers reject such input before it gets here.
 #[derive(Clone, Default)]
 pub struct Rib<K: Key> {
-    map: BTreeMap<(K, u8), NextHop>,
+    map: SortedMap<(K, u8), NextHop>,
     /// Once the table is large, one bit per possible prefix of length `<= SHORT_MAX` (64 KiB):
     /// whether the map holds it. A patch asks for the prefixes covering each slot it
     /// recompiles, one length at a time, and most lengths hold none there: the bit answers
@@ -53,7 +53,7 @@ impl<K: Key> Eq for Rib<K> {}
 
 impl<K: Key> core::fmt::Debug for Rib<K> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Rib").field("map", &self.map).finish()
+        f.debug_map().entries(self.map.iter().map(|(k, v)| (k, v))).finish()
     }
 }
 
@@ -65,7 +65,7 @@ fn check_len<K: Key>(len: u8) {
 impl<K: Key> Rib<K> {
     /// An empty table.
     pub fn new() -> Self {
-        Rib { map: BTreeMap::new(), short: None }
+        Rib { map: SortedMap::default(), short: None }
     }
 
     /// Sets `addr/len` → `nh`; returns the previous next hop of that exact prefix.
@@ -101,7 +101,7 @@ impl<K: Key> Rib<K> {
     /// no flip-flop at the threshold).
     fn index_short(&mut self) {
         let mut bits = vec![0u64; short_bit(K::ZERO, SHORT_MAX + 1).div_ceil(64)];
-        for &(a, l) in self.map.keys().filter(|k| k.1 <= SHORT_MAX) {
+        for &((a, l), _) in self.map.iter().filter(|e| e.0 .1 <= SHORT_MAX) {
             let b = short_bit(a, l);
             bits[b / 64] |= 1 << (b % 64);
         }
@@ -124,7 +124,7 @@ impl<K: Key> Rib<K> {
     #[inline]
     fn find(&self, a: K, l: u8) -> Option<NextHop> {
         if self.may_hold(a, l) {
-            self.map.get(&(a, l)).copied()
+            self.map.get(&(a, l))
         } else {
             None
         }
@@ -133,7 +133,7 @@ impl<K: Key> Rib<K> {
     /// The next hop of exactly `addr/len` (no longest-prefix matching).
     pub fn get(&self, addr: K, len: u8) -> Option<NextHop> {
         check_len::<K>(len);
-        self.map.get(&(addr.mask(len), len)).copied()
+        self.map.get(&(addr.mask(len), len))
     }
 
     /// Longest-prefix match the slow way (one probe per length). For the control plane and
@@ -155,7 +155,7 @@ impl<K: Key> Rib<K> {
     /// All prefixes as `(addr, len, nh)`, sorted by address then length (so a prefix comes
     /// right before the prefixes it contains).
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (K, u8, NextHop)> + '_ {
-        self.map.iter().map(|(&(a, l), &nh)| (a, l, nh))
+        self.map.iter().map(|&((a, l), nh)| (a, l, nh))
     }
 
     /// The prefixes whose first address lies in `[lo, hi)` (`hi == None`: to the end of the
@@ -165,13 +165,10 @@ impl<K: Key> Rib<K> {
         lo: K,
         hi: Option<K>,
     ) -> impl Iterator<Item = (K, u8, NextHop)> + '_ {
-        // Open-ended, stopped by hand: a bounded `BTreeMap::range` descends the tree twice
-        // (once per bound), and the second descent is a few more cache misses in a table of
-        // 0.5 M entries for each slot a patch recompiles.
         self.map
-            .range((Bound::Included((lo, 0)), Bound::Unbounded))
-            .take_while(move |(&(a, _), _)| hi.is_none_or(|h| a < h))
-            .map(|(&(a, l), &nh)| (a, l, nh))
+            .from(&(lo, 0))
+            .take_while(move |((a, _), _)| hi.is_none_or(|h| *a < h))
+            .map(|&((a, l), nh)| (a, l, nh))
     }
 
     /// The prefixes of length `<= max_len` that contain `addr`, shortest first.
@@ -233,11 +230,11 @@ fn common_len<K: Key>(a: K, b: K) -> u8 {
 
 impl<K: Key> FromIterator<(K, u8, NextHop)> for Rib<K> {
     /// The same as inserting each in turn (a later entry for a prefix wins), but built in one
-    /// go: `BTreeMap::from_iter` sorts (stably, linear on sorted input) and bulk-loads, several
-    /// times faster than half a million inserts in arbitrary order, which is what a VR's start
-    /// pays for a full table.
+    /// go: sorted (stably, so the last of a prefix's entries is the one kept) and laid out in
+    /// chunks, many times faster than half a million inserts in arbitrary order, which is
+    /// what a VR's start pays for a full table.
     fn from_iter<I: IntoIterator<Item = (K, u8, NextHop)>>(iter: I) -> Self {
-        let map: BTreeMap<_, _> = iter
+        let mut all: Vec<((K, u8), NextHop)> = iter
             .into_iter()
             .map(|(a, l, nh)| {
                 check_len::<K>(l);
@@ -245,6 +242,12 @@ impl<K: Key> FromIterator<(K, u8, NextHop)> for Rib<K> {
                 ((a.mask(l), l), nh)
             })
             .collect();
+        all.sort_by_key(|e| e.0);
+        // Of equal keys, keep the last: reversed, `dedup_by_key` keeps the first of a run.
+        all.reverse();
+        all.dedup_by_key(|e| e.0);
+        all.reverse();
+        let map = SortedMap::from_sorted(&all);
         let mut rib = Rib { map, short: None };
         if rib.map.len() >= SHORT_FROM {
             rib.index_short();
@@ -376,7 +379,7 @@ mod tests {
         // The map alone, without the bits.
         let brute = |rib: &Rib<u32>, a: u32| -> Vec<(u32, u8, NextHop)> {
             (0..=20)
-                .filter_map(|l| rib.map.get(&(a.mask(l), l)).map(|&nh| (a.mask(l), l, nh)))
+                .filter_map(|l| rib.map.get(&(a.mask(l), l)).map(|nh| (a.mask(l), l, nh)))
                 .collect()
         };
         let check = |rib: &Rib<u32>, seed: u64| {
