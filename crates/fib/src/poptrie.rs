@@ -439,7 +439,8 @@ impl<K: Key> Poptrie<K> {
                     *entry = LEAF | u32::from(def);
                     let next = (t + 1 < 1 << geo.top).then(|| K::from_top(t + 1, geo.top));
                     entries.clear();
-                    entries.extend(rib.range(first, next).filter(|p| p.1 > geo.top));
+                    rib.extend_range(first, next, &mut entries);
+                    entries.retain(|p| p.1 > geo.top);
                     if !entries.is_empty() {
                         b.block(entry, t, geo, &entries);
                     }
@@ -498,7 +499,7 @@ impl<K: Key> Poptrie<K> {
         let covering = cover.of(rib, lo, s);
         let before = covering.iter().position(|p| p.0 == lo).unwrap_or(covering.len());
         entries.clear();
-        entries.extend(rib.range(lo, hi));
+        rib.extend_range(lo, hi, entries);
         b.slots(dir, first, s, &covering[..before], entries);
     }
 

@@ -19,7 +19,7 @@ use crate::{Key, NextHop, NO_ROUTE};
 /// data errors: parsers reject such input before it gets here.
 #[derive(Clone, Default)]
 pub struct Rib<K: Key> {
-    map: SortedMap<(K, u8), NextHop>,
+    map: SortedMap<K>,
     /// Once the table is large, one bit per possible prefix of length `<= SHORT_MAX` (64 KiB):
     /// whether the map holds it. A patch asks for the prefixes covering each slot it
     /// recompiles, one length at a time, and most lengths hold none there: the bit answers
@@ -53,7 +53,7 @@ impl<K: Key> Eq for Rib<K> {}
 
 impl<K: Key> core::fmt::Debug for Rib<K> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_map().entries(self.map.iter().map(|(k, v)| (k, v))).finish()
+        f.debug_list().entries(self.map.iter()).finish()
     }
 }
 
@@ -73,7 +73,7 @@ impl<K: Key> Rib<K> {
         check_len::<K>(len);
         assert!(nh != NO_ROUTE, "next hop 0 (NO_ROUTE) cannot be stored in the RIB");
         let a = addr.mask(len);
-        let old = self.map.insert((a, len), nh);
+        let old = self.map.insert((a, len, nh));
         match &mut self.short {
             Some(bits) if len <= SHORT_MAX => {
                 let b = short_bit(a, len);
@@ -89,7 +89,7 @@ impl<K: Key> Rib<K> {
     pub fn remove(&mut self, addr: K, len: u8) -> Option<NextHop> {
         check_len::<K>(len);
         let a = addr.mask(len);
-        let old = self.map.remove(&(a, len));
+        let old = self.map.remove((a, len));
         if let (Some(bits), true) = (&mut self.short, len <= SHORT_MAX) {
             let b = short_bit(a, len);
             bits[b / 64] &= !(1 << (b % 64));
@@ -101,7 +101,7 @@ impl<K: Key> Rib<K> {
     /// no flip-flop at the threshold).
     fn index_short(&mut self) {
         let mut bits = vec![0u64; short_bit(K::ZERO, SHORT_MAX + 1).div_ceil(64)];
-        for &((a, l), _) in self.map.iter().filter(|e| e.0 .1 <= SHORT_MAX) {
+        for &(a, l, _) in self.map.iter().filter(|e| e.1 <= SHORT_MAX) {
             let b = short_bit(a, l);
             bits[b / 64] |= 1 << (b % 64);
         }
@@ -124,7 +124,7 @@ impl<K: Key> Rib<K> {
     #[inline]
     fn find(&self, a: K, l: u8) -> Option<NextHop> {
         if self.may_hold(a, l) {
-            self.map.get(&(a, l))
+            self.map.get((a, l))
         } else {
             None
         }
@@ -133,7 +133,7 @@ impl<K: Key> Rib<K> {
     /// The next hop of exactly `addr/len` (no longest-prefix matching).
     pub fn get(&self, addr: K, len: u8) -> Option<NextHop> {
         check_len::<K>(len);
-        self.map.get(&(addr.mask(len), len))
+        self.map.get((addr.mask(len), len))
     }
 
     /// Longest-prefix match the slow way (one probe per length). For the control plane and
@@ -155,20 +155,13 @@ impl<K: Key> Rib<K> {
     /// All prefixes as `(addr, len, nh)`, sorted by address then length (so a prefix comes
     /// right before the prefixes it contains).
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (K, u8, NextHop)> + '_ {
-        self.map.iter().map(|&((a, l), nh)| (a, l, nh))
+        self.map.iter().copied()
     }
 
-    /// The prefixes whose first address lies in `[lo, hi)` (`hi == None`: to the end of the
-    /// address space), in [`iter`](Rib::iter) order.
-    pub(crate) fn range(
-        &self,
-        lo: K,
-        hi: Option<K>,
-    ) -> impl Iterator<Item = (K, u8, NextHop)> + '_ {
-        self.map
-            .from(&(lo, 0))
-            .take_while(move |((a, _), _)| hi.is_none_or(|h| *a < h))
-            .map(|&((a, l), nh)| (a, l, nh))
+    /// Appends the prefixes whose first address lies in `[lo, hi)` (`hi == None`: to the end
+    /// of the address space) to `out`, in [`iter`](Rib::iter) order.
+    pub(crate) fn extend_range(&self, lo: K, hi: Option<K>, out: &mut Vec<(K, u8, NextHop)>) {
+        self.map.extend_range(lo, hi, out);
     }
 
     /// The prefixes of length `<= max_len` that contain `addr`, shortest first.
@@ -234,18 +227,18 @@ impl<K: Key> FromIterator<(K, u8, NextHop)> for Rib<K> {
     /// chunks, many times faster than half a million inserts in arbitrary order, which is
     /// what a VR's start pays for a full table.
     fn from_iter<I: IntoIterator<Item = (K, u8, NextHop)>>(iter: I) -> Self {
-        let mut all: Vec<((K, u8), NextHop)> = iter
+        let mut all: Vec<(K, u8, NextHop)> = iter
             .into_iter()
             .map(|(a, l, nh)| {
                 check_len::<K>(l);
                 assert!(nh != NO_ROUTE, "next hop 0 (NO_ROUTE) cannot be stored in the RIB");
-                ((a.mask(l), l), nh)
+                (a.mask(l), l, nh)
             })
             .collect();
-        all.sort_by_key(|e| e.0);
+        all.sort_by_key(|e| (e.0, e.1));
         // Of equal keys, keep the last: reversed, `dedup_by_key` keeps the first of a run.
         all.reverse();
-        all.dedup_by_key(|e| e.0);
+        all.dedup_by_key(|e| (e.0, e.1));
         all.reverse();
         let map = SortedMap::from_sorted(&all);
         let mut rib = Rib { map, short: None };
@@ -285,9 +278,12 @@ mod tests {
             vec![(0, 0, 4), (0x0900_0000, 24, 3), (0x0A00_0000, 8, 2), (0x0A00_0000, 16, 1)]
         );
         assert_eq!(rib.len(), 4);
-        let inside: Vec<_> = rib.range(0x0A00_0000, Some(0x0B00_0000)).collect();
+        let mut inside = Vec::new();
+        rib.extend_range(0x0A00_0000, Some(0x0B00_0000), &mut inside);
         assert_eq!(inside, vec![(0x0A00_0000, 8, 2), (0x0A00_0000, 16, 1)]);
-        assert_eq!(rib.range(0x0A00_0001, None).count(), 0);
+        inside.clear();
+        rib.extend_range(0x0A00_0001, None, &mut inside);
+        assert!(inside.is_empty());
     }
 
     #[test]
@@ -379,7 +375,7 @@ mod tests {
         // The map alone, without the bits.
         let brute = |rib: &Rib<u32>, a: u32| -> Vec<(u32, u8, NextHop)> {
             (0..=20)
-                .filter_map(|l| rib.map.get(&(a.mask(l), l)).map(|nh| (a.mask(l), l, nh)))
+                .filter_map(|l| rib.map.get((a.mask(l), l)).map(|nh| (a.mask(l), l, nh)))
                 .collect()
         };
         let check = |rib: &Rib<u32>, seed: u64| {
