@@ -46,17 +46,11 @@ impl<K: Key> PartialEq for SortedMap<K> {
     }
 }
 
-fn chunk_of<K: Key>(entries: &[Entry<K>]) -> Vec<Entry<K>> {
-    let mut v = Vec::with_capacity(MAX + 1);
-    v.extend_from_slice(entries);
-    v
-}
-
 impl<K: Key> SortedMap<K> {
     /// From entries sorted by (address, length), each prefix once.
     pub(crate) fn from_sorted(entries: &[Entry<K>]) -> Self {
         debug_assert!(entries.windows(2).all(|w| key(&w[0]) < key(&w[1])));
-        let chunks: Vec<Vec<Entry<K>>> = entries.chunks(BUILD).map(chunk_of).collect();
+        let chunks: Vec<Vec<Entry<K>>> = entries.chunks(BUILD).map(<[_]>::to_vec).collect();
         let firsts = chunks.iter().map(|c| key(&c[0])).collect();
         SortedMap { firsts, chunks, len: entries.len(), empty: 0 }
     }
@@ -85,7 +79,7 @@ impl<K: Key> SortedMap<K> {
     pub(crate) fn insert(&mut self, e: Entry<K>) -> Option<NextHop> {
         let k = key(&e);
         if self.chunks.is_empty() {
-            self.chunks.push(chunk_of(&[e]));
+            self.chunks.push(vec![e]);
             self.firsts.push(k);
             self.len = 1;
             return None;
@@ -102,7 +96,7 @@ impl<K: Key> SortedMap<K> {
         }
         self.firsts[ci] = self.firsts[ci].min(k);
         if c.len() > MAX {
-            let upper = chunk_of(&c[MAX / 2..]);
+            let upper = c[MAX / 2..].to_vec();
             c.truncate(MAX / 2);
             self.firsts.insert(ci + 1, key(&upper[0]));
             self.chunks.insert(ci + 1, upper);
