@@ -376,8 +376,8 @@ impl<K: Key> Poptrie<K> {
     /// `before(rib, end)` must make every change that touches a slot below `end`, and is
     /// called with a rising `end` right before the slots below it are recompiled, so the
     /// RIB's part for them is still in cache when it is read (a change and its slots'
-    /// recompile are a B-tree descent each, to the same leaf). See the module docs for the
-    /// cost model.
+    /// recompile each search the same chunk of the RIB). See the module docs for the cost
+    /// model.
     pub(crate) fn patch(
         &self,
         rib: &mut Rib<K>,
