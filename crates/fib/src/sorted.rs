@@ -1,5 +1,5 @@
 //! A sorted map as short sorted arrays ("chunks") behind a sorted array of their first keys:
-//! the RIB's store. A lookup is a binary search of the first keys (about 100 KiB for a full
+//! the RIB's store. A lookup is a binary search of the first keys (about 128 KiB for a full
 //! IPv4 table, so it stays in the core's caches while routes churn) and one of a chunk (a few
 //! adjacent cache lines); a B-tree of half a million entries reaches the same entry through
 //! six or seven nodes, the last two or three of them cache misses. The entries of an address
