@@ -154,8 +154,16 @@ impl Unicast {
         } else if fk == NO_KEY {
             None
         } else {
-            self.map.get(&k).copied()
+            self.get_behind(k)
         }
+    }
+
+    /// A key whose slot another key has: out of line, so that the map's hashing is not
+    /// hoisted into every frame's lookup.
+    #[cold]
+    #[inline(never)]
+    fn get_behind(&self, k: u64) -> Option<Target> {
+        self.map.get(&k).copied()
     }
 
     /// Adds `k` (not present); the front grows to keep at least 4 slots a key.
