@@ -1120,6 +1120,10 @@ struct Builder {
     reused: (usize, usize),
     /// The node runs written into free runs (`(first, len)`), for the patch's check.
     refilled: Vec<(usize, usize)>,
+    /// The children of the nodes being compiled, each level's above its parent's: a stack
+    /// instead of 64 nodes (2 KiB) set aside on every call, which most nodes (no children)
+    /// never use.
+    kids: Vec<Node>,
 }
 
 impl Builder {
@@ -1132,6 +1136,7 @@ impl Builder {
             free,
             reused: (0, 0),
             refilled: Vec::new(),
+            kids: Vec::new(),
         }
     }
 
@@ -1261,7 +1266,12 @@ impl Builder {
         let mut vals = [def; 64];
 
         // Prefixes ending in this stride, painted in RIB order (see the module docs, Build).
-        for &(a, l, nh) in ps.iter().filter(|p| p.1 <= end) {
+        let mut longer = false;
+        for &(a, l, nh) in ps {
+            if l > end {
+                longer = true;
+                continue;
+            }
             let c = a.chunk(d) as usize;
             vals[c..c + (1usize << (end - l))].fill(nh);
         }
@@ -1269,9 +1279,8 @@ impl Builder {
         // Longer prefixes, by child (contiguous per child, as in `for_each_run`, and in
         // child order, so the child nodes come out in the order they are stored).
         let mut vector = 0u64;
-        let mut run = [Node::default(); 64];
-        let mut nkids = 0;
-        let mut i = 0;
+        let first_kid = self.kids.len();
+        let mut i = if longer { 0 } else { ps.len() };
         while i < ps.len() {
             if ps[i].1 <= end {
                 i += 1;
@@ -1287,12 +1296,12 @@ impl Builder {
                 Built::Leaf(nh) => vals[c] = nh,
                 Built::Node(n) => {
                     vector |= 1 << c;
-                    run[nkids] = n;
-                    nkids += 1;
+                    self.kids.push(n);
                 }
             }
             i = j;
         }
+        let nkids = self.kids.len() - first_kid;
         let mut starts = [NO_ROUTE; 64];
         let (leafvec, runs) = if nkids == 0 {
             // Most nodes of a real table (prefixes up to /24 under an 18-bit slot): every
@@ -1312,7 +1321,16 @@ impl Builder {
             leaf_runs(&vals, vector, &mut starts)
         };
         // With no children the base is never read; it stays where the next run would go.
-        let node_base = if nkids > 0 { self.place_nodes(&run[..nkids]) } else { self.node_index() };
+        let node_base = if nkids > 0 {
+            // Taken out and put back (no allocation) while the run is placed.
+            let kids = std::mem::take(&mut self.kids);
+            let at = self.place_nodes(&kids[first_kid..]);
+            self.kids = kids;
+            self.kids.truncate(first_kid);
+            at
+        } else {
+            self.node_index()
+        };
         let mut inline = [NO_ROUTE; INLINE];
         let n = runs.min(INLINE);
         inline[..n].copy_from_slice(&starts[..n]);
