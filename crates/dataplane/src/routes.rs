@@ -1345,6 +1345,22 @@ mod tests {
         })
         .unwrap();
         assert_eq!(t.next_hops(), base + 1);
+        // A replace or set in a batch with adds and deletes leaves the route present for
+        // the operations after it: an add of it is refused, a delete taken.
+        let p: IpNet = "7.0.0.0/8".parse().unwrap();
+        let set = RouteOp::Set { prefix: p, source: RouteSource::Api, forward: Forward::Prohibit };
+        let del = RouteOp::Delete { prefix: p, source: RouteSource::Api };
+        let add = RouteOp::Add(via("7.0.0.0/8", "10.0.1.2", RouteSource::Api));
+        let rep = RouteOp::Replace(via("7.0.0.0/8", "10.0.1.3", RouteSource::Api));
+        let e = t.apply(&[rep.clone(), add.clone()], |_| Ok(())).unwrap_err();
+        assert!(matches!(e, RouteError::Exists { index: 1, .. }), "{e}");
+        let e = t.apply(&[set.clone(), add.clone()], |_| Ok(())).unwrap_err();
+        assert!(matches!(e, RouteError::Exists { index: 1, .. }), "{e}");
+        let e = t.apply(std::slice::from_ref(&del), |_| Ok(())).unwrap_err();
+        assert!(matches!(e, RouteError::Missing { index: 0, .. }), "{e}");
+        let a = t.apply(&[set, del.clone(), rep, del.clone(), add], |_| Ok(())).unwrap();
+        assert_eq!((a.added, a.deleted), (3, 2));
+        assert!(matches!(lookup(&t, "7.1.2.3"), Adj::Via { iface: 1, .. }));
     }
 
     #[test]
