@@ -350,14 +350,14 @@ fn start_l3fwd(
     let side = Side {
         tx,
         rx,
-        watch: Watch {
-            pid: app.pid(),
-            process: "l3fwd".into(),
-            roles: vec![
-                ("main".into(), "l3fwd lcore 0".into()),
-                ("eal-intr-thread".into(), "dpdk interrupt thread (memif control)".into()),
+        watch: Watch::new(
+            app.pid(),
+            "l3fwd",
+            &[
+                ("main", "l3fwd lcore 0"),
+                ("eal-intr-thread", "dpdk interrupt thread (memif control)"),
             ],
-        },
+        ),
     };
     app.pause(true);
     Ok((app, side))

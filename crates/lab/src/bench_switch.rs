@@ -260,10 +260,6 @@ fn drive(
     })
 }
 
-fn role(thread: &str, role: &str) -> (String, String) {
-    (thread.to_string(), role.to_string())
-}
-
 /// This process's thread, the generator and sinks, as [`drive`] samples it.
 fn generator_watch() -> Watch {
     Watch::this_process("bench", &[("main", "generator and sinks")])
@@ -271,11 +267,7 @@ fn generator_watch() -> Watch {
 
 /// The switch process's threads.
 fn switch_watch(sw: &SwitchProcess) -> Watch {
-    Watch {
-        pid: sw.child.id(),
-        process: "switch".into(),
-        roles: vec![role("worker0", "switch worker"), role("main", "switch control")],
-    }
+    Watch::new(sw.child.id(), "switch", &[("worker0", "switch worker"), ("main", "switch control")])
 }
 
 /// The switch's worker CPU: the last one, when this process could pin itself to CPU 0.
@@ -460,15 +452,15 @@ fn testpmd_point(
     let mut app = crate::dpdk_apps::App::start(bin, &tag, &format!("0@({cpu}),1@({cpu})"), &args)?;
     let mut tx = app.connect(0, "bench-tx", Duration::from_secs(10))?;
     let mut rx = [app.connect(1, "bench-rx0", Duration::from_secs(10))?];
-    let testpmd = Watch {
-        pid: app.pid(),
-        process: "testpmd".into(),
-        roles: vec![
-            role("rte-worker-1", "testpmd forwarding lcore"),
-            role("main", "testpmd main lcore (waits on stdin)"),
-            role("eal-intr-thread", "dpdk interrupt thread (memif control)"),
+    let testpmd = Watch::new(
+        app.pid(),
+        "testpmd",
+        &[
+            ("rte-worker-1", "testpmd forwarding lcore"),
+            ("main", "testpmd main lcore (waits on stdin)"),
+            ("eal-intr-thread", "dpdk interrupt thread (memif control)"),
         ],
-    };
+    );
     let p = drive(
         &mut tx,
         &mut rx,

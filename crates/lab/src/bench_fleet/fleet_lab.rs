@@ -477,26 +477,21 @@ impl FleetLab {
     /// The processes to watch for where threads ran.
     pub fn watches(&self) -> Vec<crate::sys::threads::Watch> {
         use crate::sys::threads::Watch;
-        let role = |n: &str, r: &str| (n.to_string(), r.to_string());
         let mut w = vec![Watch::this_process(
             "bench",
             &[("main", "bench driver"), ("rpx-pinger", "prober")],
         )];
         for i in 0..=HOSTS {
             if let Some(pid) = self.host_pid(i) {
-                w.push(Watch {
+                w.push(Watch::new(
                     pid,
-                    process: format!("h{i}"),
-                    roles: vec![role("worker0", "data plane worker"), role("main", "control")],
-                });
+                    &format!("h{i}"),
+                    &[("worker0", "data plane worker"), ("main", "control")],
+                ));
             }
         }
         if let Some(pid) = self.controller_pid() {
-            w.push(Watch {
-                pid,
-                process: "controller".into(),
-                roles: vec![role("main", "controller")],
-            });
+            w.push(Watch::new(pid, "controller", &[("main", "controller")]));
         }
         w
     }

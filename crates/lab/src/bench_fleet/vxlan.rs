@@ -194,11 +194,7 @@ impl Bed {
         }
         let mut w = vec![Self::bench_watch()];
         for (i, c) in kids.0.iter().enumerate() {
-            w.push(Watch {
-                pid: c.id(),
-                process: format!("h{}", i + 1),
-                roles: vec![("worker0".into(), "data plane worker".into())],
-            });
+            w.push(Watch::new(c.id(), &format!("h{}", i + 1), &[("worker0", "data plane worker")]));
         }
         self.measure("routeplex", seconds, w)
     }

@@ -175,13 +175,12 @@ pub fn measure(
         sys::pin(0);
     }
     drop(send);
-    let watch = |i: usize, process: &str, role: &str| Watch {
-        pid: pair.children[i].id(),
-        process: process.into(),
-        roles: vec![
-            ("main".into(), role.into()),
-            ("eal-intr-thread".into(), "dpdk interrupt thread (memif control)".into()),
-        ],
+    let watch = |i: usize, process: &str, role: &str| {
+        Watch::new(
+            pair.children[i].id(),
+            process,
+            &[("main", role), ("eal-intr-thread", "dpdk interrupt thread (memif control)")],
+        )
     };
     let deadline = Instant::now() + Duration::from_secs_f64(warm + seconds + 40.0);
     let mut up = [false; 2];

@@ -35,13 +35,18 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// This process, called `process`, its threads named in `roles` as `(thread name, role)`.
-    pub fn this_process(process: &str, roles: &[(&str, &str)]) -> Watch {
+    /// Process `pid`, called `process`, its threads named in `roles` as `(thread name, role)`.
+    pub fn new(pid: u32, process: &str, roles: &[(&str, &str)]) -> Watch {
         Watch {
-            pid: std::process::id(),
+            pid,
             process: process.into(),
             roles: roles.iter().map(|&(n, r)| (n.to_string(), r.to_string())).collect(),
         }
+    }
+
+    /// This process, as [`Watch::new`] names it.
+    pub fn this_process(process: &str, roles: &[(&str, &str)]) -> Watch {
+        Watch::new(std::process::id(), process, roles)
     }
 }
 
