@@ -23,7 +23,7 @@ mod dpdk_pair;
 
 use crate::pktgen::{self, connect, Report};
 use crate::sys;
-use crate::sys::threads::{Placement, Sampler, Watch};
+use crate::sys::threads::{Placement, Sampler, ThreadSeen, Watch};
 use tester::plot::Series;
 
 /// Options of `routeplex bench switch`.
@@ -95,10 +95,26 @@ impl Point {
         Some((t.busy() * 1000.0).round() / 1000.0)
     }
 
-    /// Says so when the generator did not have its CPU to itself (other load on the host).
+    /// The switch's worker, as read back.
+    fn switch_worker(&self) -> Option<&ThreadSeen> {
+        self.placement.threads.iter().find(|t| t.role == "switch worker")
+    }
+
+    /// Says so when the generator did not have its CPU to itself, or when the switch had
+    /// frames waiting most of the time and its worker still did not run (other load on the
+    /// host, or a CPU the hypervisor did not run).
     fn note(&self) -> Option<String> {
-        let b = self.generator_cpu_busy()?;
-        (b < 0.9).then(|| format!("the generator's thread ran only {:.0} % of the time (the OS gave its CPU to other work): figures are lower than this host can do", b * 100.0))
+        let mut notes = Vec::new();
+        if let Some(b) = self.generator_cpu_busy().filter(|&b| b < 0.9) {
+            notes.push(format!("the generator's thread ran only {:.0} % of the time (the OS gave its CPU to other work)", b * 100.0));
+        }
+        if let Some(w) = self.switch_worker().filter(|w| w.busy() < 0.9) {
+            if self.ring_full_share > 0.5 {
+                notes.push(format!("the ring into the switch was full {:.0} % of the generator's time, yet the switch's worker {}", self.ring_full_share * 100.0, self.placement.why_not_running(w)));
+            }
+        }
+        (!notes.is_empty())
+            .then(|| format!("{}: figures are lower than this host can do", notes.join("; ")))
     }
 
     fn gbps(&self) -> f64 {

@@ -23,13 +23,16 @@ fn bench(args: &[&str]) -> std::process::Output {
 fn json(args: &[&str]) -> serde_json::Value {
     for _ in 0..2 {
         let j = json_once(args);
-        if !worker_never_ran(&j) {
+        if !worker_starved(&j) {
             return j;
         }
-        // Seen in CI beside other test binaries: 0.2 s in which the switch's worker (pinned
-        // to CPU 1) neither ran nor blocked, its CPU given to nothing of this machine's (the
-        // VM's second CPU not running): the run measured nothing of the switch.
-        eprintln!("{args:?}: the switch's worker never ran during the run (read back from /proc); once more: {j}");
+        // Seen in CI beside other test binaries: runs in which the switch's worker (pinned to
+        // CPU 1, frames waiting for it all along) ran 0 % and 0.6 % of the 0.2 s: the run
+        // measured nothing of the switch. The note says where its time went.
+        eprintln!(
+            "{args:?}: the switch's worker hardly ran (read back from /proc); once more: {}",
+            j["note"]
+        );
     }
     json_once(args)
 }
@@ -41,17 +44,13 @@ fn json_once(args: &[&str]) -> serde_json::Value {
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {out}"))
 }
 
-/// Whether the run delivered nothing while the switch's worker had no CPU time and no
-/// context switch at all in the placement read back from /proc.
-fn worker_never_ran(j: &serde_json::Value) -> bool {
+/// Whether the run delivered nothing while the switch's worker ran under a tenth of it, as
+/// read back from /proc (a worker with frames waiting polls all the time it is given).
+fn worker_starved(j: &serde_json::Value) -> bool {
     let threads = j["placement"]["threads"].as_array().into_iter().flatten();
     let worker = threads.into_iter().find(|t| t["role"] == "switch worker");
     j["mpps"].as_f64() == Some(0.0)
-        && worker.is_some_and(|t| {
-            t["busy"].as_f64() == Some(0.0)
-                && t["context_switches"]["voluntary"] == 0
-                && t["context_switches"]["involuntary"] == 0
-        })
+        && worker.is_some_and(|t| t["busy"].as_f64().is_some_and(|b| b < 0.1))
 }
 
 #[test]
