@@ -1635,7 +1635,7 @@ fn afxdp_ring_frame_size_mode_and_zero_copy() {
     let PortKind::AfXdp(_, x) = &on.ports[0].kind else { panic!() };
     assert_eq!(
         (x.bind, x.mode, x.ring, x.frame_size),
-        (BindMode::ZeroCopy, XdpMode::Driver, 2048, 2048)
+        (BindMode::ZeroCopy, XdpMode::Driver, 4096, 2048)
     );
     // Every queue unless told: by default and with `all`.
     assert_eq!(x.options(None).queues, ports::afxdp::Queues::All);

@@ -171,7 +171,7 @@ pub struct AfXdpOptions {
 impl Default for AfXdpOptions {
     fn default() -> Self {
         AfXdpOptions {
-            frames: 4096,
+            frames: 8192,
             frame_size: 2048,
             queues: Queues::All,
             mode: XdpMode::Auto,
