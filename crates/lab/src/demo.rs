@@ -82,6 +82,15 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     let routes: Vec<(usize, usize)> = vrs.iter().map(route_counts).collect();
+    if !a.json {
+        // What is about to run, before the seconds of building and traffic.
+        println!(
+            "routeplex demo: {} VRs on 2 in-memory ports, {} s of 64-byte frames (60 B + FCS)",
+            vrs.len(),
+            a.seconds
+        );
+        println!("routes: {}", table.label);
+    }
     let lab = lab::build(&topo, &vrs)?;
     let (engine, gen, cpus) =
         run_traffic(&topo, lab, Generator::unstamped(mix), Duration::from_secs_f64(a.seconds))?;
@@ -108,7 +117,7 @@ pub fn run(a: Args) -> Result<()> {
     if a.json {
         print_json(&table.label, a.seconds, &cpus, &reports);
     } else {
-        print_table(&table.label, a.seconds, &cpus, &reports, &engine);
+        print_table(a.seconds, &cpus, &reports, &engine);
     }
     Ok(())
 }
@@ -226,12 +235,7 @@ fn run_traffic(
     Ok((engine, gen, placement))
 }
 
-fn print_table(label: &str, seconds: f64, cpus: &str, r: &[VrReport], engine: &Engine) {
-    println!(
-        "routeplex demo: {} VRs on 2 in-memory ports, {seconds} s of 64-byte frames (60 B + FCS)",
-        r.len()
-    );
-    println!("routes: {label}");
+fn print_table(seconds: f64, cpus: &str, r: &[VrReport], engine: &Engine) {
     println!("placement: {cpus}");
     println!(
         "injected: 4 % of each VR's frames are broken on purpose (TTL 1, a bad IPv4 checksum, a \

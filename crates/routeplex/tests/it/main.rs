@@ -15,6 +15,7 @@ mod bench_router;
 mod bench_routes;
 mod bench_switch;
 mod crash;
+mod demo;
 mod fleet;
 mod fleet_drain;
 mod fleet_hosts;
