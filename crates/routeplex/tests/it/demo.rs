@@ -1,6 +1,7 @@
 //! `routeplex demo`, the README's first command: what it runs is said before it runs, and
 //! every VR forwards what it was offered except the frames broken on purpose, each dropped
-//! under its own reason.
+//! under its own reason. A second of traffic each: a run in which the OS kept the worker off
+//! its CPU for a quarter second (seen in CI beside other tests) still forwards.
 
 use std::process::Command;
 
@@ -41,11 +42,11 @@ fn check_vr(name: &str, offered: u64, forwarded: u64, drops: &[(String, u64)], a
 
 #[test]
 fn the_demo_says_what_it_runs_first_then_what_each_vr_did() {
-    let o = demo(&["--seconds", "0.3"]);
+    let o = demo(&["--seconds", "1"]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}{out}", String::from_utf8_lossy(&o.stderr));
     let lines: Vec<&str> = out.lines().collect();
-    assert!(lines[0].starts_with("routeplex demo: 4 VRs on 2 in-memory ports, 0.3 s"), "{out}");
+    assert!(lines[0].starts_with("routeplex demo: 4 VRs on 2 in-memory ports, 1 s"), "{out}");
     assert!(lines[1].starts_with("routes: "), "{out}");
     assert!(lines[2].starts_with("placement: "), "{out}");
     let rows: Vec<&str> = lines.iter().copied().filter(|l| l.starts_with("vr-")).collect();
@@ -71,7 +72,7 @@ fn the_demo_says_what_it_runs_first_then_what_each_vr_did() {
 
 #[test]
 fn the_demo_in_json_gives_the_same_figures() {
-    let o = demo(&["--seconds", "0.3", "--json"]);
+    let o = demo(&["--seconds", "1", "--json"]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}{out}", String::from_utf8_lossy(&o.stderr));
     let j: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
