@@ -67,6 +67,15 @@ pub(crate) fn at<'a>(
     move |e| step_err(backend, ifname, step, e)
 }
 
+/// This process's locked-memory limit (`RLIMIT_MEMLOCK`, soft) in bytes; `None` if unlimited
+/// or unreadable.
+pub(crate) fn memlock_limit() -> Option<u64> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit into the live, writable struct passed.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } == 0;
+    (ok && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
+}
+
 /// Turns a `-1`-on-error return value into an `io::Result`.
 fn cvt(ret: libc::c_long) -> io::Result<libc::c_long> {
     if ret < 0 {

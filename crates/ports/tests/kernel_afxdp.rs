@@ -97,6 +97,57 @@ fn afxdp_second_port_on_a_busy_interface_fails_clearly() {
     assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
 }
 
+const MEMLOCK_ENV: &str = "RPX_AFXDP_MEMLOCK_IF";
+
+/// The child half of the memlock test, run without `CAP_IPC_LOCK` under an 8 MiB limit: the
+/// default port's 16 MiB UMEM must be refused naming the limit, a 2 MiB one must open. Run by
+/// hand (without the variable) it does nothing.
+#[test]
+#[ignore = "helper process for afxdp_umem_over_the_memlock_limit_is_named"]
+fn afxdp_memlock_child() {
+    let Ok(dev) = std::env::var(MEMLOCK_ENV) else { return };
+    match AfXdpPort::open(&dev, &AfXdpOptions::default()) {
+        Ok(_) => println!("OPENED default"),
+        Err(e) => println!("REFUSED default: {e}"),
+    }
+    match AfXdpPort::open(&dev, &AfXdpOptions { frames: 1024, ..Default::default() }) {
+        Ok(_) => println!("OPENED small"),
+        Err(e) => println!("REFUSED small: {e}"),
+    }
+}
+
+/// Without root's `CAP_IPC_LOCK` a UMEM counts against `RLIMIT_MEMLOCK` (8 MiB is systemd's
+/// default): the kernel's bare `ENOBUFS` becomes an error that names the limit and the ways
+/// out.
+#[test]
+fn afxdp_umem_over_the_memlock_limit_is_named() {
+    if !root_or_skip("afxdp_umem_over_the_memlock_limit_is_named") {
+        return;
+    }
+    let v = Veth::new();
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new("setpriv")
+        .args(["--bounding-set=-ipc_lock", "--inh-caps=-ipc_lock", "--"])
+        .args(["prlimit", "--memlock=8388608:8388608", "--"])
+        .arg(exe)
+        .args(["--exact", "afxdp_memlock_child", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(MEMLOCK_ENV, &v.a)
+        .output();
+    let Ok(out) = out else {
+        println!("skipped: setpriv (util-linux) is not installed to drop CAP_IPC_LOCK");
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let all = format!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{all}");
+    let refused = text.lines().find_map(|l| l.split_once("REFUSED default: ")).map(|(_, e)| e);
+    let e = refused.unwrap_or_else(|| panic!("the 16 MiB UMEM was not refused: {all}"));
+    for part in [&v.a, "16384 KiB UMEM", "8192 KiB", "RLIMIT_MEMLOCK", "CAP_IPC_LOCK", "`ring`"] {
+        assert!(e.contains(part), "the error does not name {part:?}: {e}");
+    }
+    assert!(text.contains("OPENED small"), "a 2 MiB UMEM under the limit did not open: {all}");
+}
+
 const CHILD_ENV: &str = "RPX_AFXDP_CHILD_IF";
 
 /// The child half of the SIGKILL test: opens a port on the interface named in the environment,

@@ -561,11 +561,8 @@ impl Sock {
         ))?;
         let reg =
             UmemReg { addr: umem.addr(), len: layout.len(), chunk_size: o.frame_size, headroom: 0 };
-        sys::setsockopt(&xsk, libc::SOL_XDP, XDP_UMEM_REG, &reg).map_err(at(
-            BACKEND,
-            name,
-            "setsockopt(XDP_UMEM_REG)",
-        ))?;
+        sys::setsockopt(&xsk, libc::SOL_XDP, XDP_UMEM_REG, &reg)
+            .map_err(|e| umem_err(name, layout.len(), e))?;
         for (opt, what) in [
             (XDP_UMEM_FILL_RING, "setsockopt(XDP_UMEM_FILL_RING)"),
             (XDP_UMEM_COMPLETION_RING, "setsockopt(XDP_UMEM_COMPLETION_RING)"),
@@ -838,4 +835,20 @@ impl Sock {
         }
         Ok(())
     }
+}
+
+/// A failed UMEM registration, with the cause the kernel's `ENOBUFS` means there: without
+/// `CAP_IPC_LOCK` (root has it) the UMEM counts against `RLIMIT_MEMLOCK`.
+fn umem_err(name: &str, len: u64, e: io::Error) -> io::Error {
+    let step = match (sys::errno(&e), sys::memlock_limit()) {
+        (libc::ENOBUFS, Some(limit)) => format!(
+            "setsockopt(XDP_UMEM_REG) of a {} KiB UMEM over the locked-memory limit of {} KiB \
+             (RLIMIT_MEMLOCK; run as root or with CAP_IPC_LOCK, raise it with `ulimit -l`, or \
+             give the port a smaller `ring`)",
+            len >> 10,
+            limit >> 10
+        ),
+        _ => "setsockopt(XDP_UMEM_REG)".to_string(),
+    };
+    sys::step_err(BACKEND, name, &step, e)
 }
