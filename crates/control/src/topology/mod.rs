@@ -337,8 +337,8 @@ impl Default for XdpSpec {
         XdpSpec {
             // A worker the OS descheduled for a few milliseconds comes back to a full ring
             // at a flood's pace: with two nice-19 busy loops beside a 10 s flood through a VR
-            // on veth (2 CPUs), 2,048 entries lost 1.1-1.4 % of the flood and some pings,
-            // 4,096 under 0.05 % and no ping (`tests/neighbor_flood_hosts.rs`). The UMEM,
+            // on veth (2 CPUs), 2,048 entries lost 0.6-3.9 % of the flood and some pings,
+            // 4,096 at most 0.07 % and no ping (`tests/neighbor_flood_hosts.rs`). The UMEM,
             // 2 x 4,096 frames of 2 KiB, is 16 MiB a socket.
             ring: 4096,
             frame_size: 2048,
