@@ -18,7 +18,10 @@ pub enum Idle {
     /// Spin (lowest latency; the CPU is the worker's). A topology's `idle: poll`.
     Spin,
     /// Spin a few polls, then yield the CPU between empty polls, never sleeping (for CPUs
-    /// shared with other threads: tests, a generator on the same machine).
+    /// shared with other threads: tests, a generator on the same machine). A yield hands the
+    /// CPU to any runnable thread, a nice-19 one too, until the scheduler picks again: beside
+    /// two nice-19 busy loops a flood's frames were dropped at an AF_XDP ring 2-3 times as
+    /// often as with [`Idle::Adaptive`] (docs/dataplane.md, neighbours under a flood).
     Yield,
     /// Spin while there is traffic; after [`crate::runtime::SPIN_NS`] of empty polls yield, after
     /// [`crate::runtime::BLOCK_AFTER_NS`] sleep on the ports' descriptors until frames, a command or
