@@ -22,7 +22,7 @@
 //! deleted (counted as expired). So the VR forwards on what it brought until its control plane
 //! has re-learned it, and no longer than the graceful-restart time.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
@@ -34,7 +34,7 @@ use dataplane::{Forward, RouteOp, RouteSource};
 use ipnet::IpNet;
 use tracing::{info, warn};
 
-use crate::rtsync::{KernelRoute, KernelRouteKind, RouteSync, SyncEvent};
+use crate::rtsync::{KernelNextHop, KernelRoute, KernelRouteKind, RouteSync, SyncEvent};
 
 /// Table main.
 const RT_TABLE_MAIN: u32 = 254;
@@ -109,21 +109,28 @@ impl Mapper {
         let (prefix, source) = (r.prefix.trunc(), RouteSource::Kernel);
         let forward = match &r.kind {
             KernelRouteKind::Unicast(hops) => {
-                let mut paths = Vec::with_capacity(hops.len());
-                for h in hops {
-                    let Some(&iface) = self.ifaces.get(&h.ifname) else {
-                        self.skipped += 1;
-                        return None;
-                    };
-                    let target = match h.gateway {
+                let target = |h: &KernelNextHop| {
+                    let &iface = self.ifaces.get(&h.ifname)?;
+                    Some(match h.gateway {
                         Some(gateway) => RouteTarget::Via { gateway, iface: Some(iface) },
                         None => RouteTarget::Iface(iface),
-                    };
-                    paths.push((target, h.weight.max(1)));
-                }
-                if let [(target, _)] = paths[..] {
-                    return Some(RouteOp::Replace(RouteConfig { prefix, target, source }));
-                }
+                    })
+                };
+                let paths: Option<Vec<_>> = match &hops[..] {
+                    // One path, the common case: no list to build.
+                    [h] => {
+                        let Some(target) = target(h) else {
+                            self.skipped += 1;
+                            return None;
+                        };
+                        return Some(RouteOp::Replace(RouteConfig { prefix, target, source }));
+                    }
+                    _ => hops.iter().map(|h| Some((target(h)?, h.weight.max(1)))).collect(),
+                };
+                let Some(paths) = paths else {
+                    self.skipped += 1;
+                    return None;
+                };
                 Forward::Paths(paths)
             }
             KernelRouteKind::Blackhole => {
@@ -139,37 +146,42 @@ impl Mapper {
     /// The operations that bring the VR from what it holds to what `events` say, one per
     /// prefix touched (a prefix added then deleted in one batch is one delete, or nothing).
     pub fn ops(&mut self, events: Vec<SyncEvent>) -> Vec<RouteOp> {
-        let mut want: BTreeMap<IpNet, Option<RouteOp>> = BTreeMap::new();
+        // (prefix, what the batch last said of it), in the batch's order; sorted stably by
+        // prefix below, the last of each prefix's run wins.
+        let mut want: Vec<(IpNet, Option<RouteOp>)> = Vec::with_capacity(events.len());
         for ev in events {
             match ev {
                 SyncEvent::Add(r) if r.table == RT_TABLE_MAIN => {
                     let p = r.prefix.trunc();
-                    want.insert(p, self.route(&r));
+                    want.push((p, self.route(&r)));
                 }
                 SyncEvent::Add(_) => {}
-                SyncEvent::Del(p, RT_TABLE_MAIN) => {
-                    want.insert(p.trunc(), None);
-                }
+                SyncEvent::Del(p, RT_TABLE_MAIN) => want.push((p.trunc(), None)),
                 SyncEvent::Del(..) => {}
                 SyncEvent::Replace(all) => {
                     want.clear();
                     // What the mirror no longer has goes, except what is stale: a restarted
                     // daemon has not learned it yet.
-                    for p in self.known.difference(&self.stale) {
-                        want.insert(*p, None);
-                    }
+                    want.extend(self.known.difference(&self.stale).map(|p| (*p, None)));
                     for r in all.iter().filter(|r| r.table == RT_TABLE_MAIN) {
                         if let Some(op) = self.route(r) {
-                            want.insert(r.prefix.trunc(), Some(op));
+                            want.push((r.prefix.trunc(), Some(op)));
                         }
                     }
                 }
             }
         }
+        want.sort_by_key(|(p, _)| *p);
         let mut ops = Vec::with_capacity(want.len());
-        for (p, w) in want {
+        let mut want = want.into_iter().peekable();
+        while let Some((p, w)) = want.next() {
+            if want.peek().is_some_and(|(next, _)| *next == p) {
+                continue;
+            }
             // Whatever the mirror said about a stale prefix, it is the control plane's now.
-            self.stale.remove(&p);
+            if !self.stale.is_empty() {
+                self.stale.remove(&p);
+            }
             match w {
                 Some(op) => {
                     self.known.insert(p);
@@ -359,7 +371,6 @@ fn send(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rtsync::KernelNextHop;
     use dataplane::config::IfaceConfig;
 
     fn cfg() -> VrConfig {
@@ -466,6 +477,46 @@ mod tests {
                 delete("10.5.0.0/16"),
                 delete("192.0.2.0/24"),
                 replace("2001:db8:9::/48", "fe80::1", 1)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_last_word_on_a_prefix_in_a_batch_wins() {
+        let mut m = Mapper::new(&cfg());
+        let p = |s: &str| -> IpNet { s.parse().unwrap() };
+        m.ops(vec![SyncEvent::Add(kr("10.4.0.0/16", Some("10.0.0.2"), "e0", 186))]);
+        let ops = m.ops(vec![
+            SyncEvent::Add(kr("10.2.0.0/16", Some("10.0.0.2"), "e0", 186)),
+            SyncEvent::Del(p("10.2.0.0/16"), 254),
+            SyncEvent::Add(kr("10.1.0.0/16", Some("10.0.0.2"), "e0", 186)),
+            SyncEvent::Add(kr("10.2.0.0/16", Some("10.0.1.7"), "e1", 186)),
+            SyncEvent::Add(kr("10.1.0.0/16", Some("10.0.0.3"), "e0", 186)),
+            SyncEvent::Del(p("10.4.0.0/16"), 254),
+            SyncEvent::Add(kr("10.4.0.0/16", Some("10.0.0.5"), "e0", 186)),
+        ]);
+        assert_eq!(
+            ops,
+            vec![
+                replace("10.1.0.0/16", "10.0.0.3", 0),
+                replace("10.2.0.0/16", "10.0.1.7", 1),
+                replace("10.4.0.0/16", "10.0.0.5", 0),
+            ]
+        );
+        // What came before a replace in the batch is forgotten; what the VR held and the
+        // replace lacks goes.
+        let ops = m.ops(vec![
+            SyncEvent::Add(kr("10.9.0.0/16", Some("10.0.0.2"), "e0", 186)),
+            SyncEvent::Replace(vec![kr("10.2.0.0/16", Some("10.0.1.7"), "e1", 186)]),
+            SyncEvent::Add(kr("10.3.0.0/16", Some("10.0.0.2"), "e0", 186)),
+        ]);
+        assert_eq!(
+            ops,
+            vec![
+                delete("10.1.0.0/16"),
+                replace("10.2.0.0/16", "10.0.1.7", 1),
+                replace("10.3.0.0/16", "10.0.0.2", 0),
+                delete("10.4.0.0/16"),
             ]
         );
     }
