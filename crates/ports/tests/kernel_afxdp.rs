@@ -138,7 +138,12 @@ fn afxdp_umem_over_the_memlock_limit_is_named() {
         return;
     };
     let text = String::from_utf8_lossy(&out.stdout);
-    let all = format!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && (err.starts_with("setpriv:") || err.starts_with("prlimit:")) {
+        println!("skipped: could not drop CAP_IPC_LOCK or set the limit here: {err}");
+        return;
+    }
+    let all = format!("{text}{err}");
     assert!(out.status.success(), "{all}");
     let refused = text.lines().find_map(|l| l.split_once("REFUSED default: ")).map(|(_, e)| e);
     let e = refused.unwrap_or_else(|| panic!("the 16 MiB UMEM was not refused: {all}"));
