@@ -335,12 +335,7 @@ pub struct XdpSpec {
 impl Default for XdpSpec {
     fn default() -> Self {
         XdpSpec {
-            // A worker the OS descheduled for a few milliseconds comes back to a full ring
-            // at a flood's pace: with two nice-19 busy loops beside a 10 s flood through a VR
-            // on veth (2 CPUs), 2,048 entries lost 0.6-3.9 % of the flood and some pings,
-            // 4,096 at most 0.07 % and no ping (`tests/neighbor_flood_hosts.rs`). The UMEM,
-            // 2 x 4,096 frames of 2 KiB, is 16 MiB a socket.
-            ring: 4096,
+            ring: ports::afxdp::DEFAULT_FRAMES / 2,
             frame_size: 2048,
             mode: ports::afxdp::XdpMode::Auto,
             bind: ports::afxdp::BindMode::Auto,
