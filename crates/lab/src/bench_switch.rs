@@ -23,7 +23,7 @@ mod dpdk_pair;
 
 use crate::pktgen::{self, connect, Report};
 use crate::sys;
-use crate::sys::threads::{Placement, Sampler, ThreadSeen, Watch};
+use crate::sys::threads::{Placement, Sampler, Watch};
 use tester::plot::Series;
 
 /// Options of `routeplex bench switch`.
@@ -91,13 +91,8 @@ struct Point {
 impl Point {
     /// CPU time over wall time of the generator's thread, as the OS counted it.
     fn generator_cpu_busy(&self) -> Option<f64> {
-        let t = self.placement.threads.iter().find(|t| t.role == "generator and sinks")?;
+        let t = self.placement.role("bench", "generator and sinks")?;
         Some((t.busy() * 1000.0).round() / 1000.0)
-    }
-
-    /// The switch's worker, as read back.
-    fn switch_worker(&self) -> Option<&ThreadSeen> {
-        self.placement.threads.iter().find(|t| t.role == "switch worker")
     }
 
     /// Says so when the generator did not have its CPU to itself, or when the switch had
@@ -108,7 +103,7 @@ impl Point {
         if let Some(b) = self.generator_cpu_busy().filter(|&b| b < 0.9) {
             notes.push(format!("the generator's thread ran only {:.0} % of the time (the OS gave its CPU to other work)", b * 100.0));
         }
-        if let Some(w) = self.switch_worker().filter(|w| w.busy() < 0.9) {
+        if let Some(w) = self.placement.role("switch", "switch worker").filter(|w| w.busy() < 0.9) {
             if self.ring_full_share > 0.5 {
                 notes.push(format!("the ring into the switch was full {:.0} % of the generator's time, yet the switch's worker {}", self.ring_full_share * 100.0, self.placement.why_not_running(w)));
             }

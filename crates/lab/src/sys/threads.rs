@@ -200,7 +200,6 @@ fn cpu_times(stat: &str) -> BTreeMap<usize, CpuTime> {
 
 impl Placement {
     /// The thread of `process` with `role`.
-    #[cfg(test)]
     pub fn role(&self, process: &str, role: &str) -> Option<&ThreadSeen> {
         self.threads.iter().find(|t| t.process == process && t.role == role)
     }
