@@ -4,7 +4,10 @@
 //! AF_PACKET. Each DUT is built in fresh namespaces ([`KernelDut`]), measured with one of the
 //! tester's methods, torn down (and the teardown checked) before the next; then one table,
 //! one JSON object and one plot compare them, each DUT's rate also as a ratio to Linux
-//! forwarding measured in the same run.
+//! forwarding measured in the same run. With `--pairs N` the DUTs are measured in N rounds
+//! (linux, macvlan, …, linux, macvlan, …), the probes of `tester::pairs` timed before every
+//! DUT, and each DUT's ratio is the median over the rounds of its rate over Linux's in the
+//! same round: a minute in which this VM's memory is slow is then seen by both sides.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -121,6 +124,10 @@ pub struct PeersArgs {
     /// DUT's work on the last CPU).
     #[arg(long)]
     no_pin: bool,
+    /// Rounds over every DUT, 1..=20: each DUT is paired with Linux's measurement of the same
+    /// round [default: 5; --quick: 1].
+    #[arg(long)]
+    pairs: Option<usize>,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
@@ -147,8 +154,14 @@ struct Outcome {
     /// Mean forwarded rate of the headline trials (see `headline`).
     forwarded_pps: Option<f64>,
     ci99_pps: Option<f64>,
-    /// forwarded_pps / the baseline's, measured in this run.
+    /// forwarded_pps / the baseline's, measured in this run; with rounds, the median over
+    /// them of each round's ratio (`pairs`).
     ratio_to_linux: Option<f64>,
+    /// The rounds as pairs with the baseline's measurement of the same round (2 rounds or
+    /// more, a DUT other than the baseline).
+    pairs: Option<tester::pairs::Summary>,
+    /// The forwarded rate of each round (the headline's is the median's round).
+    rounds_forwarded_pps: Vec<Option<f64>>,
     /// What the generator put out in those trials.
     attempted_pps: Option<f64>,
     loss_ratio: Option<f64>,
@@ -188,6 +201,8 @@ impl Outcome {
             forwarded_pps: None,
             ci99_pps: None,
             ratio_to_linux: None,
+            pairs: None,
+            rounds_forwarded_pps: Vec::new(),
             attempted_pps: None,
             loss_ratio: None,
             p50_us: None,
@@ -234,6 +249,11 @@ pub fn run(a: PeersArgs) -> Result<()> {
     let mut a = a;
     (a.duration, a.warmup, a.repetitions, a.flows, a.routes) =
         (Some(a_duration), Some(a_warmup), Some(repetitions), Some(flows), Some(routes));
+    let pairs = a.pairs.unwrap_or(if q { 1 } else { 5 });
+    a.pairs = Some(pairs);
+    if !(1..=20).contains(&pairs) {
+        bail!("--pairs {pairs} is outside 1..=20");
+    }
     let duration = super::secs("duration", a_duration, 3600.0)?;
     if duration < Duration::from_millis(1) {
         bail!("--duration {a_duration}: at least 0.001 s");
@@ -303,39 +323,55 @@ pub fn run(a: PeersArgs) -> Result<()> {
     };
     let load_before = loadavg();
     let t_start = Instant::now();
-    let mut outcomes = Vec::new();
-    for &k in &kinds {
-        if !a.json {
-            eprintln!("routeplex test peers: {} ...", k.name());
-        }
-        let o = measure(k, &kopts, &spec, ropts, common, a.method, &steps, &ndr_cfg);
-        if !a.json {
-            match o.status {
-                "ok" => eprintln!(
-                    "routeplex test peers: {}: {} forwarded",
-                    k.name(),
-                    o.forwarded_pps.map_or("-".into(), fmt_rate)
-                ),
-                s => eprintln!(
-                    "routeplex test peers: {}: {s}: {}",
-                    k.name(),
-                    o.reason.as_deref().unwrap_or("")
-                ),
+    let prober = tester::pairs::Prober::new();
+    // rounds[r][d]: DUT d in round r, with the probes and load average just before it.
+    let mut rounds: Vec<Vec<Round>> = Vec::with_capacity(pairs);
+    for r in 0..pairs {
+        let mut row: Vec<Round> = Vec::with_capacity(kinds.len());
+        for (d, &k) in kinds.iter().enumerate() {
+            // A DUT skipped once (OVS not installed) is not tried again.
+            if let Some(prev) = rounds.last().map(|p| &p[d]).filter(|p| p.0.status == "skipped") {
+                let mut o = Outcome::new(k.name());
+                (o.status, o.reason) = ("skipped", prev.0.reason.clone());
+                row.push((o, prev.1, prev.2));
+                continue;
             }
+            if !a.json {
+                let of = if pairs > 1 {
+                    format!(" (round {} of {pairs})", r + 1)
+                } else {
+                    String::new()
+                };
+                eprintln!("routeplex test peers: {}{of} ...", k.name());
+            }
+            let load = tester::pairs::load_average();
+            let probes = prober.probe();
+            let o = measure(k, &kopts, &spec, ropts, common, a.method, &steps, &ndr_cfg);
+            if !a.json {
+                match o.status {
+                    "ok" => eprintln!(
+                        "routeplex test peers: {}: {} forwarded",
+                        k.name(),
+                        o.forwarded_pps.map_or("-".into(), fmt_rate)
+                    ),
+                    s => eprintln!(
+                        "routeplex test peers: {}: {s}: {}",
+                        k.name(),
+                        o.reason.as_deref().unwrap_or("")
+                    ),
+                }
+            }
+            row.push((o, probes, load));
         }
-        outcomes.push(o);
+        rounds.push(row);
     }
     let load_after = loadavg();
+    let base_at = kinds.iter().position(|k| k.name() == BASELINE);
+    let outcomes = headlines(rounds, base_at);
     let base = outcomes
         .iter()
         .find(|o| o.dut == BASELINE && o.status == "ok")
         .and_then(|o| o.forwarded_pps);
-    for o in &mut outcomes {
-        o.ratio_to_linux = match (o.forwarded_pps, base) {
-            (Some(f), Some(b)) if b > 0.0 => Some(f / b),
-            _ => None,
-        };
-    }
 
     let title = format!(
         "routeplex test peers ({}, {} frames): forwarded rate per DUT",
@@ -411,6 +447,11 @@ pub fn run(a: PeersArgs) -> Result<()> {
                 "forwarded_pps": o.forwarded_pps,
                 "ci99_pps": o.ci99_pps,
                 "ratio_to_linux": o.ratio_to_linux,
+                "ratio_to_linux_pairs": o.pairs.as_ref().map(|p| json!({
+                    "min": p.ratio.min, "max": p.ratio.max, "pairs": p.pairs.len(),
+                    "flagged_pairs": p.flagged_pairs,
+                })),
+                "rounds_forwarded_pps": o.rounds_forwarded_pps,
                 "limited_by": o.limited_by,
             })).collect::<Vec<_>>(),
             "method": {
@@ -450,6 +491,58 @@ pub fn run(a: PeersArgs) -> Result<()> {
         bail!("{} DUT(s) failed: {}", failed.len(), failed.join(", "));
     }
     Ok(())
+}
+
+/// One DUT's measurement in one round, with the probes and load average taken before it.
+type Round = (Outcome, tester::pairs::Probes, Option<[f64; 3]>);
+
+/// DUT `d`'s outcome over the rounds: a failed round's if any failed (a failure is never
+/// hidden by a better round), else the round with the median forwarded rate; its ratio to
+/// the baseline (`base_at`) is the median of the rounds' ratios, each against the baseline's
+/// measurement of the same round. Every DUT's pairs are read before any outcome is moved out.
+fn headlines(mut rounds: Vec<Vec<Round>>, base_at: Option<usize>) -> Vec<Outcome> {
+    let duts = rounds.first().map_or(0, |r| r.len());
+    let mut picked = Vec::with_capacity(duts);
+    for d in 0..duts {
+        let fwd: Vec<Option<f64>> = rounds.iter().map(|r| r[d].0.forwarded_pps).collect();
+        let (mut values, mut loads) = (Vec::new(), Vec::new());
+        for r in rounds.iter().filter(|_| base_at.is_some_and(|b| b != d)) {
+            let ((o, p, l), (bo, bp, _)) = (&r[d], &r[base_at.unwrap_or(d)]);
+            if let (Some(x), Some(y), "ok", "ok") =
+                (o.forwarded_pps, bo.forwarded_pps, o.status, bo.status)
+            {
+                if y > 0.0 {
+                    values.push((x, *p, y, *bp));
+                    loads.push(*l);
+                }
+            }
+        }
+        let pick = rounds.iter().position(|r| r[d].0.status == "failed").unwrap_or_else(|| {
+            let mut ok: Vec<(f64, usize)> =
+                fwd.iter().enumerate().filter_map(|(i, f)| Some(((*f)?, i))).collect();
+            ok.sort_by(|x, y| x.0.total_cmp(&y.0));
+            ok.get(ok.len().saturating_sub(1) / 2).map_or(0, |x| x.1)
+        });
+        let name = &rounds[0][d].0.dut;
+        let summary = (!values.is_empty())
+            .then(|| tester::pairs::Summary::new(name, BASELINE, "pps", &values, &loads));
+        picked.push((pick, fwd, summary));
+    }
+    picked
+        .into_iter()
+        .enumerate()
+        .map(|(d, (pick, fwd, summary))| {
+            let mut o = std::mem::replace(&mut rounds[pick][d].0, Outcome::new(""));
+            o.rounds_forwarded_pps = fwd;
+            if base_at == Some(d) {
+                o.ratio_to_linux = o.forwarded_pps.filter(|&f| f > 0.0).map(|_| 1.0);
+            } else if let Some(s) = summary.filter(|_| o.status == "ok") {
+                o.ratio_to_linux = Some(s.ratio.median);
+                o.pairs = (s.pairs.len() > 1).then_some(s);
+            }
+            o
+        })
+        .collect()
 }
 
 fn method_text(m: Method) -> &'static str {
@@ -739,14 +832,15 @@ fn text_report(
 ) -> String {
     let mut out = String::new();
     out += &format!(
-        "routeplex test peers: {} method, {}-byte frames, {} flows, {} routes; {} s trials after {} s warm-up, {} repetitions\n",
+        "routeplex test peers: {} method, {}-byte frames, {} flows, {} routes; {} s trials after {} s warm-up, {} repetitions, {} round(s) over the DUTs\n",
         format!("{:?}", a.method).to_lowercase(),
         a.frame_size,
         a.flows.unwrap_or_default(),
         a.routes.unwrap_or_default(),
         a.duration.unwrap_or_default(),
         a.warmup.unwrap_or_default(),
-        a.repetitions.unwrap_or_default()
+        a.repetitions.unwrap_or_default(),
+        a.pairs.unwrap_or_default()
     );
     out += &format!(
         "host: {} CPUs ({}), kernel {}, load average {} before, {} after\n",
@@ -824,6 +918,12 @@ fn text_report(
     if invalid > 0 {
         out += &format!("note: {invalid} trial(s) in the results had the tester stalled on every attempt (valid: false in --json / --csv)\n");
     }
+    for o in outcomes.iter().filter(|o| o.pairs.is_some()) {
+        out += &format!("\n{} against linux, round by round:\n", o.dut);
+        for l in o.pairs.as_ref().map(|p| p.lines()).unwrap_or_default() {
+            out += &format!("{l}\n");
+        }
+    }
     if let Some(p) = plot {
         out += &format!("plot: {}\n", p.display());
     }
@@ -878,4 +978,51 @@ pub fn single(
 /// `macvlan-vrs:N`.
 pub fn is_kernel_dut(name: &str) -> bool {
     Kind::parse(name).is_some() || name.starts_with("macvlan-vrs:")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tester::pairs::Probes;
+
+    fn round(dut: &str, status: &'static str, pps: Option<f64>) -> Round {
+        let mut o = Outcome::new(dut);
+        (o.status, o.forwarded_pps) = (status, pps);
+        let p = Probes { memory_ns_per_read: 50.0, compute_ns_per_step: 1.5 };
+        (o, p, None)
+    }
+
+    fn rounds(x: &[(&'static str, Option<f64>)]) -> Vec<Vec<Round>> {
+        let linux = [1.0e6, 2.0e6, 1.0e6];
+        x.iter()
+            .zip(linux)
+            .map(|(&(s, f), l)| vec![round("linux", "ok", Some(l)), round("x", s, f)])
+            .collect()
+    }
+
+    #[test]
+    fn a_dut_is_paired_with_linux_of_its_own_round() {
+        // x forwards 2x, 1x, 3x linux of the same round: the median ratio is 2, though x's
+        // median rate (3e6) over linux's (1e6) would say 3.
+        let r = rounds(&[("ok", Some(2.0e6)), ("ok", Some(2.0e6)), ("ok", Some(3.0e6))]);
+        let o = headlines(r, Some(0));
+        assert_eq!((o[0].ratio_to_linux, o[0].forwarded_pps), (Some(1.0), Some(1.0e6)));
+        assert_eq!(o[1].ratio_to_linux, Some(2.0));
+        assert_eq!(o[1].forwarded_pps, Some(2.0e6), "the median round's outcome");
+        let p = o[1].pairs.as_ref().expect("pairs");
+        assert_eq!(p.pairs.iter().map(|p| p.ratio).collect::<Vec<_>>(), [2.0, 1.0, 3.0]);
+        assert_eq!(o[1].rounds_forwarded_pps, [Some(2.0e6), Some(2.0e6), Some(3.0e6)]);
+        assert!(o[0].pairs.is_none(), "linux is not paired with itself");
+    }
+
+    #[test]
+    fn a_failed_round_is_the_headline_and_one_round_has_no_pairs() {
+        let r = rounds(&[("ok", Some(2.0e6)), ("failed", None), ("ok", Some(3.0e6))]);
+        let o = headlines(r, Some(0));
+        assert_eq!((o[1].status, o[1].ratio_to_linux), ("failed", None));
+        let o = headlines(rounds(&[("ok", Some(3.0e6))]), Some(0));
+        assert_eq!((o[1].ratio_to_linux, o[1].pairs.is_none()), (Some(3.0), true));
+        let o = headlines(rounds(&[("ok", Some(3.0e6))]), None);
+        assert_eq!(o[1].ratio_to_linux, None, "no baseline measured, no ratio");
+    }
 }

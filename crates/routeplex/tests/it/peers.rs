@@ -340,6 +340,45 @@ fn two_macvlan_vrs_share_one_link_and_count_per_vr() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `--pairs 2`: every DUT measured in two rounds, each paired with Linux of its own round. At
+/// a fixed low rate both forward all of it, so every round's ratio is about 1.
+#[test]
+fn rounds_pair_each_dut_with_linux_of_the_same_round() {
+    if !root() {
+        return;
+    }
+    let _turn = turn();
+    let dir = scratch("pairs");
+    let (pid, j) = run_json(
+        "test peers --json --dut linux,routeplex-afxdp --pairs 2 --method sweep --rates 20k \
+         -r 1 --duration 0.2 --warmup 0.05 --flows 16 --routes 16 --no-plot --out",
+        &dir.join("out"),
+    );
+    let s = j["summary"].as_array().expect("summary");
+    assert_eq!(s.len(), 2, "{j}");
+    for d in s {
+        assert_eq!(d["status"], "ok", "{d}");
+        let rounds = d["rounds_forwarded_pps"].as_array().expect("each round's rate");
+        assert_eq!(rounds.len(), 2, "{d}");
+        for r in rounds {
+            let pps = r.as_f64().expect("a rate");
+            assert!((19_000.0..=21_000.0).contains(&pps), "{d}");
+        }
+    }
+    assert!(s[0]["ratio_to_linux_pairs"].is_null(), "linux is not paired with itself: {j}");
+    let p = &s[1]["ratio_to_linux_pairs"];
+    assert_eq!(p["pairs"], 2, "{j}");
+    let ratio = s[1]["ratio_to_linux"].as_f64().expect("a ratio");
+    assert!((0.95..=1.05).contains(&ratio), "{ratio}: {j}");
+    let pairs = j["duts"][1]["pairs"]["pairs"].as_array().expect("the pairs with probes");
+    for r in pairs {
+        assert!(r["a_probes"]["memory_ns_per_read"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["b_probes"]["compute_ns_per_step"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert!(namespaces_of(pid).is_empty(), "namespaces left: {:?}", namespaces_of(pid));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Bad input is refused with a message naming it, before anything is made.
 #[test]
 fn bad_input_is_named() {
@@ -351,6 +390,7 @@ fn bad_input_is_named() {
         (&["test", "peers", "--dut", "linux,linux"][..], "listed twice"),
         (&["test", "peers", "--dut", "linux", "--routes", "0"][..], "--routes 0"),
         (&["test", "peers", "--dut", "linux", "--flows", "0"][..], "--flows 0"),
+        (&["test", "peers", "--dut", "linux", "--pairs", "0"][..], "--pairs 0"),
         (&["test", "sweep", "--dut", "macvlan-vrs:0"][..], "macvlan-vrs:0"),
         (&["test", "sweep", "--dut", "macvlan-vrs:x"][..], "macvlan-vrs:x"),
     ] {
