@@ -131,12 +131,15 @@ pub fn fib(a: FibArgs) -> Result<()> {
         batch: a.batch,
         ..BenchOptions::default()
     };
+    let probes = ProbeRun::new();
     let sampler = watch_self("lookups");
     let r = fib::bench::run(routes, &opts);
     let placement = sampler.finish();
+    let probes = probes.finish();
     if a.json {
         let mut v: serde_json::Value = serde_json::from_str(&r.to_json())?;
         v["file"] = json!(path.display().to_string());
+        v["probes"] = probes.to_json();
         v["placement"] = placement.to_json();
         v["note"] = json!(starved(&placement, "lookups"));
         println!("{v}");
@@ -161,6 +164,7 @@ pub fn fib(a: FibArgs) -> Result<()> {
             r.checked, r.mismatches, r.address_mode
         );
         println!("{}", placement.summary());
+        println!("{}", probes.summary());
         if let Some(n) = starved(&placement, "lookups") {
             println!("{n}");
         }
@@ -230,6 +234,7 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
     let mut gen = Generator::new(frames);
     let (mut tx, mut rx, mut sink) =
         (Batch::new(a.batch), Batch::new(ports::MAX_BURST), Sink::default());
+    let probes = ProbeRun::new();
     let sampler = watch_self("generator, worker and sink");
     let t0 = Instant::now();
     // One round: the generator fills port 0, the worker polls (timed), the sink drains port 1.
@@ -258,6 +263,7 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
     }
     let wall_s = wall.elapsed().as_secs_f64();
     let placement = sampler.finish();
+    let probes = probes.finish();
     let allocs = allocations() - allocs0;
     let forwarded = sink.packets() - fwd0;
     let received = engine.port_counters(0).rx_packets - rx0;
@@ -279,6 +285,7 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
         "generator_share": 1.0 - worker_ns as f64 / 1e9 / wall_s,
         "limited_by": "dut",
         "placement": placement.to_json(),
+        "probes": probes.to_json(),
         "note": starved(&placement, "generator, worker and sink"),
         "method": "one thread; mpps and ns_per_packet count only the worker's poll (rx burst, demux, VR pipeline, tx burst), so they are the DUT's own limit (limited_by dut by construction); wall_mpps also includes the generator and sink on the same thread, which took generator_share of the wall time",
     });
@@ -290,11 +297,56 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
             table.label, received, a.batch, 1e3 / ns, ns, forwarded as f64 / wall_s / 1e6, allocs
         );
         println!("{}", placement.summary());
+        println!("{}", probes.summary());
         if let Some(n) = starved(&placement, "generator, worker and sink") {
             println!("{n}");
         }
     }
     Ok(())
+}
+
+/// The probes of `tester::pairs` timed before and after an unpaired run: its figure is
+/// this minute's, and on these VMs memory speed swings twofold between minutes, which the
+/// memory probe shows (the compute probe stays within a few percent).
+struct ProbeRun {
+    prober: tester::pairs::Prober,
+    before: tester::pairs::Probes,
+}
+
+/// [`ProbeRun`] once the run is over.
+struct Probed {
+    before: tester::pairs::Probes,
+    after: tester::pairs::Probes,
+}
+
+impl ProbeRun {
+    fn new() -> ProbeRun {
+        let prober = tester::pairs::Prober::new();
+        let before = prober.probe();
+        ProbeRun { prober, before }
+    }
+
+    fn finish(self) -> Probed {
+        Probed { before: self.before, after: self.prober.probe() }
+    }
+}
+
+impl Probed {
+    fn to_json(&self) -> serde_json::Value {
+        json!({
+            "before": self.before,
+            "after": self.after,
+            "method": "memory: ns per read of 2^20 dependent reads through a random cycle in an 8 MiB table; compute: ns per step of 10^7 dependent multiply-xor-shift steps; timed on this thread right before and right after the run",
+        })
+    }
+
+    fn summary(&self) -> String {
+        let (b, a) = (self.before, self.after);
+        format!(
+            "probes: memory {:.1} ns/read before, {:.1} after; compute {:.3} ns/step before, {:.3} after",
+            b.memory_ns_per_read, a.memory_ns_per_read, b.compute_ns_per_step, a.compute_ns_per_step
+        )
+    }
 }
 
 /// Samples where this process's threads run, its main thread under `role`.

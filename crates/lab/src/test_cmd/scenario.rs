@@ -468,6 +468,7 @@ pub fn run(a: ScenarioArgs) -> Result<()> {
         progress: !a.quiet,
         placement,
         tool: format!("routeplex {} test scenario", env!("CARGO_PKG_VERSION")),
+        probes: !a.quick,
     };
     let mut b = Builder::new(dut_cpu, idle);
     let r = scenario::run(&sc, &o, &mut b).map_err(|e| crate::format_err!("{e}"))?;

@@ -13,6 +13,7 @@ mod bench_idle;
 mod bench_pvr;
 mod bench_router;
 mod bench_routes;
+mod bench_single;
 mod bench_switch;
 mod crash;
 mod demo;

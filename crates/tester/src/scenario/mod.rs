@@ -105,7 +105,9 @@
 //! the last step's forwarded rate over the curve's peak, and over the capacity), `ndr_pps`,
 //! `pdr_pps`, `vs_first`,
 //! `drop_vs_first`, `dut_received`, `dut_forwarded`, `dut_<fact>` (what the DUT reports about
-//! itself, e.g. `dut_rss_bytes_per_vr`), `trials`, `invalid_trials`; per class (VR):
+//! itself, e.g. `dut_rss_bytes_per_vr`), `trials`, `invalid_trials`,
+//! `probe_memory_ns_per_read` and `probe_compute_ns_per_step` (the probes of [`crate::pairs`]
+//! timed before the point, in runs that are not `--quick`); per class (VR):
 //! `<vr>.share`, `<vr>.offered_pps`, `<vr>.forwarded_pps`, `<vr>.loss_ratio`,
 //! `<vr>.attempted_pps` (its share of what the generator put out, refused frames included),
 //! `<vr>.forwarded_ratio` (forwarded over that),
@@ -998,6 +1000,8 @@ pub const METRICS: &[&str] = &[
     "drop_vs_first",
     "expected_pps",
     "vs_reservation",
+    "probe_memory_ns_per_read",
+    "probe_compute_ns_per_step",
     "dut_received",
     "dut_forwarded",
     "trials",

@@ -29,6 +29,10 @@ pub struct RunOptions {
     pub placement: Value,
     /// The program that ran it, for the report.
     pub tool: String,
+    /// Time the memory and compute probes of [`crate::pairs`] right before each point is
+    /// measured (metrics `probe_memory_ns_per_read`, `probe_compute_ns_per_step`): on a VM
+    /// whose memory speed swings, two points compare only at the same probe values.
+    pub probes: bool,
 }
 
 /// A DUT built for a point.
@@ -226,6 +230,7 @@ pub fn run(
         max_pps: None,
         attempts: m.attempts,
     };
+    let prober = o.probes.then(crate::pairs::Prober::new);
     let mut out: Vec<PointResult> = Vec::new();
     let mut trials: Vec<ScenarioTrial> = Vec::new();
     let mut topologies: Vec<(String, String)> = Vec::new();
@@ -313,6 +318,10 @@ pub fn run(
                 .map_err(|e| Error::new(format!("{}: {label}: {e}", sc.file)))?;
         }
         c.runner.set_replay(p.traffic.replay);
+        if let Some(probe) = prober.as_ref().map(|x| x.probe()) {
+            pr.metrics.insert("probe_memory_ns_per_read".into(), probe.memory_ns_per_read);
+            pr.metrics.insert("probe_compute_ns_per_step".into(), probe.compute_ns_per_step);
+        }
         let progress = || if o.progress { Progress::stderr() } else { Progress::silent() };
         // The capacity, if a rate refers to it.
         let relative = steps.iter().any(|r| r.relative() && m.kind == MethodKind::Sweep)

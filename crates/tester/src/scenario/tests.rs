@@ -192,6 +192,7 @@ fn run_on_fakes(sc: &Scenario, quick: bool) -> ScenarioReport {
         progress: false,
         placement: serde_json::json!({}),
         tool: "test".into(),
+        probes: !quick,
     };
     run(sc, &o, &mut FakeBuilder { idle_sleep }).unwrap()
 }
@@ -224,6 +225,7 @@ fn a_scenario_runs_on_fake_duts_with_exact_per_class_counts() {
         assert_eq!(p.streams.len(), 2, "one port per class");
     }
     assert_eq!(r.points[0].metrics["vs_first"], 1.0);
+    assert!(!r.points[0].metrics.contains_key("probe_memory_ns_per_read"), "quick: no probes");
     assert!(r.derived["linear_fits"][0]["fit"]["r_squared"].as_f64().is_some());
     let t = table(&r);
     assert!(t.contains("c0.forwarded_pps") && t.contains("c1.dut_forwarded"), "{t}");
@@ -272,6 +274,10 @@ report: { derived: [drop_vs_first] }
             assert!(p.metrics["peak_forwarded_pps"] > 0.0, "{phases:?}");
         } else {
             eprintln!("point {i}: every step trial stalled; its peak is not checked");
+        }
+        // Not a quick run: each point carries the probes timed before it.
+        for k in ["probe_memory_ns_per_read", "probe_compute_ns_per_step"] {
+            assert!(p.metrics.get(k).is_some_and(|&v| v > 0.0), "{k}: {:?}", p.metrics);
         }
     }
     let dir = std::env::temp_dir().join(format!("tester-sweep-{}", std::process::id()));
