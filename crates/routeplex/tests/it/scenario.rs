@@ -175,6 +175,37 @@ fn isolation_prints_offered_and_forwarded_per_vr_for_routeplex_and_macvlan() {
     }
 }
 
+/// VR1 capped at 3 % of the worker and offered 150 % of the DUT's capacity: with or without
+/// the ingress queues it forwards a small part of its offer (the cap holds; at 3 % of the
+/// worker's time it cannot forward half of 1.5 DUTs' worth unless the capacity was measured
+/// 25 times too low), and VR2, uncapped, is offered a tenth of VR1's rate. Rates are not
+/// asserted beyond that: quick trials on a shared host say nothing about them.
+#[test]
+fn isolation_10x_caps_the_flooded_vr_and_counts_both() {
+    let (v, out) = run(&examples().join("isolation-10x.yaml"));
+    common(&v, &out);
+    let pts = points(&v);
+    assert_eq!(pts.len(), 4, "two caps by two queue settings");
+    for p in pts {
+        assert!(p["skipped"].is_null(), "{}", p["label"]);
+        let capped = p["params"]["dut"]["reservation"] != "none";
+        let ratio = |vr: &str| class(p, vr)["forwarded_ratio"].as_f64().unwrap();
+        if capped {
+            assert!(
+                ratio("vr1") < 0.5,
+                "{}: VR1 forwarded {} of its offer",
+                p["label"],
+                ratio("vr1")
+            );
+        }
+        for vr in ["vr1", "vr2"] {
+            assert!(class(p, vr)["dut_forwarded"].as_u64().is_some(), "{}: {vr}", p["label"]);
+        }
+        let share = |vr: &str| class(p, vr)["share"].as_f64().unwrap();
+        assert!((share("vr1") / share("vr2") - 10.0).abs() < 1e-6, "{}", p["label"]);
+    }
+}
+
 #[test]
 fn density_prints_aggregate_rate_and_bytes_per_vr_for_each_vr_count() {
     let (v, out) = run(&examples().join("density.yaml"));
@@ -226,6 +257,7 @@ fn every_other_example_runs_quick() {
             ![
                 "reservation",
                 "isolation",
+                "isolation-10x",
                 "density",
                 "overload",
                 "seed002-fig9-latency",
