@@ -506,14 +506,16 @@ fn headlines(mut rounds: Vec<Vec<Round>>, base_at: Option<usize>) -> Vec<Outcome
     for d in 0..duts {
         let fwd: Vec<Option<f64>> = rounds.iter().map(|r| r[d].0.forwarded_pps).collect();
         let (mut values, mut loads) = (Vec::new(), Vec::new());
-        for r in rounds.iter().filter(|_| base_at.is_some_and(|b| b != d)) {
-            let ((o, p, l), (bo, bp, _)) = (&r[d], &r[base_at.unwrap_or(d)]);
-            if let (Some(x), Some(y), "ok", "ok") =
-                (o.forwarded_pps, bo.forwarded_pps, o.status, bo.status)
-            {
-                if y > 0.0 {
-                    values.push((x, *p, y, *bp));
-                    loads.push(*l);
+        if let Some(b) = base_at.filter(|&b| b != d) {
+            for r in &rounds {
+                let ((o, p, l), (bo, bp, _)) = (&r[d], &r[b]);
+                if let (Some(x), Some(y), "ok", "ok") =
+                    (o.forwarded_pps, bo.forwarded_pps, o.status, bo.status)
+                {
+                    if y > 0.0 {
+                        values.push((x, *p, y, *bp));
+                        loads.push(*l);
+                    }
                 }
             }
         }
@@ -888,6 +890,9 @@ fn text_report(
     out += &t.render();
     if let Some(o) = outcomes.iter().find(|o| o.status == "ok") {
         out += &format!("forwarded pps: {}\n", o.headline);
+    }
+    if a.pairs.unwrap_or(1) > 1 {
+        out += "rounds: each DUT's row is its round with the median forwarded rate; × linux is the median over the rounds of its rate over Linux's in the same round (below)\n";
     }
     if outcomes.iter().any(|o| o.limited_by.is_some()) {
         out += "limit: dut = the DUT's counters show drops (it was at capacity); generator = it dropped nothing, so it forwarded all the generator put out and its capacity is higher (the ratio is then a lower bound)\n";
