@@ -116,22 +116,23 @@ impl Mapper {
                         None => RouteTarget::Iface(iface),
                     })
                 };
-                let paths: Option<Vec<_>> = match &hops[..] {
-                    // One path, the common case: no list to build.
-                    [h] => {
-                        let Some(target) = target(h) else {
-                            self.skipped += 1;
-                            return None;
-                        };
-                        return Some(RouteOp::Replace(RouteConfig { prefix, target, source }));
-                    }
-                    _ => hops.iter().map(|h| Some((target(h)?, h.weight.max(1)))).collect(),
+                // One path, the common case, is a plain route: no list to build.
+                let op = match &hops[..] {
+                    [h] => target(h)
+                        .map(|target| RouteOp::Replace(RouteConfig { prefix, target, source })),
+                    _ => hops
+                        .iter()
+                        .map(|h| Some((target(h)?, h.weight.max(1))))
+                        .collect::<Option<Vec<_>>>()
+                        .map(|paths| RouteOp::Set {
+                            prefix,
+                            source,
+                            forward: Forward::Paths(paths),
+                        }),
                 };
-                let Some(paths) = paths else {
-                    self.skipped += 1;
-                    return None;
-                };
-                Forward::Paths(paths)
+                // A next hop on an interface the VR does not have.
+                self.skipped += u64::from(op.is_none());
+                return op;
             }
             KernelRouteKind::Blackhole => {
                 let target = RouteTarget::Blackhole;

@@ -8,8 +8,8 @@
 //! (`schedstat`'s second field), its state at every sample (`stat` field 3) and its context
 //! switches; and each CPU's time (`/proc/stat`: busy, idle, stolen by the hypervisor) at the
 //! first and the last sample. Nothing here is assumed from what the benchmark asked for: a
-//! thread pinned by request shows the CPU the kernel put it on. The sampler is itself a thread of this process and is reported as one
-//! (role `sampler`); it sleeps between samples.
+//! thread pinned by request shows the CPU the kernel put it on. The sampler is itself a
+//! thread of this process and is reported as one (role `sampler`); it sleeps between samples.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
