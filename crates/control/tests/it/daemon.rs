@@ -187,7 +187,17 @@ fn read_line(s: &UnixStream, timeout: Duration) -> Result<Value, String> {
     let mut line = Vec::new();
     let mut buf = [0u8; 1];
     loop {
-        let left = timeout.checked_sub(t0.elapsed()).ok_or("timed out")?;
+        // `timeout` bounds the wait for a reply to begin; once it has, the rest of its line is
+        // read too (the server writes whole lines). Given up halfway, the line's head would be
+        // lost and the next call would parse its tail: CI once saw a trickling client's
+        // 100 ms reads split the server's reply that way.
+        let left = match timeout.checked_sub(t0.elapsed()) {
+            Some(left) => left,
+            None if line.is_empty() => return Err("timed out".into()),
+            None => (timeout + Duration::from_secs(5))
+                .checked_sub(t0.elapsed())
+                .ok_or_else(|| format!("timed out within a line: {line:?}"))?,
+        };
         s.set_read_timeout(Some(left.max(Duration::from_millis(1)))).unwrap();
         match (&mut &*s).read(&mut buf) {
             Ok(0) => return Err(format!("closed after {:?}", String::from_utf8_lossy(&line))),
